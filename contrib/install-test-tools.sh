@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs the real components the test suite drives (see DESIGN.md, "Real
+# components, and how tests start them") and links them into .tools/bin in the
+# repository (git-ignored).
+#
+# Binaries are built once per tool and version into the user's cache directory
+# (${XDG_CACHE_HOME:-~/.cache}/chalupa-tools/<tool>/<version>/) so a fresh clone,
+# and CI on the same machine, reuse them instead of rebuilding (litestream takes
+# about 3 minutes cold, versitygw several). Everything comes from the Go module
+# proxy; nothing is downloaded from anywhere else.
+#
+# Usage: contrib/install-test-tools.sh            install what is missing
+#        contrib/install-test-tools.sh --print     print the bin directory only
+set -euo pipefail
+
+# Pinned versions. Litestream's CLI must match the embedded library (go.mod) so
+# a restore reads exactly the LTX files the daemon writes.
+LITESTREAM_VERSION=v0.5.18
+VERSITYGW_VERSION=v1.8.0
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin="$repo/.tools/bin"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/chalupa-tools"
+
+if [[ "${1:-}" == "--print" ]]; then
+	echo "$bin"
+	exit 0
+fi
+
+mkdir -p "$bin"
+
+# install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
+# tool and version, then link into .tools/bin.
+install_tool() {
+	local name=$1 version=$2 pkg=$3
+	shift 3
+	local dest="$cache/$name/$version"
+	if [[ ! -x "$dest/$name" ]]; then
+		echo "install-test-tools: building $name $version (cached in $dest)" >&2
+		mkdir -p "$dest.tmp"
+		env "$@" GOBIN="$dest.tmp" go install "$pkg@$version"
+		rm -rf "$dest"
+		mv "$dest.tmp" "$dest"
+	fi
+	ln -sf "$dest/$name" "$bin/$name"
+}
+
+install_tool litestream "$LITESTREAM_VERSION" github.com/benbjohnson/litestream/cmd/litestream CGO_ENABLED=0 &
+lpid=$!
+install_tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw CGO_ENABLED=0 &
+vpid=$!
+rc=0
+wait "$lpid" || rc=1
+wait "$vpid" || rc=1
+if [[ $rc -ne 0 ]]; then
+	echo "install-test-tools: a tool failed to build" >&2
+	exit 1
+fi
+
+"$bin/litestream" version >/dev/null
+echo "$bin"

@@ -1,0 +1,22 @@
+// Package storage is chalupa's durable state: one SQLite file (modernc.org/sqlite,
+// pure Go, the same driver Litestream uses in-process), its migrations, the single
+// writer every write goes through, the embedded Litestream replication, and the
+// typed queries of each table group (*_query.go).
+//
+// storage imports none of chalupa's other packages; daemon, ingest, reaper and
+// pulumiexec depend on it (DESIGN.md, "Layout").
+package storage
+
+import "errors"
+
+// Sentinel errors returned by queries. Callers map them to HTTP statuses; the
+// messages never carry SQL text.
+var (
+	// ErrNotFound is returned when a row addressed by its key does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when a write would violate a uniqueness rule
+	// (a duplicate slug, a replayed nonce).
+	ErrConflict = errors.New("conflict")
+	// ErrClosed is returned by the writer after Close.
+	ErrClosed = errors.New("storage closed")
+)

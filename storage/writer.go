@@ -1,0 +1,190 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// DefaultMaxBatch bounds how many queued writes one transaction commits
+// together. Large enough that a burst of concurrent heartbeats shares one WAL
+// commit; small enough that the first request in a batch does not wait long
+// behind the last.
+const DefaultMaxBatch = 256
+
+// TxFunc is one unit of work run inside the writer's transaction. It returns an
+// error to undo exactly its own statements (the writer wraps each TxFunc in a
+// savepoint); other units in the same batch are unaffected.
+type TxFunc func(tx *sql.Tx) error
+
+type writeReq struct {
+	ctx  context.Context
+	fn   TxFunc
+	done chan error
+}
+
+// Writer owns the single write connection. Every write in chalupa is a TxFunc
+// submitted with Do. Requests that arrive while a transaction is being
+// committed are collected and run together in the next one, each in its own
+// savepoint: a refusal (a replayed nonce, say) rolls back only its own unit,
+// and one COMMIT makes the whole batch durable. A caller's Do returns only
+// after the COMMIT that holds its work, so an acknowledged write is never lost
+// to a crash.
+type Writer struct {
+	db    *sql.DB
+	reqs  chan writeReq
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+	batch int
+
+	// stats, read with Stats.
+	mu      sync.Mutex
+	commits int64
+	units   int64
+}
+
+func newWriter(db *sql.DB) *Writer {
+	w := &Writer{
+		db:    db,
+		reqs:  make(chan writeReq, DefaultMaxBatch),
+		quit:  make(chan struct{}),
+		batch: DefaultMaxBatch,
+	}
+	w.wg.Add(1)
+	go w.loop()
+	return w
+}
+
+// Do runs fn in a write transaction and returns once that transaction has
+// committed (nil) or fn's own error. If fn succeeded but the COMMIT failed, Do
+// returns the commit error and nothing fn wrote is kept. Errors: ctx's error
+// if ctx ends before fn runs, ErrClosed after the writer is closed.
+func (w *Writer) Do(ctx context.Context, fn TxFunc) error {
+	req := writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case <-w.quit:
+		return ErrClosed
+	default:
+	}
+	select {
+	case w.reqs <- req:
+	case <-w.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued the request always gets an answer: the loop drains the
+	// queue before it exits. Waiting here (not on ctx) keeps the promise that
+	// a returned nil means committed and a returned error means not written.
+	return <-req.done
+}
+
+// Stats reports how many transactions the writer has committed and how many
+// units of work they carried; units/commits is the mean batch size.
+func (w *Writer) Stats() (commits, units int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.commits, w.units
+}
+
+func (w *Writer) close() {
+	w.once.Do(func() { close(w.quit) })
+	w.wg.Wait()
+}
+
+func (w *Writer) loop() {
+	defer w.wg.Done()
+	batch := make([]writeReq, 0, w.batch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-w.reqs:
+			batch = append(batch, r)
+		case <-w.quit:
+			// Answer everything still queued, then stop.
+			for {
+				select {
+				case r := <-w.reqs:
+					w.run([]writeReq{r})
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < w.batch {
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		w.run(batch)
+	}
+}
+
+// run executes one batch in one transaction.
+func (w *Writer) run(batch []writeReq) {
+	results := make([]error, len(batch))
+	tx, err := w.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		err = fmt.Errorf("begin write: %w", err)
+		for _, r := range batch {
+			r.done <- err
+		}
+		return
+	}
+	units := 0
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		results[i] = w.unit(tx, r.fn)
+		if results[i] == nil {
+			units++
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		err = fmt.Errorf("commit write: %w", err)
+		for i := range results {
+			if results[i] == nil {
+				results[i] = err
+			}
+		}
+	} else {
+		w.mu.Lock()
+		w.commits++
+		w.units += int64(units)
+		w.mu.Unlock()
+	}
+	for i, r := range batch {
+		r.done <- results[i]
+	}
+}
+
+// unit runs fn inside a savepoint so that its failure undoes only its own
+// statements. A panic in fn is turned into an error for that unit alone.
+func (w *Writer) unit(tx *sql.Tx, fn TxFunc) (err error) {
+	if _, err := tx.Exec("SAVEPOINT unit"); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("write panicked: %v", p)
+		}
+		if err != nil {
+			if _, rerr := tx.Exec("ROLLBACK TO unit"); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback savepoint: %w", rerr))
+			}
+		}
+		if _, rerr := tx.Exec("RELEASE unit"); rerr != nil && err == nil {
+			err = fmt.Errorf("release savepoint: %w", rerr)
+		}
+	}()
+	return fn(tx)
+}
