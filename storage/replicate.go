@@ -345,3 +345,6 @@ func redactReplicaError(err error) string {
 	}
 	return "replica error"
 }
+
+// LitestreamVersion is the embedded Litestream library version (pinned in go.mod).
+const LitestreamVersion = "v0.5.18"

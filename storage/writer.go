@@ -17,7 +17,10 @@ const DefaultMaxBatch = 256
 // TxFunc is one unit of work run inside the writer's transaction. It returns an
 // error to undo exactly its own statements (the writer wraps each TxFunc in a
 // savepoint); other units in the same batch are unaffected.
-type TxFunc func(tx *sql.Tx) error
+type TxFunc func(tx Tx) error
+
+// Tx is the transaction a TxFunc runs in.
+type Tx = *sql.Tx
 
 type writeReq struct {
 	ctx  context.Context

@@ -1,0 +1,479 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Configuration defaults (DESIGN.md, "Configuration").
+const (
+	// DefaultDataDir holds the SQLite file, restore points and, on the
+	// embedded default, the generated secrets and the file replica.
+	DefaultDataDir = "./chalupa-data"
+	// DefaultListen is loopback so that nothing is exposed before the
+	// operator has set real secrets.
+	DefaultListen = "127.0.0.1:8080"
+	// SecretsFileName is the generated-secrets file in the data dir (0600).
+	SecretsFileName = "secrets.env"
+	// DatabaseFileName is the SQLite file in the data dir.
+	DatabaseFileName = "chalupa.db"
+	// minTokenLen is the shortest bearer token accepted: 32 characters of a
+	// generated token carry well over 128 bits.
+	minTokenLen = 32
+)
+
+// Secret is a configuration value that must never be printed, logged or
+// returned. Its String and MarshalText forms are redacted; Reveal returns it.
+type Secret string
+
+// String returns "[redacted]" (or "" when unset) so fmt and loggers never
+// print the value.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// MarshalText redacts the value in JSON and text encodings.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Reveal returns the secret value for the one place that needs it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Config is the validated configuration of a chalupa daemon.
+type Config struct {
+	DataDir          string  `json:"CHALUPA_DATA_DIR"`
+	Listen           string  `json:"CHALUPA_LISTEN"`
+	Origin           string  `json:"CHALUPA_ORIGIN"`
+	AdminToken       Secret  `json:"CHALUPA_ADMIN_TOKEN"`
+	ReadyToken       Secret  `json:"CHALUPA_READY_TOKEN"`
+	IngestMasterKey  Secret  `json:"CHALUPA_INGEST_MASTER_KEY"`
+	IngestKey        Secret  `json:"CHALUPA_INGEST_KEY"`
+	ReplicaURL       string  `json:"CHALUPA_REPLICA_URL"`
+	SpacesKey        Secret  `json:"CHALUPA_SPACES_KEY"`
+	SpacesSecret     Secret  `json:"CHALUPA_SPACES_SECRET"`
+	DOReadToken      Secret  `json:"DIGITALOCEAN_READ_TOKEN"`
+	DOWriteToken     Secret  `json:"DIGITALOCEAN_WRITE_TOKEN"`
+	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
+	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
+
+	// Generated lists the secrets taken from the generated-secrets file (the
+	// embedded default) rather than the environment.
+	Generated []string `json:"generated,omitempty"`
+	// SecretsFile is the path of that file when it is (or will be) used.
+	SecretsFile string `json:"secretsFile,omitempty"`
+	// replicaKind is "s3" or "file".
+	replicaKind string
+}
+
+// DatabasePath is the SQLite file's path.
+func (c *Config) DatabasePath() string { return filepath.Join(c.DataDir, DatabaseFileName) }
+
+// MasterKey returns the decoded 32-byte ingest master key.
+func (c *Config) MasterKey() []byte {
+	b, _ := decodeKey(c.IngestMasterKey.Reveal())
+	return b
+}
+
+// ReplicaKind is "s3" or "file".
+func (c *Config) ReplicaKind() string { return c.replicaKind }
+
+// ConfigError lists every problem found; each names its variable, never its value.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "invalid configuration:\n  - " + strings.Join(e.Problems, "\n  - ")
+}
+
+// Getenv looks up one variable, like os.LookupEnv.
+type Getenv func(string) (string, bool)
+
+// generatedSecrets are the variables the embedded default may generate.
+var generatedSecrets = []string{"CHALUPA_ADMIN_TOKEN", "CHALUPA_READY_TOKEN", "CHALUPA_INGEST_MASTER_KEY"}
+
+// LoadConfig reads and validates the configuration from env. It does not
+// touch the filesystem except to read an existing generated-secrets file; it
+// never creates one (see EnsureSecrets). On a loopback listener, secrets
+// missing from env are taken from that file, or marked to be generated.
+//
+// Errors: *ConfigError naming each offending variable.
+func LoadConfig(env Getenv) (*Config, error) {
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	get := func(k string) string {
+		v, _ := env(k)
+		return strings.TrimSpace(v)
+	}
+
+	c := &Config{}
+	c.DataDir = get("CHALUPA_DATA_DIR")
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if abs, err := filepath.Abs(c.DataDir); err != nil {
+		bad("CHALUPA_DATA_DIR is not a usable path")
+	} else {
+		c.DataDir = abs
+	}
+
+	c.Listen = get("CHALUPA_LISTEN")
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	loopback := false
+	if host, port, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("CHALUPA_LISTEN must be host:port")
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("CHALUPA_LISTEN has an invalid port")
+	} else {
+		loopback = isLoopbackHost(host)
+	}
+
+	c.Origin = get("CHALUPA_ORIGIN")
+	if c.Origin == "" {
+		c.Origin = "http://" + c.Listen
+	}
+	if u, err := url.Parse(c.Origin); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		bad("CHALUPA_ORIGIN must be an absolute http(s) URL")
+	} else if u.Scheme != "https" && !isLoopbackHost(u.Hostname()) {
+		bad("CHALUPA_ORIGIN must use https unless its host is loopback")
+	} else if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		bad("CHALUPA_ORIGIN must be an origin (scheme and host only)")
+	} else {
+		c.Origin = u.Scheme + "://" + u.Host
+	}
+
+	// Secrets: from the environment, or on loopback from the generated file.
+	c.SecretsFile = filepath.Join(c.DataDir, SecretsFileName)
+	fileSecrets, err := ReadSecretsFile(c.SecretsFile)
+	if err != nil {
+		bad("%s cannot be read (%s)", SecretsFileName, errKind(err))
+	}
+	secret := func(k string) Secret {
+		if v := get(k); v != "" {
+			return Secret(v)
+		}
+		for _, g := range generatedSecrets {
+			if g == k && loopback {
+				c.Generated = append(c.Generated, k)
+				return Secret(fileSecrets[k])
+			}
+		}
+		return ""
+	}
+	c.AdminToken = secret("CHALUPA_ADMIN_TOKEN")
+	c.ReadyToken = secret("CHALUPA_READY_TOKEN")
+	c.IngestMasterKey = secret("CHALUPA_INGEST_MASTER_KEY")
+	if len(c.Generated) == 0 {
+		c.SecretsFile = ""
+	}
+	if !loopback {
+		for _, k := range generatedSecrets {
+			if get(k) == "" {
+				bad("%s is required when CHALUPA_LISTEN is not a loopback address", k)
+			}
+		}
+	}
+	checkToken := func(k string, v Secret) {
+		if v != "" && len(v) < minTokenLen {
+			bad("%s must be at least %d characters", k, minTokenLen)
+		}
+	}
+	checkToken("CHALUPA_ADMIN_TOKEN", c.AdminToken)
+	checkToken("CHALUPA_READY_TOKEN", c.ReadyToken)
+	if c.AdminToken != "" && c.AdminToken == c.ReadyToken {
+		bad("CHALUPA_READY_TOKEN must differ from CHALUPA_ADMIN_TOKEN (a leaked probe token must not grant admin)")
+	}
+	if c.IngestMasterKey != "" {
+		if b, err := decodeKey(c.IngestMasterKey.Reveal()); err != nil || len(b) != 32 {
+			bad("CHALUPA_INGEST_MASTER_KEY must be base64 of exactly 32 bytes")
+		}
+	}
+
+	c.IngestKey = Secret(get("CHALUPA_INGEST_KEY"))
+	checkToken("CHALUPA_INGEST_KEY", c.IngestKey)
+
+	c.ReplicaURL = get("CHALUPA_REPLICA_URL")
+	if c.ReplicaURL == "" {
+		c.ReplicaURL = (&url.URL{Scheme: "file", Path: filepath.Join(c.DataDir, "replica")}).String()
+	}
+	if kind, err := storage.ParseReplicaURL(c.ReplicaURL); err != nil {
+		bad("CHALUPA_REPLICA_URL: %v", err)
+	} else {
+		c.replicaKind = kind
+	}
+	c.SpacesKey = Secret(get("CHALUPA_SPACES_KEY"))
+	c.SpacesSecret = Secret(get("CHALUPA_SPACES_SECRET"))
+	if c.replicaKind == "s3" {
+		if c.SpacesKey == "" {
+			bad("CHALUPA_SPACES_KEY is required for an s3:// CHALUPA_REPLICA_URL")
+		}
+		if c.SpacesSecret == "" {
+			bad("CHALUPA_SPACES_SECRET is required for an s3:// CHALUPA_REPLICA_URL")
+		}
+	}
+
+	c.DOReadToken = Secret(get("DIGITALOCEAN_READ_TOKEN"))
+	c.DOWriteToken = Secret(get("DIGITALOCEAN_WRITE_TOKEN"))
+	if c.DOWriteToken != "" && c.DOWriteToken == c.DOReadToken {
+		// Seed 002, "Staging configuration": the write token is dedicated to
+		// the reaper and never shared with the read token.
+		bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
+	}
+	if v := get("DO_VOLUME_USD_PER_GIB_MONTH"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 100 {
+			bad("DO_VOLUME_USD_PER_GIB_MONTH must be a number of USD between 0 and 100")
+		} else {
+			c.VolumeUSDPerGiB = f
+		}
+	}
+
+	c.PulumiBackendURL = get("PULUMI_BACKEND_URL")
+	if c.PulumiBackendURL == "" {
+		c.PulumiBackendURL = (&url.URL{Scheme: "file", Path: filepath.Join(c.DataDir, "pulumi")}).String()
+	}
+	if u, err := url.Parse(c.PulumiBackendURL); err != nil || (u.Scheme != "file" && u.Scheme != "s3") {
+		bad("PULUMI_BACKEND_URL must be a file:// or s3:// URL")
+	}
+
+	if len(problems) > 0 {
+		return nil, &ConfigError{Problems: problems}
+	}
+	return c, nil
+}
+
+// EnsureSecrets creates the generated-secrets file when the configuration
+// needs one and it does not exist yet, writing fresh values once (0600, in a
+// 0700 data dir). Later starts reuse the file. It returns true when it wrote
+// the file. Values already in the file are never replaced.
+func (c *Config) EnsureSecrets() (bool, error) {
+	if len(c.Generated) == 0 {
+		return false, nil
+	}
+	missing := false
+	for _, k := range c.Generated {
+		switch k {
+		case "CHALUPA_ADMIN_TOKEN":
+			missing = missing || c.AdminToken == ""
+		case "CHALUPA_READY_TOKEN":
+			missing = missing || c.ReadyToken == ""
+		case "CHALUPA_INGEST_MASTER_KEY":
+			missing = missing || c.IngestMasterKey == ""
+		}
+	}
+	if !missing {
+		return false, nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return false, fmt.Errorf("create data dir: %w", err)
+	}
+	existing, err := ReadSecretsFile(c.SecretsFile)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %s", SecretsFileName, errKind(err))
+	}
+	gen := func(k string, cur *Secret, mk func() string) {
+		if *cur != "" {
+			return
+		}
+		if v := existing[k]; v != "" {
+			*cur = Secret(v)
+			return
+		}
+		*cur = Secret(mk())
+		existing[k] = cur.Reveal()
+	}
+	token := func() string { return randomToken(32) }
+	gen("CHALUPA_ADMIN_TOKEN", &c.AdminToken, token)
+	gen("CHALUPA_READY_TOKEN", &c.ReadyToken, token)
+	gen("CHALUPA_INGEST_MASTER_KEY", &c.IngestMasterKey, func() string {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		return base64.StdEncoding.EncodeToString(b)
+	})
+	if err := writeSecretsFile(c.SecretsFile, existing); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// randomToken returns n random bytes, base64url without padding.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeKey accepts standard or URL base64, padded or not.
+func decodeKey(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	return nil, errors.New("not base64")
+}
+
+// isLoopbackHost reports whether host is localhost or a loopback IP. An empty
+// host (listen on all interfaces) is not loopback.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// ReadSecretsFile parses KEY=VALUE lines; a missing file is an empty map.
+func ReadSecretsFile(path string) (map[string]string, error) {
+	out := map[string]string{}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if ok {
+			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return out, sc.Err()
+}
+
+// writeSecretsFile writes the map atomically with mode 0600.
+func writeSecretsFile(path string, m map[string]string) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# Generated by chalupa serve for the embedded default. Keep private.\n")
+	b.WriteString("# Values set in the environment take precedence over this file.\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, m[k])
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %s", SecretsFileName, errKind(err))
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %s", SecretsFileName, errKind(err))
+	}
+	return nil
+}
+
+// errKind reduces a filesystem error to its cause without the path.
+func errKind(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return "error"
+}
+
+// Redacted returns the effective configuration as ordered name/value pairs
+// with every secret shown as "[redacted]", "(generated: PATH)" or "(unset)".
+func (c *Config) Redacted() [][2]string {
+	gen := map[string]bool{}
+	for _, k := range c.Generated {
+		gen[k] = true
+	}
+	sec := func(k string, s Secret) string {
+		switch {
+		case gen[k] && s == "":
+			return "(generated on first serve into " + c.SecretsFile + ")"
+		case gen[k]:
+			return "[redacted] (from " + c.SecretsFile + ")"
+		case s == "":
+			return "(unset)"
+		}
+		return "[redacted]"
+	}
+	str := func(s string) string {
+		if s == "" {
+			return "(unset)"
+		}
+		return s
+	}
+	vol := "(unset)"
+	if c.VolumeUSDPerGiB > 0 {
+		vol = strconv.FormatFloat(c.VolumeUSDPerGiB, 'f', -1, 64)
+	}
+	return [][2]string{
+		{"CHALUPA_DATA_DIR", c.DataDir},
+		{"CHALUPA_LISTEN", c.Listen},
+		{"CHALUPA_ORIGIN", c.Origin},
+		{"CHALUPA_ADMIN_TOKEN", sec("CHALUPA_ADMIN_TOKEN", c.AdminToken)},
+		{"CHALUPA_READY_TOKEN", sec("CHALUPA_READY_TOKEN", c.ReadyToken)},
+		{"CHALUPA_INGEST_MASTER_KEY", sec("CHALUPA_INGEST_MASTER_KEY", c.IngestMasterKey)},
+		{"CHALUPA_INGEST_KEY", sec("CHALUPA_INGEST_KEY", c.IngestKey)},
+		{"CHALUPA_REPLICA_URL", redactURL(c.ReplicaURL)},
+		{"CHALUPA_SPACES_KEY", sec("CHALUPA_SPACES_KEY", c.SpacesKey)},
+		{"CHALUPA_SPACES_SECRET", sec("CHALUPA_SPACES_SECRET", c.SpacesSecret)},
+		{"DIGITALOCEAN_READ_TOKEN", sec("DIGITALOCEAN_READ_TOKEN", c.DOReadToken)},
+		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.DOWriteToken)},
+		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
+		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
+	}
+}
+
+// redactURL drops user info from a URL (credentials never belong there, but
+// an operator may have put them there anyway).
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "[unparseable]"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	return u.String()
+}
+
+// Preflight runs the checks serve makes before it starts that need more than
+// the environment: the data dir is usable, and an existing database is not
+// newer than this binary. `chalupa config check` calls it so that it exits
+// non-zero whenever serve would refuse. It writes nothing.
+func Preflight(ctx context.Context, c *Config) error {
+	if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
+		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is not a directory"}}
+	}
+	db, err := storage.OpenReadOnly(ctx, c.DatabasePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("database in CHALUPA_DATA_DIR cannot be opened: %s", errKind(err))
+	}
+	defer db.Close()
+	return preflightDB(ctx, c, db)
+}

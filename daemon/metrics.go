@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the daemon's Prometheus series, served on GET /metrics
+// (text exposition format, CHALUPA_READY_TOKEN bearer). Each Server owns its
+// registry so several daemons can run in one test process.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	// SharedKeyRequests counts requests on the deprecated shared-key path.
+	sharedKey prometheus.Counter
+	// ingest counts ingest outcomes by route and code.
+	ingest *prometheus.CounterVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chalupa_http_requests_total",
+		Help: "HTTP requests by route pattern, method and status code.",
+	}, []string{"route", "method", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "chalupa_http_request_duration_seconds",
+		Help:    "HTTP request latency in seconds by route pattern.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"route"})
+	m.sharedKey = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chalupa_ingest_shared_key_requests_total",
+		Help: "Requests authenticated with the deprecated shared CHALUPA_INGEST_KEY (no key id).",
+	})
+	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chalupa_ingest_results_total",
+		Help: "Signed ingest outcomes by route and result code (accepted or the refusal code).",
+	}, []string{"route", "result"})
+	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_db_size_bytes", Help: "SQLite database file plus WAL, in bytes.",
+		}, func() float64 { return float64(s.db.Size()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_lag_seconds", Help: "Age of the oldest local change not yet in the replica, in seconds.",
+		}, func() float64 { return s.repl.Health(time.Now()).LagSeconds }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_replication_sync_errors_total", Help: "Replica operations that failed since start.",
+		}, func() float64 { return float64(s.repl.Health(time.Now()).SyncErrors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_failing", Help: "1 while replication lag or errors exceed the lag limit.",
+		}, func() float64 {
+			if s.repl.Health(time.Now()).Failing {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_writer_commits_total", Help: "Write transactions committed by the single writer.",
+		}, func() float64 { c, _ := s.db.Writer.Stats(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_writer_units_total", Help: "Units of work committed by the writer (units/commits = mean batch).",
+		}, func() float64 { _, u := s.db.Writer.Stats(); return float64(u) }),
+	)
+	return m
+}
+
+func (m *metrics) observe(route, method string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}

@@ -1,0 +1,97 @@
+// Command chalupa is the whole control plane for a solo operator's short-lived
+// developer and GPU environments on DigitalOcean: one daemon (`chalupa serve`)
+// over one SQLite file replicated by embedded Litestream, plus the operator's
+// commands (`chalupa admin …`) and a reference agent (`chalupa agent …`).
+// See README.md and DESIGN.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/chalupa-run/chalupa/daemon"
+)
+
+// cli is the command tree. Each command is a struct with a Run method.
+type cli struct {
+	Serve   serveCmd   `cmd:"" help:"Run the daemon (HTTP API, background loops, replication)."`
+	Migrate migrateCmd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
+	Config  configCmd  `cmd:"" help:"Check the configuration read from the environment."`
+	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
+	Version versionCmd `cmd:"" help:"Print the version."`
+}
+
+// exitUsage is the exit status for unknown flags, missing arguments and other
+// command-line mistakes (the sysexits/BSD convention most CLIs follow).
+const exitUsage = 2
+
+// exitError carries an exit status out of a command's Run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("chalupa"),
+		kong.Description("chalupa: control plane for short-lived DigitalOcean environments."),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Vars{"default_data_dir": daemon.DefaultDataDir},
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chalupa:", err)
+		os.Exit(1)
+	}
+	ctx, err := parser.Parse(os.Args[1:])
+	if err != nil {
+		var pe *kong.ParseError
+		if errors.As(err, &pe) {
+			fmt.Fprintf(os.Stderr, "chalupa: %v\n", err)
+			fmt.Fprintf(os.Stderr, "usage: %s\nrun '%s --help' for details\n", usageLine(pe.Context), commandPath(pe.Context))
+			os.Exit(exitUsage)
+		}
+		fmt.Fprintln(os.Stderr, "chalupa:", err)
+		os.Exit(exitUsage)
+	}
+	if err := ctx.Run(); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(os.Stderr, "chalupa:", ee.err)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "chalupa:", err)
+		os.Exit(1)
+	}
+}
+
+// commandPath is "chalupa admin env create" for the command being parsed.
+func commandPath(ctx *kong.Context) string {
+	if ctx == nil {
+		return "chalupa"
+	}
+	p := "chalupa"
+	if s := ctx.Command(); s != "" {
+		for _, n := range ctx.Path {
+			if n.Command != nil {
+				p += " " + n.Command.Name
+			}
+		}
+	}
+	return p
+}
+
+// usageLine is the one-line synopsis of the command being parsed.
+func usageLine(ctx *kong.Context) string {
+	if ctx == nil || ctx.Selected() == nil {
+		return "chalupa <command> [flags]"
+	}
+	return "chalupa " + ctx.Selected().Summary()
+}

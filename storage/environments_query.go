@@ -1,0 +1,79 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// PlatformOrgID is the platform organization created by migration 0001.
+const PlatformOrgID = 1
+
+// Environment is one row of environments.
+type Environment struct {
+	ID        int64     `json:"-"`
+	Slug      string    `json:"slug"`
+	Name      string    `json:"name"`
+	Status    string    `json:"status"` // active | sunk
+	OrgID     int64     `json:"-"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+const environmentCols = `id, org_id, slug, name, status, created_at, updated_at`
+
+func scanEnvironment(row interface{ Scan(...any) error }) (Environment, error) {
+	var e Environment
+	var c, u sql.NullInt64
+	if err := row.Scan(&e.ID, &e.OrgID, &e.Slug, &e.Name, &e.Status, &c, &u); err != nil {
+		return Environment{}, err
+	}
+	e.CreatedAt, e.UpdatedAt = fromMS(c), fromMS(u)
+	return e, nil
+}
+
+// CreateEnvironment inserts an active environment in the platform
+// organization. Errors: ErrConflict when the slug exists.
+func CreateEnvironment(ctx context.Context, q Querier, slug, name string, now time.Time) (Environment, error) {
+	row := q.QueryRowContext(ctx,
+		`INSERT INTO environments (org_id, slug, name, status, created_at, updated_at)
+		 VALUES (?, ?, ?, 'active', ?, ?) RETURNING `+environmentCols,
+		PlatformOrgID, slug, name, ms(now), ms(now))
+	e, err := scanEnvironment(row)
+	if isUniqueViolation(err) {
+		return Environment{}, ErrConflict
+	}
+	if err != nil {
+		return Environment{}, fmt.Errorf("insert environment: %w", err)
+	}
+	return e, nil
+}
+
+// EnvironmentBySlug returns the environment with slug. Errors: ErrNotFound.
+func EnvironmentBySlug(ctx context.Context, q Querier, slug string) (Environment, error) {
+	e, err := scanEnvironment(q.QueryRowContext(ctx,
+		`SELECT `+environmentCols+` FROM environments WHERE slug = ?`, slug))
+	if err != nil {
+		return Environment{}, notFound(err)
+	}
+	return e, nil
+}
+
+// ListEnvironments returns every environment ordered by slug.
+func ListEnvironments(ctx context.Context, q Querier) ([]Environment, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+environmentCols+` FROM environments ORDER BY slug`)
+	if err != nil {
+		return nil, fmt.Errorf("list environments: %w", err)
+	}
+	defer rows.Close()
+	out := []Environment{}
+	for rows.Next() {
+		e, err := scanEnvironment(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list environments: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
