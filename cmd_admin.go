@@ -18,8 +18,8 @@ import (
 // adminCmd talks to a running daemon through its admin API; it never opens
 // the database file.
 type adminCmd struct {
-	URL     string `name:"url" env:"CHALUPA_URL" default:"http://127.0.0.1:8080" help:"Daemon to talk to."`
-	DataDir string `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
+	URL     string        `name:"url" env:"CHALUPA_URL" default:"http://127.0.0.1:8080" help:"Daemon to talk to."`
+	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 
 	Status adminStatusCmd `cmd:"" help:"Show version, uptime, schema, database size and replication health."`
