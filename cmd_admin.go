@@ -24,6 +24,8 @@ type adminCmd struct {
 
 	Status adminStatusCmd `cmd:"" help:"Show version, uptime, schema, database size and replication health."`
 	Env    adminEnvCmd    `cmd:"" help:"Manage environments."`
+	Keys   adminKeysCmd   `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
+	Fleet  adminFleetCmd  `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
 	API    adminAPICmd    `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 

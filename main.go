@@ -21,6 +21,8 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
 	Config  configCmd  `cmd:"" help:"Check the configuration read from the environment."`
 	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
+	Agent   agentCmd   `cmd:"" help:"The reference fleet agent."`
+	Rewrap  rewrapCmd  `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }
 

@@ -19,6 +19,10 @@ func (s *Server) adminHandlers() map[string]http.HandlerFunc {
 		adminapi.OpGetStatus:         s.handleStatus,
 		adminapi.OpCreateEnvironment: s.handleCreateEnvironment,
 		adminapi.OpListEnvironments:  s.handleListEnvironments,
+		adminapi.OpIssueIngestKey:    s.handleIngestKeys,
+		adminapi.OpRotateIngestKey:   s.handleIngestKeys,
+		adminapi.OpRevokeIngestKey:   s.handleIngestKeys,
+		adminapi.OpListFleet:         s.handleFleet,
 	}
 }
 

@@ -11,8 +11,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -69,6 +71,12 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		_ = os.Unsetenv("AWS_CA_BUNDLE")
 	}
 
+	unlock, err := storage.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
+	}
+	defer unlock()
+
 	db, err := storage.Open(ctx, cfg.DatabasePath())
 	if err != nil {
 		return err
@@ -84,6 +92,12 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		return err
 	}
 	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
+
+	sealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+	if err != nil {
+		closeDB()
+		return err
+	}
 
 	repl, err := storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
 		URL:             cfg.ReplicaURL,
@@ -106,7 +120,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		}
 	}
 
-	srv := NewServer(cfg, db, repl, log)
+	srv := NewServer(Deps{Config: cfg, DB: db, Replicator: repl, Keys: ingest.NewKeyring(db, sealer, time.Now), Log: log})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		closeDB()
@@ -153,4 +167,8 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 }
 
 // loops lists the background loops this server runs.
-func (s *Server) loops() []Loop { return nil }
+func (s *Server) loops() []Loop {
+	return []Loop{
+		&ingest.NoncePruner{DB: s.db, Clock: clockwork.NewRealClock(), Log: s.log},
+	}
+}

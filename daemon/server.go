@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -26,12 +27,23 @@ type Server struct {
 	cfg     *Config
 	db      *storage.DB
 	repl    *storage.Replicator
+	keys    *ingest.Keyring
+	ingest  *ingest.Service
 	log     zerolog.Logger
 	m       *metrics
 	started time.Time
 	now     func() time.Time
 	router  *httprouter.Router
-	// extra holds routes registered by other packages (ingest) before Handler.
+}
+
+// Deps are what a Server serves: an opened, migrated database, its running
+// replicator, and the ingest key ring (proven against the master key).
+type Deps struct {
+	Config     *Config
+	DB         *storage.DB
+	Replicator *storage.Replicator
+	Keys       *ingest.Keyring
+	Log        zerolog.Logger
 }
 
 // route is one registered route: pattern for metrics and logs, and its handler.
@@ -40,10 +52,14 @@ type route struct {
 	h               http.HandlerFunc
 }
 
-// NewServer builds the server over an opened, migrated database and a
-// running replicator.
-func NewServer(cfg *Config, db *storage.DB, repl *storage.Replicator, log zerolog.Logger) *Server {
-	s := &Server{cfg: cfg, db: db, repl: repl, log: log, started: time.Now(), now: time.Now}
+// NewServer builds the server and its routes.
+func NewServer(d Deps) *Server {
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, keys: d.Keys, log: d.Log, started: time.Now(), now: time.Now}
+	var shared []byte
+	if d.Config.IngestKey != "" {
+		shared = []byte(d.Config.IngestKey.Reveal())
+	}
+	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Now: s.now, Log: d.Log})
 	s.m = newMetrics(s)
 	s.router = httprouter.New()
 	s.router.RedirectTrailingSlash = false
@@ -78,6 +94,7 @@ func (s *Server) routes() []route {
 		{"GET", "/api/ready", s.bearer(s.cfg.ReadyToken, s.handleReady)},
 		{"GET", "/metrics", s.bearer(s.cfg.ReadyToken, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP)},
 	}
+	rs = append(rs, s.ingestRoutes()...)
 	return append(rs, s.adminRoutes()...)
 }
 

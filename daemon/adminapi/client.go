@@ -122,3 +122,27 @@ func (c *Client) ListEnvironments(ctx context.Context) ([]Environment, error) {
 	var l EnvironmentList
 	return l.Environments, c.call(ctx, OpListEnvironments, nil, &l)
 }
+
+// IssueKey calls adminIssueIngestKey for the environment.
+func (c *Client) IssueKey(ctx context.Context, slug string) (IssuedKey, error) {
+	var k IssuedKey
+	return k, c.call(ctx, OpIssueIngestKey, IngestKeyRequest{EnvironmentSlug: slug}, &k)
+}
+
+// RotateKeys calls adminRotateIngestKey for the environment.
+func (c *Client) RotateKeys(ctx context.Context, slug string) (IssuedKey, error) {
+	var k IssuedKey
+	return k, c.call(ctx, OpRotateIngestKey, IngestKeyRequest{Action: "rotate", EnvironmentSlug: slug}, &k)
+}
+
+// RevokeKey calls adminRevokeIngestKey.
+func (c *Client) RevokeKey(ctx context.Context, keyID string) (RevokedKey, error) {
+	var k RevokedKey
+	return k, c.call(ctx, OpRevokeIngestKey, IngestKeyRequest{Action: "revoke", KeyID: keyID}, &k)
+}
+
+// Fleet calls adminListFleet.
+func (c *Client) Fleet(ctx context.Context) (Fleet, error) {
+	var f Fleet
+	return f, c.call(ctx, OpListFleet, nil, &f)
+}

@@ -1,0 +1,138 @@
+package daemontest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// PollInterval is the pause between two attempts of Poll and of every
+// readiness wait in this package.
+const PollInterval = 100 * time.Millisecond
+
+// Poll calls cond every PollInterval until it reports true or timeout has
+// passed since the first call. On timeout it fails the test with what and
+// the last state cond described. cond must not call t.Fatal.
+func Poll(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, state)
+		}
+		time.Sleep(PollInterval)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (the
+// kernel picked it for a listener that is closed again before returning).
+// Errors fail the test.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// FreeAddr is FreePort as a "127.0.0.1:PORT" listen address.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// Secret variable names NewSecrets fills in.
+const (
+	AdminTokenVar = "CHALUPA_ADMIN_TOKEN"
+	ReadyTokenVar = "CHALUPA_READY_TOKEN"
+	MasterKeyVar  = "CHALUPA_INGEST_MASTER_KEY"
+)
+
+// NewSecrets returns fresh strong secrets for a daemon: CHALUPA_ADMIN_TOKEN and
+// CHALUPA_READY_TOKEN as 32 random bytes in unpadded base64url (43
+// characters), and CHALUPA_INGEST_MASTER_KEY as 32 random bytes in padded
+// standard base64 (44 characters). The map is new on every call.
+func NewSecrets() map[string]string {
+	return map[string]string{
+		AdminTokenVar: RandomToken(32),
+		ReadyTokenVar: RandomToken(32),
+		MasterKeyVar:  base64.StdEncoding.EncodeToString(randomBytes(32)),
+	}
+}
+
+// RandomToken returns n random bytes as unpadded base64url.
+func RandomToken(n int) string {
+	return base64.RawURLEncoding.EncodeToString(randomBytes(n))
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return b
+}
+
+// childEnv is a clean environment: PATH and HOME from this process, then env
+// (which may override them). Empty values are left out.
+func childEnv(env map[string]string) []string {
+	m := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}
+	for k, v := range env {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		if v != "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// copyEnv returns a shallow copy of m (nil stays an empty map).
+func copyEnv(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a child
+// process's stdout and stderr copiers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tail returns at most the last n bytes of s, marking a cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…(earlier output cut)…\n" + s[len(s)-n:]
+}

@@ -1,0 +1,152 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// MaxHeartbeatBody bounds a heartbeat body (bytes): 64 KiB.
+const MaxHeartbeatBody = 64 << 10
+
+// Heartbeat field bounds.
+const (
+	// MaxLimitMinutes is the longest idle limit accepted: one week. A
+	// longer limit is indistinguishable from "never reap" and is refused.
+	MaxLimitMinutes = 7 * 24 * 60
+	maxLabel        = 64
+)
+
+var (
+	slugRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,62}$`)
+	deploymentRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	labelRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+)
+
+// HeartbeatV1 is the body of POST /api/ingest/heartbeat (RFC 3339 times;
+// unknown fields are refused). Seed 002, "External idle reaper": every
+// heartbeat carries a reaper observation.
+type HeartbeatV1 struct {
+	EnvironmentSlug  string            `json:"environmentSlug"`
+	Deployment       HeartbeatDeploy   `json:"deployment"`
+	AgentVersion     string            `json:"agentVersion"`
+	SentAt           time.Time         `json:"sentAt"`
+	Reaper           ReaperObservation `json:"reaper"`
+	SessionExpiresAt *time.Time        `json:"sessionExpiresAt,omitempty"`
+}
+
+// HeartbeatDeploy identifies the deployment (one droplet's life).
+type HeartbeatDeploy struct {
+	ID        string `json:"id"`
+	DropletID int64  `json:"dropletId,omitempty"`
+	Region    string `json:"region,omitempty"`
+	Size      string `json:"size,omitempty"`
+}
+
+// ReaperObservation is the agent's idle state. The idle deadline is
+// lastActivityAt + limitMinutes, persisted so it survives the agent dying.
+type ReaperObservation struct {
+	IdleChecks     int64     `json:"idleChecks"`
+	LimitMinutes   int64     `json:"limitMinutes"`
+	LastActivityAt time.Time `json:"lastActivityAt"`
+	CIActive       bool      `json:"ciActive"`
+}
+
+// HeartbeatAccepted is the 202 body.
+type HeartbeatAccepted struct {
+	Accepted       bool      `json:"accepted"`
+	IdleDeadlineAt time.Time `json:"idleDeadlineAt"`
+	ServerTime     time.Time `json:"serverTime"`
+}
+
+// validate checks field values (422 invalid_body). Messages name the field,
+// never echo its value.
+func (h *HeartbeatV1) validate() *Refusal {
+	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
+	switch {
+	case !slugRE.MatchString(h.EnvironmentSlug):
+		return bad("environmentSlug must match ^[a-z0-9][a-z0-9-]{1,62}$")
+	case !deploymentRE.MatchString(h.Deployment.ID):
+		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
+	case h.Deployment.DropletID < 0:
+		return bad("deployment.dropletId must be positive")
+	case h.Deployment.Region != "" && !labelRE.MatchString(h.Deployment.Region):
+		return bad("deployment.region must be a provider slug")
+	case h.Deployment.Size != "" && !labelRE.MatchString(h.Deployment.Size):
+		return bad("deployment.size must be a provider slug")
+	case h.AgentVersion == "" || len(h.AgentVersion) > maxLabel:
+		return bad("agentVersion is required (at most 64 characters)")
+	case h.SentAt.IsZero():
+		return bad("sentAt is required")
+	case h.Reaper.LastActivityAt.IsZero():
+		return bad("reaper.lastActivityAt is required")
+	case h.Reaper.LimitMinutes < 1 || h.Reaper.LimitMinutes > MaxLimitMinutes:
+		return bad("reaper.limitMinutes must be between 1 and 10080")
+	case h.Reaper.IdleChecks < 0:
+		return bad("reaper.idleChecks must not be negative")
+	case h.SessionExpiresAt != nil && h.SessionExpiresAt.IsZero():
+		return bad("sessionExpiresAt must be a time")
+	}
+	return nil
+}
+
+// Heartbeat handles POST /api/ingest/heartbeat: verification, then in one
+// writer unit the nonce claim, the body checks, and the deployment and
+// heartbeat writes. The first heartbeat of a deployment id creates it; a
+// heartbeat for an ended deployment is 409 deployment_ended with nothing
+// written. Success is 202 HeartbeatAccepted.
+func (s *Service) Heartbeat(r *http.Request) Response {
+	return s.handle(r, MaxHeartbeatBody, func(ctx context.Context, tx storage.Tx, v verified) (any, error) {
+		var hb HeartbeatV1
+		if rf := decodeBody(v.body, &hb); rf != nil {
+			return nil, rf
+		}
+		if rf := hb.validate(); rf != nil {
+			return nil, rf
+		}
+		envID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
+		if err != nil {
+			return nil, err
+		}
+		ref, err := storage.DeploymentRefByID(ctx, tx, hb.Deployment.ID)
+		exists := err == nil
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case ref.EnvironmentID != envID:
+			return nil, refuse(http.StatusForbidden, "deployment_environment_mismatch", "deployment belongs to another environment")
+		case ref.Status == storage.DeploymentEnded:
+			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
+		}
+		now := s.now().UTC()
+		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
+		rec := storage.Heartbeat{
+			DeploymentID:   hb.Deployment.ID,
+			EnvironmentID:  envID,
+			KeyID:          v.partition,
+			ReceivedAt:     now,
+			SentAt:         hb.SentAt,
+			AgentVersion:   hb.AgentVersion,
+			DropletID:      hb.Deployment.DropletID,
+			Region:         hb.Deployment.Region,
+			Size:           hb.Deployment.Size,
+			IdleChecks:     hb.Reaper.IdleChecks,
+			LimitMinutes:   hb.Reaper.LimitMinutes,
+			LastActivityAt: hb.Reaper.LastActivityAt,
+			CIActive:       hb.Reaper.CIActive,
+			IdleDeadlineAt: deadline,
+		}
+		if hb.SessionExpiresAt != nil {
+			rec.SessionExpiresAt = *hb.SessionExpiresAt
+		}
+		if _, err := storage.RecordHeartbeat(ctx, tx, rec, exists); err != nil {
+			return nil, err
+		}
+		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: deadline.Truncate(time.Millisecond), ServerTime: now.Truncate(time.Millisecond)}, nil
+	})
+}

@@ -1,0 +1,261 @@
+// Package ingest is chalupa's main job: per-environment ingest keys sealed in
+// envelopes (keys.go), verification of protocol-v1 signed requests
+// (verify.go), the heartbeat handler (heartbeat.go) and nonce pruning
+// (prune.go). The rules come from seed 002 ("Ingest key lifecycle", "Edge
+// abuse controls", "External idle reaper") and DESIGN.md ("Signed ingest —
+// protocol v1").
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Errors of the key lifecycle.
+var (
+	// ErrWrongMasterKey is returned at start when CHALUPA_INGEST_MASTER_KEY
+	// does not open the database's check value.
+	ErrWrongMasterKey = errors.New("CHALUPA_INGEST_MASTER_KEY does not open this database's envelopes (wrong master key?); refusing to start")
+	// ErrEnvironmentNotFound is returned for an unknown environment slug.
+	ErrEnvironmentNotFound = errors.New("environment not found")
+	// ErrKeyNotFound is returned for an unknown key id.
+	ErrKeyNotFound = errors.New("ingest key not found")
+)
+
+// checkAAD binds the master-key check envelope to its purpose.
+var checkAAD = []byte("chalupa/master-key-check")
+
+// checkPlaintext is what the check envelope holds; any fixed value works,
+// authentication is what proves the key.
+var checkPlaintext = []byte("chalupa master key check v1")
+
+// keyAAD is the additional data binding a key's envelope to its key id, so
+// an envelope copied onto another row fails to open.
+func keyAAD(keyID string) []byte { return []byte("chalupa/ingest-key/" + keyID) }
+
+// OpenSealer returns the Sealer for masterKey after proving it against the
+// database: the first start stores an encrypted check value (version 1);
+// every later start must open it. Errors: ErrWrongMasterKey.
+func OpenSealer(ctx context.Context, db *storage.DB, masterKey []byte, now time.Time) (*envelope.Sealer, error) {
+	version, env, err := storage.MasterKeyCheck(ctx, db.Read)
+	if errors.Is(err, storage.ErrNotFound) {
+		s, err := envelope.New(masterKey, 1)
+		if err != nil {
+			return nil, err
+		}
+		err = db.Writer.Do(ctx, func(tx storage.Tx) error {
+			// Recheck inside the write: never overwrite a check value.
+			if _, _, err := storage.MasterKeyCheck(ctx, tx); err == nil {
+				return ErrWrongMasterKey
+			}
+			return storage.PutMasterKeyCheck(ctx, tx, 1, s.Seal(checkPlaintext, checkAAD), now)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store master key check: %w", err)
+		}
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read master key check: %w", err)
+	}
+	return VerifyMasterKey(masterKey, version, env)
+}
+
+// VerifyMasterKey returns a Sealer for masterKey at version if it opens the
+// check envelope env. Errors: ErrWrongMasterKey.
+func VerifyMasterKey(masterKey []byte, version uint32, env []byte) (*envelope.Sealer, error) {
+	s, err := envelope.New(masterKey, version)
+	if err != nil {
+		return nil, ErrWrongMasterKey
+	}
+	if _, err := s.Open(env, checkAAD); err != nil {
+		return nil, ErrWrongMasterKey
+	}
+	return s, nil
+}
+
+// Key is a verified, usable key held in memory.
+type Key struct {
+	ID              string
+	EnvironmentID   int64
+	EnvironmentSlug string
+	Status          string
+	material        []byte // raw HMAC key
+}
+
+// Keyring issues, rotates and revokes ingest keys and resolves key ids for
+// verification. Opened key material is cached in memory by key id; every
+// lifecycle change goes through the Keyring and updates the cache in the same
+// step, so revocation is immediate. The daemon is the database's only writer,
+// so no other process can change a key behind the cache.
+type Keyring struct {
+	db     *storage.DB
+	sealer *envelope.Sealer
+	now    func() time.Time
+
+	mu    sync.RWMutex
+	cache map[string]*Key
+}
+
+// NewKeyring returns a Keyring over db sealing with sealer.
+func NewKeyring(db *storage.DB, sealer *envelope.Sealer, now func() time.Time) *Keyring {
+	if now == nil {
+		now = time.Now
+	}
+	return &Keyring{db: db, sealer: sealer, now: now, cache: map[string]*Key{}}
+}
+
+// Issued is the answer to an issue or rotate: the only place key material
+// ever appears.
+type Issued struct {
+	KeyID           string   `json:"keyId"`
+	KeyMaterial     string   `json:"keyMaterial"`
+	EnvironmentSlug string   `json:"environmentSlug"`
+	Status          string   `json:"status"`
+	RotatedKeyIDs   []string `json:"rotatedKeyIds,omitempty"`
+}
+
+// newKeyID returns env_<slug>_<16 hex> (seed 002).
+func newKeyID(slug string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "env_" + slug + "_" + hex.EncodeToString(b)
+}
+
+// Issue creates a fresh active key for the environment. A re-issue is always
+// a fresh key; existing keys are untouched. Errors: ErrEnvironmentNotFound.
+func (k *Keyring) Issue(ctx context.Context, slug string) (Issued, error) {
+	return k.issue(ctx, slug, false)
+}
+
+// Rotate marks every active key of the environment rotating (they keep
+// verifying during the overlap) and issues a fresh active key, in one
+// transaction. Errors: ErrEnvironmentNotFound.
+func (k *Keyring) Rotate(ctx context.Context, slug string) (Issued, error) {
+	return k.issue(ctx, slug, true)
+}
+
+func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (Issued, error) {
+	material := signer.NewKeyMaterial()
+	raw, _ := signer.DecodeKeyMaterial(material)
+	out := Issued{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
+	var envID int64
+	now := k.now()
+	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		env, err := storage.EnvironmentBySlug(ctx, tx, slug)
+		if errors.Is(err, storage.ErrNotFound) {
+			return ErrEnvironmentNotFound
+		}
+		if err != nil {
+			return err
+		}
+		envID = env.ID
+		if rotate {
+			if out.RotatedKeyIDs, err = storage.RotateEnvironmentKeys(ctx, tx, env.ID, now); err != nil {
+				return err
+			}
+		}
+		out.KeyID = newKeyID(slug)
+		return storage.InsertIngestKey(ctx, tx, storage.IngestKey{
+			KeyID:            out.KeyID,
+			EnvironmentID:    env.ID,
+			MasterKeyVersion: k.sealer.Version(),
+			Envelope:         k.sealer.Seal(raw, keyAAD(out.KeyID)),
+		}, now)
+	})
+	if err != nil {
+		return Issued{}, err
+	}
+	k.mu.Lock()
+	for _, id := range out.RotatedKeyIDs {
+		if c, ok := k.cache[id]; ok {
+			c2 := *c
+			c2.Status = storage.KeyRotating
+			k.cache[id] = &c2
+		}
+	}
+	k.cache[out.KeyID] = &Key{ID: out.KeyID, EnvironmentID: envID, EnvironmentSlug: slug, Status: storage.KeyActive, material: raw}
+	k.mu.Unlock()
+	return out, nil
+}
+
+// Revoked is the answer to a revoke.
+type Revoked struct {
+	KeyID           string `json:"keyId"`
+	EnvironmentSlug string `json:"environmentSlug"`
+	Status          string `json:"status"`
+}
+
+// Revoke revokes keyID at once: the cache entry is dropped before Revoke
+// returns, and the ingest write rechecks the status in its own transaction,
+// so no request signed with it is accepted after this returns.
+// Revoking a revoked key is a no-op. Errors: ErrKeyNotFound.
+func (k *Keyring) Revoke(ctx context.Context, keyID string) (Revoked, error) {
+	var out Revoked
+	k.mu.Lock()
+	delete(k.cache, keyID)
+	k.mu.Unlock()
+	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		key, err := storage.IngestKeyByID(ctx, tx, keyID)
+		if errors.Is(err, storage.ErrNotFound) {
+			return ErrKeyNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out = Revoked{KeyID: keyID, EnvironmentSlug: key.EnvironmentSlug, Status: storage.KeyRevoked}
+		return storage.RevokeIngestKey(ctx, tx, keyID, k.now())
+	})
+	k.mu.Lock()
+	delete(k.cache, keyID) // a concurrent lookup may have refilled it
+	k.mu.Unlock()
+	return out, err
+}
+
+// Lookup resolves keyID to a usable key (active or rotating). The result
+// comes from the cache or, on a miss, from the database with its envelope
+// opened. Errors: ErrKeyNotFound (unknown, or revoked: the caller cannot
+// tell them apart from this error, see LookupStatus), envelope.ErrOpen.
+func (k *Keyring) Lookup(ctx context.Context, keyID string) (*Key, error) {
+	k.mu.RLock()
+	c, ok := k.cache[keyID]
+	k.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	row, err := storage.IngestKeyByID(ctx, k.db.Read, keyID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up ingest key: %w", err)
+	}
+	if row.Status == storage.KeyRevoked {
+		return &Key{ID: keyID, EnvironmentID: row.EnvironmentID, EnvironmentSlug: row.EnvironmentSlug, Status: storage.KeyRevoked}, nil
+	}
+	raw, err := k.sealer.Open(row.Envelope, keyAAD(keyID))
+	if err != nil {
+		return nil, fmt.Errorf("open ingest key envelope: %w", err)
+	}
+	key := &Key{ID: keyID, EnvironmentID: row.EnvironmentID, EnvironmentSlug: row.EnvironmentSlug, Status: row.Status, material: raw}
+	k.mu.Lock()
+	k.cache[keyID] = key
+	k.mu.Unlock()
+	return key, nil
+}
+
+// evict drops keyID from the cache (after the write path saw it revoked).
+func (k *Keyring) evict(keyID string) {
+	k.mu.Lock()
+	delete(k.cache, keyID)
+	k.mu.Unlock()
+}

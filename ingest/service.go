@@ -1,0 +1,171 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Service handles the signed ingest routes. The daemon owns HTTP (routing,
+// logging, metrics, writing the JSON); Service decides each answer.
+type Service struct {
+	db        *storage.DB
+	keys      *Keyring
+	now       func() time.Time
+	sharedKey []byte
+	log       zerolog.Logger
+}
+
+// Config configures a Service.
+type Config struct {
+	// DB is the migrated database.
+	DB *storage.DB
+	// Keys resolves key ids.
+	Keys *Keyring
+	// SharedKey is the deprecated CHALUPA_INGEST_KEY (its UTF-8 bytes are
+	// the HMAC key); nil disables the shared-key path.
+	SharedKey []byte
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives internal faults (never request bodies or key material).
+	Log zerolog.Logger
+}
+
+// NewService returns a Service.
+func NewService(c Config) *Service {
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{db: c.DB, keys: c.Keys, now: now, sharedKey: c.SharedKey, log: c.Log}
+}
+
+// Response is the answer to one ingest request.
+type Response struct {
+	// Status is the HTTP status.
+	Status int
+	// Body is the JSON body: the success document, or nil with Refusal set.
+	Body any
+	// Refusal is set when the request was refused (Status is its status).
+	Refusal *Refusal
+	// Shared is true when the request used the deprecated shared key: the
+	// daemon adds the Deprecation header and counts it.
+	Shared bool
+}
+
+// Result is the metrics label of r: "accepted" or the refusal code.
+func (r Response) Result() string {
+	if r.Refusal != nil {
+		return r.Refusal.Code
+	}
+	return "accepted"
+}
+
+func refused(rf *Refusal, shared bool) Response {
+	return Response{Status: rf.Status, Refusal: rf, Shared: shared}
+}
+
+func internal() Response {
+	return refused(&Refusal{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}, false)
+}
+
+// decodeError classifies a body decode failure: malformed JSON is 400,
+// well-formed JSON of the wrong shape (unknown field, wrong type) is 422.
+func decodeBody(b []byte, v any) *Refusal {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		return refuse(http.StatusBadRequest, "malformed_json", "body holds more than one JSON value")
+	}
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return refuse(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+	case errors.As(err, &te):
+		return refuse(http.StatusUnprocessableEntity, "invalid_body", "field %q has the wrong type", te.Field)
+	}
+	var pe *time.ParseError
+	if errors.As(err, &pe) {
+		return refuse(http.StatusUnprocessableEntity, "invalid_body", "times must be RFC 3339")
+	}
+	// encoding/json: `json: unknown field "x"`; only the client's own field name.
+	msg := err.Error()
+	if len(msg) > 6 && msg[:6] == "json: " {
+		msg = msg[6:]
+	}
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg)
+}
+
+// handle runs verification, then one writer unit that claims the nonce and
+// calls write. write returns the success body or an error (a *Refusal, or an
+// internal fault). Nothing is written unless write succeeds.
+func (s *Service) handle(r *http.Request, maxBody int64, write func(ctx context.Context, tx storage.Tx, v verified) (any, error)) Response {
+	ctx := r.Context()
+	v, rf, err := s.verify(ctx, r, maxBody)
+	if err != nil {
+		s.log.Error().Err(err).Msg("ingest verification fault")
+		return internal()
+	}
+	shared := v.partition == sharedPartition
+	if rf != nil {
+		return refused(rf, shared)
+	}
+	var body any
+	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if err := s.claim(ctx, tx, v); err != nil {
+			return err
+		}
+		var err error
+		body, err = write(ctx, tx, v)
+		return err
+	})
+	if errors.As(err, &rf) {
+		return refused(rf, shared)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error().Err(err).Msg("ingest write fault")
+		}
+		return internal()
+	}
+	return Response{Status: http.StatusAccepted, Body: body, Shared: shared}
+}
+
+// resolveEnvironment returns the environment the request may write to: the
+// key's binding, which the body's environmentSlug must equal (403 naming both
+// slugs); on the shared-key path, the environment the body names, which must
+// exist (the shared key cannot bind one it does not name).
+func resolveEnvironment(ctx context.Context, tx storage.Tx, v verified, slug string) (int64, error) {
+	if v.key != nil {
+		if slug != v.key.EnvironmentSlug {
+			return 0, refuse(http.StatusForbidden, "environment_mismatch",
+				"key is bound to environment %q but the body names %q", v.key.EnvironmentSlug, slug)
+		}
+		return v.key.EnvironmentID, nil
+	}
+	env, err := storage.EnvironmentBySlug(ctx, tx, slug)
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, refuse(http.StatusForbidden, "environment_mismatch", "environment %q does not exist", slug)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("resolve environment: %w", err)
+	}
+	return env.ID, nil
+}

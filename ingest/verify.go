@@ -1,0 +1,139 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// SkewWindow is the largest accepted |server time − X-Chalupa-Timestamp|
+// (DESIGN.md, protocol v1: 300 s).
+const SkewWindow = 300 * time.Second
+
+// sharedPartition is the nonce partition of the deprecated shared key.
+// Per-environment key ids always start with "env_", so it cannot collide.
+const sharedPartition = "shared"
+
+// Refusal is a request refused by verification or by the write: an HTTP
+// status, a stable code and a message safe to show the client (no SQL, key
+// material, URLs or fleet data).
+type Refusal struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
+
+func refuse(status int, code, format string, a ...any) *Refusal {
+	return &Refusal{Status: status, Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+// verified is a request that passed every check before the write.
+type verified struct {
+	key       *Key   // nil on the shared-key path
+	partition string // nonce partition: the key id, or "shared"
+	nonce     string
+	signedAt  time.Time
+	body      []byte
+}
+
+// verify runs the protocol-v1 checks in DESIGN.md's order: headers present,
+// body within maxBody, key known and usable, timestamp within SkewWindow,
+// signature. The nonce, JSON and environment checks happen in the write
+// (claimNonce and the handlers), so a refusal at any step writes nothing.
+// A nil *Refusal and a nil error mean the request is authentic; a non-nil
+// error is an internal fault (it may hold details; log it, never send it).
+func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (verified, *Refusal, error) {
+	var v verified
+	h := r.Header
+	keyID := h.Get(signer.HeaderKeyID)
+	ts, nonce, sig := h.Get(signer.HeaderTimestamp), h.Get(signer.HeaderNonce), h.Get(signer.HeaderSignature)
+	if ts == "" || nonce == "" || sig == "" {
+		return v, refuse(http.StatusUnauthorized, "missing_headers",
+			"%s, %s and %s are required", signer.HeaderTimestamp, signer.HeaderNonce, signer.HeaderSignature), nil
+	}
+	if keyID == "" && s.sharedKey == nil {
+		return v, refuse(http.StatusUnauthorized, "missing_headers", "%s is required", signer.HeaderKeyID), nil
+	}
+	if !signer.ValidNonce(nonce) {
+		return v, refuse(http.StatusUnauthorized, "bad_nonce", "%s", signer.ErrBadNonce.Error()), nil
+	}
+
+	if r.ContentLength > maxBody {
+		return v, refuse(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBody), nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return v, refuse(http.StatusBadRequest, "unreadable_body", "could not read body"), nil
+	}
+	if int64(len(body)) > maxBody {
+		return v, refuse(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBody), nil
+	}
+	v.body = body
+
+	var hmacKey []byte
+	if keyID == "" {
+		hmacKey, v.partition = s.sharedKey, sharedPartition
+	} else {
+		key, err := s.keys.Lookup(ctx, keyID)
+		switch {
+		case errors.Is(err, ErrKeyNotFound):
+			return v, refuse(http.StatusUnauthorized, "unknown_key", "unknown key id"), nil
+		case err != nil:
+			return v, nil, err
+		case key.Status == storage.KeyRevoked:
+			return v, refuse(http.StatusUnauthorized, "key_revoked", "key has been revoked"), nil
+		}
+		v.key, hmacKey, v.partition = key, key.material, key.ID
+	}
+
+	sec, err := signer.ParseTimestamp(ts)
+	if err != nil {
+		return v, refuse(http.StatusUnauthorized, "bad_timestamp", "%s", err.Error()), nil
+	}
+	now := s.now()
+	if d := now.Unix() - sec; d > int64(SkewWindow/time.Second) || d < -int64(SkewWindow/time.Second) {
+		return v, refuse(http.StatusUnauthorized, "timestamp_skew", "timestamp is more than %d seconds from server time", int(SkewWindow/time.Second)), nil
+	}
+	v.signedAt = time.Unix(sec, 0)
+
+	ok, err := signer.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
+	if err != nil || !ok {
+		return v, refuse(http.StatusUnauthorized, "bad_signature", "signature does not match"), nil
+	}
+	v.nonce = nonce
+	return v, nil, nil
+}
+
+// claim runs inside the write transaction before anything else is written:
+// it claims the nonce in the key's partition and rechecks that the key was
+// not revoked since verification. Either refusal rolls back the unit, so the
+// nonce stays unclaimed.
+func (s *Service) claim(ctx context.Context, tx storage.Tx, v verified) error {
+	err := storage.ClaimNonce(ctx, tx, v.partition, v.nonce, v.signedAt)
+	if errors.Is(err, storage.ErrConflict) {
+		return refuse(http.StatusConflict, "nonce_replayed", "nonce already used for this key")
+	}
+	if err != nil {
+		return err
+	}
+	if v.key == nil {
+		return nil
+	}
+	st, err := storage.IngestKeyStatus(ctx, tx, v.key.ID)
+	if err != nil {
+		return err
+	}
+	if st == storage.KeyRevoked {
+		s.keys.evict(v.key.ID)
+		return refuse(http.StatusUnauthorized, "key_revoked", "key has been revoked")
+	}
+	return nil
+}

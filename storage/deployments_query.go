@@ -1,0 +1,203 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Deployment statuses.
+const (
+	DeploymentActive = "active"
+	DeploymentEnded  = "ended"
+)
+
+// Deployment is one row of deployments.
+type Deployment struct {
+	ID               string
+	EnvironmentID    int64
+	DropletID        int64 // 0 when unknown
+	Region, Size     string
+	Status           string
+	LaunchedAt       time.Time
+	EndedAt          time.Time
+	SessionExpiresAt time.Time
+	IdleDeadlineAt   time.Time
+	LastHeartbeatAt  time.Time
+	CIActive         bool
+	AgentVersion     string
+}
+
+// DeploymentRef is what the heartbeat path needs to decide: which
+// environment a deployment belongs to and whether it has ended.
+type DeploymentRef struct {
+	EnvironmentID int64
+	Status        string
+}
+
+// DeploymentRefByID returns the environment and status of deployment id.
+// Errors: ErrNotFound.
+func DeploymentRefByID(ctx context.Context, q Querier, id string) (DeploymentRef, error) {
+	var r DeploymentRef
+	if err := q.QueryRowContext(ctx, `SELECT environment_id, status FROM deployments WHERE id = ?`, id).Scan(&r.EnvironmentID, &r.Status); err != nil {
+		return DeploymentRef{}, notFound(err)
+	}
+	return r, nil
+}
+
+// Heartbeat is one accepted heartbeat, as stored.
+type Heartbeat struct {
+	DeploymentID     string
+	EnvironmentID    int64
+	KeyID            string
+	ReceivedAt       time.Time
+	SentAt           time.Time
+	AgentVersion     string
+	DropletID        int64 // 0 when not sent
+	Region, Size     string
+	IdleChecks       int64
+	LimitMinutes     int64
+	LastActivityAt   time.Time
+	CIActive         bool
+	IdleDeadlineAt   time.Time
+	SessionExpiresAt time.Time // zero when not sent
+}
+
+// RecordHeartbeat applies one heartbeat: it creates the deployment on its
+// first heartbeat (active, launched now, and the environment back to active
+// if it had sunk), otherwise updates the deployment's last heartbeat, CI
+// flag, idle deadline and (when sent) session expiry, then stores the
+// heartbeat row. The caller has checked that the deployment is not ended
+// and belongs to hb.EnvironmentID (DeploymentRefByID); created reports a new
+// deployment.
+func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) (created bool, err error) {
+	ci := boolInt(hb.CIActive)
+	if !exists {
+		_, err = q.ExecContext(ctx,
+			`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
+			     session_expires_at, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
+			 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)`,
+			hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
+			msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), ci, hb.AgentVersion)
+		if err != nil {
+			return false, fmt.Errorf("insert deployment: %w", err)
+		}
+		if _, err = q.ExecContext(ctx,
+			`UPDATE environments SET status = 'active', updated_at = ? WHERE id = ? AND status = 'sunk'`,
+			ms(hb.ReceivedAt), hb.EnvironmentID); err != nil {
+			return false, fmt.Errorf("reactivate environment: %w", err)
+		}
+		created = true
+	} else {
+		_, err = q.ExecContext(ctx,
+			`UPDATE deployments SET
+			     droplet_id = coalesce(?, droplet_id),
+			     region = CASE WHEN ? = '' THEN region ELSE ? END,
+			     size = CASE WHEN ? = '' THEN size ELSE ? END,
+			     session_expires_at = coalesce(?, session_expires_at),
+			     idle_deadline_at = ?, last_heartbeat_at = ?, ci_active = ?, agent_version = ?
+			 WHERE id = ? AND status = 'active'`,
+			nullInt(hb.DropletID), hb.Region, hb.Region, hb.Size, hb.Size,
+			msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), ci, hb.AgentVersion,
+			hb.DeploymentID)
+		if err != nil {
+			return false, fmt.Errorf("update deployment: %w", err)
+		}
+	}
+	_, err = q.ExecContext(ctx,
+		`INSERT INTO heartbeats (deployment_id, key_id, received_at, sent_at, agent_version, idle_checks,
+		     limit_minutes, last_activity_at, ci_active, idle_deadline_at, session_expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		hb.DeploymentID, hb.KeyID, ms(hb.ReceivedAt), ms(hb.SentAt), hb.AgentVersion, hb.IdleChecks,
+		hb.LimitMinutes, ms(hb.LastActivityAt), ci, ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt))
+	if err != nil {
+		return false, fmt.Errorf("insert heartbeat: %w", err)
+	}
+	return created, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func nullInt(v int64) any {
+	if v == 0 {
+		return nil
+	}
+	return v
+}
+
+// FleetEnvironment is one environment with its deployments and key counts,
+// for GET /api/admin/fleet.
+type FleetEnvironment struct {
+	Environment
+	KeyCounts   map[string]int
+	Deployments []Deployment
+}
+
+// Fleet returns every environment with its deployments (active first, then
+// the most recently launched) and its ingest key count by status. Ended
+// deployments are limited to the endedLimit most recent per environment.
+func Fleet(ctx context.Context, q Querier, endedLimit int) ([]FleetEnvironment, error) {
+	envs, err := ListEnvironments(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FleetEnvironment, len(envs))
+	idx := map[int64]int{}
+	for i, e := range envs {
+		out[i] = FleetEnvironment{Environment: e, KeyCounts: map[string]int{KeyActive: 0, KeyRotating: 0, KeyRevoked: 0}, Deployments: []Deployment{}}
+		idx[e.ID] = i
+	}
+	rows, err := q.QueryContext(ctx, `SELECT environment_id, status, count(*) FROM ingest_keys GROUP BY environment_id, status`)
+	if err != nil {
+		return nil, fmt.Errorf("count ingest keys: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var st string
+		var n int
+		if err := rows.Scan(&id, &st, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count ingest keys: %w", err)
+		}
+		if i, ok := idx[id]; ok {
+			out[i].KeyCounts[st] = n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count ingest keys: %w", err)
+	}
+	rows, err = q.QueryContext(ctx,
+		`SELECT id, environment_id, droplet_id, region, size, status, launched_at, ended_at,
+		        session_expires_at, idle_deadline_at, last_heartbeat_at, ci_active, agent_version
+		 FROM (SELECT d.*, row_number() OVER (PARTITION BY environment_id, status ORDER BY launched_at DESC) AS rn
+		       FROM deployments d)
+		 WHERE status = 'active' OR rn <= ?
+		 ORDER BY environment_id, status = 'ended', launched_at DESC`, endedLimit)
+	if err != nil {
+		return nil, fmt.Errorf("list deployments: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d Deployment
+		var drop, launched, ended, sess, idle, last sql.NullInt64
+		var ci int
+		if err := rows.Scan(&d.ID, &d.EnvironmentID, &drop, &d.Region, &d.Size, &d.Status, &launched, &ended,
+			&sess, &idle, &last, &ci, &d.AgentVersion); err != nil {
+			return nil, fmt.Errorf("list deployments: %w", err)
+		}
+		d.DropletID = drop.Int64
+		d.LaunchedAt, d.EndedAt, d.SessionExpiresAt = fromMS(launched), fromMS(ended), fromMS(sess)
+		d.IdleDeadlineAt, d.LastHeartbeatAt, d.CIActive = fromMS(idle), fromMS(last), ci == 1
+		if i, ok := idx[d.EnvironmentID]; ok {
+			out[i].Deployments = append(out[i].Deployments, d)
+		}
+	}
+	return out, rows.Err()
+}
