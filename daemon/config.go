@@ -241,7 +241,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	}
 	if v := get("DO_VOLUME_USD_PER_GIB_MONTH"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 100 {
+		if err != nil || !(f >= 0 && f <= 100) { // also refuses NaN
 			bad("DO_VOLUME_USD_PER_GIB_MONTH must be a number of USD between 0 and 100")
 		} else {
 			c.VolumeUSDPerGiB = f
