@@ -1,0 +1,435 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// envFunc adapts a map to daemon.Getenv.
+func envFunc(m map[string]string) daemon.Getenv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// goodEnv is a complete, valid off-loopback configuration in dataDir.
+func goodEnv(dataDir string) map[string]string {
+	env := daemontest.NewSecrets()
+	for k, v := range map[string]string{
+		"CHALUPA_DATA_DIR":            dataDir,
+		"CHALUPA_LISTEN":              "0.0.0.0:8443",
+		"CHALUPA_ORIGIN":              "https://chalupa.example.net",
+		"CHALUPA_INGEST_KEY":          "shared-ingest-" + daemontest.RandomToken(24),
+		"CHALUPA_REPLICA_URL":         "s3://chalupa-backups/prod?endpoint=https://nyc3.digitaloceanspaces.com",
+		"CHALUPA_SPACES_KEY":          "SPACESKEY" + daemontest.RandomToken(9),
+		"CHALUPA_SPACES_SECRET":       "spaces-secret-" + daemontest.RandomToken(24),
+		"DIGITALOCEAN_READ_TOKEN":     "dop_v1_read_" + daemontest.RandomToken(24),
+		"DIGITALOCEAN_WRITE_TOKEN":    "dop_v1_write_" + daemontest.RandomToken(24),
+		"DO_VOLUME_USD_PER_GIB_MONTH": "0.10",
+		"PULUMI_BACKEND_URL":          "file:///var/lib/chalupa/pulumi",
+	} {
+		env[k] = v
+	}
+	return env
+}
+
+// secretVars are the variables whose values must never be printed.
+var secretVars = []string{
+	"CHALUPA_ADMIN_TOKEN", "CHALUPA_READY_TOKEN", "CHALUPA_INGEST_MASTER_KEY", "CHALUPA_INGEST_KEY",
+	"CHALUPA_SPACES_KEY", "CHALUPA_SPACES_SECRET", "DIGITALOCEAN_READ_TOKEN", "DIGITALOCEAN_WRITE_TOKEN",
+}
+
+func TestDefaultsAgreeWithDaemontest(t *testing.T) {
+	if daemon.DefaultListen != daemontest.DefaultListen ||
+		filepath.Clean(daemon.DefaultDataDir) != daemontest.DefaultDataDirName ||
+		daemon.SecretsFileName != daemontest.SecretsFileName ||
+		daemon.DatabaseFileName != daemontest.DatabaseFileName {
+		t.Fatal("daemontest's mirrored defaults differ from package daemon's; update daemontest")
+	}
+}
+
+func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
+	t.Parallel()
+	env := goodEnv(t.TempDir())
+	cfg, err := daemon.LoadConfig(envFunc(env))
+	if err != nil {
+		t.Fatalf("LoadConfig(good env): %v", err)
+	}
+	if len(cfg.MasterKey()) != 32 || cfg.ReplicaKind() != "s3" || cfg.VolumeUSDPerGiB != 0.10 {
+		t.Fatalf("unexpected config: master key %d bytes, replica %q, volume %v", len(cfg.MasterKey()), cfg.ReplicaKind(), cfg.VolumeUSDPerGiB)
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed := fmt.Sprintf("%v\n%+v\n%#v\n%s\n%v", cfg, *cfg, *cfg, js, cfg.Redacted())
+	for _, k := range secretVars {
+		if strings.Contains(printed, env[k]) {
+			t.Errorf("the value of %s appears when the config is printed or marshalled", k)
+		}
+	}
+	rows := map[string]string{}
+	for _, r := range cfg.Redacted() {
+		rows[r[0]] = r[1]
+	}
+	for _, k := range secretVars {
+		if rows[k] != "[redacted]" {
+			t.Errorf("Redacted()[%s] = %q, want [redacted]", k, rows[k])
+		}
+	}
+}
+
+// TestLoadConfigRefusesBadEnvironments changes one thing of a good
+// environment per case: LoadConfig must refuse it with a *ConfigError that
+// names the variable and never repeats the bad value.
+func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
+	t.Parallel()
+	short := "short-secret-7Qx2" // 17 characters
+	sameToken := daemontest.RandomToken(32)
+	sameDO := "dop_v1_same_" + daemontest.RandomToken(24)
+	key16 := base64.StdEncoding.EncodeToString([]byte("sixteen-byte-key"))
+	key31 := base64.StdEncoding.EncodeToString([]byte("thirty-one-bytes-of-master-key!"))
+	key33 := base64.StdEncoding.EncodeToString([]byte("thirty-three-bytes-of-master-key!"))
+
+	cases := []struct {
+		name string
+		set  map[string]string // applied over goodEnv; "" deletes
+		// setup runs before LoadConfig with the data dir.
+		setup func(t *testing.T, dataDir string)
+		// want is the variable the error must name; bad are values it must not contain.
+		want string
+		bad  []string
+	}{
+		{name: "http origin off loopback", set: map[string]string{"CHALUPA_ORIGIN": "http://plain-origin-4411.example.net"},
+			want: "CHALUPA_ORIGIN", bad: []string{"plain-origin-4411"}},
+		{name: "origin with a path", set: map[string]string{"CHALUPA_ORIGIN": "https://chalupa.example.net/secret-path-9zz"},
+			want: "CHALUPA_ORIGIN", bad: []string{"secret-path-9zz"}},
+		{name: "origin not a URL", set: map[string]string{"CHALUPA_ORIGIN": "ftp://origin-host-5151"},
+			want: "CHALUPA_ORIGIN", bad: []string{"origin-host-5151"}},
+		{name: "all interfaces without tokens", set: map[string]string{"CHALUPA_LISTEN": "0.0.0.0:8443", "CHALUPA_ADMIN_TOKEN": "", "CHALUPA_READY_TOKEN": "", "CHALUPA_INGEST_MASTER_KEY": ""},
+			want: "CHALUPA_ADMIN_TOKEN", bad: []string{"0.0.0.0:8443"}},
+		{name: "empty host without ready token", set: map[string]string{"CHALUPA_LISTEN": ":18443", "CHALUPA_READY_TOKEN": ""},
+			want: "CHALUPA_READY_TOKEN", bad: []string{":18443"}},
+		{name: "IPv6 any without master key", set: map[string]string{"CHALUPA_LISTEN": "[::]:8443", "CHALUPA_INGEST_MASTER_KEY": ""},
+			want: "CHALUPA_INGEST_MASTER_KEY"},
+		{name: "off loopback ignores the generated secrets file",
+			set:   map[string]string{"CHALUPA_ADMIN_TOKEN": "", "CHALUPA_READY_TOKEN": "", "CHALUPA_INGEST_MASTER_KEY": ""},
+			setup: writeSecretsFile, want: "CHALUPA_ADMIN_TOKEN"},
+		{name: "master key 16 bytes", set: map[string]string{"CHALUPA_INGEST_MASTER_KEY": key16},
+			want: "CHALUPA_INGEST_MASTER_KEY", bad: []string{key16}},
+		{name: "master key 31 bytes", set: map[string]string{"CHALUPA_INGEST_MASTER_KEY": key31},
+			want: "CHALUPA_INGEST_MASTER_KEY", bad: []string{key31}},
+		{name: "master key 33 bytes", set: map[string]string{"CHALUPA_INGEST_MASTER_KEY": key33},
+			want: "CHALUPA_INGEST_MASTER_KEY", bad: []string{key33}},
+		{name: "master key not base64", set: map[string]string{"CHALUPA_INGEST_MASTER_KEY": "not*base64*at*all*but*long*enough*to*look*like*a*key"},
+			want: "CHALUPA_INGEST_MASTER_KEY", bad: []string{"not*base64"}},
+		{name: "short admin token", set: map[string]string{"CHALUPA_ADMIN_TOKEN": short},
+			want: "CHALUPA_ADMIN_TOKEN", bad: []string{short}},
+		{name: "short ready token", set: map[string]string{"CHALUPA_READY_TOKEN": short},
+			want: "CHALUPA_READY_TOKEN", bad: []string{short}},
+		{name: "short shared ingest key", set: map[string]string{"CHALUPA_INGEST_KEY": short},
+			want: "CHALUPA_INGEST_KEY", bad: []string{short}},
+		{name: "admin token equals ready token", set: map[string]string{"CHALUPA_ADMIN_TOKEN": sameToken, "CHALUPA_READY_TOKEN": sameToken},
+			want: "CHALUPA_READY_TOKEN", bad: []string{sameToken}},
+		{name: "replica URL scheme", set: map[string]string{"CHALUPA_REPLICA_URL": "ftp://backup-bucket-3b7c/chalupa"},
+			want: "CHALUPA_REPLICA_URL", bad: []string{"backup-bucket-3b7c"}},
+		{name: "replica URL gs", set: map[string]string{"CHALUPA_REPLICA_URL": "gs://gcs-bucket-8e1d/chalupa"},
+			want: "CHALUPA_REPLICA_URL", bad: []string{"gcs-bucket-8e1d"}},
+		{name: "replica URL relative file", set: map[string]string{"CHALUPA_REPLICA_URL": "file://relative-dir-6f2a/replica"},
+			want: "CHALUPA_REPLICA_URL", bad: []string{"relative-dir-6f2a"}},
+		{name: "replica URL with credentials", set: map[string]string{"CHALUPA_REPLICA_URL": "s3://AKIAUSERINFO:pw-in-url-5c9e@bucket-x/p?endpoint=https://nyc3.digitaloceanspaces.com"},
+			want: "CHALUPA_REPLICA_URL", bad: []string{"pw-in-url-5c9e", "AKIAUSERINFO"}},
+		{name: "s3 replica without spaces key", set: map[string]string{"CHALUPA_SPACES_KEY": ""},
+			want: "CHALUPA_SPACES_KEY", bad: []string{"chalupa-backups"}},
+		{name: "s3 replica without spaces secret", set: map[string]string{"CHALUPA_SPACES_SECRET": ""},
+			want: "CHALUPA_SPACES_SECRET", bad: []string{"chalupa-backups"}},
+		{name: "DO read token equals write token", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": sameDO, "DIGITALOCEAN_WRITE_TOKEN": sameDO},
+			want: "DIGITALOCEAN_WRITE_TOKEN", bad: []string{sameDO}},
+		{name: "volume rate not a number", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "ten-cents-4d4d"},
+			want: "DO_VOLUME_USD_PER_GIB_MONTH", bad: []string{"ten-cents-4d4d"}},
+		{name: "volume rate negative", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "-0.731"},
+			want: "DO_VOLUME_USD_PER_GIB_MONTH", bad: []string{"0.731"}},
+		{name: "volume rate huge", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "7919.5"},
+			want: "DO_VOLUME_USD_PER_GIB_MONTH", bad: []string{"7919"}},
+		{name: "volume rate infinite", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "+Inf"},
+			want: "DO_VOLUME_USD_PER_GIB_MONTH"},
+		{name: "volume rate NaN", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "NaN"},
+			want: "DO_VOLUME_USD_PER_GIB_MONTH"},
+		{name: "pulumi backend gs", set: map[string]string{"PULUMI_BACKEND_URL": "gs://pulumi-state-2a2a"},
+			want: "PULUMI_BACKEND_URL", bad: []string{"pulumi-state-2a2a"}},
+		{name: "pulumi backend https", set: map[string]string{"PULUMI_BACKEND_URL": "https://api.pulumi-host-9d9d.example"},
+			want: "PULUMI_BACKEND_URL", bad: []string{"pulumi-host-9d9d"}},
+		{name: "listen without port", set: map[string]string{"CHALUPA_LISTEN": "listen-host-1e1e"},
+			want: "CHALUPA_LISTEN", bad: []string{"listen-host-1e1e"}},
+		{name: "listen port out of range", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:98765"},
+			want: "CHALUPA_LISTEN", bad: []string{"98765"}},
+		{name: "listen port not numeric", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:port-3c3c"},
+			want: "CHALUPA_LISTEN", bad: []string{"port-3c3c"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dataDir := t.TempDir()
+			env := goodEnv(dataDir)
+			for k, v := range tc.set {
+				if v == "" {
+					delete(env, k)
+				} else {
+					env[k] = v
+				}
+			}
+			if tc.setup != nil {
+				tc.setup(t, dataDir)
+			}
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if err == nil {
+				t.Fatalf("LoadConfig accepted the environment (config %v)", cfg.Redacted())
+			}
+			var ce *daemon.ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error is %T, want *daemon.ConfigError", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("error does not name %s:\n%s", tc.want, msg)
+			}
+			for _, b := range tc.bad {
+				if strings.Contains(msg, b) {
+					t.Errorf("error repeats the bad value %q:\n%s", b, msg)
+				}
+			}
+			for _, k := range secretVars {
+				if v := env[k]; v != "" && strings.Contains(msg, v) {
+					t.Errorf("error contains the value of %s", k)
+				}
+			}
+		})
+	}
+}
+
+// writeSecretsFile puts a valid generated-secrets file in dataDir.
+func writeSecretsFile(t *testing.T, dataDir string) {
+	t.Helper()
+	var b strings.Builder
+	for k, v := range daemontest.NewSecrets() {
+		fmt.Fprintf(&b, "%s=%s\n", k, v)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, daemon.SecretsFileName), []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runBinary runs the built binary with a clean environment (PATH, HOME and
+// env) and returns its combined output and exit code.
+func runBinary(t *testing.T, bin, dir string, env map[string]string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("run %s %v: %v\n%s", bin, args, err, out)
+	return "", 0
+}
+
+func TestConfigCheckBinary(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+
+	t.Run("bad environment", func(t *testing.T) {
+		t.Parallel()
+		env := goodEnv(t.TempDir())
+		env["CHALUPA_ADMIN_TOKEN"] = "tiny-admin-secret-8f8f"
+		env["CHALUPA_INGEST_MASTER_KEY"] = base64.StdEncoding.EncodeToString([]byte("a-key-of-only-twenty-bytes"))
+		env["DIGITALOCEAN_WRITE_TOKEN"] = env["DIGITALOCEAN_READ_TOKEN"]
+		env["CHALUPA_INGEST_KEY"] = "short-ingest-key-0a0a"
+		for _, args := range [][]string{{"config", "check"}, {"config", "check", "--json"}} {
+			out, code := runBinary(t, bin, t.TempDir(), env, args...)
+			if code == 0 {
+				t.Fatalf("%v exited 0 for a bad environment:\n%s", args, out)
+			}
+			for _, k := range []string{"CHALUPA_ADMIN_TOKEN", "CHALUPA_INGEST_MASTER_KEY", "DIGITALOCEAN_WRITE_TOKEN", "CHALUPA_INGEST_KEY"} {
+				if !strings.Contains(out, k) {
+					t.Errorf("%v output does not name %s:\n%s", args, k, out)
+				}
+			}
+			for _, k := range secretVars {
+				if strings.Contains(out, env[k]) {
+					t.Errorf("%v output contains the value of %s:\n%s", args, k, out)
+				}
+			}
+		}
+	})
+
+	t.Run("good environment", func(t *testing.T) {
+		t.Parallel()
+		env := goodEnv(t.TempDir())
+		out, code := runBinary(t, bin, t.TempDir(), env, "config", "check")
+		if code != 0 {
+			t.Fatalf("config check exited %d for a good environment:\n%s", code, out)
+		}
+		if !strings.Contains(out, "configuration ok") {
+			t.Errorf("no \"configuration ok\" line:\n%s", out)
+		}
+		lines := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) >= 2 {
+				lines[f[0]] = strings.Join(f[1:], " ")
+			}
+		}
+		for _, k := range secretVars {
+			if strings.Contains(out, env[k]) {
+				t.Errorf("config check prints the value of %s", k)
+			}
+			if lines[k] != "[redacted]" {
+				t.Errorf("config check shows %s as %q, want [redacted]", k, lines[k])
+			}
+		}
+		if lines["CHALUPA_ORIGIN"] != env["CHALUPA_ORIGIN"] || lines["CHALUPA_LISTEN"] != env["CHALUPA_LISTEN"] {
+			t.Errorf("non-secret values not shown as set:\n%s", out)
+		}
+
+		out, code = runBinary(t, bin, t.TempDir(), env, "config", "check", "--json")
+		if code != 0 {
+			t.Fatalf("config check --json exited %d:\n%s", code, out)
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("config check --json is not a JSON object: %v\n%s", err, out)
+		}
+		for _, k := range secretVars {
+			if m[k] != "[redacted]" {
+				t.Errorf("config check --json shows %s as %q, want [redacted]", k, m[k])
+			}
+		}
+	})
+}
+
+// TestEmbeddedDefault runs `chalupa serve` with nothing set in a fresh
+// working directory: it must generate its secrets once into a 0600 file,
+// print the file's path but none of the values, serve on loopback with them,
+// and reuse the same values on the next start.
+func TestEmbeddedDefault(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	dir := t.TempDir()
+	opt := daemontest.Options{Dir: dir, NoDefaults: true}
+	// Nothing set means 127.0.0.1:8080. If something else on this machine
+	// holds that port, set only CHALUPA_LISTEN (still loopback, still every
+	// secret generated); the admin token check below proves which process
+	// answered.
+	if ln, err := net.Listen("tcp", daemontest.DefaultListen); err != nil {
+		t.Logf("%s is busy (%v); setting only CHALUPA_LISTEN", daemontest.DefaultListen, err)
+		opt.Env = map[string]string{"CHALUPA_LISTEN": daemontest.FreeAddr(t)}
+	} else {
+		ln.Close()
+	}
+
+	d := daemontest.Start(t, bin, opt)
+	secretsPath := filepath.Join(d.DataDir, daemon.SecretsFileName)
+	first := checkSecretsFile(t, secretsPath)
+	checkLogs(t, d.Logs(), secretsPath, first)
+	if fi, err := os.Stat(d.DataDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("data dir mode: %v %v, want 0700", fi.Mode().Perm(), err)
+	}
+	ctx := context.Background()
+	st, err := d.Admin().Status(ctx)
+	if err != nil {
+		t.Fatalf("admin status with the generated token: %v", err)
+	}
+	if st.Replication.Kind != "file" {
+		t.Errorf("replication kind %q, want file (the embedded default replicates into the data dir)", st.Replication.Kind)
+	}
+	d.Signal(syscall.SIGTERM)
+	if code := d.Wait(); code != 0 {
+		t.Fatalf("first serve exited %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(d.DataDir, "replica")); err != nil {
+		t.Errorf("no file replica inside the data dir: %v", err)
+	}
+
+	d2 := daemontest.Start(t, bin, opt)
+	second := checkSecretsFile(t, secretsPath)
+	for k, v := range first {
+		if second[k] != v {
+			t.Errorf("%s changed between starts", k)
+		}
+	}
+	checkLogs(t, d2.Logs(), secretsPath, first)
+	if _, err := d2.Admin().Status(ctx); err != nil {
+		t.Fatalf("second start does not accept the generated admin token: %v", err)
+	}
+	r, err := d2.Do(ctx, "GET", "/api/ready", daemontest.Bearer(first["CHALUPA_READY_TOKEN"]), nil)
+	if err != nil || r.Status != 200 {
+		t.Fatalf("second start /api/ready with the generated token: %v %+v", err, r)
+	}
+	d2.Signal(syscall.SIGTERM)
+	if code := d2.Wait(); code != 0 {
+		t.Fatalf("second serve exited %d", code)
+	}
+}
+
+// checkSecretsFile asserts mode 0600 and the three generated secrets, and
+// returns them.
+func checkSecretsFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("secrets file: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("secrets file mode %v, want 0600", fi.Mode().Perm())
+	}
+	m, err := daemontest.ReadSecretsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"CHALUPA_ADMIN_TOKEN", "CHALUPA_READY_TOKEN", "CHALUPA_INGEST_MASTER_KEY"} {
+		if len(m[k]) < 32 {
+			t.Errorf("secrets file %s has %d characters, want a generated value", k, len(m[k]))
+		}
+	}
+	if key, err := base64.StdEncoding.DecodeString(m["CHALUPA_INGEST_MASTER_KEY"]); err != nil || len(key) != 32 {
+		t.Errorf("generated master key is not base64 of 32 bytes (%d bytes, %v)", len(key), err)
+	}
+	if m["CHALUPA_ADMIN_TOKEN"] == m["CHALUPA_READY_TOKEN"] {
+		t.Error("generated admin and ready tokens are equal")
+	}
+	return m
+}
+
+// checkLogs asserts the log names the secrets file and holds no secret value.
+func checkLogs(t *testing.T, logs, path string, secrets map[string]string) {
+	t.Helper()
+	if !strings.Contains(logs, path) {
+		t.Errorf("log does not print the secrets file path %s:\n%s", path, logs)
+	}
+	for k, v := range secrets {
+		if strings.Contains(logs, v) {
+			t.Errorf("log contains the value of %s", k)
+		}
+	}
+}
