@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test of chalupa: the README's test command, and what .ci/run calls.
+#
+# 1. installs the real components the tests drive (litestream CLI, versitygw)
+#    through contrib/install-test-tools.sh, cached per tool and version in the
+#    user's cache directory;
+# 2. checks formatting and go vet;
+# 3. runs the packages with concurrency (storage, ingest, daemon) under the
+#    race detector, and the rest (the end-to-end tests in the root package,
+#    contrib) without it: the e2e tests drive a separately built binary, so
+#    -race there would only slow the test process.
+#
+# Under CI=true a missing tool fails the run instead of skipping its tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v go >/dev/null || { echo "test.sh: go is not installed" >&2; exit 1; }
+
+bin=$(contrib/install-test-tools.sh)
+export PATH="$bin:$PATH"
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
+if [[ -n "$unformatted" ]]; then
+	echo "test.sh: gofmt would change:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+
+start=$(date +%s)
+go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/...
+go test -timeout 20m -count=1 . ./contrib/...
+echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
