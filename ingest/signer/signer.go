@@ -109,7 +109,7 @@ func ParseSignature(header string) ([]byte, error) {
 // 12 digits, so absurd values cannot overflow a time computation).
 // Errors: ErrBadTimestamp.
 func ParseTimestamp(s string) (int64, error) {
-	if s == "" || len(s) > 13 {
+	if digits := strings.TrimPrefix(s, "-"); digits == "" || len(digits) > 12 {
 		return 0, ErrBadTimestamp
 	}
 	for i, c := range s {
