@@ -53,6 +53,12 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	}
 	log := zerolog.New(out).With().Timestamp().Logger()
 
+	unlock, err := storage.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
+	}
+	defer unlock()
+
 	wrote, err := cfg.EnsureSecrets()
 	if err != nil {
 		return err
@@ -70,12 +76,6 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		log.Warn().Msg("AWS_CA_BUNDLE is set; unsetting it for this process so S3 replication can start (system roots are used)")
 		_ = os.Unsetenv("AWS_CA_BUNDLE")
 	}
-
-	unlock, err := storage.LockDataDir(cfg.DataDir)
-	if err != nil {
-		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
-	}
-	defer unlock()
 
 	db, err := storage.Open(ctx, cfg.DatabasePath())
 	if err != nil {

@@ -1,0 +1,141 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func openTestDB(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+		_, err := tx.Exec(`CREATE TABLE t (k TEXT PRIMARY KEY) STRICT`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func count(t *testing.T, db *DB) int {
+	t.Helper()
+	var n int
+	if err := db.Read.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A failing unit undoes only its own statements, even when it shares a
+// transaction with units that succeed.
+func TestWriterUnitIsolation(t *testing.T) {
+	db := openTestDB(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 200)
+	for i := range errs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = db.Writer.Do(context.Background(), func(tx Tx) error {
+				if _, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("a", i)); err != nil {
+					return err
+				}
+				if i%2 == 1 {
+					// Writes something, then refuses: both must vanish.
+					if _, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("b", i)); err != nil {
+						return err
+					}
+					return errors.New("refused")
+				}
+				return nil
+			})
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i%2 == 1) != (err != nil) {
+			t.Fatalf("unit %d: err = %v", i, err)
+		}
+	}
+	if n := count(t, db); n != 100 {
+		t.Fatalf("rows = %d, want 100 (only the successful units)", n)
+	}
+	commits, units := db.Writer.Stats()
+	if units != 101 { // 100 inserts + the CREATE TABLE
+		t.Fatalf("units = %d, want 101", units)
+	}
+	if commits < 1 || commits > units {
+		t.Fatalf("commits = %d", commits)
+	}
+}
+
+// A unique violation inside a unit is that unit's error; the batch commits.
+func TestWriterConstraintErrorIsPerUnit(t *testing.T) {
+	db := openTestDB(t)
+	ins := func(k string) error {
+		return db.Writer.Do(context.Background(), func(tx Tx) error {
+			_, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, k)
+			return err
+		})
+	}
+	if err := ins("x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ins("x"); err == nil || !isUniqueViolation(err) {
+		t.Fatalf("duplicate insert: err = %v, want a UNIQUE violation", err)
+	}
+	if err := ins("y"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db); n != 2 {
+		t.Fatalf("rows = %d, want 2", n)
+	}
+}
+
+// A panicking unit becomes that unit's error and does not stop the writer.
+func TestWriterPanicIsContained(t *testing.T) {
+	db := openTestDB(t)
+	err := db.Writer.Do(context.Background(), func(tx Tx) error {
+		if _, err := tx.Exec(`INSERT INTO t (k) VALUES ('p')`); err != nil {
+			return err
+		}
+		panic("boom")
+	})
+	if err == nil {
+		t.Fatal("panicking unit returned nil")
+	}
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+		_, err := tx.Exec(`INSERT INTO t (k) VALUES ('q')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db); n != 1 {
+		t.Fatalf("rows = %d, want 1 (the panicking unit's insert rolled back)", n)
+	}
+}
+
+// After Close, Do refuses with ErrClosed; a cancelled context refuses before
+// running the unit.
+func TestWriterClosedAndCancelled(t *testing.T) {
+	db := openTestDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	err := db.Writer.Do(ctx, func(tx Tx) error { ran = true; return nil })
+	if err == nil || ran {
+		t.Fatalf("cancelled Do: err=%v ran=%v", err, ran)
+	}
+	db.Writer.close()
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after close: %v, want ErrClosed", err)
+	}
+}
