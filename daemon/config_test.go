@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
@@ -231,30 +229,6 @@ func writeSecretsFile(t *testing.T, dataDir string) {
 	}
 }
 
-// runBinary runs the built binary with a clean environment (PATH, HOME and
-// env) and returns its combined output and exit code.
-func runBinary(t *testing.T, bin, dir string, env map[string]string, args ...string) (string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("run %s %v: %v\n%s", bin, args, err, out)
-	return "", 0
-}
-
 func TestConfigCheckBinary(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
@@ -267,7 +241,7 @@ func TestConfigCheckBinary(t *testing.T) {
 		env["DIGITALOCEAN_WRITE_TOKEN"] = env["DIGITALOCEAN_READ_TOKEN"]
 		env["CHALUPA_INGEST_KEY"] = "short-ingest-key-0a0a"
 		for _, args := range [][]string{{"config", "check"}, {"config", "check", "--json"}} {
-			out, code := runBinary(t, bin, t.TempDir(), env, args...)
+			out, code := daemontest.RunCommand(t, bin, "", env, args...)
 			if code == 0 {
 				t.Fatalf("%v exited 0 for a bad environment:\n%s", args, out)
 			}
@@ -287,7 +261,7 @@ func TestConfigCheckBinary(t *testing.T) {
 	t.Run("good environment", func(t *testing.T) {
 		t.Parallel()
 		env := goodEnv(t.TempDir())
-		out, code := runBinary(t, bin, t.TempDir(), env, "config", "check")
+		out, code := daemontest.RunCommand(t, bin, "", env, "config", "check")
 		if code != 0 {
 			t.Fatalf("config check exited %d for a good environment:\n%s", code, out)
 		}
@@ -312,7 +286,7 @@ func TestConfigCheckBinary(t *testing.T) {
 			t.Errorf("non-secret values not shown as set:\n%s", out)
 		}
 
-		out, code = runBinary(t, bin, t.TempDir(), env, "config", "check", "--json")
+		out, code = daemontest.RunCommand(t, bin, "", env, "config", "check", "--json")
 		if code != 0 {
 			t.Fatalf("config check --json exited %d:\n%s", code, out)
 		}
