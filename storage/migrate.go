@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -243,6 +244,10 @@ func (db *DB) restorePoint(ctx context.Context, opt MigrateOptions, version int6
 	p := filepath.Join(dir, name)
 	if _, err := db.write.ExecContext(ctx, "VACUUM INTO ?", p); err != nil {
 		return "", fmt.Errorf("take restore point: %w", err)
+	}
+	// VACUUM INTO creates the file 0644; it holds what the 0600 database holds.
+	if err := os.Chmod(p, 0o600); err != nil {
+		return "", fmt.Errorf("restrict restore point file mode: %w", err)
 	}
 	if err := IntegrityCheck(ctx, p); err != nil {
 		return "", fmt.Errorf("restore point %s failed its check, refusing to migrate: %w", name, err)
