@@ -1,0 +1,403 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/schema"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// extraMigration is a migration this binary does not ship, numbered after
+// every real one, for tests that need a pending migration.
+const extraName, extraVersion = "9999_migrate_test_extra.sql", 9999
+
+const extraMigration = `-- +goose Up
+CREATE TABLE migrate_test_extra (id INTEGER PRIMARY KEY, note TEXT NOT NULL) STRICT;
+INSERT INTO migrate_test_extra (note) VALUES ('added by 9999');
+-- +goose Down
+DROP TABLE migrate_test_extra;
+`
+
+// schemaFiles returns the embedded migration file names in version order.
+func schemaFiles(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(schema.FS, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no migrations in schema.FS (%v)", err)
+	}
+	sort.Slice(names, func(i, j int) bool { return version(t, names[i]) < version(t, names[j]) })
+	return names
+}
+
+// version parses NNNN of NNNN_name.sql.
+func version(t *testing.T, name string) int64 {
+	t.Helper()
+	n, _, _ := strings.Cut(name, "_")
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		t.Fatalf("migration %s is not named NNNN_description.sql", name)
+	}
+	return v
+}
+
+// schemaCopy returns a MapFS holding the named embedded migrations (all of
+// them when names is nil).
+func schemaCopy(t *testing.T, names []string) fstest.MapFS {
+	t.Helper()
+	if names == nil {
+		names = schemaFiles(t)
+	}
+	m := fstest.MapFS{}
+	for _, n := range names {
+		b, err := fs.ReadFile(schema.FS, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[n] = &fstest.MapFile{Data: b, Mode: 0o444}
+	}
+	return m
+}
+
+func openDB(t *testing.T, path string) *storage.DB {
+	t.Helper()
+	db, err := storage.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func tableExists(t *testing.T, db *storage.DB, name string) bool {
+	t.Helper()
+	var n int
+	if err := db.Read.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestMigrateFreshDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := schemaFiles(t)
+	latest := version(t, files[len(files)-1])
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "chalupa.db"))
+	rpDir := filepath.Join(dir, "restore-points")
+
+	res, err := db.Migrate(ctx, storage.MigrateOptions{RestorePointDir: rpDir})
+	if err != nil {
+		t.Fatalf("Migrate on a fresh database: %v", err)
+	}
+	if res.From != 0 || res.To != latest {
+		t.Errorf("migrated from %d to %d, want 0 to %d", res.From, res.To, latest)
+	}
+	if strings.Join(res.Applied, ",") != strings.Join(files, ",") {
+		t.Errorf("applied %v, want every migration %v", res.Applied, files)
+	}
+	if res.RestorePoint != "" || len(dirEntries(t, rpDir)) != 0 {
+		t.Errorf("a fresh database got a restore point (%q, dir %v)", res.RestorePoint, dirEntries(t, rpDir))
+	}
+	if v, err := db.SchemaVersion(ctx); err != nil || v != latest {
+		t.Errorf("SchemaVersion = %d, %v; want %d", v, err, latest)
+	}
+	sts, err := db.MigrationStatuses(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sts {
+		if !s.Applied || s.AppliedAt.IsZero() || len(s.SHA256) != 64 {
+			t.Errorf("after Migrate: %+v, want applied with a time and a checksum", s)
+		}
+	}
+	var sums int
+	if err := db.Read.QueryRow("SELECT count(*) FROM chalupa_migration_checksums").Scan(&sums); err != nil || sums != len(files) {
+		t.Errorf("recorded %d checksums (%v), want %d", sums, err, len(files))
+	}
+	if err := storage.IntegrityCheck(ctx, db.Path); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMigrateTwiceIsNoop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "chalupa.db"))
+	rpDir := filepath.Join(dir, "restore-points")
+	first, err := db.Migrate(ctx, storage.MigrateOptions{RestorePointDir: rpDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := db.Migrate(ctx, storage.MigrateOptions{RestorePointDir: rpDir})
+	if err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if len(second.Applied) != 0 || second.RestorePoint != "" || second.From != first.To || second.To != first.To {
+		t.Errorf("second Migrate was not a no-op: %+v (first %+v)", second, first)
+	}
+	if es := dirEntries(t, rpDir); len(es) != 0 {
+		t.Errorf("second Migrate took a restore point: %v", es)
+	}
+}
+
+func TestMigrateRefusesEditedMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := schemaFiles(t)
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "chalupa.db"))
+	rpDir := filepath.Join(dir, "restore-points")
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: schemaCopy(t, nil), RestorePointDir: rpDir}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := db.SchemaVersion(ctx)
+
+	// Edit the newest applied file (a trailing comment is enough: the
+	// checksum is over the bytes) and offer a pending migration as well.
+	edited := schemaCopy(t, nil)
+	victim := files[len(files)-1]
+	edited[victim] = &fstest.MapFile{Data: append(append([]byte{}, edited[victim].Data...), "\n-- edited after it was applied\n"...)}
+	edited[extraName] = &fstest.MapFile{Data: []byte(extraMigration)}
+
+	_, err := db.Migrate(ctx, storage.MigrateOptions{FS: edited, RestorePointDir: rpDir})
+	if !errors.Is(err, storage.ErrMigrationEdited) {
+		t.Fatalf("Migrate with an edited applied migration: err = %v, want ErrMigrationEdited", err)
+	}
+	if !strings.Contains(err.Error(), victim) {
+		t.Errorf("error does not name the edited file %s: %v", victim, err)
+	}
+	if v, _ := db.SchemaVersion(ctx); v != before {
+		t.Errorf("schema version moved from %d to %d after a refusal", before, v)
+	}
+	if tableExists(t, db, "migrate_test_extra") {
+		t.Error("the pending migration was applied although an applied one was edited")
+	}
+	if es := dirEntries(t, rpDir); len(es) != 0 {
+		t.Errorf("a refused Migrate took a restore point: %v", es)
+	}
+	// Restoring the file makes the database usable again.
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: schemaCopy(t, nil), RestorePointDir: rpDir}); err != nil {
+		t.Errorf("Migrate with the original files after a refusal: %v", err)
+	}
+}
+
+func TestMigrateTakesCheckedRestorePoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := schemaFiles(t)
+	latest := version(t, files[len(files)-1])
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "chalupa.db"))
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: schemaCopy(t, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	var slugs []string
+	for i := range 25 {
+		slug := fmt.Sprintf("before-migration-%02d", i)
+		slugs = append(slugs, slug)
+		err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+			_, err := storage.CreateEnvironment(ctx, tx, slug, "env "+slug, time.Now())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	next := schemaCopy(t, nil)
+	next[extraName] = &fstest.MapFile{Data: []byte(extraMigration)}
+	rpDir := filepath.Join(dir, "rp")
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	res, err := db.Migrate(ctx, storage.MigrateOptions{FS: next, RestorePointDir: rpDir, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatalf("Migrate with a pending migration: %v", err)
+	}
+	if res.From != latest || res.To != extraVersion || strings.Join(res.Applied, ",") != extraName {
+		t.Errorf("result %+v, want %d → %d applying %s", res, latest, extraVersion, extraName)
+	}
+	want := filepath.Join(rpDir, fmt.Sprintf("chalupa-20260102T030405.000Z-v%d.db", latest))
+	if res.RestorePoint != want {
+		t.Errorf("restore point %q, want %q", res.RestorePoint, want)
+	}
+	fi, err := os.Stat(res.RestorePoint)
+	if err != nil {
+		t.Fatalf("restore point file: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("restore point mode %v, want 0600 like the database", fi.Mode().Perm())
+	}
+	if err := storage.IntegrityCheck(ctx, res.RestorePoint); err != nil {
+		t.Errorf("restore point fails its integrity check: %v", err)
+	}
+	if !tableExists(t, db, "migrate_test_extra") {
+		t.Error("the pending migration was not applied to the live database")
+	}
+
+	rp, err := storage.OpenReadOnly(ctx, res.RestorePoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Close()
+	envs, err := storage.ListEnvironments(ctx, rp.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range envs {
+		got[e.Slug] = true
+	}
+	for _, s := range slugs {
+		if !got[s] {
+			t.Errorf("restore point lacks pre-migration row %s", s)
+		}
+	}
+	if v, err := rp.SchemaVersion(ctx); err != nil || v != latest {
+		t.Errorf("restore point at schema version %d (%v), want the pre-migration %d", v, err, latest)
+	}
+	if tableExists(t, rp, "migrate_test_extra") {
+		t.Error("restore point holds the table of the migration it was taken before")
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t, filepath.Join(t.TempDir(), "chalupa.db"))
+	newer := schemaCopy(t, nil)
+	newer[extraName] = &fstest.MapFile{Data: []byte(extraMigration)}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: newer}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); !errors.Is(err, storage.ErrSchemaTooNew) {
+		t.Fatalf("Migrate of a database from a newer binary: err = %v, want ErrSchemaTooNew", err)
+	}
+}
+
+// TestMigrateStatusBinary runs the built `chalupa migrate status` against a
+// data dir with no database, a partly migrated one and a fully migrated one.
+func TestMigrateStatusBinary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin := daemontest.BuildBinary(t)
+	files := schemaFiles(t)
+	dataDir := t.TempDir()
+	dbPath := filepath.Join(dataDir, "chalupa.db")
+	env := map[string]string{"CHALUPA_DATA_DIR": dataDir}
+
+	status := func(wantApplied int) {
+		t.Helper()
+		out, code := daemontest.RunCommand(t, bin, "", env, "migrate", "status", "--json")
+		if code != 0 {
+			t.Fatalf("migrate status --json exited %d:\n%s", code, out)
+		}
+		var sts []storage.MigrationStatus
+		if err := json.Unmarshal([]byte(out), &sts); err != nil {
+			t.Fatalf("migrate status --json: %v\n%s", err, out)
+		}
+		if len(sts) != len(files) {
+			t.Fatalf("migrate status lists %d migrations, want %d:\n%s", len(sts), len(files), out)
+		}
+		for i, s := range sts {
+			wantApp := i < wantApplied
+			if s.Name != files[i] || s.Applied != wantApp || s.AppliedAt.IsZero() == wantApp {
+				t.Errorf("migration %d: %+v, want %s applied=%v", i, s, files[i], wantApp)
+			}
+		}
+		out, code = daemontest.RunCommand(t, bin, "", env, "migrate", "status")
+		if code != 0 {
+			t.Fatalf("migrate status exited %d:\n%s", code, out)
+		}
+		for i, f := range files {
+			state := "pending"
+			if i < wantApplied {
+				state = "applied"
+			}
+			found := false
+			for _, l := range strings.Split(out, "\n") {
+				fl := strings.Fields(l)
+				if len(fl) >= 3 && fl[1] == f && fl[2] == state {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("migrate status does not list %s as %s:\n%s", f, state, out)
+			}
+		}
+	}
+
+	// No database: everything pending, and status creates nothing.
+	status(0)
+	if _, err := os.Stat(dbPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("migrate status created the database (%v)", err)
+	}
+
+	// Every migration but the last applied (none when there is only one:
+	// then the file exists without goose's table).
+	partial := len(files) - 1
+	db, err := storage.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if partial > 0 {
+		if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: schemaCopy(t, files[:partial])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	status(partial)
+
+	// Fully migrated.
+	db, err = storage.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	status(len(files))
+	// Status applied nothing: the schema version is what Migrate left.
+	ro, err := storage.OpenReadOnly(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if v, err := ro.SchemaVersion(ctx); err != nil || v != version(t, files[len(files)-1]) {
+		t.Errorf("schema version after status: %d, %v", v, err)
+	}
+}
