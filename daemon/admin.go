@@ -57,7 +57,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		UptimeSeconds: s.now().Sub(s.started).Seconds(),
 		SchemaVersion: v,
 		DBSizeBytes:   s.db.Size(),
-		Replication:   adminapi.Replication(h),
+		Replication:   h,
 	})
 }
 

@@ -1,6 +1,10 @@
 package adminapi
 
-import "time"
+import (
+	"time"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
 
 // ErrorBody is every error response: {"error":{"code","message"}}. code is
 // stable and machine-readable; message is for people and never carries SQL,
@@ -17,26 +21,12 @@ type ErrorDetail struct {
 
 // Status is the answer of adminGetStatus.
 type Status struct {
-	Version       string      `json:"version"`
-	StartedAt     time.Time   `json:"startedAt"`
-	UptimeSeconds float64     `json:"uptimeSeconds"`
-	SchemaVersion int64       `json:"schemaVersion"`
-	DBSizeBytes   int64       `json:"dbSizeBytes"`
-	Replication   Replication `json:"replication"`
-}
-
-// Replication mirrors storage.ReplicationHealth on the wire.
-type Replication struct {
-	Kind            string    `json:"kind"`
-	LocalTXID       uint64    `json:"localTxid"`
-	RemoteTXID      uint64    `json:"remoteTxid"`
-	LastSyncAt      time.Time `json:"lastSyncAt,omitzero"`
-	LagSeconds      float64   `json:"lagSeconds"`
-	LastError       string    `json:"lastError,omitempty"`
-	LastErrorAt     time.Time `json:"lastErrorAt,omitzero"`
-	SyncErrors      int64     `json:"syncErrors"`
-	Failing         bool      `json:"failing"`
-	LagLimitSeconds float64   `json:"lagLimitSeconds"`
+	Version       string                    `json:"version"`
+	StartedAt     time.Time                 `json:"startedAt"`
+	UptimeSeconds float64                   `json:"uptimeSeconds"`
+	SchemaVersion int64                     `json:"schemaVersion"`
+	DBSizeBytes   int64                     `json:"dbSizeBytes"`
+	Replication   storage.ReplicationHealth `json:"replication"`
 }
 
 // CreateEnvironmentRequest is the body of adminCreateEnvironment. Slug
