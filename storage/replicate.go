@@ -177,6 +177,15 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	if err := store.Open(ctx); err != nil {
 		return nil, fmt.Errorf("start replication: %s", redactReplicaError(err))
 	}
+	// Litestream initialises a database on its first monitor tick (one
+	// second after Open), and Close makes its final sync only for an
+	// initialised database: a daemon stopped within its first second would
+	// leave the writes it acknowledged out of the replica. Sync once now
+	// (local only: WAL to LTX, no replica I/O).
+	if err := db.Sync(ctx); err != nil {
+		_ = store.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("start replication: %s", redactReplicaError(err))
+	}
 	lag := DefaultLagLimit
 	if cfg.LagLimit > 0 {
 		lag = cfg.LagLimit
