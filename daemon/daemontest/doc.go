@@ -6,9 +6,9 @@
 // Tools come from <repo>/.tools/bin, installed by contrib/install-test-tools.sh.
 // A missing tool skips the test, or fails it when CI=true.
 //
-// The package imports nothing from chalupa except daemon/adminapi (a leaf), so
-// the tests of any package (storage, ingest, daemon) can use it without an
-// import cycle. Functions that take a testing.TB must be called from the test's
+// The package imports nothing from chalupa except daemon/adminapi (which
+// imports only storage), so the tests of daemon and ingest, and storage's
+// external tests, can use it without an import cycle. Functions that take a testing.TB must be called from the test's
 // own goroutine (they may call t.Fatalf); Daemon.Do is safe from any goroutine.
 //
 // Known pitfall: with AWS_CA_BUNDLE set, Litestream's S3 client cannot load its
