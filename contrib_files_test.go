@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// configVars are the environment variables daemon.Config reads (its JSON tags).
+func configVars(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	ct := reflect.TypeFor[daemon.Config]()
+	for i := range ct.NumField() {
+		name, _, _ := strings.Cut(ct.Field(i).Tag.Get("json"), ",")
+		if name != "" && strings.ToUpper(name) == name {
+			out = append(out, name)
+		}
+	}
+	if len(out) < 14 {
+		t.Fatalf("found only %d configuration variables in daemon.Config: %v", len(out), out)
+	}
+	return out
+}
+
+// parseEnvFile reads KEY=VALUE lines the way systemd's EnvironmentFile does
+// for the simple cases the example uses (comments, double quotes). Commented
+// assignments ("#KEY=…") are returned in documented.
+func parseEnvFile(t *testing.T, path string) (set map[string]string, documented map[string]bool) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	set, documented = map[string]string{}, map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		commented := strings.HasPrefix(line, "#")
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "#"), "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") || strings.ToUpper(k) != k {
+			continue
+		}
+		documented[k] = true
+		if !commented {
+			set[k] = strings.Trim(v, `"`)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return set, documented
+}
+
+// TestEnvExample checks contrib/chalupa.env.example documents every variable
+// daemon.Config reads and, with its placeholders filled in, is a configuration
+// serve accepts.
+func TestEnvExample(t *testing.T) {
+	t.Parallel()
+	set, documented := parseEnvFile(t, "contrib/chalupa.env.example")
+	for _, k := range configVars(t) {
+		if !documented[k] {
+			t.Errorf("contrib/chalupa.env.example does not document %s", k)
+		}
+	}
+	b, err := os.ReadFile("contrib/chalupa.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "head -c 32 /dev/urandom | base64") {
+		t.Error("the example does not say how to generate the master key")
+	}
+
+	fills := map[string]string{
+		"CHALUPA_ADMIN_TOKEN":       daemontest.RandomToken(32),
+		"CHALUPA_READY_TOKEN":       daemontest.RandomToken(32),
+		"CHALUPA_INGEST_MASTER_KEY": base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
+		"CHALUPA_REPLICA_URL":       strings.ReplaceAll(set["CHALUPA_REPLICA_URL"], "REPLACE_BUCKET", "chalupa-backups"),
+	}
+	env := map[string]string{"CHALUPA_DATA_DIR": t.TempDir()}
+	for k, v := range set {
+		switch {
+		case fills[k] != "":
+			env[k] = fills[k]
+		case strings.Contains(v, "REPLACE"):
+			env[k] = k + "-" + daemontest.RandomToken(24)
+		default:
+			env[k] = v
+		}
+	}
+	if _, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Errorf("the example with its placeholders filled in is refused: %v", err)
+	}
+}
+
+// TestSystemdUnit checks the hardening and shutdown settings of
+// contrib/chalupa.service that the platform issue asks for.
+func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("contrib/chalupa.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			have[l] = true
+		}
+	}
+	for _, want := range []string{
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/chalupa", "ProtectHome=yes",
+		"PrivateTmp=yes", "EnvironmentFile=/etc/chalupa/chalupa.env", "User=chalupa", "StateDirectory=chalupa",
+		"WorkingDirectory=/var/lib/chalupa", "Environment=CHALUPA_DATA_DIR=/var/lib/chalupa", "KillSignal=SIGTERM",
+		"TimeoutStopSec=45", "Restart=on-failure", "ExecStart=/usr/local/bin/chalupa serve",
+	} {
+		if !have[want] {
+			t.Errorf("contrib/chalupa.service lacks %q", want)
+		}
+	}
+}
