@@ -1,0 +1,919 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+)
+
+// padJSON pads a JSON object with trailing spaces to exactly n bytes.
+func padJSON(t *testing.T, b []byte, n int) []byte {
+	t.Helper()
+	if len(b) > n {
+		t.Fatalf("body of %d bytes cannot be padded to %d", len(b), n)
+	}
+	return append(b, bytes.Repeat([]byte(" "), n-len(b))...)
+}
+
+// TestIngestRefusalMatrix sends one request per protocol-v1 check (DESIGN.md,
+// "Signed ingest — protocol v1"; issue 3, "Refusal matrix") and asserts the
+// status and the JSON error code of each, that a refusal writes nothing
+// (heartbeat and nonce rows unchanged), and after the whole matrix that the
+// database holds exactly the heartbeat and nonce rows of the accepted
+// requests.
+func TestIngestRefusalMatrix(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	h.createEnv("other-env")
+	rotating := h.issue("demo-harbor")
+	active, rotated := h.rotate("demo-harbor")
+	if len(rotated) != 1 || rotated[0] != rotating.ID {
+		t.Fatalf("rotate reported rotated keys %v, want [%s]", rotated, rotating.ID)
+	}
+	revoked := h.issue("demo-harbor")
+	h.revoke(revoked.ID)
+	other := h.issue("other-env")
+
+	now := h.clock.Now()
+	ts := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
+	body := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix"})
+	bodyB := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", IdleChecks: 9})
+	ok := func(k testKey) signedReq { return signedReq{KeyID: k.ID, Key: k.Raw, Body: body} }
+
+	// The accepted requests, as (nonce partition, nonce).
+	var accepted [][2]string
+	// replayed is the fully specified request of the "+299 s" row, for
+	// the replay rows.
+	var replayed signedReq
+
+	// An ended deployment: accepted once, then ended by direct SQL (test
+	// setup: the reaper's claim belongs to a later issue).
+	endedReq := signedReq{KeyID: active.ID, Key: active.Raw, Nonce: signer.NewNonce(),
+		Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-ended"})}
+	if resp := h.send(endedReq); resp.Status != http.StatusAccepted {
+		t.Fatalf("setup heartbeat for dep-ended: %s", resp)
+	}
+	accepted = append(accepted, [2]string{active.ID, endedReq.Nonce})
+	h.exec(`UPDATE deployments SET status = 'ended', ended_at = ? WHERE id = 'dep-ended'`, now.UnixMilli())
+
+	type row struct {
+		name   string
+		req    func() signedReq
+		status int
+		code   string
+		check  func(t *testing.T, r apiResponse)
+		// after runs once the row has been sent with its filled-in request.
+		after func(sent signedReq)
+	}
+	rows := []row{
+		{name: "key id missing, no shared key configured", status: 401, code: "missing_headers",
+			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderKeyID}; return r }},
+		{name: "timestamp missing", status: 401, code: "missing_headers",
+			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderTimestamp}; return r }},
+		{name: "nonce missing", status: 401, code: "missing_headers",
+			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderNonce}; return r }},
+		{name: "signature missing", status: 401, code: "missing_headers",
+			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderSignature}; return r }},
+		{name: "timestamp not a number", status: 401, code: "bad_timestamp",
+			req: func() signedReq { r := ok(active); r.TS = "12abc"; return r }},
+		{name: "timestamp in milliseconds", status: 401, code: "bad_timestamp",
+			req: func() signedReq { r := ok(active); r.TS = strconv.FormatInt(now.UnixMilli(), 10); return r }},
+		{name: "skew +301 s", status: 401, code: "timestamp_skew",
+			req: func() signedReq { r := ok(active); r.TS = ts(301 * time.Second); return r }},
+		{name: "skew -301 s", status: 401, code: "timestamp_skew",
+			req: func() signedReq { r := ok(active); r.TS = ts(-301 * time.Second); return r }},
+		{name: "skew +299 s accepted", status: 202,
+			req:   func() signedReq { r := ok(active); r.TS = ts(299 * time.Second); return r },
+			after: func(sent signedReq) { replayed = sent }},
+		{name: "skew -299 s accepted", status: 202,
+			req: func() signedReq { r := ok(active); r.TS = ts(-299 * time.Second); return r }},
+		{name: "skew +300 s accepted (boundary)", status: 202,
+			req: func() signedReq { r := ok(active); r.TS = ts(300 * time.Second); return r }},
+		{name: "nonce of 15 characters", status: 401, code: "bad_nonce",
+			req: func() signedReq { r := ok(active); r.Nonce = strings.Repeat("n", 15); return r }},
+		{name: "nonce with a character outside [A-Za-z0-9_-]", status: 401, code: "bad_nonce",
+			req: func() signedReq { r := ok(active); r.Nonce = "abcdefghijklmnop+"; return r }},
+		{name: "nonce of 65 characters", status: 401, code: "bad_nonce",
+			req: func() signedReq { r := ok(active); r.Nonce = strings.Repeat("n", 65); return r }},
+		{name: "unknown key", status: 401, code: "unknown_key",
+			req: func() signedReq {
+				return signedReq{KeyID: "env_demo-harbor_0000000000000000", Key: active.Raw, Body: body}
+			}},
+		{name: "revoked key", status: 401, code: "key_revoked",
+			req: func() signedReq { return ok(revoked) }},
+		{name: "rotating key accepted", status: 202,
+			req: func() signedReq { return ok(rotating) }},
+		{name: "signature over a different method", status: 401, code: "bad_signature",
+			req: func() signedReq { r := ok(active); r.SignMethod = "PUT"; return r }},
+		{name: "signature over a different path", status: 401, code: "bad_signature",
+			req: func() signedReq { r := ok(active); r.SignPath = "/api/ingest/telemetry"; return r }},
+		{name: "signature over a different body", status: 401, code: "bad_signature",
+			req: func() signedReq { r := ok(active); r.SignBody = bodyB; return r }},
+		{name: "signature with another key's material", status: 401, code: "bad_signature",
+			req: func() signedReq { r := ok(active); r.Key = rotating.Raw; return r }},
+		{name: "signature header not v1=<hex>", status: 401, code: "bad_signature",
+			req: func() signedReq { r := ok(active); r.Sig = "v2=" + strings.Repeat("0", 64); return r }},
+		{name: "replayed request", status: 409, code: "nonce_replayed",
+			req: func() signedReq { return replayed }},
+		{name: "replayed nonce, fresh timestamp and signature", status: 409, code: "nonce_replayed",
+			req: func() signedReq { r := ok(active); r.Nonce = replayed.Nonce; return r }},
+		{name: "same nonce under a different key accepted", status: 202,
+			req: func() signedReq { r := ok(rotating); r.Nonce = replayed.Nonce; return r }},
+		{name: "body of 64 KiB + 1", status: 413, code: "body_too_large",
+			req: func() signedReq { r := ok(active); r.Body = padJSON(t, body, ingest.MaxHeartbeatBody+1); return r }},
+		{name: "body of 64 KiB + 1, unknown key (size is checked first)", status: 413, code: "body_too_large",
+			req: func() signedReq {
+				return signedReq{KeyID: "env_demo-harbor_0000000000000000", Key: active.Raw, Body: padJSON(t, body, ingest.MaxHeartbeatBody+1)}
+			}},
+		{name: "body of exactly 64 KiB accepted", status: 202,
+			req: func() signedReq { r := ok(active); r.Body = padJSON(t, body, ingest.MaxHeartbeatBody); return r }},
+		{name: "malformed JSON", status: 400, code: "malformed_json",
+			req: func() signedReq { r := ok(active); r.Body = body[:len(body)-1]; return r }},
+		{name: "two JSON values", status: 400, code: "malformed_json",
+			req: func() signedReq { r := ok(active); r.Body = append(bytes.Clone(body), []byte("{}")...); return r }},
+		{name: "empty body", status: 400, code: "malformed_json",
+			req: func() signedReq { r := ok(active); r.Body = []byte{}; return r }},
+		{name: "unknown field", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", ExtraJSONAtTheEnd: `"cpuTemp":71`})
+				return r
+			},
+			check: func(t *testing.T, r apiResponse) {
+				if !strings.Contains(r.Message, "cpuTemp") {
+					t.Errorf("message %q does not name the unknown field", r.Message)
+				}
+			}},
+		{name: "field of the wrong type", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = []byte(strings.Replace(string(body), `"limitMinutes":30`, `"limitMinutes":"30"`, 1))
+				return r
+			}},
+		{name: "field value out of range", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: ingest.MaxLimitMinutes + 1})
+				return r
+			}},
+		{name: "environment mismatch", status: 403, code: "environment_mismatch",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "other-env", Deployment: "dep-matrix"})
+				return r
+			},
+			check: func(t *testing.T, r apiResponse) {
+				if !strings.Contains(r.Message, `"demo-harbor"`) || !strings.Contains(r.Message, `"other-env"`) {
+					t.Errorf("message %q does not name both slugs", r.Message)
+				}
+			}},
+		{name: "deployment of another environment", status: 403, code: "deployment_environment_mismatch",
+			req: func() signedReq {
+				return signedReq{KeyID: other.ID, Key: other.Raw, Body: h.heartbeat(hbOpts{Env: "other-env", Deployment: "dep-matrix"})}
+			}},
+		{name: "heartbeat for an ended deployment", status: 409, code: "deployment_ended",
+			req: func() signedReq {
+				return signedReq{KeyID: active.ID, Key: active.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-ended"})}
+			}},
+		{name: "other environment's own key accepted", status: 202,
+			req: func() signedReq {
+				return signedReq{KeyID: other.ID, Key: other.Raw, Body: h.heartbeat(hbOpts{Env: "other-env", Deployment: "dep-other"})}
+			}},
+	}
+
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) {
+			hbBefore, nBefore := h.heartbeatRows(), h.nonceRows()
+			req, sent := h.build(rw.req())
+			resp := h.roundTrip(req)
+			if resp.Status != rw.status {
+				t.Fatalf("status %d, want %d: %s", resp.Status, rw.status, resp)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if resp.Header.Get("Deprecation") != "" {
+				t.Errorf("a per-environment key request got a Deprecation header")
+			}
+			wantHB, wantN := hbBefore, nBefore
+			if rw.status == http.StatusAccepted {
+				var acc ingest.HeartbeatAccepted
+				if err := json.Unmarshal(resp.Body, &acc); err != nil || !acc.Accepted {
+					t.Fatalf("202 body %s", resp.Body)
+				}
+				partition := sent.KeyID
+				accepted = append(accepted, [2]string{partition, sent.Nonce})
+				wantHB, wantN = hbBefore+1, nBefore+1
+			} else {
+				if resp.Code != rw.code {
+					t.Fatalf("code %q, want %q: %s", resp.Code, rw.code, resp)
+				}
+				if resp.Message == "" {
+					t.Errorf("refusal without a message")
+				}
+			}
+			if rw.check != nil {
+				rw.check(t, resp)
+			}
+			if rw.after != nil {
+				rw.after(sent)
+			}
+			if got := h.heartbeatRows(); got != wantHB {
+				t.Errorf("heartbeat rows %d -> %d, want %d", hbBefore, got, wantHB)
+			}
+			if got := h.nonceRows(); got != wantN {
+				t.Errorf("nonce rows %d -> %d, want %d", nBefore, got, wantN)
+			}
+		})
+	}
+
+	// The database holds exactly the accepted requests.
+	if got := h.heartbeatRows(); got != len(accepted) {
+		t.Errorf("after the matrix: %d heartbeat rows, want %d (one per accepted request)", got, len(accepted))
+	}
+	want := map[[2]string]bool{}
+	for _, a := range accepted {
+		want[a] = true
+	}
+	got := map[[2]string]bool{}
+	rowsQ, err := h.sqlConn().Query(`SELECT key_id, nonce FROM nonces`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rowsQ.Next() {
+		var k, n string
+		if err := rowsQ.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[[2]string{k, n}] = true
+	}
+	rowsQ.Close()
+	if fmt.Sprint(sortedPairs(got)) != fmt.Sprint(sortedPairs(want)) {
+		t.Errorf("nonce rows after the matrix:\n got %v\nwant %v", sortedPairs(got), sortedPairs(want))
+	}
+	// Each accepted heartbeat row names the key that signed it.
+	for _, k := range []testKey{active, rotating, other} {
+		n := 0
+		for _, a := range accepted {
+			if a[0] == k.ID {
+				n++
+			}
+		}
+		if got := h.count(`SELECT count(*) FROM heartbeats WHERE key_id = ?`, k.ID); got != n {
+			t.Errorf("heartbeats signed by %s: %d rows, want %d", k.ID, got, n)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM heartbeats WHERE key_id = ?`, revoked.ID); n != 0 {
+		t.Errorf("%d heartbeats stored under the revoked key", n)
+	}
+}
+
+func sortedPairs(m map[[2]string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k[0]+"/"+k[1])
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestIngestConcurrentReplay sends one signed request from 200 goroutines
+// at once: the nonce is claimed in the same transaction as the write, so
+// exactly one is accepted and 199 are 409, with one heartbeat row.
+func TestIngestConcurrentReplay(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	_, sent := h.build(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-race"})})
+
+	const n = 200
+	statuses := make([]int, n)
+	codes := make([]string, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req, err := http.NewRequest("POST", h.URL+heartbeatPath, bytes.NewReader(sent.Body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			signer.Attach(req.Header, sent.KeyID, sent.Key, sent.TS, sent.Nonce, "POST", heartbeatPath, sent.Body)
+			<-start
+			r, err := doRequest(h.hc, req)
+			statuses[i], codes[i], errs[i] = r.Status, r.Code, err
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	accepted, replayed := 0, 0
+	for i := range statuses {
+		switch {
+		case errs[i] != nil:
+			t.Errorf("request %d: %v", i, errs[i])
+		case statuses[i] == http.StatusAccepted:
+			accepted++
+		case statuses[i] == http.StatusConflict && codes[i] == "nonce_replayed":
+			replayed++
+		default:
+			t.Errorf("request %d: %d %s", i, statuses[i], codes[i])
+		}
+	}
+	if accepted != 1 || replayed != n-1 {
+		t.Fatalf("%d accepted and %d nonce_replayed of %d identical requests; want 1 and %d", accepted, replayed, n, n-1)
+	}
+	if got := h.heartbeatRows(); got != 1 {
+		t.Fatalf("%d heartbeat rows, want 1", got)
+	}
+	if got := h.nonceRows(); got != 1 {
+		t.Fatalf("%d nonce rows, want 1", got)
+	}
+}
+
+// TestIngestRotationOverlap: after a rotate the old key keeps verifying
+// (rotating) next to the new one; after revoking it, it is 401 at once and
+// stays so across a restart, while the new key works.
+func TestIngestRotationOverlap(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	old := h.issue("demo-harbor")
+	hb := func(k testKey) apiResponse {
+		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-rot"})})
+	}
+	expect := func(what string, r apiResponse, status int, code string) {
+		t.Helper()
+		if r.Status != status || r.Code != code {
+			t.Fatalf("%s: %s, want %d %s", what, r, status, code)
+		}
+	}
+	expect("old key before rotate", hb(old), 202, "")
+
+	fresh, rotated := h.rotate("demo-harbor")
+	if fresh.ID == old.ID || fresh.Material == old.Material {
+		t.Fatal("rotate returned the old key")
+	}
+	if len(rotated) != 1 || rotated[0] != old.ID {
+		t.Fatalf("rotatedKeyIds %v, want [%s]", rotated, old.ID)
+	}
+	expect("old key while rotating", hb(old), 202, "")
+	expect("new key", hb(fresh), 202, "")
+	if keys := fleetEnv(t, h.fleet(), "demo-harbor").Keys; keys["active"] != 1 || keys["rotating"] != 1 || keys["revoked"] != 0 {
+		t.Fatalf("fleet key counts after rotate: %v", keys)
+	}
+
+	// The rotating key also survives a restart (opened from its envelope).
+	h.restart()
+	expect("old key while rotating, after restart", hb(old), 202, "")
+
+	h.revoke(old.ID)
+	expect("old key after revoke", hb(old), 401, "key_revoked")
+	expect("new key after revoke", hb(fresh), 202, "")
+	h.restart()
+	expect("old key after revoke and restart", hb(old), 401, "key_revoked")
+	expect("new key after restart", hb(fresh), 202, "")
+	if keys := fleetEnv(t, h.fleet(), "demo-harbor").Keys; keys["active"] != 1 || keys["rotating"] != 0 || keys["revoked"] != 1 {
+		t.Fatalf("fleet key counts after revoke: %v", keys)
+	}
+	// A second rotate rotates only the active key; revoked stays revoked.
+	newer, rotated := h.rotate("demo-harbor")
+	if len(rotated) != 1 || rotated[0] != fresh.ID {
+		t.Fatalf("second rotate rotated %v, want [%s]", rotated, fresh.ID)
+	}
+	expect("previous key, rotating", hb(fresh), 202, "")
+	expect("newest key", hb(newer), 202, "")
+	expect("revoked key stays revoked", hb(old), 401, "key_revoked")
+	if n := h.heartbeatRows(); n != 8 {
+		t.Fatalf("%d heartbeat rows, want 8 (one per accepted request)", n)
+	}
+}
+
+func fleetEnv(t *testing.T, f adminapi.Fleet, slug string) adminapi.FleetEnvironment {
+	t.Helper()
+	for _, e := range f.Environments {
+		if e.Slug == slug {
+			return e
+		}
+	}
+	t.Fatalf("fleet has no environment %q: %+v", slug, f)
+	return adminapi.FleetEnvironment{}
+}
+
+// TestIngestHeartbeatSemantics: the first heartbeat creates the deployment
+// (active) under the key's environment; every heartbeat persists the
+// absolute idle deadline (lastActivityAt + limitMinutes) and, when sent, the
+// session expiry; the fleet shows them; the 202 body carries
+// accepted/idleDeadlineAt/serverTime.
+func TestIngestHeartbeatSemantics(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	h.createEnv("other-env")
+	k := h.issue("demo-harbor")
+	now := h.clock.Now()
+	lastAct := now.Add(-7*time.Minute - 123*time.Millisecond)
+	session := now.Add(2 * time.Hour)
+	deadline := lastAct.Add(45 * time.Minute)
+
+	resp := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{
+		Env: "demo-harbor", Deployment: "dep-sem", DropletID: 987654, Region: "nyc3", Size: "g-2vcpu-8gb",
+		LimitMinutes: 45, LastActivityAt: lastAct, SessionExpiresAt: &session, CIActive: true, IdleChecks: 7, AgentVersion: "agent/2.1",
+	})})
+	if resp.Status != http.StatusAccepted {
+		t.Fatalf("first heartbeat: %s", resp)
+	}
+	var acc map[string]any
+	if err := json.Unmarshal(resp.Body, &acc); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc) != 3 || acc["accepted"] != true {
+		t.Fatalf("202 body %s: want exactly accepted/idleDeadlineAt/serverTime", resp.Body)
+	}
+	for field, want := range map[string]time.Time{"idleDeadlineAt": deadline, "serverTime": now} {
+		s, _ := acc[field].(string)
+		got, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil || !got.Equal(want.Truncate(time.Millisecond)) {
+			t.Errorf("%s = %q, want %s", field, s, want.Truncate(time.Millisecond).Format(time.RFC3339Nano))
+		}
+	}
+
+	type depRow struct {
+		env, status, region, size, agent string
+		droplet, launched, idle, session int64
+		last, ci                         int64
+	}
+	readDep := func() depRow {
+		t.Helper()
+		var d depRow
+		err := h.sqlConn().QueryRow(`SELECT e.slug, d.status, d.region, d.size, d.agent_version, d.droplet_id, d.launched_at,
+			d.idle_deadline_at, d.session_expires_at, d.last_heartbeat_at, d.ci_active
+			FROM deployments d JOIN environments e ON e.id = d.environment_id WHERE d.id = 'dep-sem'`).
+			Scan(&d.env, &d.status, &d.region, &d.size, &d.agent, &d.droplet, &d.launched, &d.idle, &d.session, &d.last, &d.ci)
+		if err != nil {
+			t.Fatalf("read deployment: %v", err)
+		}
+		return d
+	}
+	d := readDep()
+	want := depRow{env: "demo-harbor", status: "active", region: "nyc3", size: "g-2vcpu-8gb", agent: "agent/2.1",
+		droplet: 987654, launched: now.UnixMilli(), idle: deadline.UnixMilli(), session: session.UnixMilli(), last: now.UnixMilli(), ci: 1}
+	if d != want {
+		t.Fatalf("deployment row\n got %+v\nwant %+v", d, want)
+	}
+	var hbKey string
+	var hbIdle, hbLimit, hbChecks int64
+	if err := h.sqlConn().QueryRow(`SELECT key_id, idle_deadline_at, limit_minutes, idle_checks FROM heartbeats WHERE deployment_id = 'dep-sem'`).
+		Scan(&hbKey, &hbIdle, &hbLimit, &hbChecks); err != nil {
+		t.Fatal(err)
+	}
+	if hbKey != k.ID || hbIdle != deadline.UnixMilli() || hbLimit != 45 || hbChecks != 7 {
+		t.Fatalf("heartbeat row: key %s idle %d limit %d checks %d", hbKey, hbIdle, hbLimit, hbChecks)
+	}
+
+	// The fleet shows the deployment with its deadlines.
+	fe := fleetEnv(t, h.fleet(), "demo-harbor")
+	if len(fe.Deployments) != 1 {
+		t.Fatalf("fleet deployments %+v", fe.Deployments)
+	}
+	fd := fe.Deployments[0]
+	if fd.ID != "dep-sem" || fd.Status != "active" || fd.DropletID != 987654 || !fd.CIActive ||
+		!fd.IdleDeadlineAt.Equal(deadline.Truncate(time.Millisecond)) || !fd.SessionExpiresAt.Equal(session) ||
+		!fd.LastHeartbeatAt.Equal(now) || fe.Keys["active"] != 1 {
+		t.Fatalf("fleet entry %+v (keys %v)", fd, fe.Keys)
+	}
+	if len(fleetEnv(t, h.fleet(), "other-env").Deployments) != 0 {
+		t.Fatal("deployment listed under the wrong environment")
+	}
+
+	// A later heartbeat without sessionExpiresAt moves the idle deadline and
+	// the last heartbeat, keeps the session expiry and the launch time.
+	h.clock.Advance(time.Minute)
+	later := h.clock.Now()
+	lastAct2 := later.Add(-10 * time.Second)
+	resp = h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{
+		Env: "demo-harbor", Deployment: "dep-sem", LimitMinutes: 20, LastActivityAt: lastAct2, AgentVersion: "agent/2.1",
+	})})
+	if resp.Status != http.StatusAccepted {
+		t.Fatalf("second heartbeat: %s", resp)
+	}
+	d = readDep()
+	want.idle, want.last, want.ci = lastAct2.Add(20*time.Minute).UnixMilli(), later.UnixMilli(), 0
+	if d != want {
+		t.Fatalf("deployment row after the second heartbeat\n got %+v\nwant %+v", d, want)
+	}
+	if n := h.heartbeatRows(); n != 2 {
+		t.Fatalf("%d heartbeat rows, want 2", n)
+	}
+	if n := h.count(`SELECT count(*) FROM deployments`); n != 1 {
+		t.Fatalf("%d deployments, want 1", n)
+	}
+
+	// A sunk environment comes back to active with a new deployment.
+	h.exec(`UPDATE environments SET status = 'sunk' WHERE slug = 'demo-harbor'`)
+	resp = h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-sem-2"})})
+	if resp.Status != http.StatusAccepted {
+		t.Fatalf("heartbeat of a new deployment in a sunk environment: %s", resp)
+	}
+	if st := fleetEnv(t, h.fleet(), "demo-harbor").Status; st != "active" {
+		t.Fatalf("environment status %q after a new deployment's first heartbeat, want active", st)
+	}
+}
+
+// TestIngestSharedKey: the deprecated CHALUPA_INGEST_KEY path (no key id) is
+// accepted only while configured, answers with a Deprecation header, is
+// counted in /metrics, and cannot bind an environment that does not exist.
+func TestIngestSharedKey(t *testing.T) {
+	shared := "shared-ingest-" + strings.Repeat("k", 8) + fmt.Sprint(time.Now().UnixNano())
+	h := newIngestHarness(t, harnessOptions{SharedKey: shared})
+	h.createEnv("demo-harbor")
+	sharedReq := func(env, dep string) signedReq {
+		return signedReq{Key: []byte(shared), Body: h.heartbeat(hbOpts{Env: env, Deployment: dep})}
+	}
+	metric := func() float64 {
+		t.Helper()
+		r := h.do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("metrics: %s", r)
+		}
+		m := regexp.MustCompile(`(?m)^chalupa_ingest_shared_key_requests_total (\S+)$`).FindSubmatch(r.Body)
+		if m == nil {
+			t.Fatalf("chalupa_ingest_shared_key_requests_total missing from /metrics")
+		}
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := metric(); v != 0 {
+		t.Fatalf("shared-key counter starts at %v", v)
+	}
+
+	r := h.send(sharedReq("demo-harbor", "dep-shared"))
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("shared-key heartbeat: %s", r)
+	}
+	if r.Header.Get("Deprecation") == "" {
+		t.Fatal("shared-key answer without a Deprecation header")
+	}
+	if v := metric(); v != 1 {
+		t.Fatalf("shared-key counter %v after one request, want 1", v)
+	}
+	if n := h.count(`SELECT count(*) FROM heartbeats WHERE key_id = 'shared' AND deployment_id = 'dep-shared'`); n != 1 {
+		t.Fatalf("%d shared-key heartbeat rows, want 1", n)
+	}
+	if env := h.count(`SELECT count(*) FROM deployments d JOIN environments e ON e.id = d.environment_id WHERE d.id = 'dep-shared' AND e.slug = 'demo-harbor'`); env != 1 {
+		t.Fatal("shared-key deployment not created under the environment it named")
+	}
+
+	// Naming an environment that does not exist: refused, nothing written.
+	hb, n, deps, envs := h.heartbeatRows(), h.nonceRows(), h.count(`SELECT count(*) FROM deployments`), h.count(`SELECT count(*) FROM environments`)
+	r = h.send(sharedReq("ghost-env", "dep-ghost"))
+	if r.Status != http.StatusForbidden || r.Code != "environment_mismatch" {
+		t.Fatalf("shared key naming a missing environment: %s", r)
+	}
+	if h.heartbeatRows() != hb || h.nonceRows() != n || h.count(`SELECT count(*) FROM deployments`) != deps || h.count(`SELECT count(*) FROM environments`) != envs {
+		t.Fatal("a refused shared-key request wrote rows")
+	}
+
+	// A wrong shared key is refused.
+	bad := sharedReq("demo-harbor", "dep-shared")
+	bad.Key = []byte(shared + "x")
+	if r = h.send(bad); r.Status != 401 || r.Code != "bad_signature" {
+		t.Fatalf("wrong shared key: %s", r)
+	}
+	// The shared path has its own nonce partition: the same nonce is
+	// accepted once there and once under a per-environment key.
+	k := h.issue("demo-harbor")
+	nonce := signer.NewNonce()
+	s1 := sharedReq("demo-harbor", "dep-shared")
+	s1.Nonce = nonce
+	if r = h.send(s1); r.Status != 202 {
+		t.Fatalf("shared, fresh nonce: %s", r)
+	}
+	if r = h.send(s1); r.Status != 409 || r.Code != "nonce_replayed" {
+		t.Fatalf("shared, replayed nonce: %s", r)
+	}
+	if r = h.send(signedReq{KeyID: k.ID, Key: k.Raw, Nonce: nonce, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-shared"})}); r.Status != 202 {
+		t.Fatalf("same nonce under a per-environment key: %s", r)
+	}
+	if v := metric(); v < 5 {
+		t.Fatalf("shared-key counter %v, want every shared-path request counted (5)", v)
+	}
+
+	// Without CHALUPA_INGEST_KEY the same request is 401.
+	h2 := newIngestHarness(t, harnessOptions{})
+	h2.createEnv("demo-harbor")
+	r = h2.send(signedReq{Key: []byte(shared), Body: h2.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-shared"})})
+	if r.Status != 401 || r.Code != "missing_headers" {
+		t.Fatalf("shared-key request with no shared key configured: %s", r)
+	}
+	if r.Header.Get("Deprecation") != "" || h2.heartbeatRows() != 0 || h2.nonceRows() != 0 {
+		t.Fatal("refused shared-key request has a Deprecation header or wrote rows")
+	}
+}
+
+// TestIngestAdminKeyAPI: issue/rotate/revoke error paths, codes, and that
+// only the bearer header authenticates (never a cookie).
+func TestIngestAdminKeyAPI(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	keyPath := "/api/admin/ingest-keys"
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		code   string
+	}{
+		{"issue for an unknown environment", `{"environmentSlug":"no-such-env"}`, 404, "environment_not_found"},
+		{"rotate an unknown environment", `{"action":"rotate","environmentSlug":"no-such-env"}`, 404, "environment_not_found"},
+		{"revoke an unknown key", `{"action":"revoke","keyId":"env_demo-harbor_0000000000000000"}`, 404, "key_not_found"},
+		{"malformed JSON", `{"environmentSlug":`, 400, "bad_body"},
+		{"unknown field", `{"environmentSlug":"demo-harbor","extra":1}`, 400, "bad_body"},
+		{"wrong type", `{"environmentSlug":7}`, 400, "bad_body"},
+		{"empty body", ``, 400, "bad_body"},
+		{"invalid slug", `{"environmentSlug":"Demo Harbor"}`, 400, "invalid_slug"},
+		{"missing slug", `{}`, 400, "invalid_slug"},
+		{"unknown action", `{"action":"delete","environmentSlug":"demo-harbor"}`, 400, "bad_action"},
+		{"revoke without key id", `{"action":"revoke"}`, 400, "bad_body"},
+		{"revoke with a slug", `{"action":"revoke","keyId":"x","environmentSlug":"demo-harbor"}`, 400, "bad_body"},
+		{"issue with a key id", `{"environmentSlug":"demo-harbor","keyId":"x"}`, 400, "bad_body"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.count(`SELECT count(*) FROM ingest_keys`)
+			r := h.admin("POST", keyPath, c.body)
+			if r.Status != c.status || r.Code != c.code {
+				t.Fatalf("%s, want %d %s", r, c.status, c.code)
+			}
+			if h.count(`SELECT count(*) FROM ingest_keys`) != before {
+				t.Fatal("a refused key request changed ingest_keys")
+			}
+		})
+	}
+
+	// Issue: key id format, fresh material each time, stored only as an envelope.
+	a, b := h.issue("demo-harbor"), h.issue("demo-harbor")
+	idRE := regexp.MustCompile(`^env_demo-harbor_[0-9a-f]{16}$`)
+	if !idRE.MatchString(a.ID) || !idRE.MatchString(b.ID) || a.ID == b.ID || a.Material == b.Material {
+		t.Fatalf("issued %s and %s: want distinct ids env_demo-harbor_<16 hex> and distinct material", a.ID, b.ID)
+	}
+	for _, k := range []testKey{a, b} {
+		var env []byte
+		var version int64
+		if err := h.sqlConn().QueryRow(`SELECT envelope, master_key_version FROM ingest_keys WHERE key_id = ?`, k.ID).Scan(&env, &version); err != nil {
+			t.Fatal(err)
+		}
+		if version != 1 || bytes.Contains(env, k.Raw) || bytes.Contains(env, []byte(k.Material)) {
+			t.Fatalf("key %s stored in the clear or at version %d", k.ID, version)
+		}
+	}
+	// Revoking twice is not an error.
+	h.revoke(a.ID)
+	h.revoke(a.ID)
+
+	// Authentication: bearer only.
+	tok := h.adminToken()
+	for name, hdr := range map[string]http.Header{
+		"no credentials":           {},
+		"cookie with the token":    {"Cookie": {"chalupa_admin=" + tok + "; token=" + tok + "; session=" + tok}},
+		"wrong bearer":             {"Authorization": {"Bearer " + tok + "x"}},
+		"ready token as bearer":    {"Authorization": {"Bearer " + h.readyToken()}},
+		"token without the scheme": {"Authorization": {tok}},
+		"basic scheme":             {"Authorization": {"Basic " + tok}},
+	} {
+		hdr.Set("Content-Type", "application/json")
+		for _, rq := range []struct{ method, path, body string }{
+			{"POST", keyPath, `{"environmentSlug":"demo-harbor"}`},
+			{"POST", keyPath, `{"action":"revoke","keyId":"` + b.ID + `"}`},
+			{"GET", "/api/admin/fleet", ""},
+		} {
+			r := h.do(rq.method, rq.path, hdr, []byte(rq.body))
+			if r.Status != 401 || r.Code != "unauthorized" {
+				t.Fatalf("%s: %s %s answered %s, want 401 unauthorized", name, rq.method, rq.path, r)
+			}
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM ingest_keys WHERE status = 'active'`); n != 1 {
+		t.Fatalf("%d active keys after the unauthenticated attempts, want 1 (b)", n)
+	}
+}
+
+// TestIngestTamperedAndMovedEnvelopes: an envelope swapped onto another row
+// (the key id is its additional data) or with one byte changed does not
+// open, so requests signed with those keys are never accepted; other keys
+// keep working.
+func TestIngestTamperedAndMovedEnvelopes(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k1, k2, k3, k4 := h.issue("demo-harbor"), h.issue("demo-harbor"), h.issue("demo-harbor"), h.issue("demo-harbor")
+	send := func(k testKey) apiResponse {
+		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-env"})})
+	}
+	for _, k := range []testKey{k1, k2, k3, k4} {
+		if r := send(k); r.Status != 202 {
+			t.Fatalf("%s before tampering: %s", k.ID, r)
+		}
+	}
+	// Swap k1's and k2's envelopes; flip one ciphertext byte of k3's.
+	envelopeOf := func(id string) []byte {
+		var env []byte
+		if err := h.sqlConn().QueryRow(`SELECT envelope FROM ingest_keys WHERE key_id = ?`, id).Scan(&env); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	e1, e2 := envelopeOf(k1.ID), envelopeOf(k2.ID)
+	h.exec(`UPDATE ingest_keys SET envelope = ? WHERE key_id = ?`, e2, k1.ID)
+	h.exec(`UPDATE ingest_keys SET envelope = ? WHERE key_id = ?`, e1, k2.ID)
+	env := envelopeOf(k3.ID)
+	env[len(env)-20] ^= 0x01
+	h.exec(`UPDATE ingest_keys SET envelope = ? WHERE key_id = ?`, env, k3.ID)
+	h.restart() // a fresh keyring: material comes from the envelopes
+
+	before := h.heartbeatRows()
+	for _, k := range []testKey{k1, k2, k3} {
+		r := send(k)
+		if r.Status/100 == 2 {
+			t.Fatalf("%s with a moved or tampered envelope was accepted: %s", k.ID, r)
+		}
+		if r.Status != 500 || r.Code != "internal" || strings.Contains(strings.ToLower(r.Message), "envelope") {
+			t.Errorf("%s: %s, want a redacted 500 internal", k.ID, r)
+		}
+		// Signing with the other row's material does not help either.
+		other := k2
+		if k.ID == k2.ID {
+			other = k1
+		}
+		if r := h.send(signedReq{KeyID: k.ID, Key: other.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-env"})}); r.Status/100 == 2 {
+			t.Fatalf("%s signed with the material of the row its envelope came from was accepted", k.ID)
+		}
+	}
+	if r := send(k4); r.Status != 202 {
+		t.Fatalf("untouched key after tampering with others: %s", r)
+	}
+	if got := h.heartbeatRows(); got != before+1 {
+		t.Fatalf("heartbeat rows %d -> %d, want +1 (only the untouched key)", before, got)
+	}
+	if !strings.Contains(string(h.logs.Bytes()), "ingest verification fault") {
+		t.Error("the envelope failure was not logged server-side")
+	}
+}
+
+// TestIngestWrongMasterKeyRefusesToStart runs daemon.Run (the serve path) on
+// a database created under one master key with another: it refuses with
+// ingest.ErrWrongMasterKey before listening. With the right key it starts
+// and an issued key still verifies.
+func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	h.stop()
+
+	load := func(masterKey string) *daemon.Config {
+		env := map[string]string{}
+		for kk, v := range h.env {
+			env[kk] = v
+		}
+		env["CHALUPA_INGEST_MASTER_KEY"] = masterKey
+		cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	wrong := daemontest.NewSecrets()[daemontest.MasterKeyVar]
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	listened := false
+	refusal := daemon.Run(ctx, load(wrong), daemon.RunOptions{Logs: logs, Listening: func(string) { listened = true }})
+	if !errors.Is(refusal, ingest.ErrWrongMasterKey) {
+		t.Fatalf("Run with the wrong master key: %v, want ErrWrongMasterKey", refusal)
+	}
+	if listened {
+		t.Fatal("Run listened before refusing")
+	}
+	if !strings.Contains(refusal.Error(), "CHALUPA_INGEST_MASTER_KEY") {
+		t.Fatalf("refusal %q does not name the variable", refusal)
+	}
+
+	// The right key starts, and the key issued before verifies.
+	rctx, rcancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(rctx, load(h.env["CHALUPA_INGEST_MASTER_KEY"]), daemon.RunOptions{Logs: logs, Listening: func(a string) { addr <- a }})
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		rcancel()
+		t.Fatalf("Run with the right key exited: %v", err)
+	case <-time.After(time.Minute):
+		rcancel()
+		t.Fatal("Run with the right key did not listen within a minute")
+	}
+	cl := &signer.Client{BaseURL: base, KeyID: k.ID, Key: k.Raw, HTTP: h.hc}
+	body := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: time.Now(), LastActivityAt: time.Now()})
+	resp, err := cl.Post(context.Background(), heartbeatPath, body)
+	rcancel()
+	if rerr := <-done; rerr != nil {
+		t.Errorf("Run returned %v after cancel", rerr)
+	}
+	if err != nil || resp.Status != 202 {
+		t.Fatalf("heartbeat through daemon.Run: %+v, %v", resp, err)
+	}
+	for name, s := range map[string]string{"right master key": h.env["CHALUPA_INGEST_MASTER_KEY"], "wrong master key": wrong,
+		"admin token": h.adminToken(), "ready token": h.readyToken(), "key material": k.Material} {
+		if strings.Contains(string(logs.Bytes()), s) || strings.Contains(refusal.Error(), s) {
+			t.Errorf("%s appears in daemon.Run's logs or error", name)
+		}
+	}
+}
+
+// errorSpy is a testing.TB that records Errorf instead of failing.
+type errorSpy struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (s *errorSpy) Errorf(format string, args ...any) {
+	s.mu.Lock()
+	s.errs = append(s.errs, fmt.Sprintf(format, args...))
+	s.mu.Unlock()
+}
+
+func (s *errorSpy) Helper() {}
+
+// TestIngestSecretScanCatchesLeaks proves the harness's secret scan (run at
+// the end of every test above) is not vacuous: planted leaks in each form are
+// reported.
+func TestIngestSecretScanCatchesLeaks(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	spy := &errorSpy{TB: t}
+	h.assertNoSecretLeak(spy)
+	if len(spy.errs) != 0 {
+		t.Fatalf("clean run reported leaks: %v", spy.errs)
+	}
+	addResponse := func(what string, header http.Header, body string) func() {
+		return func() {
+			h.rec.mu.Lock()
+			h.rec.all = append(h.rec.all, recordedResponse{what: what, header: header, body: []byte(body)})
+			h.rec.mu.Unlock()
+		}
+	}
+	plants := map[string]func(){
+		"key material in the logs (hex)":             func() { fmt.Fprintf(h.logs, `{"k":"%x"}`, k.Raw) },
+		"key material in the logs (std base64)":      func() { fmt.Fprintf(h.logs, `{"k":%q}`, base64.StdEncoding.EncodeToString(k.Raw)) },
+		"admin token in the logs":                    func() { fmt.Fprintf(h.logs, `{"auth":"Bearer %s"}`, h.adminToken()) },
+		"ready token in a response":                  addResponse("GET /api/ready -> 503", http.Header{}, "bearer "+h.readyToken()),
+		"admin token in a response":                  addResponse("GET /x -> 500", http.Header{}, "bearer "+h.adminToken()),
+		"master key (raw url base64) in a header":    addResponse("GET /y -> 200", http.Header{"X-Debug": {base64.RawURLEncoding.EncodeToString(h.cfg.MasterKey())}}, ""),
+		"master key (as configured) in a response":   addResponse("GET /z -> 200", http.Header{}, h.env["CHALUPA_INGEST_MASTER_KEY"]),
+		"key material in a second issuance response": addResponse("POST /api/admin/ingest-keys -> 201", http.Header{}, k.Material),
+		"key material in another response":           addResponse("GET /api/admin/fleet -> 200", http.Header{}, k.Material),
+	}
+	for name, plant := range plants {
+		logLen, respLen := len(h.logs.Bytes()), len(h.rec.snapshot())
+		spy := &errorSpy{TB: t}
+		plant()
+		h.assertNoSecretLeak(spy)
+		if len(spy.errs) == 0 {
+			t.Errorf("planted leak not reported: %s", name)
+		}
+		h.logs.Truncate(logLen)
+		h.rec.mu.Lock()
+		h.rec.all = h.rec.all[:respLen]
+		h.rec.mu.Unlock()
+	}
+	spy = &errorSpy{TB: t}
+	h.assertNoSecretLeak(spy)
+	if len(spy.errs) != 0 {
+		t.Fatalf("after removing the plants the scan still reports: %v", spy.errs)
+	}
+	h.opt.NoLeakCheck = false
+}
