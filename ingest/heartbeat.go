@@ -108,6 +108,13 @@ func (s *Service) Heartbeat(r *http.Request) Response {
 		if rf := hb.validate(); rf != nil {
 			return nil, rf
 		}
+		// lastActivityAt fixes the idle deadline: one later than the clock
+		// skew already tolerated would defer the reaper at will, and near
+		// year 9999 the deadline has no RFC 3339 form (the 202 and every
+		// later fleet read would fail after the write had committed).
+		if hb.Reaper.LastActivityAt.After(s.now().Add(SkewWindow)) {
+			return nil, refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
+		}
 		envID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
