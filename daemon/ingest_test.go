@@ -173,6 +173,25 @@ func TestIngestRefusalMatrix(t *testing.T) {
 				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: ingest.MaxLimitMinutes + 1})
 				return r
 			}},
+		{name: "lastActivityAt beyond the skew window in the future", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LastActivityAt: now.Add(301 * time.Second)})
+				return r
+			}},
+		{name: "lastActivityAt in year 9999 (deadline past RFC 3339's range)", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: ingest.MaxLimitMinutes,
+					LastActivityAt: time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)})
+				return r
+			}},
+		{name: "lastActivityAt within the skew window ahead accepted", status: 202,
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LastActivityAt: now.Add(299 * time.Second)})
+				return r
+			}},
 		{name: "environment mismatch", status: 403, code: "environment_mismatch",
 			req: func() signedReq {
 				r := ok(active)
@@ -243,6 +262,9 @@ func TestIngestRefusalMatrix(t *testing.T) {
 			}
 		})
 	}
+
+	// The fleet view stays readable whatever was accepted.
+	h.fleet()
 
 	// The database holds exactly the accepted requests.
 	if got := h.heartbeatRows(); got != len(accepted) {
