@@ -90,8 +90,19 @@ func (h *HeartbeatV1) validate() *Refusal {
 		return bad("reaper.idleChecks must not be negative")
 	case h.SessionExpiresAt != nil && h.SessionExpiresAt.IsZero():
 		return bad("sessionExpiresAt must be a time")
+	case !utcYearInRange(h.SentAt) || !utcYearInRange(h.Reaper.LastActivityAt) ||
+		(h.SessionExpiresAt != nil && !utcYearInRange(*h.SessionExpiresAt)):
+		// An offset can carry an RFC 3339 time outside years 0-9999 once
+		// in UTC; stored so, it could never be written as JSON again (the
+		// 202 or the fleet view would fail after the write committed).
+		return bad("times must fall within the years 0000-9999 in UTC")
 	}
 	return nil
+}
+
+func utcYearInRange(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 0 && y <= 9999
 }
 
 // Heartbeat handles POST /api/ingest/heartbeat: verification, then in one
