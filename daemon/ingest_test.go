@@ -186,6 +186,20 @@ func TestIngestRefusalMatrix(t *testing.T) {
 					LastActivityAt: time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)})
 				return r
 			}},
+		{name: "sessionExpiresAt in year 10000 once in UTC", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				far := time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("", -(23*3600+59*60)))
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", SessionExpiresAt: &far})
+				return r
+			}},
+		{name: "lastActivityAt in year -1 once in UTC", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix",
+					LastActivityAt: time.Date(0, 1, 1, 0, 0, 0, 0, time.FixedZone("", 23*3600+59*60))})
+				return r
+			}},
 		{name: "lastActivityAt within the skew window ahead accepted", status: 202,
 			req: func() signedReq {
 				r := ok(active)
