@@ -50,7 +50,9 @@ const (
 //     never accepted before in that key's partition, and a body that decodes
 //     strictly into HeartbeatV1 naming the key's environment;
 //   - a 202 adds exactly one heartbeat row and claims the nonce; a refusal
-//     adds no heartbeat row and claims nothing.
+//     adds no heartbeat row and claims nothing;
+//   - after a 202, GET /api/admin/fleet still answers 200 (an accepted value
+//     must stay encodable).
 //
 // `go test` runs the seeds below and testdata/fuzz/FuzzVerify; `go test
 // -run XXX -fuzz FuzzVerify ./daemon` explores.
@@ -227,6 +229,14 @@ func FuzzVerify(f *testing.F) {
 		}
 		if countRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) != 1 {
 			t.Fatalf("202 without the nonce claimed in partition %q", partition)
+		}
+		// Whatever was accepted, the fleet view still reads.
+		fr := httptest.NewRequest("GET", "/api/admin/fleet", nil)
+		fr.Header.Set("Authorization", "Bearer "+h.adminToken())
+		fw := httptest.NewRecorder()
+		handler.ServeHTTP(fw, fr)
+		if fw.Code != 200 {
+			t.Fatalf("after accepting %q, GET /api/admin/fleet answered %d %s", body, fw.Code, fw.Body.Bytes())
 		}
 	})
 }
