@@ -86,7 +86,7 @@ func ToolPath(t testing.TB, name string) string {
 // CGO_ENABLED=0, once per test process, and returns its absolute path. The
 // binary lives in a directory made by os.MkdirTemp (shared by every test of
 // the process, so not t.TempDir); directories left by earlier runs more than
-// a few hours old are removed. A failed build fails every caller with the
+// an hour old are removed. A failed build fails every caller with the
 // compiler's output.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
@@ -119,14 +119,20 @@ func build(root string) (string, error) {
 	return out, nil
 }
 
+// binDirMaxAge is how old a binary dir of an earlier test process must be
+// before pruneOldBinDirs removes it: beyond any run of the suite (test.sh
+// uses -timeout 20m), short enough that a day of runs does not fill /tmp
+// with 40 MB binaries.
+const binDirMaxAge = time.Hour
+
 // pruneOldBinDirs removes binary dirs of earlier test processes. Nothing
 // removes a process's own dir when it exits (a test binary has no hook for
-// that without TestMain); six hours is far beyond any run of the suite.
+// that without TestMain).
 func pruneOldBinDirs() {
 	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
 	for _, m := range matches {
 		fi, err := os.Lstat(m)
-		if err == nil && fi.IsDir() && time.Since(fi.ModTime()) > 6*time.Hour {
+		if err == nil && fi.IsDir() && time.Since(fi.ModTime()) > binDirMaxAge {
 			_ = os.RemoveAll(m)
 		}
 	}
