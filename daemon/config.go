@@ -149,10 +149,11 @@ func LoadConfig(env Getenv) (*Config, error) {
 	}
 
 	c.Origin = get("CHALUPA_ORIGIN")
-	if c.Origin == "" {
+	if c.Origin == "" && !loopback && len(problems) == 0 {
+		bad("CHALUPA_ORIGIN is required when CHALUPA_LISTEN is not a loopback address (the public https origin)")
+	} else if c.Origin == "" {
 		c.Origin = "http://" + c.Listen
-	}
-	if u, err := url.Parse(c.Origin); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+	} else if u, err := url.Parse(c.Origin); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		bad("CHALUPA_ORIGIN must be an absolute http(s) URL")
 	} else if u.Scheme != "https" && !isLoopbackHost(u.Hostname()) {
 		bad("CHALUPA_ORIGIN must use https unless its host is loopback")

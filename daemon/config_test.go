@@ -112,6 +112,8 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 	}{
 		{name: "http origin off loopback", set: map[string]string{"CHALUPA_ORIGIN": "http://plain-origin-4411.example.net"},
 			want: "CHALUPA_ORIGIN", bad: []string{"plain-origin-4411"}},
+		{name: "no origin off loopback", set: map[string]string{"CHALUPA_ORIGIN": "", "CHALUPA_LISTEN": "0.0.0.0:18444"},
+			want: "CHALUPA_ORIGIN is required", bad: []string{"0.0.0.0:18444"}},
 		{name: "origin with a path", set: map[string]string{"CHALUPA_ORIGIN": "https://chalupa.example.net/secret-path-9zz"},
 			want: "CHALUPA_ORIGIN", bad: []string{"secret-path-9zz"}},
 		{name: "origin not a URL", set: map[string]string{"CHALUPA_ORIGIN": "ftp://origin-host-5151"},
