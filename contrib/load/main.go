@@ -1,0 +1,583 @@
+// Command load measures chalupa's signed-heartbeat ingest against a minimal
+// reference server in one run, on loopback only (issue 3, "Performance";
+// DESIGN.md, "Targets"). See README.md beside this file.
+//
+//	go run ./contrib/load [-duration 15s] [-workers 64] [-rate 1000] [-json]
+//
+// It builds and starts `chalupa serve` with a fresh data dir, creates an
+// environment and issues a key through the admin API, then starts the
+// reference (this executable re-run with -serve-reference: net/http +
+// signer.Verify + one SQLite transaction per request on chalupa's driver and
+// pragmas). Against each it runs a closed-loop maximum-throughput phase and an
+// open-loop constant-rate phase, then prints both, the throughput ratio and
+// chalupa's mean writer batch.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chalupa-run/chalupa/ingest/signer"
+)
+
+// Targets of issue 3.
+const (
+	targetRatio = 2.0
+	targetP99   = 20 * time.Millisecond
+)
+
+// otherCPUWarn is how much CPU (in cores) other processes may use during a
+// phase before the report warns that the machine was not quiet.
+const otherCPUWarn = 0.10
+
+type config struct {
+	Duration    time.Duration `json:"duration"`
+	Warmup      time.Duration `json:"warmup"`
+	Settle      time.Duration `json:"settle"`
+	Timeout     time.Duration `json:"requestTimeout"`
+	Workers     int           `json:"workers"`
+	Rate        float64       `json:"rate"`
+	Deployments int           `json:"deployments"`
+	MaxInflight int           `json:"maxInflight"`
+	MaxRequests int64         `json:"maxRequests"`
+	RefConns    int           `json:"referenceConns"`
+	Only        string        `json:"only"`
+	ChalupaBin  string        `json:"chalupaBin,omitempty"`
+	EnvSlug     string        `json:"environmentSlug"`
+	JSON        bool          `json:"-"`
+	Keep        bool          `json:"-"`
+	WaitQuiet   time.Duration `json:"waitQuiet"`
+	NumCPU      int           `json:"numCPU"`
+	GOMAXPROCS  int           `json:"gomaxprocs"`
+}
+
+// phaseResult is one phase against one target.
+type phaseResult struct {
+	Target          string           `json:"target"`
+	Phase           string           `json:"phase"` // "max" or "steady"
+	Workers         int              `json:"workers,omitempty"`
+	TargetRate      float64          `json:"targetRate,omitempty"`
+	DurationSeconds float64          `json:"durationSeconds"`
+	Scheduled       int64            `json:"scheduled,omitempty"`
+	OK              int64            `json:"ok"`
+	Non2xx          int64            `json:"non2xx"`
+	TransportErrors int64            `json:"transportErrors"`
+	Statuses        map[string]int64 `json:"statuses"`
+	ReqPerSec       float64          `json:"reqPerSec"` // 2xx answers per second
+	P50Ms           float64          `json:"p50Ms"`
+	P90Ms           float64          `json:"p90Ms"`
+	P99Ms           float64          `json:"p99Ms"`
+	P999Ms          float64          `json:"p999Ms"`
+	MaxMs           float64          `json:"maxMs"`
+	MeanMs          float64          `json:"meanMs"`
+	SendLagP99Ms    float64          `json:"sendLagP99Ms,omitempty"`
+	SendLagMaxMs    float64          `json:"sendLagMaxMs,omitempty"`
+	ServerCPUCores  float64          `json:"serverCpuCores"` // CPU seconds per wall second; -1 unknown
+	ServerCPUPerReq float64          `json:"serverCpuUsPerRequest"`
+	ClientCPUCores  float64          `json:"clientCpuCores"`
+	// OtherCPUCores is what every other process on the machine used during
+	// the window (machine busy time less server and client); a run with
+	// more than a few hundredths here shared the CPU with something else.
+	OtherCPUCores float64 `json:"otherCpuCores"`
+	WriterCommits float64 `json:"writerCommits,omitempty"`
+	WriterUnits   float64 `json:"writerUnits,omitempty"`
+	MeanBatch     float64 `json:"meanBatch,omitempty"`
+}
+
+type report struct {
+	Config  config        `json:"config"`
+	Results []phaseResult `json:"results"`
+	// Ratio is chalupa's max throughput over the reference's (0 when
+	// either was not run).
+	Ratio float64 `json:"ratio,omitempty"`
+	// ChalupaMeanBatch is units/commits over chalupa's whole run.
+	ChalupaMeanBatch float64 `json:"chalupaMeanBatch,omitempty"`
+	RatioPass        *bool   `json:"ratioPass,omitempty"`
+	P99Pass          *bool   `json:"p99Pass,omitempty"`
+}
+
+func main() {
+	var cfg config
+	var serveRef bool
+	var refDB string
+	flag.DurationVar(&cfg.Duration, "duration", 15*time.Second, "measured duration of each phase")
+	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured warm-up before each phase")
+	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between the two phases of a target")
+	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
+	flag.IntVar(&cfg.Workers, "workers", 64, "concurrent workers in the max-throughput phase")
+	flag.Float64Var(&cfg.Rate, "rate", 1000, "arrival rate of the steady phase, requests/s")
+	flag.IntVar(&cfg.Deployments, "deployments", 500, "deployment ids the heartbeats are spread over")
+	flag.IntVar(&cfg.MaxInflight, "max-inflight", 2048, "steady phase: most requests outstanding at once")
+	flag.Int64Var(&cfg.MaxRequests, "max-requests", 20_000_000, "max phase: most requests sent (a safety bound)")
+	flag.IntVar(&cfg.RefConns, "ref-conns", 64, "reference: SQLite pool size (concurrent transactions)")
+	flag.StringVar(&cfg.Only, "only", "both", "targets: chalupa, reference or both")
+	flag.StringVar(&cfg.ChalupaBin, "chalupa-bin", "", "use this chalupa binary instead of building tmp/chalupa")
+	flag.StringVar(&cfg.EnvSlug, "env", "load-test", "environment slug the key is bound to")
+	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
+	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
+	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
+	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
+	flag.Parse()
+
+	if serveRef {
+		if err := runReferenceServer(refDB, cfg.RefConns); err != nil {
+			fmt.Fprintln(os.Stderr, "reference:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	cfg.NumCPU, cfg.GOMAXPROCS = runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	rep, err := run(cfg)
+	if rep != nil {
+		if cfg.JSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rep)
+		} else {
+			printReport(os.Stdout, rep)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.Duration <= 0 || c.Duration > time.Hour:
+		return errors.New("-duration must be in (0, 1h]")
+	case c.Warmup < 0 || c.Warmup > 10*time.Minute:
+		return errors.New("-warmup must be in [0, 10m]")
+	case c.WaitQuiet < 0 || c.WaitQuiet > 30*time.Minute:
+		return errors.New("-wait-quiet must be in [0, 30m]")
+	case c.Settle < 0 || c.Settle > time.Minute:
+		return errors.New("-settle must be in [0, 1m]")
+	case c.Timeout <= 0 || c.Timeout > time.Minute:
+		return errors.New("-timeout must be in (0, 1m]")
+	case c.Workers < 1 || c.Workers > 4096:
+		return errors.New("-workers must be in [1, 4096]")
+	case !(c.Rate > 0 && c.Rate <= 100_000):
+		return errors.New("-rate must be in (0, 100000]")
+	case c.Deployments < 1 || c.Deployments > 1_000_000:
+		return errors.New("-deployments must be in [1, 1000000]")
+	case c.MaxInflight < 1 || c.MaxInflight > 16384:
+		return errors.New("-max-inflight must be in [1, 16384]")
+	case c.MaxRequests < 1:
+		return errors.New("-max-requests must be positive")
+	case c.RefConns < 1 || c.RefConns > 1024:
+		return errors.New("-ref-conns must be in [1, 1024]")
+	case c.Only != "both" && c.Only != "chalupa" && c.Only != "reference":
+		return errors.New("-only must be chalupa, reference or both")
+	case !signerSlugOK(c.EnvSlug):
+		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
+	}
+	return nil
+}
+
+func signerSlugOK(s string) bool {
+	if len(s) < 2 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func progress(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "load: "+format+"\n", a...)
+}
+
+// run performs the whole measurement. It is bounded in time: every phase by
+// its own clock, and the whole by a deadline derived from the flags.
+func run(cfg config) (*report, error) {
+	targets := []string{"chalupa", "reference"}
+	if cfg.Only != "both" {
+		targets = []string{cfg.Only}
+	}
+	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
+	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "chalupa-load-")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Keep {
+		progress("keeping %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+
+	rep := &report{Config: cfg}
+	for _, name := range targets {
+		res, batch, err := runTarget(ctx, cfg, name, filepath.Join(dir, name))
+		rep.Results = append(rep.Results, res...)
+		if name == "chalupa" {
+			rep.ChalupaMeanBatch = batch
+		}
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	var cMax, rMax, cSteady *phaseResult
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		switch {
+		case r.Target == "chalupa" && r.Phase == "max":
+			cMax = r
+		case r.Target == "reference" && r.Phase == "max":
+			rMax = r
+		case r.Target == "chalupa" && r.Phase == "steady":
+			cSteady = r
+		}
+	}
+	if cMax != nil && rMax != nil && rMax.ReqPerSec > 0 {
+		rep.Ratio = cMax.ReqPerSec / rMax.ReqPerSec
+		pass := rep.Ratio >= targetRatio
+		rep.RatioPass = &pass
+	}
+	if cSteady != nil {
+		pass := cSteady.P99Ms <= float64(targetP99)/float64(time.Millisecond) &&
+			cSteady.Non2xx+cSteady.TransportErrors == 0
+		rep.P99Pass = &pass
+	}
+	return rep, nil
+}
+
+// sampler records CPU (server and this client) and, for chalupa, writer
+// statistics at the edges of a phase's measurement window.
+type sampler struct {
+	ctx                  context.Context
+	srv                  *server
+	chal                 *chalupaTarget
+	t0, t1               time.Time
+	srv0, srv1           float64
+	self0, self1         float64
+	mach0, mach1         float64
+	commits0, units0     float64
+	commits1, units1     float64
+	statsErr0, statsErr1 error
+}
+
+func (s *sampler) start() {
+	if s.chal != nil {
+		s.commits0, s.units0, s.statsErr0 = s.chal.writerStats(s.ctx)
+	}
+	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+}
+
+func (s *sampler) end() {
+	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+	if s.chal != nil {
+		s.commits1, s.units1, s.statsErr1 = s.chal.writerStats(s.ctx)
+	}
+}
+
+func (s *sampler) fill(r *phaseResult) {
+	wall := s.t1.Sub(s.t0).Seconds()
+	r.ServerCPUCores, r.ClientCPUCores, r.OtherCPUCores = -1, -1, -1
+	if wall > 0 && s.srv0 >= 0 && s.srv1 >= 0 {
+		r.ServerCPUCores = (s.srv1 - s.srv0) / wall
+		if n := r.OK + r.Non2xx; n > 0 {
+			r.ServerCPUPerReq = (s.srv1 - s.srv0) / float64(n) * 1e6
+		}
+	}
+	if wall > 0 && s.self0 >= 0 && s.self1 >= 0 {
+		r.ClientCPUCores = (s.self1 - s.self0) / wall
+	}
+	if wall > 0 && r.ServerCPUCores >= 0 && r.ClientCPUCores >= 0 && s.mach0 >= 0 && s.mach1 >= 0 {
+		r.OtherCPUCores = max(0, (s.mach1-s.mach0)/wall-r.ServerCPUCores-r.ClientCPUCores)
+	}
+	if s.chal != nil && s.statsErr0 == nil && s.statsErr1 == nil {
+		r.WriterCommits = s.commits1 - s.commits0
+		r.WriterUnits = s.units1 - s.units0
+		if r.WriterCommits > 0 {
+			r.MeanBatch = r.WriterUnits / r.WriterCommits
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func summarize(r *phaseResult, t *tally) {
+	r.OK, r.Non2xx, r.TransportErrors = t.ok, t.non2xx, t.transport
+	r.Statuses = map[string]int64{}
+	for k, v := range t.statuses {
+		r.Statuses[strconv.Itoa(k)] = v
+	}
+	if r.TransportErrors > 0 {
+		r.Statuses["transport"] = r.TransportErrors
+	}
+	r.P50Ms, r.P90Ms = ms(t.lat.Quantile(0.50)), ms(t.lat.Quantile(0.90))
+	r.P99Ms, r.P999Ms = ms(t.lat.Quantile(0.99)), ms(t.lat.Quantile(0.999))
+	r.MaxMs, r.MeanMs = ms(t.lat.Max()), ms(t.lat.Mean())
+}
+
+// runTarget starts one server, runs both phases against it and stops it.
+// It returns the phase results and, for chalupa, the mean writer batch over
+// the whole run.
+func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult, float64, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, 0, err
+	}
+	var (
+		srv   *server
+		chal  *chalupaTarget
+		keyID string
+		key   []byte
+	)
+	switch name {
+	case "chalupa":
+		bin := cfg.ChalupaBin
+		if bin == "" {
+			root, err := findRepoRoot()
+			if err != nil {
+				return nil, 0, err
+			}
+			progress("building %s", filepath.Join(root, "tmp", "chalupa"))
+			if bin, err = buildChalupa(ctx, root); err != nil {
+				return nil, 0, err
+			}
+		}
+		progress("chalupa: starting %s serve", bin)
+		var err error
+		if chal, err = startChalupa(ctx, bin, dir); err != nil {
+			return nil, 0, err
+		}
+		srv = chal.server
+		if keyID, key, err = chal.issueKey(ctx, cfg.EnvSlug); err != nil {
+			srv.stop(chalupaStopGrace)
+			return nil, 0, err
+		}
+	case "reference":
+		material := signer.NewKeyMaterial()
+		key, _ = signer.DecodeKeyMaterial(material)
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		keyID = "env_" + cfg.EnvSlug + "_" + hex.EncodeToString(b)
+		progress("reference: starting (pool of %d SQLite connections)", cfg.RefConns)
+		var err error
+		if srv, err = startReference(ctx, dir, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
+			return nil, 0, err
+		}
+	}
+	grace := 15 * time.Second
+	if chal != nil {
+		grace = chalupaStopGrace
+	}
+	stopped := false
+	stopSrv := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		return srv.stop(grace)
+	}
+	defer stopSrv()
+
+	conns := max(cfg.Workers, 256)
+	w, err := newWorkload(srv.url, keyID, key, cfg.EnvSlug, cfg.Deployments, conns, cfg.Timeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer w.close()
+
+	var out []phaseResult
+
+	waitQuiet(ctx, cfg.WaitQuiet, srv)
+	progress("%s: max throughput, %d workers, %s warm-up + %s", name, cfg.Workers, cfg.Warmup, cfg.Duration)
+	s := &sampler{ctx: ctx, srv: srv, chal: chal}
+	t, measured := runMax(ctx, w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
+	r := phaseResult{Target: name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
+	summarize(&r, t)
+	r.ReqPerSec = float64(r.OK) / measured.Seconds()
+	s.fill(&r)
+	out = append(out, r)
+	if err := ctx.Err(); err != nil {
+		return out, 0, err
+	}
+
+	sleepUntil(ctx, time.Now().Add(cfg.Settle))
+
+	waitQuiet(ctx, cfg.WaitQuiet, srv)
+	progress("%s: steady %.0f req/s, %s warm-up + %s", name, cfg.Rate, cfg.Warmup, cfg.Duration)
+	s = &sampler{ctx: ctx, srv: srv, chal: chal}
+	t, scheduled := runSteady(ctx, w, s, cfg.Rate, cfg.Warmup, cfg.Duration, cfg.MaxInflight)
+	r = phaseResult{Target: name, Phase: "steady", TargetRate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), Scheduled: scheduled}
+	summarize(&r, t)
+	// Achieved rate: answers over the window, stretched to the last answer
+	// when the server fell behind the schedule.
+	span := cfg.Duration
+	if !t.lastDone.IsZero() && s.t0.Before(t.lastDone) && t.lastDone.Sub(s.t0) > span {
+		span = t.lastDone.Sub(s.t0)
+	}
+	r.ReqPerSec = float64(r.OK) / span.Seconds()
+	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.lag.Quantile(0.99)), ms(t.lag.Max())
+	s.fill(&r)
+	out = append(out, r)
+	if err := ctx.Err(); err != nil {
+		return out, 0, err
+	}
+
+	var batch float64
+	if chal != nil {
+		c, u, err := chal.writerStats(ctx)
+		if err != nil {
+			progress("chalupa: %v", err)
+		} else if c > 0 {
+			batch = u / c
+		}
+	}
+	progress("%s: stopping", name)
+	if err := stopSrv(); err != nil {
+		progress("%s: %v", name, err)
+	}
+	return out, batch, nil
+}
+
+// waitQuiet waits, at most limit, until other processes (everything but this
+// client and srv) use less than otherCPUWarn cores over a one-second sample.
+// On a machine shared with other work (test suites, builds) a measurement
+// taken while they run says little about the server.
+func waitQuiet(ctx context.Context, limit time.Duration, srv *server) {
+	if limit <= 0 {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	warned := false
+	for {
+		m0, s0, c0, t0 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self"), time.Now()
+		sleepUntil(ctx, t0.Add(time.Second))
+		m1, s1, c1 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self")
+		if m0 < 0 || m1 < 0 || s0 < 0 || c0 < 0 || ctx.Err() != nil {
+			return
+		}
+		other := ((m1 - m0) - (s1 - s0) - (c1 - c0)) / time.Since(t0).Seconds()
+		if other < otherCPUWarn {
+			return
+		}
+		if time.Now().After(deadline) {
+			progress("other processes still use %.2f cores after %s; measuring anyway", other, limit)
+			return
+		}
+		if !warned {
+			progress("other processes use %.2f cores; waiting up to %s for the machine to be quiet", other, limit)
+			warned = true
+		}
+	}
+}
+
+func printReport(out io.Writer, rep *report) {
+	c := rep.Config
+	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (client and server share them), %d deployments, %s warm-up + %s per phase\n\n",
+		c.NumCPU, c.Deployments, c.Warmup, c.Duration)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tphase\treq/s\t2xx\tnon-2xx\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsend lag p99 ms\tserver CPU\tserver µs/req\tclient CPU\tother CPU\tbatch\t")
+	for _, r := range rep.Results {
+		phase := fmt.Sprintf("max (%d workers)", r.Workers)
+		lag := "-"
+		if r.Phase == "steady" {
+			phase = fmt.Sprintf("steady %.0f/s", r.TargetRate)
+			lag = fmt.Sprintf("%.2f", r.SendLagP99Ms)
+		}
+		batch := "-"
+		if r.MeanBatch > 0 {
+			batch = fmt.Sprintf("%.1f", r.MeanBatch)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Target, phase, r.ReqPerSec, r.OK, r.Non2xx, r.TransportErrors,
+			r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs, lag,
+			cores(r.ServerCPUCores), usPerReq(r.ServerCPUCores, r.ServerCPUPerReq), cores(r.ClientCPUCores), cores(r.OtherCPUCores), batch)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	for _, r := range rep.Results {
+		if r.Non2xx+r.TransportErrors > 0 {
+			keys := make([]string, 0, len(r.Statuses))
+			for k := range r.Statuses {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			fmt.Fprintf(out, "%s %s answers:", r.Target, r.Phase)
+			for _, k := range keys {
+				fmt.Fprintf(out, " %s×%d", k, r.Statuses[k])
+			}
+			fmt.Fprintln(out)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.OtherCPUCores > otherCPUWarn {
+			fmt.Fprintf(out, "WARNING: other processes used %.2f cores during %s %s; its figures are not a clean measurement\n", r.OtherCPUCores, r.Target, r.Phase)
+		}
+	}
+	if rep.Ratio > 0 {
+		fmt.Fprintf(out, "throughput ratio chalupa/reference: %.2f (target ≥ %.1f: %s)\n", rep.Ratio, targetRatio, passFail(rep.RatioPass))
+	}
+	for _, r := range rep.Results {
+		if r.Target == "chalupa" && r.Phase == "steady" {
+			fmt.Fprintf(out, "chalupa p99 at %.0f req/s: %.2f ms (target ≤ %d ms with no errors: %s)\n",
+				r.TargetRate, r.P99Ms, targetP99.Milliseconds(), passFail(rep.P99Pass))
+		}
+	}
+	if rep.ChalupaMeanBatch > 0 {
+		fmt.Fprintf(out, "chalupa writer mean batch (chalupa_writer_units_total / chalupa_writer_commits_total): %.1f over the run", rep.ChalupaMeanBatch)
+		for _, r := range rep.Results {
+			if r.Target == "chalupa" && r.MeanBatch > 0 {
+				fmt.Fprintf(out, "; %.1f in %s", r.MeanBatch, r.Phase)
+			}
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+func cores(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func usPerReq(c, v float64) string {
+	if c < 0 || v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func passFail(p *bool) string {
+	if p == nil {
+		return "n/a"
+	}
+	if *p {
+		return "PASS"
+	}
+	return "FAIL"
+}
