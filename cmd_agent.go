@@ -82,6 +82,11 @@ func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client, started
 			last = fi.ModTime().UTC()
 		}
 	}
+	// An mtime ahead of this clock is no activity later than now (and
+	// would make idleChecks negative, which the daemon refuses).
+	if now := time.Now().UTC(); last.After(now) {
+		last = now
+	}
 	hb := ingest.HeartbeatV1{
 		EnvironmentSlug: c.Env,
 		Deployment:      ingest.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
