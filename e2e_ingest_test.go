@@ -137,6 +137,23 @@ func TestIngestEndToEnd(t *testing.T) {
 		t.Fatalf("agent --every 50ms --count 3 exited %d with %d accepted:\n%s", code, n, out)
 	}
 	acked += 3
+	// An activity file stamped in the future (a clock set wrong, a copy
+	// from another machine) is no activity later than now: the agent still
+	// reports, and the deadline is now + the limit at the latest.
+	future := filepath.Join(t.TempDir(), "future-activity")
+	if err := os.WriteFile(future, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(future, time.Now().Add(time.Hour), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	out, code = daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+		"--key-file", keyFile, "--env", "demo-harbor", "--deployment", "dep-e2e-future", "--activity-file", future)
+	outputs["agent future activity"] = out
+	if code != 0 || len(accepted.FindAllString(out, -1)) != 1 {
+		t.Fatalf("agent with an activity file stamped an hour ahead exited %d:\n%s", code, out)
+	}
+
 	// A refused heartbeat (wrong environment) exits non-zero and is not stored.
 	out, code = daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", keyFile, "--env", "other-env", "--deployment", "dep-e2e-1")
