@@ -162,6 +162,23 @@ func TestIngestEndToEnd(t *testing.T) {
 		t.Fatalf("agent with the wrong environment exited %d:\n%s", code, out)
 	}
 
+	// Admin commands exit non-zero with the server's error code.
+	for _, c := range []struct {
+		code string
+		args []string
+	}{
+		{"environment_not_found", []string{"admin", "keys", "issue", "ghost-env"}},
+		{"key_not_found", []string{"admin", "keys", "revoke", "env_demo-harbor_0000000000000000"}},
+		{"key_not_found", []string{"admin", "api", "adminRevokeIngestKey", "--body", `{"keyId":"env_demo-harbor_0000000000000000"}`}},
+		{"environment_exists", []string{"admin", "env", "create", "demo-harbor"}},
+	} {
+		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, c.args...)
+		outputs[strings.Join(c.args, " ")] = out
+		if code == 0 || !strings.Contains(out, c.code) {
+			t.Fatalf("chalupa %s exited %d, want non-zero naming %s:\n%s", strings.Join(c.args, " "), code, c.code, out)
+		}
+	}
+
 	// The fleet shows the deployment and its deadlines.
 	outputs["fleet --json"] = ingestE2ECLI(t, bin, d, "admin", "fleet", "--json")
 	var fleet adminapi.Fleet
