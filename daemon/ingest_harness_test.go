@@ -236,9 +236,8 @@ func (h *ingestHarness) start() {
 	}
 	srv := daemon.NewServer(daemon.Deps{
 		Config: h.cfg, DB: db, Replicator: repl,
-		Keys: ingest.NewKeyring(db, sealer, h.clock.Now), Log: log,
+		Keys: ingest.NewKeyring(db, sealer, h.clock.Now), Log: log, Now: h.clock.Now,
 	})
-	daemon.SetClockForTest(srv, h.clock.Now)
 	h.db, h.repl, h.srv = db, repl, srv
 	h.ts = httptest.NewServer(srv.Handler())
 	h.URL = h.ts.URL

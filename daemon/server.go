@@ -44,6 +44,9 @@ type Deps struct {
 	Replicator *storage.Replicator
 	Keys       *ingest.Keyring
 	Log        zerolog.Logger
+	// Now is the clock that judges X-Chalupa-Timestamp skew and stamps
+	// writes; nil means time.Now.
+	Now func() time.Time
 }
 
 // route is one registered route: pattern for metrics and logs, and its handler.
@@ -54,7 +57,11 @@ type route struct {
 
 // NewServer builds the server and its routes.
 func NewServer(d Deps) *Server {
-	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, keys: d.Keys, log: d.Log, started: time.Now(), now: time.Now}
+	now := d.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, keys: d.Keys, log: d.Log, started: now(), now: now}
 	var shared []byte
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
