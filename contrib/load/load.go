@@ -205,8 +205,8 @@ func runMax(ctx context.Context, w *workload, win window, workers int, warmup, d
 				}
 				status, err := w.send(ctx)
 				t1 := time.Now()
-				if t0.Before(from) || t1.After(to) {
-					continue
+				if t0.Before(from) || t1.After(to) || (err != nil && ctx.Err() != nil) {
+					continue // outside the window, or cut short by an interrupt
 				}
 				t.add(status, err, t1.Sub(t0), t1)
 			}
@@ -266,7 +266,7 @@ loop:
 			lag := time.Since(at)
 			status, err := w.send(ctx)
 			done := time.Now()
-			if !measured {
+			if !measured || (err != nil && ctx.Err() != nil) {
 				return
 			}
 			mu.Lock()

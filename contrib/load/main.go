@@ -66,6 +66,20 @@ type config struct {
 	GOMAXPROCS  int           `json:"gomaxprocs"`
 }
 
+// MarshalJSON writes the durations as Go duration strings ("15s"), which a
+// reader can compare with the flags, instead of nanoseconds.
+func (c config) MarshalJSON() ([]byte, error) {
+	type plain config
+	return json.Marshal(struct {
+		plain
+		Duration  string `json:"duration"`
+		Warmup    string `json:"warmup"`
+		Settle    string `json:"settle"`
+		Timeout   string `json:"requestTimeout"`
+		WaitQuiet string `json:"waitQuiet"`
+	}{plain(c), c.Duration.String(), c.Warmup.String(), c.Settle.String(), c.Timeout.String(), c.WaitQuiet.String()})
+}
+
 // phaseResult is one phase against one target.
 type phaseResult struct {
 	Target          string           `json:"target"`
@@ -146,9 +160,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(2)
 	}
+	if cfg.ChalupaBin != "" {
+		// The server runs in its own directory: a relative path would not
+		// resolve there.
+		abs, err := filepath.Abs(cfg.ChalupaBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			os.Exit(2)
+		}
+		cfg.ChalupaBin = abs
+	}
 	cfg.NumCPU, cfg.GOMAXPROCS = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	rep, err := run(cfg)
-	if rep != nil {
+	if rep != nil && len(rep.Results) > 0 {
 		if cfg.JSON {
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "  ")
