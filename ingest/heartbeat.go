@@ -111,21 +111,24 @@ func utcYearInRange(t time.Time) bool {
 // heartbeat for an ended deployment is 409 deployment_ended with nothing
 // written. Success is 202 HeartbeatAccepted.
 func (s *Service) Heartbeat(r *http.Request) Response {
-	return s.handle(r, MaxHeartbeatBody, func(ctx context.Context, tx storage.Tx, v verified) (any, error) {
-		var hb HeartbeatV1
-		if rf := decodeBody(v.body, &hb); rf != nil {
-			return nil, rf
+	var hb HeartbeatV1
+	parse := func(body []byte) *Refusal {
+		if rf := decodeBody(body, &hb); rf != nil {
+			return rf
 		}
 		if rf := hb.validate(); rf != nil {
-			return nil, rf
+			return rf
 		}
 		// lastActivityAt fixes the idle deadline: one later than the clock
 		// skew already tolerated would defer the reaper at will, and near
 		// year 9999 the deadline has no RFC 3339 form (the 202 and every
 		// later fleet read would fail after the write had committed).
 		if hb.Reaper.LastActivityAt.After(s.now().Add(SkewWindow)) {
-			return nil, refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
 		}
+		return nil
+	}
+	return s.handle(r, MaxHeartbeatBody, parse, func(ctx context.Context, tx storage.Tx, v verified) (any, error) {
 		envID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err

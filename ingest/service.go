@@ -113,10 +113,13 @@ func decodeBody(b []byte, v any) *Refusal {
 	return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg)
 }
 
-// handle runs verification, then one writer unit that claims the nonce and
-// calls write. write returns the success body or an error (a *Refusal, or an
-// internal fault). Nothing is written unless write succeeds.
-func (s *Service) handle(r *http.Request, maxBody int64, write func(ctx context.Context, tx storage.Tx, v verified) (any, error)) Response {
+// handle runs verification, then parse on the body (outside the writer, so
+// JSON decoding never occupies the single write connection), then one writer
+// unit that claims the nonce and either returns parse's refusal (so a replay
+// is 409 before any 400/422, DESIGN.md's order) or calls write. write returns
+// the success body or an error (a *Refusal, or an internal fault). Nothing is
+// written unless write succeeds.
+func (s *Service) handle(r *http.Request, maxBody int64, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v verified) (any, error)) Response {
 	ctx := r.Context()
 	v, rf, err := s.verify(ctx, r, maxBody)
 	if err != nil {
@@ -127,10 +130,14 @@ func (s *Service) handle(r *http.Request, maxBody int64, write func(ctx context.
 	if rf != nil {
 		return refused(rf, shared)
 	}
+	bodyRefusal := parse(v.body)
 	var body any
 	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if err := s.claim(ctx, tx, v); err != nil {
 			return err
+		}
+		if bodyRefusal != nil {
+			return bodyRefusal
 		}
 		var err error
 		body, err = write(ctx, tx, v)

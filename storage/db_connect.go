@@ -62,6 +62,12 @@ func dsn(path string, readOnly bool) string {
 		// A write transaction takes the write lock when it begins, so a busy
 		// database is waited on by busy_timeout instead of failing on upgrade.
 		q.Set("_txlock", "immediate")
+		// Litestream owns checkpointing and keeps a read lock that stops
+		// SQLite's own checkpoint from finishing, so at the default 1,000
+		// pages SQLite retried (and re-sorted the whole WAL) after every
+		// commit. A high value keeps the app's checkpoint as a backstop only,
+		// as Litestream's docs advise (never 0: see above).
+		q.Add("_pragma", "wal_autocheckpoint(10000)")
 	}
 	return "file:" + path + "?" + q.Encode()
 }
@@ -104,6 +110,15 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(DefaultReadConns)
 	r.SetMaxIdleConns(DefaultReadConns)
+
+	// The writer polls BEGIN itself (see busyPoll): SQLite's busy handler on
+	// the write connection would only add sleep on top of the lock holder's
+	// time. The DSN's busy_timeout stays first for the journal_mode pragma.
+	if _, err := w.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		_ = w.Close()
+		_ = r.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
 
 	db := &DB{Path: path, Read: r, write: w}
 	db.Writer = newWriter(w)

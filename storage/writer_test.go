@@ -2,11 +2,13 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 func openTestDB(t *testing.T) *DB {
@@ -137,5 +139,80 @@ func TestWriterClosedAndCancelled(t *testing.T) {
 	db.Writer.close()
 	if err := db.Writer.Do(context.Background(), func(tx Tx) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Do after close: %v, want ErrClosed", err)
+	}
+}
+
+// The writer prepares a statement after its first use and reuses it; the
+// prepared path keeps savepoint semantics.
+func TestWriterReusesPreparedStatements(t *testing.T) {
+	db := openTestDB(t)
+	const q = `INSERT INTO t (k) VALUES (?)`
+	before := db.Writer.prepared.Load()
+	for i := 0; i < 3; i++ {
+		if i == 1 {
+			// The statement is prepared once the first batch has answered.
+			deadline := time.Now().Add(5 * time.Second)
+			for db.Writer.prepared.Load() == before && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if db.Writer.prepared.Load() == before {
+				t.Fatal("statement was not prepared after its first use")
+			}
+		}
+		err := db.Writer.Do(context.Background(), func(tx Tx) error {
+			if _, err := tx.Exec(q, fmt.Sprint("k", i)); err != nil {
+				return err
+			}
+			if i == 2 {
+				return errors.New("refused")
+			}
+			return nil
+		})
+		if (i == 2) != (err != nil) {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+	}
+	if n := count(t, db); n != 2 {
+		t.Fatalf("rows = %d, want 2", n)
+	}
+}
+
+// With the write lock held by another connection (as Litestream's
+// checkpoint does), the writer waits for it instead of failing: its
+// connection has busy_timeout 0 and it polls BEGIN itself.
+func TestWriterWaitsForWriteLock(t *testing.T) {
+	db := openTestDB(t)
+	other, err := sql.Open("sqlite", dsn(db.Path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.Begin() // BEGIN IMMEDIATE via _txlock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO t (k) VALUES ('held')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- db.Writer.Do(context.Background(), func(tx Tx) error {
+			_, err := tx.Exec(`INSERT INTO t (k) VALUES ('after')`)
+			return err
+		})
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("writer finished while the lock was held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("writer after the lock was released: %v", err)
+	}
+	if n := count(t, db); n != 2 {
+		t.Fatalf("rows = %d, want 2", n)
 	}
 }
