@@ -100,6 +100,7 @@ type ConfigError struct {
 	Problems []string
 }
 
+// Error lists every problem, one per line.
 func (e *ConfigError) Error() string {
 	return "invalid configuration:\n  - " + strings.Join(e.Problems, "\n  - ")
 }

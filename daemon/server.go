@@ -112,6 +112,7 @@ type statusRecorder struct {
 	bytes int
 }
 
+// WriteHeader records the first status code written.
 func (r *statusRecorder) WriteHeader(code int) {
 	if r.code == 0 {
 		r.code = code
@@ -119,6 +120,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
+// Write counts the bytes written (an implicit 200 if no header was written).
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
 		r.code = http.StatusOK

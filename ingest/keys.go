@@ -221,10 +221,12 @@ func (k *Keyring) Revoke(ctx context.Context, keyID string) (Revoked, error) {
 	return out, err
 }
 
-// Lookup resolves keyID to a usable key (active or rotating). The result
-// comes from the cache or, on a miss, from the database with its envelope
-// opened. Errors: ErrKeyNotFound (unknown, or revoked: the caller cannot
-// tell them apart from this error, see LookupStatus), envelope.ErrOpen.
+// Lookup resolves keyID. The result comes from the cache or, on a miss, from
+// the database with its envelope opened. A revoked key is returned with
+// Status "revoked" and no material (the caller refuses it); only active and
+// rotating keys carry material. Errors: ErrKeyNotFound for an unknown id,
+// envelope.ErrOpen (wrapped) for an envelope that does not open under the
+// master key (tampered or moved).
 func (k *Keyring) Lookup(ctx context.Context, keyID string) (*Key, error) {
 	k.mu.RLock()
 	c, ok := k.cache[keyID]

@@ -29,6 +29,7 @@ type Refusal struct {
 	Message string
 }
 
+// Error is "code: message".
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
 func refuse(status int, code, format string, a ...any) *Refusal {

@@ -31,6 +31,7 @@ type APIError struct {
 	Message string
 }
 
+// Error is "code: message (HTTP status)".
 func (e *APIError) Error() string {
 	if e.Code == "" {
 		return fmt.Sprintf("daemon answered HTTP %d", e.Status)
