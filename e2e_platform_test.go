@@ -186,7 +186,9 @@ func TestRestoreRoundTrip(t *testing.T) {
 			e2eStop(t, d)
 
 			restored := daemontest.Restore(t, litestream, replicaURL, creds)
-			e2eRequireAll(t, "restored database", e2eInFile(t, restored), acked)
+			inFile := e2eInFile(t, restored)
+			e2eRequireAll(t, "restored database", inFile, acked)
+			t.Logf("%s: %d environments acknowledged, %d in the database litestream restored", mode, len(acked), len(inFile))
 
 			// The operator's recovery: the restored file as chalupa.db in a
 			// fresh data dir, same master key and tokens.
