@@ -217,7 +217,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 					t.Errorf("message %q does not name both slugs", r.Message)
 				}
 			}},
-		{name: "deployment of another environment", status: 403, code: "deployment_environment_mismatch",
+		{name: "same deployment id in another environment is that environment's own", status: 202,
 			req: func() signedReq {
 				return signedReq{KeyID: other.ID, Key: other.Raw, Body: h.heartbeat(hbOpts{Env: "other-env", Deployment: "dep-matrix"})}
 			}},

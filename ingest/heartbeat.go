@@ -133,15 +133,13 @@ func (s *Service) Heartbeat(r *http.Request) Response {
 		if err != nil {
 			return nil, err
 		}
-		ref, err := storage.DeploymentRefByID(ctx, tx, hb.Deployment.ID)
+		status, err := storage.DeploymentStatus(ctx, tx, envID, hb.Deployment.ID)
 		exists := err == nil
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 		case err != nil:
 			return nil, err
-		case ref.EnvironmentID != envID:
-			return nil, refuse(http.StatusForbidden, "deployment_environment_mismatch", "deployment belongs to another environment")
-		case ref.Status == storage.DeploymentEnded:
+		case status == storage.DeploymentEnded:
 			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
 		}
 		now := s.now().UTC()

@@ -27,11 +27,13 @@ CREATE TABLE environments (
     updated_at INTEGER NOT NULL
 ) STRICT;
 
--- One deployment is one droplet's life under an environment. The id is the
--- agent's deployment id; the first heartbeat creates the row.
+-- One deployment is one droplet's life under an environment. id is the
+-- agent's deployment id, unique within its environment only: one
+-- environment's key can neither claim nor probe another's deployment ids.
+-- The first heartbeat creates the row.
 CREATE TABLE deployments (
-    id                 TEXT    PRIMARY KEY,
     environment_id     INTEGER NOT NULL REFERENCES environments (id),
+    id                 TEXT    NOT NULL,
     droplet_id         INTEGER,
     region             TEXT    NOT NULL DEFAULT '',
     size               TEXT    NOT NULL DEFAULT '',
@@ -47,7 +49,8 @@ CREATE TABLE deployments (
     agent_version      TEXT    NOT NULL DEFAULT '',
     -- USD per hour captured at launch (seed 002, "Scheduler and cost estimates").
     hourly_rate_usd    REAL,
-    managed            INTEGER NOT NULL DEFAULT 0 CHECK (managed IN (0, 1))
+    managed            INTEGER NOT NULL DEFAULT 0 CHECK (managed IN (0, 1)),
+    PRIMARY KEY (environment_id, id)
 ) STRICT;
 
 CREATE INDEX deployments_environment ON deployments (environment_id, status);
@@ -56,7 +59,8 @@ CREATE INDEX deployments_active_deadlines ON deployments (status, idle_deadline_
 -- Every accepted heartbeat, as received.
 CREATE TABLE heartbeats (
     id                 INTEGER PRIMARY KEY,
-    deployment_id      TEXT    NOT NULL REFERENCES deployments (id),
+    environment_id     INTEGER NOT NULL,
+    deployment_id      TEXT    NOT NULL,
     key_id             TEXT    NOT NULL,
     received_at        INTEGER NOT NULL,
     sent_at            INTEGER NOT NULL,
@@ -66,10 +70,11 @@ CREATE TABLE heartbeats (
     last_activity_at   INTEGER NOT NULL,
     ci_active          INTEGER NOT NULL CHECK (ci_active IN (0, 1)),
     idle_deadline_at   INTEGER NOT NULL,
-    session_expires_at INTEGER
+    session_expires_at INTEGER,
+    FOREIGN KEY (environment_id, deployment_id) REFERENCES deployments (environment_id, id)
 ) STRICT;
 
-CREATE INDEX heartbeats_deployment ON heartbeats (deployment_id, received_at);
+CREATE INDEX heartbeats_deployment ON heartbeats (environment_id, deployment_id, received_at);
 
 -- Lifecycle evidence. id is a stable event id so a retried completion or a
 -- concurrent reaper tick records an event at most once.
@@ -77,11 +82,12 @@ CREATE TABLE lifecycle_events (
     id             TEXT    PRIMARY KEY,
     org_id         INTEGER NOT NULL REFERENCES organizations (id),
     environment_id INTEGER REFERENCES environments (id),
-    deployment_id  TEXT    REFERENCES deployments (id),
+    deployment_id  TEXT,
     kind           TEXT    NOT NULL,
     reason         TEXT    NOT NULL DEFAULT '' CHECK (reason IN ('', 'idle', 'session-expired', 'provider', 'manual')),
     message        TEXT    NOT NULL DEFAULT '',
-    occurred_at    INTEGER NOT NULL
+    occurred_at    INTEGER NOT NULL,
+    FOREIGN KEY (environment_id, deployment_id) REFERENCES deployments (environment_id, id)
 ) STRICT;
 
 CREATE INDEX lifecycle_events_environment ON lifecycle_events (environment_id, occurred_at);

@@ -29,21 +29,14 @@ type Deployment struct {
 	AgentVersion     string
 }
 
-// DeploymentRef is what the heartbeat path needs to decide: which
-// environment a deployment belongs to and whether it has ended.
-type DeploymentRef struct {
-	EnvironmentID int64
-	Status        string
-}
-
-// DeploymentRefByID returns the environment and status of deployment id.
-// Errors: ErrNotFound.
-func DeploymentRefByID(ctx context.Context, q Querier, id string) (DeploymentRef, error) {
-	var r DeploymentRef
-	if err := q.QueryRowContext(ctx, `SELECT environment_id, status FROM deployments WHERE id = ?`, id).Scan(&r.EnvironmentID, &r.Status); err != nil {
-		return DeploymentRef{}, notFound(err)
+// DeploymentStatus returns the status of deployment id in the environment
+// (deployment ids are scoped to their environment). Errors: ErrNotFound.
+func DeploymentStatus(ctx context.Context, q Querier, environmentID int64, id string) (string, error) {
+	var st string
+	if err := q.QueryRowContext(ctx, `SELECT status FROM deployments WHERE environment_id = ? AND id = ?`, environmentID, id).Scan(&st); err != nil {
+		return "", notFound(err)
 	}
-	return r, nil
+	return st, nil
 }
 
 // Heartbeat is one accepted heartbeat, as stored.
@@ -69,8 +62,7 @@ type Heartbeat struct {
 // if it had sunk), otherwise updates the deployment's last heartbeat, CI
 // flag, idle deadline and (when sent) session expiry, then stores the
 // heartbeat row. The caller has checked that the deployment is not ended
-// and belongs to hb.EnvironmentID (DeploymentRefByID); created reports a new
-// deployment.
+// (DeploymentStatus); created reports a new deployment.
 func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) (created bool, err error) {
 	ci := boolInt(hb.CIActive)
 	if !exists {
@@ -97,19 +89,19 @@ func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) 
 			     size = CASE WHEN ? = '' THEN size ELSE ? END,
 			     session_expires_at = coalesce(?, session_expires_at),
 			     idle_deadline_at = ?, last_heartbeat_at = ?, ci_active = ?, agent_version = ?
-			 WHERE id = ? AND status = 'active'`,
+			 WHERE environment_id = ? AND id = ? AND status = 'active'`,
 			nullInt(hb.DropletID), hb.Region, hb.Region, hb.Size, hb.Size,
 			msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), ci, hb.AgentVersion,
-			hb.DeploymentID)
+			hb.EnvironmentID, hb.DeploymentID)
 		if err != nil {
 			return false, fmt.Errorf("update deployment: %w", err)
 		}
 	}
 	_, err = q.ExecContext(ctx,
-		`INSERT INTO heartbeats (deployment_id, key_id, received_at, sent_at, agent_version, idle_checks,
+		`INSERT INTO heartbeats (environment_id, deployment_id, key_id, received_at, sent_at, agent_version, idle_checks,
 		     limit_minutes, last_activity_at, ci_active, idle_deadline_at, session_expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		hb.DeploymentID, hb.KeyID, ms(hb.ReceivedAt), ms(hb.SentAt), hb.AgentVersion, hb.IdleChecks,
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		hb.EnvironmentID, hb.DeploymentID, hb.KeyID, ms(hb.ReceivedAt), ms(hb.SentAt), hb.AgentVersion, hb.IdleChecks,
 		hb.LimitMinutes, ms(hb.LastActivityAt), ci, ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt))
 	if err != nil {
 		return false, fmt.Errorf("insert heartbeat: %w", err)
