@@ -139,7 +139,7 @@ func (rewrapCmd) Run() error {
 	}
 	fmt.Printf("rewrapped %d ingest key envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.FromVersion, rep.ToVersion)
 	if rep.SecretsFileUpdated {
-		fmt.Printf("the new key is now in %s\n", cfg.SecretsFile)
+		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)
 	} else {
 		fmt.Println("set CHALUPA_INGEST_MASTER_KEY to the value of CHALUPA_INGEST_MASTER_KEY_NEW before the next serve")
 	}

@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/chalupa-run/chalupa/ingest"
@@ -15,18 +17,19 @@ import (
 // RewrapReport is what RunRewrap did.
 type RewrapReport struct {
 	ingest.RewrapResult
-	// SecretsFileUpdated is true when the old key came from the generated
-	// secrets file and the new key was written there.
+	// SecretsFileUpdated is true when the generated secrets file held the
+	// old key and now holds the new one (SecretsFile is its path).
 	SecretsFileUpdated bool
+	SecretsFile        string
 }
 
 // RunRewrap rotates the ingest master key offline: with the daemon stopped
 // (it takes the data-dir lock; ErrLocked if serve is running), it re-encrypts
 // every envelope from cfg's CHALUPA_INGEST_MASTER_KEY to newKey in one
-// transaction and waits until the change is in the replica. When the old key
-// came from the embedded default's secrets file, the file is updated to the
-// new key; otherwise the operator sets CHALUPA_INGEST_MASTER_KEY to the new
-// value before the next serve.
+// transaction and waits until the change is in the replica. When the data
+// dir's generated secrets file holds the old key, it is updated to the new
+// one; otherwise the operator sets CHALUPA_INGEST_MASTER_KEY to the new value
+// before the next serve.
 func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport, error) {
 	var rep RewrapReport
 	newKey, err := decodeKey(newKeyB64)
@@ -74,17 +77,22 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 		return rep, errors.Join(cerr, rerr)
 	}
 	rep.RewrapResult = res
-	for _, g := range cfg.Generated {
-		if g == "CHALUPA_INGEST_MASTER_KEY" {
-			m, err := ReadSecretsFile(cfg.SecretsFile)
-			if err != nil {
-				return rep, fmt.Errorf("rewrapped, but %s could not be read to store the new key: %s", SecretsFileName, errKind(err))
-			}
+	// The generated secrets file must follow: if it holds the old key
+	// (wherever this run read the key from), the next serve would read it
+	// and refuse to start.
+	path := filepath.Join(cfg.DataDir, SecretsFileName)
+	m, err := ReadSecretsFile(path)
+	if err != nil {
+		return rep, fmt.Errorf("rewrapped, but %s could not be read to store the new key: %s", SecretsFileName, errKind(err))
+	}
+	if old, ok := m["CHALUPA_INGEST_MASTER_KEY"]; ok && old != "" {
+		if b, err := decodeKey(old); err == nil && bytes.Equal(b, cfg.MasterKey()) {
 			m["CHALUPA_INGEST_MASTER_KEY"] = newKeyB64
-			if err := writeSecretsFile(cfg.SecretsFile, m); err != nil {
+			if err := writeSecretsFile(path, m); err != nil {
 				return rep, fmt.Errorf("rewrapped, but the new key could not be stored: %w", err)
 			}
 			rep.SecretsFileUpdated = true
+			rep.SecretsFile = path
 		}
 	}
 	return rep, nil
