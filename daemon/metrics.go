@@ -70,7 +70,18 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
+// knownMethod returns method if it is a standard HTTP method, else "other":
+// the method is client input, and as a label (or a log field) each new value
+// would be a new series held for the process's life.
+func knownMethod(method string) string {
+	switch method {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE":
+		return method
+	}
+	return "other"
+}
+
 func (m *metrics) observe(route, method string, code int, d time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.requests.WithLabelValues(route, knownMethod(method), strconv.Itoa(code)).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
 }

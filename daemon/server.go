@@ -149,7 +149,7 @@ func (s *Server) wrap(pattern string, h http.HandlerFunc) http.HandlerFunc {
 		if rec.code >= 500 {
 			ev = s.log.Warn()
 		}
-		ev.Str("request_id", id).Str("method", r.Method).Str("route", pattern).
+		ev.Str("request_id", id).Str("method", knownMethod(r.Method)).Str("route", pattern).
 			Int("status", rec.code).Dur("took", d).Int("bytes", rec.bytes).Msg("request")
 	}
 }
