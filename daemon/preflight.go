@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -27,13 +28,26 @@ func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
 		// No check value yet: the first serve stores one.
 		return nil
 	}
-	if c.IngestMasterKey == "" {
-		// Generated on first serve: a database that already has a check
-		// value was sealed under another key.
-		return ingest.ErrWrongMasterKey
+	if err := c.checkMasterKeyForExistingDB(); err != nil {
+		return err
 	}
 	if _, err := ingest.VerifyMasterKey(c.MasterKey(), version, env); err != nil {
 		return err
 	}
 	return nil
+}
+
+// checkMasterKeyForExistingDB refuses to generate a master key for a
+// database that already exists (a restored file, or a data dir whose
+// secrets.env was lost): its envelopes are sealed under another key, and a
+// fresh one would be written to secrets.env only to be refused.
+func (c *Config) checkMasterKeyForExistingDB() error {
+	if c.IngestMasterKey != "" {
+		return nil
+	}
+	if _, err := os.Stat(c.DatabasePath()); err != nil {
+		return nil
+	}
+	return &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY is unset but " + DatabaseFileName +
+		" already exists: set it to the key this database was sealed with (a restored database needs its original key)"}}
 }

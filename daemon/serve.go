@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -53,12 +54,19 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	}
 	log := zerolog.New(out).With().Timestamp().Logger()
 
+	// Everything the daemon creates (database, WAL, Litestream's LTX files,
+	// restore points, secrets) holds fleet data or keys: owner only, even in
+	// a data dir the operator made by hand for a restore.
+	syscall.Umask(0o077)
 	unlock, err := storage.LockDataDir(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
 	}
 	defer unlock()
 
+	if err := cfg.checkMasterKeyForExistingDB(); err != nil {
+		return err
+	}
 	wrote, err := cfg.EnsureSecrets()
 	if err != nil {
 		return err

@@ -23,6 +23,11 @@ func LockDataDir(dir string) (func(), error) {
 	if err := mkdirPrivate(dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	// A data dir made by hand (say, for a restore) may be world-readable;
+	// it holds the database and its replica staging files.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict data dir mode: %w", err)
+	}
 	f, err := os.OpenFile(filepath.Join(dir, LockFileName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
