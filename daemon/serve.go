@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		AccessKeyID:     cfg.SpacesKey.Reveal(),
 		SecretAccessKey: cfg.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,
-		Logger:          slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "litestream"),
+		Logger:          slog.New(storage.NewLitestreamLogHandler(log, slog.LevelWarn)),
 	})
 	if err != nil {
 		closeDB()
