@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"crypto/rand"
 	"errors"
 	"path/filepath"
@@ -283,5 +284,33 @@ func TestNoncePrunerKeepsTheWindow(t *testing.T) {
 	}
 	if n, err := p.Tick(ctx); err != nil || n != 0 {
 		t.Fatalf("second Tick deleted %d, %v", n, err)
+	}
+}
+
+// One tick drains a backlog larger than many batches (a busy fleet expires
+// far more than a fixed batch count per tick).
+func TestNoncePrunerDrainsBacklog(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t)
+	now := time.Unix(1767225600, 0)
+	const old = 3*ingest.PruneBatch + 7
+	err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		for i := 0; i < old; i++ {
+			if err := storage.ClaimNonce(ctx, tx, "env_a_0000000000000001", fmt.Sprintf("nonce-old-%012d", i), now.Add(-time.Hour)); err != nil {
+				return err
+			}
+		}
+		return storage.ClaimNonce(ctx, tx, "env_a_0000000000000001", "nonce-fresh-0000001", now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ingest.NoncePruner{DB: db, Clock: clockwork.NewFakeClockAt(now), Log: zerolog.Nop()}
+	if n, err := p.Tick(ctx); err != nil || n != old {
+		t.Fatalf("Tick deleted %d, %v; want %d", n, err, old)
+	}
+	var left int
+	if err := db.Read.QueryRow(`SELECT count(*) FROM nonces`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d nonces left, want the fresh one (%v)", left, err)
 	}
 }
