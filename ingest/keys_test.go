@@ -3,9 +3,9 @@ package ingest_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
