@@ -469,6 +469,9 @@ func Preflight(ctx context.Context, c *Config) error {
 	if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
 		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is not a directory"}}
 	}
+	if storage.DataDirLocked(c.DataDir) {
+		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is in use by a running chalupa (serve would refuse to start beside it)"}}
+	}
 	db, err := storage.OpenReadOnly(ctx, c.DatabasePath())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/chalupa-run/chalupa/ingest"
@@ -11,17 +10,8 @@ import (
 
 // preflightDB checks an existing database against the configuration.
 func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
-	sts, err := db.MigrationStatuses(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("read schema: %w", err)
-	}
-	applied, err := db.SchemaVersion(ctx)
-	if err != nil {
-		// No schema yet: serve will migrate a fresh file.
-		return nil
-	}
-	if n := len(sts); n > 0 && applied > sts[n-1].Version {
-		return fmt.Errorf("%w: database at version %d, binary knows up to %d", storage.ErrSchemaTooNew, applied, sts[n-1].Version)
+	if err := db.CheckApplied(ctx, nil); err != nil {
+		return err
 	}
 	version, env, err := storage.MasterKeyCheck(ctx, db.Read)
 	if err != nil {

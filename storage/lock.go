@@ -44,3 +44,18 @@ func LockDataDir(dir string) (func(), error) {
 		f.Close()
 	}, nil
 }
+
+// DataDirLocked reports whether another process holds dir's lock, without
+// creating or changing anything (for `chalupa config check`).
+func DataDirLocked(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, LockFileName))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}

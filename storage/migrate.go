@@ -306,3 +306,53 @@ func (db *DB) SchemaVersion(ctx context.Context) (int64, error) {
 	}
 	return v.Int64, nil
 }
+
+// CheckApplied verifies, without writing, what Migrate would refuse: an
+// applied migration whose file changed since (ErrMigrationEdited, naming the
+// file) or a schema newer than fsys knows (ErrSchemaTooNew). fsys nil means
+// schema.FS. `chalupa config check` and `migrate status` use it so that they
+// fail whenever serve would.
+func (db *DB) CheckApplied(ctx context.Context, fsys fs.FS) error {
+	if fsys == nil {
+		fsys = schema.FS
+	}
+	sts, err := db.MigrationStatuses(ctx, fsys)
+	if err != nil {
+		return err
+	}
+	var known int64
+	sums := map[int64]MigrationStatus{}
+	for _, s := range sts {
+		sums[s.Version] = s
+		known = max(known, s.Version)
+	}
+	var n int
+	if err := db.Read.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'goose_db_version'").Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	if v, err := db.SchemaVersion(ctx); err != nil {
+		return err
+	} else if v > known {
+		return fmt.Errorf("%w: database at version %d, binary knows up to %d", ErrSchemaTooNew, v, known)
+	}
+	if err := db.Read.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'chalupa_migration_checksums'").Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	rows, err := db.Read.QueryContext(ctx, "SELECT version, sha256 FROM chalupa_migration_checksums")
+	if err != nil {
+		return fmt.Errorf("read migration checksums: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int64
+		var sum string
+		if err := rows.Scan(&v, &sum); err != nil {
+			return fmt.Errorf("read migration checksums: %w", err)
+		}
+		if s, ok := sums[v]; ok && s.Applied && s.SHA256 != sum {
+			return fmt.Errorf("%w: %s (recorded sha256 %s, file now %s); restore the file and add a new migration instead",
+				ErrMigrationEdited, s.Name, sum[:12], s.SHA256[:12])
+		}
+	}
+	return rows.Err()
+}

@@ -190,6 +190,14 @@ func TestMigrateRefusesEditedMigration(t *testing.T) {
 	edited[victim] = &fstest.MapFile{Data: append(append([]byte{}, edited[victim].Data...), "\n-- edited after it was applied\n"...)}
 	edited[extraName] = &fstest.MapFile{Data: []byte(extraMigration)}
 
+	// CheckApplied (config check, migrate status) sees it without writing.
+	if err := db.CheckApplied(ctx, edited); !errors.Is(err, storage.ErrMigrationEdited) || !strings.Contains(err.Error(), victim) {
+		t.Fatalf("CheckApplied with an edited applied migration: err = %v, want ErrMigrationEdited naming %s", err, victim)
+	}
+	if err := db.CheckApplied(ctx, schemaCopy(t, nil)); err != nil {
+		t.Fatalf("CheckApplied with the original files: %v", err)
+	}
+
 	_, err := db.Migrate(ctx, storage.MigrateOptions{FS: edited, RestorePointDir: rpDir})
 	if !errors.Is(err, storage.ErrMigrationEdited) {
 		t.Fatalf("Migrate with an edited applied migration: err = %v, want ErrMigrationEdited", err)
@@ -301,6 +309,9 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	}
 	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); !errors.Is(err, storage.ErrSchemaTooNew) {
 		t.Fatalf("Migrate of a database from a newer binary: err = %v, want ErrSchemaTooNew", err)
+	}
+	if err := db.CheckApplied(ctx, nil); !errors.Is(err, storage.ErrSchemaTooNew) {
+		t.Fatalf("CheckApplied of a database from a newer binary: err = %v, want ErrSchemaTooNew", err)
 	}
 }
 
