@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/storage"
@@ -77,6 +79,10 @@ func (s *Server) handleCreateEnvironment(w http.ResponseWriter, r *http.Request)
 		writeError(w, http.StatusBadRequest, "invalid_name", "name must be at most 200 bytes")
 		return
 	}
+	if !displayableName(req.Name) {
+		writeError(w, http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control characters")
+		return
+	}
 	var env storage.Environment
 	err := s.db.Writer.Do(r.Context(), func(tx storage.Tx) error {
 		var err error
@@ -92,6 +98,22 @@ func (s *Server) handleCreateEnvironment(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	writeJSON(w, http.StatusCreated, toAPIEnvironment(env))
+}
+
+// displayableName reports whether name is safe to print on an operator's
+// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1).
+// encoding/json turns invalid UTF-8 in a request into U+FFFD, so that rune
+// is refused too: it is what invalid bytes sent by a client look like here.
+func displayableName(name string) bool {
+	if !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) handleListEnvironments(w http.ResponseWriter, r *http.Request) {

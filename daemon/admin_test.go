@@ -1,0 +1,57 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+)
+
+// TestCreateEnvironmentRefusesUndisplayableNames: a name that would drive
+// the operator's terminal (NUL, ESC sequences, newlines, DEL, C1 controls)
+// or that arrived as invalid UTF-8 is refused with 400 invalid_name, and no
+// environment is created; printable Unicode names are still accepted.
+func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	refused := []struct{ name, body string }{
+		{"NUL and ESC", `{"slug":"x1","name":"a\u0000b\u001b[31m"}`},
+		{"ESC sequence", `{"slug":"x2","name":"\u001b]0;pwned\u0007"}`},
+		{"newline", `{"slug":"x3","name":"line\nforged line"}`},
+		{"tab", `{"slug":"x4","name":"a\tb"}`},
+		{"DEL", `{"slug":"x5","name":"a\u007fb"}`},
+		{"C1 CSI", `{"slug":"x6","name":"a\u009b31m"}`},
+		{"invalid UTF-8", "{\"slug\":\"x7\",\"name\":\"a\xffb\"}"},
+	}
+	for _, tc := range refused {
+		r := h.admin("POST", "/api/admin/environments", tc.body)
+		if r.Status != http.StatusBadRequest || r.Code != "invalid_name" {
+			t.Errorf("%s: got %s, want 400 invalid_name", tc.name, r)
+		}
+	}
+	accepted := map[string]string{"ok-ascii": "Demo harbor (GPU)", "ok-unicode": "Präsentation – 東京 🚀"}
+	for slug, name := range accepted {
+		r := h.admin("POST", "/api/admin/environments", adminapi.CreateEnvironmentRequest{Slug: slug, Name: name})
+		if r.Status != http.StatusCreated {
+			t.Errorf("create %s with name %q: got %s, want 201", slug, name, r)
+		}
+	}
+
+	r := h.admin("GET", "/api/admin/environments", nil)
+	var l adminapi.EnvironmentList
+	if err := json.Unmarshal(r.Body, &l); err != nil {
+		t.Fatalf("list environments: %s: %v", r, err)
+	}
+	got := map[string]string{}
+	for _, e := range l.Environments {
+		got[e.Slug] = e.Name
+	}
+	if len(got) != len(accepted) {
+		t.Errorf("environments after the refusals: %q, want only %v", got, accepted)
+	}
+	for slug, name := range accepted {
+		if got[slug] != name {
+			t.Errorf("environment %s has name %q, want %q", slug, got[slug], name)
+		}
+	}
+}
