@@ -60,23 +60,61 @@ func Lookup(id string) (Operation, bool) {
 	return Operation{}, false
 }
 
-// BodyFor completes a raw body for operation id: operations that share an
-// endpoint and differ by an "action" field get it set (rotate, revoke), so
-// `chalupa admin api adminRevokeIngestKey --body '{"keyId":…}'` works as
-// named. A body that names a different action is refused.
+// keyActions is the "action" each ingest-key operation sends: they share one
+// endpoint and the body's action selects what happens, so a body must not
+// name another operation's action. Issue sends none (the server also takes
+// "issue").
+var keyActions = map[string]string{
+	OpIssueIngestKey:  "",
+	OpRotateIngestKey: "rotate",
+	OpRevokeIngestKey: "revoke",
+}
+
+// BodyFor checks and completes a raw body (nil for none) for operation id,
+// so that a body sent under one operationId can only do what that operation
+// names. Errors (each a command-line mistake): an unknown id; any body for a
+// GET operation; for the ingest-key operations, a body that is not a JSON
+// object or whose "action" belongs to another operation. Rotate and revoke
+// get their action set, so `chalupa admin api adminRevokeIngestKey --body
+// '{"keyId":…}'` works as named; issue's body is passed on as given.
 func BodyFor(id string, body []byte) ([]byte, error) {
-	action := map[string]string{OpRotateIngestKey: "rotate", OpRevokeIngestKey: "revoke"}[id]
-	if action == "" {
+	op, ok := Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("unknown operation %q", id)
+	}
+	if op.Method == methodGet {
+		if len(body) > 0 {
+			return nil, fmt.Errorf("%s takes no body", id)
+		}
+		return nil, nil
+	}
+	action, isKeyOp := keyActions[id]
+	if !isKeyOp {
 		return body, nil
 	}
-	m := map[string]any{}
+	var m map[string]any
 	if len(body) > 0 {
-		if err := json.Unmarshal(body, &m); err != nil {
+		// A JSON null decodes without error into a nil map.
+		if err := json.Unmarshal(body, &m); err != nil || m == nil {
 			return nil, fmt.Errorf("%s body must be a JSON object", id)
 		}
 	}
-	if a, ok := m["action"]; ok && a != action {
-		return nil, fmt.Errorf("%s takes action %q", id, action)
+	if a, ok := m["action"]; ok {
+		s, isString := a.(string)
+		switch {
+		case action == "" && isString && (s == "" || s == "issue"):
+			return body, nil
+		case action == "":
+			return nil, fmt.Errorf(`%s takes no action (or "issue"); use %s or %s`, id, OpRotateIngestKey, OpRevokeIngestKey)
+		case !isString || s != action:
+			return nil, fmt.Errorf("%s takes action %q", id, action)
+		}
+	}
+	if action == "" {
+		return body, nil
+	}
+	if m == nil {
+		m = map[string]any{}
 	}
 	m["action"] = action
 	return json.Marshal(m)

@@ -1,0 +1,159 @@
+package main
+
+// Tests of the command line itself: the built binary as a process against a
+// fake admin API (httptest on loopback) that records every request, so a
+// test can tell "refused before calling the daemon" from "called it".
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// cliTestToken is the admin bearer the fake API expects.
+const cliTestToken = "cli-test-admin-token-0123456789abcdef"
+
+// cliTestKey is what the fake API answers to issue and rotate.
+var cliTestKey = adminapi.IssuedKey{
+	KeyID:           "env_demo-harbor_0123456789abcdef",
+	KeyMaterial:     "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+	EnvironmentSlug: "demo-harbor",
+	Status:          "active",
+}
+
+// cliRequest is one request the fake admin API received.
+type cliRequest struct {
+	Method, Path string
+	Body         map[string]any
+}
+
+// fakeAdmin is an admin API that answers every operation with a canned
+// success and records what it was asked.
+type fakeAdmin struct {
+	URL  string
+	mu   sync.Mutex
+	reqs []cliRequest
+	envs []adminapi.Environment
+}
+
+func newFakeAdmin(t *testing.T) *fakeAdmin {
+	t.Helper()
+	f := &fakeAdmin{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+cliTestToken {
+			http.Error(w, `{"error":{"code":"unauthorized","message":"no"}}`, http.StatusUnauthorized)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		req := cliRequest{Method: r.Method, Path: r.URL.Path}
+		_ = json.Unmarshal(b, &req.Body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, req)
+		envs := f.envs
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch req.Method + " " + req.Path {
+		case "GET /api/admin/status":
+			_ = json.NewEncoder(w).Encode(adminapi.Status{Version: "test"})
+		case "GET /api/admin/environments":
+			_ = json.NewEncoder(w).Encode(adminapi.EnvironmentList{Environments: envs})
+		case "POST /api/admin/ingest-keys":
+			if req.Body["action"] == "revoke" {
+				_ = json.NewEncoder(w).Encode(adminapi.RevokedKey{KeyID: cliTestKey.KeyID, EnvironmentSlug: "demo-harbor", Status: "revoked"})
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(cliTestKey)
+		default:
+			http.Error(w, `{"error":{"code":"not_found","message":"no such route"}}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	f.URL = ts.URL
+	return f
+}
+
+func (f *fakeAdmin) requests() []cliRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]cliRequest(nil), f.reqs...)
+}
+
+// cliRun runs the binary with the admin token and CHALUPA_URL set to url
+// (extra env on top) and returns its combined output and exit status.
+func cliRun(t *testing.T, url string, extra map[string]string, args ...string) (string, int) {
+	t.Helper()
+	env := map[string]string{"CHALUPA_ADMIN_TOKEN": cliTestToken, "CHALUPA_URL": url}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return daemontest.RunCommand(t, daemontest.BuildBinary(t), "", env, args...)
+}
+
+// TestAdminAPIBodyMustMatchOperation: `admin api` sends a body only under the
+// operationId that names what it does. A body whose "action" belongs to
+// another ingest-key operation, or any body given to a GET operation, exits
+// 2 without calling the daemon; matching bodies go through, with rotate's
+// and revoke's action filled in.
+func TestAdminAPIBodyMustMatchOperation(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	refused := []struct {
+		op, body, want string
+	}{
+		{adminapi.OpIssueIngestKey, `{"action":"revoke","keyId":"env_demo-harbor_0123456789abcdef"}`, "adminIssueIngestKey takes no action"},
+		{adminapi.OpIssueIngestKey, `{"action":"rotate","environmentSlug":"demo-harbor"}`, "adminIssueIngestKey takes no action"},
+		{adminapi.OpIssueIngestKey, `{"action":null,"environmentSlug":"demo-harbor"}`, "adminIssueIngestKey takes no action"},
+		{adminapi.OpRotateIngestKey, `{"action":"revoke","keyId":"env_demo-harbor_0123456789abcdef"}`, `adminRotateIngestKey takes action "rotate"`},
+		{adminapi.OpRotateIngestKey, `{"action":"issue","environmentSlug":"demo-harbor"}`, `adminRotateIngestKey takes action "rotate"`},
+		{adminapi.OpRevokeIngestKey, `{"action":"rotate","environmentSlug":"demo-harbor"}`, `adminRevokeIngestKey takes action "revoke"`},
+		{adminapi.OpRevokeIngestKey, `{"action":"","keyId":"env_demo-harbor_0123456789abcdef"}`, `adminRevokeIngestKey takes action "revoke"`},
+		{adminapi.OpRevokeIngestKey, `null`, "adminRevokeIngestKey body must be a JSON object"},
+		{adminapi.OpIssueIngestKey, `["demo-harbor"]`, "adminIssueIngestKey body must be a JSON object"},
+		{adminapi.OpGetStatus, `{}`, "adminGetStatus takes no body"},
+		{adminapi.OpListFleet, `{"x":1}`, "adminListFleet takes no body"},
+	}
+	for _, tc := range refused {
+		out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
+		if code != exitUsage || !strings.Contains(out, tc.want) {
+			t.Errorf("admin api %s --body %s: exit %d, want %d with %q:\n%s", tc.op, tc.body, code, exitUsage, tc.want, out)
+		}
+	}
+	if reqs := f.requests(); len(reqs) != 0 {
+		t.Fatalf("refused bodies reached the daemon: %+v", reqs)
+	}
+
+	accepted := []struct {
+		op, body, action string
+	}{
+		{adminapi.OpIssueIngestKey, `{"environmentSlug":"demo-harbor"}`, ""},
+		{adminapi.OpIssueIngestKey, `{"action":"issue","environmentSlug":"demo-harbor"}`, "issue"},
+		{adminapi.OpRotateIngestKey, `{"environmentSlug":"demo-harbor"}`, "rotate"},
+		{adminapi.OpRotateIngestKey, `{"action":"rotate","environmentSlug":"demo-harbor"}`, "rotate"},
+		{adminapi.OpRevokeIngestKey, `{"keyId":"env_demo-harbor_0123456789abcdef"}`, "revoke"},
+	}
+	for i, tc := range accepted {
+		out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
+		if code != 0 {
+			t.Fatalf("admin api %s --body %s: exit %d:\n%s", tc.op, tc.body, code, out)
+		}
+		reqs := f.requests()
+		if len(reqs) != i+1 {
+			t.Fatalf("after %d accepted calls the daemon saw %d requests", i+1, len(reqs))
+		}
+		if got, _ := reqs[i].Body["action"].(string); got != tc.action {
+			t.Errorf("admin api %s --body %s sent action %q, want %q", tc.op, tc.body, got, tc.action)
+		}
+	}
+	out, code := cliRun(t, f.URL, nil, "admin", "api", adminapi.OpGetStatus)
+	if code != 0 {
+		t.Fatalf("admin api adminGetStatus without a body: exit %d:\n%s", code, out)
+	}
+}
