@@ -157,3 +157,27 @@ func TestAdminAPIBodyMustMatchOperation(t *testing.T) {
 		t.Fatalf("admin api adminGetStatus without a body: exit %d:\n%s", code, out)
 	}
 }
+
+// TestAdminAPIMistakesPrintUsage: mistakes `admin api` finds itself exit 2
+// with the same usage line kong's parse errors print.
+func TestAdminAPIMistakesPrintUsage(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	const usage = "usage: chalupa admin api [<operationId>] [flags]\nrun 'chalupa admin api --help' for details\n"
+	cases := [][]string{
+		{"admin", "api"},
+		{"admin", "api", adminapi.OpCreateEnvironment, "--body", "notjson"},
+		{"admin", "api", "adminNoSuchThing"},
+		{"admin", "api", adminapi.OpGetStatus, "--body", "{}"},
+		{"admin", "api", "--no-such-flag"}, // kong's own parse error, for comparison
+	}
+	for _, args := range cases {
+		out, code := cliRun(t, f.URL, nil, args...)
+		if code != exitUsage || !strings.Contains(out, usage) {
+			t.Errorf("chalupa %s: exit %d, want %d with\n%s\ngot:\n%s", strings.Join(args, " "), code, exitUsage, usage, out)
+		}
+	}
+	if reqs := f.requests(); len(reqs) != 0 {
+		t.Fatalf("mistakes reached the daemon: %+v", reqs)
+	}
+}

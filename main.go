@@ -8,6 +8,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/alecthomas/kong"
@@ -56,7 +57,7 @@ func main() {
 		var pe *kong.ParseError
 		if errors.As(err, &pe) {
 			fmt.Fprintf(os.Stderr, "chalupa: %v\n", err)
-			fmt.Fprintf(os.Stderr, "usage: %s\nrun '%s --help' for details\n", usageLine(pe.Context), commandPath(pe.Context))
+			printUsage(os.Stderr, pe.Context)
 			os.Exit(exitUsage)
 		}
 		fmt.Fprintln(os.Stderr, "chalupa:", err)
@@ -68,11 +69,22 @@ func main() {
 			if ee.err != nil {
 				fmt.Fprintln(os.Stderr, "chalupa:", ee.err)
 			}
+			// A command-line mistake found by a command itself (a bad
+			// --body, a missing operationId) reads like one kong found.
+			if ee.code == exitUsage {
+				printUsage(os.Stderr, ctx)
+			}
 			os.Exit(ee.code)
 		}
 		fmt.Fprintln(os.Stderr, "chalupa:", err)
 		os.Exit(1)
 	}
+}
+
+// printUsage writes the usage line and the pointer to --help that follow
+// every command-line mistake, whether kong or a command's Run found it.
+func printUsage(w io.Writer, ctx *kong.Context) {
+	fmt.Fprintf(w, "usage: %s\nrun '%s --help' for details\n", usageLine(ctx), commandPath(ctx))
 }
 
 // commandPath is "chalupa admin env create" for the command being parsed.
