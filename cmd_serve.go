@@ -23,6 +23,11 @@ type serveCmd struct {
 // Run starts the daemon. The first SIGTERM/SIGINT starts a graceful shutdown;
 // a second one exits at once with status 1.
 func (s *serveCmd) Run() error {
+	// daemon.RunOptions reads zero as "the default"; a 0s or negative limit
+	// typed here is a mistake, not a request for 2m.
+	if s.LagLimit <= 0 {
+		return &exitError{code: exitUsage, err: errors.New("--lag-limit must be positive")}
+	}
 	cfg, err := daemon.LoadConfig(os.LookupEnv)
 	if err != nil {
 		return &exitError{code: 1, err: err}

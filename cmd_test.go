@@ -181,3 +181,20 @@ func TestAdminAPIMistakesPrintUsage(t *testing.T) {
 		t.Fatalf("mistakes reached the daemon: %+v", reqs)
 	}
 }
+
+// TestServeRefusesNonPositiveLagLimit: `serve --lag-limit 0s` (or negative)
+// is a usage mistake, not a request for the default. The configuration
+// given is unusable, so a serve that got past the flag would exit 1 at once
+// instead of starting.
+func TestServeRefusesNonPositiveLagLimit(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	env := map[string]string{"CHALUPA_DATA_DIR": t.TempDir(), "CHALUPA_LISTEN": "not-an-address"}
+	for _, v := range []string{"0s", "0", "-1m"} {
+		out, code := daemontest.RunCommand(t, bin, "", env, "serve", "--lag-limit="+v)
+		want := "chalupa: --lag-limit must be positive\nusage: chalupa serve [flags]\n"
+		if code != exitUsage || !strings.Contains(out, want) {
+			t.Errorf("serve --lag-limit %s: exit %d, want %d with\n%s\ngot:\n%s", v, code, exitUsage, want, out)
+		}
+	}
+}
