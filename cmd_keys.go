@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
@@ -43,6 +45,14 @@ func issueOrRotate(a *adminCmd, slug, out string, asJSON, rotate bool) error {
 	if err != nil {
 		return err
 	}
+	// The key is active the moment the daemon answers, and its material is
+	// shown only once: make sure it can be saved before asking for it, so a
+	// refusal here leaves no orphan key behind.
+	if out != "" {
+		if err := checkKeyDir(out); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("--out: %w (nothing was issued)", err)}
+		}
+	}
 	ctx, cancel := a.ctx()
 	defer cancel()
 	var k adminapi.IssuedKey
@@ -71,6 +81,32 @@ func issueOrRotate(a *adminCmd, slug, out string, asJSON, rotate bool) error {
 		fmt.Printf("wrote %s (0600) and %s\n", filepath.Join(out, "ingest.key"), filepath.Join(out, "key-id"))
 	} else {
 		fmt.Printf("key material: %s\n(shown once; it cannot be retrieved again)\n", k.KeyMaterial)
+	}
+	return nil
+}
+
+// checkKeyDir makes sure writeKeyFiles can succeed in dir before a key is
+// issued: it creates dir (0700) if missing, and refuses when dir already
+// holds an ingest.key or files cannot be created in it. writeKeyFiles still
+// refuses to overwrite, should an ingest.key appear in between.
+func checkKeyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	keyFile := filepath.Join(dir, "ingest.key")
+	if _, err := os.Lstat(keyFile); err == nil {
+		return fmt.Errorf("%s already exists; move it aside or choose another directory", keyFile)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check %s: %w", keyFile, err)
+	}
+	f, err := os.CreateTemp(dir, ".chalupa-write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -196,5 +198,78 @@ func TestServeRefusesNonPositiveLagLimit(t *testing.T) {
 		if code != exitUsage || !strings.Contains(out, want) {
 			t.Errorf("serve --lag-limit %s: exit %d, want %d with\n%s\ngot:\n%s", v, code, exitUsage, want, out)
 		}
+	}
+}
+
+// TestAdminKeysOutCheckedBeforeIssue: `keys issue|rotate --out DIR` checks
+// DIR before asking the daemon for a key, so a refusal leaves no orphan
+// active key; a missing DIR is created 0700 and the key saved there.
+func TestAdminKeysOutCheckedBeforeIssue(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"issue", "rotate"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeAdmin(t)
+
+			taken := t.TempDir()
+			if err := os.WriteFile(filepath.Join(taken, "ingest.key"), []byte("earlier key\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, code := cliRun(t, f.URL, nil, "admin", "keys", verb, "demo-harbor", "--out", taken)
+			if code != 1 || !strings.Contains(out, "already exists") {
+				t.Errorf("--out DIR holding ingest.key: exit %d, want 1 naming the existing file:\n%s", code, out)
+			}
+			if b, _ := os.ReadFile(filepath.Join(taken, "ingest.key")); string(b) != "earlier key\n" {
+				t.Errorf("the existing ingest.key was changed to %q", b)
+			}
+
+			notDir := filepath.Join(t.TempDir(), "file")
+			if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if out, code := cliRun(t, f.URL, nil, "admin", "keys", verb, "demo-harbor", "--out", notDir); code != 1 {
+				t.Errorf("--out naming a regular file: exit %d, want 1:\n%s", code, out)
+			}
+
+			if os.Geteuid() != 0 { // root writes anywhere
+				ro := t.TempDir()
+				if err := os.Chmod(ro, 0o500); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = os.Chmod(ro, 0o700) })
+				out, code := cliRun(t, f.URL, nil, "admin", "keys", verb, "demo-harbor", "--out", ro)
+				if code != 1 || !strings.Contains(out, "not writable") {
+					t.Errorf("--out DIR not writable: exit %d, want 1 saying so:\n%s", code, out)
+				}
+			}
+
+			if reqs := f.requests(); len(reqs) != 0 {
+				t.Fatalf("keys %s called the daemon although --out was unusable: %+v", verb, reqs)
+			}
+
+			fresh := filepath.Join(t.TempDir(), "new", "agent")
+			out, code = cliRun(t, f.URL, nil, "admin", "keys", verb, "demo-harbor", "--out", fresh)
+			if code != 0 {
+				t.Fatalf("--out missing DIR: exit %d:\n%s", code, out)
+			}
+			fi, err := os.Stat(fresh)
+			if err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("--out DIR: %v, mode %v, want a 0700 directory", err, fi.Mode().Perm())
+			}
+			b, err := os.ReadFile(filepath.Join(fresh, "ingest.key"))
+			if err != nil || strings.TrimSpace(string(b)) != cliTestKey.KeyMaterial {
+				t.Errorf("ingest.key: %q, %v", b, err)
+			}
+			if strings.Contains(out, cliTestKey.KeyMaterial) {
+				t.Errorf("--out printed the key material:\n%s", out)
+			}
+			entries, _ := os.ReadDir(fresh)
+			if len(entries) != 2 {
+				t.Errorf("--out DIR holds %d entries, want ingest.key and key-id only", len(entries))
+			}
+			if n := len(f.requests()); n != 1 {
+				t.Errorf("the daemon saw %d requests, want 1", n)
+			}
+		})
 	}
 }
