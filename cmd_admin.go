@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +34,9 @@ type adminCmd struct {
 // client builds the typed admin client. The token comes from
 // CHALUPA_ADMIN_TOKEN, else from the embedded default's secrets file.
 func (a *adminCmd) client() (*adminapi.Client, error) {
+	if err := checkAdminURL(a.URL); err != nil {
+		return nil, &exitError{code: 1, err: err}
+	}
 	tok := strings.TrimSpace(os.Getenv("CHALUPA_ADMIN_TOKEN"))
 	if tok == "" {
 		dir := a.DataDir
@@ -48,6 +53,41 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 		return nil, &exitError{code: 1, err: errors.New("CHALUPA_ADMIN_TOKEN is unset and no generated secrets file was found (set it, or --data-dir)")}
 	}
 	return &adminapi.Client{BaseURL: a.URL, Token: tok}, nil
+}
+
+// checkAdminURL refuses a daemon URL the admin bearer must not be sent to:
+// plain http to a host that is not loopback (the token would cross the
+// network in clear text), and anything beyond scheme://host[:port] — user
+// info (a second credential the daemon ignores, and one that would end up
+// in error messages) or a path, query or fragment (the client appends the
+// operation's path to the origin). The messages never repeat the URL, which
+// may hold a password.
+func checkAdminURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return errors.New("--url (CHALUPA_URL) must be http://HOST[:PORT] or https://HOST[:PORT]")
+	}
+	if u.User != nil {
+		return errors.New("--url (CHALUPA_URL) must not hold user info (user:password@); the admin token is the only credential")
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return errors.New("--url (CHALUPA_URL) must be the daemon's origin, scheme://HOST[:PORT], with no path, query or fragment")
+	}
+	if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+		return fmt.Errorf("refusing to send the admin token over plain http to %s: use https, or http only to a loopback address (127.0.0.0/8, ::1, localhost)", u.Hostname())
+	}
+	return nil
+}
+
+// isLoopbackHost reports whether host (no port, no brackets) is localhost or
+// a loopback IP address (127.0.0.0/8, ::1, or 127/8 mapped into IPv6); the
+// same rule the daemon applies to CHALUPA_LISTEN.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func (a *adminCmd) ctx() (context.Context, context.CancelFunc) {

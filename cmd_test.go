@@ -273,3 +273,87 @@ func TestAdminKeysOutCheckedBeforeIssue(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckAdminURL: the admin bearer goes over https anywhere, over plain
+// http only to loopback, and only to an origin without user info, path,
+// query or fragment.
+func TestCheckAdminURL(t *testing.T) {
+	ok := []string{
+		"http://127.0.0.1:8080", "http://127.0.0.1:8080/", "http://127.9.9.9", "http://localhost:8080",
+		"http://LOCALHOST", "http://[::1]:8080", "http://[::ffff:127.0.0.1]:8080",
+		"https://chalupa.example.com", "https://203.0.113.7:8443/",
+	}
+	for _, u := range ok {
+		if err := checkAdminURL(u); err != nil {
+			t.Errorf("checkAdminURL(%q) = %v, want nil", u, err)
+		}
+	}
+	bad := map[string]string{
+		"http://203.0.113.7:8080":              "plain http",
+		"http://chalupa.example.com":           "plain http",
+		"http://localhost.example.com":         "plain http",
+		"http://[::2]:8080":                    "plain http",
+		"http://128.0.0.1":                     "plain http",
+		"http://0.0.0.0:8080":                  "plain http",
+		"http://user:hunter2@127.0.0.1:8080":   "user info",
+		"https://user@chalupa.example.com":     "user info",
+		"https://chalupa.example.com/chalupa":  "no path",
+		"http://127.0.0.1:8080/api":            "no path",
+		"http://127.0.0.1:8080?x=1":            "no path, query",
+		"http://127.0.0.1:8080/?":              "no path, query",
+		"https://chalupa.example.com/#x":       "no path, query",
+		"ftp://127.0.0.1":                      "must be http",
+		"127.0.0.1:8080":                       "must be http",
+		"http:///api":                          "must be http",
+		"":                                     "must be http",
+		"https://chalupa.example.com:notaport": "must be http",
+	}
+	for u, want := range bad {
+		err := checkAdminURL(u)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkAdminURL(%q) = %v, want an error containing %q", u, err, want)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("checkAdminURL(%q) repeats the password: %v", u, err)
+		}
+	}
+}
+
+// TestAdminRefusesUnsafeURL: the admin CLI exits 1 before sending the token
+// when CHALUPA_URL (or --url) is plain http to a non-loopback host or holds
+// user info or a path; the loopback fake API is still reached.
+func TestAdminRefusesUnsafeURL(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	withPath := f.URL + "/prefix"
+	withUser := strings.Replace(f.URL, "http://", "http://operator:hunter2@", 1)
+	cases := []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"http://203.0.113.7:8080", nil, "refusing to send the admin token over plain http"},
+		{f.URL, []string{"--url", "http://203.0.113.7:8080"}, "refusing to send the admin token over plain http"},
+		{withUser, nil, "must not hold user info"},
+		{withPath, nil, "no path, query or fragment"},
+		{f.URL + "?debug=1", nil, "no path, query or fragment"},
+	}
+	for _, tc := range cases {
+		args := append([]string{"admin"}, tc.args...)
+		args = append(args, "status")
+		out, code := cliRun(t, tc.env, nil, args...)
+		if code != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("CHALUPA_URL=%s chalupa %s: exit %d, want 1 with %q:\n%s", tc.env, strings.Join(args, " "), code, tc.want, out)
+		}
+		if strings.Contains(out, "hunter2") {
+			t.Errorf("the refusal repeats the URL's password:\n%s", out)
+		}
+	}
+	if reqs := f.requests(); len(reqs) != 0 {
+		t.Fatalf("refused URLs reached the daemon: %+v", reqs)
+	}
+	if out, code := cliRun(t, f.URL, nil, "admin", "status"); code != 0 {
+		t.Fatalf("admin status against %s: exit %d:\n%s", f.URL, code, out)
+	}
+}
