@@ -9,9 +9,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
@@ -199,9 +202,20 @@ func (c *adminEnvListCmd) Run(a *adminCmd) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLUG\tNAME\tSTATUS\tCREATED")
 	for _, e := range envs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Slug, e.Name, e.Status, e.CreatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Slug, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+// displayText is s for a terminal: as it is when it is valid UTF-8 without
+// control characters, else Go-quoted so escape sequences and NUL bytes (a
+// name stored before the daemon refused them) show as text and cannot drive
+// the terminal.
+func displayText(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 type adminAPICmd struct {

@@ -357,3 +357,30 @@ func TestAdminRefusesUnsafeURL(t *testing.T) {
 		t.Fatalf("admin status against %s: exit %d:\n%s", f.URL, code, out)
 	}
 }
+
+// TestAdminEnvListEscapesControlBytes: a name holding control bytes (stored
+// before the daemon refused them, or from a daemon that does not) is printed
+// quoted, never raw to the terminal.
+func TestAdminEnvListEscapesControlBytes(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	f.envs = []adminapi.Environment{
+		{Slug: "x1", Name: "a\x00b\x1b[31m", Status: "active"},
+		{Slug: "x2", Name: "a\u009b31m\x7f", Status: "active"},
+		{Slug: "ok", Name: "Präsentation 東京", Status: "active"},
+	}
+	out, code := cliRun(t, f.URL, nil, "admin", "env", "list")
+	if code != 0 {
+		t.Fatalf("admin env list: exit %d:\n%s", code, out)
+	}
+	for _, raw := range []string{"\x00", "\x1b", "\u009b", "\x7f"} {
+		if strings.Contains(out, raw) {
+			t.Errorf("admin env list printed the raw byte(s) %q:\n%q", raw, out)
+		}
+	}
+	for _, want := range []string{`"a\x00b\x1b[31m"`, `"a\u009b31m\x7f"`, "Präsentation 東京"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("admin env list output lacks %s:\n%s", want, out)
+		}
+	}
+}
