@@ -86,8 +86,20 @@ func (m *migrateStatusCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	// After the listing, fail as serve would: an applied file edited since,
+	// or a schema newer than this binary.
+	var refused error
+	if db != nil {
+		refused = db.CheckApplied(ctx, nil)
+	}
+	if refused != nil {
+		refused = &exitError{code: 1, err: fmt.Errorf("serve would refuse this database: %w", refused)}
+	}
 	if m.JSON {
-		return json.NewEncoder(os.Stdout).Encode(sts)
+		if err := json.NewEncoder(os.Stdout).Encode(sts); err != nil {
+			return err
+		}
+		return refused
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tNAME\tSTATE\tAPPLIED AT")
@@ -98,7 +110,10 @@ func (m *migrateStatusCmd) Run() error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Version, s.Name, state, at)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return refused
 }
 
 type configCmd struct {
