@@ -3,7 +3,9 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +50,8 @@ const (
 //   - a 202 only for a known, unrevoked key (or the shared key), a signature
 //     that verifies independently, a timestamp within 300 s, a valid nonce
 //     never accepted before in that key's partition, and a body that decodes
-//     strictly into HeartbeatV1 naming the key's environment;
+//     strictly into HeartbeatV1 naming the key's environment, whose keys are
+//     exactly protocol v1's (case-sensitive), none repeated in an object;
 //   - a 202 adds exactly one heartbeat row and claims the nonce; a refusal
 //     adds no heartbeat row and claims nothing;
 //   - after a 202, GET /api/admin/fleet still answers 200 (an accepted value
@@ -214,6 +217,9 @@ func FuzzVerify(f *testing.F) {
 		if err := dec.Decode(&hbv); err != nil || dec.More() {
 			t.Fatalf("202 for a body that does not decode strictly (%v): %q", err, body)
 		}
+		if err := heartbeatKeysExact(body); err != nil {
+			t.Fatalf("202 for a body whose keys are not protocol v1's (%v): %q", err, body)
+		}
 		if keyEnv != "" && hbv.EnvironmentSlug != keyEnv {
 			t.Fatalf("202 for environment %q with a key bound to %q", hbv.EnvironmentSlug, keyEnv)
 		}
@@ -239,6 +245,64 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("after accepting %q, GET /api/admin/fleet answered %d %s", body, fw.Code, fw.Body.Bytes())
 		}
 	})
+}
+
+// heartbeatKeysV1 is protocol v1's heartbeat schema, written out by hand
+// (not derived from HeartbeatV1's tags, so that FuzzVerify's oracle stays
+// independent of the server's code): the exact keys of each object, by the
+// key holding the object ("" for the body itself).
+var heartbeatKeysV1 = map[string][]string{
+	"":           {"environmentSlug", "deployment", "agentVersion", "sentAt", "reaper", "sessionExpiresAt"},
+	"deployment": {"id", "dropletId", "region", "size"},
+	"reaper":     {"idleChecks", "limitMinutes", "lastActivityAt", "ciActive"},
+}
+
+// heartbeatKeysExact returns an error naming the first key of body (a JSON
+// object known to be well formed) that is not, byte for byte, one of its
+// object's keys in heartbeatKeysV1, or that repeats within its object.
+// encoding/json alone accepts both (keys match case-insensitively, the last
+// of repeated keys wins).
+func heartbeatKeysExact(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("not an object (%v)", err)
+	}
+	return heartbeatObjectKeys(dec, "")
+}
+
+// heartbeatObjectKeys checks the members of the object held by key (its '{'
+// already read) and reads through its '}'.
+func heartbeatObjectKeys(dec *json.Decoder, holder string) error {
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key := tok.(string)
+		if !slices.Contains(heartbeatKeysV1[holder], key) {
+			return fmt.Errorf("key %q is not a key of %q", key, holder)
+		}
+		if seen[key] {
+			return fmt.Errorf("key %q repeats in %q", key, holder)
+		}
+		seen[key] = true
+		tok, err = dec.Token()
+		if err != nil {
+			return err
+		}
+		_, holds := heartbeatKeysV1[key]
+		switch {
+		case tok == json.Delim('{') && holds && holder == "":
+			if err := heartbeatObjectKeys(dec, key); err != nil {
+				return err
+			}
+		case tok == json.Delim('{') || tok == json.Delim('['):
+			return fmt.Errorf("key %q holds an object or array", key)
+		}
+	}
+	_, err := dec.Token() // '}'
+	return err
 }
 
 func tailBytes(b []byte, n int) string {

@@ -161,6 +161,28 @@ func TestIngestRefusalMatrix(t *testing.T) {
 					t.Errorf("message %q does not name the unknown field", r.Message)
 				}
 			}},
+		{name: "field name in another case", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = []byte(strings.Replace(string(body), `"environmentSlug"`, `"ENVIRONMENTSLUG"`, 1))
+				return r
+			},
+			check: func(t *testing.T, r apiResponse) {
+				if !strings.Contains(r.Message, `"ENVIRONMENTSLUG"`) || strings.Contains(r.Message, "demo-harbor") {
+					t.Errorf("message %q does not name only the key", r.Message)
+				}
+			}},
+		{name: "field given twice", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", ExtraJSONAtTheEnd: `"environmentSlug":"demo-harbor"`})
+				return r
+			},
+			check: func(t *testing.T, r apiResponse) {
+				if !strings.Contains(r.Message, `"environmentSlug"`) || strings.Contains(r.Message, "demo-harbor") {
+					t.Errorf("message %q does not name only the key", r.Message)
+				}
+			}},
 		{name: "field of the wrong type", status: 422, code: "invalid_body",
 			req: func() signedReq {
 				r := ok(active)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -78,8 +79,10 @@ func internal() Response {
 	return refused(&Refusal{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}, false)
 }
 
-// decodeError classifies a body decode failure: malformed JSON is 400,
-// well-formed JSON of the wrong shape (unknown field, wrong type) is 422.
+// decodeBody decodes b strictly into v and classifies a failure: malformed
+// JSON is 400, well-formed JSON of the wrong shape (unknown field, wrong
+// type, a key that matches a field only case-insensitively, a key repeated
+// within one object) is 422.
 func decodeBody(b []byte, v any) *Refusal {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -88,7 +91,19 @@ func decodeBody(b []byte, v any) *Refusal {
 		return refuse(http.StatusBadRequest, "malformed_json", "body holds more than one JSON value")
 	}
 	if err == nil {
-		return nil
+		// encoding/json accepted keys case-insensitively and let a repeated
+		// key overwrite; the protocol refuses both (strictjson.go). Run only
+		// now, on JSON known to be well formed, so that malformed JSON keeps
+		// its 400 above.
+		var ke *strictKeyError
+		switch err := checkStrictKeys(b, reflect.TypeOf(v)); {
+		case err == nil:
+			return nil
+		case errors.As(err, &ke):
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", ke.Error())
+		default:
+			return refuse(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+		}
 	}
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
