@@ -148,6 +148,8 @@ func TestIngestRefusalMatrix(t *testing.T) {
 			req: func() signedReq { r := ok(active); r.Body = body[:len(body)-1]; return r }},
 		{name: "two JSON values", status: 400, code: "malformed_json",
 			req: func() signedReq { r := ok(active); r.Body = append(bytes.Clone(body), []byte("{}")...); return r }},
+		{name: "stray closing brace after the value", status: 400, code: "malformed_json",
+			req: func() signedReq { r := ok(active); r.Body = append(bytes.Clone(body), []byte("}")...); return r }},
 		{name: "empty body", status: 400, code: "malformed_json",
 			req: func() signedReq { r := ok(active); r.Body = []byte{}; return r }},
 		{name: "unknown field", status: 422, code: "invalid_body",

@@ -87,7 +87,9 @@ func decodeBody(b []byte, v any) *Refusal {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
+	// Only white space may follow the value (dec.More is false before a
+	// stray '}' or ']', so it cannot tell).
+	if err == nil && len(bytes.TrimLeft(b[dec.InputOffset():], " \t\r\n")) > 0 {
 		return refuse(http.StatusBadRequest, "malformed_json", "body holds more than one JSON value")
 	}
 	if err == nil {
