@@ -140,13 +140,13 @@ func LoadConfig(env Getenv) (*Config, error) {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	loopback := false
+	loopback, listenOK := false, false
 	if host, port, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("CHALUPA_LISTEN must be host:port")
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		bad("CHALUPA_LISTEN has an invalid port")
 	} else {
-		loopback = isLoopbackHost(host)
+		loopback, listenOK = isLoopbackHost(host), true
 	}
 
 	c.Origin = get("CHALUPA_ORIGIN")
@@ -169,6 +169,10 @@ func LoadConfig(env Getenv) (*Config, error) {
 	fileSecrets, err := ReadSecretsFile(c.SecretsFile)
 	if err != nil {
 		bad("%s cannot be read (%s)", SecretsFileName, errKind(err))
+	} else if fi, err := os.Stat(c.SecretsFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		// Like sshd with a private key: a secrets file others can read is
+		// a leak already, not something to start on.
+		bad("%s is readable by group or others (chmod 600 %s)", SecretsFileName, c.SecretsFile)
 	}
 	secret := func(k string) Secret {
 		if v := get(k); v != "" {
@@ -188,7 +192,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	if len(c.Generated) == 0 {
 		c.SecretsFile = ""
 	}
-	if !loopback {
+	if !loopback && listenOK {
 		for _, k := range generatedSecrets {
 			if get(k) == "" {
 				bad("%s is required when CHALUPA_LISTEN is not a loopback address", k)

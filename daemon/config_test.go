@@ -114,6 +114,13 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 			want: "CHALUPA_ORIGIN", bad: []string{"plain-origin-4411"}},
 		{name: "no origin off loopback", set: map[string]string{"CHALUPA_ORIGIN": "", "CHALUPA_LISTEN": "0.0.0.0:18444"},
 			want: "CHALUPA_ORIGIN is required", bad: []string{"0.0.0.0:18444"}},
+		{name: "secrets file readable by others", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:8080", "CHALUPA_ORIGIN": "", "CHALUPA_ADMIN_TOKEN": ""},
+			setup: func(t *testing.T, dataDir string) {
+				writeSecretsFile(t, dataDir)
+				if err := os.Chmod(filepath.Join(dataDir, daemon.SecretsFileName), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}, want: "chmod 600"},
 		{name: "origin with a path", set: map[string]string{"CHALUPA_ORIGIN": "https://chalupa.example.net/secret-path-9zz"},
 			want: "CHALUPA_ORIGIN", bad: []string{"secret-path-9zz"}},
 		{name: "origin not a URL", set: map[string]string{"CHALUPA_ORIGIN": "ftp://origin-host-5151"},
@@ -228,6 +235,16 @@ func writeSecretsFile(t *testing.T, dataDir string) {
 	}
 	if err := os.WriteFile(filepath.Join(dataDir, daemon.SecretsFileName), []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A malformed CHALUPA_LISTEN is reported as such, not as the three
+// "required off loopback" secrets it cannot be judged for.
+func TestLoadConfigBadListenIsOneProblem(t *testing.T) {
+	_, err := daemon.LoadConfig(envFunc(map[string]string{"CHALUPA_LISTEN": "notanaddr", "CHALUPA_DATA_DIR": t.TempDir()}))
+	var ce *daemon.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 1 || !strings.Contains(ce.Problems[0], "CHALUPA_LISTEN") {
+		t.Fatalf("err = %v, want exactly one problem naming CHALUPA_LISTEN", err)
 	}
 }
 

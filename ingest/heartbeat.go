@@ -73,7 +73,7 @@ func (h *HeartbeatV1) validate() *Refusal {
 	case !deploymentRE.MatchString(h.Deployment.ID):
 		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case h.Deployment.DropletID < 0:
-		return bad("deployment.dropletId must be positive")
+		return bad("deployment.dropletId must not be negative (omit it or send 0 when unknown)")
 	case h.Deployment.Region != "" && !labelRE.MatchString(h.Deployment.Region):
 		return bad("deployment.region must be a provider slug")
 	case h.Deployment.Size != "" && !labelRE.MatchString(h.Deployment.Size):
