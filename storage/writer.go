@@ -107,8 +107,10 @@ type Writer struct {
 	reqs  chan writeReq
 	quit  chan struct{}
 	wg    sync.WaitGroup
-	once  sync.Once
 	batch int
+
+	closeMu sync.RWMutex // guards closed against concurrent Do
+	closed  bool
 
 	// stmts are statements prepared on the write connection, want the ones
 	// to prepare after the current transaction; only the loop touches them.
@@ -142,18 +144,21 @@ func newWriter(db *sql.DB) *Writer {
 // if ctx ends before fn runs, ErrClosed after the writer is closed.
 func (w *Writer) Do(ctx context.Context, fn TxFunc) error {
 	req := writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	select {
-	case <-w.quit:
+	// The read lock spans the enqueue, so close (which takes the write lock
+	// before signalling quit) can never slip between a closed check and a
+	// send that the exiting loop would then leave unanswered.
+	w.closeMu.RLock()
+	if w.closed {
+		w.closeMu.RUnlock()
 		return ErrClosed
-	default:
 	}
 	select {
 	case w.reqs <- req:
-	case <-w.quit:
-		return ErrClosed
 	case <-ctx.Done():
+		w.closeMu.RUnlock()
 		return ctx.Err()
 	}
+	w.closeMu.RUnlock()
 	// Once queued the request always gets an answer: the loop drains the
 	// queue before it exits. Waiting here (not on ctx) keeps the promise that
 	// a returned nil means committed and a returned error means not written.
@@ -169,7 +174,12 @@ func (w *Writer) Stats() (commits, units int64) {
 }
 
 func (w *Writer) close() {
-	w.once.Do(func() { close(w.quit) })
+	w.closeMu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
+	}
+	w.closeMu.Unlock()
 	w.wg.Wait()
 	for q, st := range w.stmts {
 		st.Close()
