@@ -242,6 +242,10 @@ func (w *Writer) run(batch []writeReq) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		// SQLite leaves the transaction open after some COMMIT failures
+		// (SQLITE_BUSY); database/sql has let go of it either way. Roll it
+		// back on the one connection so the next batch can BEGIN.
+		_, _ = w.db.Exec("ROLLBACK")
 		err = fmt.Errorf("commit write: %w", err)
 		for i := range results {
 			if results[i] == nil {
