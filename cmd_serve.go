@@ -25,8 +25,8 @@ type serveCmd struct {
 func (s *serveCmd) Run() error {
 	// daemon.RunOptions reads zero as "the default"; a 0s or negative limit
 	// typed here is a mistake, not a request for 2m.
-	if s.LagLimit <= 0 {
-		return &exitError{code: exitUsage, err: errors.New("--lag-limit must be positive")}
+	if s.LagLimit < time.Second {
+		return &exitError{code: exitUsage, err: errors.New("--lag-limit must be positive and at least 1s (lag is measured in seconds)")}
 	}
 	cfg, err := daemon.LoadConfig(os.LookupEnv)
 	if err != nil {

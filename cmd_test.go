@@ -192,9 +192,9 @@ func TestServeRefusesNonPositiveLagLimit(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
 	env := map[string]string{"CHALUPA_DATA_DIR": t.TempDir(), "CHALUPA_LISTEN": "not-an-address"}
-	for _, v := range []string{"0s", "0", "-1m"} {
+	for _, v := range []string{"0s", "0", "-1m", "999ms"} {
 		out, code := daemontest.RunCommand(t, bin, "", env, "serve", "--lag-limit="+v)
-		want := "chalupa: --lag-limit must be positive\nusage: chalupa serve [flags]\n"
+		want := "chalupa: --lag-limit must be positive and at least 1s (lag is measured in seconds)\nusage: chalupa serve [flags]\n"
 		if code != exitUsage || !strings.Contains(out, want) {
 			t.Errorf("serve --lag-limit %s: exit %d, want %d with\n%s\ngot:\n%s", v, code, exitUsage, want, out)
 		}

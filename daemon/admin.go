@@ -80,7 +80,7 @@ func (s *Server) handleCreateEnvironment(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if !displayableName(req.Name) {
-		writeError(w, http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control characters")
+		writeError(w, http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control or bidi characters")
 		return
 	}
 	var env storage.Environment
@@ -101,7 +101,8 @@ func (s *Server) handleCreateEnvironment(w http.ResponseWriter, r *http.Request)
 }
 
 // displayableName reports whether name is safe to print on an operator's
-// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1).
+// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1)
+// and no bidi controls (U+202E and kin reorder what the operator reads).
 // encoding/json turns invalid UTF-8 in a request into U+FFFD, so that rune
 // is refused too: it is what invalid bytes sent by a client look like here.
 func displayableName(name string) bool {
@@ -109,7 +110,7 @@ func displayableName(name string) bool {
 		return false
 	}
 	for _, r := range name {
-		if r == utf8.RuneError || unicode.IsControl(r) {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
 			return false
 		}
 	}

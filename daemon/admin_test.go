@@ -17,6 +17,7 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 	refused := []struct{ name, body string }{
 		{"NUL and ESC", `{"slug":"x1","name":"a\u0000b\u001b[31m"}`},
 		{"ESC sequence", `{"slug":"x2","name":"\u001b]0;pwned\u0007"}`},
+		{"bidi override", `{"slug":"x9","name":"\u202eevil"}`},
 		{"newline", `{"slug":"x3","name":"line\nforged line"}`},
 		{"tab", `{"slug":"x4","name":"a\tb"}`},
 		{"DEL", `{"slug":"x5","name":"a\u007fb"}`},

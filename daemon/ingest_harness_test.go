@@ -429,8 +429,9 @@ type signedReq struct {
 
 	SignMethod, SignPath string // what the signature covers, when it differs
 	SignBody             []byte
-	Sig                  string   // overrides the signature header value
-	Omit                 []string // headers to leave out
+	Sig                  string            // overrides the signature header value
+	Omit                 []string          // headers to leave out
+	Extra                map[string]string // headers added after the signed ones (a second value for a protocol header)
 }
 
 // build fills in defaults and returns the request plus the filled-in copy.
@@ -465,6 +466,9 @@ func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
 	}
 	for _, o := range r.Omit {
 		req.Header.Del(o)
+	}
+	for k, v := range r.Extra {
+		req.Header.Add(k, v)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return req, r

@@ -89,6 +89,31 @@ func TestIngestRefusalMatrix(t *testing.T) {
 			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderTimestamp}; return r }},
 		{name: "nonce missing", status: 401, code: "missing_headers",
 			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderNonce}; return r }},
+		{name: "nonce header twice", status: 401, code: "duplicate_header",
+			req: func() signedReq {
+				r := ok(active)
+				r.Extra = map[string]string{signer.HeaderNonce: signer.NewNonce()}
+				return r
+			}},
+		{name: "signature header twice", status: 401, code: "duplicate_header",
+			req: func() signedReq {
+				r := ok(active)
+				r.Extra = map[string]string{signer.HeaderSignature: "v1=00"}
+				return r
+			}},
+		{name: "agentVersion with an escape byte", status: 422, code: "invalid_body",
+			req: func() signedReq {
+				r := ok(active)
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", AgentVersion: "agent\u001b[31m"})
+				return r
+			}},
+		{name: "body is an array", status: 422, code: "invalid_body",
+			req: func() signedReq { r := ok(active); r.Body = []byte("[]"); return r },
+			check: func(t *testing.T, r apiResponse) {
+				if r.Message != "body must be a JSON object" {
+					t.Errorf("message %q", r.Message)
+				}
+			}},
 		{name: "signature missing", status: 401, code: "missing_headers",
 			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderSignature}; return r }},
 		{name: "timestamp not a number", status: 401, code: "bad_timestamp",

@@ -39,6 +39,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if cfg.IngestMasterKey == "" {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY (the current key) is required"}}
 	}
+	cfg.dropAWSCABundle()
 	unlock, err := storage.LockDataDir(cfg.DataDir)
 	if err != nil {
 		return rep, err

@@ -77,12 +77,8 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	} else if len(cfg.Generated) > 0 {
 		log.Info().Str("path", cfg.SecretsFile).Strs("from_file", cfg.Generated).Msg("using generated secrets")
 	}
-	if cfg.ReplicaKind() == "s3" && os.Getenv("AWS_CA_BUNDLE") != "" {
-		// Litestream's S3 client cannot load a custom CA bundle ("unable to
-		// add custom RootCAs HTTPClient", upstream issue #639): with it set,
-		// replication would fail on every attempt. Spaces uses a public CA.
+	if cfg.dropAWSCABundle() {
 		log.Warn().Msg("AWS_CA_BUNDLE is set; unsetting it for this process so S3 replication can start (system roots are used)")
-		_ = os.Unsetenv("AWS_CA_BUNDLE")
 	}
 
 	db, err := storage.Open(ctx, cfg.DatabasePath())
@@ -179,4 +175,16 @@ func (s *Server) loops() []Loop {
 	return []Loop{
 		&ingest.NoncePruner{DB: s.db, Clock: clockwork.NewRealClock(), Log: s.log},
 	}
+}
+
+// dropAWSCABundle unsets AWS_CA_BUNDLE for this process when the replica is
+// s3:// and reports whether it did. Litestream's S3 client cannot load a
+// custom CA bundle ("unable to add custom RootCAs HTTPClient", upstream issue
+// #639): with it set, every replication attempt fails. Spaces uses a public CA.
+func (c *Config) dropAWSCABundle() bool {
+	if c.ReplicaKind() != "s3" || os.Getenv("AWS_CA_BUNDLE") == "" {
+		return false
+	}
+	_ = os.Unsetenv("AWS_CA_BUNDLE")
+	return true
 }

@@ -78,8 +78,8 @@ func (h *HeartbeatV1) validate() *Refusal {
 		return bad("deployment.region must be a provider slug")
 	case h.Deployment.Size != "" && !labelRE.MatchString(h.Deployment.Size):
 		return bad("deployment.size must be a provider slug")
-	case h.AgentVersion == "" || len(h.AgentVersion) > maxLabel:
-		return bad("agentVersion is required (at most 64 characters)")
+	case h.AgentVersion == "" || len(h.AgentVersion) > maxLabel || !printableASCII(h.AgentVersion):
+		return bad("agentVersion is required: at most 64 printable ASCII characters")
 	case h.SentAt.IsZero():
 		return bad("sentAt is required")
 	case h.Reaper.LastActivityAt.IsZero():
@@ -168,4 +168,16 @@ func (s *Service) Heartbeat(r *http.Request) Response {
 		}
 		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: deadline.Truncate(time.Millisecond), ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
+}
+
+// printableASCII reports whether s is only printable ASCII (0x20–0x7e):
+// agentVersion is shown in the operator's terminal and console, where
+// control and bidi characters could disguise it.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

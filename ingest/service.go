@@ -112,6 +112,8 @@ func decodeBody(b []byte, v any) *Refusal {
 	switch {
 	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return refuse(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+	case errors.As(err, &te) && te.Field == "":
+		return refuse(http.StatusUnprocessableEntity, "invalid_body", "body must be a JSON object")
 	case errors.As(err, &te):
 		return refuse(http.StatusUnprocessableEntity, "invalid_body", "field %q has the wrong type", te.Field)
 	}

@@ -54,6 +54,13 @@ type verified struct {
 func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (verified, *Refusal, error) {
 	var v verified
 	h := r.Header
+	// A repeated protocol header is ambiguous: this server reads the first
+	// value, a proxy or auditor might read the last and see another request.
+	for _, name := range []string{signer.HeaderKeyID, signer.HeaderTimestamp, signer.HeaderNonce, signer.HeaderSignature} {
+		if len(h.Values(name)) > 1 {
+			return v, refuse(http.StatusUnauthorized, "duplicate_header", "%s appears more than once", name), nil
+		}
+	}
 	keyID := h.Get(signer.HeaderKeyID)
 	ts, nonce, sig := h.Get(signer.HeaderTimestamp), h.Get(signer.HeaderNonce), h.Get(signer.HeaderSignature)
 	if ts == "" || nonce == "" || sig == "" {

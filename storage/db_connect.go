@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -79,6 +80,13 @@ func dsn(path string, readOnly bool) string {
 func Open(ctx context.Context, path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	// A file restored by hand may be 0644; SQLite creates -wal and -shm with
+	// the database's mode, so restrict all three before opening.
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("restrict database file mode: %w", err)
+		}
 	}
 	w, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
