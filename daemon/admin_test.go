@@ -56,3 +56,33 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminBodiesAreStrict: admin bodies follow the ingest rules, so a
+// repeated key, a key that matches a field only case-insensitively, or data
+// after the object is refused with 400 bad_body and nothing is written
+// (encoding/json alone would take the last or the case-folded value).
+func TestAdminBodiesAreStrict(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	for name, body := range map[string]string{
+		"repeated key":       `{"slug":"dup-a","slug":"dup-b","name":"x"}`,
+		"case-variant key":   `{"slug":"cv-a","SLUG":"cv-b"}`,
+		"case-variant only":  `{"Slug":"cv-c"}`,
+		"stray bracket":      `{"slug":"tr-a"}]`,
+		"second JSON object": `{"slug":"tr-b"}{}`,
+	} {
+		if r := h.admin("POST", "/api/admin/environments", body); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+			t.Errorf("%s: got %s, want 400 bad_body", name, r)
+		}
+	}
+	if r := h.admin("POST", "/api/admin/ingest-keys", `{"action":"revoke","keyId":"x","KeyId":"y"}`); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+		t.Errorf("case-variant keyId: got %s, want 400 bad_body", r)
+	}
+	r := h.admin("GET", "/api/admin/environments", nil)
+	var l adminapi.EnvironmentList
+	if err := json.Unmarshal(r.Body, &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Environments) != 0 {
+		t.Errorf("refused bodies created environments: %+v", l.Environments)
+	}
+}

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest"
 )
 
 // maxAdminBody bounds admin request bodies (bytes).
@@ -48,35 +48,14 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStrict decodes exactly one JSON value into v, refusing unknown fields
-// and trailing data. The error message is safe to return to the client.
+// decodeStrict decodes exactly one JSON object into v with the ingest
+// path's rules (ingest.DecodeBody): unknown, case-variant and repeated keys
+// and trailing data are refused. The error message is safe to return.
 func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-			return errors.New("body is not valid JSON")
-		case errors.As(err, &te):
-			return fmt.Errorf("field %q has the wrong type", te.Field)
-		}
-		// "json: unknown field \"x\"" names only the client's own field.
-		return errors.New(trimJSONPrefix(err.Error()))
-	}
-	if dec.More() {
-		return errors.New("body holds more than one JSON value")
+	if rf := ingest.DecodeBody(b, v); rf != nil {
+		return errors.New(rf.Message)
 	}
 	return nil
-}
-
-func trimJSONPrefix(s string) string {
-	const p = "json: "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
 }
 
 // decodeAdmin reads and strictly decodes an admin request body, answering the

@@ -113,7 +113,7 @@ func utcYearInRange(t time.Time) bool {
 func (s *Service) Heartbeat(r *http.Request) Response {
 	var hb HeartbeatV1
 	parse := func(body []byte) *Refusal {
-		if rf := decodeBody(body, &hb); rf != nil {
+		if rf := DecodeBody(body, &hb); rf != nil {
 			return rf
 		}
 		if rf := hb.validate(); rf != nil {

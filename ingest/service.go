@@ -79,11 +79,13 @@ func internal() Response {
 	return refused(&Refusal{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}, false)
 }
 
-// decodeBody decodes b strictly into v and classifies a failure: malformed
-// JSON is 400, well-formed JSON of the wrong shape (unknown field, wrong
+// DecodeBody decodes b, one JSON object, strictly into v (a pointer to a
+// struct) and classifies a failure: malformed JSON or trailing data is 400
+// malformed_json; well-formed JSON of the wrong shape (unknown field, wrong
 // type, a key that matches a field only case-insensitively, a key repeated
-// within one object) is 422.
-func decodeBody(b []byte, v any) *Refusal {
+// within one object) is 422 invalid_body. Messages name at most a field, never
+// a value. The admin API decodes its bodies with it too.
+func DecodeBody(b []byte, v any) *Refusal {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

@@ -79,7 +79,7 @@ func TestDecodeBodyStrictKeys(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var hb HeartbeatV1
-			rf := decodeBody(tc.body, &hb)
+			rf := DecodeBody(tc.body, &hb)
 			switch tc.want {
 			case accept:
 				if rf != nil {
@@ -255,7 +255,7 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
 			var hb HeartbeatV1
-			if rf := decodeBody(body, &hb); rf != nil {
+			if rf := DecodeBody(body, &hb); rf != nil {
 				b.Fatal(rf.Message)
 			}
 		}
