@@ -137,7 +137,11 @@ func (rewrapCmd) Run() error {
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	fmt.Printf("rewrapped %d ingest key envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.FromVersion, rep.ToVersion)
+	if rep.AlreadyDone {
+		fmt.Printf("the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
+	} else {
+		fmt.Printf("rewrapped %d ingest key envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.FromVersion, rep.ToVersion)
+	}
 	if rep.SecretsFileUpdated {
 		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)
 	} else {

@@ -22,6 +22,9 @@ func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
 		return err
 	}
 	if _, err := ingest.VerifyMasterKey(c.MasterKey(), version, env); err != nil {
+		if ok, _ := c.recoverPendingRewrap(ctx, db, false); ok {
+			return nil // serve finishes the interrupted rewrap
+		}
 		return err
 	}
 	return nil

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/base64"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -72,5 +73,78 @@ func TestRewrapUpdatesSecretsFileWhenKeyCameFromEnv(t *testing.T) {
 	}
 	if err := daemon.Preflight(ctx, cfgNext); err != nil {
 		t.Fatalf("preflight after rewrap: %v", err)
+	}
+}
+
+// A rewrap stopped after its commit but before secrets.env followed (the
+// file holds the old key and the pending new one): serve's recovery makes
+// the pending key current, and re-running the same rewrap finishes instead
+// of failing.
+func TestRewrapInterruptedAfterCommit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": "127.0.0.1:0"}
+	cfg, err := daemon.LoadConfig(envFunc(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.EnsureSecrets(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(ctx, cfg.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Simulate the crash: the commit happened, the file was not updated
+	// beyond the pending entry.
+	newKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	newRaw, _ := base64.StdEncoding.DecodeString(newKey)
+	if _, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newRaw, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	path := filepath.Join(dir, daemon.SecretsFileName)
+	m, _ := daemon.ReadSecretsFile(path)
+	oldKey := m["CHALUPA_INGEST_MASTER_KEY"]
+	body := "CHALUPA_ADMIN_TOKEN=" + m["CHALUPA_ADMIN_TOKEN"] + "\nCHALUPA_READY_TOKEN=" + m["CHALUPA_READY_TOKEN"] +
+		"\nCHALUPA_INGEST_MASTER_KEY=" + oldKey + "\nCHALUPA_INGEST_MASTER_KEY_PENDING=" + newKey + "\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// config check accepts it (serve will finish the rewrap) ...
+	cfg2, err := daemon.LoadConfig(envFunc(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.Preflight(ctx, cfg2); err != nil {
+		t.Fatalf("preflight with a pending rewrap: %v", err)
+	}
+	// ... and re-running the rewrap with the old key in the environment
+	// finishes it: the file now holds the new key.
+	withOld := map[string]string{"CHALUPA_INGEST_MASTER_KEY": oldKey}
+	for k, v := range base {
+		withOld[k] = v
+	}
+	cfg3, err := daemon.LoadConfig(envFunc(withOld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := daemon.RunRewrap(ctx, cfg3, newKey)
+	if err != nil {
+		t.Fatalf("re-run of an interrupted rewrap: %v", err)
+	}
+	if !rep.AlreadyDone || !rep.SecretsFileUpdated {
+		t.Fatalf("report %+v, want AlreadyDone and SecretsFileUpdated", rep)
+	}
+	after, _ := daemon.ReadSecretsFile(path)
+	if after["CHALUPA_INGEST_MASTER_KEY"] != newKey || after["CHALUPA_INGEST_MASTER_KEY_PENDING"] != "" {
+		t.Fatalf("secrets.env after finishing: key updated=%v pending left=%v", after["CHALUPA_INGEST_MASTER_KEY"] == newKey, after["CHALUPA_INGEST_MASTER_KEY_PENDING"] != "")
 	}
 }

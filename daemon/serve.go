@@ -98,6 +98,17 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
 
 	sealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+	if errors.Is(err, ingest.ErrWrongMasterKey) {
+		recovered, rerr := cfg.recoverPendingRewrap(ctx, db, true)
+		if rerr != nil {
+			closeDB()
+			return rerr
+		}
+		if recovered {
+			log.Warn().Str("path", cfg.SecretsFile).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
+			sealer, err = ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+		}
+	}
 	if err != nil {
 		closeDB()
 		return err
