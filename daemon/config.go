@@ -476,6 +476,10 @@ func Preflight(ctx context.Context, c *Config) error {
 	if storage.DataDirLocked(c.DataDir) {
 		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is in use by a running chalupa (serve would refuse to start beside it)"}}
 	}
+	// Same rule as serve, before anything else reads the file.
+	if err := c.checkMasterKeyForExistingDB(); err != nil {
+		return err
+	}
 	db, err := storage.OpenReadOnly(ctx, c.DatabasePath())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

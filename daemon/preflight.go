@@ -18,9 +18,6 @@ func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
 		// No check value yet: the first serve stores one.
 		return nil
 	}
-	if err := c.checkMasterKeyForExistingDB(); err != nil {
-		return err
-	}
 	if _, err := ingest.VerifyMasterKey(c.MasterKey(), version, env); err != nil {
 		if ok, _ := c.recoverPendingRewrap(ctx, db, false); ok {
 			return nil // serve finishes the interrupted rewrap
