@@ -66,18 +66,25 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 // operation's path to the origin). The messages never repeat the URL, which
 // may hold a password.
 func checkAdminURL(raw string) error {
+	return checkOriginURL("--url (CHALUPA_URL)", "the admin token", raw)
+}
+
+// checkOriginURL holds a daemon URL given as flag to the rules above: an
+// origin, no user info, and https unless the host is loopback, since what is
+// sent (carries) must not cross a network in clear text.
+func checkOriginURL(flag, carries, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return errors.New("--url (CHALUPA_URL) must be http://HOST[:PORT] or https://HOST[:PORT]")
+		return fmt.Errorf("%s must be http://HOST[:PORT] or https://HOST[:PORT]", flag)
 	}
 	if u.User != nil {
-		return errors.New("--url (CHALUPA_URL) must not hold user info (user:password@); the admin token is the only credential")
+		return fmt.Errorf("%s must not hold user info (user:password@)", flag)
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return errors.New("--url (CHALUPA_URL) must be the daemon's origin, scheme://HOST[:PORT], with no path, query or fragment")
+		return fmt.Errorf("%s must be the daemon's origin, scheme://HOST[:PORT], with no path, query or fragment", flag)
 	}
 	if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
-		return fmt.Errorf("refusing to send the admin token over plain http to %s: use https, or http only to a loopback address (127.0.0.0/8, ::1, localhost)", u.Hostname())
+		return fmt.Errorf("refusing to send %s over plain http to %s: use https, or http only to a loopback address (127.0.0.0/8, ::1, localhost)", carries, u.Hostname())
 	}
 	return nil
 }

@@ -41,6 +41,12 @@ type agentHeartbeatCmd struct {
 // Run sends heartbeats and prints each answer's status. It exits non-zero
 // when the last answer was not 2xx.
 func (c *agentHeartbeatCmd) Run() error {
+	if err := checkOriginURL("--url", "fleet heartbeats", c.URL); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	if fi, err := os.Stat(c.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return &exitError{code: 1, err: fmt.Errorf("--key-file is readable by group or others (chmod 600 %s)", c.KeyFile)}
+	}
 	b, err := os.ReadFile(c.KeyFile)
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("read --key-file: %w", err)}

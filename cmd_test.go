@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/chalupa-run/chalupa/ingest/signer"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -382,5 +383,42 @@ func TestAdminEnvListEscapesControlBytes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("admin env list output lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// TestAgentRefusesUnsafeURLAndKeyFile: the agent sends fleet data, so the
+// daemon URL follows the admin CLI's rules (an origin; https unless
+// loopback), and a key file others can read is refused before any request.
+func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := func(url, keyFile string) []string {
+		return []string{"agent", "heartbeat", "--url", url, "--key-id", "env_x_0000000000000000", "--key-file", keyFile, "--env", "x1", "--deployment", "d1"}
+	}
+	for url, want := range map[string]string{
+		"http://chalupa.example.net":  "plain http",
+		"http://127.0.0.1:9/api":      "origin",
+		"https://u:p@chalupa.example": "user info",
+	} {
+		out, code := daemontest.RunCommand(t, bin, "", nil, args(url, key)...)
+		if code != exitUsage || !strings.Contains(out, want) {
+			t.Errorf("agent --url %s: exit %d, want %d mentioning %q:\n%s", url, code, exitUsage, want, out)
+		}
+	}
+	loose := filepath.Join(dir, "loose.key")
+	if err := os.WriteFile(loose, []byte(signer.NewKeyMaterial()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", loose)...)
+	if code != 1 || !strings.Contains(out, "chmod 600") {
+		t.Errorf("agent with a 0644 key file: exit %d:\n%s", code, out)
 	}
 }
