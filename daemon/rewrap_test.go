@@ -18,25 +18,7 @@ import (
 // key, or the next serve reads the old key and refuses to start.
 func TestRewrapUpdatesSecretsFileWhenKeyCameFromEnv(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	base := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": "127.0.0.1:0"}
-	cfg, err := daemon.LoadConfig(envFunc(base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.EnsureSecrets(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := storage.Open(ctx, cfg.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	dir, base, _, db := sealedEmbeddedDefault(t)
 	db.Close()
 
 	old, err := daemon.ReadSecretsFile(filepath.Join(dir, daemon.SecretsFileName))
@@ -82,25 +64,7 @@ func TestRewrapUpdatesSecretsFileWhenKeyCameFromEnv(t *testing.T) {
 // of failing.
 func TestRewrapInterruptedAfterCommit(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	base := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": "127.0.0.1:0"}
-	cfg, err := daemon.LoadConfig(envFunc(base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.EnsureSecrets(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := storage.Open(ctx, cfg.DatabasePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	dir, base, cfg, db := sealedEmbeddedDefault(t)
 	// Simulate the crash: the commit happened, the file was not updated
 	// beyond the pending entry.
 	newKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
@@ -147,4 +111,32 @@ func TestRewrapInterruptedAfterCommit(t *testing.T) {
 	if after["CHALUPA_INGEST_MASTER_KEY"] != newKey || after["CHALUPA_INGEST_MASTER_KEY_PENDING"] != "" {
 		t.Fatalf("secrets.env after finishing: key updated=%v pending left=%v", after["CHALUPA_INGEST_MASTER_KEY"] == newKey, after["CHALUPA_INGEST_MASTER_KEY_PENDING"] != "")
 	}
+}
+
+// sealedEmbeddedDefault makes an embedded-default data dir (generated
+// secrets.env) whose migrated database holds a master key check value, and
+// returns the dir, its environment, the config and the open database.
+func sealedEmbeddedDefault(t *testing.T) (string, map[string]string, *daemon.Config, *storage.DB) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": "127.0.0.1:0"}
+	cfg, err := daemon.LoadConfig(envFunc(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.EnsureSecrets(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(ctx, cfg.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return dir, base, cfg, db
 }
