@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/base64"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -89,6 +90,33 @@ func TestRewrapInterruptedAfterCommit(t *testing.T) {
 	}
 	if err := daemon.Preflight(ctx, cfg2); err != nil {
 		t.Fatalf("preflight with a pending rewrap: %v", err)
+	}
+	// ... and serve finishes it: it starts, and the file then holds the
+	// pending key as the current one.
+	pending, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(rctx, cfg2, daemon.RunOptions{Logs: io.Discard, Listening: func(string) { cancel() }})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve with a pending rewrap: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve with a pending rewrap did not start and stop")
+	}
+	served, _ := daemon.ReadSecretsFile(path)
+	if served["CHALUPA_INGEST_MASTER_KEY"] != newKey || served["CHALUPA_INGEST_MASTER_KEY_PENDING"] != "" {
+		t.Fatal("serve did not make the pending key current")
+	}
+	// Put the interrupted state back for the re-run below.
+	if err := os.WriteFile(path, pending, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	// ... and re-running the rewrap with the old key in the environment
 	// finishes it: the file now holds the new key.
