@@ -60,30 +60,6 @@ func (c *ingestClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Truncate(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Truncate(n)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
 // recordedResponse is one response as the client saw it.
 type recordedResponse struct {
 	what   string // "METHOD path -> status"
@@ -146,7 +122,7 @@ type ingestHarness struct {
 	env   map[string]string
 	cfg   *daemon.Config
 	clock *ingestClock
-	logs  *lockedBuffer
+	logs  *daemontest.SyncBuffer
 	rec   *recorder
 	hc    *http.Client
 	opt   harnessOptions
@@ -189,7 +165,7 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	h := &ingestHarness{
 		t: t, env: env, cfg: cfg, opt: opt,
 		clock:    &ingestClock{now: epoch},
-		logs:     &lockedBuffer{},
+		logs:     &daemontest.SyncBuffer{},
 		rec:      rec,
 		hc:       &http.Client{Transport: rec, Timeout: 60 * time.Second},
 		issuance: map[string]string{},

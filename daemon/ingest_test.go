@@ -886,7 +886,7 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 		return cfg
 	}
 	wrong := daemontest.NewSecrets()[daemontest.MasterKeyVar]
-	logs := &lockedBuffer{}
+	logs := &daemontest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	listened := false

@@ -88,7 +88,7 @@ type Daemon struct {
 
 	t    testing.TB
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *SyncBuffer
 	done chan struct{}
 	code int
 	hc   *http.Client
@@ -147,7 +147,7 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 		t.Fatalf("daemontest: CHALUPA_LISTEN: %v", err)
 	}
 
-	logs := &syncBuffer{}
+	logs := &SyncBuffer{}
 	cmd := exec.Command(bin, append([]string{"serve"}, opt.Args...)...)
 	cmd.Dir = dir
 	cmd.Env = childEnv(env)

@@ -38,7 +38,7 @@ type S3 struct {
 
 	t    testing.TB
 	bin  string
-	logs *syncBuffer
+	logs *SyncBuffer
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -60,7 +60,7 @@ func StartVersityGW(t testing.TB) *S3 {
 		Addr:      FreeAddr(t),
 		t:         t,
 		bin:       bin,
-		logs:      &syncBuffer{},
+		logs:      &SyncBuffer{},
 	}
 	s.Endpoint = "http://" + s.Addr
 	if err := os.Mkdir(filepath.Join(root, s.Bucket), 0o755); err != nil {

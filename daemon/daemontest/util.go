@@ -110,23 +110,39 @@ func copyEnv(m map[string]string) map[string]string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a child
-// process's stdout and stderr copiers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child process's
+// stdout and stderr copiers, or a logger written from many goroutines.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Bytes returns a copy of everything written so far.
+func (b *SyncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// Truncate keeps the first n bytes (as bytes.Buffer.Truncate).
+func (b *SyncBuffer) Truncate(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Truncate(n)
 }
 
 // tail returns at most the last n bytes of s, marking a cut.
