@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -463,30 +462,4 @@ func redactURL(s string) string {
 		u.User = url.User("redacted")
 	}
 	return u.String()
-}
-
-// Preflight runs the checks serve makes before it starts that need more than
-// the environment: the data dir is usable, and an existing database is not
-// newer than this binary. `chalupa config check` calls it so that it exits
-// non-zero whenever serve would refuse. It writes nothing.
-func Preflight(ctx context.Context, c *Config) error {
-	if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
-		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is not a directory"}}
-	}
-	if storage.DataDirLocked(c.DataDir) {
-		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is in use by a running chalupa (serve would refuse to start beside it)"}}
-	}
-	// Same rule as serve, before anything else reads the file.
-	if err := c.checkMasterKeyForExistingDB(); err != nil {
-		return err
-	}
-	db, err := storage.OpenReadOnly(ctx, c.DatabasePath())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("database in CHALUPA_DATA_DIR cannot be opened: %s", errKind(err))
-	}
-	defer db.Close()
-	return preflightDB(ctx, c, db)
 }
