@@ -14,6 +14,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/origin"
 )
 
 type agentCmd struct {
@@ -41,7 +42,7 @@ type agentHeartbeatCmd struct {
 // Run sends heartbeats and prints each answer's status. It exits non-zero
 // when the last answer was not 2xx.
 func (c *agentHeartbeatCmd) Run() error {
-	if err := checkOriginURL("--url", "fleet heartbeats", c.URL); err != nil {
+	if err := origin.CheckDaemonURL("--url", "fleet heartbeats", c.URL); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	if fi, err := os.Stat(c.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
@@ -124,34 +125,4 @@ func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client, started
 		return false, errors.New("refused")
 	}
 	return true, nil
-}
-
-type rewrapCmd struct{}
-
-// Run re-encrypts every envelope from CHALUPA_INGEST_MASTER_KEY to
-// CHALUPA_INGEST_MASTER_KEY_NEW with the daemon stopped.
-func (rewrapCmd) Run() error {
-	cfg, err := daemon.LoadConfig(os.LookupEnv)
-	if err != nil {
-		return &exitError{code: 1, err: err}
-	}
-	newKey := strings.TrimSpace(os.Getenv("CHALUPA_INGEST_MASTER_KEY_NEW"))
-	if newKey == "" {
-		return &exitError{code: 1, err: errors.New("CHALUPA_INGEST_MASTER_KEY_NEW is required (the new master key, base64 of 32 bytes)")}
-	}
-	rep, err := daemon.RunRewrap(context.Background(), cfg, newKey)
-	if err != nil {
-		return &exitError{code: 1, err: err}
-	}
-	if rep.AlreadyDone {
-		fmt.Printf("the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
-	} else {
-		fmt.Printf("rewrapped %d ingest key envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.FromVersion, rep.ToVersion)
-	}
-	if rep.SecretsFileUpdated {
-		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)
-	} else {
-		fmt.Println("set CHALUPA_INGEST_MASTER_KEY to the value of CHALUPA_INGEST_MASTER_KEY_NEW before the next serve")
-	}
-	return nil
 }

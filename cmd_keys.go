@@ -1,13 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
-	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
@@ -24,9 +24,13 @@ type adminKeysIssueCmd struct {
 	JSON bool   `help:"Print JSON (includes the key material unless --out is given)."`
 }
 
+func (*adminKeysIssueCmd) operation() string { return adminapi.OpIssueIngestKey }
+
 // Run issues a key.
 func (c *adminKeysIssueCmd) Run(a *adminCmd) error {
-	return issueOrRotate(a, c.Env, c.Out, c.JSON, false)
+	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		return cl.IssueIngestKey(ctx, c.Env)
+	})
 }
 
 type adminKeysRotateCmd struct {
@@ -35,16 +39,18 @@ type adminKeysRotateCmd struct {
 	JSON bool   `help:"Print JSON (includes the key material unless --out is given)."`
 }
 
+func (*adminKeysRotateCmd) operation() string { return adminapi.OpRotateIngestKey }
+
 // Run rotates the environment's keys.
 func (c *adminKeysRotateCmd) Run(a *adminCmd) error {
-	return issueOrRotate(a, c.Env, c.Out, c.JSON, true)
+	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		return cl.RotateIngestKey(ctx, c.Env)
+	})
 }
 
-func issueOrRotate(a *adminCmd, slug, out string, asJSON, rotate bool) error {
-	cl, err := a.client()
-	if err != nil {
-		return err
-	}
+// issueOrRotate runs issue (an issue or a rotation) and saves or prints
+// the key material, which the daemon shows only once.
+func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Client, context.Context) (adminapi.IssuedKey, error)) error {
 	// The key is active the moment the daemon answers, and its material is
 	// shown only once: make sure it can be saved before asking for it, so a
 	// refusal here leaves no orphan key behind.
@@ -53,36 +59,28 @@ func issueOrRotate(a *adminCmd, slug, out string, asJSON, rotate bool) error {
 			return &exitError{code: 1, err: fmt.Errorf("--out: %w (nothing was issued)", err)}
 		}
 	}
-	ctx, cancel := a.ctx()
-	defer cancel()
-	var k adminapi.IssuedKey
-	if rotate {
-		k, err = cl.RotateKeys(ctx, slug)
-	} else {
-		k, err = cl.IssueKey(ctx, slug)
-	}
-	if err != nil {
-		return apiFailure(err)
-	}
-	if out != "" {
+	return runOp(a, asJSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		k, err := issue(cl, ctx)
+		if err != nil || out == "" {
+			return k, err
+		}
 		if err := writeKeyFiles(out, k); err != nil {
-			return &exitError{code: 1, err: fmt.Errorf("key %s was issued but not saved (%v); revoke it and issue again", k.KeyID, err)}
+			return k, &exitError{code: 1, err: fmt.Errorf("key %s was issued but not saved (%v); revoke it and issue again", k.KeyID, err)}
 		}
 		k.KeyMaterial = "" // written to the file; never printed as well
-	}
-	if asJSON {
-		return printJSON(k)
-	}
-	fmt.Printf("key id:       %s\nenvironment:  %s\n", k.KeyID, k.EnvironmentSlug)
-	for _, id := range k.RotatedKeyIDs {
-		fmt.Printf("now rotating: %s (revoke it once its droplets have the new key)\n", id)
-	}
-	if out != "" {
-		fmt.Printf("wrote %s (0600) and %s\n", filepath.Join(out, "ingest.key"), filepath.Join(out, "key-id"))
-	} else {
-		fmt.Printf("key material: %s\n(shown once; it cannot be retrieved again)\n", k.KeyMaterial)
-	}
-	return nil
+		return k, nil
+	}, func(w io.Writer, k adminapi.IssuedKey) error {
+		fmt.Fprintf(w, "key id:       %s\nenvironment:  %s\n", k.KeyID, k.EnvironmentSlug)
+		for _, id := range k.RotatedKeyIDs {
+			fmt.Fprintf(w, "now rotating: %s (revoke it once its droplets have the new key)\n", id)
+		}
+		if out != "" {
+			fmt.Fprintf(w, "wrote %s (0600) and %s\n", filepath.Join(out, "ingest.key"), filepath.Join(out, "key-id"))
+		} else {
+			fmt.Fprintf(w, "key material: %s\n(shown once; it cannot be retrieved again)\n", k.KeyMaterial)
+		}
+		return nil
+	})
 }
 
 // checkKeyDir makes sure writeKeyFiles can succeed in dir before a key is
@@ -137,65 +135,14 @@ type adminKeysRevokeCmd struct {
 	JSON  bool   `help:"Print JSON."`
 }
 
+func (*adminKeysRevokeCmd) operation() string { return adminapi.OpRevokeIngestKey }
+
 // Run revokes the key.
 func (c *adminKeysRevokeCmd) Run(a *adminCmd) error {
-	cl, err := a.client()
-	if err != nil {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.RevokedKey, error) {
+		return cl.RevokeIngestKey(ctx, c.KeyID)
+	}, func(w io.Writer, k adminapi.RevokedKey) error {
+		_, err := fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
 		return err
-	}
-	ctx, cancel := a.ctx()
-	defer cancel()
-	k, err := cl.RevokeKey(ctx, c.KeyID)
-	if err != nil {
-		return apiFailure(err)
-	}
-	if c.JSON {
-		return printJSON(k)
-	}
-	fmt.Printf("revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
-	return nil
-}
-
-type adminFleetCmd struct {
-	JSON bool `help:"Print JSON."`
-}
-
-// Run prints the fleet.
-func (c *adminFleetCmd) Run(a *adminCmd) error {
-	cl, err := a.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := a.ctx()
-	defer cancel()
-	f, err := cl.Fleet(ctx)
-	if err != nil {
-		return apiFailure(err)
-	}
-	if c.JSON {
-		return printJSON(f)
-	}
-	ts := func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return t.UTC().Format(time.RFC3339)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENVIRONMENT\tSTATUS\tKEYS a/r/x\tDEPLOYMENT\tDROPLET\tSTATE\tLAST HEARTBEAT\tIDLE DEADLINE\tSESSION EXPIRES\tCI")
-	for _, e := range f.Environments {
-		keys := fmt.Sprintf("%d/%d/%d", e.Keys["active"], e.Keys["rotating"], e.Keys["revoked"])
-		if len(e.Deployments) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n", e.Slug, e.Status, keys)
-		}
-		for _, d := range e.Deployments {
-			drop := "-"
-			if d.DropletID != 0 {
-				drop = fmt.Sprint(d.DropletID)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", e.Slug, e.Status, keys, d.ID, drop, d.Status,
-				ts(d.LastHeartbeatAt), ts(d.IdleDeadlineAt), ts(d.SessionExpiresAt), d.CIActive)
-		}
-	}
-	return tw.Flush()
+	})
 }

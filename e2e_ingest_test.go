@@ -280,10 +280,10 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 		materials = append(materials, k.KeyMaterial)
 		return key{k.KeyID, raw, k.KeyMaterial}
 	}
-	rotating := fromIssued(admin.IssueKey(ctx, "demo-harbor"))
-	active := fromIssued(admin.RotateKeys(ctx, "demo-harbor"))
-	revoked := fromIssued(admin.IssueKey(ctx, "demo-harbor"))
-	if _, err := admin.RevokeKey(ctx, revoked.id); err != nil {
+	rotating := fromIssued(admin.IssueIngestKey(ctx, "demo-harbor"))
+	active := fromIssued(admin.RotateIngestKey(ctx, "demo-harbor"))
+	revoked := fromIssued(admin.IssueIngestKey(ctx, "demo-harbor"))
+	if _, err := admin.RevokeIngestKey(ctx, revoked.id); err != nil {
 		t.Fatal(err)
 	}
 	heartbeat := func(base string, k key) (int, string) {
@@ -361,7 +361,7 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 	expect("rotating key after rewrap", d2.URL, rotating, 202)
 	expect("active key after rewrap", d2.URL, active, 202)
 	expect("revoked key after rewrap", d2.URL, revoked, 401)
-	fresh := fromIssued(d2.Admin().IssueKey(ctx, "demo-harbor"))
+	fresh := fromIssued(d2.Admin().IssueIngestKey(ctx, "demo-harbor"))
 	expect("key issued under the new master key", d2.URL, fresh, 202)
 	ingestE2EStop(t, d2)
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,12 +32,15 @@ import (
 // e2eCreateEnv creates one environment through the admin API and returns the
 // HTTP status. Safe from any goroutine. Errors: transport failures.
 func e2eCreateEnv(ctx context.Context, d *daemontest.Daemon, slug string) (int, error) {
-	body, _ := json.Marshal(adminapi.CreateEnvironmentRequest{Slug: slug})
-	r, err := d.Do(ctx, "POST", "/api/admin/environments", daemontest.Bearer(d.AdminToken()), body)
+	_, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: slug})
+	var ae *adminapi.APIError
+	if errors.As(err, &ae) {
+		return ae.Status, nil
+	}
 	if err != nil {
 		return 0, err
 	}
-	return r.Status, nil
+	return http.StatusCreated, nil
 }
 
 // e2eCreateMany creates n environments prefix-000… one after another, each
@@ -72,7 +76,7 @@ func e2eListed(t *testing.T, d *daemontest.Daemon) map[string]bool {
 		t.Fatalf("list environments: %v", err)
 	}
 	out := map[string]bool{}
-	for _, e := range envs {
+	for _, e := range envs.Environments {
 		out[e.Slug] = true
 	}
 	return out
@@ -177,7 +181,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 			if mode == "file" {
 				replicaURL = e2eFileURL(filepath.Join(d.DataDir, "replica"))
 			}
-			st, err := d.Admin().Status(context.Background())
+			st, err := d.Admin().GetStatus(context.Background())
 			if err != nil || st.Replication.Kind != mode {
 				t.Fatalf("status: replication kind %q (%v), want %s", st.Replication.Kind, err, mode)
 			}
@@ -290,10 +294,10 @@ func TestReplicaOutage(t *testing.T) {
 		}
 		return r.Status, string(r.Body)
 	}
-	status := func() (storage.ReplicationHealth, string) {
-		st, err := admin.Status(ctx)
+	status := func() (adminapi.ReplicationHealth, string) {
+		st, err := admin.GetStatus(ctx)
 		if err != nil {
-			return storage.ReplicationHealth{}, err.Error()
+			return adminapi.ReplicationHealth{}, err.Error()
 		}
 		b, _ := json.Marshal(st.Replication)
 		return st.Replication, string(b)
@@ -314,7 +318,7 @@ func TestReplicaOutage(t *testing.T) {
 		h, s := status()
 		return h.LastError != "", s
 	})
-	var first storage.ReplicationHealth
+	var first adminapi.ReplicationHealth
 	daemontest.Poll(t, 30*time.Second, "a positive replication lag", func() (bool, string) {
 		h, s := status()
 		first = h

@@ -25,20 +25,20 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 		{"invalid UTF-8", "{\"slug\":\"x7\",\"name\":\"a\xffb\"}"},
 	}
 	for _, tc := range refused {
-		r := h.admin("POST", "/api/admin/environments", tc.body)
+		r := h.admin(adminapi.OpCreateEnvironment, tc.body)
 		if r.Status != http.StatusBadRequest || r.Code != "invalid_name" {
 			t.Errorf("%s: got %s, want 400 invalid_name", tc.name, r)
 		}
 	}
 	accepted := map[string]string{"ok-ascii": "Demo harbor (GPU)", "ok-unicode": "Präsentation – 東京 🚀"}
 	for slug, name := range accepted {
-		r := h.admin("POST", "/api/admin/environments", adminapi.CreateEnvironmentRequest{Slug: slug, Name: name})
+		r := h.admin(adminapi.OpCreateEnvironment, adminapi.CreateEnvironmentRequest{Slug: slug, Name: name})
 		if r.Status != http.StatusCreated {
 			t.Errorf("create %s with name %q: got %s, want 201", slug, name, r)
 		}
 	}
 
-	r := h.admin("GET", "/api/admin/environments", nil)
+	r := h.admin(adminapi.OpListEnvironments, nil)
 	var l adminapi.EnvironmentList
 	if err := json.Unmarshal(r.Body, &l); err != nil {
 		t.Fatalf("list environments: %s: %v", r, err)
@@ -70,14 +70,14 @@ func TestAdminBodiesAreStrict(t *testing.T) {
 		"stray bracket":      `{"slug":"tr-a"}]`,
 		"second JSON object": `{"slug":"tr-b"}{}`,
 	} {
-		if r := h.admin("POST", "/api/admin/environments", body); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+		if r := h.admin(adminapi.OpCreateEnvironment, body); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
 			t.Errorf("%s: got %s, want 400 bad_body", name, r)
 		}
 	}
-	if r := h.admin("POST", "/api/admin/ingest-keys", `{"action":"revoke","keyId":"x","KeyId":"y"}`); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+	if r := h.admin(adminapi.OpIssueIngestKey, `{"action":"revoke","keyId":"x","KeyId":"y"}`); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
 		t.Errorf("case-variant keyId: got %s, want 400 bad_body", r)
 	}
-	r := h.admin("GET", "/api/admin/environments", nil)
+	r := h.admin(adminapi.OpListEnvironments, nil)
 	var l adminapi.EnvironmentList
 	if err := json.Unmarshal(r.Body, &l); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/chalupa-run/chalupa/internal/origin"
+	"github.com/chalupa-run/chalupa/internal/randtoken"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -145,7 +147,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		bad("CHALUPA_LISTEN has an invalid port")
 	} else {
-		loopback, listenOK = isLoopbackHost(host), true
+		loopback, listenOK = origin.IsLoopbackHost(host), true
 	}
 
 	c.Origin = get("CHALUPA_ORIGIN")
@@ -155,7 +157,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 		c.Origin = "http://" + c.Listen
 	} else if u, err := url.Parse(c.Origin); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		bad("CHALUPA_ORIGIN must be an absolute http(s) URL")
-	} else if u.Scheme != "https" && !isLoopbackHost(u.Hostname()) {
+	} else if u.Scheme != "https" && !origin.IsLoopbackHost(u.Hostname()) {
 		bad("CHALUPA_ORIGIN must use https unless its host is loopback")
 	} else if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
 		bad("CHALUPA_ORIGIN must be an origin (scheme and host only)")
@@ -307,7 +309,7 @@ func (c *Config) EnsureSecrets() (bool, error) {
 		*cur = Secret(mk())
 		existing[k] = cur.Reveal()
 	}
-	token := func() string { return randomToken(32) }
+	token := func() string { return randtoken.New(32) }
 	gen("CHALUPA_ADMIN_TOKEN", &c.AdminToken, token)
 	gen("CHALUPA_READY_TOKEN", &c.ReadyToken, token)
 	gen("CHALUPA_INGEST_MASTER_KEY", &c.IngestMasterKey, func() string {
@@ -321,13 +323,6 @@ func (c *Config) EnsureSecrets() (bool, error) {
 	return true, nil
 }
 
-// randomToken returns n random bytes, base64url without padding.
-func randomToken(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
 // decodeKey accepts standard or URL base64, padded or not.
 func decodeKey(s string) ([]byte, error) {
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
@@ -336,16 +331,6 @@ func decodeKey(s string) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("not base64")
-}
-
-// isLoopbackHost reports whether host is localhost or a loopback IP. An empty
-// host (listen on all interfaces) is not loopback.
-func isLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 // ReadSecretsFile parses KEY=VALUE lines; a missing file is an empty map.

@@ -49,15 +49,6 @@ var secretVars = []string{
 	"CHALUPA_SPACES_KEY", "CHALUPA_SPACES_SECRET", "DIGITALOCEAN_READ_TOKEN", "DIGITALOCEAN_WRITE_TOKEN",
 }
 
-func TestDefaultsAgreeWithDaemontest(t *testing.T) {
-	if daemon.DefaultListen != daemontest.DefaultListen ||
-		filepath.Clean(daemon.DefaultDataDir) != daemontest.DefaultDataDirName ||
-		daemon.SecretsFileName != daemontest.SecretsFileName ||
-		daemon.DatabaseFileName != daemontest.DatabaseFileName {
-		t.Fatal("daemontest's mirrored defaults differ from package daemon's; update daemontest")
-	}
-}
-
 func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
 	t.Parallel()
 	env := goodEnv(t.TempDir())
@@ -349,7 +340,7 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Errorf("data dir mode: %v %v, want 0700", fi.Mode().Perm(), err)
 	}
 	ctx := context.Background()
-	st, err := d.Admin().Status(ctx)
+	st, err := d.Admin().GetStatus(ctx)
 	if err != nil {
 		t.Fatalf("admin status with the generated token: %v", err)
 	}
@@ -372,7 +363,7 @@ func TestEmbeddedDefault(t *testing.T) {
 		}
 	}
 	checkLogs(t, d2.Logs(), secretsPath, first)
-	if _, err := d2.Admin().Status(ctx); err != nil {
+	if _, err := d2.Admin().GetStatus(ctx); err != nil {
 		t.Fatalf("second start does not accept the generated admin token: %v", err)
 	}
 	r, err := d2.Do(ctx, "GET", "/api/ready", daemontest.Bearer(first["CHALUPA_READY_TOKEN"]), nil)
@@ -396,7 +387,7 @@ func checkSecretsFile(t *testing.T, path string) map[string]string {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("secrets file mode %v, want 0600", fi.Mode().Perm())
 	}
-	m, err := daemontest.ReadSecretsFile(path)
+	m, err := daemon.ReadSecretsFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
-	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 
 // maxAdminBody bounds admin request bodies (bytes).
@@ -48,31 +48,22 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// decodeStrict decodes exactly one JSON object into v with the ingest
-// path's rules (ingest.DecodeBody): unknown, case-variant and repeated keys
-// and trailing data are refused. The error message is safe to return.
-func decodeStrict(b []byte, v any) error {
-	if rf := ingest.DecodeBody(b, v); rf != nil {
-		return errors.New(rf.Message)
-	}
-	return nil
-}
+// decodeStrict decodes exactly one JSON object into v with the rules every
+// endpoint shares (internal/strictjson). The error message is safe to return.
+func decodeStrict(b []byte, v any) error { return strictjson.Decode(b, v) }
 
-// decodeAdmin reads and strictly decodes an admin request body, answering the
-// error itself. It returns false when it has answered.
-func decodeAdmin(w http.ResponseWriter, r *http.Request, v any) bool {
+// readAdminBody reads an admin request body of at most maxAdminBody bytes,
+// answering the error itself (413 body_too_large, 400 bad_body). It
+// returns false when it has answered.
+func readAdminBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	b, err := readBody(r, maxAdminBody)
 	if errors.Is(err, errBodyTooLarge) {
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds %d bytes", maxAdminBody))
-		return false
+		return nil, false
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_body", "could not read body")
-		return false
+		return nil, false
 	}
-	if err := decodeStrict(b, v); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_body", err.Error())
-		return false
-	}
-	return true
+	return b, true
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
@@ -69,7 +70,7 @@ func FuzzVerify(f *testing.F) {
 	h.revoke(revoked.ID)
 	other := h.issue("other-env")
 	known := map[string]testKey{active.ID: active, rotating.ID: rotating, other.ID: other}
-	handler := h.ts.Config.Handler
+	handler := h.handler
 	conn := h.sqlConn()
 	accepted := map[[2]string]bool{} // (partition, nonce)
 
@@ -237,7 +238,7 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("202 without the nonce claimed in partition %q", partition)
 		}
 		// Whatever was accepted, the fleet view still reads.
-		fr := httptest.NewRequest("GET", "/api/admin/fleet", nil)
+		fr := httptest.NewRequest("GET", opPath(adminapi.OpListFleet), nil)
 		fr.Header.Set("Authorization", "Bearer "+h.adminToken())
 		fw := httptest.NewRecorder()
 		handler.ServeHTTP(fw, fr)

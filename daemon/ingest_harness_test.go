@@ -1,9 +1,10 @@
 package daemon_test
 
-// The in-process harness for the signed-ingest HTTP surface: a daemon.Server
-// built with exported APIs over a real SQLite file in t.TempDir (migrated,
-// master key proven, replicating to a file:// replica), served by
-// httptest.NewServer. Every response the harness's client receives and every
+// The in-process harness for the signed-ingest HTTP surface: the App
+// daemontest.NewInProcess assembles (daemon.Open over a real SQLite file in
+// t.TempDir, migrated, master key proven, replicating to a file:// replica)
+// behind an httptest server, with a fake clock shared by the daemon and the
+// test's signer. Every response the harness's client receives and every
 // log line the server writes are recorded; when the test ends the harness
 // fails it if any secret (admin token, ready token, master key, shared key,
 // issued key material in any common encoding) appears anywhere except the
@@ -18,47 +19,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/storage"
+	"github.com/jonboulle/clockwork"
 )
 
 const heartbeatPath = "/api/ingest/heartbeat"
-
-// ingestClock is a settable clock shared by the server, the keyring and the
-// test's signer.
-type ingestClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *ingestClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *ingestClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // recordedResponse is one response as the client saw it.
 type recordedResponse struct {
@@ -121,38 +97,28 @@ type ingestHarness struct {
 	t     testing.TB
 	env   map[string]string
 	cfg   *daemon.Config
-	clock *ingestClock
+	clock *clockwork.FakeClock
 	logs  *daemontest.SyncBuffer
 	rec   *recorder
 	hc    *http.Client
 	opt   harnessOptions
-
-	db   *storage.DB
-	repl *storage.Replicator
-	srv  *daemon.Server
-	ts   *httptest.Server
-	URL  string
+	p     *daemontest.InProcess
+	URL   string
+	// handler is the App's root handler (the fuzz target calls it directly).
+	handler http.Handler
 
 	mu       sync.Mutex
 	issuance map[string]string // key material -> "what" of its issuance response
 	check    *sql.DB           // separate connection for assertions and test setup
 }
 
-// newIngestHarness starts a server over a fresh data dir. Cleanup stops it
+// newIngestHarness starts a daemon over a fresh data dir. Cleanup stops it
 // and, unless opt.NoLeakCheck, runs the secret scan.
 func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	t.Helper()
-	dataDir := t.TempDir()
-	env := daemontest.NewSecrets()
-	env["CHALUPA_DATA_DIR"] = dataDir
-	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
-	env["CHALUPA_REPLICA_URL"] = (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String()
+	env := map[string]string{}
 	if opt.SharedKey != "" {
 		env["CHALUPA_INGEST_KEY"] = opt.SharedKey
-	}
-	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		t.Fatalf("LoadConfig: %v", err)
 	}
 	rec := &recorder{next: &http.Transport{MaxIdleConnsPerHost: 64}}
 	if opt.NoLeakCheck {
@@ -163,16 +129,16 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 		epoch = time.Now().UTC().Truncate(time.Second)
 	}
 	h := &ingestHarness{
-		t: t, env: env, cfg: cfg, opt: opt,
-		clock:    &ingestClock{now: epoch},
+		t: t, opt: opt,
+		clock:    clockwork.NewFakeClockAt(epoch),
 		logs:     &daemontest.SyncBuffer{},
 		rec:      rec,
 		hc:       &http.Client{Transport: rec, Timeout: 60 * time.Second},
 		issuance: map[string]string{},
 	}
-	h.start()
+	// Registered before NewInProcess's own cleanup, so it runs after the
+	// daemon has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() {
-		h.stop()
 		if h.check != nil {
 			h.check.Close()
 		}
@@ -180,67 +146,27 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 			h.assertNoSecretLeak(t)
 		}
 	})
+	h.p = daemontest.NewInProcess(t, h.appOptions(env))
+	h.env, h.cfg = h.p.Env, h.p.App.Config
+	h.started()
 	return h
 }
 
-// start opens the database and serves it (a fresh keyring: nothing cached).
-func (h *ingestHarness) start() {
-	t := h.t
-	t.Helper()
-	ctx := context.Background()
-	log := zerolog.New(h.logs).With().Timestamp().Logger()
-	db, err := storage.Open(ctx, h.cfg.DatabasePath())
-	if err != nil {
-		t.Fatalf("storage.Open: %v", err)
-	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{Logger: log}); err != nil {
-		db.Close()
-		t.Fatalf("Migrate: %v", err)
-	}
-	sealer, err := ingest.OpenSealer(ctx, db, h.cfg.MasterKey(), h.clock.Now())
-	if err != nil {
-		db.Close()
-		t.Fatalf("OpenSealer: %v", err)
-	}
-	repl, err := storage.StartReplication(ctx, h.cfg.DatabasePath(), storage.ReplicaConfig{
-		URL:    h.cfg.ReplicaURL,
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		db.Close()
-		t.Fatalf("StartReplication: %v", err)
-	}
-	srv := daemon.NewServer(daemon.Deps{
-		Config: h.cfg, DB: db, Replicator: repl,
-		Keys: ingest.NewKeyring(db, sealer, h.clock.Now), Log: log, Now: h.clock.Now,
-	})
-	h.db, h.repl, h.srv = db, repl, srv
-	h.ts = httptest.NewServer(srv.Handler())
-	h.URL = h.ts.URL
+func (h *ingestHarness) appOptions(env map[string]string) daemontest.AppOptions {
+	return daemontest.AppOptions{Env: env, Clock: h.clock, Logs: h.logs, HTTP: h.hc}
 }
 
-func (h *ingestHarness) stop() {
-	if h.ts == nil {
-		return
-	}
-	h.ts.Close()
-	if err := h.db.Close(); err != nil {
-		h.t.Errorf("close database: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := h.repl.Close(ctx); err != nil {
-		h.t.Errorf("close replication: %v", err)
-	}
-	h.ts, h.db, h.repl, h.srv = nil, nil, nil, nil
+// started records what a (re)start of the daemon changed.
+func (h *ingestHarness) started() {
+	h.URL, h.handler = h.p.URL, h.p.App.Server.Handler()
 }
 
-// restart stops the server and starts a new one on the same data dir (a
+// restart closes the daemon and opens a new one on the same data dir (a
 // process restart, as far as the keyring's cache is concerned).
 func (h *ingestHarness) restart() {
 	h.t.Helper()
-	h.stop()
-	h.start()
+	h.p.Restart(h.appOptions(h.env))
+	h.started()
 }
 
 // ---- HTTP -----------------------------------------------------------------
@@ -301,10 +227,17 @@ func doRequest(hc *http.Client, req *http.Request) (apiResponse, error) {
 func (h *ingestHarness) adminToken() string { return h.env["CHALUPA_ADMIN_TOKEN"] }
 func (h *ingestHarness) readyToken() string { return h.env["CHALUPA_READY_TOKEN"] }
 
-// admin sends an admin request with the bearer token; body is marshalled
-// unless it is already []byte.
-func (h *ingestHarness) admin(method, path string, body any) apiResponse {
+// admin sends operation id's request with the admin bearer, at the method
+// and path the operation table gives it; body is marshalled unless it is
+// already []byte or a string (sent as is, to test what the server refuses).
+// The answer keeps its status, headers and error code for the contract
+// tests; typed calls go through h.client().
+func (h *ingestHarness) admin(id string, body any) apiResponse {
 	h.t.Helper()
+	op, ok := adminapi.Lookup(id)
+	if !ok {
+		h.t.Fatalf("unknown operation %s", id)
+	}
 	var b []byte
 	switch v := body.(type) {
 	case nil:
@@ -318,14 +251,25 @@ func (h *ingestHarness) admin(method, path string, body any) apiResponse {
 			h.t.Fatal(err)
 		}
 	}
-	return h.do(method, path, http.Header{"Authorization": {"Bearer " + h.adminToken()}, "Content-Type": {"application/json"}}, b)
+	return h.do(op.Method, op.Path, http.Header{"Authorization": {"Bearer " + h.adminToken()}, "Content-Type": {"application/json"}}, b)
 }
+
+// opPath is the path the operation table gives operation id.
+func opPath(id string) string {
+	op, ok := adminapi.Lookup(id)
+	if !ok {
+		panic("unknown operation " + id)
+	}
+	return op.Path
+}
+
+// client is the typed admin client (over the recording transport).
+func (h *ingestHarness) client() *adminapi.Client { return h.p.Admin }
 
 func (h *ingestHarness) createEnv(slug string) {
 	h.t.Helper()
-	r := h.admin("POST", "/api/admin/environments", adminapi.CreateEnvironmentRequest{Slug: slug})
-	if r.Status != http.StatusCreated {
-		h.t.Fatalf("create environment %s: %s", slug, r)
+	if _, err := h.client().CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
+		h.t.Fatalf("create environment %s: %v", slug, err)
 	}
 }
 
@@ -337,55 +281,49 @@ type testKey struct {
 	Env      string
 }
 
-func (h *ingestHarness) keyCall(body any, what string) (testKey, adminapi.IssuedKey) {
+// keyCall runs issue or rotate and records where the material was issued
+// (the one response allowed to hold it).
+func (h *ingestHarness) keyCall(call func(context.Context, string) (adminapi.IssuedKey, error), slug, what string) (testKey, adminapi.IssuedKey) {
 	h.t.Helper()
-	r := h.admin("POST", "/api/admin/ingest-keys", body)
-	if r.Status != http.StatusCreated {
-		h.t.Fatalf("%s: %s", what, r)
-	}
-	var k adminapi.IssuedKey
-	if err := json.Unmarshal(r.Body, &k); err != nil {
-		h.t.Fatalf("%s: decode: %v", what, err)
+	k, err := call(context.Background(), slug)
+	if err != nil {
+		h.t.Fatalf("%s: %v", what, err)
 	}
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		h.t.Fatalf("%s: key material: %v", what, err)
 	}
+	op, _ := adminapi.Lookup(adminapi.OpIssueIngestKey)
 	h.mu.Lock()
-	h.issuance[k.KeyMaterial] = fmt.Sprintf("POST /api/admin/ingest-keys -> %d", r.Status)
+	h.issuance[k.KeyMaterial] = fmt.Sprintf("%s %s -> %d", op.Method, op.Path, op.Status)
 	h.mu.Unlock()
 	return testKey{ID: k.KeyID, Material: k.KeyMaterial, Raw: raw, Env: k.EnvironmentSlug}, k
 }
 
 func (h *ingestHarness) issue(slug string) testKey {
 	h.t.Helper()
-	k, _ := h.keyCall(adminapi.IngestKeyRequest{EnvironmentSlug: slug}, "issue key for "+slug)
+	k, _ := h.keyCall(h.client().IssueIngestKey, slug, "issue key for "+slug)
 	return k
 }
 
 func (h *ingestHarness) rotate(slug string) (testKey, []string) {
 	h.t.Helper()
-	k, full := h.keyCall(adminapi.IngestKeyRequest{Action: "rotate", EnvironmentSlug: slug}, "rotate keys of "+slug)
+	k, full := h.keyCall(h.client().RotateIngestKey, slug, "rotate keys of "+slug)
 	return k, full.RotatedKeyIDs
 }
 
 func (h *ingestHarness) revoke(keyID string) {
 	h.t.Helper()
-	r := h.admin("POST", "/api/admin/ingest-keys", adminapi.IngestKeyRequest{Action: "revoke", KeyID: keyID})
-	if r.Status != http.StatusOK {
-		h.t.Fatalf("revoke %s: %s", keyID, r)
+	if _, err := h.client().RevokeIngestKey(context.Background(), keyID); err != nil {
+		h.t.Fatalf("revoke %s: %v", keyID, err)
 	}
 }
 
 func (h *ingestHarness) fleet() adminapi.Fleet {
 	h.t.Helper()
-	r := h.admin("GET", "/api/admin/fleet", nil)
-	if r.Status != http.StatusOK {
-		h.t.Fatalf("fleet: %s", r)
-	}
-	var f adminapi.Fleet
-	if err := json.Unmarshal(r.Body, &f); err != nil {
-		h.t.Fatalf("decode fleet: %v", err)
+	f, err := h.client().ListFleet(context.Background())
+	if err != nil {
+		h.t.Fatalf("fleet: %v", err)
 	}
 	return f
 }

@@ -721,7 +721,7 @@ func TestIngestSharedKey(t *testing.T) {
 func TestIngestAdminKeyAPI(t *testing.T) {
 	h := newIngestHarness(t, harnessOptions{})
 	h.createEnv("demo-harbor")
-	keyPath := "/api/admin/ingest-keys"
+	keyPath := opPath(adminapi.OpIssueIngestKey)
 	cases := []struct {
 		name   string
 		body   string
@@ -745,7 +745,7 @@ func TestIngestAdminKeyAPI(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := h.count(`SELECT count(*) FROM ingest_keys`)
-			r := h.admin("POST", keyPath, c.body)
+			r := h.admin(adminapi.OpIssueIngestKey, c.body)
 			if r.Status != c.status || r.Code != c.code {
 				t.Fatalf("%s, want %d %s", r, c.status, c.code)
 			}
@@ -789,7 +789,7 @@ func TestIngestAdminKeyAPI(t *testing.T) {
 		for _, rq := range []struct{ method, path, body string }{
 			{"POST", keyPath, `{"environmentSlug":"demo-harbor"}`},
 			{"POST", keyPath, `{"action":"revoke","keyId":"` + b.ID + `"}`},
-			{"GET", "/api/admin/fleet", ""},
+			{"GET", opPath(adminapi.OpListFleet), ""},
 		} {
 			r := h.do(rq.method, rq.path, hdr, []byte(rq.body))
 			if r.Status != 401 || r.Code != "unauthorized" {
@@ -871,7 +871,7 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 	h := newIngestHarness(t, harnessOptions{})
 	h.createEnv("demo-harbor")
 	k := h.issue("demo-harbor")
-	h.stop()
+	h.p.Close()
 
 	load := func(masterKey string) *daemon.Config {
 		env := map[string]string{}

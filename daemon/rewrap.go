@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
-	"time"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -43,32 +41,12 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if cfg.IngestMasterKey == "" {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY (the current key) is required"}}
 	}
-	cfg.dropAWSCABundle()
-	unlock, err := storage.LockDataDir(cfg.DataDir)
+	app, err := Open(ctx, cfg, Options{Offline: true, Logs: io.Discard})
 	if err != nil {
 		return rep, err
 	}
-	defer unlock()
-	db, err := storage.Open(ctx, cfg.DatabasePath())
-	if err != nil {
-		return rep, err
-	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
-		db.Close()
-		return rep, err
-	}
-	repl, err := storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
-		URL: cfg.ReplicaURL, AccessKeyID: cfg.SpacesKey.Reveal(), SecretAccessKey: cfg.SpacesSecret.Reveal(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		db.Close()
-		return rep, err
-	}
-	defer func() {
-		db.Close()
-		repl.Close(context.Background())
-	}()
+	defer app.Close(context.Background())
+	db, repl := app.DB, app.Replicator
 
 	sf := secretsFile{path: filepath.Join(cfg.DataDir, SecretsFileName), old: cfg.MasterKey()}
 	version, check, err := storage.MasterKeyCheck(ctx, db.Read)
@@ -92,7 +70,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if err := sf.stage(newKeyB64); err != nil {
 		return rep, err
 	}
-	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newKey, time.Now())
+	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newKey, app.Clock.Now())
 	if err != nil {
 		return rep, errors.Join(err, sf.unstage())
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -22,7 +23,6 @@ const (
 )
 
 var (
-	slugRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,62}$`)
 	deploymentRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	labelRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
@@ -68,8 +68,8 @@ type HeartbeatAccepted struct {
 func (h *HeartbeatV1) validate() *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
-	case !slugRE.MatchString(h.EnvironmentSlug):
-		return bad("environmentSlug must match ^[a-z0-9][a-z0-9-]{1,62}$")
+	case !slug.Valid(h.EnvironmentSlug):
+		return bad("environmentSlug must match " + slug.Pattern)
 	case !deploymentRE.MatchString(h.Deployment.ID):
 		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case h.Deployment.DropletID < 0:
@@ -105,12 +105,12 @@ func utcYearInRange(t time.Time) bool {
 	return y >= 0 && y <= 9999
 }
 
-// Heartbeat handles POST /api/ingest/heartbeat: verification, then in one
-// writer unit the nonce claim, the body checks, and the deployment and
+// Heartbeat handles POST /api/ingest/heartbeat for a request Authenticate
+// verified (with MaxHeartbeatBody): in one writer unit the nonce claim, the body checks, and the deployment and
 // heartbeat writes. The first heartbeat of a deployment id creates it; a
 // heartbeat for an ended deployment is 409 deployment_ended with nothing
 // written. Success is 202 HeartbeatAccepted.
-func (s *Service) Heartbeat(r *http.Request) Response {
+func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var hb HeartbeatV1
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &hb); rf != nil {
@@ -128,7 +128,7 @@ func (s *Service) Heartbeat(r *http.Request) Response {
 		}
 		return nil
 	}
-	return s.handle(r, MaxHeartbeatBody, parse, func(ctx context.Context, tx storage.Tx, v verified) (any, error) {
+	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		envID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/storage"
@@ -114,16 +115,6 @@ func NewKeyring(db *storage.DB, sealer *envelope.Sealer, now func() time.Time) *
 	return &Keyring{db: db, sealer: sealer, now: now, cache: map[string]*Key{}}
 }
 
-// Issued is the answer to an issue or rotate: the only place key material
-// ever appears.
-type Issued struct {
-	KeyID           string   `json:"keyId"`
-	KeyMaterial     string   `json:"keyMaterial"`
-	EnvironmentSlug string   `json:"environmentSlug"`
-	Status          string   `json:"status"`
-	RotatedKeyIDs   []string `json:"rotatedKeyIds,omitempty"`
-}
-
 // newKeyID returns env_<slug>_<16 hex> (seed 002).
 func newKeyID(slug string) string {
 	b := make([]byte, 8)
@@ -133,21 +124,21 @@ func newKeyID(slug string) string {
 
 // Issue creates a fresh active key for the environment. A re-issue is always
 // a fresh key; existing keys are untouched. Errors: ErrEnvironmentNotFound.
-func (k *Keyring) Issue(ctx context.Context, slug string) (Issued, error) {
+func (k *Keyring) Issue(ctx context.Context, slug string) (adminapi.IssuedKey, error) {
 	return k.issue(ctx, slug, false)
 }
 
 // Rotate marks every active key of the environment rotating (they keep
 // verifying during the overlap) and issues a fresh active key, in one
 // transaction. Errors: ErrEnvironmentNotFound.
-func (k *Keyring) Rotate(ctx context.Context, slug string) (Issued, error) {
+func (k *Keyring) Rotate(ctx context.Context, slug string) (adminapi.IssuedKey, error) {
 	return k.issue(ctx, slug, true)
 }
 
-func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (Issued, error) {
+func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi.IssuedKey, error) {
 	material := signer.NewKeyMaterial()
 	raw, _ := signer.DecodeKeyMaterial(material)
-	out := Issued{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
+	out := adminapi.IssuedKey{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
 	var envID int64
 	now := k.now()
 	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
@@ -173,7 +164,7 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (Issued, 
 		}, now)
 	})
 	if err != nil {
-		return Issued{}, err
+		return adminapi.IssuedKey{}, err
 	}
 	k.mu.Lock()
 	for _, id := range out.RotatedKeyIDs {
@@ -188,19 +179,12 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (Issued, 
 	return out, nil
 }
 
-// Revoked is the answer to a revoke.
-type Revoked struct {
-	KeyID           string `json:"keyId"`
-	EnvironmentSlug string `json:"environmentSlug"`
-	Status          string `json:"status"`
-}
-
 // Revoke revokes keyID at once: the cache entry is dropped before Revoke
 // returns, and the ingest write rechecks the status in its own transaction,
 // so no request signed with it is accepted after this returns.
 // Revoking a revoked key is a no-op. Errors: ErrKeyNotFound.
-func (k *Keyring) Revoke(ctx context.Context, keyID string) (Revoked, error) {
-	var out Revoked
+func (k *Keyring) Revoke(ctx context.Context, keyID string) (adminapi.RevokedKey, error) {
+	var out adminapi.RevokedKey
 	k.mu.Lock()
 	delete(k.cache, keyID)
 	k.mu.Unlock()
@@ -212,7 +196,7 @@ func (k *Keyring) Revoke(ctx context.Context, keyID string) (Revoked, error) {
 		if err != nil {
 			return err
 		}
-		out = Revoked{KeyID: keyID, EnvironmentSlug: key.EnvironmentSlug, Status: storage.KeyRevoked}
+		out = adminapi.RevokedKey{KeyID: keyID, EnvironmentSlug: key.EnvironmentSlug, Status: storage.KeyRevoked}
 		return storage.RevokeIngestKey(ctx, tx, keyID, k.now())
 	})
 	k.mu.Lock()

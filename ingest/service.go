@@ -1,18 +1,15 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/internal/strictjson"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -80,80 +77,59 @@ func internal() Response {
 }
 
 // DecodeBody decodes b, one JSON object, strictly into v (a pointer to a
-// struct) and classifies a failure: malformed JSON or trailing data is 400
-// malformed_json; well-formed JSON of the wrong shape (unknown field, wrong
-// type, a key that matches a field only case-insensitively, a key repeated
-// within one object) is 422 invalid_body. Messages name at most a field, never
-// a value. The admin API decodes its bodies with it too.
+// struct; internal/strictjson's rules) and classifies a failure: malformed
+// JSON or trailing data is 400 malformed_json; well-formed JSON of the wrong
+// shape (unknown field, wrong type, a key that matches a field only
+// case-insensitively, a key repeated within one object) is 422
+// invalid_body. Messages name at most a field, never a value.
 func DecodeBody(b []byte, v any) *Refusal {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	// Only white space may follow the value (dec.More is false before a
-	// stray '}' or ']', so it cannot tell).
-	if err == nil && len(bytes.TrimLeft(b[dec.InputOffset():], " \t\r\n")) > 0 {
-		return refuse(http.StatusBadRequest, "malformed_json", "body holds more than one JSON value")
-	}
-	if err == nil {
-		// encoding/json accepted keys case-insensitively and let a repeated
-		// key overwrite; the protocol refuses both (strictjson.go). Run only
-		// now, on JSON known to be well formed, so that malformed JSON keeps
-		// its 400 above.
-		var ke *strictKeyError
-		switch err := checkStrictKeys(b, reflect.TypeOf(v)); {
-		case err == nil:
-			return nil
-		case errors.As(err, &ke):
-			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", ke.Error())
-		default:
-			return refuse(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
-		}
-	}
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
+	err := strictjson.Decode(b, v)
+	var se *strictjson.SyntaxError
 	switch {
-	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return refuse(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
-	case errors.As(err, &te) && te.Field == "":
-		return refuse(http.StatusUnprocessableEntity, "invalid_body", "body must be a JSON object")
-	case errors.As(err, &te):
-		return refuse(http.StatusUnprocessableEntity, "invalid_body", "field %q has the wrong type", te.Field)
+	case err == nil:
+		return nil
+	case errors.As(err, &se):
+		return refuse(http.StatusBadRequest, "malformed_json", "%s", err.Error())
+	default:
+		return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", err.Error())
 	}
-	var pe *time.ParseError
-	if errors.As(err, &pe) {
-		return refuse(http.StatusUnprocessableEntity, "invalid_body", "times must be RFC 3339")
-	}
-	// encoding/json: `json: unknown field "x"`; only the client's own field name.
-	msg := err.Error()
-	if len(msg) > 6 && msg[:6] == "json: " {
-		msg = msg[6:]
-	}
-	if len(msg) > 200 {
-		msg = msg[:200]
-	}
-	return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg)
 }
 
-// handle runs verification, then parse on the body (outside the writer, so
-// JSON decoding never occupies the single write connection), then one writer
-// unit that claims the nonce and either returns parse's refusal (so a replay
-// is 409 before any 400/422, DESIGN.md's order) or calls write. write returns
-// the success body or an error (a *Refusal, or an internal fault). Nothing is
-// written unless write succeeds.
-func (s *Service) handle(r *http.Request, maxBody int64, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v verified) (any, error)) Response {
-	ctx := r.Context()
-	v, rf, err := s.verify(ctx, r, maxBody)
+// Shared reports whether the request used the deprecated shared key: the
+// daemon adds the Deprecation header and counts it.
+func (v Verified) Shared() bool { return v.partition == sharedPartition }
+
+// Authenticate is the ingest route group's authentication: the protocol-v1
+// checks up to the signature (headers, body within maxBody bytes, key,
+// timestamp window, signature; docs/operations.md, "Signed ingest"). It
+// returns the verified request, or the refusal to send (nothing written).
+// The nonce is claimed later, in the same transaction as the handler's write.
+func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Response) {
+	v, rf, err := s.verify(r.Context(), r, maxBody)
 	if err != nil {
 		s.log.Error().Err(err).Msg("ingest verification fault")
-		return internal()
+		resp := internal()
+		return v, &resp
 	}
-	shared := v.partition == sharedPartition
 	if rf != nil {
-		return refused(rf, shared)
+		resp := refused(rf, v.Shared())
+		return v, &resp
 	}
+	return v, nil
+}
+
+// handle runs parse on the verified body (outside the writer, so JSON
+// decoding never occupies the single write connection), then one writer
+// unit that claims the nonce and either returns parse's refusal (so a replay
+// is 409 before any 400/422, the order in docs/operations.md) or calls
+// write. write returns the success body or an error (a *Refusal, or an
+// internal fault). Nothing is written unless write succeeds.
+func (s *Service) handle(ctx context.Context, v Verified, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
+	shared := v.Shared()
 	bodyRefusal := parse(v.body)
 	var body any
-	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {
+	var rf *Refusal
+	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if err := s.claim(ctx, tx, v); err != nil {
 			return err
 		}
@@ -180,7 +156,7 @@ func (s *Service) handle(r *http.Request, maxBody int64, parse func(body []byte)
 // key's binding, which the body's environmentSlug must equal (403 naming both
 // slugs); on the shared-key path, the environment the body names, which must
 // exist (the shared key cannot bind one it does not name).
-func resolveEnvironment(ctx context.Context, tx storage.Tx, v verified, slug string) (int64, error) {
+func resolveEnvironment(ctx context.Context, tx storage.Tx, v Verified, slug string) (int64, error) {
 	if v.key != nil {
 		if slug != v.key.EnvironmentSlug {
 			return 0, refuse(http.StatusForbidden, "environment_mismatch",

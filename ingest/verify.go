@@ -36,8 +36,10 @@ func refuse(status int, code, format string, a ...any) *Refusal {
 	return &Refusal{Status: status, Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-// verified is a request that passed every check before the write.
-type verified struct {
+// Verified is a request that passed authentication (Authenticate): its key,
+// nonce, signed time and body. Only Authenticate makes one; the handlers take
+// it, so an ingest handler cannot run on an unauthenticated request.
+type Verified struct {
 	key       *Key   // nil on the shared-key path
 	partition string // nonce partition: the key id, or "shared"
 	nonce     string
@@ -51,8 +53,8 @@ type verified struct {
 // (claimNonce and the handlers), so a refusal at any step writes nothing.
 // A nil *Refusal and a nil error mean the request is authentic; a non-nil
 // error is an internal fault (it may hold details; log it, never send it).
-func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (verified, *Refusal, error) {
-	var v verified
+func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (Verified, *Refusal, error) {
+	var v Verified
 	h := r.Header
 	// A repeated protocol header is ambiguous: this server reads the first
 	// value, a proxy or auditor might read the last and see another request.
@@ -124,7 +126,7 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (v
 // it claims the nonce in the key's partition and rechecks that the key was
 // not revoked since verification. Either refusal rolls back the unit, so the
 // nonce stays unclaimed.
-func (s *Service) claim(ctx context.Context, tx storage.Tx, v verified) error {
+func (s *Service) claim(ctx context.Context, tx storage.Tx, v Verified) error {
 	err := storage.ClaimNonce(ctx, tx, v.partition, v.nonce, v.signedAt)
 	if errors.Is(err, storage.ErrConflict) {
 		return refuse(http.StatusConflict, "nonce_replayed", "nonce already used for this key")

@@ -12,13 +12,13 @@ const PlatformOrgID = 1
 
 // Environment is one row of environments.
 type Environment struct {
-	ID        int64     `json:"-"`
-	Slug      string    `json:"slug"`
-	Name      string    `json:"name"`
-	Status    string    `json:"status"` // active | sunk
-	OrgID     int64     `json:"-"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	ID        int64
+	Slug      string
+	Name      string
+	Status    string // active | sunk
+	OrgID     int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 const environmentCols = `id, org_id, slug, name, status, created_at, updated_at`

@@ -54,11 +54,11 @@ type MigrateOptions struct {
 
 // MigrationStatus is one migration as seen by `chalupa migrate status`.
 type MigrationStatus struct {
-	Version   int64     `json:"version"`
-	Name      string    `json:"name"`
-	Applied   bool      `json:"applied"`
-	AppliedAt time.Time `json:"appliedAt,omitzero"`
-	SHA256    string    `json:"sha256"`
+	Version   int64
+	Name      string
+	Applied   bool
+	AppliedAt time.Time
+	SHA256    string
 }
 
 // MigrateResult reports what Migrate did.

@@ -65,27 +65,27 @@ type ReplicaConfig struct {
 // /api/ready and /metrics. It never holds the replica URL or credentials.
 type ReplicationHealth struct {
 	// Kind is "s3" or "file".
-	Kind string `json:"kind"`
+	Kind string
 	// LocalTXID and RemoteTXID are Litestream transaction ids: the newest
 	// local LTX file and the newest one confirmed in the replica.
-	LocalTXID  uint64 `json:"localTxid"`
-	RemoteTXID uint64 `json:"remoteTxid"`
+	LocalTXID  uint64
+	RemoteTXID uint64
 	// LastSyncAt is when an upload to the replica last succeeded.
-	LastSyncAt time.Time `json:"lastSyncAt,omitzero"`
+	LastSyncAt time.Time
 	// LagSeconds is the age of the oldest local change not yet in the
 	// replica, 0 when the replica holds everything.
-	LagSeconds float64 `json:"lagSeconds"`
+	LagSeconds float64
 	// LastError is the most recent replica error, redacted to its kind (no
 	// URL, bucket, key or path), and LastErrorAt when it happened.
-	LastError   string    `json:"lastError,omitempty"`
-	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	LastError   string
+	LastErrorAt time.Time
 	// SyncErrors counts replica operations that failed since start.
-	SyncErrors int64 `json:"syncErrors"`
+	SyncErrors int64
 	// Failing is true when LagSeconds or an unbroken run of errors exceeds
 	// the lag limit; readiness is 503 while it is.
-	Failing bool `json:"failing"`
+	Failing bool
 	// LagLimitSeconds is that limit.
-	LagLimitSeconds float64 `json:"lagLimitSeconds"`
+	LagLimitSeconds float64
 }
 
 // Replicator runs embedded Litestream for one database file.

@@ -117,7 +117,7 @@ func (t *chalupaTarget) checkAdmin(ctx context.Context, adminToken string) error
 	cl := &adminapi.Client{BaseURL: t.url, Token: adminToken, HTTP: &http.Client{Timeout: 30 * time.Second}}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := cl.Status(cctx); err != nil {
+	if _, err := cl.GetStatus(cctx); err != nil {
 		return fmt.Errorf("chalupa admin status: %w", err)
 	}
 	t.admin = cl
@@ -131,7 +131,7 @@ func (t *chalupaTarget) issueKey(ctx context.Context, slug string) (keyID string
 	if _, err := t.admin.CreateEnvironment(cctx, adminapi.CreateEnvironmentRequest{Slug: slug, Name: "load test"}); err != nil {
 		return "", nil, fmt.Errorf("create environment: %w", err)
 	}
-	k, err := t.admin.IssueKey(cctx, slug)
+	k, err := t.admin.IssueIngestKey(cctx, slug)
 	if err != nil {
 		return "", nil, fmt.Errorf("issue key: %w", err)
 	}

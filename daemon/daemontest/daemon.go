@@ -1,7 +1,6 @@
 package daemontest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,29 +10,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
 
-// Defaults of `chalupa serve`, mirrored here so that this package imports
-// nothing but adminapi (daemon's tests check they agree).
+// Defaults of `chalupa serve`, from the daemon itself.
 const (
-	// DefaultListen is where serve listens when CHALUPA_LISTEN is unset
-	// (daemon.DefaultListen).
-	DefaultListen = "127.0.0.1:8080"
-	// DefaultDataDirName is the data dir, relative to the working directory,
-	// when CHALUPA_DATA_DIR is unset (daemon.DefaultDataDir).
-	DefaultDataDirName = "chalupa-data"
-	// SecretsFileName is the generated-secrets file in the data dir
-	// (daemon.SecretsFileName).
-	SecretsFileName = "secrets.env"
-	// DatabaseFileName is the SQLite file in the data dir
-	// (daemon.DatabaseFileName).
-	DatabaseFileName = "chalupa.db"
+	// DefaultListen is where serve listens when CHALUPA_LISTEN is unset.
+	DefaultListen = daemon.DefaultListen
+	// SecretsFileName is the generated-secrets file in the data dir.
+	SecretsFileName = daemon.SecretsFileName
+	// DatabaseFileName is the SQLite file in the data dir.
+	DatabaseFileName = daemon.DatabaseFileName
 )
 
 // Daemon timeouts.
@@ -134,7 +126,7 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 	dataDir := env["CHALUPA_DATA_DIR"]
 	switch {
 	case dataDir == "":
-		dataDir = filepath.Join(dir, DefaultDataDirName)
+		dataDir = filepath.Join(dir, daemon.DefaultDataDir)
 	case !filepath.IsAbs(dataDir):
 		dataDir = filepath.Join(dir, dataDir)
 	}
@@ -294,7 +286,7 @@ func (d *Daemon) secret(k string) string {
 	if v := d.Env[k]; v != "" {
 		return v
 	}
-	m, _ := ReadSecretsFile(filepath.Join(d.DataDir, SecretsFileName))
+	m, _ := daemon.ReadSecretsFile(filepath.Join(d.DataDir, SecretsFileName))
 	return m[k]
 }
 
@@ -350,26 +342,4 @@ func (d *Daemon) Do(ctx context.Context, method, path string, header http.Header
 		return nil, fmt.Errorf("read %s %s answer: %w", method, path, err)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
-}
-
-// ReadSecretsFile parses a KEY=VALUE file like the daemon's generated
-// secrets file (blank lines and # comments skipped). Errors: the file cannot
-// be read.
-func ReadSecretsFile(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	return out, sc.Err()
 }

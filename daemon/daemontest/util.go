@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/randtoken"
 )
 
 // PollInterval is the pause between two attempts of Poll and of every
@@ -74,9 +76,7 @@ func NewSecrets() map[string]string {
 }
 
 // RandomToken returns n random bytes as unpadded base64url.
-func RandomToken(n int) string {
-	return base64.RawURLEncoding.EncodeToString(randomBytes(n))
-}
+func RandomToken(n int) string { return randtoken.New(n) }
 
 func randomBytes(n int) []byte {
 	b := make([]byte, n)

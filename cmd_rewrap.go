@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/daemon"
+)
+
+type rewrapCmd struct{}
+
+// Run re-encrypts every envelope from CHALUPA_INGEST_MASTER_KEY to
+// CHALUPA_INGEST_MASTER_KEY_NEW with the daemon stopped.
+func (rewrapCmd) Run() error {
+	cfg, err := daemon.LoadConfig(os.LookupEnv)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	newKey := strings.TrimSpace(os.Getenv("CHALUPA_INGEST_MASTER_KEY_NEW"))
+	if newKey == "" {
+		return &exitError{code: 1, err: errors.New("CHALUPA_INGEST_MASTER_KEY_NEW is required (the new master key, base64 of 32 bytes)")}
+	}
+	rep, err := daemon.RunRewrap(context.Background(), cfg, newKey)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	if rep.AlreadyDone {
+		fmt.Printf("the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
+	} else {
+		fmt.Printf("rewrapped %d ingest key envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.FromVersion, rep.ToVersion)
+	}
+	if rep.SecretsFileUpdated {
+		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)
+	} else {
+		fmt.Println("set CHALUPA_INGEST_MASTER_KEY to the value of CHALUPA_INGEST_MASTER_KEY_NEW before the next serve")
+	}
+	return nil
+}

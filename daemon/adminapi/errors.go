@@ -1,0 +1,34 @@
+package adminapi
+
+import "fmt"
+
+// ErrorBody is every error response: {"error":{"code","message"}}. code is
+// stable and machine-readable; message is for people and never carries SQL,
+// key material, tokens, URLs or fleet data (docs/operations.md, "Errors").
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// APIError is a non-2xx answer from the daemon.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code and Message are the error body's; empty when the body was not
+	// an ErrorBody.
+	Code    string
+	Message string
+}
+
+// Error is "code: message (HTTP status)".
+func (e *APIError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("daemon answered HTTP %d", e.Status)
+	}
+	return fmt.Sprintf("%s: %s (HTTP %d)", e.Code, e.Message, e.Status)
+}

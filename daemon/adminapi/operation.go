@@ -1,0 +1,168 @@
+package adminapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+)
+
+// Operation is one admin API operation: the unit the daemon registers a
+// handler for, the client calls, the CLI exposes, and (later) the MCP tools
+// and the OpenAPI document describe.
+type Operation struct {
+	// ID is the operationId, e.g. "adminCreateEnvironment". The client
+	// method is ID without its "admin" prefix (CreateEnvironment).
+	ID string
+	// Method and Path locate it; Path uses httprouter syntax (":name").
+	Method, Path string
+	// Summary is a one-line description for `chalupa admin api --list`.
+	Summary string
+	// Request is the JSON body's type; nil for an operation without a body
+	// (every GET).
+	Request reflect.Type
+	// Response is the success body's type.
+	Response reflect.Type
+	// Status is the HTTP status of a success (200, or 201 for a creation).
+	Status int
+	// Mutates is true when the operation writes: the CLI and MCP treat such
+	// operations as actions that need the operator's intent, and reads as
+	// safe to repeat.
+	Mutates bool
+	// Action, for operations that share one route, is the body's "action"
+	// value that selects this one ("" for the operation taken when the body
+	// names none). Empty for operations with a route of their own.
+	Action string
+}
+
+// Actioned is implemented by request bodies whose "action" field selects
+// among operations sharing one route (the ingest-keys endpoint).
+type Actioned interface {
+	// ActionName is the body's action, "" when absent.
+	ActionName() string
+}
+
+// typeOf is reflect.TypeFor, shorter in the table.
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// Operations lists every admin operation, domain by domain. Operations that
+// share a route are adjacent and carry distinct Actions.
+var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations)
+
+func join(groups ...[]Operation) []Operation {
+	var all []Operation
+	for _, g := range groups {
+		all = append(all, g...)
+	}
+	return all
+}
+
+// Lookup returns the operation with id.
+func Lookup(id string) (Operation, bool) {
+	for _, op := range Operations {
+		if op.ID == id {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
+
+// SharesRoute reports whether op's route is also another operation's, in
+// which case the body's action selects between them.
+func (op Operation) SharesRoute() bool {
+	for _, o := range Operations {
+		if o.ID != op.ID && o.Method == op.Method && o.Path == op.Path {
+			return true
+		}
+	}
+	return false
+}
+
+// BodyFor checks and completes a raw body (nil for none) for operation id,
+// so that a body sent under one operationId can only do what that operation
+// names. Errors (each a command-line mistake): an unknown id; any body for
+// an operation without a request type; for operations sharing a route, a
+// body that is not a JSON object or whose "action" belongs to another
+// operation. Those operations get their action set, so `chalupa admin api
+// adminRevokeIngestKey --body '{"keyId":…}'` works as named; the default
+// operation (Action "") is passed on as given.
+func BodyFor(id string, body []byte) ([]byte, error) {
+	op, ok := Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("unknown operation %q", id)
+	}
+	if op.Request == nil {
+		if len(body) > 0 {
+			return nil, fmt.Errorf("%s takes no body", id)
+		}
+		return nil, nil
+	}
+	if !op.SharesRoute() {
+		return body, nil
+	}
+	var m map[string]any
+	if len(body) > 0 {
+		// A JSON null decodes without error into a nil map.
+		if err := json.Unmarshal(body, &m); err != nil || m == nil {
+			return nil, fmt.Errorf("%s body must be a JSON object", id)
+		}
+	}
+	action := op.Action
+	if a, ok := m["action"]; ok {
+		s, isString := a.(string)
+		switch {
+		case action == "" && isString && (s == "" || s == defaultAction):
+			return body, nil
+		case action == "":
+			return nil, fmt.Errorf(`%s takes no action (or %q); use %s`, id, defaultAction, otherOperations(op))
+		case !isString || s != action:
+			return nil, fmt.Errorf("%s takes action %q", id, action)
+		}
+	}
+	if action == "" {
+		return body, nil
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	m["action"] = action
+	return json.Marshal(m)
+}
+
+// defaultAction is the explicit name of a shared route's default operation:
+// {"action":"issue"} is taken as well as no action.
+const defaultAction = "issue"
+
+// ForAction returns the operation on method+path that action selects: the
+// one with that Action, or the default one (Action "") for "" and "issue".
+func ForAction(method, path, action string) (Operation, bool) {
+	if action == defaultAction {
+		action = ""
+	}
+	for _, op := range Operations {
+		if op.Method == method && op.Path == path && op.Action == action {
+			return op, true
+		}
+	}
+	return Operation{}, false
+}
+
+// otherOperations names the operations sharing op's route, " or "-joined.
+func otherOperations(op Operation) string {
+	s := ""
+	for _, o := range Operations {
+		if o.ID != op.ID && o.Method == op.Method && o.Path == op.Path {
+			if s != "" {
+				s += " or "
+			}
+			s += o.ID
+		}
+	}
+	return s
+}
+
+// Shared constants of the table.
+const (
+	methodGet  = http.MethodGet
+	methodPost = http.MethodPost
+)

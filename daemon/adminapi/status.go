@@ -1,0 +1,65 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// OpGetStatus reads the daemon's own state.
+const OpGetStatus = "adminGetStatus"
+
+var statusOperations = []Operation{
+	{ID: OpGetStatus, Method: methodGet, Path: "/api/admin/status", Status: http.StatusOK,
+		Response: typeOf[Status](),
+		Summary:  "version, uptime, schema version, database size, replication health"},
+}
+
+// Status is the answer of adminGetStatus.
+type Status struct {
+	// Version is the build's version ("dev" for an unreleased build).
+	Version string `json:"version"`
+	// StartedAt is when the daemon started (UTC).
+	StartedAt time.Time `json:"startedAt"`
+	// UptimeSeconds is seconds since StartedAt.
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	// SchemaVersion is the newest applied migration.
+	SchemaVersion int64 `json:"schemaVersion"`
+	// DBSizeBytes is the SQLite file plus its WAL, in bytes.
+	DBSizeBytes int64 `json:"dbSizeBytes"`
+	// Replication is the replica's health.
+	Replication ReplicationHealth `json:"replication"`
+}
+
+// ReplicationHealth is what the daemon knows of its replica
+// (docs/operations.md, "Replication"). Errors are reduced to their kind; no
+// URL, bucket or credential ever appears.
+type ReplicationHealth struct {
+	// Kind is "s3" or "file".
+	Kind string `json:"kind"`
+	// LocalTXID is the newest local transaction; RemoteTXID the newest in
+	// the replica.
+	LocalTXID  uint64 `json:"localTxid"`
+	RemoteTXID uint64 `json:"remoteTxid"`
+	// LastSyncAt is the last successful replica write or check.
+	LastSyncAt time.Time `json:"lastSyncAt,omitzero"`
+	// LagSeconds is the age of the oldest local change not yet in the
+	// replica (0 when caught up), in seconds.
+	LagSeconds float64 `json:"lagSeconds"`
+	// LastError is the kind of the last replica failure, and LastErrorAt
+	// its time.
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// SyncErrors counts failed replica operations since start.
+	SyncErrors int64 `json:"syncErrors"`
+	// Failing is true while lag or errors have lasted longer than the lag
+	// limit; /api/ready answers 503 then.
+	Failing bool `json:"failing"`
+	// LagLimitSeconds is that limit, in seconds.
+	LagLimitSeconds float64 `json:"lagLimitSeconds"`
+}
+
+// GetStatus calls adminGetStatus.
+func (c *Client) GetStatus(ctx context.Context) (Status, error) {
+	return call[Status](ctx, c, OpGetStatus, nil)
+}

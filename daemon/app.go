@@ -1,0 +1,221 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// finalSyncTimeout bounds the last replica sync at Close (storage caps its
+// own retries at DefaultShutdownSyncTimeout; this is the outer guard).
+const finalSyncTimeout = 30 * time.Second
+
+// Options adjusts Open for operators and tests.
+type Options struct {
+	// LagLimit is how long replication may lag or fail before /api/ready
+	// answers 503; zero means storage.DefaultLagLimit.
+	LagLimit time.Duration
+	// Logs receives the zerolog JSON log; nil means os.Stdout.
+	Logs io.Writer
+	// Clock is the one clock of the daemon (ingest windows, write stamps,
+	// uptime, loops); nil means the real clock. Tests pass a fake.
+	Clock clockwork.Clock
+	// Offline opens storage for a maintenance command run while the daemon
+	// is stopped (rewrap): lock, migrations and replication only; no
+	// secrets are generated, no master-key check is made and no services or
+	// loops are built. The command makes its own key checks.
+	Offline bool
+}
+
+// App is an assembled daemon: the data dir lock, the open and migrated
+// database, its running replication, and (unless Offline) the key ring,
+// the HTTP server and the background loops. Open builds one; Close takes it
+// down in the one right order.
+type App struct {
+	// Config is the validated configuration the App was opened with.
+	Config *Config
+	// Log is the daemon's logger.
+	Log zerolog.Logger
+	// Clock is the injected clock.
+	Clock clockwork.Clock
+	// DB is the database (its Writer is the only write path).
+	DB *storage.DB
+	// Replicator is the embedded Litestream replication.
+	Replicator *storage.Replicator
+	// Keys is the ingest key ring (nil when Offline).
+	Keys *ingest.Keyring
+	// Server is the HTTP side (nil when Offline).
+	Server *Server
+
+	unlock func()
+	sup    *supervisor
+}
+
+// Open assembles the daemon in order: lock the data dir (ErrLocked beside a
+// running daemon), generate the embedded default's secrets, open the
+// database, migrate it (a restore point first when it holds a schema),
+// prove the master key against the stored check value (finishing an
+// interrupted rewrap), start replication, and build the key ring and the
+// server. On any error everything opened so far is closed again. Start the
+// loops with StartLoops; serve App.Server.Handler(); call Close when done.
+func Open(ctx context.Context, cfg *Config, opt Options) (*App, error) {
+	out := opt.Logs
+	if out == nil {
+		out = os.Stdout
+	}
+	clock := opt.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	a := &App{Config: cfg, Log: zerolog.New(out).With().Timestamp().Logger(), Clock: clock}
+	if err := a.open(ctx, opt); err != nil {
+		a.Close(context.Background())
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) open(ctx context.Context, opt Options) error {
+	cfg, log := a.Config, a.Log
+	// Everything the daemon creates (database, WAL, Litestream's LTX files,
+	// restore points, secrets) holds fleet data or keys: owner only, even in
+	// a data dir the operator made by hand for a restore.
+	syscall.Umask(0o077)
+	if cfg.dropAWSCABundle() {
+		log.Warn().Msg("AWS_CA_BUNDLE is set; unsetting it for this process so S3 replication can start (system roots are used)")
+	}
+	unlock, err := storage.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
+	}
+	a.unlock = unlock
+
+	if !opt.Offline {
+		if err := cfg.checkMasterKeyForExistingDB(); err != nil {
+			return err
+		}
+		wrote, err := cfg.EnsureSecrets()
+		if err != nil {
+			return err
+		}
+		if wrote {
+			log.Warn().Str("path", cfg.SecretsFile).Strs("generated", cfg.Generated).
+				Msg("generated secrets for the embedded default; values are in this file (0600), never printed")
+		} else if len(cfg.Generated) > 0 {
+			log.Info().Str("path", cfg.SecretsFile).Strs("from_file", cfg.Generated).Msg("using generated secrets")
+		}
+	}
+
+	if a.DB, err = storage.Open(ctx, cfg.DatabasePath()); err != nil {
+		return err
+	}
+	res, err := a.DB.Migrate(ctx, storage.MigrateOptions{Logger: log, Now: a.Clock.Now})
+	if err != nil {
+		return err
+	}
+	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
+
+	var keys *ingest.Keyring
+	if !opt.Offline {
+		s, err := ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
+		if errors.Is(err, ingest.ErrWrongMasterKey) {
+			recovered, rerr := cfg.recoverPendingRewrap(ctx, a.DB, true)
+			if rerr != nil {
+				return rerr
+			}
+			if recovered {
+				log.Warn().Str("path", cfg.SecretsFile).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
+				s, err = ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
+			}
+		}
+		if err != nil {
+			return err
+		}
+		keys = ingest.NewKeyring(a.DB, s, a.Clock.Now)
+	}
+
+	replLog := slog.New(storage.NewLitestreamLogHandler(log, slog.LevelWarn))
+	if opt.Offline {
+		replLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if a.Replicator, err = storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
+		URL:             cfg.ReplicaURL,
+		AccessKeyID:     cfg.SpacesKey.Reveal(),
+		SecretAccessKey: cfg.SpacesSecret.Reveal(),
+		LagLimit:        opt.LagLimit,
+		Logger:          replLog,
+	}); err != nil {
+		return err
+	}
+	if opt.Offline {
+		return nil
+	}
+	a.Keys = keys
+	a.Server, err = NewServer(Deps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, Log: log, Clock: a.Clock})
+	return err
+}
+
+// StartLoops starts every registered background loop under the supervisor
+// (loops.go); Close stops them. Calling it twice, or on an Offline App,
+// does nothing.
+func (a *App) StartLoops(ctx context.Context) {
+	if a.sup != nil || a.Server == nil {
+		return
+	}
+	a.sup = startSupervisor(ctx, a.Log, a.loops())
+}
+
+// Close shuts the App down in order: stop the background loops, close the
+// database's pools (the writer drains first), then close replication, which
+// performs the final sync (bounded by finalSyncTimeout), and release the
+// data dir lock. The HTTP server must have stopped serving before (Run
+// drains it first). Errors are logged; Close always completes.
+func (a *App) Close(ctx context.Context) {
+	if a.sup != nil {
+		a.sup.stop()
+		a.sup = nil
+	}
+	if a.DB != nil {
+		if err := a.DB.Close(); err != nil {
+			a.Log.Error().Err(err).Msg("close database")
+		}
+		a.DB = nil
+	}
+	if a.Replicator != nil {
+		sctx, cancel := context.WithTimeout(ctx, finalSyncTimeout)
+		if err := a.Replicator.Close(sctx); err != nil {
+			a.Log.Error().Err(err).Msg("final replica sync")
+		} else {
+			a.Log.Info().Msg("replication closed after final sync")
+		}
+		cancel()
+		a.Replicator = nil
+	}
+	if a.unlock != nil {
+		a.unlock()
+		a.unlock = nil
+	}
+}
+
+// dropAWSCABundle unsets AWS_CA_BUNDLE for this process when the replica is
+// s3:// and reports whether it did. Litestream's S3 client cannot load a
+// custom CA bundle ("unable to add custom RootCAs HTTPClient", upstream issue
+// #639): with it set, every replication attempt fails. Spaces uses a public CA.
+func (c *Config) dropAWSCABundle() bool {
+	if c.ReplicaKind() != "s3" || os.Getenv("AWS_CA_BUNDLE") == "" {
+		return false
+	}
+	_ = os.Unsetenv("AWS_CA_BUNDLE")
+	return true
+}

@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// maxEnvironmentName bounds an environment's display name (bytes).
+const maxEnvironmentName = 200
+
+// environmentHandlers create and list environments.
+type environmentHandlers struct {
+	db    *storage.DB
+	clock clockwork.Clock
+}
+
+func (h *environmentHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpCreateEnvironment, h.create)
+	handleOp(o, adminapi.OpListEnvironments, h.list)
+}
+
+func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnvironmentRequest) (adminapi.Environment, error) {
+	if !slug.Valid(req.Slug) {
+		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
+	}
+	if req.Name == "" {
+		req.Name = req.Slug
+	}
+	if len(req.Name) > maxEnvironmentName {
+		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be at most 200 bytes")
+	}
+	if !displayableName(req.Name) {
+		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control or bidi characters")
+	}
+	var env storage.Environment
+	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		var err error
+		env, err = storage.CreateEnvironment(ctx, tx, req.Slug, req.Name, h.clock.Now())
+		return err
+	})
+	if errors.Is(err, storage.ErrConflict) {
+		return adminapi.Environment{}, fail(http.StatusConflict, "environment_exists", "an environment with this slug already exists")
+	}
+	if err != nil {
+		return adminapi.Environment{}, err
+	}
+	return toAPIEnvironment(env), nil
+}
+
+func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.EnvironmentList, error) {
+	envs, err := storage.ListEnvironments(ctx, h.db.Read)
+	if err != nil {
+		return adminapi.EnvironmentList{}, err
+	}
+	out := adminapi.EnvironmentList{Environments: make([]adminapi.Environment, 0, len(envs))}
+	for _, e := range envs {
+		out.Environments = append(out.Environments, toAPIEnvironment(e))
+	}
+	return out, nil
+}
+
+func toAPIEnvironment(e storage.Environment) adminapi.Environment {
+	return adminapi.Environment{Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt}
+}
+
+// displayableName reports whether name is safe to print on an operator's
+// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1)
+// and no bidi controls (U+202E and kin reorder what the operator reads).
+// encoding/json turns invalid UTF-8 in a request into U+FFFD, so that rune
+// is refused too: it is what invalid bytes sent by a client look like here.
+func displayableName(name string) bool {
+	if !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return false
+		}
+	}
+	return true
+}

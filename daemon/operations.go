@@ -1,0 +1,199 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+)
+
+// apiError is a refusal an operation handler returns: the status and the
+// error body's code and message. The message must be safe to show: no SQL
+// text, key material, tokens, URLs or fleet data. Any other error a handler
+// returns is logged and answered as a redacted 500.
+type apiError struct {
+	status        int
+	code, message string
+}
+
+// Error is "code: message".
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+// fail returns an *apiError.
+func fail(status int, code, message string) error {
+	return &apiError{status: status, code: code, message: message}
+}
+
+// none is the request type of an operation without a body.
+type none = struct{}
+
+// boundOp is one operation with its type-erased handler.
+type boundOp struct {
+	op adminapi.Operation
+	// decode reads a body into the operation's request type (strict
+	// rules); nil for an operation without a body.
+	decode func(body []byte) (any, error)
+	// call runs the handler on a decoded request.
+	call func(ctx context.Context, req any) (any, error)
+}
+
+// operations is the registry of admin operation handlers, keyed by
+// operationId (Tailscale's localapi.Register: a duplicate panics).
+type operations struct {
+	byID map[string]boundOp
+}
+
+func newOperations() *operations { return &operations{byID: map[string]boundOp{}} }
+
+// handleOp registers fn as the handler of operation id. It panics when id
+// is not in adminapi.Operations, is registered twice, or when Req or Resp
+// differ from the types the table gives the operation (Req is none for an
+// operation without a body): the table and the handlers cannot drift apart.
+func handleOp[Req, Resp any](o *operations, id string, fn func(ctx context.Context, req Req) (Resp, error)) {
+	op, ok := adminapi.Lookup(id)
+	if !ok {
+		panic(fmt.Sprintf("daemon: handler for unknown operation %q", id))
+	}
+	if _, dup := o.byID[id]; dup {
+		panic(fmt.Sprintf("daemon: operation %s registered twice", id))
+	}
+	reqType, respType := reflect.TypeFor[Req](), reflect.TypeFor[Resp]()
+	if (op.Request == nil && reqType != reflect.TypeFor[none]()) || (op.Request != nil && op.Request != reqType) {
+		panic(fmt.Sprintf("daemon: %s handler takes %v; the table says %v", id, reqType, op.Request))
+	}
+	if op.Response != respType {
+		panic(fmt.Sprintf("daemon: %s handler returns %v; the table says %v", id, respType, op.Response))
+	}
+	b := boundOp{op: op, call: func(ctx context.Context, req any) (any, error) { return fn(ctx, req.(Req)) }}
+	if op.Request != nil {
+		b.decode = func(body []byte) (any, error) {
+			var req Req
+			if err := decodeStrict(body, &req); err != nil {
+				return nil, err
+			}
+			return req, nil
+		}
+	}
+	o.byID[id] = b
+}
+
+// complete reports every operation of the table without a handler. The
+// daemon refuses to start on it: a missing handler would otherwise be a
+// silent 404.
+func (o *operations) complete() error {
+	var missing []string
+	for _, op := range adminapi.Operations {
+		if _, ok := o.byID[op.ID]; !ok {
+			missing = append(missing, op.ID)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("admin operations without a handler: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// opRoute is one route and the operations it serves (several when the
+// body's action selects among them).
+type opRoute struct {
+	method, path string
+	ops          []boundOp
+}
+
+// routes groups the registered operations by route, in table order.
+func (o *operations) routes() []opRoute {
+	var out []opRoute
+	index := map[string]int{}
+	for _, op := range adminapi.Operations {
+		key := op.Method + " " + op.Path
+		i, ok := index[key]
+		if !ok {
+			i = len(out)
+			index[key] = i
+			out = append(out, opRoute{method: op.Method, path: op.Path})
+		}
+		out[i].ops = append(out[i].ops, o.byID[op.ID])
+	}
+	return out
+}
+
+// serve returns the HTTP handler of one route: it reads and strictly
+// decodes the body (64 KiB at most), picks the operation (by the body's
+// action when several share the route), runs it and writes its answer with
+// the operation's success status.
+func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b := rt.ops[0]
+		var req any = none{}
+		if b.decode != nil {
+			body, ok := readAdminBody(w, r)
+			if !ok {
+				return
+			}
+			var err error
+			if req, err = b.decode(body); err != nil {
+				writeError(w, http.StatusBadRequest, "bad_body", err.Error())
+				return
+			}
+			if len(rt.ops) > 1 {
+				if b, ok = pickByAction(rt, req); !ok {
+					writeError(w, http.StatusBadRequest, "bad_action", actionHint(rt))
+					return
+				}
+			}
+		}
+		resp, err := b.call(r.Context(), req)
+		var ae *apiError
+		switch {
+		case errors.As(err, &ae):
+			writeError(w, ae.status, ae.code, ae.message)
+		case err != nil:
+			s.internal(w, b.op.ID, err)
+		default:
+			writeJSON(w, b.op.Status, resp)
+		}
+	}
+}
+
+// pickByAction returns the operation of rt that the decoded body's action
+// selects.
+func pickByAction(rt opRoute, req any) (boundOp, bool) {
+	a, ok := req.(adminapi.Actioned)
+	if !ok {
+		return boundOp{}, false
+	}
+	op, ok := adminapi.ForAction(rt.method, rt.path, a.ActionName())
+	if !ok {
+		return boundOp{}, false
+	}
+	for _, b := range rt.ops {
+		if b.op.ID == op.ID {
+			return b, true
+		}
+	}
+	return boundOp{}, false
+}
+
+// actionHint is the bad_action message: the actions rt takes.
+func actionHint(rt opRoute) string {
+	var names []string
+	for _, b := range rt.ops {
+		if b.op.Action != "" {
+			names = append(names, fmt.Sprintf("%q", b.op.Action))
+		}
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("action must be %s (omit it to issue)", strings.Join(names, " or "))
+}
+
+// internal logs err server-side (it may hold SQL text) and answers a
+// redacted 500.
+func (s *Server) internal(w http.ResponseWriter, op string, err error) {
+	s.log.Error().Str("request_id", w.Header().Get("X-Request-Id")).Str("op", op).Err(err).Msg("request failed")
+	writeError(w, http.StatusInternalServerError, "internal", "internal error")
+}

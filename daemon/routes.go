@@ -1,0 +1,228 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/chalupa-run/chalupa/ingest"
+)
+
+// Route is one registered route: its group (which fixes its
+// authentication), method and httprouter pattern.
+type Route struct {
+	Group, Method, Pattern string
+}
+
+// Route groups. Each declares its authentication once and owns its path
+// prefixes; registering a path in a group that does not own it panics, so a
+// route cannot land behind the wrong check by accident
+// (docs/architecture.md, "Route groups").
+const (
+	// GroupPublic needs no authentication: GET /api/health only.
+	GroupPublic = "public"
+	// GroupProbe takes Bearer CHALUPA_READY_TOKEN: readiness and metrics.
+	GroupProbe = "probe"
+	// GroupAdmin takes Bearer CHALUPA_ADMIN_TOKEN, never a cookie.
+	GroupAdmin = "admin"
+	// GroupIngest takes a protocol-v1 request signature.
+	GroupIngest = "ingest"
+)
+
+// groupPrefixes maps each path prefix (or exact path, without a trailing
+// slash) to the group that owns it.
+var groupPrefixes = []struct{ prefix, group string }{
+	{"/api/health", GroupPublic},
+	{"/api/ready", GroupProbe},
+	{"/metrics", GroupProbe},
+	{"/api/admin/", GroupAdmin},
+	{"/admin-api/", GroupAdmin},
+	{"/api/ingest/", GroupIngest},
+}
+
+// groupOf returns the group owning path, "" for none.
+func groupOf(path string) string {
+	for _, g := range groupPrefixes {
+		if path == g.prefix || (strings.HasSuffix(g.prefix, "/") && strings.HasPrefix(path, g.prefix)) {
+			return g.group
+		}
+	}
+	return ""
+}
+
+// newRouter makes the router with JSON answers for unknown routes and
+// methods and a redacted 500 for a panicking handler.
+func newRouter(s *Server) *httprouter.Router {
+	r := httprouter.New()
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	// httprouter answers OPTIONS itself by default, outside wrap: no
+	// request id, log line or metric. Nothing here serves CORS.
+	r.HandleOPTIONS = false
+	r.NotFound = s.wrap("notfound", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such route")
+	})
+	r.MethodNotAllowed = s.wrap("notallowed", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+	})
+	r.PanicHandler = func(w http.ResponseWriter, r *http.Request, v any) {
+		s.log.Error().Str("request_id", w.Header().Get("X-Request-Id")).Interface("panic", v).Msg("handler panicked")
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+	}
+	return r
+}
+
+// handle registers h (already behind its group's authentication) for
+// method and pattern. It panics when group does not own pattern, or when
+// the route is registered twice: both are programming mistakes that must
+// stop the daemon at start, not surface as a hole or a 404.
+func (s *Server) handle(group, method, pattern string, h http.HandlerFunc) {
+	if g := groupOf(pattern); g != group {
+		panic(fmt.Sprintf("daemon: route %s %s registered in group %q but its path belongs to %q", method, pattern, group, g))
+	}
+	for _, rt := range s.routes {
+		if rt.Method == method && rt.Pattern == pattern {
+			panic(fmt.Sprintf("daemon: route %s %s registered twice", method, pattern))
+		}
+	}
+	s.routes = append(s.routes, Route{Group: group, Method: method, Pattern: pattern})
+	s.router.Handler(method, pattern, s.wrap(pattern, h))
+}
+
+// public registers a route that needs no authentication.
+func (s *Server) public(method, pattern string, h http.HandlerFunc) {
+	s.handle(GroupPublic, method, pattern, h)
+}
+
+// probe registers a route behind Bearer CHALUPA_READY_TOKEN.
+func (s *Server) probe(method, pattern string, h http.HandlerFunc) {
+	s.handle(GroupProbe, method, pattern, bearer(s.cfg.ReadyToken, h))
+}
+
+// admin registers a route behind Bearer CHALUPA_ADMIN_TOKEN.
+func (s *Server) admin(method, pattern string, h http.HandlerFunc) {
+	s.handle(GroupAdmin, method, pattern, bearer(s.cfg.AdminToken, h))
+}
+
+// sharedKeyDeprecation is the Deprecation header (RFC 9745) sent on the
+// shared-key path: deprecated since 2026-01-01T00:00:00Z, when
+// per-environment keys replaced it (docs/operations.md, "Signed ingest").
+const sharedKeyDeprecation = "@1767225600"
+
+// signed registers POST pattern behind protocol-v1 authentication with a
+// body bound of maxBody bytes: fn runs only on a request Authenticate
+// verified. Every outcome is counted by route and result.
+func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Context, v ingest.Verified) ingest.Response) {
+	s.handle(GroupIngest, http.MethodPost, pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, refusal := s.ingest.Authenticate(r, maxBody)
+		var resp ingest.Response
+		if refusal != nil {
+			resp = *refusal
+		} else {
+			resp = fn(r.Context(), v)
+		}
+		s.m.ingest.WithLabelValues(pattern, resp.Result()).Inc()
+		if resp.Shared {
+			s.m.sharedKey.Inc()
+			w.Header().Set("Deprecation", sharedKeyDeprecation)
+		}
+		if resp.Refusal != nil {
+			writeError(w, resp.Status, resp.Refusal.Code, resp.Refusal.Message)
+			return
+		}
+		writeJSON(w, resp.Status, resp.Body)
+	})
+}
+
+// statusRecorder captures the status code and size for logs and metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code  int
+	bytes int
+}
+
+// WriteHeader records the first status code written.
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Write counts the bytes written (an implicit 200 if no header was written).
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += n
+	return n, err
+}
+
+// wrap adds the request id, the access log line and the metrics. The log
+// line carries method, route pattern, status, duration and size: never a
+// header, a query string or a body. Latency is wall time on the monotonic
+// clock, not the injected one.
+func (s *Server) wrap(pattern string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := ulid.Make().String()
+		w.Header().Set("X-Request-Id", id)
+		rec := &statusRecorder{ResponseWriter: w}
+		h(rec, r)
+		if rec.code == 0 {
+			rec.code = http.StatusOK
+		}
+		d := time.Since(start)
+		s.m.observe(pattern, r.Method, rec.code, d)
+		ev := s.log.Info()
+		if rec.code >= 500 {
+			ev = s.log.Warn()
+		}
+		ev.Str("request_id", id).Str("method", knownMethod(r.Method)).Str("route", pattern).
+			Int("status", rec.code).Dur("took", d).Int("bytes", rec.bytes).Msg("request")
+	}
+}
+
+// tokenEqual compares a presented bearer with the expected one in constant
+// time. Both sides are hashed first so that neither the content nor the
+// length of the secret leaks through timing.
+func tokenEqual(presented, expected string) bool {
+	if expected == "" {
+		return false
+	}
+	a := sha256.Sum256([]byte(presented))
+	b := sha256.Sum256([]byte(expected))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// bearerToken extracts the token of an "Authorization: Bearer …" header.
+func bearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) > len(p) && strings.EqualFold(h[:len(p)], p) {
+		return strings.TrimSpace(h[len(p):])
+	}
+	return ""
+}
+
+// bearer guards h with the given token. A missing or wrong token is 401 with
+// no detail about which. Cookies never authenticate.
+func bearer(token Secret, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !tokenEqual(bearerToken(r), token.Reveal()) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="chalupa"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
+			return
+		}
+		h(w, r)
+	}
+}

@@ -1,0 +1,105 @@
+package daemon_test
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// TestEveryRouteIsBehindItsGroupsAuth walks every registered route and
+// asserts that its group's authentication refuses a request without
+// credentials, and one carrying another group's credentials: the admin
+// bearer and the ready token are not interchangeable, and neither opens a
+// signed route. Only GET /api/health is public.
+func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	admin, ready := p.Env[daemontest.AdminTokenVar], p.Env[daemontest.ReadyTokenVar]
+	param := regexp.MustCompile(`:[A-Za-z]+`)
+	hc := &http.Client{}
+	routes := p.App.Server.Routes()
+	if len(routes) < 4+len(adminapi.Operations)/2 {
+		t.Fatalf("only %d routes registered", len(routes))
+	}
+	groups := map[string]int{}
+	for _, rt := range routes {
+		groups[rt.Group]++
+		t.Run(rt.Method+" "+rt.Pattern, func(t *testing.T) {
+			path := param.ReplaceAllString(rt.Pattern, "x")
+			send := func(bearer string) (int, string) {
+				req, err := http.NewRequest(rt.Method, p.URL+path, strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				if bearer != "" {
+					req.Header.Set("Authorization", "Bearer "+bearer)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				return resp.StatusCode, resp.Header.Get("WWW-Authenticate")
+			}
+			var wrong []string
+			switch rt.Group {
+			case daemon.GroupPublic:
+				if rt.Pattern != "/api/health" {
+					t.Fatalf("%s is public; only /api/health may be", rt.Pattern)
+				}
+				return
+			case daemon.GroupProbe:
+				wrong = []string{"", admin}
+			case daemon.GroupAdmin:
+				wrong = []string{"", ready}
+			case daemon.GroupIngest:
+				wrong = []string{"", admin, ready}
+			default:
+				t.Fatalf("route in unknown group %q", rt.Group)
+			}
+			for _, b := range wrong {
+				if code, _ := send(b); code != http.StatusUnauthorized {
+					t.Errorf("with bearer %q: %d, want 401", redact(b, admin, ready), code)
+				}
+			}
+		})
+	}
+	for _, g := range []string{daemon.GroupPublic, daemon.GroupProbe, daemon.GroupAdmin, daemon.GroupIngest} {
+		if groups[g] == 0 {
+			t.Errorf("no route in group %s", g)
+		}
+	}
+}
+
+func redact(b, admin, ready string) string {
+	switch b {
+	case admin:
+		return "admin token"
+	case ready:
+		return "ready token"
+	}
+	return b
+}
+
+// TestEveryOperationIsServed: every operation of the table is routed (an
+// admin route at its method and path exists) — the accounting's server
+// side; the daemon refuses to start otherwise (TestOperationsRefuseGaps).
+func TestEveryOperationIsServed(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	routed := map[string]string{}
+	for _, rt := range p.App.Server.Routes() {
+		routed[rt.Method+" "+rt.Pattern] = rt.Group
+	}
+	for _, op := range adminapi.Operations {
+		t.Run(op.ID, func(t *testing.T) {
+			if g := routed[op.Method+" "+op.Path]; g != daemon.GroupAdmin {
+				t.Errorf("%s %s is routed in group %q, want %q", op.Method, op.Path, g, daemon.GroupAdmin)
+			}
+		})
+	}
+}

@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// statusHandlers serve the daemon's own state: they read the database's
+// schema version and size and the replicator's health.
+type statusHandlers struct {
+	db      *storage.DB
+	repl    *storage.Replicator
+	clock   clockwork.Clock
+	started time.Time
+}
+
+func (h *statusHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpGetStatus, h.getStatus)
+}
+
+func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status, error) {
+	v, err := h.db.SchemaVersion(ctx)
+	if err != nil {
+		return adminapi.Status{}, err
+	}
+	now := h.clock.Now()
+	return adminapi.Status{
+		Version:       Version,
+		StartedAt:     h.started.UTC(),
+		UptimeSeconds: now.Sub(h.started).Seconds(),
+		SchemaVersion: v,
+		DBSizeBytes:   h.db.Size(),
+		Replication:   toAPIReplication(h.repl.Health(now)),
+	}, nil
+}
+
+// toAPIReplication is the wire form of the replicator's health.
+func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
+	return adminapi.ReplicationHealth{
+		Kind: r.Kind, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
+		LagSeconds: r.LagSeconds, LastError: r.LastError, LastErrorAt: r.LastErrorAt,
+		SyncErrors: r.SyncErrors, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
+	}
+}

@@ -1,0 +1,15 @@
+// Package slug holds the one rule for environment slugs, shared by the
+// admin API, signed ingest and the CLI (docs/operations.md, "Admin API").
+package slug
+
+import "regexp"
+
+// Pattern is an environment slug: DNS-label-like, 2–63 characters of
+// lowercase letters, digits and hyphens, starting with a letter or digit, so
+// it fits in a hostname, a tag and a key id (env_<slug>_<16 hex>).
+const Pattern = `^[a-z0-9][a-z0-9-]{1,62}$`
+
+var re = regexp.MustCompile(Pattern)
+
+// Valid reports whether s matches Pattern.
+func Valid(s string) bool { return re.MatchString(s) }
