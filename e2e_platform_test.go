@@ -427,12 +427,11 @@ func TestHTTPContract(t *testing.T) {
 
 	t.Run("bearer only", func(t *testing.T) {
 		type route struct {
-			method, path   string
-			token, other   string
-			body           func(i int) []byte
-			want           int
-			createdPrefix  string
-			mustNotContain string
+			method, path  string
+			token, other  string
+			body          func(i int) []byte
+			want          int
+			createdPrefix string
 		}
 		create := func(prefix string) func(int) []byte {
 			return func(i int) []byte { return []byte(fmt.Sprintf(`{"slug":"%s-%02d"}`, prefix, i)) }

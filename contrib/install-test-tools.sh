@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real components the test suite drives (see DESIGN.md, "Real
-# components, and how tests start them") and links them into .tools/bin in the
-# repository (git-ignored).
+# components, and how tests start them"), and the staticcheck linter that
+# contrib/test.sh runs, and links them into .tools/bin in the repository
+# (git-ignored).
 #
 # Binaries are built once per tool and version into the user's cache directory
 # (${XDG_CACHE_HOME:-~/.cache}/chalupa-tools/<tool>/<version>/) so a fresh clone,
@@ -17,6 +18,8 @@ set -euo pipefail
 # a restore reads exactly the LTX files the daemon writes.
 LITESTREAM_VERSION=v0.5.18
 VERSITYGW_VERSION=v1.8.0
+# staticcheck is pinned so a new release's checks cannot fail an unchanged tree.
+STATICCHECK_VERSION=v0.8.2
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/.tools/bin"
@@ -49,13 +52,17 @@ install_tool litestream "$LITESTREAM_VERSION" github.com/benbjohnson/litestream/
 lpid=$!
 install_tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw CGO_ENABLED=0 &
 vpid=$!
+install_tool staticcheck "$STATICCHECK_VERSION" honnef.co/go/tools/cmd/staticcheck &
+spid=$!
 rc=0
 wait "$lpid" || rc=1
 wait "$vpid" || rc=1
+wait "$spid" || rc=1
 if [[ $rc -ne 0 ]]; then
 	echo "install-test-tools: a tool failed to build" >&2
 	exit 1
 fi
 
 "$bin/litestream" version >/dev/null
+"$bin/staticcheck" -version >/dev/null
 echo "$bin"

@@ -2,9 +2,9 @@
 # Runs every test of chalupa: the README's test command, and what .ci/run calls.
 #
 # 1. installs the real components the tests drive (litestream CLI, versitygw)
-#    through contrib/install-test-tools.sh, cached per tool and version in the
-#    user's cache directory;
-# 2. checks formatting and go vet;
+#    and staticcheck through contrib/install-test-tools.sh, cached per tool and
+#    version in the user's cache directory;
+# 2. checks formatting, go vet and staticcheck;
 # 3. runs the packages with concurrency (storage, ingest, daemon) under the
 #    race detector, and the rest (the end-to-end tests in the root package,
 #    contrib) without it: the e2e tests drive a separately built binary, so
@@ -26,6 +26,12 @@ if [[ -n "$unformatted" ]]; then
 	exit 1
 fi
 go vet ./...
+# The linked binary, never one from elsewhere on PATH: its version is pinned.
+if [[ ! -x "$bin/staticcheck" ]]; then
+	echo "test.sh: $bin/staticcheck is missing (contrib/install-test-tools.sh builds it)" >&2
+	exit 1
+fi
+"$bin/staticcheck" ./...
 
 start=$(date +%s)
 go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/...

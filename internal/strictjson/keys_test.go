@@ -25,9 +25,10 @@ type (
 	}
 	strictOuter struct {
 		strictEmbedded
-		Outer    string                `json:"outer"`
-		Untagged int                   // JSON name "Untagged"
-		Skipped  int                   `json:"-"`
+		Outer    string `json:"outer"`
+		Untagged int    // JSON name "Untagged"
+		Skipped  int    `json:"-"`
+		//lint:ignore SA5008 deliberate: `json:"-,"` names the field "-" in encoding/json, a case checkStrictKeys must handle
 		Dash     int                   `json:"-,"` // JSON name "-"
 		Items    []strictItem          `json:"items"`
 		PtrItems []*strictItem         `json:"ptrItems"`
