@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
 func masterKey(t *testing.T) []byte {
@@ -25,32 +25,6 @@ func masterKey(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return k
-}
-
-// openDB opens and migrates a real database file in a fresh t.TempDir.
-func openDB(t *testing.T) *storage.DB {
-	t.Helper()
-	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "chalupa.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{Logger: zerolog.Nop()}); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-func createEnv(t *testing.T, db *storage.DB, slug string) {
-	t.Helper()
-	err := db.Writer.Do(context.Background(), func(tx storage.Tx) error {
-		_, err := storage.CreateEnvironment(context.Background(), tx, slug, slug, time.Now())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // envelopes returns key id -> envelope of every ingest key.
@@ -80,7 +54,7 @@ func setEnvelope(t *testing.T, db *storage.DB, keyID string, env []byte) {
 
 func TestOpenSealerProvesTheMasterKey(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
+	db := storagetest.NewDB(t)
 	key := masterKey(t)
 	s, err := ingest.OpenSealer(ctx, db, key, time.Now())
 	if err != nil || s.Version() != 1 {
@@ -108,8 +82,8 @@ func TestOpenSealerProvesTheMasterKey(t *testing.T) {
 
 func TestKeyringRefusesMovedAndTamperedEnvelopes(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
-	createEnv(t, db, "demo-harbor")
+	db := storagetest.NewDB(t)
+	storagetest.Environment(t, db, storage.Environment{Slug: "demo-harbor"})
 	key := masterKey(t)
 	s, err := ingest.OpenSealer(ctx, db, key, time.Now())
 	if err != nil {
@@ -161,8 +135,8 @@ func TestKeyringRefusesMovedAndTamperedEnvelopes(t *testing.T) {
 
 func TestRewrap(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
-	createEnv(t, db, "demo-harbor")
+	db := storagetest.NewDB(t)
+	storagetest.Environment(t, db, storage.Environment{Slug: "demo-harbor"})
 	oldKey, newKey := masterKey(t), masterKey(t)
 	s, err := ingest.OpenSealer(ctx, db, oldKey, time.Now())
 	if err != nil {
@@ -246,7 +220,7 @@ func TestRewrap(t *testing.T) {
 // window plus its margin: anything younger could still be replayed.
 func TestNoncePrunerKeepsTheWindow(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
+	db := storagetest.NewDB(t)
 	now := time.Unix(1767225600, 0)
 	clock := clockwork.NewFakeClockAt(now)
 	ages := map[string]time.Duration{
@@ -291,7 +265,7 @@ func TestNoncePrunerKeepsTheWindow(t *testing.T) {
 // far more than a fixed batch count per tick).
 func TestNoncePrunerDrainsBacklog(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
+	db := storagetest.NewDB(t)
 	now := time.Unix(1767225600, 0)
 	const old = 3*ingest.PruneBatch + 7
 	err := db.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/schema"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
 // extraMigration is a migration this binary does not ship, numbered after
@@ -234,13 +235,7 @@ func TestMigrateTakesCheckedRestorePoint(t *testing.T) {
 	for i := range 25 {
 		slug := fmt.Sprintf("before-migration-%02d", i)
 		slugs = append(slugs, slug)
-		err := db.Writer.Do(ctx, func(tx storage.Tx) error {
-			_, err := storage.CreateEnvironment(ctx, tx, slug, "env "+slug, time.Now())
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		storagetest.Environment(t, db, storage.Environment{Slug: slug, Name: "env " + slug})
 	}
 
 	next := schemaCopy(t, nil)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
 // TestReplicationCloseRightAfterStart writes and closes well within
@@ -19,18 +20,10 @@ func TestReplicationCloseRightAfterStart(t *testing.T) {
 	t.Parallel()
 	litestream := daemontest.ToolPath(t, "litestream")
 	ctx := context.Background()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "chalupa.db")
-	replica := filepath.Join(dir, "replica")
+	replica := filepath.Join(t.TempDir(), "replica")
 
-	db, err := storage.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	repl, err := storage.StartReplication(ctx, path, storage.ReplicaConfig{URL: (&url.URL{Scheme: "file", Path: replica}).String()})
+	db := storagetest.NewDB(t)
+	repl, err := storage.StartReplication(ctx, db.Path, storage.ReplicaConfig{URL: (&url.URL{Scheme: "file", Path: replica}).String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +31,7 @@ func TestReplicationCloseRightAfterStart(t *testing.T) {
 	for i := range 20 {
 		slug := fmt.Sprintf("early-%02d", i)
 		slugs = append(slugs, slug)
-		if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
-			_, err := storage.CreateEnvironment(ctx, tx, slug, slug, time.Now())
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		storagetest.Environment(t, db, storage.Environment{Slug: slug})
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/chalupa-run/chalupa/ingest/envelope"
@@ -32,25 +33,38 @@ var aad = []byte("chalupa/ingest-key/env_demo-harbor_0123456789abcdef")
 
 func TestRoundTrip(t *testing.T) {
 	s := newSealer(t, newKey(t), 7)
-	for _, pt := range [][]byte{nil, {}, []byte("x"), bytes.Repeat([]byte{0xA5}, 32), bytes.Repeat([]byte("chalupa"), 1000)} {
-		env := s.Seal(pt, aad)
-		if len(env) != len(pt)+envelope.Overhead {
-			t.Fatalf("envelope of %d bytes is %d bytes, want %d", len(pt), len(env), len(pt)+envelope.Overhead)
-		}
-		if len(pt) >= 8 && bytes.Contains(env, pt[:8]) {
-			t.Fatalf("envelope holds plaintext bytes")
-		}
-		v, err := envelope.Version(env)
-		if err != nil || v != 7 {
-			t.Fatalf("Version = %d, %v; want 7", v, err)
-		}
-		got, err := s.Open(env, aad)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		if !bytes.Equal(got, pt) {
-			t.Fatalf("Open = %x, want %x", got, pt)
-		}
+	tests := []struct {
+		name string
+		pt   []byte
+	}{
+		{"nil", nil},
+		{"empty", []byte{}},
+		{"one byte", []byte("x")},
+		{"32 bytes", bytes.Repeat([]byte{0xA5}, 32)},
+		{"7000 bytes", bytes.Repeat([]byte("chalupa"), 1000)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pt := tc.pt
+			env := s.Seal(pt, aad)
+			if len(env) != len(pt)+envelope.Overhead {
+				t.Fatalf("envelope of %d bytes is %d bytes, want %d", len(pt), len(env), len(pt)+envelope.Overhead)
+			}
+			if len(pt) >= 8 && bytes.Contains(env, pt[:8]) {
+				t.Fatalf("envelope holds plaintext bytes")
+			}
+			v, err := envelope.Version(env)
+			if err != nil || v != 7 {
+				t.Fatalf("Version = %d, %v; want 7", v, err)
+			}
+			got, err := s.Open(env, aad)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if !bytes.Equal(got, pt) {
+				t.Fatalf("Open = %x, want %x", got, pt)
+			}
+		})
 	}
 	if s.Version() != 7 {
 		t.Fatalf("Sealer.Version = %d", s.Version())
@@ -122,15 +136,21 @@ func TestTruncatedOrExtendedFails(t *testing.T) {
 func TestMovedEnvelopeFails(t *testing.T) {
 	s := newSealer(t, newKey(t), 1)
 	env := s.Seal([]byte("secret"), []byte("chalupa/ingest-key/env_a_0000000000000001"))
-	for _, other := range [][]byte{
-		[]byte("chalupa/ingest-key/env_a_0000000000000002"),
-		[]byte("chalupa/ingest-key/env_a_000000000000000"),
-		[]byte("chalupa/ingest-key/env_a_00000000000000010"),
-		nil,
-	} {
-		if _, err := s.Open(env, other); !errors.Is(err, envelope.ErrOpen) {
-			t.Fatalf("opened under aad %q: err = %v, want ErrOpen", other, err)
-		}
+	tests := []struct {
+		name  string
+		other []byte
+	}{
+		{"another key id", []byte("chalupa/ingest-key/env_a_0000000000000002")},
+		{"key id one byte shorter", []byte("chalupa/ingest-key/env_a_000000000000000")},
+		{"key id one byte longer", []byte("chalupa/ingest-key/env_a_00000000000000010")},
+		{"no aad", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.Open(env, tc.other); !errors.Is(err, envelope.ErrOpen) {
+				t.Fatalf("opened under aad %q: err = %v, want ErrOpen", tc.other, err)
+			}
+		})
 	}
 }
 
@@ -178,13 +198,15 @@ func TestMalformed(t *testing.T) {
 		"ascii base64ish": []byte("Q0UBAAAAAQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
 	}
 	for name, env := range cases {
-		if _, err := envelope.Version(env); !errors.Is(err, envelope.ErrMalformed) {
-			t.Errorf("%s: Version err = %v, want ErrMalformed", name, err)
-		}
-		pt, err := s.Open(env, aad)
-		if pt != nil || !errors.Is(err, envelope.ErrMalformed) {
-			t.Errorf("%s: Open = %x, %v; want ErrMalformed", name, pt, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := envelope.Version(env); !errors.Is(err, envelope.ErrMalformed) {
+				t.Errorf("%s: Version err = %v, want ErrMalformed", name, err)
+			}
+			pt, err := s.Open(env, aad)
+			if pt != nil || !errors.Is(err, envelope.ErrMalformed) {
+				t.Errorf("%s: Open = %x, %v; want ErrMalformed", name, pt, err)
+			}
+		})
 	}
 	// Exactly Overhead bytes with a valid header is well-formed (an empty
 	// plaintext) but does not authenticate.
@@ -197,9 +219,11 @@ func TestMalformed(t *testing.T) {
 
 func TestNewRejectsBadKeySize(t *testing.T) {
 	for _, n := range []int{0, 16, 24, 31, 33, 64} {
-		if _, err := envelope.New(make([]byte, n), 1); !errors.Is(err, envelope.ErrKeySize) {
-			t.Errorf("key of %d bytes: err = %v, want ErrKeySize", n, err)
-		}
+		t.Run(fmt.Sprintf("%d bytes", n), func(t *testing.T) {
+			if _, err := envelope.New(make([]byte, n), 1); !errors.Is(err, envelope.ErrKeySize) {
+				t.Errorf("key of %d bytes: err = %v, want ErrKeySize", n, err)
+			}
+		})
 	}
 }
 

@@ -108,73 +108,97 @@ func TestSignCoversEveryComponent(t *testing.T) {
 		"shifted": signer.Sign(v.key, v.ts+"\n"+v.nonce[:4], v.nonce[4:], v.method, v.path, v.body),
 	}
 	for name, s := range variants {
-		if s == base {
-			t.Errorf("changing the %s does not change the signature", name)
-		}
-		ok, err := signer.Verify(v.key, s, v.ts, v.nonce, v.method, v.path, v.body)
-		if err != nil || ok {
-			t.Errorf("%s variant verified against the vector: %v, %v", name, ok, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if s == base {
+				t.Errorf("changing the %s does not change the signature", name)
+			}
+			ok, err := signer.Verify(v.key, s, v.ts, v.nonce, v.method, v.path, v.body)
+			if err != nil || ok {
+				t.Errorf("%s variant verified against the vector: %v, %v", name, ok, err)
+			}
+		})
 	}
 }
 
 func TestParseSignature(t *testing.T) {
 	hex64 := strings.Repeat("ab", 32)
-	good := []string{"v1=" + hex64, "v1=" + strings.ToUpper(hex64)}
-	for _, h := range good {
-		b, err := signer.ParseSignature(h)
-		if err != nil || len(b) != 32 {
-			t.Errorf("ParseSignature(%q) = %x, %v", h, b, err)
-		}
+	good := []struct{ name, h string }{
+		{"lower-case hex", "v1=" + hex64},
+		{"upper-case hex", "v1=" + strings.ToUpper(hex64)},
 	}
-	bad := []string{
-		"", "v1=", "v1", hex64, "v2=" + hex64, "V1=" + hex64, " v1=" + hex64, "v1=" + hex64 + " ",
-		"v1=" + hex64[:62], "v1=" + hex64 + "ab", "v1=" + hex64[:63] + "g", "v1=" + strings.Repeat("ab", 31) + "a=",
-		"v1=" + strings.Repeat("é", 32),
+	for _, tc := range good {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h
+			b, err := signer.ParseSignature(h)
+			if err != nil || len(b) != 32 {
+				t.Errorf("ParseSignature(%q) = %x, %v", h, b, err)
+			}
+		})
 	}
-	for _, h := range bad {
-		if _, err := signer.ParseSignature(h); !errors.Is(err, signer.ErrBadSignatureHeader) {
-			t.Errorf("ParseSignature(%q) err = %v, want ErrBadSignatureHeader", h, err)
-		}
-		ok, err := signer.Verify(vector.key, h, vector.ts, vector.nonce, vector.method, vector.path, vector.body)
-		if ok || !errors.Is(err, signer.ErrBadSignatureHeader) {
-			t.Errorf("Verify with header %q = %v, %v", h, ok, err)
-		}
+	bad := []struct{ name, h string }{
+		{"empty", ""},
+		{"prefix only", "v1="},
+		{"no equals sign", "v1"},
+		{"no prefix", hex64},
+		{"version 2", "v2=" + hex64},
+		{"upper-case prefix", "V1=" + hex64},
+		{"leading space", " v1=" + hex64},
+		{"trailing space", "v1=" + hex64 + " "},
+		{"31 bytes", "v1=" + hex64[:62]},
+		{"33 bytes", "v1=" + hex64 + "ab"},
+		{"non-hex digit", "v1=" + hex64[:63] + "g"},
+		{"base64 padding", "v1=" + strings.Repeat("ab", 31) + "a="},
+		{"non-ASCII", "v1=" + strings.Repeat("é", 32)},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h
+			if _, err := signer.ParseSignature(h); !errors.Is(err, signer.ErrBadSignatureHeader) {
+				t.Errorf("ParseSignature(%q) err = %v, want ErrBadSignatureHeader", h, err)
+			}
+			ok, err := signer.Verify(vector.key, h, vector.ts, vector.nonce, vector.method, vector.path, vector.body)
+			if ok || !errors.Is(err, signer.ErrBadSignatureHeader) {
+				t.Errorf("Verify with header %q = %v, %v", h, ok, err)
+			}
+		})
 	}
 }
 
 func TestValidNonce(t *testing.T) {
 	cases := []struct {
+		name  string
 		nonce string
 		ok    bool
 	}{
-		{strings.Repeat("a", 15), false},
-		{strings.Repeat("a", 16), true},
-		{strings.Repeat("Z", 64), true},
-		{strings.Repeat("0", 65), false},
-		{"", false},
-		{"abcdefghijklmnop", true},
-		{"ABCDEFGHIJKLMNOP", true},
-		{"0123456789012345", true},
-		{"________________", true},
-		{"----------------", true},
-		{"aZ09_-aZ09_-aZ09", true},
-		{"abcdefghijklmno=", false},
-		{"abcdefghijklmno+", false},
-		{"abcdefghijklmno/", false},
-		{"abcdefghijklmno.", false},
-		{"abcdefghijklmno ", false},
-		{" abcdefghijklmno", false},
-		{"abcdefghijklmno\n", false},
-		{"abcdefghijklmno\x00", false},
-		{"abcdefghijklmnoé", false}, // 17 bytes, non-ASCII
-		{"ééééééééé", false},        // 18 bytes, all non-ASCII
-		{"abcdefgh\tijklmnop", false},
+		{"15 characters", strings.Repeat("a", 15), false},
+		{"16 characters", strings.Repeat("a", 16), true},
+		{"64 characters", strings.Repeat("Z", 64), true},
+		{"65 characters", strings.Repeat("0", 65), false},
+		{"empty", "", false},
+		{"lower case", "abcdefghijklmnop", true},
+		{"upper case", "ABCDEFGHIJKLMNOP", true},
+		{"digits", "0123456789012345", true},
+		{"underscores", "________________", true},
+		{"hyphens", "----------------", true},
+		{"whole alphabet", "aZ09_-aZ09_-aZ09", true},
+		{"equals sign", "abcdefghijklmno=", false},
+		{"plus sign", "abcdefghijklmno+", false},
+		{"slash", "abcdefghijklmno/", false},
+		{"dot", "abcdefghijklmno.", false},
+		{"trailing space", "abcdefghijklmno ", false},
+		{"leading space", " abcdefghijklmno", false},
+		{"newline", "abcdefghijklmno\n", false},
+		{"NUL", "abcdefghijklmno\x00", false},
+		{"17 bytes non-ASCII", "abcdefghijklmnoé", false},
+		{"18 bytes all non-ASCII", "ééééééééé", false},
+		{"tab", "abcdefgh\tijklmnop", false},
 	}
 	for _, c := range cases {
-		if got := signer.ValidNonce(c.nonce); got != c.ok {
-			t.Errorf("ValidNonce(%q) (len %d) = %v, want %v", c.nonce, len(c.nonce), got, c.ok)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			if got := signer.ValidNonce(c.nonce); got != c.ok {
+				t.Errorf("ValidNonce(%q) (len %d) = %v, want %v", c.nonce, len(c.nonce), got, c.ok)
+			}
+		})
 	}
 }
 
@@ -193,65 +217,98 @@ func TestNewNonceIsValidAndFresh(t *testing.T) {
 }
 
 func TestParseTimestamp(t *testing.T) {
-	good := map[string]int64{
-		"0":             0,
-		"1":             1,
-		"1767225600":    1767225600,
-		"-1":            -1,
-		"-1767225600":   -1767225600,
-		"000000000001":  1,
-		"999999999999":  999999999999,
-		"-999999999999": -999999999999,
+	good := []struct {
+		name string
+		s    string
+		want int64
+	}{
+		{"zero", "0", 0},
+		{"one", "1", 1},
+		{"2026", "1767225600", 1767225600},
+		{"minus one", "-1", -1},
+		{"minus 2026", "-1767225600", -1767225600},
+		{"leading zeros", "000000000001", 1},
+		{"12 digits", "999999999999", 999999999999},
+		{"minus 12 digits", "-999999999999", -999999999999},
 	}
-	for s, want := range good {
-		got, err := signer.ParseTimestamp(s)
-		if err != nil || got != want {
-			t.Errorf("ParseTimestamp(%q) = %d, %v; want %d", s, got, err, want)
-		}
+	for _, tc := range good {
+		t.Run(tc.name, func(t *testing.T) {
+			s, want := tc.s, tc.want
+			got, err := signer.ParseTimestamp(s)
+			if err != nil || got != want {
+				t.Errorf("ParseTimestamp(%q) = %d, %v; want %d", s, got, err, want)
+			}
+		})
 	}
-	bad := []string{
-		"", "-", "+1", " 1", "1 ", "1.5", "1e9", "0x10", "12abc", "abc", "١٢٣", // Arabic-Indic digits
-		"1767225600.0", "--1", "1-", "9999999999999", "10000000000000", "99999999999999999999",
-		"-9999999999999", "1_000", "\x001",
+	bad := []struct{ name, s string }{
+		{"empty", ""},
+		{"minus only", "-"},
+		{"plus sign", "+1"},
+		{"leading space", " 1"},
+		{"trailing space", "1 "},
+		{"fraction", "1.5"},
+		{"exponent", "1e9"},
+		{"hex", "0x10"},
+		{"trailing letters", "12abc"},
+		{"letters", "abc"},
+		{"Arabic-Indic digits", "١٢٣"},
+		{"decimal point", "1767225600.0"},
+		{"double minus", "--1"},
+		{"trailing minus", "1-"},
+		{"13 digits", "9999999999999"},
+		{"14 digits", "10000000000000"},
+		{"20 digits", "99999999999999999999"},
+		{"minus 13 digits", "-9999999999999"},
+		{"digit separator", "1_000"},
+		{"leading NUL", "\x001"},
 	}
-	for _, s := range bad {
-		if n, err := signer.ParseTimestamp(s); !errors.Is(err, signer.ErrBadTimestamp) {
-			t.Errorf("ParseTimestamp(%q) = %d, %v; want ErrBadTimestamp", s, n, err)
-		}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s
+			if n, err := signer.ParseTimestamp(s); !errors.Is(err, signer.ErrBadTimestamp) {
+				t.Errorf("ParseTimestamp(%q) = %d, %v; want ErrBadTimestamp", s, n, err)
+			}
+		})
 	}
 }
 
 func TestDecodeKeyMaterial(t *testing.T) {
 	raw := seq(32)
 	url := base64.RawURLEncoding.EncodeToString(raw)
-	good := []string{
-		url,
-		base64.URLEncoding.EncodeToString(raw), // padded
-		url + "\n",
-		"  " + url + "\r\n",
+	good := []struct{ name, s string }{
+		{"unpadded", url},
+		{"padded", base64.URLEncoding.EncodeToString(raw)},
+		{"trailing newline", url + "\n"},
+		{"surrounding whitespace", "  " + url + "\r\n"},
 	}
-	for _, s := range good {
-		b, err := signer.DecodeKeyMaterial(s)
-		if err != nil || !bytes.Equal(b, raw) {
-			t.Errorf("DecodeKeyMaterial(%q) = %x, %v", s, b, err)
-		}
+	for _, tc := range good {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s
+			b, err := signer.DecodeKeyMaterial(s)
+			if err != nil || !bytes.Equal(b, raw) {
+				t.Errorf("DecodeKeyMaterial(%q) = %x, %v", s, b, err)
+			}
+		})
 	}
 	// 0xfb 0xff… encodes to characters that differ between the alphabets.
 	odd := bytes.Repeat([]byte{0xfb, 0xff, 0xbf}, 11)[:32]
-	bad := []string{
-		"",
-		base64.RawURLEncoding.EncodeToString(seq(31)),
-		base64.RawURLEncoding.EncodeToString(seq(33)),
-		base64.RawURLEncoding.EncodeToString(seq(16)),
-		base64.StdEncoding.EncodeToString(odd), // '+' and '/' are not base64url
-		url[:len(url)-1] + "!",
-		url[:20] + " " + url[20:],
-		hex.EncodeToString(raw),
+	bad := []struct{ name, s string }{
+		{"empty", ""},
+		{"31 bytes", base64.RawURLEncoding.EncodeToString(seq(31))},
+		{"33 bytes", base64.RawURLEncoding.EncodeToString(seq(33))},
+		{"16 bytes", base64.RawURLEncoding.EncodeToString(seq(16))},
+		{"standard alphabet", base64.StdEncoding.EncodeToString(odd)}, // '+' and '/' are not base64url
+		{"invalid character", url[:len(url)-1] + "!"},
+		{"inner space", url[:20] + " " + url[20:]},
+		{"hex", hex.EncodeToString(raw)},
 	}
-	for _, s := range bad {
-		if b, err := signer.DecodeKeyMaterial(s); !errors.Is(err, signer.ErrBadKeyMaterial) {
-			t.Errorf("DecodeKeyMaterial(%q) = %x, %v; want ErrBadKeyMaterial", s, b, err)
-		}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s
+			if b, err := signer.DecodeKeyMaterial(s); !errors.Is(err, signer.ErrBadKeyMaterial) {
+				t.Errorf("DecodeKeyMaterial(%q) = %x, %v; want ErrBadKeyMaterial", s, b, err)
+			}
+		})
 	}
 	// Fresh material round-trips and is fresh.
 	a, b := signer.NewKeyMaterial(), signer.NewKeyMaterial()
