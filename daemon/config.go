@@ -71,7 +71,6 @@ type Config struct {
 	SpacesKey        Secret  `json:"CHALUPA_SPACES_KEY"`
 	SpacesSecret     Secret  `json:"CHALUPA_SPACES_SECRET"`
 	DOReadToken      Secret  `json:"DIGITALOCEAN_READ_TOKEN"`
-	DOWriteToken     Secret  `json:"DIGITALOCEAN_WRITE_TOKEN"`
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
 
@@ -82,6 +81,12 @@ type Config struct {
 	SecretsFile string `json:"secretsFile,omitempty"`
 	// replicaKind is "s3" or "file".
 	replicaKind string
+	// doWriteToken is DIGITALOCEAN_WRITE_TOKEN, the only platform write
+	// credential. It is unexported so that only this package, where the
+	// daemon is wired together, can read it; the wiring hands it to the
+	// reaper alone (docs/operations.md, "Configuration"). Nothing else, not
+	// even the HTTP handlers, holds it.
+	doWriteToken Secret
 }
 
 // DatabasePath is the SQLite file's path.
@@ -240,8 +245,8 @@ func LoadConfig(env Getenv) (*Config, error) {
 	}
 
 	c.DOReadToken = Secret(get("DIGITALOCEAN_READ_TOKEN"))
-	c.DOWriteToken = Secret(get("DIGITALOCEAN_WRITE_TOKEN"))
-	if c.DOWriteToken != "" && c.DOWriteToken == c.DOReadToken {
+	c.doWriteToken = Secret(get("DIGITALOCEAN_WRITE_TOKEN"))
+	if c.doWriteToken != "" && c.doWriteToken == c.DOReadToken {
 		// Seed 002, "Staging configuration": the write token is dedicated to
 		// the reaper and never shared with the read token.
 		bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
@@ -430,7 +435,7 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_SPACES_KEY", sec("CHALUPA_SPACES_KEY", c.SpacesKey)},
 		{"CHALUPA_SPACES_SECRET", sec("CHALUPA_SPACES_SECRET", c.SpacesSecret)},
 		{"DIGITALOCEAN_READ_TOKEN", sec("DIGITALOCEAN_READ_TOKEN", c.DOReadToken)},
-		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.DOWriteToken)},
+		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.doWriteToken)},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
 	}
