@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,99 +83,4 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 		return rep, fmt.Errorf("rewrap committed (use the new key from now on) but not yet replicated; serve will replicate it: %w", err)
 	}
 	return rep, nil
-}
-
-// pendingMasterKey is the secrets.env entry a rewrap writes before it
-// commits and removes once the file holds the new key.
-const pendingMasterKey = "CHALUPA_INGEST_MASTER_KEY_PENDING"
-
-// secretsFile keeps the embedded default's secrets.env in step with a
-// rewrap. It acts only when the file holds the old key (wherever this run
-// read the key from): otherwise the operator holds the key elsewhere.
-type secretsFile struct {
-	path string
-	old  []byte
-}
-
-// holdsOld reads the file and reports whether its master key is the old one.
-func (f secretsFile) holdsOld() (map[string]string, bool, error) {
-	m, err := ReadSecretsFile(f.path)
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %s", SecretsFileName, errKind(err))
-	}
-	b, err := decodeKey(m["CHALUPA_INGEST_MASTER_KEY"])
-	return m, err == nil && bytes.Equal(b, f.old), nil
-}
-
-func (f secretsFile) stage(newKey string) error {
-	m, ok, err := f.holdsOld()
-	if err != nil || !ok {
-		return err
-	}
-	m[pendingMasterKey] = newKey
-	return writeSecretsFile(f.path, m)
-}
-
-func (f secretsFile) unstage() error {
-	m, err := ReadSecretsFile(f.path)
-	if err != nil || m[pendingMasterKey] == "" {
-		return nil
-	}
-	delete(m, pendingMasterKey)
-	return writeSecretsFile(f.path, m)
-}
-
-func (f secretsFile) commit(rep *RewrapReport, newKey string) error {
-	m, ok, err := f.holdsOld()
-	if err != nil {
-		return fmt.Errorf("rewrapped, but the new key could not be stored: %w", err)
-	}
-	if !ok {
-		return nil
-	}
-	m["CHALUPA_INGEST_MASTER_KEY"] = newKey
-	delete(m, pendingMasterKey)
-	if err := writeSecretsFile(f.path, m); err != nil {
-		return fmt.Errorf("rewrapped, but the new key could not be stored: %w", err)
-	}
-	rep.SecretsFileUpdated, rep.SecretsFile = true, f.path
-	return nil
-}
-
-// recoverPendingRewrap finishes a rewrap that committed but was stopped
-// before secrets.env followed: when the file's pending key opens the
-// database's check value, it becomes the file's (and cfg's) master key.
-// It returns false when there is nothing to recover. With write false it
-// only reports (for config check). It acts only when the configured key is
-// the file's, so a key given in the environment is never overridden.
-func (c *Config) recoverPendingRewrap(ctx context.Context, db *storage.DB, write bool) (bool, error) {
-	path := filepath.Join(c.DataDir, SecretsFileName)
-	m, err := ReadSecretsFile(path)
-	if err != nil || m[pendingMasterKey] == "" {
-		return false, nil
-	}
-	if cur, err := decodeKey(m["CHALUPA_INGEST_MASTER_KEY"]); err != nil || !bytes.Equal(cur, c.MasterKey()) {
-		return false, nil
-	}
-	pending, err := decodeKey(m[pendingMasterKey])
-	if err != nil || len(pending) != 32 {
-		return false, nil
-	}
-	version, check, err := storage.MasterKeyCheck(ctx, db.Read)
-	if err != nil {
-		return false, nil
-	}
-	if _, err := ingest.VerifyMasterKey(pending, version, check); err != nil {
-		return false, nil
-	}
-	if !write {
-		return true, nil
-	}
-	m["CHALUPA_INGEST_MASTER_KEY"] = m[pendingMasterKey]
-	delete(m, pendingMasterKey)
-	if err := writeSecretsFile(path, m); err != nil {
-		return false, err
-	}
-	c.IngestMasterKey = Secret(m["CHALUPA_INGEST_MASTER_KEY"])
-	return true, nil
 }
