@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of signed ingest (issue 3) on real input: the built
+// End-to-end tests of signed ingest (docs/operations.md, "Signed ingest") on real input: the built
 // binary as daemon, admin CLI and agent; versitygw as S3; the real
 // `litestream restore` CLI; `chalupa rewrap` between two daemon runs.
 

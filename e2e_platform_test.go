@@ -2,7 +2,7 @@ package main
 
 // End-to-end tests of the platform issue: the built binary as a process, real
 // SQLite files, versitygw as S3 and the real `litestream restore` CLI
-// (DESIGN.md, "Real components, and how tests start them"). Helpers live in
+// (docs/architecture.md, "Tests"). Helpers live in
 // daemon/daemontest; tools come from contrib/install-test-tools.sh.
 
 import (

@@ -2,7 +2,7 @@
 // developer and GPU environments on DigitalOcean: one daemon (`chalupa serve`)
 // over one SQLite file replicated by embedded Litestream, plus the operator's
 // commands (`chalupa admin …`) and a reference agent (`chalupa agent …`).
-// See README.md and DESIGN.md.
+// See README.md and docs/architecture.md.
 package main
 
 import (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real components the test suite drives (see DESIGN.md, "Real
-# components, and how tests start them"), and the staticcheck linter that
+# Installs the real components the test suite drives (see docs/architecture.md,
+# "Tests"), and the staticcheck linter that
 # contrib/test.sh runs, and links them into .tools/bin in the repository
 # (git-ignored).
 #

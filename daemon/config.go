@@ -15,7 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// Configuration defaults (DESIGN.md, "Configuration").
+// Configuration defaults (docs/operations.md, "Configuration").
 const (
 	// DefaultDataDir holds the SQLite file, restore points and, on the
 	// embedded default, the generated secrets and the file replica.
@@ -255,8 +255,8 @@ func LoadConfig(env Getenv) (*Config, error) {
 	write := Secret(get("DIGITALOCEAN_WRITE_TOKEN"))
 	c.doWriteToken = &write
 	if write != "" && write == c.DOReadToken {
-		// Seed 002, "Staging configuration": the write token is dedicated to
-		// the reaper and never shared with the read token.
+		// The write token is dedicated to the reaper and never shared
+		// with the read token (docs/operations.md, "Configuration").
 		bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
 	}
 	if v := get("DO_VOLUME_USD_PER_GIB_MONTH"); v != "" {

@@ -32,8 +32,8 @@ func padJSON(t *testing.T, b []byte, n int) []byte {
 	return append(b, bytes.Repeat([]byte(" "), n-len(b))...)
 }
 
-// TestIngestRefusalMatrix sends one request per protocol-v1 check (DESIGN.md,
-// "Signed ingest — protocol v1"; issue 3, "Refusal matrix") and asserts the
+// TestIngestRefusalMatrix sends one request per protocol-v1 check (docs/operations.md,
+// "Signed ingest") and asserts the
 // status and the JSON error code of each, that a refusal writes nothing
 // (heartbeat and nonce rows unchanged), and after the whole matrix that the
 // database holds exactly the heartbeat and nonce rows of the accepted

@@ -28,8 +28,8 @@ var (
 )
 
 // HeartbeatV1 is the body of POST /api/ingest/heartbeat (RFC 3339 times;
-// unknown fields are refused). Seed 002, "External idle reaper": every
-// heartbeat carries a reaper observation.
+// unknown fields are refused). Every heartbeat carries a
+// reaper observation (docs/operations.md, "Heartbeats and deadlines").
 type HeartbeatV1 struct {
 	EnvironmentSlug  string            `json:"environmentSlug"`
 	Deployment       HeartbeatDeploy   `json:"deployment"`

@@ -13,7 +13,7 @@ import (
 )
 
 // SkewWindow is the largest accepted |server time − X-Chalupa-Timestamp|
-// (DESIGN.md, protocol v1: 300 s).
+// (docs/operations.md, "Signed ingest": 300 s).
 const SkewWindow = 300 * time.Second
 
 // sharedPartition is the nonce partition of the deprecated shared key.
@@ -47,7 +47,7 @@ type Verified struct {
 	body      []byte
 }
 
-// verify runs the protocol-v1 checks in DESIGN.md's order: headers present,
+// verify runs the protocol-v1 checks in the order of docs/operations.md, "Signed ingest": headers present,
 // body within maxBody, key known and usable, timestamp within SkewWindow,
 // signature. The nonce, JSON and environment checks happen in the write
 // (claimNonce and the handlers), so a refusal at any step writes nothing.

@@ -1,5 +1,5 @@
 // Package schema holds chalupa's numbered SQL migrations. The files are the
-// source of truth for the data model (DESIGN.md, "Data model"); storage embeds
+// source of truth for the data model (docs/architecture.md, "Data model"); storage embeds
 // them and applies them with goose, recording a checksum of each applied file.
 //
 // Conventions every migration follows:

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Ingest key statuses (seed 002, "Ingest key lifecycle").
+// Ingest key statuses (docs/operations.md, "Ingest keys").
 const (
 	KeyActive   = "active"
 	KeyRotating = "rotating"

@@ -4,7 +4,7 @@
 // typed queries of each table group (*_query.go).
 //
 // storage imports none of chalupa's other packages; daemon, ingest, reaper and
-// pulumiexec depend on it (DESIGN.md, "Layout").
+// pulumiexec depend on it (docs/architecture.md, "Dependency direction").
 package storage
 
 import "errors"

@@ -1,6 +1,6 @@
 // Command load measures chalupa's signed-heartbeat ingest against a minimal
-// reference server in one run, on loopback only (issue 3, "Performance";
-// DESIGN.md, "Targets"). See README.md beside this file.
+// reference server in one run, on loopback only (docs/architecture.md,
+// "Performance measurements"). See README.md beside this file.
 //
 //	go run ./contrib/load [-duration 15s] [-workers 64] [-rate 1000] [-json]
 //
@@ -35,7 +35,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// Targets of issue 3.
+// Targets (docs/architecture.md, "Performance measurements").
 const (
 	targetRatio = 2.0
 	targetP99   = 20 * time.Millisecond

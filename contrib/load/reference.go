@@ -26,7 +26,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// The reference server is the "raw limit" of DESIGN.md's Targets: net/http,
+// The reference server is the "raw limit" of docs/architecture.md's performance measurements: net/http,
 // the protocol-v1 HMAC check (signer.Verify), the JSON body, and ONE SQLite
 // transaction per request (BEGIN IMMEDIATE; INSERT nonce; INSERT heartbeat;
 // COMMIT) on chalupa's driver and pragmas, through a pool that lets

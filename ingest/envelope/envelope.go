@@ -1,7 +1,7 @@
 // Package envelope seals secrets at rest with AES-256-GCM under chalupa's
-// master key (CHALUPA_INGEST_MASTER_KEY). Seed 002 ("Ingest key lifecycle",
-// "Customer console reaper credentials") requires every stored ingest key and
-// provider token to be such an envelope.
+// master key (CHALUPA_INGEST_MASTER_KEY). Every stored ingest key and
+// provider token is such an envelope (docs/operations.md, "Master key and
+// envelopes").
 //
 // An envelope is self-describing:
 //

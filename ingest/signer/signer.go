@@ -1,5 +1,5 @@
-// Package signer implements chalupa's signed-ingest protocol v1 (DESIGN.md,
-// "Signed ingest — protocol v1") for both sides: the canonical string, the
+// Package signer implements chalupa's signed-ingest protocol v1 (docs/operations.md,
+// "Signed ingest") for both sides: the canonical string, the
 // signature, header parsing, and a Client that agents (and chalupa's own
 // tests and load generator) use to send signed requests.
 //
@@ -28,7 +28,7 @@ const (
 	HeaderSignature = "X-Chalupa-Signature"
 )
 
-// Protocol limits (DESIGN.md, protocol v1).
+// Protocol limits (docs/operations.md, "Signed ingest").
 const (
 	// Version is the signature scheme prefix.
 	Version = "v1"

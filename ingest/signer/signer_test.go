@@ -20,8 +20,8 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// vector is a fixed protocol-v1 test vector (DESIGN.md, "Signed ingest —
-// protocol v1"). The expected values were computed outside Go (Python's
+// vector is a fixed protocol-v1 test vector (docs/operations.md,
+// "Signed ingest"). The expected values were computed outside Go (Python's
 // hmac/hashlib) and are recomputed below with crypto/hmac from the literal
 // canonical string, so neither side can drift without this test failing.
 var vector = struct {
