@@ -125,10 +125,12 @@ func TestAdminAPIBodyMustMatchOperation(t *testing.T) {
 		{adminapi.OpListFleet, `{"x":1}`, "adminListFleet takes no body"},
 	}
 	for _, tc := range refused {
-		out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
-		if code != exitUsage || !strings.Contains(out, tc.want) {
-			t.Errorf("admin api %s --body %s: exit %d, want %d with %q:\n%s", tc.op, tc.body, code, exitUsage, tc.want, out)
-		}
+		t.Run("refused "+tc.op+" "+tc.body, func(t *testing.T) {
+			out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
+			if code != exitUsage || !strings.Contains(out, tc.want) {
+				t.Errorf("admin api %s --body %s: exit %d, want %d with %q:\n%s", tc.op, tc.body, code, exitUsage, tc.want, out)
+			}
+		})
 	}
 	if reqs := f.requests(); len(reqs) != 0 {
 		t.Fatalf("refused bodies reached the daemon: %+v", reqs)
@@ -143,18 +145,21 @@ func TestAdminAPIBodyMustMatchOperation(t *testing.T) {
 		{adminapi.OpRotateIngestKey, `{"action":"rotate","environmentSlug":"demo-harbor"}`, "rotate"},
 		{adminapi.OpRevokeIngestKey, `{"keyId":"env_demo-harbor_0123456789abcdef"}`, "revoke"},
 	}
+	// Rows run in order (no t.Parallel): each checks the request it added.
 	for i, tc := range accepted {
-		out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
-		if code != 0 {
-			t.Fatalf("admin api %s --body %s: exit %d:\n%s", tc.op, tc.body, code, out)
-		}
-		reqs := f.requests()
-		if len(reqs) != i+1 {
-			t.Fatalf("after %d accepted calls the daemon saw %d requests", i+1, len(reqs))
-		}
-		if got, _ := reqs[i].Body["action"].(string); got != tc.action {
-			t.Errorf("admin api %s --body %s sent action %q, want %q", tc.op, tc.body, got, tc.action)
-		}
+		t.Run("accepted "+tc.op+" "+tc.body, func(t *testing.T) {
+			out, code := cliRun(t, f.URL, nil, "admin", "api", tc.op, "--body", tc.body)
+			if code != 0 {
+				t.Fatalf("admin api %s --body %s: exit %d:\n%s", tc.op, tc.body, code, out)
+			}
+			reqs := f.requests()
+			if len(reqs) != i+1 {
+				t.Fatalf("after %d accepted calls the daemon saw %d requests", i+1, len(reqs))
+			}
+			if got, _ := reqs[i].Body["action"].(string); got != tc.action {
+				t.Errorf("admin api %s --body %s sent action %q, want %q", tc.op, tc.body, got, tc.action)
+			}
+		})
 	}
 	out, code := cliRun(t, f.URL, nil, "admin", "api", adminapi.OpGetStatus)
 	if code != 0 {
@@ -176,10 +181,12 @@ func TestAdminAPIMistakesPrintUsage(t *testing.T) {
 		{"admin", "api", "--no-such-flag"}, // kong's own parse error, for comparison
 	}
 	for _, args := range cases {
-		out, code := cliRun(t, f.URL, nil, args...)
-		if code != exitUsage || !strings.Contains(out, usage) {
-			t.Errorf("chalupa %s: exit %d, want %d with\n%s\ngot:\n%s", strings.Join(args, " "), code, exitUsage, usage, out)
-		}
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, code := cliRun(t, f.URL, nil, args...)
+			if code != exitUsage || !strings.Contains(out, usage) {
+				t.Errorf("chalupa %s: exit %d, want %d with\n%s\ngot:\n%s", strings.Join(args, " "), code, exitUsage, usage, out)
+			}
+		})
 	}
 	if reqs := f.requests(); len(reqs) != 0 {
 		t.Fatalf("mistakes reached the daemon: %+v", reqs)

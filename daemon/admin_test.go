@@ -25,10 +25,12 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 		{"invalid UTF-8", "{\"slug\":\"x7\",\"name\":\"a\xffb\"}"},
 	}
 	for _, tc := range refused {
-		r := h.admin(adminapi.OpCreateEnvironment, tc.body)
-		if r.Status != http.StatusBadRequest || r.Code != "invalid_name" {
-			t.Errorf("%s: got %s, want 400 invalid_name", tc.name, r)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.admin(adminapi.OpCreateEnvironment, tc.body)
+			if r.Status != http.StatusBadRequest || r.Code != "invalid_name" {
+				t.Errorf("got %s, want 400 invalid_name", r)
+			}
+		})
 	}
 	accepted := map[string]string{"ok-ascii": "Demo harbor (GPU)", "ok-unicode": "Präsentation – 東京 🚀"}
 	for slug, name := range accepted {
