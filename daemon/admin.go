@@ -52,11 +52,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, "read schema version", err)
 		return
 	}
-	h := s.repl.Health(s.now())
+	h := s.repl.Health(s.clock.Now())
 	writeJSON(w, http.StatusOK, adminapi.Status{
 		Version:       Version,
 		StartedAt:     s.started.UTC(),
-		UptimeSeconds: s.now().Sub(s.started).Seconds(),
+		UptimeSeconds: s.clock.Since(s.started).Seconds(),
 		SchemaVersion: v,
 		DBSizeBytes:   s.db.Size(),
 		Replication:   h,
@@ -86,7 +86,7 @@ func (s *Server) handleCreateEnvironment(w http.ResponseWriter, r *http.Request)
 	var env storage.Environment
 	err := s.db.Writer.Do(r.Context(), func(tx storage.Tx) error {
 		var err error
-		env, err = storage.CreateEnvironment(r.Context(), tx, req.Slug, req.Name, s.now())
+		env, err = storage.CreateEnvironment(r.Context(), tx, req.Slug, req.Name, s.clock.Now())
 		return err
 	})
 	if errors.Is(err, storage.ErrConflict) {

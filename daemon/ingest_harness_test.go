@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/daemon"
@@ -40,25 +41,6 @@ import (
 )
 
 const heartbeatPath = "/api/ingest/heartbeat"
-
-// ingestClock is a settable clock shared by the server, the keyring and the
-// test's signer.
-type ingestClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *ingestClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *ingestClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // recordedResponse is one response as the client saw it.
 type recordedResponse struct {
@@ -121,7 +103,7 @@ type ingestHarness struct {
 	t     testing.TB
 	env   map[string]string
 	cfg   *daemon.Config
-	clock *ingestClock
+	clock *clockwork.FakeClock // shared by the server, the keyring and the test's signer
 	logs  *daemontest.SyncBuffer
 	rec   *recorder
 	hc    *http.Client
@@ -164,7 +146,7 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	}
 	h := &ingestHarness{
 		t: t, env: env, cfg: cfg, opt: opt,
-		clock:    &ingestClock{now: epoch},
+		clock:    clockwork.NewFakeClockAt(epoch),
 		logs:     &daemontest.SyncBuffer{},
 		rec:      rec,
 		hc:       &http.Client{Transport: rec, Timeout: 60 * time.Second},
@@ -212,7 +194,7 @@ func (h *ingestHarness) start() {
 	}
 	srv := daemon.NewServer(daemon.Deps{
 		Config: h.cfg, DB: db, Replicator: repl,
-		Keys: ingest.NewKeyring(db, sealer, h.clock.Now), Log: log, Now: h.clock.Now,
+		Keys: ingest.NewKeyring(db, sealer, h.clock), Log: log, Clock: h.clock,
 	})
 	h.db, h.repl, h.srv = db, repl, srv
 	h.ts = httptest.NewServer(srv.Handler())

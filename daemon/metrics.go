@@ -48,14 +48,14 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 { return float64(s.db.Size()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_replication_lag_seconds", Help: "Age of the oldest local change not yet in the replica, in seconds.",
-		}, func() float64 { return s.repl.Health(time.Now()).LagSeconds }),
+		}, func() float64 { return s.repl.Health(s.clock.Now()).LagSeconds }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_replication_sync_errors_total", Help: "Replica operations that failed since start.",
-		}, func() float64 { return float64(s.repl.Health(time.Now()).SyncErrors) }),
+		}, func() float64 { return float64(s.repl.Health(s.clock.Now()).SyncErrors) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_replication_failing", Help: "1 while replication lag or errors exceed the lag limit.",
 		}, func() float64 {
-			if s.repl.Health(time.Now()).Failing {
+			if s.repl.Health(s.clock.Now()).Failing {
 				return 1
 			}
 			return 0

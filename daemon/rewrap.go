@@ -8,7 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -33,9 +34,13 @@ type RewrapReport struct {
 // transaction and waits until the change is in the replica. When the data
 // dir's generated secrets file holds the old key, it is updated to the new
 // one; otherwise the operator sets CHALUPA_INGEST_MASTER_KEY to the new value
-// before the next serve.
-func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport, error) {
+// before the next serve. clock stamps the new master key check and any
+// restore point; nil means the real clock.
+func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string, clock clockwork.Clock) (RewrapReport, error) {
 	var rep RewrapReport
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 	newKey, err := decodeKey(newKeyB64)
 	if err != nil || len(newKey) != 32 {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY_NEW must be base64 of exactly 32 bytes"}}
@@ -53,7 +58,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if err != nil {
 		return rep, err
 	}
-	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{Clock: clock}); err != nil {
 		db.Close()
 		return rep, err
 	}
@@ -92,7 +97,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if err := sf.stage(newKeyB64); err != nil {
 		return rep, err
 	}
-	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newKey, time.Now())
+	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newKey, clock.Now())
 	if err != nil {
 		return rep, errors.Join(err, sf.unstage())
 	}

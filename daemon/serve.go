@@ -40,6 +40,10 @@ type RunOptions struct {
 	// Listening, when set, is called with the bound address once the
 	// server accepts connections.
 	Listening func(addr string)
+	// Clock is the daemon's one clock: request skew, stamps, uptime,
+	// restore points and every background loop's schedule; nil means the
+	// real clock.
+	Clock clockwork.Clock
 }
 
 // Run starts the daemon and blocks until ctx is cancelled, then shuts down in
@@ -53,6 +57,10 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		out = os.Stdout
 	}
 	log := zerolog.New(out).With().Timestamp().Logger()
+	clock := opt.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 
 	// Everything the daemon creates (database, WAL, Litestream's LTX files,
 	// restore points, secrets) holds fleet data or keys: owner only, even in
@@ -90,14 +98,14 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 			log.Error().Err(err).Msg("close database")
 		}
 	}
-	res, err := db.Migrate(ctx, storage.MigrateOptions{Logger: log})
+	res, err := db.Migrate(ctx, storage.MigrateOptions{Logger: log, Clock: clock})
 	if err != nil {
 		closeDB()
 		return err
 	}
 	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
 
-	sealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+	sealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), clock.Now())
 	if errors.Is(err, ingest.ErrWrongMasterKey) {
 		recovered, rerr := cfg.recoverPendingRewrap(ctx, db, true)
 		if rerr != nil {
@@ -106,7 +114,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		}
 		if recovered {
 			log.Warn().Str("path", cfg.SecretsFile).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
-			sealer, err = ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+			sealer, err = ingest.OpenSealer(ctx, db, cfg.MasterKey(), clock.Now())
 		}
 	}
 	if err != nil {
@@ -135,7 +143,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		}
 	}
 
-	srv := NewServer(Deps{Config: cfg, DB: db, Replicator: repl, Keys: ingest.NewKeyring(db, sealer, time.Now), Log: log})
+	srv := NewServer(Deps{Config: cfg, DB: db, Replicator: repl, Keys: ingest.NewKeyring(db, sealer, clock), Log: log, Clock: clock})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		closeDB()
@@ -184,7 +192,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 // loops lists the background loops this server runs.
 func (s *Server) loops() []Loop {
 	return []Loop{
-		&ingest.NoncePruner{DB: s.db, Clock: clockwork.NewRealClock(), Log: s.log},
+		&ingest.NoncePruner{DB: s.db, Clock: s.clock, Log: s.log},
 	}
 }
 

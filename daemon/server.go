@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/julienschmidt/httprouter"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,7 +33,7 @@ type Server struct {
 	log     zerolog.Logger
 	m       *metrics
 	started time.Time
-	now     func() time.Time
+	clock   clockwork.Clock
 	router  *httprouter.Router
 }
 
@@ -44,9 +45,9 @@ type Deps struct {
 	Replicator *storage.Replicator
 	Keys       *ingest.Keyring
 	Log        zerolog.Logger
-	// Now is the clock that judges X-Chalupa-Timestamp skew and stamps
-	// writes; nil means time.Now.
-	Now func() time.Time
+	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
+	// uptime; nil means the real clock.
+	Clock clockwork.Clock
 }
 
 // route is one registered route: pattern for metrics and logs, and its handler.
@@ -57,16 +58,16 @@ type route struct {
 
 // NewServer builds the server and its routes.
 func NewServer(d Deps) *Server {
-	now := d.Now
-	if now == nil {
-		now = time.Now
+	clock := d.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, keys: d.Keys, log: d.Log, started: now(), now: now}
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, keys: d.Keys, log: d.Log, started: clock.Now(), clock: clock}
 	var shared []byte
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
 	}
-	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Now: s.now, Log: d.Log})
+	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log})
 	s.m = newMetrics(s)
 	s.router = httprouter.New()
 	s.router.RedirectTrailingSlash = false
@@ -205,7 +206,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}
-	if s.repl.Health(s.now()).Failing {
+	if s.repl.Health(s.clock.Now()).Failing {
 		s.log.Warn().Str("check", "replication").Msg("readiness failed")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return

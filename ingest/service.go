@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/storage"
@@ -21,7 +22,7 @@ import (
 type Service struct {
 	db        *storage.DB
 	keys      *Keyring
-	now       func() time.Time
+	clock     clockwork.Clock
 	sharedKey []byte
 	log       zerolog.Logger
 }
@@ -35,19 +36,20 @@ type Config struct {
 	// SharedKey is the deprecated CHALUPA_INGEST_KEY (its UTF-8 bytes are
 	// the HMAC key); nil disables the shared-key path.
 	SharedKey []byte
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock judges X-Chalupa-Timestamp skew and stamps writes; nil means
+	// the real clock.
+	Clock clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
 }
 
 // NewService returns a Service.
 func NewService(c Config) *Service {
-	now := c.Now
-	if now == nil {
-		now = time.Now
+	clock := c.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	return &Service{db: c.DB, keys: c.Keys, now: now, sharedKey: c.SharedKey, log: c.Log}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log}
 }
 
 // Response is the answer to one ingest request.
