@@ -159,7 +159,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          nil,
 	}
-	sup := startSupervisor(ctx, log, srv.loops())
+	sup := startSupervisor(ctx, log, clock, srv.loops())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
