@@ -144,6 +144,12 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	}
 
 	srv := NewServer(Deps{Config: cfg, DB: db, Replicator: repl, Keys: ingest.NewKeyring(db, sealer, clock), Log: log, Clock: clock})
+	loops, err := registeredLoops(LoopDeps{DB: db, Clock: clock, Log: log, Metrics: srv.m.reg})
+	if err != nil {
+		closeDB()
+		closeRepl()
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		closeDB()
@@ -159,7 +165,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          nil,
 	}
-	sup := startSupervisor(ctx, log, clock, srv.loops())
+	sup := startSupervisor(ctx, log, clock, loops)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -187,13 +193,6 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	closeRepl()
 	log.Info().Msg("shutdown complete")
 	return runErr
-}
-
-// loops lists the background loops this server runs.
-func (s *Server) loops() []Loop {
-	return []Loop{
-		&ingest.NoncePruner{DB: s.db, Clock: s.clock, Log: s.log},
-	}
 }
 
 // dropAWSCABundle unsets AWS_CA_BUNDLE for this process when the replica is

@@ -12,17 +12,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Loop is a background worker (Coder's workers are the model): Run blocks
-// until ctx ends, doing one bounded tick of work per interval of its own
-// injected clock. Tests call a loop's tick method directly.
-type Loop interface {
-	// Name identifies the loop in logs.
-	Name() string
-	// Run works until ctx is done; it returns nil then, or an error that
-	// the supervisor logs before restarting the loop after a pause.
-	Run(ctx context.Context) error
-}
-
 // Restart back-off of a failed loop: the pause doubles from
 // restartBackoffMin with each failure, up to restartBackoffMax, so a
 // transient fault is retried at once and a persistent one is neither spun on
