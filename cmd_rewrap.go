@@ -23,7 +23,7 @@ func (rewrapCmd) Run() error {
 	if newKey == "" {
 		return &exitError{code: 1, err: errors.New("CHALUPA_INGEST_MASTER_KEY_NEW is required (the new master key, base64 of 32 bytes)")}
 	}
-	rep, err := daemon.RunRewrap(context.Background(), cfg, newKey)
+	rep, err := daemon.RunRewrap(context.Background(), cfg, newKey, nil)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}

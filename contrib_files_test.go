@@ -18,7 +18,13 @@ func configVars(t *testing.T) []string {
 	var out []string
 	ct := reflect.TypeFor[daemon.Config]()
 	for i := range ct.NumField() {
-		name, _, _ := strings.Cut(ct.Field(i).Tag.Get("json"), ",")
+		// Exported fields name their variable in the json tag; the
+		// unexported write token (held back from JSON) in an env tag.
+		tag := ct.Field(i).Tag.Get("json")
+		if tag == "" {
+			tag = ct.Field(i).Tag.Get("env")
+		}
+		name, _, _ := strings.Cut(tag, ",")
 		if name != "" && strings.ToUpper(name) == name {
 			out = append(out, name)
 		}

@@ -120,7 +120,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if a.DB, err = storage.Open(ctx, cfg.DatabasePath()); err != nil {
 		return err
 	}
-	res, err := a.DB.Migrate(ctx, storage.MigrateOptions{Logger: log, Now: a.Clock.Now})
+	res, err := a.DB.Migrate(ctx, storage.MigrateOptions{Logger: log, Clock: a.Clock})
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		if err != nil {
 			return err
 		}
-		keys = ingest.NewKeyring(a.DB, s, a.Clock.Now)
+		keys = ingest.NewKeyring(a.DB, s, a.Clock)
 	}
 
 	replLog := slog.New(storage.NewLitestreamLogHandler(log, slog.LevelWarn))
@@ -166,14 +166,19 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	return err
 }
 
-// StartLoops starts every registered background loop under the supervisor
-// (loops.go); Close stops them. Calling it twice, or on an Offline App,
-// does nothing.
-func (a *App) StartLoops(ctx context.Context) {
+// StartLoops starts every registered background loop (loops.go) under the
+// supervisor; Close stops them. Calling it twice, or on an Offline App,
+// does nothing. Errors: a loop's metrics could not be registered.
+func (a *App) StartLoops(ctx context.Context) error {
 	if a.sup != nil || a.Server == nil {
-		return
+		return nil
 	}
-	a.sup = startSupervisor(ctx, a.Log, a.loops())
+	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg})
+	if err != nil {
+		return err
+	}
+	a.sup = startSupervisor(ctx, a.Log, a.Clock, loops)
+	return nil
 }
 
 // Close shuts the App down in order: stop the background loops, close the

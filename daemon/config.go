@@ -84,7 +84,7 @@ type Config struct {
 	// even the HTTP handlers, holds it. A pointer, because fmt prints an
 	// unexported field's value without calling Secret.String, but prints a
 	// nested pointer as its address: %+v of a Config shows no token.
-	doWriteToken *Secret
+	doWriteToken *Secret `env:"DIGITALOCEAN_WRITE_TOKEN"`
 }
 
 // writeToken is DIGITALOCEAN_WRITE_TOKEN ("" when unset), for the wiring

@@ -1,13 +1,53 @@
 package daemon
 
 import (
+	"context"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
-// loops lists every background loop the daemon runs: the one registry
-// (docs/architecture.md, "Adding a background loop").
-func (a *App) loops() []Loop {
-	return []Loop{
-		&ingest.NoncePruner{DB: a.DB, Clock: a.Clock, Log: a.Log},
+// Loop is a background worker (Coder's workers are the model): Run blocks
+// until ctx ends, doing one bounded tick of work at each run time of its
+// schedule (internal/schedule) on its injected clock. Tests call a loop's
+// tick method directly, or drive Run with a fake clock.
+type Loop interface {
+	// Name identifies the loop in logs.
+	Name() string
+	// Run works until ctx is done; it returns nil then, or an error that
+	// the supervisor logs before restarting the loop after a back-off.
+	Run(ctx context.Context) error
+}
+
+// LoopDeps is what every background loop is built from.
+type LoopDeps struct {
+	// DB is the opened, migrated database.
+	DB *storage.DB
+	// Clock is the daemon's one clock: every loop schedules and measures
+	// its ticks on it.
+	Clock clockwork.Clock
+	// Log is the daemon's logger.
+	Log zerolog.Logger
+	// Metrics is where each loop registers its own series (the registry
+	// behind GET /metrics).
+	Metrics prometheus.Registerer
+}
+
+// registeredLoops is the one list of the background loops the daemon runs,
+// built from d with their metrics registered on d.Metrics. A new loop is
+// added here and nowhere else: it gets the supervisor's restarts and the
+// shutdown order with the others. Errors: a metric registration failure
+// (registering the same loops twice on one registry).
+func registeredLoops(d LoopDeps) ([]Loop, error) {
+	prune, err := ingest.NewPruneMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
 	}
+	return []Loop{
+		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune},
+	}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/jonboulle/clockwork"
 )
 
 // RewrapReport is what RunRewrap did.
@@ -30,8 +31,9 @@ type RewrapReport struct {
 // transaction and waits until the change is in the replica. When the data
 // dir's generated secrets file holds the old key, it is updated to the new
 // one; otherwise the operator sets CHALUPA_INGEST_MASTER_KEY to the new value
-// before the next serve.
-func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport, error) {
+// before the next serve. clock stamps the new master key check and any
+// restore point; nil means the real clock.
+func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string, clock clockwork.Clock) (RewrapReport, error) {
 	var rep RewrapReport
 	newKey, err := decodeKey(newKeyB64)
 	if err != nil || len(newKey) != 32 {
@@ -40,7 +42,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string) (RewrapReport
 	if cfg.IngestMasterKey == "" {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY (the current key) is required"}}
 	}
-	app, err := Open(ctx, cfg, Options{Offline: true, Logs: io.Discard})
+	app, err := Open(ctx, cfg, Options{Offline: true, Logs: io.Discard, Clock: clock})
 	if err != nil {
 		return rep, err
 	}

@@ -35,7 +35,7 @@ func TestRewrapUpdatesSecretsFileWhenKeyCameFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	newKey := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
-	rep, err := daemon.RunRewrap(ctx, cfgOld, newKey)
+	rep, err := daemon.RunRewrap(ctx, cfgOld, newKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRewrapInterruptedAfterCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := daemon.RunRewrap(ctx, cfg3, newKey)
+	rep, err := daemon.RunRewrap(ctx, cfg3, newKey, nil)
 	if err != nil {
 		t.Fatalf("re-run of an interrupted rewrap: %v", err)
 	}

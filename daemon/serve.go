@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // DefaultDrainTimeout bounds how long in-flight requests may finish after
@@ -35,6 +37,10 @@ type RunOptions struct {
 	// Listening, when set, is called with the bound address once the
 	// server accepts connections.
 	Listening func(addr string)
+	// Clock is the daemon's one clock: request skew, stamps, uptime,
+	// restore points and every background loop's schedule; nil means the
+	// real clock.
+	Clock clockwork.Clock
 }
 
 // Run opens the App, serves HTTP on CHALUPA_LISTEN with the loops running,
@@ -43,7 +49,7 @@ type RunOptions struct {
 // then App.Close (loops, database, final replica sync). It returns nil
 // after a clean shutdown.
 func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
-	app, err := Open(ctx, cfg, Options{LagLimit: opt.LagLimit, Logs: opt.Logs})
+	app, err := Open(ctx, cfg, Options{LagLimit: opt.LagLimit, Logs: opt.Logs, Clock: opt.Clock})
 	if err != nil {
 		return err
 	}
@@ -61,7 +67,11 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
-	app.StartLoops(ctx)
+	if err := app.StartLoops(ctx); err != nil {
+		_ = ln.Close()
+		app.Close(context.Background())
+		return err
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

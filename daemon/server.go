@@ -61,7 +61,7 @@ func NewServer(d Deps) (*Server, error) {
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
 	}
-	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Now: clock.Now, Log: d.Log})
+	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 

@@ -123,7 +123,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		// skew already tolerated would defer the reaper at will, and near
 		// year 9999 the deadline has no RFC 3339 form (the 202 and every
 		// later fleet read would fail after the write had committed).
-		if hb.Reaper.LastActivityAt.After(s.now().Add(SkewWindow)) {
+		if hb.Reaper.LastActivityAt.After(s.clock.Now().Add(SkewWindow)) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
 		}
 		return nil
@@ -142,7 +142,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		case status == storage.DeploymentEnded:
 			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
 		}
-		now := s.now().UTC()
+		now := s.clock.Now().UTC()
 		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,

@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/jonboulle/clockwork"
 )
 
 // Errors of the key lifecycle.
@@ -101,18 +102,19 @@ type Key struct {
 type Keyring struct {
 	db     *storage.DB
 	sealer *envelope.Sealer
-	now    func() time.Time
+	clock  clockwork.Clock
 
 	mu    sync.RWMutex
 	cache map[string]*Key
 }
 
-// NewKeyring returns a Keyring over db sealing with sealer.
-func NewKeyring(db *storage.DB, sealer *envelope.Sealer, now func() time.Time) *Keyring {
-	if now == nil {
-		now = time.Now
+// NewKeyring returns a Keyring over db sealing with sealer. clock stamps
+// issue, rotate and revoke times; nil means the real clock.
+func NewKeyring(db *storage.DB, sealer *envelope.Sealer, clock clockwork.Clock) *Keyring {
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	return &Keyring{db: db, sealer: sealer, now: now, cache: map[string]*Key{}}
+	return &Keyring{db: db, sealer: sealer, clock: clock, cache: map[string]*Key{}}
 }
 
 // newKeyID returns env_<slug>_<16 hex> (seed 002).
@@ -140,7 +142,7 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi
 	raw, _ := signer.DecodeKeyMaterial(material)
 	out := adminapi.IssuedKey{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
 	var envID int64
-	now := k.now()
+	now := k.clock.Now()
 	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		env, err := storage.EnvironmentBySlug(ctx, tx, slug)
 		if errors.Is(err, storage.ErrNotFound) {
@@ -197,7 +199,7 @@ func (k *Keyring) Revoke(ctx context.Context, keyID string) (adminapi.RevokedKey
 			return err
 		}
 		out = adminapi.RevokedKey{KeyID: keyID, EnvironmentSlug: key.EnvironmentSlug, Status: storage.KeyRevoked}
-		return storage.RevokeIngestKey(ctx, tx, keyID, k.now())
+		return storage.RevokeIngestKey(ctx, tx, keyID, k.clock.Now())
 	})
 	k.mu.Lock()
 	delete(k.cache, keyID) // a concurrent lookup may have refilled it

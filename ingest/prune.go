@@ -2,18 +2,22 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/internal/schedule"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // Nonce pruning defaults.
 const (
-	// PruneInterval is how often nonces are pruned: low frequency, so an
-	// idle daemon stays quiet (seed 002, "Low-cost Postgres baseline").
+	// PruneInterval is the pause from the end of one prune to the start of
+	// the next: low frequency, so an idle daemon stays quiet (seed 002,
+	// "Low-cost Postgres baseline").
 	PruneInterval = 10 * time.Minute
 	// PruneBatch bounds the rows deleted per statement, so one prune never
 	// holds the write lock long enough to delay heartbeats.
@@ -29,38 +33,107 @@ const (
 	pruneMargin = time.Minute
 )
 
+// pruneSchedule is when nonces are pruned: PruneInterval after the end of
+// the previous tick. Relative, not aligned: there is nothing to line up with,
+// and a slow tick pushes the next one back rather than queueing it.
+var pruneSchedule = schedule.Every(PruneInterval)
+
 // NoncePruner deletes nonces whose signed timestamp is older than the skew
 // window: such requests are refused by the timestamp check before the nonce
 // is consulted, so forgetting them cannot admit a replay.
 type NoncePruner struct {
-	DB    *storage.DB
+	// DB is the migrated database; pruning goes through its writer.
+	DB *storage.DB
+	// Clock sets the schedule, the cutoff and the tick budget.
 	Clock clockwork.Clock
-	Log   zerolog.Logger
+	// Log receives one line per tick that deleted rows and any tick error.
+	Log zerolog.Logger
+	// Metrics records each tick; nil records nothing.
+	Metrics *PruneMetrics
+}
+
+// PruneMetrics are the nonce pruner's Prometheus series.
+type PruneMetrics struct {
+	// Pruned counts deleted nonces (chalupa_nonces_pruned_total).
+	Pruned prometheus.Counter
+	// Ticks counts finished ticks by result, "ok" or "error"
+	// (chalupa_nonce_prune_ticks_total).
+	Ticks *prometheus.CounterVec
+	// LastTickSeconds is the duration of the last tick in seconds, on the
+	// pruner's clock (chalupa_nonce_prune_last_tick_duration_seconds); near
+	// PruneBudget means the backlog outgrows a tick.
+	LastTickSeconds prometheus.Gauge
+}
+
+// NewPruneMetrics creates the pruner's series and registers them with reg.
+// Errors: reg's, such as prometheus.AlreadyRegisteredError when reg already
+// holds them (one pruner per registry).
+func NewPruneMetrics(reg prometheus.Registerer) (*PruneMetrics, error) {
+	m := &PruneMetrics{
+		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chalupa_nonces_pruned_total",
+			Help: "Expired ingest nonces deleted by the nonce pruner.",
+		}),
+		Ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chalupa_nonce_prune_ticks_total",
+			Help: "Nonce pruner ticks by result (ok or error).",
+		}, []string{"result"}),
+		LastTickSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chalupa_nonce_prune_last_tick_duration_seconds",
+			Help: "Duration of the nonce pruner's last tick in seconds (bounded by its budget).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.Pruned, m.Ticks, m.LastTickSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register nonce pruner metrics: %w", err)
+		}
+	}
+	// Both results exist from the start, so a rate() or an alert on errors
+	// sees zero rather than no series.
+	m.Ticks.WithLabelValues("ok")
+	m.Ticks.WithLabelValues("error")
+	return m, nil
 }
 
 // Name implements daemon.Loop.
 func (p *NoncePruner) Name() string { return "nonce-prune" }
 
-// Run prunes every PruneInterval until ctx ends.
+// Run prunes PruneInterval after the end of each tick, on p.Clock, until ctx
+// ends; it then returns nil. A failed tick is logged and retried at the next
+// run time.
 func (p *NoncePruner) Run(ctx context.Context) error {
-	t := p.Clock.NewTicker(PruneInterval)
-	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		if _, err := schedule.Wait(ctx, p.Clock, pruneSchedule); err != nil {
 			return nil
-		case <-t.Chan():
-			if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
-				p.Log.Error().Err(err).Str("loop", p.Name()).Msg("tick failed")
-			}
+		}
+		if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
+			p.Log.Error().Err(err).Str("loop", p.Name()).Msg("tick failed")
 		}
 	}
 }
 
 // Tick deletes expired nonces in PruneBatch-row transactions until none is
-// left or PruneBudget has passed, and returns how many rows it deleted.
+// left or PruneBudget has passed, and returns how many rows it deleted. The
+// count covers batches committed before an error.
 func (p *NoncePruner) Tick(ctx context.Context) (int64, error) {
 	start := p.Clock.Now()
+	total, err := p.prune(ctx, start)
+	if m := p.Metrics; m != nil {
+		m.Pruned.Add(float64(total))
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		m.Ticks.WithLabelValues(result).Inc()
+		m.LastTickSeconds.Set(p.Clock.Since(start).Seconds())
+	}
+	if total > 0 {
+		p.Log.Info().Str("loop", p.Name()).Int64("deleted", total).Msg("pruned expired nonces")
+	}
+	return total, err
+}
+
+func (p *NoncePruner) prune(ctx context.Context, start time.Time) (int64, error) {
 	cutoff := start.Add(-SkewWindow - pruneMargin)
 	var total int64
 	for p.Clock.Since(start) < PruneBudget {
@@ -77,9 +150,6 @@ func (p *NoncePruner) Tick(ctx context.Context) (int64, error) {
 		if n < PruneBatch {
 			break
 		}
-	}
-	if total > 0 {
-		p.Log.Info().Int64("deleted", total).Msg("pruned expired nonces")
 	}
 	return total, nil
 }

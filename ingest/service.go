@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/internal/strictjson"
@@ -18,7 +18,7 @@ import (
 type Service struct {
 	db        *storage.DB
 	keys      *Keyring
-	now       func() time.Time
+	clock     clockwork.Clock
 	sharedKey []byte
 	log       zerolog.Logger
 }
@@ -32,19 +32,20 @@ type Config struct {
 	// SharedKey is the deprecated CHALUPA_INGEST_KEY (its UTF-8 bytes are
 	// the HMAC key); nil disables the shared-key path.
 	SharedKey []byte
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock judges X-Chalupa-Timestamp skew and stamps writes; nil means
+	// the real clock.
+	Clock clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
 }
 
 // NewService returns a Service.
 func NewService(c Config) *Service {
-	now := c.Now
-	if now == nil {
-		now = time.Now
+	clock := c.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	return &Service{db: c.DB, keys: c.Keys, now: now, sharedKey: c.SharedKey, log: c.Log}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log}
 }
 
 // Response is the answer to one ingest request.

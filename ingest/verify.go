@@ -108,7 +108,7 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 	if err != nil {
 		return v, refuse(http.StatusUnauthorized, "bad_timestamp", "%s", err.Error()), nil
 	}
-	now := s.now()
+	now := s.clock.Now()
 	if d := now.Unix() - sec; d > int64(SkewWindow/time.Second) || d < -int64(SkewWindow/time.Second) {
 		return v, refuse(http.StatusUnauthorized, "timestamp_skew", "timestamp is more than %d seconds from server time", int(SkewWindow/time.Second)), nil
 	}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/pressly/goose/v3"
 	"github.com/rs/zerolog"
 
@@ -46,8 +47,9 @@ type MigrateOptions struct {
 	// RestorePointDir is where VACUUM INTO restore points are written; empty
 	// means "<dir of the database>/restore-points".
 	RestorePointDir string
-	// Now is the clock used to name restore points; nil means time.Now.
-	Now func() time.Time
+	// Clock names restore points and stamps the checksum records'
+	// applied_at; nil means the real clock.
+	Clock clockwork.Clock
 	// Logger receives one line per applied migration and the restore point's path.
 	Logger zerolog.Logger
 }
@@ -79,6 +81,13 @@ func (o *MigrateOptions) fsys() fs.FS {
 	return schema.FS
 }
 
+func (o *MigrateOptions) clock() clockwork.Clock {
+	if o.Clock != nil {
+		return o.Clock
+	}
+	return clockwork.NewRealClock()
+}
+
 func newProvider(db *sql.DB, fsys fs.FS) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, fsys, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
@@ -105,7 +114,7 @@ func fileSums(p *goose.Provider, fsys fs.FS) (map[int64]string, map[int64]string
 // verifyApplied compares every applied migration's file with its recorded
 // checksum. A missing record (a database migrated before checksums were kept,
 // or a crash between goose's commit and ours) is recorded now.
-func verifyApplied(ctx context.Context, db *sql.DB, statuses []*goose.MigrationStatus, sums, names map[int64]string) error {
+func verifyApplied(ctx context.Context, db *sql.DB, clock clockwork.Clock, statuses []*goose.MigrationStatus, sums, names map[int64]string) error {
 	recorded := map[int64]string{}
 	rows, err := db.QueryContext(ctx, "SELECT version, sha256 FROM chalupa_migration_checksums")
 	if err != nil {
@@ -131,7 +140,7 @@ func verifyApplied(ctx context.Context, db *sql.DB, statuses []*goose.MigrationS
 		v := st.Source.Version
 		want, ok := recorded[v]
 		if !ok {
-			if err := recordChecksum(ctx, db, v, names[v], sums[v]); err != nil {
+			if err := recordChecksum(ctx, db, v, names[v], sums[v], clock.Now()); err != nil {
 				return err
 			}
 			continue
@@ -144,11 +153,11 @@ func verifyApplied(ctx context.Context, db *sql.DB, statuses []*goose.MigrationS
 	return nil
 }
 
-func recordChecksum(ctx context.Context, db *sql.DB, version int64, name, sum string) error {
+func recordChecksum(ctx context.Context, db *sql.DB, version int64, name, sum string, at time.Time) error {
 	_, err := db.ExecContext(ctx,
 		`INSERT INTO chalupa_migration_checksums (version, name, sha256, applied_at) VALUES (?, ?, ?, ?)
 		 ON CONFLICT (version) DO NOTHING`,
-		version, name, sum, time.Now().UnixMilli())
+		version, name, sum, at.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("record migration checksum: %w", err)
 	}
@@ -166,6 +175,7 @@ func recordChecksum(ctx context.Context, db *sql.DB, version int64, name, sum st
 func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, error) {
 	var res MigrateResult
 	fsys := opt.fsys()
+	clock := opt.clock()
 	if _, err := db.write.ExecContext(ctx, checksumTable); err != nil {
 		return res, fmt.Errorf("create checksum table: %w", err)
 	}
@@ -189,7 +199,7 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 	if err != nil {
 		return res, fmt.Errorf("read migration status: %w", err)
 	}
-	if err := verifyApplied(ctx, db.write, statuses, sums, names); err != nil {
+	if err := verifyApplied(ctx, db.write, clock, statuses, sums, names); err != nil {
 		return res, err
 	}
 	pending, err := p.HasPending(ctx)
@@ -215,7 +225,7 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 		name := path.Base(r.Source.Path)
 		res.Applied = append(res.Applied, name)
 		opt.Logger.Info().Str("migration", name).Dur("took", r.Duration).Msg("migration applied")
-		if rerr := recordChecksum(ctx, db.write, r.Source.Version, name, sums[r.Source.Version]); rerr != nil {
+		if rerr := recordChecksum(ctx, db.write, r.Source.Version, name, sums[r.Source.Version], clock.Now()); rerr != nil {
 			return res, rerr
 		}
 	}
@@ -236,11 +246,7 @@ func (db *DB) restorePoint(ctx context.Context, opt MigrateOptions, version int6
 	if err := mkdirPrivate(dir); err != nil {
 		return "", fmt.Errorf("create restore point dir: %w", err)
 	}
-	now := time.Now
-	if opt.Now != nil {
-		now = opt.Now
-	}
-	name := fmt.Sprintf("chalupa-%s-v%d.db", now().UTC().Format("20060102T150405.000Z"), version)
+	name := fmt.Sprintf("chalupa-%s-v%d.db", opt.clock().Now().UTC().Format("20060102T150405.000Z"), version)
 	p := filepath.Join(dir, name)
 	if _, err := db.write.ExecContext(ctx, "VACUUM INTO ?", p); err != nil {
 		return "", fmt.Errorf("take restore point: %w", err)

@@ -15,6 +15,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/schema"
 	"github.com/chalupa-run/chalupa/storage"
@@ -242,7 +244,7 @@ func TestMigrateTakesCheckedRestorePoint(t *testing.T) {
 	next[extraName] = &fstest.MapFile{Data: []byte(extraMigration)}
 	rpDir := filepath.Join(dir, "rp")
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	res, err := db.Migrate(ctx, storage.MigrateOptions{FS: next, RestorePointDir: rpDir, Now: func() time.Time { return at }})
+	res, err := db.Migrate(ctx, storage.MigrateOptions{FS: next, RestorePointDir: rpDir, Clock: clockwork.NewFakeClockAt(at)})
 	if err != nil {
 		t.Fatalf("Migrate with a pending migration: %v", err)
 	}
@@ -265,6 +267,13 @@ func TestMigrateTakesCheckedRestorePoint(t *testing.T) {
 	}
 	if !tableExists(t, db, "migrate_test_extra") {
 		t.Error("the pending migration was not applied to the live database")
+	}
+	var appliedAt int64
+	if err := db.Read.QueryRowContext(ctx, `SELECT applied_at FROM chalupa_migration_checksums WHERE version = ?`, extraVersion).Scan(&appliedAt); err != nil {
+		t.Fatalf("checksum record of %s: %v", extraName, err)
+	}
+	if appliedAt != at.UnixMilli() {
+		t.Errorf("checksum record applied_at %d, want the injected clock's %d", appliedAt, at.UnixMilli())
 	}
 
 	rp, err := storage.OpenReadOnly(ctx, res.RestorePoint)

@@ -100,7 +100,10 @@ func (p *InProcess) open(opt AppOptions) {
 		t.Fatalf("daemontest: daemon.Open: %v", err)
 	}
 	if opt.StartLoops {
-		app.StartLoops(context.Background())
+		if err := app.StartLoops(context.Background()); err != nil {
+			app.Close(context.Background())
+			t.Fatalf("daemontest: StartLoops: %v", err)
+		}
 	}
 	p.App = app
 	p.ts = httptest.NewServer(app.Server.Handler())
