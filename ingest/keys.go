@@ -1,9 +1,8 @@
 // Package ingest is chalupa's main job: per-environment ingest keys sealed in
 // envelopes (keys.go), verification of protocol-v1 signed requests
 // (verify.go), the heartbeat handler (heartbeat.go) and nonce pruning
-// (prune.go). The rules come from seed 002 ("Ingest key lifecycle", "Edge
-// abuse controls", "External idle reaper") and DESIGN.md ("Signed ingest —
-// protocol v1").
+// (prune.go). The rules are docs/operations.md's "Signed ingest", "Ingest
+// keys" and "Heartbeats and deadlines".
 package ingest
 
 import (
@@ -117,7 +116,7 @@ func NewKeyring(db *storage.DB, sealer *envelope.Sealer, clock clockwork.Clock) 
 	return &Keyring{db: db, sealer: sealer, clock: clock, cache: map[string]*Key{}}
 }
 
-// newKeyID returns env_<slug>_<16 hex> (seed 002).
+// newKeyID returns env_<slug>_<16 hex> (docs/operations.md, "Ingest keys").
 func newKeyID(slug string) string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)

@@ -16,8 +16,8 @@ import (
 // Nonce pruning defaults.
 const (
 	// PruneInterval is the pause from the end of one prune to the start of
-	// the next: low frequency, so an idle daemon stays quiet (seed 002,
-	// "Low-cost Postgres baseline").
+	// the next: low frequency, so an idle daemon stays quiet
+	// (docs/operations.md, "Background loops").
 	PruneInterval = 10 * time.Minute
 	// PruneBatch bounds the rows deleted per statement, so one prune never
 	// holds the write lock long enough to delay heartbeats.
