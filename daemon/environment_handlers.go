@@ -41,10 +41,10 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 	if !displayableName(req.Name) {
 		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control or bidi characters")
 	}
-	var env storage.Environment
+	var environment storage.Environment
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		var err error
-		env, err = storage.CreateEnvironment(ctx, tx, req.Slug, req.Name, h.clock.Now())
+		environment, err = storage.CreateEnvironment(ctx, tx, req.Slug, req.Name, h.clock.Now())
 		return err
 	})
 	if errors.Is(err, storage.ErrConflict) {
@@ -53,7 +53,7 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 	if err != nil {
 		return adminapi.Environment{}, err
 	}
-	return toAPIEnvironment(env), nil
+	return toAPIEnvironment(environment), nil
 }
 
 func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.EnvironmentList, error) {

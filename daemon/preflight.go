@@ -41,12 +41,12 @@ func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
 	if err := db.CheckApplied(ctx, nil); err != nil {
 		return err
 	}
-	version, env, err := storage.MasterKeyCheck(ctx, db.Read)
+	version, sealed, err := storage.MasterKeyCheck(ctx, db.Read)
 	if err != nil {
 		// No check value yet: the first serve stores one.
 		return nil
 	}
-	if _, err := ingest.VerifyMasterKey(c.MasterKey(), version, env); err != nil {
+	if _, err := ingest.VerifyMasterKey(c.MasterKey(), version, sealed); err != nil {
 		if ok, _ := c.recoverPendingRewrap(ctx, db, false); ok {
 			return nil // serve finishes the interrupted rewrap
 		}

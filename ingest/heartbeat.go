@@ -129,11 +129,11 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		return nil
 	}
 	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
-		envID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
+		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
 		}
-		status, err := storage.DeploymentStatus(ctx, tx, envID, hb.Deployment.ID)
+		status, err := storage.DeploymentStatus(ctx, tx, environmentID, hb.Deployment.ID)
 		exists := err == nil
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
@@ -146,8 +146,8 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
-			EnvironmentID:  envID,
-			KeyID:          v.partition,
+			EnvironmentID:  environmentID,
+			KeyID:          v.storedKeyID,
 			ReceivedAt:     now,
 			SentAt:         hb.SentAt,
 			AgentVersion:   hb.AgentVersion,

@@ -47,7 +47,7 @@ func keyAAD(keyID string) []byte { return []byte("chalupa/ingest-key/" + keyID) 
 // database: the first start stores an encrypted check value (version 1);
 // every later start must open it. Errors: ErrWrongMasterKey.
 func OpenSealer(ctx context.Context, db *storage.DB, masterKey []byte, now time.Time) (*envelope.Sealer, error) {
-	version, env, err := storage.MasterKeyCheck(ctx, db.Read)
+	version, sealed, err := storage.MasterKeyCheck(ctx, db.Read)
 	if errors.Is(err, storage.ErrNotFound) {
 		s, err := envelope.New(masterKey, 1)
 		if err != nil {
@@ -68,17 +68,17 @@ func OpenSealer(ctx context.Context, db *storage.DB, masterKey []byte, now time.
 	if err != nil {
 		return nil, fmt.Errorf("read master key check: %w", err)
 	}
-	return VerifyMasterKey(masterKey, version, env)
+	return VerifyMasterKey(masterKey, version, sealed)
 }
 
 // VerifyMasterKey returns a Sealer for masterKey at version if it opens the
-// check envelope env. Errors: ErrWrongMasterKey.
-func VerifyMasterKey(masterKey []byte, version uint32, env []byte) (*envelope.Sealer, error) {
+// check envelope sealed. Errors: ErrWrongMasterKey.
+func VerifyMasterKey(masterKey []byte, version uint32, sealed []byte) (*envelope.Sealer, error) {
 	s, err := envelope.New(masterKey, version)
 	if err != nil {
 		return nil, ErrWrongMasterKey
 	}
-	if _, err := s.Open(env, checkAAD); err != nil {
+	if _, err := s.Open(sealed, checkAAD); err != nil {
 		return nil, ErrWrongMasterKey
 	}
 	return s, nil
@@ -140,26 +140,26 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi
 	material := signer.NewKeyMaterial()
 	raw, _ := signer.DecodeKeyMaterial(material)
 	out := adminapi.IssuedKey{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
-	var envID int64
+	var environmentID int64
 	now := k.clock.Now()
 	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
-		env, err := storage.EnvironmentBySlug(ctx, tx, slug)
+		environment, err := storage.EnvironmentBySlug(ctx, tx, slug)
 		if errors.Is(err, storage.ErrNotFound) {
 			return ErrEnvironmentNotFound
 		}
 		if err != nil {
 			return err
 		}
-		envID = env.ID
+		environmentID = environment.ID
 		if rotate {
-			if out.RotatedKeyIDs, err = storage.RotateEnvironmentKeys(ctx, tx, env.ID, now); err != nil {
+			if out.RotatedKeyIDs, err = storage.RotateEnvironmentKeys(ctx, tx, environment.ID, now); err != nil {
 				return err
 			}
 		}
 		out.KeyID = newKeyID(slug)
 		return storage.InsertIngestKey(ctx, tx, storage.IngestKey{
 			KeyID:            out.KeyID,
-			EnvironmentID:    env.ID,
+			EnvironmentID:    environment.ID,
 			MasterKeyVersion: k.sealer.Version(),
 			Envelope:         k.sealer.Seal(raw, keyAAD(out.KeyID)),
 		}, now)
@@ -175,7 +175,7 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi
 			k.cache[id] = &c2
 		}
 	}
-	k.cache[out.KeyID] = &Key{ID: out.KeyID, EnvironmentID: envID, EnvironmentSlug: slug, Status: storage.KeyActive, material: raw}
+	k.cache[out.KeyID] = &Key{ID: out.KeyID, EnvironmentID: environmentID, EnvironmentSlug: slug, Status: storage.KeyActive, material: raw}
 	k.mu.Unlock()
 	return out, nil
 }

@@ -98,7 +98,7 @@ func DecodeBody(b []byte, v any) *Refusal {
 
 // Shared reports whether the request used the deprecated shared key: the
 // daemon adds the Deprecation header and counts it.
-func (v Verified) Shared() bool { return v.partition == sharedPartition }
+func (v Verified) Shared() bool { return v.storedKeyID == sharedKeyID }
 
 // Authenticate is the ingest route group's authentication: the protocol-v1
 // checks up to the signature (headers, body within maxBody bytes, key,
@@ -165,12 +165,12 @@ func resolveEnvironment(ctx context.Context, tx storage.Tx, v Verified, slug str
 		}
 		return v.key.EnvironmentID, nil
 	}
-	env, err := storage.EnvironmentBySlug(ctx, tx, slug)
+	environment, err := storage.EnvironmentBySlug(ctx, tx, slug)
 	if errors.Is(err, storage.ErrNotFound) {
 		return 0, refuse(http.StatusForbidden, "environment_mismatch", "environment %q does not exist", slug)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("resolve environment: %w", err)
 	}
-	return env.ID, nil
+	return environment.ID, nil
 }

@@ -16,9 +16,11 @@ import (
 // (docs/operations.md, "Signed ingest": 300 s).
 const SkewWindow = 300 * time.Second
 
-// sharedPartition is the nonce partition of the deprecated shared key.
+// sharedKeyID is what the deprecated shared key's requests are stored under
+// in nonces.key_id and heartbeats.key_id (their nonce window is partitioned
+// like a key's own).
 // Per-environment key ids always start with "env_", so it cannot collide.
-const sharedPartition = "shared"
+const sharedKeyID = "shared"
 
 // Refusal is a request refused by verification or by the write: an HTTP
 // status, a stable code and a message safe to show the client (no SQL, key
@@ -40,11 +42,11 @@ func refuse(status int, code, format string, a ...any) *Refusal {
 // nonce, signed time and body. Only Authenticate makes one; the handlers take
 // it, so an ingest handler cannot run on an unauthenticated request.
 type Verified struct {
-	key       *Key   // nil on the shared-key path
-	partition string // nonce partition: the key id, or "shared"
-	nonce     string
-	signedAt  time.Time
-	body      []byte
+	key         *Key   // nil on the shared-key path
+	storedKeyID string // what nonces.key_id and heartbeats.key_id hold: the key id, or "shared"
+	nonce       string
+	signedAt    time.Time
+	body        []byte
 }
 
 // verify runs the protocol-v1 checks in the order of docs/operations.md, "Signed ingest": headers present,
@@ -90,7 +92,7 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 
 	var hmacKey []byte
 	if keyID == "" {
-		hmacKey, v.partition = s.sharedKey, sharedPartition
+		hmacKey, v.storedKeyID = s.sharedKey, sharedKeyID
 	} else {
 		key, err := s.keys.Lookup(ctx, keyID)
 		switch {
@@ -101,7 +103,7 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 		case key.Status == storage.KeyRevoked:
 			return v, refuse(http.StatusUnauthorized, "key_revoked", "key has been revoked"), nil
 		}
-		v.key, hmacKey, v.partition = key, key.material, key.ID
+		v.key, hmacKey, v.storedKeyID = key, key.material, key.ID
 	}
 
 	sec, err := signer.ParseTimestamp(ts)
@@ -123,11 +125,11 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 }
 
 // claim runs inside the write transaction before anything else is written:
-// it claims the nonce in the key's partition and rechecks that the key was
+// it claims the nonce under the request's stored key id and rechecks that the key was
 // not revoked since verification. Either refusal rolls back the unit, so the
 // nonce stays unclaimed.
 func (s *Service) claim(ctx context.Context, tx storage.Tx, v Verified) error {
-	err := storage.ClaimNonce(ctx, tx, v.partition, v.nonce, v.signedAt)
+	err := storage.ClaimNonce(ctx, tx, v.storedKeyID, v.nonce, v.signedAt)
 	if errors.Is(err, storage.ErrConflict) {
 		return refuse(http.StatusConflict, "nonce_replayed", "nonce already used for this key")
 	}

@@ -131,9 +131,9 @@ func ListIngestKeyEnvelopes(ctx context.Context, q Querier) ([]IngestKey, error)
 }
 
 // UpdateIngestKeyEnvelope replaces a key's envelope and master-key version.
-func UpdateIngestKeyEnvelope(ctx context.Context, q Querier, keyID string, version uint32, env []byte) error {
+func UpdateIngestKeyEnvelope(ctx context.Context, q Querier, keyID string, version uint32, envelope []byte) error {
 	res, err := q.ExecContext(ctx,
-		`UPDATE ingest_keys SET envelope = ?, master_key_version = ? WHERE key_id = ?`, env, version, keyID)
+		`UPDATE ingest_keys SET envelope = ?, master_key_version = ? WHERE key_id = ?`, envelope, version, keyID)
 	if err != nil {
 		return fmt.Errorf("update ingest key envelope: %w", err)
 	}
@@ -147,20 +147,20 @@ func UpdateIngestKeyEnvelope(ctx context.Context, q Querier, keyID string, versi
 // version. Errors: ErrNotFound when the database has none yet.
 func MasterKeyCheck(ctx context.Context, q Querier) (uint32, []byte, error) {
 	var v uint32
-	var env []byte
-	err := q.QueryRowContext(ctx, `SELECT master_key_version, envelope FROM master_key_check WHERE id = 1`).Scan(&v, &env)
+	var envelope []byte
+	err := q.QueryRowContext(ctx, `SELECT master_key_version, envelope FROM master_key_check WHERE id = 1`).Scan(&v, &envelope)
 	if err != nil {
 		return 0, nil, notFound(err)
 	}
-	return v, env, nil
+	return v, envelope, nil
 }
 
 // PutMasterKeyCheck inserts or replaces the check envelope.
-func PutMasterKeyCheck(ctx context.Context, q Querier, version uint32, env []byte, now time.Time) error {
+func PutMasterKeyCheck(ctx context.Context, q Querier, version uint32, envelope []byte, now time.Time) error {
 	_, err := q.ExecContext(ctx,
 		`INSERT INTO master_key_check (id, master_key_version, envelope, created_at) VALUES (1, ?, ?, ?)
 		 ON CONFLICT (id) DO UPDATE SET master_key_version = excluded.master_key_version, envelope = excluded.envelope`,
-		version, env, ms(now))
+		version, envelope, ms(now))
 	if err != nil {
 		return fmt.Errorf("store master key check: %w", err)
 	}

@@ -105,11 +105,11 @@ func nullID(id int64) any {
 // environmentByID reads one environment by its row id (storage addresses
 // environments by slug only).
 func environmentByID(ctx context.Context, q storage.Querier, id int64) (storage.Environment, error) {
-	envs, err := storage.ListEnvironments(ctx, q)
+	environments, err := storage.ListEnvironments(ctx, q)
 	if err != nil {
 		return storage.Environment{}, err
 	}
-	for _, e := range envs {
+	for _, e := range environments {
 		if e.ID == id {
 			return e, nil
 		}
@@ -243,7 +243,7 @@ func Deployment(t testing.TB, db *storage.DB, seed storage.Deployment) storage.D
 	var out storage.Deployment
 	do(t, db, "create deployment "+seed.ID, func(tx storage.Tx) error {
 		ctx := t.Context()
-		env, err := environmentByID(ctx, tx, seed.EnvironmentID)
+		environment, err := environmentByID(ctx, tx, seed.EnvironmentID)
 		if err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func Deployment(t testing.TB, db *storage.DB, seed storage.Deployment) storage.D
 		}
 		// Undo the first heartbeat's reactivation of a sunk environment.
 		if _, err := tx.ExecContext(ctx, `UPDATE environments SET status = ?, updated_at = ? WHERE id = ?`,
-			env.Status, env.UpdatedAt.UnixMilli(), env.ID); err != nil {
+			environment.Status, environment.UpdatedAt.UnixMilli(), environment.ID); err != nil {
 			return err
 		}
 		if seed.LastHeartbeatAt.After(seed.LaunchedAt) {
@@ -434,11 +434,11 @@ func IngestKey(t testing.TB, db *storage.DB, seed storage.IngestKey) storage.Ing
 	do(t, db, "insert ingest key", func(tx storage.Tx) error {
 		ctx := t.Context()
 		if seed.KeyID == "" {
-			env, err := environmentByID(ctx, tx, seed.EnvironmentID)
+			environment, err := environmentByID(ctx, tx, seed.EnvironmentID)
 			if err != nil {
 				return err
 			}
-			seed.KeyID = fmt.Sprintf("env_%s_%016x", env.Slug, next())
+			seed.KeyID = fmt.Sprintf("env_%s_%016x", environment.Slug, next())
 		}
 		if err := storage.InsertIngestKey(ctx, tx, seed, seed.CreatedAt); err != nil {
 			return fmt.Errorf("%s: %w", seed.KeyID, err)
