@@ -162,7 +162,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		return nil
 	}
 	a.Keys = keys
-	a.Server, err = NewServer(Deps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, Log: log, Clock: a.Clock})
+	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, Log: log, Clock: a.Clock})
 	return err
 }
 

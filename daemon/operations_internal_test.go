@@ -9,7 +9,7 @@ import (
 )
 
 // TestOperationsRefuseGaps: an operation of the table without a handler
-// makes complete (and so NewServer and the daemon's start) fail, naming it.
+// makes complete (and so newServer and the daemon's start) fail, naming it.
 func TestOperationsRefuseGaps(t *testing.T) {
 	o := newOperations()
 	(&fleetHandlers{}).register(o)

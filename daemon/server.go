@@ -34,9 +34,9 @@ type Server struct {
 	ops    *operations
 }
 
-// Deps are what a Server serves: an opened, migrated database, its running
+// serverDeps are what a Server serves: an opened, migrated database, its running
 // replicator, and the ingest key ring (proven against the master key).
-type Deps struct {
+type serverDeps struct {
 	Config     *Config
 	DB         *storage.DB
 	Replicator *storage.Replicator
@@ -47,11 +47,11 @@ type Deps struct {
 	Clock clockwork.Clock
 }
 
-// NewServer builds the server: every route group with its authentication,
+// newServer builds the server: every route group with its authentication,
 // and every admin operation's handler from the domain handler sets. Errors:
 // an operation of adminapi.Operations without a handler (the daemon refuses
 // to start rather than answer 404 for it).
-func NewServer(d Deps) (*Server, error) {
+func newServer(d serverDeps) (*Server, error) {
 	clock := d.Clock
 	if clock == nil {
 		clock = clockwork.NewRealClock()
