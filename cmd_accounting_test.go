@@ -20,7 +20,7 @@ var cliExempt = map[string]string{}
 // TestClientMethods.
 func TestEveryOperationHasACommand(t *testing.T) {
 	var c cli
-	parser, err := kong.New(&c, kong.Vars{"default_data_dir": "x"})
+	parser, err := newParser(&c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,12 +42,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
 	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("chalupa"),
-		kong.Description("chalupa: control plane for short-lived DigitalOcean environments."),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		kong.Vars{"default_data_dir": daemon.DefaultDataDir},
-	)
+	parser, err := newParser(&c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chalupa:", err)
 		os.Exit(1)
@@ -79,6 +74,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chalupa:", err)
 		os.Exit(1)
 	}
+}
+
+// newParser builds the command-line parser over c (the accounting test
+// walks the same tree).
+func newParser(c *cli) (*kong.Kong, error) {
+	return kong.New(c,
+		kong.Name("chalupa"),
+		kong.Description("chalupa: control plane for short-lived DigitalOcean environments."),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Vars{"default_data_dir": daemon.DefaultDataDir},
+	)
 }
 
 // printUsage writes the usage line and the pointer to --help that follow
