@@ -6,7 +6,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -382,5 +384,27 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", loose)...)
 	if code != 1 || !strings.Contains(out, "chmod 600") {
 		t.Errorf("agent with a 0644 key file: exit %d:\n%s", code, out)
+	}
+}
+
+// TestServeOnABusyPortTouchesNothing: serve binds its port before it opens
+// the data dir, so with the port taken it exits 1 naming CHALUPA_LISTEN and
+// leaves the data dir and the replica as they were: no generated secrets, no
+// database, nothing replicated.
+func TestServeOnABusyPortTouchesNothing(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	env := map[string]string{"CHALUPA_DATA_DIR": dataDir, "CHALUPA_LISTEN": ln.Addr().String()}
+	out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", env, "serve")
+	if code != 1 || !strings.Contains(out, "listen on CHALUPA_LISTEN") {
+		t.Fatalf("serve on a busy port: exit %d, want 1 naming CHALUPA_LISTEN:\n%s", code, out)
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("serve on a busy port created its data dir (stat: %v)", err)
 	}
 }

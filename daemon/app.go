@@ -17,6 +17,12 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
+// ErrNoDatabase is returned by an Offline Open when the data dir holds no
+// database: a maintenance command must never create one, because starting
+// replication on a fresh, empty file would overwrite the replica of the real
+// database with it.
+var ErrNoDatabase = errors.New("no " + DatabaseFileName + " in CHALUPA_DATA_DIR (check CHALUPA_DATA_DIR: an offline command never creates a database)")
+
 // finalSyncTimeout bounds the last replica sync at Close (storage caps its
 // own retries at DefaultShutdownSyncTimeout; this is the outer guard).
 const finalSyncTimeout = 30 * time.Second
@@ -34,7 +40,8 @@ type Options struct {
 	// Offline opens storage for a maintenance command run while the daemon
 	// is stopped (rewrap): lock, migrations and replication only; no
 	// secrets are generated, no master-key check is made and no services or
-	// loops are built. The command makes its own key checks.
+	// loops are built. The command makes its own key checks. The database
+	// must exist (ErrNoDatabase).
 	Offline bool
 }
 
@@ -101,7 +108,11 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	}
 	a.unlock = unlock
 
-	if !opt.Offline {
+	if opt.Offline {
+		if _, err := os.Stat(cfg.DatabasePath()); errors.Is(err, os.ErrNotExist) {
+			return ErrNoDatabase
+		}
+	} else {
 		if err := cfg.checkMasterKeyForExistingDB(); err != nil {
 			return err
 		}

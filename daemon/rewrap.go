@@ -25,6 +25,19 @@ type RewrapReport struct {
 	AlreadyDone bool
 }
 
+// errRewrapWrongKey is rewrap's refusal when the current key does not open
+// the database: ingest.ErrWrongMasterKey (errors.Is holds) in rewrap's words,
+// since that error's own message speaks of start-up.
+var errRewrapWrongKey error = rewrapWrongKey{}
+
+type rewrapWrongKey struct{}
+
+func (rewrapWrongKey) Error() string {
+	return "CHALUPA_INGEST_MASTER_KEY does not open this database's envelopes (wrong master key? it must be the current one); nothing was rewrapped"
+}
+
+func (rewrapWrongKey) Unwrap() error { return ingest.ErrWrongMasterKey }
+
 // RunRewrap rotates the ingest master key offline: with the daemon stopped
 // (it takes the data-dir lock; ErrLocked if serve is running), it re-encrypts
 // every envelope from cfg's CHALUPA_INGEST_MASTER_KEY to newKey in one
@@ -62,7 +75,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string, clock clockwo
 			rep.FromVersion, rep.ToVersion = version, version
 			return rep, sf.commit(&rep, newKeyB64)
 		}
-		return rep, err
+		return rep, errRewrapWrongKey
 	}
 
 	// Record the new key as pending before the commit: a crash between the

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -167,4 +169,30 @@ func sealedEmbeddedDefault(t *testing.T) (string, map[string]string, *daemon.Con
 		t.Fatal(err)
 	}
 	return dir, base, cfg, db
+}
+
+// TestRewrapRefusesMissingDatabase: rewrap pointed at a data dir without a
+// database (a wrong or unset CHALUPA_DATA_DIR) refuses with ErrNoDatabase
+// and creates nothing: no database file, and no replication is started, so
+// the replica of the real database is untouched.
+func TestRewrapRefusesMissingDatabase(t *testing.T) {
+	dataDir := t.TempDir()
+	replica := filepath.Join(t.TempDir(), "replica")
+	env := daemontest.NewSecrets()
+	env["CHALUPA_DATA_DIR"] = dataDir
+	env["CHALUPA_REPLICA_URL"] = "file://" + replica
+	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = daemon.RunRewrap(context.Background(), cfg, daemontest.NewSecrets()[daemontest.MasterKeyVar], nil)
+	if !errors.Is(err, daemon.ErrNoDatabase) {
+		t.Fatalf("RunRewrap on an empty data dir = %v, want ErrNoDatabase", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, daemon.DatabaseFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("rewrap created %s (stat: %v)", daemon.DatabaseFileName, err)
+	}
+	if _, err := os.Stat(replica); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("rewrap touched the replica (stat: %v)", err)
+	}
 }

@@ -43,22 +43,24 @@ type RunOptions struct {
 	Clock clockwork.Clock
 }
 
-// Run opens the App, serves HTTP on CHALUPA_LISTEN with the loops running,
-// and blocks until ctx is cancelled, then shuts down in order: stop
+// Run binds CHALUPA_LISTEN, opens the App, serves HTTP with the loops
+// running, and blocks until ctx is cancelled, then shuts down in order: stop
 // accepting and drain in-flight requests (bounded by DefaultDrainTimeout),
 // then App.Close (loops, database, final replica sync). It returns nil
-// after a clean shutdown.
+// after a clean shutdown. The port is bound first so that a daemon that
+// cannot serve (the port is taken) fails before it generates secrets,
+// migrates or replicates anything.
 func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on CHALUPA_LISTEN: %w", err)
+	}
 	app, err := Open(ctx, cfg, Options{LagLimit: opt.LagLimit, Logs: opt.Logs, Clock: opt.Clock})
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 	log := app.Log
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		app.Close(context.Background())
-		return fmt.Errorf("listen on CHALUPA_LISTEN: %w", err)
-	}
 	hs := &http.Server{
 		Handler:           app.Server.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -67,7 +69,9 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
-	if err := app.StartLoops(ctx); err != nil {
+	// The loops live until App.Close, after the drain (not until the
+	// signal): a request still in flight may rely on them.
+	if err := app.StartLoops(context.WithoutCancel(ctx)); err != nil {
 		_ = ln.Close()
 		app.Close(context.Background())
 		return err
