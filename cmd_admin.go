@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,7 +56,12 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 		if dir == "" {
 			dir = daemon.DefaultDataDir
 		}
-		m, err := daemon.ReadSecretsFile(filepath.Join(dir, daemon.SecretsFileName))
+		path := filepath.Join(dir, daemon.SecretsFileName)
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			// serve refuses such a file; so does its client.
+			return nil, &exitError{code: 1, err: fmt.Errorf("%s is readable by group or others (chmod 600 %s)", daemon.SecretsFileName, path)}
+		}
+		m, err := daemon.ReadSecretsFile(path)
 		if err != nil {
 			return nil, &exitError{code: 1, err: errors.New("CHALUPA_ADMIN_TOKEN is unset and the secrets file cannot be read")}
 		}
@@ -64,7 +70,9 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	if tok == "" {
 		return nil, &exitError{code: 1, err: errors.New("CHALUPA_ADMIN_TOKEN is unset and no generated secrets file was found (set it, or --data-dir)")}
 	}
-	return &adminapi.Client{BaseURL: a.URL, Token: tok}, nil
+	// The per-request bound is --timeout (runOp's context); the transport
+	// gets the same, not adminapi's 60 s default.
+	return &adminapi.Client{BaseURL: a.URL, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
 }
 
 // runOp is every admin subcommand's body: build the client, call the
@@ -94,9 +102,11 @@ func apiFailure(err error) error {
 		return err
 	}
 	var ae *adminapi.APIError
-	if errors.As(err, &ae) {
+	if errors.As(err, &ae) && ae.Code != "" {
 		return &exitError{code: 1, err: fmt.Errorf("%s: %s", ae.Code, ae.Message)}
 	}
+	// Not a chalupa error body (a proxy's page, another server): the
+	// client's error names the HTTP status.
 	return &exitError{code: 1, err: err}
 }
 

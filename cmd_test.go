@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
@@ -406,5 +407,45 @@ func TestServeOnABusyPortTouchesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("serve on a busy port created its data dir (stat: %v)", err)
+	}
+}
+
+// TestAdminNonJSONErrorNamesTheStatus: an answer that is not a chalupa
+// error body (a proxy's error page) exits 1 naming the HTTP status rather
+// than printing an empty "code: message".
+func TestAdminNonJSONErrorNamesTheStatus(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
+	}))
+	defer ts.Close()
+	out, code := cliRun(t, ts.URL, nil, "admin", "status")
+	if code != 1 || !strings.Contains(out, "HTTP 502") {
+		t.Fatalf("admin status against a non-chalupa 502: exit %d, want 1 naming HTTP 502:\n%s", code, out)
+	}
+}
+
+// TestAdminRefusesASecretsFileOthersCanRead: like serve, the admin CLI will
+// not take its token from a secrets.env readable by group or others.
+func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, daemon.SecretsFileName)
+	if err := os.WriteFile(path, []byte("CHALUPA_ADMIN_TOKEN="+cliTestToken+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status")
+	if code != 1 || !strings.Contains(out, "readable by group or others") {
+		t.Fatalf("admin with a 0644 secrets.env: exit %d, want 1:\n%s", code, out)
+	}
+	if reqs := f.requests(); len(reqs) != 0 {
+		t.Fatalf("the token was sent anyway: %+v", reqs)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status"); code != 0 {
+		t.Fatalf("admin with a 0600 secrets.env: exit %d:\n%s", code, out)
 	}
 }
