@@ -70,8 +70,28 @@ func newRouter(s *Server) *httprouter.Router {
 	r.NotFound = s.wrap("notfound", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
 	})
+	// A wrong method on a bearer-guarded route is answered only after the
+	// group's authentication, so an unauthenticated caller cannot map the
+	// admin surface (which paths exist, which methods they take) from 405s.
+	// httprouter sets the Allow header before calling this handler; it is
+	// held back until the caller has authenticated.
 	r.MethodNotAllowed = s.wrap("notallowed", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+		allow := w.Header().Get("Allow")
+		w.Header().Del("Allow")
+		notAllowed := func(w http.ResponseWriter, r *http.Request) {
+			if allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route")
+		}
+		switch groupOf(r.URL.Path) {
+		case GroupAdmin:
+			bearer(s.cfg.AdminToken, notAllowed)(w, r)
+		case GroupProbe:
+			bearer(s.cfg.ReadyToken, notAllowed)(w, r)
+		default:
+			notAllowed(w, r)
+		}
 	})
 	r.PanicHandler = func(w http.ResponseWriter, r *http.Request, v any) {
 		s.log.Error().Str("request_id", w.Header().Get("X-Request-Id")).Interface("panic", v).Msg("handler panicked")

@@ -30,8 +30,8 @@ func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 		groups[rt.Group]++
 		t.Run(rt.Method+" "+rt.Pattern, func(t *testing.T) {
 			path := param.ReplaceAllString(rt.Pattern, "x")
-			send := func(bearer string) (int, string) {
-				req, err := http.NewRequest(rt.Method, p.URL+path, strings.NewReader(`{}`))
+			send := func(method, bearer string) (code int, allow string) {
+				req, err := http.NewRequest(method, p.URL+path, strings.NewReader(`{}`))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -44,7 +44,7 @@ func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer resp.Body.Close()
-				return resp.StatusCode, resp.Header.Get("WWW-Authenticate")
+				return resp.StatusCode, resp.Header.Get("Allow")
 			}
 			var wrong []string
 			switch rt.Group {
@@ -63,8 +63,23 @@ func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 				t.Fatalf("route in unknown group %q", rt.Group)
 			}
 			for _, b := range wrong {
-				if code, _ := send(b); code != http.StatusUnauthorized {
+				if code, _ := send(rt.Method, b); code != http.StatusUnauthorized {
 					t.Errorf("with bearer %q: %d, want 401", redact(b, admin, ready), code)
+				}
+			}
+			// A wrong method says nothing about the route (405, Allow)
+			// before the bearer groups have authenticated the caller.
+			if rt.Group == daemon.GroupAdmin || rt.Group == daemon.GroupProbe {
+				other := http.MethodPut
+				if code, allow := send(other, ""); code != http.StatusUnauthorized || allow != "" {
+					t.Errorf("%s without credentials: %d with Allow %q, want 401 and no Allow", other, code, allow)
+				}
+				good := admin
+				if rt.Group == daemon.GroupProbe {
+					good = ready
+				}
+				if code, allow := send(other, good); code != http.StatusMethodNotAllowed || allow == "" {
+					t.Errorf("%s with the group's bearer: %d with Allow %q, want 405 with Allow", other, code, allow)
 				}
 			}
 		})
