@@ -39,7 +39,7 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be at most 200 bytes")
 	}
 	if !displayableName(req.Name) {
-		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control or bidi characters")
+		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control, bidi or invisible format characters")
 	}
 	var environment storage.Environment
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
@@ -73,8 +73,10 @@ func toAPIEnvironment(e storage.Environment) adminapi.Environment {
 }
 
 // displayableName reports whether name is safe to print on an operator's
-// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1)
-// and no bidi controls (U+202E and kin reorder what the operator reads).
+// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1),
+// no bidi controls (U+202E and kin reorder what the operator reads) and no
+// other invisible format characters (zero-width space, soft hyphen, BOM:
+// Unicode category Cf), which make two different names look alike.
 // encoding/json turns invalid UTF-8 in a request into U+FFFD, so that rune
 // is refused too: it is what invalid bytes sent by a client look like here.
 func displayableName(name string) bool {
@@ -82,7 +84,7 @@ func displayableName(name string) bool {
 		return false
 	}
 	for _, r := range name {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r) {
 			return false
 		}
 	}

@@ -34,9 +34,14 @@ func (e *ShapeError) Error() string { return e.msg }
 // maxMessage bounds a message built from encoding/json's own (bytes).
 const maxMessage = 200
 
-// Decode decodes b, one JSON value, strictly into v (a pointer). Errors:
+// Decode decodes b, one JSON object, strictly into v (a pointer to a
+// struct). A bare null is refused like any other non-object (encoding/json
+// would take it as "no change" and hand the handler a zero request). Errors:
 // *SyntaxError or *ShapeError, with messages safe to send to the client.
 func Decode(b []byte, v any) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return &ShapeError{"body must be a JSON object"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

@@ -126,3 +126,39 @@ func TestStrictKeyErrorTruncates(t *testing.T) {
 		t.Fatalf("message %q, want %q", got, want)
 	}
 }
+
+// TestDecodeRefusesNonObjects: a body must be one JSON object; null, arrays,
+// strings and numbers are shape errors, malformed or trailing data syntax
+// errors.
+func TestDecodeRefusesNonObjects(t *testing.T) {
+	type body struct {
+		Slug string `json:"slug"`
+	}
+	for _, tc := range []struct {
+		name, body string
+		shape      bool // else syntax
+	}{
+		{"null", `null`, true},
+		{"null with space", " null\n", true},
+		{"array", `[]`, true},
+		{"string", `"x"`, true},
+		{"number", `7`, true},
+		{"empty", ``, false},
+		{"truncated", `{"slug":`, false},
+		{"trailing", `{"slug":"a"}{}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v body
+			err := Decode([]byte(tc.body), &v)
+			var se *ShapeError
+			var sy *SyntaxError
+			if tc.shape && !errors.As(err, &se) || !tc.shape && !errors.As(err, &sy) {
+				t.Fatalf("Decode(%q) = %#v, want a shape error %v", tc.body, err, tc.shape)
+			}
+		})
+	}
+	var v body
+	if err := Decode([]byte(`{"slug":"a"}`), &v); err != nil || v.Slug != "a" {
+		t.Fatalf("a good body: %v, %+v", err, v)
+	}
+}
