@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"encoding/base64"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -130,4 +133,69 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("contrib/chalupa.service lacks %q", want)
 		}
 	}
+}
+
+// TestDocCitationsExist: every comment that cites a section of
+// docs/operations.md or docs/architecture.md ("docs/operations.md, \"Signed
+// ingest\"") names a heading that exists, so citations cannot rot when a
+// section is renamed.
+func TestDocCitationsExist(t *testing.T) {
+	t.Parallel()
+	headings := map[string]map[string]bool{}
+	for _, doc := range []string{"operations", "architecture"} {
+		b, err := os.ReadFile("docs/" + doc + ".md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		headings[doc] = map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if h, ok := strings.CutPrefix(line, "## "); ok {
+				headings[doc][strings.TrimSpace(h)] = true
+			}
+		}
+	}
+	// A citation may wrap across comment lines: join them first.
+	wrap := regexp.MustCompile(`\n\s*(//|#)\s*`)
+	cite := regexp.MustCompile(`docs/(operations|architecture)\.md(?:'s)?,?\s+((?:"[^"\n]+"(?:,\s*|\s+and\s+)?)+)`)
+	quoted := regexp.MustCompile(`"([^"\n]+)"`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && path != filepath.Base(path) && (strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".sh") || strings.HasPrefix(path, "contrib/")) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "README.md")
+	found := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := wrap.ReplaceAllString(string(b), " ")
+		for _, m := range cite.FindAllStringSubmatch(text, -1) {
+			for _, q := range quoted.FindAllStringSubmatch(m[2], -1) {
+				found++
+				if !headings[m[1]][q[1]] {
+					t.Errorf("%s cites docs/%s.md, %q: no such section", f, m[1], q[1])
+				}
+			}
+		}
+	}
+	if found < 20 {
+		t.Fatalf("found only %d citations; the pattern no longer matches how the code cites", found)
+	}
+	t.Logf("%d citations checked", found)
 }

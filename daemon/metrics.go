@@ -17,7 +17,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	// SharedKeyRequests counts requests on the deprecated shared-key path.
+	// sharedKey counts requests on the deprecated shared-key path.
 	sharedKey prometheus.Counter
 	// ingest counts ingest outcomes by route and code.
 	ingest *prometheus.CounterVec

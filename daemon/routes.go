@@ -24,7 +24,7 @@ type Route struct {
 // Route groups. Each declares its authentication once and owns its path
 // prefixes; registering a path in a group that does not own it panics, so a
 // route cannot land behind the wrong check by accident
-// (docs/architecture.md, "Route groups").
+// (docs/architecture.md, "How a request flows").
 const (
 	// GroupPublic needs no authentication: GET /api/health only.
 	GroupPublic = "public"

@@ -17,8 +17,8 @@ import (
 const SkewWindow = 300 * time.Second
 
 // sharedKeyID is what the deprecated shared key's requests are stored under
-// in nonces.key_id and heartbeats.key_id (their nonce window is partitioned
-// like a key's own).
+// in nonces.key_id and heartbeats.key_id (their nonces are kept apart from
+// every key's own).
 // Per-environment key ids always start with "env_", so it cannot collide.
 const sharedKeyID = "shared"
 

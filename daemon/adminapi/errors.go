@@ -4,7 +4,7 @@ import "fmt"
 
 // ErrorBody is every error response: {"error":{"code","message"}}. code is
 // stable and machine-readable; message is for people and never carries SQL,
-// key material, tokens, URLs or fleet data (docs/operations.md, "Errors").
+// key material, tokens, URLs or fleet data (docs/operations.md, "HTTP surface and errors").
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
