@@ -226,8 +226,8 @@ func (a *App) Close(ctx context.Context) {
 
 // dropAWSCABundle unsets AWS_CA_BUNDLE for this process when the replica is
 // s3:// and reports whether it did. Litestream's S3 client cannot load a
-// custom CA bundle ("unable to add custom RootCAs HTTPClient", upstream issue
-// #639): with it set, every replication attempt fails. Spaces uses a public CA.
+// custom CA bundle ("unable to add custom RootCAs HTTPClient",
+// benbjohnson/litestream#639): with it set, every replication attempt fails. Spaces uses a public CA.
 func (c *Config) dropAWSCABundle() bool {
 	if c.ReplicaKind() != "s3" || os.Getenv("AWS_CA_BUNDLE") == "" {
 		return false

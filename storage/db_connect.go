@@ -47,7 +47,7 @@ type DB struct {
 //
 // wal_autocheckpoint is left at SQLite's default: Litestream owns
 // checkpointing, and setting it to 0 has silently stopped replication in some
-// Litestream 0.5.x versions (upstream issue #1083).
+// Litestream 0.5.x versions (benbjohnson/litestream#1083).
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeout.Milliseconds()))
