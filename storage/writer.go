@@ -122,6 +122,22 @@ type Writer struct {
 	mu      sync.Mutex
 	commits int64
 	units   int64
+
+	// onCommit, when set, is called after every successful COMMIT, before
+	// the batch's callers are answered (SetCommitHook).
+	onCommit atomic.Pointer[func(at time.Time)]
+}
+
+// SetCommitHook makes the writer call fn after every successful COMMIT, on
+// the writer's goroutine and before the batch's callers hear "ok", with the
+// commit time. fn must be quick and must not block (replication records the
+// commit and signals its own goroutine). nil removes the hook.
+func (w *Writer) SetCommitHook(fn func(at time.Time)) {
+	if fn == nil {
+		w.onCommit.Store(nil)
+		return
+	}
+	w.onCommit.Store(&fn)
 }
 
 func newWriter(db *sql.DB) *Writer {
@@ -257,6 +273,9 @@ func (w *Writer) run(batch []writeReq) {
 		w.commits++
 		w.units += int64(units)
 		w.mu.Unlock()
+		if hook := w.onCommit.Load(); hook != nil {
+			(*hook)(time.Now())
+		}
 	}
 	for i, r := range batch {
 		r.done <- results[i]
