@@ -125,14 +125,14 @@ type Writer struct {
 
 	// onCommit, when set, is called after every successful COMMIT, before
 	// the batch's callers are answered (SetCommitHook).
-	onCommit atomic.Pointer[func(at time.Time)]
+	onCommit atomic.Pointer[func()]
 }
 
 // SetCommitHook makes the writer call fn after every successful COMMIT, on
-// the writer's goroutine and before the batch's callers hear "ok", with the
-// commit time. fn must be quick and must not block (replication records the
-// commit and signals its own goroutine). nil removes the hook.
-func (w *Writer) SetCommitHook(fn func(at time.Time)) {
+// the writer's goroutine and before the batch's callers hear "ok". fn must
+// be quick and must not block (replication records the commit and signals
+// its own goroutine). nil removes the hook.
+func (w *Writer) SetCommitHook(fn func()) {
 	if fn == nil {
 		w.onCommit.Store(nil)
 		return
@@ -274,7 +274,7 @@ func (w *Writer) run(batch []writeReq) {
 		w.units += int64(units)
 		w.mu.Unlock()
 		if hook := w.onCommit.Load(); hook != nil {
-			(*hook)(time.Now())
+			(*hook)()
 		}
 	}
 	for i, r := range batch {
