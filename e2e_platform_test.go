@@ -544,3 +544,145 @@ func TestHTTPContract(t *testing.T) {
 		}
 	})
 }
+
+// TestReplicationHealthTellsTheTruth: with --lag-limit 20s and a write every
+// 200 ms, replica outages of 3 s and 15 s never turn /api/ready 503 (a failed
+// sync is not a failing replica), a 60 s outage does so only once 20 s have
+// passed; the reported lag tracks the outage (within 2 s of its length just
+// before the replica returns, not the minutes the age of retained files
+// would give); replication catches up and readiness returns; a restore holds
+// every acknowledged write. The S3 rows stop versitygw; the file row makes
+// the replica path unwritable by putting a file in place of its directory
+// (the tests run as root, so permissions would not stop a write).
+func TestReplicationHealthTellsTheTruth(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	litestream := daemontest.ToolPath(t, "litestream")
+	const lagLimit = 20 * time.Second
+	for _, tc := range []struct {
+		name   string
+		kind   string
+		outage time.Duration
+	}{
+		{"s3 3s", "s3", 3 * time.Second},
+		{"s3 15s", "s3", 15 * time.Second},
+		{"s3 60s", "s3", 60 * time.Second},
+		{"file 15s", "file", 15 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var env map[string]string
+			var down, up func()
+			var replicaURL string
+			var creds map[string]string
+			switch tc.kind {
+			case "s3":
+				s3 := daemontest.StartVersityGW(t)
+				env, down, up = s3.DaemonEnv("truth"), s3.Stop, s3.Start
+				replicaURL, creds = s3.ReplicaURL("truth"), s3.Credentials()
+			case "file":
+				dir := filepath.Join(t.TempDir(), "replica")
+				aside := dir + ".aside"
+				replicaURL = "file://" + dir
+				env = map[string]string{"CHALUPA_REPLICA_URL": replicaURL}
+				down = func() {
+					if err := os.Rename(dir, aside); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+				up = func() {
+					if err := os.Remove(dir); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Rename(aside, dir); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			d := daemontest.StartDaemon(t, bin, env, "--lag-limit", lagLimit.String())
+			ctx := context.Background()
+			admin := d.Admin()
+			health := func() adminapi.ReplicationHealth {
+				st, err := admin.GetStatus(ctx)
+				if err != nil {
+					t.Fatalf("status: %v", err)
+				}
+				return st.Replication
+			}
+			ready := func() int {
+				r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil)
+				if err != nil {
+					t.Fatalf("ready: %v", err)
+				}
+				return r.Status
+			}
+			acked := e2eCreateMany(t, d, "before", 5)
+			daemontest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
+				h := health()
+				return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
+			})
+
+			// Write every 200 ms and sample readiness and lag throughout.
+			down()
+			start := time.Now()
+			var first503 time.Duration
+			var lagBeforeUp float64
+			n := 0
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for time.Since(start) < tc.outage {
+				<-tick.C
+				slug := fmt.Sprintf("during-%04d", n)
+				n++
+				if code, err := e2eCreateEnv(ctx, d, slug); err != nil || code != http.StatusCreated {
+					t.Fatalf("create %s during the outage: %d %v", slug, code, err)
+				}
+				acked = append(acked, slug)
+				if ready() == http.StatusServiceUnavailable && first503 == 0 {
+					first503 = time.Since(start)
+				}
+			}
+			lagBeforeUp = health().LagSeconds
+			outage := time.Since(start)
+			up()
+			daemontest.Poll(t, 60*time.Second, "the replica to catch up after the outage", func() (bool, string) {
+				h := health()
+				if code := ready(); code == http.StatusServiceUnavailable && first503 == 0 {
+					first503 = time.Since(start)
+				}
+				return h.LagSeconds == 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
+			})
+			daemontest.Poll(t, 10*time.Second, "/api/ready to answer 200", func() (bool, string) {
+				code := ready()
+				return code == http.StatusOK, fmt.Sprint(code)
+			})
+			h := health()
+			t.Logf("outage %s: lag just before the replica returned %.1fs; first 503 after %s; %d failed attempts, last error %q",
+				outage.Round(100*time.Millisecond), lagBeforeUp, first503.Round(100*time.Millisecond), h.SyncErrors, h.LastError)
+
+			if d := lagBeforeUp - outage.Seconds(); d > 2 || d < -2 {
+				t.Errorf("lag %.1fs just before the replica returned, want within 2 s of the %.1fs outage", lagBeforeUp, outage.Seconds())
+			}
+			switch {
+			case tc.outage < lagLimit && first503 != 0:
+				t.Errorf("/api/ready answered 503 %s into a %s outage (lag limit %s)", first503, tc.outage, lagLimit)
+			case tc.outage > lagLimit && first503 == 0:
+				t.Errorf("/api/ready never answered 503 during a %s outage (lag limit %s)", tc.outage, lagLimit)
+			case tc.outage > lagLimit && (first503 < lagLimit || first503 > lagLimit+3*time.Second):
+				t.Errorf("/api/ready first answered 503 %s into the outage, want just after the %s lag limit", first503, lagLimit)
+			}
+			// Every failed attempt counts (one S3 attempt can outlast a
+			// 3 s outage inside the SDK's own retries, so only the longer
+			// rows must see several).
+			if tc.outage >= 15*time.Second && h.SyncErrors < 2 {
+				t.Errorf("%d sync errors counted over a %s outage, want one per failed attempt", h.SyncErrors, tc.outage)
+			}
+			e2eStop(t, d)
+			restored := daemontest.Restore(t, litestream, replicaURL, creds)
+			e2eRequireAll(t, "replica restored after the outage", e2eInFile(t, restored), acked)
+		})
+	}
+}

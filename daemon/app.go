@@ -165,10 +165,13 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		AccessKeyID:     cfg.SpacesKey.Reveal(),
 		SecretAccessKey: cfg.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,
+		Clock:           a.Clock,
 		Logger:          replLog,
 	}); err != nil {
 		return err
 	}
+	// Replication follows commits instead of polling the WAL.
+	a.DB.Writer.SetCommitHook(a.Replicator.Committed)
 	if opt.Offline {
 		return nil
 	}

@@ -44,6 +44,6 @@ func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
 	return adminapi.ReplicationHealth{
 		Kind: r.Kind, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
 		LagSeconds: r.LagSeconds, LastError: r.LastError, LastErrorAt: r.LastErrorAt,
-		SyncErrors: r.SyncErrors, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
+		SyncErrors: r.SyncErrors, FailingSince: r.FailingSince, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,32 +19,60 @@ import (
 	"github.com/benbjohnson/litestream"
 	"github.com/benbjohnson/litestream/file"
 	"github.com/benbjohnson/litestream/s3"
-	"github.com/superfly/ltx"
+	"github.com/jonboulle/clockwork"
 )
 
-// Replication defaults. Litestream's library API is documented as unstable;
-// go.mod pins v0.5.18 and these values are chosen against that version.
+// Replication defaults (docs/operations.md, "Replication"). Litestream's
+// library API is documented as unstable; go.mod pins v0.5.18 and these values
+// are chosen against that version. chalupa drives Litestream itself: its WAL
+// monitor and replica ticker are off, and one goroutine syncs after commits.
 const (
-	// DefaultSyncInterval is how often the replica uploads new LTX files: an
-	// acknowledged write reaches Spaces within about this long (plus upload
-	// time), which bounds what a lost droplet can lose.
-	DefaultSyncInterval = time.Second
+	// DefaultSyncGap is the least time between two syncs while commits keep
+	// arriving: a lone commit is synced at once, a burst costs one sync per
+	// gap (at most 10 a second), which keeps LTX files and replica requests
+	// few on a one-vCPU droplet while a commit reaches the replica within
+	// about this long plus the upload.
+	DefaultSyncGap = 100 * time.Millisecond
+	// DefaultIdleCheckInterval is how often an idle daemon checks that the
+	// replica still answers (one cheap listing), and runs compaction and
+	// retention: the only timer of replication while nothing is written, so
+	// an outage of an idle replica is noticed within about this long.
+	DefaultIdleCheckInterval = time.Minute
 	// DefaultLagLimit is how long replication may be behind (or failing)
 	// before readiness reports unavailable. Two minutes rides out a Spaces
-	// blip and Litestream's retry backoff without paging, yet turns /api/ready
-	// red long before an hour of writes is at risk.
+	// blip and the retry back-off without paging, yet turns /api/ready red
+	// long before an hour of writes is at risk.
 	DefaultLagLimit = 2 * time.Minute
-	// DefaultMonitorInterval is how often Litestream copies new WAL frames
-	// into LTX files and checkpoints. Litestream's 1 s default let the WAL
-	// grow to ~7,000 pages at 1,000 heartbeats/s, and its checkpoint then
-	// held the write lock 17–30 ms, setting the ingest p99; at 250 ms each
-	// checkpoint is a quarter of the size (contrib/load, 2026-11-30). When
-	// idle a tick is a stat of the WAL file.
-	DefaultMonitorInterval = 250 * time.Millisecond
 	// DefaultShutdownSyncTimeout bounds the final sync on shutdown, so a
 	// replica that is down cannot hold the process past systemd's stop timeout.
 	DefaultShutdownSyncTimeout = 20 * time.Second
+	// retryBackoffMin and retryBackoffMax bound the pause after a failed
+	// sync: it doubles from the first to the second. New commits do not cut
+	// it short (a dead replica is not hammered), and the cap keeps the
+	// reported lag close to the real outage once the replica returns.
+	retryBackoffMin = 500 * time.Millisecond
+	retryBackoffMax = 10 * time.Second
+	// l0RetentionInterval is how often, while awake, L0 files already
+	// compacted into L1 are removed locally and remotely (Litestream's own
+	// default cadence).
+	l0RetentionInterval = 15 * time.Second
+	// lagMarkerResolution is how close together two commit-time markers may
+	// be: lag is exact to this much, and an hour of outage at any write rate
+	// keeps at most 36,000 markers.
+	lagMarkerResolution = 100 * time.Millisecond
+	// maxLagMarkers caps the markers kept during a very long outage; beyond
+	// it new commits reuse the last (older) marker, so lag may be overstated
+	// after a partial catch-up but never understated.
+	maxLagMarkers = 100_000
 )
+
+// compactionLevels are Litestream's levels: L0 (every sync's LTX file),
+// L1 every 30 s and L2 every 5 min, plus daily snapshots.
+var compactionLevels = litestream.CompactionLevels{
+	{Level: 0},
+	{Level: 1, Interval: 30 * time.Second},
+	{Level: 2, Interval: 5 * time.Minute},
+}
 
 // ReplicaConfig says where and how to replicate.
 type ReplicaConfig struct {
@@ -53,11 +81,17 @@ type ReplicaConfig struct {
 	// AccessKeyID and SecretAccessKey are the S3 (Spaces) credentials; they
 	// override AWS_* and LITESTREAM_* variables. Unused for file://.
 	AccessKeyID, SecretAccessKey string
-	// SyncInterval overrides DefaultSyncInterval when non-zero.
-	SyncInterval time.Duration
 	// LagLimit overrides DefaultLagLimit when non-zero.
 	LagLimit time.Duration
-	// Logger receives Litestream's own logs; nil discards them.
+	// SyncGap overrides DefaultSyncGap when non-zero.
+	SyncGap time.Duration
+	// IdleCheckInterval overrides DefaultIdleCheckInterval when non-zero.
+	IdleCheckInterval time.Duration
+	// Clock stamps commits and measures lag, back-off and idle checks; nil
+	// means the real clock.
+	Clock clockwork.Clock
+	// Logger receives Litestream's own logs and chalupa's replication
+	// events; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -66,36 +100,67 @@ type ReplicaConfig struct {
 type ReplicationHealth struct {
 	// Kind is "s3" or "file".
 	Kind string
-	// LocalTXID and RemoteTXID are Litestream transaction ids: the newest
-	// local LTX file and the newest one confirmed in the replica.
+	// LocalTXID is the newest local Litestream transaction; RemoteTXID the
+	// newest one chalupa saw confirmed in the replica.
 	LocalTXID  uint64
 	RemoteTXID uint64
-	// LastSyncAt is when an upload to the replica last succeeded.
+	// LastSyncAt is when a sync with the replica last succeeded.
 	LastSyncAt time.Time
-	// LagSeconds is the age of the oldest local change not yet in the
-	// replica, 0 when the replica holds everything.
+	// LagSeconds is the age of the oldest acknowledged commit not yet
+	// confirmed in the replica, 0 when the replica holds every commit.
 	LagSeconds float64
 	// LastError is the most recent replica error, redacted to its kind (no
 	// URL, bucket, key or path), and LastErrorAt when it happened.
 	LastError   string
 	LastErrorAt time.Time
-	// SyncErrors counts replica operations that failed since start.
+	// SyncErrors counts failed sync attempts since start.
 	SyncErrors int64
-	// Failing is true when LagSeconds or an unbroken run of errors exceeds
-	// the lag limit; readiness is 503 while it is.
+	// FailingSince is when the current unbroken run of failed attempts
+	// began; zero while the last attempt succeeded.
+	FailingSince time.Time
+	// Failing is true when LagSeconds, or an unbroken run of failed
+	// attempts, exceeds the lag limit; readiness is 503 while it is.
 	Failing bool
 	// LagLimitSeconds is that limit.
 	LagLimitSeconds float64
 }
 
-// Replicator runs embedded Litestream for one database file.
+// Replicator drives embedded Litestream for one database file: after every
+// writer commit (Committed) it syncs the WAL into LTX files and uploads them,
+// coalescing bursts; while idle it checks the replica once a minute. It keeps
+// its own account of which commits the replica holds, so lag and failure
+// are measured, not inferred from file ages.
 type Replicator struct {
 	db       *litestream.DB
 	store    *litestream.Store
-	client   *observedClient
+	replica  *litestream.Replica
 	kind     string
 	lagLimit time.Duration
-	closed   sync.Once
+	gap      time.Duration
+	idle     time.Duration
+	clock    clockwork.Clock
+	log      *slog.Logger
+
+	notify chan struct{} // capacity 1: a pending "commits to sync"
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed sync.Once
+
+	mu           sync.Mutex
+	seq          uint64   // commits recorded by Committed
+	markers      []marker // commit times of commits not yet in the replica
+	lastSyncAt   time.Time
+	lastErr      string
+	lastErrAt    time.Time
+	failingSince time.Time
+	syncErrors   int64
+	remoteTXID   uint64
+}
+
+// marker says that commits from seq on happened at or after at.
+type marker struct {
+	seq uint64
+	at  time.Time
 }
 
 // ErrBadReplicaURL is returned for a replica URL chalupa does not accept.
@@ -126,10 +191,13 @@ func ParseReplicaURL(u string) (string, error) {
 	return "", ErrBadReplicaURL
 }
 
-// StartReplication opens Litestream on the database at path and starts
-// continuous replication to cfg.URL. Call it after migrations (so the first
-// LTX file already holds the schema) and before serving. Close it after the
-// application's pools are closed; Close performs the final sync.
+// StartReplication opens Litestream on the database at path and starts the
+// replication goroutine. It makes no network request: a replica that is down
+// at start-up is retried in the background (health says failing) and the
+// daemon serves from its local, durable database meanwhile. Call it after
+// migrations and before serving; wire the writer's commit hook to
+// Committed; Close it after the application's pools are closed (Close
+// performs the final sync).
 func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Replicator, error) {
 	kind, err := ParseReplicaURL(cfg.URL)
 	if err != nil {
@@ -158,13 +226,11 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	}
 
 	db := litestream.NewDB(path)
-	db.MonitorInterval = DefaultMonitorInterval
-	client := &observedClient{ReplicaClient: raw}
-	r := litestream.NewReplicaWithClient(db, client)
-	r.SyncInterval = DefaultSyncInterval
-	if cfg.SyncInterval > 0 {
-		r.SyncInterval = cfg.SyncInterval
-	}
+	// Driven by the host: no WAL monitor, no replica ticker (both woke
+	// several times a second whether or not anything was written).
+	db.MonitorInterval = 0
+	r := litestream.NewReplicaWithClient(db, raw)
+	r.MonitorEnabled = false
 	if fc, ok := raw.(*file.ReplicaClient); ok {
 		fc.Replica = r
 		if err := mkdirPrivate(fc.Path()); err != nil {
@@ -173,48 +239,293 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	}
 	db.Replica = r
 
-	levels := litestream.CompactionLevels{
-		{Level: 0},
-		{Level: 1, Interval: 30 * time.Second},
-		{Level: 2, Interval: 5 * time.Minute},
-	}
-	store := litestream.NewStore([]*litestream.DB{db}, levels)
+	store := litestream.NewStore([]*litestream.DB{db}, compactionLevels)
 	store.Logger = logger
 	db.SetLogger(logger)
 	store.SetShutdownSyncTimeout(DefaultShutdownSyncTimeout)
+	// Compaction, snapshots and L0 retention run from the replication
+	// goroutine when it is awake anyway, not on their own tickers.
+	store.CompactionMonitorEnabled = false
+	store.L0RetentionCheckInterval = 0
 	if err := store.Open(ctx); err != nil {
 		return nil, fmt.Errorf("start replication: %s", redactReplicaError(err))
 	}
-	// Litestream initialises a database on its first monitor tick (one
-	// second after Open), and Close makes its final sync only for an
-	// initialised database: a daemon stopped within its first second would
-	// leave the writes it acknowledged out of the replica. Sync once now
-	// (local only: WAL to LTX, no replica I/O).
-	if err := db.Sync(ctx); err != nil {
-		_ = store.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("start replication: %s", redactReplicaError(err))
+	clock := cfg.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	lag := DefaultLagLimit
+	rep := &Replicator{
+		db: db, store: store, replica: r, kind: kind, clock: clock, log: logger,
+		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
+		notify: make(chan struct{}, 1), done: make(chan struct{}),
+	}
 	if cfg.LagLimit > 0 {
-		lag = cfg.LagLimit
+		rep.lagLimit = cfg.LagLimit
 	}
-	return &Replicator{db: db, store: store, client: client, kind: kind, lagLimit: lag}, nil
+	if cfg.SyncGap > 0 {
+		rep.gap = cfg.SyncGap
+	}
+	if cfg.IdleCheckInterval > 0 {
+		rep.idle = cfg.IdleCheckInterval
+	}
+	// Migrations (and anything before the hook was wired) committed
+	// without Committed: count them as one commit to replicate now.
+	rep.Committed()
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rep.cancel = cancel
+	go rep.run(runCtx)
+	return rep, nil
+}
+
+// Committed records one committed write transaction and wakes the
+// replication goroutine. It is the writer's commit hook: quick, never
+// blocking.
+func (r *Replicator) Committed() {
+	now := r.clock.Now()
+	r.mu.Lock()
+	r.seq++
+	if n := len(r.markers); n == 0 || (n < maxLagMarkers && now.Sub(r.markers[n-1].at) >= lagMarkerResolution) {
+		r.markers = append(r.markers, marker{seq: r.seq, at: now})
+	}
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// run is the replication goroutine: sync now, then wait for commits (at
+// least the sync gap after the last sync), a retry after a failure, or the
+// idle check.
+func (r *Replicator) run(ctx context.Context) {
+	defer close(r.done)
+	var backoff time.Duration
+	housekeeping := newHousekeeping(r.clock.Now())
+	for {
+		started := r.clock.Now()
+		pending := r.drainNotify()
+		var err error
+		if pending {
+			err = r.syncOnce(ctx)
+		} else {
+			err = r.checkRemote(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 0
+			housekeeping.run(ctx, r)
+		} else {
+			backoff = nextRetry(backoff)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+
+		var wake <-chan struct{} = r.notify
+		wait := r.idle
+		if backoff > 0 {
+			wake, wait = nil, backoff // a dead replica is not hammered by commits
+		}
+		t := r.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+			if backoff > 0 {
+				r.markPending() // retry what failed
+			}
+		case <-wake:
+			t.Stop()
+			r.markPending()
+			// Coalesce a burst: at most one sync per gap.
+			if d := r.gap - r.clock.Since(started); d > 0 {
+				g := r.clock.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					g.Stop()
+					return
+				case <-g.Chan():
+				}
+			}
+		}
+	}
+}
+
+// drainNotify takes a pending signal, if any, and reports whether a sync is
+// owed: a signal, or commits recorded and not yet replicated.
+func (r *Replicator) drainNotify() bool {
+	select {
+	case <-r.notify:
+		return true
+	default:
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.markers) > 0
+}
+
+// markPending leaves a signal so the next round syncs.
+func (r *Replicator) markPending() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// nextRetry doubles the pause after a failed sync within its bounds.
+func nextRetry(prev time.Duration) time.Duration {
+	if prev == 0 {
+		return retryBackoffMin
+	}
+	return min(2*prev, retryBackoffMax)
+}
+
+// syncOnce syncs the WAL into LTX files and uploads them, then records the
+// outcome: every commit recorded before it started is in the replica when
+// it succeeds.
+func (r *Replicator) syncOnce(ctx context.Context) error {
+	r.mu.Lock()
+	upTo := r.seq
+	r.mu.Unlock()
+	err := r.db.Sync(ctx)
+	if err == nil {
+		err = r.replica.Sync(ctx)
+	}
+	if err != nil {
+		r.failed(ctx, err)
+		return err
+	}
+	r.succeeded(upTo, uint64(r.replica.Pos().TXID))
+	return nil
+}
+
+// checkRemote is the idle health check: one listing of the replica's L0
+// files (a cheap request), so an outage of an idle replica is noticed.
+func (r *Replicator) checkRemote(ctx context.Context) error {
+	it, err := r.replica.Client.LTXFiles(ctx, 0, 0, false)
+	if err == nil {
+		err = it.Close()
+	}
+	if err != nil {
+		r.failed(ctx, err)
+		return err
+	}
+	r.mu.Lock()
+	upTo := r.seq
+	r.mu.Unlock()
+	r.succeeded(upTo, uint64(r.replica.Pos().TXID))
+	return nil
+}
+
+// succeeded records a successful sync covering commits up to upTo.
+func (r *Replicator) succeeded(upTo, remote uint64) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failingSince != (time.Time{}) {
+		r.log.Info("replica sync recovered", "failed_for", now.Sub(r.failingSince).Round(time.Second).String())
+	}
+	r.lastSyncAt, r.failingSince = now, time.Time{}
+	r.remoteTXID = max(r.remoteTXID, remote)
+	// Drop the markers of replicated commits. When commits after upTo share
+	// the last dropped marker's span, that marker stays for them (its time
+	// is no later than theirs: lag is never understated).
+	i := 0
+	for i < len(r.markers) && r.markers[i].seq <= upTo {
+		i++
+	}
+	if i > 0 && r.seq > upTo && (i == len(r.markers) || r.markers[i].seq > upTo+1) {
+		i--
+		r.markers[i].seq = upTo + 1
+	}
+	r.markers = slices.Delete(r.markers, 0, i)
+}
+
+// failed records a failed attempt (not one cut short by shutdown).
+func (r *Replicator) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := r.clock.Now()
+	kind := redactReplicaError(err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failingSince.IsZero() {
+		r.failingSince = now
+		r.log.Warn("replica sync failed; retrying with back-off", "error", kind)
+	}
+	r.lastErr, r.lastErrAt = kind, now
+	r.syncErrors++
+}
+
+// housekeeping runs Litestream's compaction, snapshots and L0 retention
+// when due, from the replication goroutine (instead of their own tickers).
+type housekeeping struct {
+	due   map[int]time.Time
+	l0Due time.Time
+}
+
+func newHousekeeping(now time.Time) *housekeeping {
+	h := &housekeeping{due: map[int]time.Time{}, l0Due: now.Add(l0RetentionInterval)}
+	for _, lvl := range compactionLevels[1:] {
+		h.due[lvl.Level] = lvl.NextCompactionAt(now)
+	}
+	h.due[litestream.SnapshotLevel] = now // a first snapshot soon after start
+	return h
+}
+
+// run does whatever is due. Errors are logged: the next round retries.
+func (h *housekeeping) run(ctx context.Context, r *Replicator) {
+	now := r.clock.Now()
+	levels := append(slices.Clone([]*litestream.CompactionLevel(compactionLevels[1:])), r.store.SnapshotLevel())
+	for _, lvl := range levels {
+		if now.Before(h.due[lvl.Level]) {
+			continue
+		}
+		h.due[lvl.Level] = lvl.NextCompactionAt(now)
+		_, err := r.store.CompactDB(ctx, r.db, lvl)
+		if err != nil && !errors.Is(err, litestream.ErrNoCompaction) && !errors.Is(err, litestream.ErrCompactionTooEarly) &&
+			!errors.Is(err, litestream.ErrDBNotReady) && ctx.Err() == nil {
+			r.log.Warn("compaction failed", "level", lvl.Level, "error", redactReplicaError(err))
+		}
+		if lvl.Level == litestream.SnapshotLevel {
+			if err := r.store.EnforceSnapshotRetention(ctx, r.db); err != nil && ctx.Err() == nil {
+				r.log.Warn("snapshot retention failed", "error", redactReplicaError(err))
+			}
+		}
+	}
+	if !now.Before(h.l0Due) {
+		h.l0Due = now.Add(l0RetentionInterval)
+		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
+		}
+	}
 }
 
 // SyncAndWait blocks until every committed transaction is in the replica.
 func (r *Replicator) SyncAndWait(ctx context.Context) error {
-	if err := r.db.SyncAndWait(ctx); err != nil {
+	if err := r.syncOnce(ctx); err != nil {
 		return fmt.Errorf("sync replica: %s", redactReplicaError(err))
 	}
 	return nil
 }
 
-// Close stops replication after a final sync (bounded by
-// DefaultShutdownSyncTimeout). Close the application's database pools first:
-// Litestream cannot finish while other connections hold the file.
+// Close stops the replication goroutine, then Litestream after a final sync
+// (bounded by DefaultShutdownSyncTimeout). Close the application's database
+// pools first: Litestream cannot finish while other connections hold the
+// file.
 func (r *Replicator) Close(ctx context.Context) error {
 	var err error
 	r.closed.Do(func() {
+		r.cancel()
+		<-r.done
+		// A database Litestream never got to initialise (the replica was
+		// down since start) gets one local sync, so the final sync below
+		// has its acknowledged writes to upload if the replica is back.
+		_ = r.db.Sync(ctx)
 		if cerr := r.store.Close(ctx); cerr != nil {
 			err = fmt.Errorf("close replication: %s", redactReplicaError(cerr))
 		}
@@ -222,114 +533,24 @@ func (r *Replicator) Close(ctx context.Context) error {
 	return err
 }
 
-// Health reports the replication state without any network I/O: the remote
-// position is Litestream's in-memory record of its last confirmed upload.
+// Health reports the replication state without any network I/O.
 func (r *Replicator) Health(now time.Time) ReplicationHealth {
 	h := ReplicationHealth{Kind: r.kind, LagLimitSeconds: r.lagLimit.Seconds()}
-	local, _ := r.db.Pos()
-	remote := r.db.Replica.Pos()
-	h.LocalTXID, h.RemoteTXID = uint64(local.TXID), uint64(remote.TXID)
-	h.LastSyncAt = r.db.LastSuccessfulSyncAt()
-
-	st := r.client.snapshot()
-	h.LastError, h.LastErrorAt, h.SyncErrors = st.lastErr, st.lastErrAt, st.errors
-
-	if local.TXID > remote.TXID {
-		if oldest, ok := r.oldestUnreplicated(remote.TXID); ok && now.After(oldest) {
-			h.LagSeconds = now.Sub(oldest).Seconds()
-		}
+	if local, err := r.db.Pos(); err == nil {
+		h.LocalTXID = uint64(local.TXID)
 	}
-	failingSince := st.failingSince
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h.RemoteTXID = r.remoteTXID
+	h.LastSyncAt = r.lastSyncAt
+	h.LastError, h.LastErrorAt, h.SyncErrors = r.lastErr, r.lastErrAt, r.syncErrors
+	h.FailingSince = r.failingSince
+	if len(r.markers) > 0 && now.After(r.markers[0].at) {
+		h.LagSeconds = now.Sub(r.markers[0].at).Seconds()
+	}
 	h.Failing = h.LagSeconds > r.lagLimit.Seconds() ||
-		(!failingSince.IsZero() && now.Sub(failingSince) > r.lagLimit)
+		(!r.failingSince.IsZero() && now.Sub(r.failingSince) > r.lagLimit)
 	return h
-}
-
-// oldestUnreplicated returns the modification time of the oldest local L0 LTX
-// file holding a transaction after remote: the age of the oldest change the
-// replica does not have yet.
-func (r *Replicator) oldestUnreplicated(remote ltx.TXID) (time.Time, bool) {
-	entries, err := os.ReadDir(r.db.LTXLevelDir(0))
-	if err != nil {
-		return time.Time{}, false
-	}
-	var oldest time.Time
-	for _, e := range entries {
-		_, maxTX, err := ltx.ParseFilename(e.Name())
-		if err != nil || maxTX <= remote {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		if oldest.IsZero() || fi.ModTime().Before(oldest) {
-			oldest = fi.ModTime()
-		}
-	}
-	return oldest, !oldest.IsZero()
-}
-
-// observedClient wraps the replica client to record the outcome of every
-// remote operation, which Litestream's library does not expose.
-type observedClient struct {
-	litestream.ReplicaClient
-	mu    sync.Mutex
-	state clientState
-}
-
-type clientState struct {
-	lastErr      string
-	lastErrAt    time.Time
-	failingSince time.Time
-	errors       int64
-}
-
-func (c *observedClient) snapshot() clientState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state
-}
-
-func (c *observedClient) observe(err error) {
-	if err == nil || errors.Is(err, os.ErrNotExist) || errors.Is(err, context.Canceled) {
-		if err == nil {
-			c.mu.Lock()
-			c.state.failingSince = time.Time{}
-			c.mu.Unlock()
-		}
-		return
-	}
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.state.lastErr = redactReplicaError(err)
-	c.state.lastErrAt = now
-	c.state.errors++
-	if c.state.failingSince.IsZero() {
-		c.state.failingSince = now
-	}
-}
-
-// LTXFiles implements litestream.ReplicaClient.
-func (c *observedClient) LTXFiles(ctx context.Context, level int, seek ltx.TXID, useMetadata bool) (ltx.FileIterator, error) {
-	it, err := c.ReplicaClient.LTXFiles(ctx, level, seek, useMetadata)
-	c.observe(err)
-	return it, err
-}
-
-// WriteLTXFile implements litestream.ReplicaClient.
-func (c *observedClient) WriteLTXFile(ctx context.Context, level int, minTXID, maxTXID ltx.TXID, rd io.Reader) (*ltx.FileInfo, error) {
-	info, err := c.ReplicaClient.WriteLTXFile(ctx, level, minTXID, maxTXID, rd)
-	c.observe(err)
-	return info, err
-}
-
-// DeleteLTXFiles implements litestream.ReplicaClient.
-func (c *observedClient) DeleteLTXFiles(ctx context.Context, a []*ltx.FileInfo) error {
-	err := c.ReplicaClient.DeleteLTXFiles(ctx, a)
-	c.observe(err)
-	return err
 }
 
 // redactReplicaError reduces a replica error to its kind. S3 and filesystem

@@ -43,15 +43,18 @@ type ReplicationHealth struct {
 	RemoteTXID uint64 `json:"remoteTxid"`
 	// LastSyncAt is the last successful replica write or check.
 	LastSyncAt time.Time `json:"lastSyncAt,omitzero"`
-	// LagSeconds is the age of the oldest local change not yet in the
-	// replica (0 when caught up), in seconds.
+	// LagSeconds is the age of the oldest acknowledged commit not yet
+	// confirmed in the replica (0 when caught up), in seconds.
 	LagSeconds float64 `json:"lagSeconds"`
 	// LastError is the kind of the last replica failure, and LastErrorAt
 	// its time.
 	LastError   string    `json:"lastError,omitempty"`
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
-	// SyncErrors counts failed replica operations since start.
+	// SyncErrors counts failed sync attempts since start.
 	SyncErrors int64 `json:"syncErrors"`
+	// FailingSince is when the current run of failed attempts began;
+	// absent while the last attempt succeeded.
+	FailingSince time.Time `json:"failingSince,omitzero"`
 	// Failing is true while lag or errors have lasted longer than the lag
 	// limit; /api/ready answers 503 then.
 	Failing bool `json:"failing"`
