@@ -686,3 +686,42 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStartsWithTheReplicaDown: serve does not wait for the replica.
+// With S3 down at start-up it serves at once, acknowledges writes, reports
+// replication failing (and /api/ready 503 once the lag limit passes), and
+// when S3 comes back it catches up: a restore holds every acknowledged write.
+func TestServeStartsWithTheReplicaDown(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	litestream := daemontest.ToolPath(t, "litestream")
+	s3 := daemontest.StartVersityGW(t)
+	s3.Stop()
+	started := time.Now()
+	d := daemontest.Start(t, bin, daemontest.Options{Env: s3.DaemonEnv("down-at-start"), Args: []string{"--lag-limit", "3s"}, ReadyTimeout: 10 * time.Second})
+	t.Logf("healthy %s after start with the replica down", time.Since(started).Round(10*time.Millisecond))
+	ctx := context.Background()
+	acked := e2eCreateMany(t, d, "replica-down", 5)
+	daemontest.Poll(t, 30*time.Second, "status to report replication failing", func() (bool, string) {
+		st, err := d.Admin().GetStatus(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.Replication.Failing && st.Replication.LastError != "", fmt.Sprintf("%+v", st.Replication)
+	})
+	if r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil); err != nil || r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("/api/ready with replication failing: %v %v", r, err)
+	}
+	s3.Start()
+	daemontest.Poll(t, 60*time.Second, "the replica to catch up", func() (bool, string) {
+		st, err := d.Admin().GetStatus(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		h := st.Replication
+		return !h.Failing && h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
+	})
+	e2eStop(t, d)
+	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("down-at-start"), s3.Credentials())
+	e2eRequireAll(t, "replica restored after starting with it down", e2eInFile(t, restored), acked)
+}
