@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -316,6 +317,9 @@ func (r *Replicator) run(ctx context.Context) {
 		if err == nil {
 			backoff = 0
 			housekeeping.run(ctx, r)
+			if !pending {
+				r.truncateQuietWAL(ctx)
+			}
 		} else {
 			backoff = nextRetry(backoff)
 		}
@@ -418,6 +422,21 @@ func (r *Replicator) checkRemote(ctx context.Context) error {
 	r.mu.Unlock()
 	r.succeeded(upTo, uint64(r.replica.Pos().TXID))
 	return nil
+}
+
+// truncateQuietWAL shrinks the WAL file back to zero at an idle check: after
+// a write storm the WAL keeps its size (SQLite reuses it), and Litestream's
+// own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing was committed
+// since the last check, so the brief lock a TRUNCATE takes costs no one. A
+// failure (a long reader holding the WAL) is retried at the next idle check.
+func (r *Replicator) truncateQuietWAL(ctx context.Context) {
+	fi, err := os.Stat(r.db.WALPath())
+	if err != nil || fi.Size() == 0 {
+		return
+	}
+	if err := r.db.Checkpoint(ctx, litestream.CheckpointModeTruncate); err != nil && ctx.Err() == nil {
+		r.log.Debug("idle WAL truncation deferred", "error", redactReplicaError(err))
+	}
 }
 
 // succeeded records a successful sync covering commits up to upTo.
