@@ -76,7 +76,7 @@ func newRouter(s *Server) *httprouter.Router {
 	// httprouter sets the Allow header before calling this handler; it is
 	// held back until the caller has authenticated.
 	r.MethodNotAllowed = s.wrap("notallowed", func(w http.ResponseWriter, r *http.Request) {
-		allow := w.Header().Get("Allow")
+		allow := servedMethods(w.Header().Get("Allow"))
 		w.Header().Del("Allow")
 		notAllowed := func(w http.ResponseWriter, r *http.Request) {
 			if allow != "" {
@@ -98,6 +98,21 @@ func newRouter(s *Server) *httprouter.Router {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
 	return r
+}
+
+// servedMethods is httprouter's Allow value without OPTIONS. httprouter
+// always appends OPTIONS, assuming it answers OPTIONS itself; with
+// HandleOPTIONS off an OPTIONS request is a 405 like any other unserved
+// method, so Allow must not offer it (RFC 9110, section 10.2.1: Allow lists
+// the methods the resource supports).
+func servedMethods(allow string) string {
+	var out []string
+	for _, m := range strings.Split(allow, ",") {
+		if m = strings.TrimSpace(m); m != "" && m != http.MethodOptions {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // handle registers h (already behind its group's authentication) for

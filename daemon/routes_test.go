@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"net/http"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -116,5 +118,46 @@ func TestEveryOperationIsServed(t *testing.T) {
 				t.Errorf("%s %s is routed in group %q, want %q", op.Method, op.Path, g, daemon.GroupAdmin)
 			}
 		})
+	}
+}
+
+// TestAllowListsOnlyServedMethods: a 405's Allow header names exactly the
+// methods registered for the path. httprouter appends OPTIONS, but OPTIONS
+// is not answered (HandleOPTIONS is off: no CORS), so offering it would be
+// a lie; an OPTIONS request is itself a 405 whose Allow omits OPTIONS.
+func TestAllowListsOnlyServedMethods(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	admin, ready := p.Env[daemontest.AdminTokenVar], p.Env[daemontest.ReadyTokenVar]
+	param := regexp.MustCompile(`:[A-Za-z]+`)
+	served := map[string][]string{}
+	groupOf := map[string]string{}
+	for _, rt := range p.App.Server.Routes() {
+		served[rt.Pattern] = append(served[rt.Pattern], rt.Method)
+		groupOf[rt.Pattern] = rt.Group
+	}
+	for pattern, methods := range served {
+		sort.Strings(methods)
+		want := strings.Join(methods, ", ")
+		bearer := map[string]string{daemon.GroupAdmin: admin, daemon.GroupProbe: ready}[groupOf[pattern]]
+		for _, method := range []string{http.MethodOptions, http.MethodPut, http.MethodDelete} {
+			if slices.Contains(methods, method) {
+				continue
+			}
+			req, err := http.NewRequest(method, p.URL+param.ReplaceAllString(pattern, "x"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bearer != "" {
+				req.Header.Set("Authorization", "Bearer "+bearer)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != want {
+				t.Errorf("%s %s: %d with Allow %q, want 405 with Allow %q", method, pattern, resp.StatusCode, resp.Header.Get("Allow"), want)
+			}
+		}
 	}
 }
