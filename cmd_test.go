@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest/signer"
@@ -447,5 +448,81 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	}
 	if out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status"); code != 0 {
 		t.Fatalf("admin with a 0600 secrets.env: exit %d:\n%s", code, out)
+	}
+}
+
+// TestAgentActivityFile: --activity-file names the file whose mtime is the
+// last user activity. A file that does not exist is refused at start (exit
+// 1, nothing sent) instead of silently counting from the agent's start; one
+// that disappears while the agent runs is warned about once on stderr, and
+// the last activity seen keeps being reported (never the start time, which
+// could be later than it).
+func TestAgentActivityFile(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	activity := filepath.Join(dir, "activity")
+	if err := os.WriteFile(activity, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Now().Add(-7 * time.Minute).Truncate(time.Second)
+	if err := os.Chtimes(activity, seen, seen); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reported []time.Time
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var hb struct {
+			Reaper struct {
+				LastActivityAt time.Time `json:"lastActivityAt"`
+			} `json:"reaper"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&hb)
+		mu.Lock()
+		reported = append(reported, hb.Reaper.LastActivityAt)
+		if len(reported) == 1 {
+			_ = os.Remove(activity) // gone after the first heartbeat
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"accepted":true}`)
+	}))
+	defer ts.Close()
+	args := func(activityFile string, extra ...string) []string {
+		return append([]string{"agent", "heartbeat", "--url", ts.URL, "--key-id", "env_x1_0000000000000000", "--key-file", key,
+			"--env", "x1", "--deployment", "d1", "--activity-file", activityFile}, extra...)
+	}
+
+	missing := filepath.Join(dir, "no-such-file")
+	out, code := daemontest.RunCommand(t, bin, "", nil, args(missing)...)
+	if code != 1 || !strings.Contains(out, "--activity-file") || !strings.Contains(out, "no such file") {
+		t.Errorf("agent --activity-file naming no file: exit %d, want 1 naming the flag:\n%s", code, out)
+	}
+	mu.Lock()
+	if len(reported) != 0 {
+		t.Fatalf("the refused agent sent %d heartbeats", len(reported))
+	}
+	mu.Unlock()
+
+	out, code = daemontest.RunCommand(t, bin, "", nil, args(activity, "--every", "20ms", "--count", "3")...)
+	if code != 0 {
+		t.Fatalf("agent with an activity file removed mid-run: exit %d:\n%s", code, out)
+	}
+	if n := strings.Count(out, "--activity-file"); n != 1 {
+		t.Errorf("the vanished activity file was reported %d times, want once:\n%s", n, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 3 {
+		t.Fatalf("%d heartbeats sent, want 3", len(reported))
+	}
+	for i, got := range reported {
+		if !got.Equal(seen) {
+			t.Errorf("heartbeat %d reported last activity %s, want the file's mtime %s", i+1, got, seen)
+		}
 	}
 }
