@@ -24,7 +24,7 @@ type agentCmd struct {
 type agentHeartbeatCmd struct {
 	URL              string        `required:"" help:"Daemon origin, e.g. https://chalupa.example.com."`
 	KeyID            string        `name:"key-id" required:"" help:"Ingest key id (the key-id file written by 'admin keys issue --out')."`
-	KeyFile          string        `name:"key-file" required:"" type:"existingfile" help:"File holding the key material (ingest.key)."`
+	KeyFile          string        `name:"key-file" required:"" help:"File holding the key material (ingest.key)."`
 	Env              string        `required:"" help:"Environment slug the key is bound to."`
 	Deployment       string        `required:"" help:"Deployment id (one droplet's life)."`
 	DropletID        int64         `name:"droplet-id" help:"DigitalOcean droplet id."`
@@ -47,6 +47,10 @@ type agentHeartbeatCmd struct {
 // Run sends heartbeats and prints each answer's status. It exits non-zero
 // when the last answer was not 2xx.
 func (c *agentHeartbeatCmd) Run() error {
+	// The URL's rule is checked on the value alone: breaking it is a usage
+	// mistake (2). The files are checked against the disk: a missing,
+	// unreadable or exposed file is a refusal (1), the same for --key-file
+	// and --activity-file (docs/operations.md, "Exit codes").
 	if err := origin.CheckDaemonURL("--url", "fleet heartbeats", c.URL); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}

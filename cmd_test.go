@@ -287,9 +287,11 @@ func TestAdminKeysOutCheckedBeforeIssue(t *testing.T) {
 	}
 }
 
-// TestAdminRefusesUnsafeURL: the admin CLI exits 1 before sending the token
-// when CHALUPA_URL (or --url) is plain http to a non-loopback host or holds
-// user info or a path; the loopback fake API is still reached.
+// TestAdminRefusesUnsafeURL: the admin CLI exits 2 with the usage line (a
+// flag value breaking the command's rule, like the agent's --url) before
+// sending the token when CHALUPA_URL (or --url) is plain http to a
+// non-loopback host or holds user info or a path; the loopback fake API is
+// still reached.
 func TestAdminRefusesUnsafeURL(t *testing.T) {
 	t.Parallel()
 	f := newFakeAdmin(t)
@@ -310,8 +312,8 @@ func TestAdminRefusesUnsafeURL(t *testing.T) {
 		args := append([]string{"admin"}, tc.args...)
 		args = append(args, "status")
 		out, code := cliRun(t, tc.env, nil, args...)
-		if code != 1 || !strings.Contains(out, tc.want) {
-			t.Errorf("CHALUPA_URL=%s chalupa %s: exit %d, want 1 with %q:\n%s", tc.env, strings.Join(args, " "), code, tc.want, out)
+		if code != exitUsage || !strings.Contains(out, tc.want) || !strings.Contains(out, "usage: chalupa admin status [flags]\n") {
+			t.Errorf("CHALUPA_URL=%s chalupa %s: exit %d, want %d with %q and the usage line:\n%s", tc.env, strings.Join(args, " "), code, exitUsage, tc.want, out)
 		}
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("the refusal repeats the URL's password:\n%s", out)
@@ -354,7 +356,8 @@ func TestAdminEnvListEscapesControlBytes(t *testing.T) {
 
 // TestAgentRefusesUnsafeURLAndKeyFile: the agent sends fleet data, so the
 // daemon URL follows the admin CLI's rules (an origin; https unless
-// loopback), and a key file others can read is refused before any request.
+// loopback; exit 2 with the usage line, as for admin), and a key file that
+// is missing or others can read is refused (exit 1) before any request.
 func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
@@ -372,9 +375,15 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 		"https://u:p@chalupa.example": "user info",
 	} {
 		out, code := daemontest.RunCommand(t, bin, "", nil, args(url, key)...)
-		if code != exitUsage || !strings.Contains(out, want) {
-			t.Errorf("agent --url %s: exit %d, want %d mentioning %q:\n%s", url, code, exitUsage, want, out)
+		if code != exitUsage || !strings.Contains(out, want) || !strings.Contains(out, "usage: chalupa agent heartbeat") {
+			t.Errorf("agent --url %s: exit %d, want %d mentioning %q with the usage line:\n%s", url, code, exitUsage, want, out)
 		}
+	}
+	// A key file that is not there is a refusal about the disk, exit 1 like
+	// a missing --activity-file, not a usage mistake.
+	missing := filepath.Join(dir, "no-such.key")
+	if out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", missing)...); code != 1 || !strings.Contains(out, "--key-file") || !strings.Contains(out, "no such file") {
+		t.Errorf("agent with a missing key file: exit %d, want 1 naming --key-file:\n%s", code, out)
 	}
 	loose := filepath.Join(dir, "loose.key")
 	if err := os.WriteFile(loose, []byte(signer.NewKeyMaterial()+"\n"), 0o644); err != nil {
