@@ -47,8 +47,11 @@ type opCommand interface {
 // client builds the typed admin client. The token comes from
 // CHALUPA_ADMIN_TOKEN, else from the embedded default's secrets file.
 func (a *adminCmd) client() (*adminapi.Client, error) {
+	// A URL that breaks the rule is a mistake in what was typed (CHALUPA_URL
+	// is --url's value), like the agent's --url: exit 2 with the usage line
+	// (docs/operations.md, "Exit codes").
 	if err := origin.CheckDaemonURL("--url (CHALUPA_URL)", "the admin token", a.URL); err != nil {
-		return nil, &exitError{code: 1, err: err}
+		return nil, &exitError{code: exitUsage, err: err}
 	}
 	tok := strings.TrimSpace(os.Getenv("CHALUPA_ADMIN_TOKEN"))
 	if tok == "" {

@@ -24,24 +24,33 @@ type agentCmd struct {
 type agentHeartbeatCmd struct {
 	URL              string        `required:"" help:"Daemon origin, e.g. https://chalupa.example.com."`
 	KeyID            string        `name:"key-id" required:"" help:"Ingest key id (the key-id file written by 'admin keys issue --out')."`
-	KeyFile          string        `name:"key-file" required:"" type:"existingfile" help:"File holding the key material (ingest.key)."`
+	KeyFile          string        `name:"key-file" required:"" help:"File holding the key material (ingest.key)."`
 	Env              string        `required:"" help:"Environment slug the key is bound to."`
 	Deployment       string        `required:"" help:"Deployment id (one droplet's life)."`
 	DropletID        int64         `name:"droplet-id" help:"DigitalOcean droplet id."`
 	Region           string        `help:"Droplet region slug."`
 	Size             string        `help:"Droplet size slug."`
 	LimitMinutes     int64         `name:"limit-minutes" default:"30" help:"Idle limit in minutes."`
-	ActivityFile     string        `name:"activity-file" help:"File whose modification time is the last user activity (default: agent start time)."`
+	ActivityFile     string        `name:"activity-file" help:"Existing file whose modification time is the last user activity (default: agent start time)."`
 	CIActive         bool          `name:"ci-active" help:"Report a live CI suite (defers idle shutdown)."`
 	SessionExpiresAt time.Time     `name:"session-expires-at" help:"Absolute session expiry (RFC 3339)." format:"2006-01-02T15:04:05Z07:00"`
 	Every            time.Duration `help:"Send every interval until interrupted (0: send once)." default:"0s"`
 	Count            int           `help:"Stop after this many heartbeats (0: no limit)."`
 	Retries          int           `default:"3" help:"Retries of a 5xx answer, each with a fresh nonce."`
+
+	// lastActivity is the activity time last read from --activity-file;
+	// activityGone is set once its disappearance has been reported.
+	lastActivity time.Time
+	activityGone bool
 }
 
 // Run sends heartbeats and prints each answer's status. It exits non-zero
 // when the last answer was not 2xx.
 func (c *agentHeartbeatCmd) Run() error {
+	// The URL's rule is checked on the value alone: breaking it is a usage
+	// mistake (2). The files are checked against the disk: a missing,
+	// unreadable or exposed file is a refusal (1), the same for --key-file
+	// and --activity-file (docs/operations.md, "Exit codes").
 	if err := origin.CheckDaemonURL("--url", "fleet heartbeats", c.URL); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -56,13 +65,23 @@ func (c *agentHeartbeatCmd) Run() error {
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("--key-file: %w", err)}
 	}
+	started := time.Now().UTC()
+	c.lastActivity = started
+	if c.ActivityFile != "" {
+		// Named explicitly, so a typo must not quietly turn into "active
+		// since the agent started" (which defers the reaper).
+		fi, err := os.Stat(c.ActivityFile)
+		if err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("--activity-file: %w (it must exist: its modification time is the last user activity)", err)}
+		}
+		c.lastActivity = fi.ModTime().UTC()
+	}
 	cl := &signer.Client{BaseURL: c.URL, KeyID: strings.TrimSpace(c.KeyID), Key: key, Retries: c.Retries}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	started := time.Now().UTC()
 	sent, ok := 0, false
 	for {
-		ok, err = c.send(ctx, cl, started)
+		ok, err = c.send(ctx, cl)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "heartbeat:", err)
 		}
@@ -82,13 +101,29 @@ func (c *agentHeartbeatCmd) Run() error {
 	return nil
 }
 
-func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client, started time.Time) (bool, error) {
-	last := started
-	if c.ActivityFile != "" {
-		if fi, err := os.Stat(c.ActivityFile); err == nil {
-			last = fi.ModTime().UTC()
-		}
+// activity returns the last user activity: --activity-file's mtime, else
+// (no file given) the agent's start. A file that disappears after start is
+// reported once on stderr and the last mtime read stays the answer: the
+// start time could be later than it and defer the reaper.
+func (c *agentHeartbeatCmd) activity() time.Time {
+	if c.ActivityFile == "" {
+		return c.lastActivity
 	}
+	fi, err := os.Stat(c.ActivityFile)
+	if err != nil {
+		if !c.activityGone {
+			c.activityGone = true
+			fmt.Fprintf(os.Stderr, "heartbeat: --activity-file: %v; reporting the last activity seen (%s) until it is back\n", err, c.lastActivity.Format(time.RFC3339))
+		}
+		return c.lastActivity
+	}
+	c.activityGone = false
+	c.lastActivity = fi.ModTime().UTC()
+	return c.lastActivity
+}
+
+func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client) (bool, error) {
+	last := c.activity()
 	// An mtime ahead of this clock is no activity later than now (and
 	// would make idleChecks negative, which the daemon refuses).
 	if now := time.Now().UTC(); last.After(now) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest/signer"
@@ -286,9 +287,11 @@ func TestAdminKeysOutCheckedBeforeIssue(t *testing.T) {
 	}
 }
 
-// TestAdminRefusesUnsafeURL: the admin CLI exits 1 before sending the token
-// when CHALUPA_URL (or --url) is plain http to a non-loopback host or holds
-// user info or a path; the loopback fake API is still reached.
+// TestAdminRefusesUnsafeURL: the admin CLI exits 2 with the usage line (a
+// flag value breaking the command's rule, like the agent's --url) before
+// sending the token when CHALUPA_URL (or --url) is plain http to a
+// non-loopback host or holds user info or a path; the loopback fake API is
+// still reached.
 func TestAdminRefusesUnsafeURL(t *testing.T) {
 	t.Parallel()
 	f := newFakeAdmin(t)
@@ -309,8 +312,8 @@ func TestAdminRefusesUnsafeURL(t *testing.T) {
 		args := append([]string{"admin"}, tc.args...)
 		args = append(args, "status")
 		out, code := cliRun(t, tc.env, nil, args...)
-		if code != 1 || !strings.Contains(out, tc.want) {
-			t.Errorf("CHALUPA_URL=%s chalupa %s: exit %d, want 1 with %q:\n%s", tc.env, strings.Join(args, " "), code, tc.want, out)
+		if code != exitUsage || !strings.Contains(out, tc.want) || !strings.Contains(out, "usage: chalupa admin status [flags]\n") {
+			t.Errorf("CHALUPA_URL=%s chalupa %s: exit %d, want %d with %q and the usage line:\n%s", tc.env, strings.Join(args, " "), code, exitUsage, tc.want, out)
 		}
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("the refusal repeats the URL's password:\n%s", out)
@@ -353,7 +356,8 @@ func TestAdminEnvListEscapesControlBytes(t *testing.T) {
 
 // TestAgentRefusesUnsafeURLAndKeyFile: the agent sends fleet data, so the
 // daemon URL follows the admin CLI's rules (an origin; https unless
-// loopback), and a key file others can read is refused before any request.
+// loopback; exit 2 with the usage line, as for admin), and a key file that
+// is missing or others can read is refused (exit 1) before any request.
 func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
@@ -371,9 +375,15 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 		"https://u:p@chalupa.example": "user info",
 	} {
 		out, code := daemontest.RunCommand(t, bin, "", nil, args(url, key)...)
-		if code != exitUsage || !strings.Contains(out, want) {
-			t.Errorf("agent --url %s: exit %d, want %d mentioning %q:\n%s", url, code, exitUsage, want, out)
+		if code != exitUsage || !strings.Contains(out, want) || !strings.Contains(out, "usage: chalupa agent heartbeat") {
+			t.Errorf("agent --url %s: exit %d, want %d mentioning %q with the usage line:\n%s", url, code, exitUsage, want, out)
 		}
+	}
+	// A key file that is not there is a refusal about the disk, exit 1 like
+	// a missing --activity-file, not a usage mistake.
+	missing := filepath.Join(dir, "no-such.key")
+	if out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", missing)...); code != 1 || !strings.Contains(out, "--key-file") || !strings.Contains(out, "no such file") {
+		t.Errorf("agent with a missing key file: exit %d, want 1 naming --key-file:\n%s", code, out)
 	}
 	loose := filepath.Join(dir, "loose.key")
 	if err := os.WriteFile(loose, []byte(signer.NewKeyMaterial()+"\n"), 0o644); err != nil {
@@ -447,5 +457,81 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	}
 	if out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status"); code != 0 {
 		t.Fatalf("admin with a 0600 secrets.env: exit %d:\n%s", code, out)
+	}
+}
+
+// TestAgentActivityFile: --activity-file names the file whose mtime is the
+// last user activity. A file that does not exist is refused at start (exit
+// 1, nothing sent) instead of silently counting from the agent's start; one
+// that disappears while the agent runs is warned about once on stderr, and
+// the last activity seen keeps being reported (never the start time, which
+// could be later than it).
+func TestAgentActivityFile(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	activity := filepath.Join(dir, "activity")
+	if err := os.WriteFile(activity, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Now().Add(-7 * time.Minute).Truncate(time.Second)
+	if err := os.Chtimes(activity, seen, seen); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reported []time.Time
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var hb struct {
+			Reaper struct {
+				LastActivityAt time.Time `json:"lastActivityAt"`
+			} `json:"reaper"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&hb)
+		mu.Lock()
+		reported = append(reported, hb.Reaper.LastActivityAt)
+		if len(reported) == 1 {
+			_ = os.Remove(activity) // gone after the first heartbeat
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"accepted":true}`)
+	}))
+	defer ts.Close()
+	args := func(activityFile string, extra ...string) []string {
+		return append([]string{"agent", "heartbeat", "--url", ts.URL, "--key-id", "env_x1_0000000000000000", "--key-file", key,
+			"--env", "x1", "--deployment", "d1", "--activity-file", activityFile}, extra...)
+	}
+
+	missing := filepath.Join(dir, "no-such-file")
+	out, code := daemontest.RunCommand(t, bin, "", nil, args(missing)...)
+	if code != 1 || !strings.Contains(out, "--activity-file") || !strings.Contains(out, "no such file") {
+		t.Errorf("agent --activity-file naming no file: exit %d, want 1 naming the flag:\n%s", code, out)
+	}
+	mu.Lock()
+	if len(reported) != 0 {
+		t.Fatalf("the refused agent sent %d heartbeats", len(reported))
+	}
+	mu.Unlock()
+
+	out, code = daemontest.RunCommand(t, bin, "", nil, args(activity, "--every", "20ms", "--count", "3")...)
+	if code != 0 {
+		t.Fatalf("agent with an activity file removed mid-run: exit %d:\n%s", code, out)
+	}
+	if n := strings.Count(out, "--activity-file"); n != 1 {
+		t.Errorf("the vanished activity file was reported %d times, want once:\n%s", n, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 3 {
+		t.Fatalf("%d heartbeats sent, want 3", len(reported))
+	}
+	for i, got := range reported {
+		if !got.Equal(seen) {
+			t.Errorf("heartbeat %d reported last activity %s, want the file's mtime %s", i+1, got, seen)
+		}
 	}
 }

@@ -28,7 +28,12 @@ type cli struct {
 }
 
 // exitUsage is the exit status for unknown flags, missing arguments and other
-// command-line mistakes (the sysexits/BSD convention most CLIs follow).
+// command-line mistakes (the sysexits/BSD convention most CLIs follow),
+// including a flag value that breaks the command's own rules on its face
+// (--lag-limit below 1s, a --url that is not an https origin off loopback).
+// A refusal that depends on anything beyond the command line (a file, the
+// configuration serve reads, the daemon's answer) exits 1
+// (docs/operations.md, "Exit codes").
 const exitUsage = 2
 
 // exitError carries an exit status out of a command's Run.

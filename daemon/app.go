@@ -70,8 +70,9 @@ type App struct {
 }
 
 // Open assembles the daemon in order: lock the data dir (ErrLocked beside a
-// running daemon), generate the embedded default's secrets, open the
-// database, migrate it (a restore point first when it holds a schema),
+// running daemon), check an existing database read-only (its master key
+// opens the check value, its schema is not newer than this binary), generate
+// the embedded default's secrets, open the database, migrate it (a restore point first when it holds a schema),
 // prove the master key against the stored check value (finishing an
 // interrupted rewrap), start replication, and build the key ring and the
 // server. On any error everything opened so far is closed again. Start the
@@ -113,7 +114,10 @@ func (a *App) open(ctx context.Context, opt Options) error {
 			return ErrNoDatabase
 		}
 	} else {
-		if err := cfg.checkMasterKeyForExistingDB(); err != nil {
+		// Prove an existing database's master key (and schema) read-only
+		// before the first write: a refusal must leave the data dir as it
+		// was, without a secrets.env generated for a daemon that never ran.
+		if err := cfg.preflightExistingDB(ctx); err != nil {
 			return err
 		}
 		wrote, err := cfg.EnsureSecrets()

@@ -21,6 +21,16 @@ func Preflight(ctx context.Context, c *Config) error {
 	if storage.DataDirLocked(c.DataDir) {
 		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is in use by a running chalupa (serve would refuse to start beside it)"}}
 	}
+	return c.preflightExistingDB(ctx)
+}
+
+// preflightExistingDB makes serve's checks of an existing database, read
+// only: a master key is configured for it, the schema is not newer than
+// this binary nor an applied migration edited, and the master key (or the
+// pending key of an interrupted rewrap) opens the check value. Open runs it
+// before it writes anything, so that a refusal leaves the data dir as it
+// was; Preflight runs it for config check. No database is no problem.
+func (c *Config) preflightExistingDB(ctx context.Context) error {
 	// Same rule as serve, before anything else reads the file.
 	if err := c.checkMasterKeyForExistingDB(); err != nil {
 		return err

@@ -76,7 +76,7 @@ func newRouter(s *Server) *httprouter.Router {
 	// httprouter sets the Allow header before calling this handler; it is
 	// held back until the caller has authenticated.
 	r.MethodNotAllowed = s.wrap("notallowed", func(w http.ResponseWriter, r *http.Request) {
-		allow := w.Header().Get("Allow")
+		allow := servedMethods(w.Header().Get("Allow"))
 		w.Header().Del("Allow")
 		notAllowed := func(w http.ResponseWriter, r *http.Request) {
 			if allow != "" {
@@ -98,6 +98,21 @@ func newRouter(s *Server) *httprouter.Router {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
 	return r
+}
+
+// servedMethods is httprouter's Allow value without OPTIONS. httprouter
+// always appends OPTIONS, assuming it answers OPTIONS itself; with
+// HandleOPTIONS off an OPTIONS request is a 405 like any other unserved
+// method, so Allow must not offer it (RFC 9110, section 10.2.1: Allow lists
+// the methods the resource supports).
+func servedMethods(allow string) string {
+	var out []string
+	for _, m := range strings.Split(allow, ",") {
+		if m = strings.TrimSpace(m); m != "" && m != http.MethodOptions {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // handle registers h (already behind its group's authentication) for
@@ -187,17 +202,39 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// headerBytes is the size of r's request line and header lines as sent,
+// reconstructed from what net/http parsed ("Name: value\r\n" per value,
+// Host included); whitespace net/http trimmed is not counted.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
+
 // wrap adds the request id, the access log line and the metrics. The log
 // line carries method, route pattern, status, duration and size: never a
 // header, a query string or a body. Latency is wall time on the monotonic
-// clock, not the injected one.
+// clock, not the injected one. A request whose line and headers exceed
+// maxHeaderBytes is answered 431 headers_too_large here, before any
+// authentication (docs/operations.md, "HTTP surface and errors").
 func (s *Server) wrap(pattern string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := ulid.Make().String()
 		w.Header().Set("X-Request-Id", id)
 		rec := &statusRecorder{ResponseWriter: w}
-		h(rec, r)
+		if headerBytes(r) > maxHeaderBytes {
+			writeError(rec, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large", fmt.Sprintf("request line and headers exceed %d KiB", maxHeaderBytes>>10))
+		} else {
+			h(rec, r)
+		}
 		if rec.code == 0 {
 			rec.code = http.StatusOK
 		}

@@ -1,10 +1,19 @@
 package daemon_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
@@ -116,5 +125,122 @@ func TestEveryOperationIsServed(t *testing.T) {
 				t.Errorf("%s %s is routed in group %q, want %q", op.Method, op.Path, g, daemon.GroupAdmin)
 			}
 		})
+	}
+}
+
+// TestAllowListsOnlyServedMethods: a 405's Allow header names exactly the
+// methods registered for the path. httprouter appends OPTIONS, but OPTIONS
+// is not answered (HandleOPTIONS is off: no CORS), so offering it would be
+// a lie; an OPTIONS request is itself a 405 whose Allow omits OPTIONS.
+func TestAllowListsOnlyServedMethods(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	admin, ready := p.Env[daemontest.AdminTokenVar], p.Env[daemontest.ReadyTokenVar]
+	param := regexp.MustCompile(`:[A-Za-z]+`)
+	served := map[string][]string{}
+	groupOf := map[string]string{}
+	for _, rt := range p.App.Server.Routes() {
+		served[rt.Pattern] = append(served[rt.Pattern], rt.Method)
+		groupOf[rt.Pattern] = rt.Group
+	}
+	for pattern, methods := range served {
+		sort.Strings(methods)
+		want := strings.Join(methods, ", ")
+		bearer := map[string]string{daemon.GroupAdmin: admin, daemon.GroupProbe: ready}[groupOf[pattern]]
+		for _, method := range []string{http.MethodOptions, http.MethodPut, http.MethodDelete} {
+			if slices.Contains(methods, method) {
+				continue
+			}
+			req, err := http.NewRequest(method, p.URL+param.ReplaceAllString(pattern, "x"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bearer != "" {
+				req.Header.Set("Authorization", "Bearer "+bearer)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != want {
+				t.Errorf("%s %s: %d with Allow %q, want 405 with Allow %q", method, pattern, resp.StatusCode, resp.Header.Get("Allow"), want)
+			}
+		}
+	}
+}
+
+// TestOversizeHeadersAnswerJSON runs daemon.Run (the real http.Server
+// settings) and sends requests with oversize headers over raw TCP. Above
+// chalupa's 32 KiB bound the router answers 431 headers_too_large as JSON
+// with a request id, whatever the route and before any authentication;
+// only far beyond it does net/http refuse by itself, in plain text, before
+// chalupa sees the request (docs/operations.md, "HTTP surface and errors").
+func TestOversizeHeadersAnswerJSON(t *testing.T) {
+	env := daemontest.NewSecrets()
+	env["CHALUPA_DATA_DIR"] = t.TempDir()
+	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
+	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := make(chan string, 1), make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, cfg, daemon.RunOptions{Logs: io.Discard, Listening: func(a string) { addr <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	var base string
+	select {
+	case base = <-addr:
+	case err := <-done:
+		t.Fatalf("Run exited: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not listen within a minute")
+	}
+	send := func(method, path string, pad int) (*http.Response, []byte) {
+		t.Helper()
+		c, err := net.Dial("tcp", base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nX-Pad: %s\r\nConnection: close\r\n\r\n", method, path, base, strings.Repeat("a", pad))
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/api/health"}, {"POST", "/api/admin/environments"}, {"GET", "/metrics"},
+		{"POST", "/api/ingest/heartbeat"}, {"GET", "/no/such/route"}, {"DELETE", "/api/health"},
+	} {
+		for _, pad := range []int{33 << 10, 40 << 10} {
+			resp, body := send(tc.method, tc.path, pad)
+			var e adminapi.ErrorBody
+			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || json.Unmarshal(body, &e) != nil || e.Error.Code != "headers_too_large" ||
+				resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s %s with %d KiB of headers: %d %v %s, want 431 headers_too_large as JSON with X-Request-Id", tc.method, tc.path, pad>>10, resp.StatusCode, resp.Header, body)
+			}
+		}
+	}
+	// Within the bound the request is served as usual.
+	if resp, body := send("GET", "/api/health", 31<<10); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/health with 31 KiB of headers: %d %s, want 200", resp.StatusCode, body)
+	}
+	// Beyond net/http's own bound, Go answers before any handler runs.
+	if resp, _ := send("GET", "/api/health", 80<<10); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("X-Request-Id") != "" {
+		t.Errorf("GET /api/health with 80 KiB of headers: %d %v, want net/http's plain 431", resp.StatusCode, resp.Header)
 	}
 }

@@ -24,7 +24,16 @@ const (
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 60 * time.Second
 	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 32 << 10
+	// maxHeaderBytes is chalupa's bound on a request's line and headers,
+	// checked in wrap so the refusal is JSON with a request id (431
+	// headers_too_large). Real requests carry well under 1 KiB.
+	maxHeaderBytes = 32 << 10
+	// serverMaxHeaderBytes is http.Server.MaxHeaderBytes, net/http's own
+	// bound (it reads 4 KiB more before refusing): above maxHeaderBytes so
+	// that requests just over chalupa's bound reach wrap, yet still a cap
+	// on what one connection can make the server buffer. Beyond it net/http
+	// answers a plain-text 431 itself.
+	serverMaxHeaderBytes = 2 * maxHeaderBytes
 )
 
 // RunOptions adjusts Run for operators and tests.
@@ -67,7 +76,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
 	}
 	// The loops live until App.Close, after the drain (not until the
 	// signal): a request still in flight may rely on them.

@@ -39,15 +39,26 @@ type DB struct {
 	Writer *Writer
 }
 
+// WALAutocheckpointPages is the write connection's wal_autocheckpoint: the
+// WAL size, in pages, at which SQLite itself checkpoints after a commit.
+// Litestream owns checkpointing and holds a read lock that keeps SQLite's
+// own checkpoint from finishing, so at SQLite's default of 1,000 pages the
+// writer retried (and re-sorted the whole WAL) after every commit. 10,000
+// pages (about 40 MB at 4 KiB pages) is ten times the size at which
+// Litestream checkpoints (1,000 pages), so SQLite does not checkpoint under
+// Litestream's feet, yet it still bounds the WAL if Litestream stops. Never 0: turning the automatic checkpoint off
+// has silently stopped replication in some Litestream 0.5.x versions
+// (benbjohnson/litestream#1083). See docs/operations.md, "Storage and the
+// writer".
+const WALAutocheckpointPages = 10000
+
 // dsn builds the modernc.org/sqlite DSN for path. Pragmas go in the DSN so they
 // apply to every pooled connection (an Exec("PRAGMA …") reaches only one).
 // busy_timeout comes first: setting journal_mode needs a lock, and without a
 // busy timeout already in force that first statement fails at once with
-// SQLITE_BUSY whenever Litestream holds the lock.
-//
-// wal_autocheckpoint is left at SQLite's default: Litestream owns
-// checkpointing, and setting it to 0 has silently stopped replication in some
-// Litestream 0.5.x versions (benbjohnson/litestream#1083).
+// SQLITE_BUSY whenever Litestream holds the lock. The write connection sets
+// wal_autocheckpoint to WALAutocheckpointPages (not SQLite's default, never
+// 0); the read pool never commits, so the setting does not matter there.
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", DefaultBusyTimeout.Milliseconds()))
@@ -63,12 +74,9 @@ func dsn(path string, readOnly bool) string {
 		// A write transaction takes the write lock when it begins, so a busy
 		// database is waited on by busy_timeout instead of failing on upgrade.
 		q.Set("_txlock", "immediate")
-		// Litestream owns checkpointing and keeps a read lock that stops
-		// SQLite's own checkpoint from finishing, so at the default 1,000
-		// pages SQLite retried (and re-sorted the whole WAL) after every
-		// commit. A high value keeps the app's checkpoint as a backstop only,
-		// as Litestream's docs advise (never 0: see above).
-		q.Add("_pragma", "wal_autocheckpoint(10000)")
+		// SQLite's own checkpoint as a backstop only (see
+		// WALAutocheckpointPages).
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", WALAutocheckpointPages))
 	}
 	return "file:" + path + "?" + q.Encode()
 }
