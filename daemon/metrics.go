@@ -42,7 +42,13 @@ func newMetrics(s *Server) *metrics {
 		Name: "chalupa_ingest_results_total",
 		Help: "Signed ingest outcomes by route and result code (accepted or the refusal code).",
 	}, []string{"route", "result"})
-	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest,
+	replicated := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chalupa_replication_commit_delay_seconds",
+		Help:    "Time from a commit to its confirmation in the replica, in seconds (per 100 ms group of commits, measured from the group's first commit: an upper bound).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })
+	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -52,7 +58,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "chalupa_replication_lag_seconds", Help: "Age of the oldest local change not yet in the replica, in seconds.",
 		}, func() float64 { return s.repl.Health(s.clock.Now()).LagSeconds }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_replication_sync_errors_total", Help: "Replica operations that failed since start.",
+			Name: "chalupa_replication_sync_errors_total", Help: "Sync attempts with the replica that failed since start.",
 		}, func() float64 { return float64(s.repl.Health(s.clock.Now()).SyncErrors) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_replication_failing", Help: "1 while replication lag or errors exceed the lag limit.",

@@ -244,3 +244,25 @@ func TestOversizeHeadersAnswerJSON(t *testing.T) {
 		t.Errorf("GET /api/health with 80 KiB of headers: %d %v, want net/http's plain 431", resp.StatusCode, resp.Header)
 	}
 }
+
+// TestCommitDelayIsMeasured: a write's wait for the replica shows in
+// chalupa_replication_commit_delay_seconds once it is confirmed.
+func TestCommitDelayIsMeasured(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	if _, err := p.Admin.CreateEnvironment(t.Context(), adminapi.CreateEnvironmentRequest{Slug: "delay-1"}); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^chalupa_replication_commit_delay_seconds_count ([0-9]+)$`)
+	daemontest.Poll(t, 10*time.Second, "a commit delay observation", func() (bool, string) {
+		req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := re.FindSubmatch(b)
+		return m != nil && string(m[1]) != "0", fmt.Sprintf("%d, %q", resp.StatusCode, m)
+	})
+}

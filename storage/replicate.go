@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,9 +144,12 @@ type Replicator struct {
 	log      *slog.Logger
 
 	notify chan struct{} // capacity 1: a pending "commits to sync"
-	cancel context.CancelFunc
-	done   chan struct{}
-	closed sync.Once
+	// onReplicated, when set, hears the commit → replica delay of every
+	// marker a sync confirmed (SetReplicatedHook).
+	onReplicated atomic.Pointer[func(delay time.Duration)]
+	cancel       context.CancelFunc
+	done         chan struct{}
+	closed       sync.Once
 
 	mu           sync.Mutex
 	seq          uint64   // commits recorded by Committed
@@ -439,6 +443,19 @@ func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 	}
 }
 
+// SetReplicatedHook makes the replicator report, after each successful sync,
+// how long the commits it confirmed waited: one call per commit-time marker
+// (commits within 100 ms of each other share one), measured from the
+// marker's first commit, so an upper bound by at most that resolution. fn
+// runs on the replication goroutine and must be quick; nil removes it.
+func (r *Replicator) SetReplicatedHook(fn func(delay time.Duration)) {
+	if fn == nil {
+		r.onReplicated.Store(nil)
+		return
+	}
+	r.onReplicated.Store(&fn)
+}
+
 // succeeded records a successful sync covering commits up to upTo.
 func (r *Replicator) succeeded(upTo, remote uint64) {
 	now := r.clock.Now()
@@ -455,6 +472,11 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 	i := 0
 	for i < len(r.markers) && r.markers[i].seq <= upTo {
 		i++
+	}
+	if hook := r.onReplicated.Load(); hook != nil {
+		for _, m := range r.markers[:i] {
+			(*hook)(now.Sub(m.at))
+		}
 	}
 	if i > 0 && r.seq > upTo && (i == len(r.markers) || r.markers[i].seq > upTo+1) {
 		i--
