@@ -191,7 +191,8 @@ func (a *App) StartLoops(ctx context.Context) error {
 	if a.sup != nil || a.Server == nil {
 		return nil
 	}
-	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg})
+	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
+		NonceActivity: a.Server.ingest.NonceActivity()})
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ type LoopDeps struct {
 	// Metrics is where each loop registers its own series (the registry
 	// behind GET /metrics).
 	Metrics prometheus.Registerer
+	// NonceActivity signals stored nonces (ingest.Service.NonceActivity);
+	// the pruner sleeps on it while there is nothing to prune.
+	NonceActivity <-chan struct{}
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -48,6 +51,6 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		return nil, err
 	}
 	return []Loop{
-		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune},
+		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
 	}, nil
 }

@@ -50,6 +50,10 @@ type NoncePruner struct {
 	Log zerolog.Logger
 	// Metrics records each tick; nil records nothing.
 	Metrics *PruneMetrics
+	// Activity, when set, signals that a nonce was stored
+	// (Service.NonceActivity). While the nonces table is empty the pruner
+	// waits on it with no timer at all; nil keeps the plain schedule.
+	Activity <-chan struct{}
 }
 
 // PruneMetrics are the nonce pruner's Prometheus series.
@@ -100,9 +104,20 @@ func (p *NoncePruner) Name() string { return "nonce-prune" }
 
 // Run prunes PruneInterval after the end of each tick, on p.Clock, until ctx
 // ends; it then returns nil. A failed tick is logged and retried at the next
-// run time.
+// run time. With Activity set, while no nonce is stored (an empty or idle
+// fleet) it waits for the next stored nonce without any timer: the first
+// prune comes PruneInterval after activity resumes.
 func (p *NoncePruner) Run(ctx context.Context) error {
 	for {
+		if p.Activity != nil {
+			if any, err := storage.AnyNonces(ctx, p.DB.Read); err == nil && !any {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-p.Activity:
+				}
+			}
+		}
 		if _, err := schedule.Wait(ctx, p.Clock, pruneSchedule); err != nil {
 			return nil
 		}

@@ -158,3 +158,68 @@ func TestPruneMetricsRegisterOnce(t *testing.T) {
 		t.Fatal("registering the pruner's metrics twice on one registry succeeded")
 	}
 }
+
+// TestNoncePrunerSleepsUntilActivity: with Activity set and no nonce
+// stored, the pruner holds no timer at all, however far the clock moves; an
+// activity signal starts its PruneInterval timer and it ticks; once the
+// table is empty again it goes back to waiting without a timer.
+func TestNoncePrunerSleepsUntilActivity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	m, err := ingest.NewPruneMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	activity := make(chan struct{}, 1)
+	p := &ingest.NoncePruner{DB: db, Clock: clock, Log: zerolog.Nop(), Metrics: m, Activity: activity}
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { done <- p.Run(rctx) }()
+
+	ticksOK := func() float64 {
+		v, _ := metricValue(t, reg, "chalupa_nonce_prune_ticks_total", map[string]string{"result": "ok"})
+		return v
+	}
+	time.Sleep(50 * time.Millisecond) // let Run reach its wait
+	clock.Advance(time.Hour)
+	time.Sleep(50 * time.Millisecond)
+	if n := ticksOK(); n != 0 {
+		t.Fatalf("%v ticks with no nonce stored", n)
+	}
+	// A stored nonce (already past the window once the clock moves) and
+	// the signal ingest sends for it.
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.ClaimNonce(ctx, tx, "env_demo_0000000000000000", "nonce-0000000000000001", clock.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	activity <- struct{}{}
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("no PruneInterval timer after activity: %v", err)
+	}
+	clock.Advance(ingest.PruneInterval)
+	deadline := time.Now().Add(10 * time.Second)
+	for ticksOK() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ticksOK(); n != 1 {
+		t.Fatalf("%v ticks after activity and PruneInterval, want 1", n)
+	}
+	if any, err := storage.AnyNonces(ctx, db.Read); err != nil || any {
+		t.Fatalf("nonces left after the tick: %v %v", any, err)
+	}
+	// Empty again: back to no timer.
+	time.Sleep(50 * time.Millisecond)
+	clock.Advance(time.Hour)
+	time.Sleep(50 * time.Millisecond)
+	if n := ticksOK(); n != 1 {
+		t.Fatalf("%v ticks after the table emptied, want still 1", n)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

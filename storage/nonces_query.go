@@ -22,6 +22,16 @@ func ClaimNonce(ctx context.Context, q Querier, keyID, nonce string, signedAt ti
 	return nil
 }
 
+// AnyNonces reports whether any nonce is stored (the nonce pruner sleeps
+// without a timer while none is).
+func AnyNonces(ctx context.Context, q Querier) (bool, error) {
+	var any bool
+	if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM nonces)`).Scan(&any); err != nil {
+		return false, fmt.Errorf("look for nonces: %w", err)
+	}
+	return any, nil
+}
+
 // PruneNonces deletes at most limit nonces signed before cutoff and returns
 // how many it deleted. Such nonces can never match again: their requests are
 // already outside the timestamp window.
