@@ -58,6 +58,10 @@ const (
 	// compacted into L1 are removed locally and remotely (Litestream's own
 	// default cadence).
 	l0RetentionInterval = 15 * time.Second
+	// l0RetentionWindow is how long after the last upload L0 retention keeps
+	// running: Litestream's L0 retention (5 min) plus the L1 interval, with
+	// room to spare; after it there is nothing left to retire.
+	l0RetentionWindow = 10 * time.Minute
 	// lagMarkerResolution is how close together two commit-time markers may
 	// be: lag is exact to this much, and an hour of outage at any write rate
 	// keeps at most 36,000 markers.
@@ -160,6 +164,8 @@ type Replicator struct {
 	failingSince time.Time
 	syncErrors   int64
 	remoteTXID   uint64
+	uploads      uint64    // successful syncs that moved the replica forward
+	lastUploadAt time.Time // the last of them
 }
 
 // marker says that commits from seq on happened at or after at.
@@ -465,7 +471,11 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 		r.log.Info("replica sync recovered", "failed_for", now.Sub(r.failingSince).Round(time.Second).String())
 	}
 	r.lastSyncAt, r.failingSince = now, time.Time{}
-	r.remoteTXID = max(r.remoteTXID, remote)
+	if remote > r.remoteTXID {
+		r.uploads++
+		r.lastUploadAt = now
+		r.remoteTXID = remote
+	}
 	// Drop the markers of replicated commits. When commits after upTo share
 	// the last dropped marker's span, that marker stays for them (its time
 	// is no later than theirs: lag is never understated).
@@ -503,14 +513,20 @@ func (r *Replicator) failed(ctx context.Context, err error) {
 }
 
 // housekeeping runs Litestream's compaction, snapshots and L0 retention
-// when due, from the replication goroutine (instead of their own tickers).
+// when due, from the replication goroutine (instead of their own tickers),
+// and only when there is something for them: a level is compacted when new
+// LTX files were uploaded since it last ran, and L0 retention runs while
+// uploaded L0 files may still be waiting to be retired. A long-idle daemon
+// therefore does none of it: its idle check is one listing of the replica.
 type housekeeping struct {
-	due   map[int]time.Time
-	l0Due time.Time
+	due    map[int]time.Time
+	seen   map[int]uint64 // Replicator.uploads when the level last ran
+	l0Due  time.Time
+	l0Seen uint64
 }
 
 func newHousekeeping(now time.Time) *housekeeping {
-	h := &housekeeping{due: map[int]time.Time{}, l0Due: now.Add(l0RetentionInterval)}
+	h := &housekeeping{due: map[int]time.Time{}, seen: map[int]uint64{}, l0Due: now.Add(l0RetentionInterval)}
 	for _, lvl := range compactionLevels[1:] {
 		h.due[lvl.Level] = lvl.NextCompactionAt(now)
 	}
@@ -521,12 +537,16 @@ func newHousekeeping(now time.Time) *housekeeping {
 // run does whatever is due. Errors are logged: the next round retries.
 func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 	now := r.clock.Now()
+	r.mu.Lock()
+	uploads, lastUpload := r.uploads, r.lastUploadAt
+	r.mu.Unlock()
 	levels := append(slices.Clone([]*litestream.CompactionLevel(compactionLevels[1:])), r.store.SnapshotLevel())
 	for _, lvl := range levels {
-		if now.Before(h.due[lvl.Level]) {
+		if now.Before(h.due[lvl.Level]) || uploads == h.seen[lvl.Level] {
 			continue
 		}
 		h.due[lvl.Level] = lvl.NextCompactionAt(now)
+		h.seen[lvl.Level] = uploads
 		_, err := r.store.CompactDB(ctx, r.db, lvl)
 		if err != nil && !errors.Is(err, litestream.ErrNoCompaction) && !errors.Is(err, litestream.ErrCompactionTooEarly) &&
 			!errors.Is(err, litestream.ErrDBNotReady) && ctx.Err() == nil {
@@ -538,8 +558,10 @@ func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 			}
 		}
 	}
-	if !now.Before(h.l0Due) {
-		h.l0Due = now.Add(l0RetentionInterval)
+	// L0 files are retired L0Retention after L1 holds them: keep checking
+	// for a while after the last upload, then stop.
+	if !now.Before(h.l0Due) && (uploads != h.l0Seen || now.Sub(lastUpload) < l0RetentionWindow) {
+		h.l0Due, h.l0Seen = now.Add(l0RetentionInterval), uploads
 		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
 		}
