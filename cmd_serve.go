@@ -13,7 +13,8 @@ import (
 )
 
 type serveCmd struct {
-	LagLimit time.Duration `help:"How long replication may lag or fail before /api/ready answers 503." default:"2m"`
+	LagLimit       time.Duration `help:"How long replication may lag or fail before /api/ready answers 503." default:"2m"`
+	MaxConnections int           `help:"Most client connections open at once; more are answered 503 and closed at once." default:"4096"`
 }
 
 // Run starts the daemon. The first SIGTERM/SIGINT starts a graceful shutdown;
@@ -23,6 +24,9 @@ func (s *serveCmd) Run() error {
 	// typed here is a mistake, not a request for 2m.
 	if s.LagLimit < time.Second {
 		return &exitError{code: exitUsage, err: errors.New("--lag-limit must be positive and at least 1s (lag is measured in seconds)")}
+	}
+	if s.MaxConnections < 1 {
+		return &exitError{code: exitUsage, err: errors.New("--max-connections must be at least 1")}
 	}
 	cfg, err := daemon.LoadConfig(os.LookupEnv)
 	if err != nil {
@@ -39,5 +43,5 @@ func (s *serveCmd) Run() error {
 		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
-	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit})
+	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultDrainTimeout bounds how long in-flight requests may finish after
@@ -50,6 +51,9 @@ type RunOptions struct {
 	// restore points and every background loop's schedule; nil means the
 	// real clock.
 	Clock clockwork.Clock
+	// MaxConnections caps the client connections open at once; zero means
+	// DefaultMaxConnections.
+	MaxConnections int
 }
 
 // Run binds CHALUPA_LISTEN, opens the App, serves HTTP with the loops
@@ -87,7 +91,15 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	capped := newCapListener(ln, opt.MaxConnections)
+	app.Server.m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chalupa_http_connections_refused_total",
+		Help: "Connections refused because the connection cap (--max-connections) was reached.",
+	}, func() float64 { return float64(capped.refused.Load()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chalupa_http_connections_open",
+		Help: "Client connections open now.",
+	}, func() float64 { return float64(capped.open.Load()) }))
+	go func() { serveErr <- hs.Serve(capped) }()
 	log.Info().Str("addr", ln.Addr().String()).Str("origin", cfg.Origin).Str("version", Version).
 		Str("replica", cfg.ReplicaKind()).Msg("chalupa serving")
 	if opt.Listening != nil {
