@@ -54,7 +54,7 @@ func TestCapListenerRefusesBeyondTheCap(t *testing.T) {
 		t.Fatalf("second connection: %s", got)
 	}
 	c := dial()
-	if got := get(c); !strings.HasPrefix(got, "503 ") || !strings.HasSuffix(got, `"retry later"}}`) {
+	if got := get(c); !strings.HasPrefix(got, "503 ") || !strings.HasSuffix(got, `retry later"}}`) {
 		t.Fatalf("third connection beyond the cap: %s", got)
 	}
 	if n := capped.refused.Load(); n != 1 {
