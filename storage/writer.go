@@ -45,14 +45,27 @@ type Tx = *WriteTx
 type WriteTx struct {
 	tx *sql.Tx
 	w  *Writer
+	// bound holds this transaction's handles on the writer's prepared
+	// statements, shared by every unit of the batch: binding one
+	// (Tx.StmtContext) allocates and locks, and a heartbeat runs seven.
+	bound map[string]*sql.Stmt
 }
 
 // stmt returns the transaction's handle on the prepared statement for query,
 // or nil when it is not prepared yet; the writer prepares it after this
 // transaction commits (preparing now would need a second connection).
-func (t *WriteTx) stmt(ctx context.Context, query string) *sql.Stmt {
+func (t *WriteTx) stmt(query string) *sql.Stmt {
+	if st, ok := t.bound[query]; ok {
+		return st
+	}
 	if st, ok := t.w.stmts[query]; ok {
-		return t.tx.StmtContext(ctx, st)
+		// Not the unit's context: the handle outlives the unit, and a
+		// context that has ended would leave it failing for the rest of
+		// the batch. Binding a statement prepared on this very connection
+		// does no I/O.
+		bst := t.tx.StmtContext(context.Background(), st)
+		t.bound[query] = bst
+		return bst
 	}
 	if len(t.w.stmts)+len(t.w.want) < maxPrepared {
 		t.w.want[query] = struct{}{}
@@ -62,7 +75,7 @@ func (t *WriteTx) stmt(ctx context.Context, query string) *sql.Stmt {
 
 // ExecContext runs a statement that returns no rows.
 func (t *WriteTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(query); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
 	return t.tx.ExecContext(ctx, query, args...)
@@ -70,7 +83,7 @@ func (t *WriteTx) ExecContext(ctx context.Context, query string, args ...any) (s
 
 // QueryContext runs a statement that returns rows.
 func (t *WriteTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(query); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
 	return t.tx.QueryContext(ctx, query, args...)
@@ -78,7 +91,7 @@ func (t *WriteTx) QueryContext(ctx context.Context, query string, args ...any) (
 
 // QueryRowContext runs a statement that returns at most one row.
 func (t *WriteTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := t.stmt(ctx, query); st != nil {
+	if st := t.stmt(query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
 	return t.tx.QueryRowContext(ctx, query, args...)
@@ -247,12 +260,13 @@ func (w *Writer) run(batch []writeReq) {
 		return
 	}
 	units := 0
+	wtx := &WriteTx{tx: tx, w: w, bound: make(map[string]*sql.Stmt, 8)}
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			results[i] = err
 			continue
 		}
-		results[i] = w.unit(&WriteTx{tx: tx, w: w}, r.fn)
+		results[i] = w.unit(wtx, r.fn)
 		if results[i] == nil {
 			units++
 		}
