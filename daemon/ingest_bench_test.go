@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,12 +30,15 @@ import (
 // CPU of the whole process per heartbeat, Litestream and GC included) and
 // batch (units per writer commit). "serial" sends one request at a time
 // (every commit holds one unit); "64-in-flight" keeps 64 requests in
-// flight, as 64 agents would.
+// flight, as 64 agents would; "1000-per-s" sends at a steady 1,000
+// requests per second whatever the answers do (an open loop, so b.N/1000
+// seconds long) and also reports the latency percentiles p50-ms and p99-ms.
 func BenchmarkHeartbeat(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		inFlight int
-	}{{"serial", 1}, {"64-in-flight", 64}} {
+		rate     float64 // requests per second; 0: closed loop of inFlight
+	}{{"serial", 1, 0}, {"64-in-flight", 64, 0}, {"1000-per-s", 0, 1000}} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newIngestHarness(b, harnessOptions{NoLeakCheck: true})
 			h.createEnv("bench-env")
@@ -65,12 +70,29 @@ func BenchmarkHeartbeat(b *testing.B) {
 			runtime.GC()
 			c0, u0 := w.Stats()
 			cpu0 := cpuTime()
+			var lat []time.Duration
 			b.ResetTimer()
-			if bc.inFlight == 1 {
+			switch {
+			case bc.rate > 0:
+				lat = make([]time.Duration, b.N)
+				var wg sync.WaitGroup
+				start := time.Now()
+				for i := range b.N {
+					at := start.Add(time.Duration(float64(i) / bc.rate * float64(time.Second)))
+					time.Sleep(time.Until(at))
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						serve()
+						lat[i] = time.Since(at)
+					}()
+				}
+				wg.Wait()
+			case bc.inFlight == 1:
 				for range b.N {
 					serve()
 				}
-			} else {
+			default:
 				b.SetParallelism(max(1, bc.inFlight/runtime.GOMAXPROCS(0)))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
@@ -87,6 +109,11 @@ func BenchmarkHeartbeat(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 			if c1 > c0 {
 				b.ReportMetric(float64(u1-u0)/float64(c1-c0), "batch")
+			}
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 			}
 		})
 	}

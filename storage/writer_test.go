@@ -317,3 +317,46 @@ func TestWriterSharedStatementsOutliveAUnitsContext(t *testing.T) {
 		t.Logf("A and B did not share a batch (%d commits); the test proved less than it should", commits)
 	}
 }
+
+// A lone caller's writes are never held for the group window (admin
+// operations, loops and tests commit at once); once a COMMIT carried
+// several units the next batch is held, and every unit is still answered
+// after the COMMIT that holds it.
+func TestWriterHoldsBatchesOnlyUnderConcurrency(t *testing.T) {
+	db := openTestDB(t)
+	for i := 0; i < 20; i++ {
+		if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+			_, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("seq-", i))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.Writer.held.Load(); n != 0 {
+		t.Fatalf("sequential writes were held %d times", n)
+	}
+	const callers = 32
+	for round := 0; round < 20 && db.Writer.held.Load() == 0; round++ {
+		var wg sync.WaitGroup
+		for i := 0; i < callers; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+					_, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("par-", round, "-", i))
+					return err
+				}); err != nil {
+					t.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}
+	if db.Writer.held.Load() == 0 {
+		t.Fatal("concurrent writes were never held for the group window")
+	}
+	commits, units := db.Writer.Stats()
+	if got := count(t, db); int64(got) != units-1 { // the CREATE TABLE unit wrote no row
+		t.Fatalf("rows = %d, units = %d (commits %d)", got, units, commits)
+	}
+}
