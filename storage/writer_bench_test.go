@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -20,8 +19,8 @@ import (
 )
 
 // BenchmarkWriterHeartbeat runs the statements of one accepted heartbeat
-// (ingest's writer unit: claim the nonce, recheck the key, read the
-// deployment's status, update it and store the heartbeat) through
+// (ingest's writer unit: claim the nonce, recheck the key, update the
+// deployment (creating it the first time) and store the heartbeat) through
 // Writer.Do on a migrated database, without HTTP, JSON or replication:
 // the writer's own cost per unit.
 //
@@ -57,21 +56,12 @@ func BenchmarkWriterHeartbeat(b *testing.B) {
 					if st, err := storage.IngestKeyStatus(ctx, tx, key.KeyID); err != nil || st == storage.KeyRevoked {
 						return fmt.Errorf("key status %q: %v", st, err)
 					}
-					st, err := storage.DeploymentStatus(ctx, tx, env.ID, dep)
-					exists := err == nil
-					switch {
-					case errors.Is(err, storage.ErrNotFound):
-					case err != nil:
-						return err
-					case st == storage.DeploymentEnded:
-						return errors.New("ended")
-					}
-					_, err = storage.RecordHeartbeat(ctx, tx, storage.Heartbeat{
+					_, err := storage.ApplyHeartbeat(ctx, tx, storage.Heartbeat{
 						DeploymentID: dep, EnvironmentID: env.ID, KeyID: key.KeyID,
 						ReceivedAt: now, SentAt: now, AgentVersion: "bench/1", DropletID: 400000000 + i%500,
 						Region: "nyc3", Size: "s-2vcpu-4gb", IdleChecks: i, LimitMinutes: 30,
 						LastActivityAt: now.Add(-2 * time.Minute), IdleDeadlineAt: now.Add(28 * time.Minute),
-					}, exists)
+					})
 					return err
 				})
 			}
