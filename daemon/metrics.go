@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,6 +22,8 @@ type metrics struct {
 	sharedKey prometheus.Counter
 	// ingest counts ingest outcomes by route and code.
 	ingest *prometheus.CounterVec
+	// shed counts ingest requests answered 503 overloaded.
+	shed prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -48,7 +51,14 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
 	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })
-	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated,
+	m.shed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chalupa_ingest_shed_total",
+		Help: "Signed ingest requests answered 503 overloaded because the in-flight bound was reached.",
+	})
+	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, m.shed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),
+		}, func() float64 { return float64(s.ingestInFlight.Load()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

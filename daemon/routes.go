@@ -152,11 +152,35 @@ func (s *Server) admin(method, pattern string, h http.HandlerFunc) {
 // per-environment keys replaced it (docs/operations.md, "Signed ingest").
 const sharedKeyDeprecation = "@1767225600"
 
+// maxIngestInFlight bounds the signed-ingest requests the daemon works on
+// at once (docs/operations.md, "Signed ingest"); one more is answered 503
+// overloaded with Retry-After before its body is read. Requests beyond
+// what the writer can commit only wait, and each waits for all those ahead
+// of it: at the ~2,500-3,500 heartbeats/s one vCPU commits, 256 waiting is
+// under 100 ms of queue, and 256 is also one full writer batch
+// (storage.DefaultMaxBatch), so the bound never stops a batch from filling.
+// Agents retry a 5xx with back-off (ingest/signer.Client).
+const maxIngestInFlight = 256
+
+// ingestRetryAfter is the Retry-After of a shed ingest request, in seconds:
+// long enough for the queue ahead to drain many times over.
+const ingestRetryAfter = "1"
+
 // signed registers POST pattern behind protocol-v1 authentication with a
 // body bound of maxBody bytes: fn runs only on a request Authenticate
-// verified. Every outcome is counted by route and result.
+// verified. Every outcome is counted by route and result. Beyond
+// maxIngestInFlight requests at once (over the whole group) a request is
+// shed: 503 overloaded with Retry-After, counted, nothing read or written.
 func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Context, v ingest.Verified) ingest.Response) {
 	s.handle(GroupIngest, http.MethodPost, pattern, func(w http.ResponseWriter, r *http.Request) {
+		if s.ingestInFlight.Add(1) > s.ingestLimit {
+			s.ingestInFlight.Add(-1)
+			s.m.shed.Inc()
+			w.Header().Set("Retry-After", ingestRetryAfter)
+			writeError(w, http.StatusServiceUnavailable, "overloaded", "too many ingest requests in progress; retry later")
+			return
+		}
+		defer s.ingestInFlight.Add(-1)
 		v, refusal := s.ingest.Authenticate(r, maxBody)
 		var resp ingest.Response
 		if refusal != nil {

@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"net/http"
+	"sync/atomic"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/julienschmidt/httprouter"
@@ -32,6 +33,11 @@ type Server struct {
 	router *httprouter.Router
 	routes []Route
 	ops    *operations
+
+	// ingestInFlight counts signed-ingest requests being served;
+	// ingestLimit is maxIngestInFlight (lowered only by tests).
+	ingestInFlight atomic.Int64
+	ingestLimit    int64
 }
 
 // serverDeps are what a Server serves: an opened, migrated database, its running
@@ -56,7 +62,7 @@ func newServer(d serverDeps) (*Server, error) {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock}
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock, ingestLimit: maxIngestInFlight}
 	var shared []byte
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())

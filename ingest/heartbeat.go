@@ -133,15 +133,6 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if err != nil {
 			return nil, err
 		}
-		status, err := storage.DeploymentStatus(ctx, tx, environmentID, hb.Deployment.ID)
-		exists := err == nil
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-		case err != nil:
-			return nil, err
-		case status == storage.DeploymentEnded:
-			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
-		}
 		now := s.clock.Now().UTC()
 		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
 		rec := storage.Heartbeat{
@@ -163,7 +154,12 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if hb.SessionExpiresAt != nil {
 			rec.SessionExpiresAt = *hb.SessionExpiresAt
 		}
-		if _, err := storage.RecordHeartbeat(ctx, tx, rec, exists); err != nil {
+		// The active deployment is updated first; its status is read only
+		// when that matched nothing (a first heartbeat, or an ended
+		// deployment, refused with nothing written).
+		if _, err := storage.ApplyHeartbeat(ctx, tx, rec); errors.Is(err, storage.ErrDeploymentEnded) {
+			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
+		} else if err != nil {
 			return nil, err
 		}
 		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: deadline.Truncate(time.Millisecond), ServerTime: now.Truncate(time.Millisecond)}, nil

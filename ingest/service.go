@@ -91,16 +91,20 @@ func internal() Response {
 // case-insensitively, a key repeated within one object) is 422
 // invalid_body. Messages name at most a field, never a value.
 func DecodeBody(b []byte, v any) *Refusal {
-	err := strictjson.Decode(b, v)
-	var se *strictjson.SyntaxError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &se):
-		return refuse(http.StatusBadRequest, "malformed_json", "%s", err.Error())
-	default:
-		return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", err.Error())
+	if err := strictjson.Decode(b, v); err != nil {
+		return decodeRefusal(err)
 	}
+	return nil
+}
+
+// decodeRefusal classifies a strictjson.Decode error (apart from DecodeBody
+// so that its success path allocates nothing for errors.As).
+func decodeRefusal(err error) *Refusal {
+	var se *strictjson.SyntaxError
+	if errors.As(err, &se) {
+		return refuse(http.StatusBadRequest, "malformed_json", "%s", err.Error())
+	}
+	return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", err.Error())
 }
 
 // Shared reports whether the request used the deprecated shared key: the

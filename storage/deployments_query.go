@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -64,49 +65,101 @@ type Heartbeat struct {
 // heartbeat row. The caller has checked that the deployment is not ended
 // (DeploymentStatus); created reports a new deployment.
 func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) (created bool, err error) {
-	ci := boolInt(hb.CIActive)
 	if !exists {
-		_, err = q.ExecContext(ctx,
-			`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
-			     session_expires_at, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
-			 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)`,
-			hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
-			msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), ci, hb.AgentVersion)
-		if err != nil {
-			return false, fmt.Errorf("insert deployment: %w", err)
-		}
-		if _, err = q.ExecContext(ctx,
-			`UPDATE environments SET status = 'active', updated_at = ? WHERE id = ? AND status = 'sunk'`,
-			ms(hb.ReceivedAt), hb.EnvironmentID); err != nil {
-			return false, fmt.Errorf("reactivate environment: %w", err)
+		if err := insertDeployment(ctx, q, hb); err != nil {
+			return false, err
 		}
 		created = true
-	} else {
-		_, err = q.ExecContext(ctx,
-			`UPDATE deployments SET
-			     droplet_id = coalesce(?, droplet_id),
-			     region = CASE WHEN ? = '' THEN region ELSE ? END,
-			     size = CASE WHEN ? = '' THEN size ELSE ? END,
-			     session_expires_at = coalesce(?, session_expires_at),
-			     idle_deadline_at = ?, last_heartbeat_at = ?, ci_active = ?, agent_version = ?
-			 WHERE environment_id = ? AND id = ? AND status = 'active'`,
-			nullInt(hb.DropletID), hb.Region, hb.Region, hb.Size, hb.Size,
-			msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), ci, hb.AgentVersion,
-			hb.EnvironmentID, hb.DeploymentID)
-		if err != nil {
-			return false, fmt.Errorf("update deployment: %w", err)
+	} else if _, err := updateDeployment(ctx, q, hb); err != nil {
+		return false, err
+	}
+	return created, insertHeartbeat(ctx, q, hb)
+}
+
+// ApplyHeartbeat is RecordHeartbeat for a caller that has not read the
+// deployment's status: the update of an active deployment is tried first,
+// so the usual heartbeat costs one statement fewer (no DeploymentStatus),
+// and only when no active deployment matched is the status read, to tell a
+// first heartbeat (the deployment is created, created is true) from one for
+// an ended deployment (ErrDeploymentEnded, nothing written).
+func ApplyHeartbeat(ctx context.Context, q Querier, hb Heartbeat) (created bool, err error) {
+	n, err := updateDeployment(ctx, q, hb)
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		st, err := DeploymentStatus(ctx, q, hb.EnvironmentID, hb.DeploymentID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			if err := insertDeployment(ctx, q, hb); err != nil {
+				return false, err
+			}
+			created = true
+		case err != nil:
+			return false, err
+		case st == DeploymentEnded:
+			return false, ErrDeploymentEnded
+		default:
+			return false, fmt.Errorf("update deployment: status %q matched no active row", st)
 		}
 	}
-	_, err = q.ExecContext(ctx,
+	return created, insertHeartbeat(ctx, q, hb)
+}
+
+// insertDeployment creates the deployment of a first heartbeat (active,
+// launched now) and sets its environment back to active if it had sunk.
+func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
+	if _, err := q.ExecContext(ctx,
+		`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
+		     session_expires_at, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
+		 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)`,
+		hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
+		msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion); err != nil {
+		return fmt.Errorf("insert deployment: %w", err)
+	}
+	if _, err := q.ExecContext(ctx,
+		`UPDATE environments SET status = 'active', updated_at = ? WHERE id = ? AND status = 'sunk'`,
+		ms(hb.ReceivedAt), hb.EnvironmentID); err != nil {
+		return fmt.Errorf("reactivate environment: %w", err)
+	}
+	return nil
+}
+
+// updateDeployment applies a heartbeat to its deployment if it is active and
+// returns how many rows it updated (0 or 1).
+func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (int64, error) {
+	res, err := q.ExecContext(ctx,
+		`UPDATE deployments SET
+		     droplet_id = coalesce(?, droplet_id),
+		     region = CASE WHEN ? = '' THEN region ELSE ? END,
+		     size = CASE WHEN ? = '' THEN size ELSE ? END,
+		     session_expires_at = coalesce(?, session_expires_at),
+		     idle_deadline_at = ?, last_heartbeat_at = ?, ci_active = ?, agent_version = ?
+		 WHERE environment_id = ? AND id = ? AND status = 'active'`,
+		nullInt(hb.DropletID), hb.Region, hb.Region, hb.Size, hb.Size,
+		msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion,
+		hb.EnvironmentID, hb.DeploymentID)
+	if err != nil {
+		return 0, fmt.Errorf("update deployment: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("update deployment: %w", err)
+	}
+	return n, nil
+}
+
+// insertHeartbeat stores the heartbeat row.
+func insertHeartbeat(ctx context.Context, q Querier, hb Heartbeat) error {
+	if _, err := q.ExecContext(ctx,
 		`INSERT INTO heartbeats (environment_id, deployment_id, key_id, received_at, sent_at, agent_version, idle_checks,
 		     limit_minutes, last_activity_at, ci_active, idle_deadline_at, session_expires_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		hb.EnvironmentID, hb.DeploymentID, hb.KeyID, ms(hb.ReceivedAt), ms(hb.SentAt), hb.AgentVersion, hb.IdleChecks,
-		hb.LimitMinutes, ms(hb.LastActivityAt), ci, ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt))
-	if err != nil {
-		return false, fmt.Errorf("insert heartbeat: %w", err)
+		hb.LimitMinutes, ms(hb.LastActivityAt), boolInt(hb.CIActive), ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt)); err != nil {
+		return fmt.Errorf("insert heartbeat: %w", err)
 	}
-	return created, nil
+	return nil
 }
 
 func boolInt(b bool) int {

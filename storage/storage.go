@@ -19,4 +19,7 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrClosed is returned by the writer after Close.
 	ErrClosed = errors.New("storage closed")
+	// ErrDeploymentEnded is returned by ApplyHeartbeat for a heartbeat whose
+	// deployment has ended; nothing was written.
+	ErrDeploymentEnded = errors.New("deployment has ended")
 )

@@ -245,3 +245,118 @@ func TestWriterCloseRacesDo(t *testing.T) {
 		}
 	}
 }
+
+// Units of one batch share the transaction's statement handles; a unit
+// whose context ends while it runs fails alone, even when it is the first
+// to use a statement, and leaves the shared handle working for the units
+// after it.
+func TestWriterSharedStatementsOutliveAUnitsContext(t *testing.T) {
+	db := openTestDB(t)
+	const q = `INSERT INTO t (k) VALUES (?)`
+	// Use the statement once so that the writer prepares it.
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error { _, err := tx.Exec(q, "warm"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for db.Writer.prepared.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	// Hold the write lock so that both units queue into one batch.
+	other, err := sql.Open("sqlite", dsn(db.Path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	lock, err := other.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(`INSERT INTO t (k) VALUES ('held')`); err != nil {
+		t.Fatal(err)
+	}
+	// A first unit waits for the lock in BEGIN; A and B queue behind it
+	// and form the next batch together.
+	errZ := make(chan error, 1)
+	go func() {
+		errZ <- db.Writer.Do(context.Background(), func(tx Tx) error { _, err := tx.Exec(q, "z"); return err })
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	errA, errB := make(chan error, 1), make(chan error, 1)
+	go func() {
+		errA <- db.Writer.Do(ctxA, func(tx Tx) error {
+			cancelA() // its caller gives up while the unit runs
+			_, err := tx.ExecContext(ctxA, q, "a")
+			return err
+		})
+	}()
+	time.Sleep(50 * time.Millisecond) // A queued first
+	go func() {
+		errB <- db.Writer.Do(context.Background(), func(tx Tx) error {
+			_, err := tx.ExecContext(context.Background(), q, "b")
+			return err
+		})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errZ; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errA; err == nil {
+		t.Fatal("unit A ran a statement with its context cancelled")
+	}
+	if err := <-errB; err != nil {
+		t.Fatalf("unit B after A's context ended: %v", err)
+	}
+	if n := count(t, db); n != 3 { // warm, z, b
+		t.Fatalf("rows = %d, want 3", n)
+	}
+	if commits, _ := db.Writer.Stats(); commits != 4 { // create, warm, z, a+b
+		t.Logf("A and B did not share a batch (%d commits); the test proved less than it should", commits)
+	}
+}
+
+// A lone caller's writes are never held for the group window (admin
+// operations, loops and tests commit at once); once a COMMIT carried
+// several units the next batch is held, and every unit is still answered
+// after the COMMIT that holds it.
+func TestWriterHoldsBatchesOnlyUnderConcurrency(t *testing.T) {
+	db := openTestDB(t)
+	for i := 0; i < 20; i++ {
+		if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+			_, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("seq-", i))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.Writer.held.Load(); n != 0 {
+		t.Fatalf("sequential writes were held %d times", n)
+	}
+	const callers = 32
+	for round := 0; round < 20 && db.Writer.held.Load() == 0; round++ {
+		var wg sync.WaitGroup
+		for i := 0; i < callers; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+					_, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("par-", round, "-", i))
+					return err
+				}); err != nil {
+					t.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}
+	if db.Writer.held.Load() == 0 {
+		t.Fatal("concurrent writes were never held for the group window")
+	}
+	commits, units := db.Writer.Stats()
+	if got := count(t, db); int64(got) != units-1 { // the CREATE TABLE unit wrote no row
+		t.Fatalf("rows = %d, units = %d (commits %d)", got, units, commits)
+	}
+}

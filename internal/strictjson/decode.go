@@ -54,15 +54,10 @@ func Decode(b []byte, v any) error {
 		// encoding/json accepted keys case-insensitively and let a repeated
 		// key overwrite; the rules refuse both (keys.go). Run only now, on
 		// JSON known to be well formed, so malformed JSON keeps its kind.
-		var ke *strictKeyError
-		switch err := checkStrictKeys(b, reflect.TypeOf(v)); {
-		case err == nil:
-			return nil
-		case errors.As(err, &ke):
-			return &ShapeError{ke.Error()}
-		default:
-			return &SyntaxError{"body is not valid JSON"}
+		if err := checkStrictKeys(b, reflect.TypeOf(v)); err != nil {
+			return strictKeyRefusal(err)
 		}
+		return nil
 	}
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
@@ -87,4 +82,14 @@ func Decode(b []byte, v any) error {
 		msg = msg[:maxMessage]
 	}
 	return &ShapeError{msg}
+}
+
+// strictKeyRefusal classifies checkStrictKeys's error (kept out of Decode so
+// that the success path allocates nothing for errors.As).
+func strictKeyRefusal(err error) error {
+	var ke *strictKeyError
+	if errors.As(err, &ke) {
+		return &ShapeError{ke.Error()}
+	}
+	return &SyntaxError{"body is not valid JSON"}
 }

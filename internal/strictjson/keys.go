@@ -1,10 +1,8 @@
 package strictjson
 
 import (
-	"bytes"
 	"encoding"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -54,9 +52,9 @@ func truncateKey(k string) string {
 	return k[:i]
 }
 
-// checkStrictKeys walks the first JSON value of b (with json.Decoder.Token)
-// against the shape of t, the type the value was decoded into, and returns a
-// *strictKeyError for the first object key that
+// checkStrictKeys walks the first JSON value of b against the shape of t,
+// the type the value was decoded into, and returns a *strictKeyError for the
+// first object key that
 //   - is not exactly (byte for byte, after JSON unescaping) the JSON name of
 //     a field of the struct the object decodes into, or
 //   - repeats a key already seen in the same object.
@@ -72,24 +70,20 @@ func truncateKey(k string) string {
 // (time.Time), is a leaf: its value is skipped unread.
 //
 // Call it only after b has decoded into a value of type t without error (as
-// decodeBody does): it relies on that for well-formedness and for the kinds
+// Decode does): it relies on that for well-formedness and for the kinds
 // of the values matching t (a null is accepted anywhere), and it reads only
 // the first JSON value of b. Any other error it returns (a syntax error)
 // would mean that precondition was broken.
 //
-// Cost: the shape of t is computed once and cached, and leaf values are
-// skipped through Decode into a no-op Unmarshaler rather than turned into
-// Tokens, but encoding/json's Decoder still allocates a few objects for every
-// key and scalar it reads mid-stream (its scanner builds, then discards, an
-// "after top-level value" error at each delimiter that follows a scalar).
-// BenchmarkDecodeHeartbeat measures it: for a full heartbeat, about 150
-// small allocations (the decode itself: about 17) and two to three times the
-// decode's time, some microseconds, outside the single writer. The walk
-// stops at the first violation, and a body that got this far has only known
-// keys, so the work is bounded by the destination type, not the body size.
+// Cost: one pass over the bytes (scan.go), no allocation unless a key holds
+// an escape or a non-ASCII byte (it is then unquoted exactly as encoding/json
+// does) or a map or interface object has more than eight keys. The shape of
+// t is computed once and cached. An earlier version walked
+// json.Decoder.Token and cost about 150 allocations and two to three times
+// the decode itself per heartbeat (BenchmarkDecodeHeartbeat).
 func checkStrictKeys(b []byte, t reflect.Type) error {
-	w := strictWalker{dec: json.NewDecoder(bytes.NewReader(b))}
-	return w.value(shapeOf(t))
+	sc := scanner{b: b}
+	return sc.value(shapeOf(t))
 }
 
 // shapeKind is what a JSON value decoding into a Go type may look like.
@@ -252,155 +246,4 @@ func validTagName(s string) bool {
 		}
 	}
 	return true
-}
-
-// skipValue consumes one JSON value through Decoder.Decode without building
-// anything (cheaper than Token, which also allocates the string or number).
-type skipValue struct{}
-
-func (*skipValue) UnmarshalJSON([]byte) error { return nil }
-
-var errStrictShape = errors.New("strict key check: JSON does not match the decoded type")
-
-type strictWalker struct {
-	dec  *json.Decoder
-	skip skipValue
-}
-
-// value walks one JSON value of shape s.
-func (w *strictWalker) value(s *shape) error {
-	switch s.kind {
-	case shapeLeaf:
-		return w.dec.Decode(&w.skip)
-	case shapeAny:
-		return w.anyValue()
-	}
-	tok, err := w.dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok == nil { // null
-		return nil
-	}
-	d, ok := tok.(json.Delim)
-	switch {
-	case !ok:
-		return errStrictShape
-	case s.kind == shapeList && d == '[':
-		for w.dec.More() {
-			if err := w.value(s.elem); err != nil {
-				return err
-			}
-		}
-		_, err = w.dec.Token() // ']'
-		return err
-	case s.kind == shapeStruct && d == '{':
-		return w.structObject(s)
-	case s.kind == shapeMap && d == '{':
-		return w.keyedObject(s.elem)
-	}
-	return errStrictShape
-}
-
-// structObject walks the members of an object (its '{' already read) whose
-// keys must be s's field names, each at most once.
-func (w *strictWalker) structObject(s *shape) error {
-	var small [1]uint64 // seen fields, by index; enough for 64 fields
-	seen := small[:]
-	if n := len(s.fields); n > 64 {
-		seen = make([]uint64, (n+63)/64)
-	}
-	for w.dec.More() {
-		key, err := w.key()
-		if err != nil {
-			return err
-		}
-		i, ok := s.names[key]
-		if !ok {
-			return &strictKeyError{Key: key}
-		}
-		if seen[i/64]&(1<<(i%64)) != 0 {
-			return &strictKeyError{Key: key, Duplicate: true}
-		}
-		seen[i/64] |= 1 << (i % 64)
-		if err := w.value(s.fields[i]); err != nil {
-			return err
-		}
-	}
-	_, err := w.dec.Token() // '}'
-	return err
-}
-
-// keyedObject walks the members of an object (its '{' already read) that
-// may have any keys, each at most once, and values of shape elem.
-func (w *strictWalker) keyedObject(elem *shape) error {
-	var small [8]string
-	seen := small[:0]
-	var many map[string]struct{} // once seen outgrows small
-	for w.dec.More() {
-		key, err := w.key()
-		if err != nil {
-			return err
-		}
-		if many != nil {
-			if _, dup := many[key]; dup {
-				return &strictKeyError{Key: key, Duplicate: true}
-			}
-			many[key] = struct{}{}
-		} else {
-			for _, k := range seen {
-				if k == key {
-					return &strictKeyError{Key: key, Duplicate: true}
-				}
-			}
-			if len(seen) < len(small) {
-				seen = append(seen, key)
-			} else {
-				many = make(map[string]struct{}, 2*len(small))
-				for _, k := range seen {
-					many[k] = struct{}{}
-				}
-				many[key] = struct{}{}
-			}
-		}
-		if err := w.value(elem); err != nil {
-			return err
-		}
-	}
-	_, err := w.dec.Token() // '}'
-	return err
-}
-
-// anyValue walks one JSON value of any shape (an interface field).
-func (w *strictWalker) anyValue() error {
-	tok, err := w.dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		return w.keyedObject(anyShape)
-	case json.Delim('['):
-		for w.dec.More() {
-			if err := w.anyValue(); err != nil {
-				return err
-			}
-		}
-		_, err = w.dec.Token() // ']'
-		return err
-	}
-	return nil
-}
-
-// key reads an object key.
-func (w *strictWalker) key() (string, error) {
-	tok, err := w.dec.Token()
-	if err != nil {
-		return "", err
-	}
-	k, ok := tok.(string)
-	if !ok {
-		return "", errStrictShape
-	}
-	return k, nil
 }

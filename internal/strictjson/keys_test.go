@@ -162,3 +162,41 @@ func TestDecodeRefusesNonObjects(t *testing.T) {
 		t.Fatalf("a good body: %v, %+v", err, v)
 	}
 }
+
+// BenchmarkCheckStrictKeys measures the key check alone on a heartbeat-like
+// body (the decode it follows is not included).
+func BenchmarkCheckStrictKeys(b *testing.B) {
+	type deploy struct {
+		ID        string `json:"id"`
+		DropletID int64  `json:"dropletId,omitempty"`
+		Region    string `json:"region,omitempty"`
+		Size      string `json:"size,omitempty"`
+	}
+	type reaper struct {
+		IdleChecks     int64     `json:"idleChecks"`
+		LimitMinutes   int64     `json:"limitMinutes"`
+		LastActivityAt time.Time `json:"lastActivityAt"`
+		CIActive       bool      `json:"ciActive"`
+	}
+	type heartbeat struct {
+		EnvironmentSlug  string     `json:"environmentSlug"`
+		Deployment       deploy     `json:"deployment"`
+		AgentVersion     string     `json:"agentVersion"`
+		SentAt           time.Time  `json:"sentAt"`
+		Reaper           reaper     `json:"reaper"`
+		SessionExpiresAt *time.Time `json:"sessionExpiresAt,omitempty"`
+	}
+	body := []byte(`{"environmentSlug":"demo-harbor",` +
+		`"deployment":{"id":"dep-1","dropletId":4242,"region":"nyc3","size":"s-1vcpu-1gb"},` +
+		`"agentVersion":"agent/1","sentAt":"2026-01-01T00:00:00Z",` +
+		`"reaper":{"idleChecks":3,"limitMinutes":30,"lastActivityAt":"2025-12-31T23:55:00Z","ciActive":false},` +
+		`"sessionExpiresAt":"2026-01-02T00:00:00Z"}`)
+	typ := reflect.TypeFor[*heartbeat]()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := checkStrictKeys(body, typ); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package daemon_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon"
+)
+
+// TestIngestShedsBeyondInFlightBound fills the signed-ingest in-flight bound
+// (lowered to 2) with heartbeats that wait for SQLite's write lock, held by
+// another connection as Litestream's checkpoint holds it, and checks that
+// one more request is answered 503 overloaded with Retry-After, claims no
+// nonce, writes nothing and is counted in chalupa_ingest_shed_total; and
+// that once the lock is released the waiting heartbeats are accepted and
+// the bound admits requests again.
+func TestIngestShedsBeyondInFlightBound(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	srv := h.p.App.Server
+	daemon.SetIngestInFlightLimit(srv, 2)
+	hb := func(dep string) signedReq {
+		return signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: dep})}
+	}
+	shedCount := func() float64 {
+		t.Helper()
+		r := h.do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+		m := regexp.MustCompile(`(?m)^chalupa_ingest_shed_total (\S+)$`).FindSubmatch(r.Body)
+		if r.Status != http.StatusOK || m == nil {
+			t.Fatalf("chalupa_ingest_shed_total missing from /metrics: %s", r)
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+
+	// Hold the write lock; the writer polls BEGIN for up to 5 s, so the
+	// rest of the test must take less.
+	ctx := context.Background()
+	conn, err := h.sqlConn().Conn(ctx) // the check pool's only connection, until unlock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			_, err := conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer unlock()
+
+	type answer struct {
+		r   apiResponse
+		err error
+	}
+	waiting := make(chan answer, 2)
+	for _, dep := range []string{"dep-a", "dep-b"} {
+		req, _ := h.build(hb(dep))
+		go func() {
+			r, err := doRequest(h.hc, req)
+			waiting <- answer{r, err}
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for daemon.IngestInFlight(srv) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight: %d, want 2", daemon.IngestInFlight(srv))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	shedReq, shed := h.build(hb("dep-c"))
+	r := h.roundTrip(shedReq)
+	if r.Status != http.StatusServiceUnavailable || r.Code != "overloaded" {
+		t.Fatalf("request beyond the bound: %s, want 503 overloaded", r)
+	}
+	if got := r.Header.Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After %q, want 1", got)
+	}
+	unlock()
+
+	for range 2 {
+		a := <-waiting
+		if a.err != nil || a.r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat inside the bound: %v %s", a.err, a.r)
+		}
+	}
+	if n := h.heartbeatRows(); n != 2 {
+		t.Fatalf("heartbeat rows = %d, want 2 (the shed request wrote nothing)", n)
+	}
+	if n := h.count(`SELECT count(*) FROM nonces WHERE nonce = ?`, shed.Nonce); n != 0 {
+		t.Fatal("the shed request claimed its nonce")
+	}
+	if v := shedCount(); v != 1 {
+		t.Fatalf("chalupa_ingest_shed_total = %v, want 1", v)
+	}
+	// The bound is free again: the shed request, resent as is (its nonce
+	// unclaimed), is accepted.
+	if r := h.roundTrip(mustRebuild(t, h, shed)); r.Status != http.StatusAccepted {
+		t.Fatalf("after the bound freed: %s", r)
+	}
+}
+
+// mustRebuild builds r again (a request body can be sent once).
+func mustRebuild(t *testing.T, h *ingestHarness, r signedReq) *http.Request {
+	t.Helper()
+	req, _ := h.build(r)
+	return req
+}
