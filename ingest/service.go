@@ -17,7 +17,7 @@ import (
 // logging, metrics, writing the JSON); Service decides each answer.
 type Service struct {
 	// activity holds a signal after an accepted request stored a nonce.
-	activity chan struct{}
+	activity  chan struct{}
 	db        *storage.DB
 	keys      *Keyring
 	clock     clockwork.Clock
