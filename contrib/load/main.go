@@ -32,6 +32,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
@@ -300,8 +301,8 @@ func run(cfg config) (*report, error) {
 // statistics at the edges of a phase's measurement window.
 type sampler struct {
 	ctx                  context.Context
-	srv                  *server
-	chal                 *chalupaTarget
+	srv                  *harness.Server
+	chal                 *harness.Chalupa
 	t0, t1               time.Time
 	srv0, srv1           float64
 	self0, self1         float64
@@ -311,17 +312,19 @@ type sampler struct {
 	statsErr0, statsErr1 error
 }
 
-func (s *sampler) start() {
+// Start samples at the beginning of the window.
+func (s *sampler) Start() {
 	if s.chal != nil {
-		s.commits0, s.units0, s.statsErr0 = s.chal.writerStats(s.ctx)
+		s.commits0, s.units0, s.statsErr0 = s.chal.WriterStats(s.ctx)
 	}
-	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 }
 
-func (s *sampler) end() {
-	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+// End samples at the end of the window.
+func (s *sampler) End() {
+	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 	if s.chal != nil {
-		s.commits1, s.units1, s.statsErr1 = s.chal.writerStats(s.ctx)
+		s.commits1, s.units1, s.statsErr1 = s.chal.WriterStats(s.ctx)
 	}
 }
 
@@ -351,18 +354,18 @@ func (s *sampler) fill(r *phaseResult) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func summarize(r *phaseResult, t *tally) {
-	r.OK, r.Non2xx, r.TransportErrors = t.ok, t.non2xx, t.transport
+func summarize(r *phaseResult, t *harness.Tally) {
+	r.OK, r.Non2xx, r.TransportErrors = t.OK, t.Non2xx, t.Transport
 	r.Statuses = map[string]int64{}
-	for k, v := range t.statuses {
+	for k, v := range t.Statuses {
 		r.Statuses[strconv.Itoa(k)] = v
 	}
 	if r.TransportErrors > 0 {
 		r.Statuses["transport"] = r.TransportErrors
 	}
-	r.P50Ms, r.P90Ms = ms(t.lat.Quantile(0.50)), ms(t.lat.Quantile(0.90))
-	r.P99Ms, r.P999Ms = ms(t.lat.Quantile(0.99)), ms(t.lat.Quantile(0.999))
-	r.MaxMs, r.MeanMs = ms(t.lat.Max()), ms(t.lat.Mean())
+	r.P50Ms, r.P90Ms = ms(t.Lat.Quantile(0.50)), ms(t.Lat.Quantile(0.90))
+	r.P99Ms, r.P999Ms = ms(t.Lat.Quantile(0.99)), ms(t.Lat.Quantile(0.999))
+	r.MaxMs, r.MeanMs = ms(t.Lat.Max()), ms(t.Lat.Mean())
 }
 
 // runTarget starts one server, runs both phases against it and stops it.
@@ -373,8 +376,8 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		return nil, 0, err
 	}
 	var (
-		srv   *server
-		chal  *chalupaTarget
+		srv   *harness.Server
+		chal  *harness.Chalupa
 		keyID string
 		key   []byte
 	)
@@ -382,23 +385,23 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	case "chalupa":
 		bin := cfg.ChalupaBin
 		if bin == "" {
-			root, err := findRepoRoot()
+			root, err := harness.FindRepoRoot()
 			if err != nil {
 				return nil, 0, err
 			}
 			progress("building %s", filepath.Join(root, "tmp", "chalupa"))
-			if bin, err = buildChalupa(ctx, root); err != nil {
+			if bin, err = harness.BuildChalupa(ctx, root); err != nil {
 				return nil, 0, err
 			}
 		}
 		progress("chalupa: starting %s serve", bin)
 		var err error
-		if chal, err = startChalupa(ctx, bin, dir); err != nil {
+		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{}); err != nil {
 			return nil, 0, err
 		}
-		srv = chal.server
-		if keyID, key, err = chal.issueKey(ctx, cfg.EnvSlug); err != nil {
-			srv.stop(chalupaStopGrace)
+		srv = chal.Server
+		if keyID, key, err = chal.IssueKey(ctx, cfg.EnvSlug); err != nil {
+			srv.Stop(harness.ChalupaStopGrace)
 			return nil, 0, err
 		}
 	case "reference":
@@ -415,7 +418,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	}
 	grace := 15 * time.Second
 	if chal != nil {
-		grace = chalupaStopGrace
+		grace = harness.ChalupaStopGrace
 	}
 	stopped := false
 	stopSrv := func() error {
@@ -423,23 +426,23 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 			return nil
 		}
 		stopped = true
-		return srv.stop(grace)
+		return srv.Stop(grace)
 	}
 	defer stopSrv()
 
 	conns := max(cfg.Workers, 256)
-	w, err := newWorkload(srv.url, keyID, key, cfg.EnvSlug, cfg.Deployments, conns, cfg.Timeout)
+	w, err := harness.NewWorkload(srv.URL, keyID, key, cfg.EnvSlug, cfg.Deployments, conns, cfg.Timeout)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer w.close()
+	defer w.Close()
 
 	var out []phaseResult
 
 	waitQuiet(ctx, cfg.WaitQuiet, srv)
 	progress("%s: max throughput, %d workers, %s warm-up + %s", name, cfg.Workers, cfg.Warmup, cfg.Duration)
 	s := &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, measured := runMax(ctx, w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
+	t, measured := harness.RunMax(ctx, w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
 	r := phaseResult{Target: name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
 	summarize(&r, t)
 	r.ReqPerSec = float64(r.OK) / measured.Seconds()
@@ -449,22 +452,22 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		return out, 0, err
 	}
 
-	sleepUntil(ctx, time.Now().Add(cfg.Settle))
+	harness.SleepUntil(ctx, time.Now().Add(cfg.Settle))
 
 	waitQuiet(ctx, cfg.WaitQuiet, srv)
 	progress("%s: steady %.0f req/s, %s warm-up + %s", name, cfg.Rate, cfg.Warmup, cfg.Duration)
 	s = &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, scheduled := runSteady(ctx, w, s, cfg.Rate, cfg.Warmup, cfg.Duration, cfg.MaxInflight)
+	t, scheduled := harness.RunSteady(ctx, w, s, cfg.Rate, cfg.Warmup, cfg.Duration, cfg.MaxInflight)
 	r = phaseResult{Target: name, Phase: "steady", TargetRate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), Scheduled: scheduled}
 	summarize(&r, t)
 	// Achieved rate: answers over the window, stretched to the last answer
 	// when the server fell behind the schedule.
 	span := cfg.Duration
-	if !t.lastDone.IsZero() && s.t0.Before(t.lastDone) && t.lastDone.Sub(s.t0) > span {
-		span = t.lastDone.Sub(s.t0)
+	if !t.LastDone.IsZero() && s.t0.Before(t.LastDone) && t.LastDone.Sub(s.t0) > span {
+		span = t.LastDone.Sub(s.t0)
 	}
 	r.ReqPerSec = float64(r.OK) / span.Seconds()
-	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.lag.Quantile(0.99)), ms(t.lag.Max())
+	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.Lag.Quantile(0.99)), ms(t.Lag.Max())
 	s.fill(&r)
 	out = append(out, r)
 	if err := ctx.Err(); err != nil {
@@ -473,7 +476,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 
 	var batch float64
 	if chal != nil {
-		c, u, err := chal.writerStats(ctx)
+		c, u, err := chal.WriterStats(ctx)
 		if err != nil {
 			progress("chalupa: %v", err)
 		} else if c > 0 {
@@ -491,16 +494,16 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 // client and srv) use less than otherCPUWarn cores over a one-second sample.
 // On a machine shared with other work (test suites, builds) a measurement
 // taken while they run says little about the server.
-func waitQuiet(ctx context.Context, limit time.Duration, srv *server) {
+func waitQuiet(ctx context.Context, limit time.Duration, srv *harness.Server) {
 	if limit <= 0 {
 		return
 	}
 	deadline := time.Now().Add(limit)
 	warned := false
 	for {
-		m0, s0, c0, t0 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self"), time.Now()
-		sleepUntil(ctx, t0.Add(time.Second))
-		m1, s1, c1 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self")
+		m0, s0, c0, t0 := harness.MachineCPUSeconds(), srv.CPUSeconds(), harness.ProcCPUSeconds("self"), time.Now()
+		harness.SleepUntil(ctx, t0.Add(time.Second))
+		m1, s1, c1 := harness.MachineCPUSeconds(), srv.CPUSeconds(), harness.ProcCPUSeconds("self")
 		if m0 < 0 || m1 < 0 || s0 < 0 || c0 < 0 || ctx.Err() != nil {
 			return
 		}

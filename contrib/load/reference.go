@@ -22,6 +22,7 @@ import (
 
 	_ "modernc.org/sqlite" // the driver chalupa uses
 
+	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
@@ -126,7 +127,7 @@ func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"status":"ok"}`)
 		return
 	}
-	if r.Method != http.MethodPost || r.URL.Path != "/api/ingest/heartbeat" {
+	if r.Method != http.MethodPost || r.URL.Path != harness.HeartbeatPath {
 		refError(w, http.StatusNotFound, "not_found")
 		return
 	}
@@ -280,7 +281,7 @@ func runReferenceServer(dbPath string, conns int) error {
 
 // startReference runs this executable as the reference server with its
 // database in dir and returns it once it answers /api/health.
-func startReference(ctx context.Context, dir string, conns int, keyID, material, envSlug string) (*server, error) {
+func startReference(ctx context.Context, dir string, conns int, keyID, material, envSlug string) (*harness.Server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -291,7 +292,7 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
-	cmd.Env = append(baseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
+	cmd.Env = append(harness.BaseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -302,7 +303,7 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 		logf.Close()
 		return nil, fmt.Errorf("start reference: %w", err)
 	}
-	srv := newServer("reference", cmd, logf, logPath)
+	srv := harness.NewServer("reference", cmd, logf, logPath)
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -322,19 +323,19 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 	select {
 	case a, ok := <-addrc:
 		if !ok {
-			srv.stop(5 * time.Second)
-			return nil, fmt.Errorf("reference server did not start: %s", srv.logTail())
+			srv.Stop(5 * time.Second)
+			return nil, fmt.Errorf("reference server did not start: %s", srv.LogTail())
 		}
-		srv.url = "http://" + a
+		srv.URL = "http://" + a
 	case <-time.After(30 * time.Second):
-		srv.stop(5 * time.Second)
+		srv.Stop(5 * time.Second)
 		return nil, errors.New("reference server did not report its address within 30s")
 	case <-ctx.Done():
-		srv.stop(5 * time.Second)
+		srv.Stop(5 * time.Second)
 		return nil, ctx.Err()
 	}
-	if err := srv.waitHealthy(ctx, 30*time.Second); err != nil {
-		srv.stop(5 * time.Second)
+	if err := srv.WaitHealthy(ctx, 30*time.Second); err != nil {
+		srv.Stop(5 * time.Second)
 		return nil, err
 	}
 	return srv, nil

@@ -1,4 +1,10 @@
-package main
+// Package harness is what contrib's measurement tools (contrib/load,
+// contrib/soak) share: it builds and starts the real chalupa binary on
+// loopback with a fresh data directory, issues an ingest key through the
+// admin API, drives signed heartbeats (closed loop and open loop, with
+// latency histograms), places processes on CPUs, and reads process
+// statistics from /proc. Everything talks to 127.0.0.1 only.
+package harness
 
 import (
 	"bufio"
@@ -19,13 +25,13 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// chalupaStopGrace bounds a SIGTERM'd chalupa: its drain (10 s) plus its
+// ChalupaStopGrace bounds a SIGTERM'd chalupa: its drain (10 s) plus its
 // final replica sync (at most 30 s), plus margin.
-const chalupaStopGrace = 45 * time.Second
+const ChalupaStopGrace = 45 * time.Second
 
-// findRepoRoot walks up from the working directory to the go.mod of
+// FindRepoRoot walks up from the working directory to the go.mod of
 // github.com/chalupa-run/chalupa.
-func findRepoRoot() (string, error) {
+func FindRepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -44,9 +50,9 @@ func findRepoRoot() (string, error) {
 	return "", errors.New("not inside the chalupa module (run from the repository, or pass -chalupa-bin)")
 }
 
-// buildChalupa runs `CGO_ENABLED=0 go build -o tmp/chalupa .` in the
+// BuildChalupa runs `CGO_ENABLED=0 go build -o tmp/chalupa .` in the
 // repository root and returns the binary's path.
-func buildChalupa(ctx context.Context, root string) (string, error) {
+func BuildChalupa(ctx context.Context, root string) (string, error) {
 	out := filepath.Join(root, "tmp", "chalupa")
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -59,25 +65,44 @@ func buildChalupa(ctx context.Context, root string) (string, error) {
 	return out, nil
 }
 
-// chalupaTarget is a running `chalupa serve` with an environment and a key.
-type chalupaTarget struct {
-	*server
-	readyToken string
-	admin      *adminapi.Client
+// StartOptions adjusts StartChalupa.
+type StartOptions struct {
+	// Env is added to the server's environment (after the generated
+	// secrets, so it may override them).
+	Env []string
 }
 
-// startChalupa runs `chalupa serve` with a data dir under dir, on a free
+// Chalupa is a running `chalupa serve`.
+type Chalupa struct {
+	*Server
+	// DataDir is its CHALUPA_DATA_DIR; the database is DBPath.
+	DataDir string
+	// ReadyToken reads /metrics and /api/ready.
+	ReadyToken string
+	// Admin is an admin API client with the admin token.
+	Admin *adminapi.Client
+}
+
+// DBPath is the SQLite file; its WAL is DBPath()+"-wal".
+func (t *Chalupa) DBPath() string { return filepath.Join(t.DataDir, DatabaseFileName) }
+
+// DatabaseFileName is daemon.DatabaseFileName, the SQLite file in the data
+// dir (a test keeps the two equal; importing the daemon here would build all
+// of it into every tool).
+const DatabaseFileName = "chalupa.db"
+
+// StartChalupa runs `chalupa serve` with a data dir under dir, on a free
 // loopback port, with secrets this tool generates (so nothing is read from
 // or written to the caller's environment), and waits for /api/health.
-func startChalupa(ctx context.Context, bin, dir string) (*chalupaTarget, error) {
-	addr, err := freeLoopbackAddr()
+func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chalupa, error) {
+	addr, err := FreeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
 	master := make([]byte, 32)
 	_, _ = rand.Read(master)
-	readyToken := randomToken(32)
-	adminToken := randomToken(32)
+	readyToken := RandomToken(32)
+	adminToken := RandomToken(32)
 	dataDir := filepath.Join(dir, "chalupa-data")
 	logPath := filepath.Join(dir, "chalupa.log")
 	logf, err := os.Create(logPath)
@@ -86,52 +111,53 @@ func startChalupa(ctx context.Context, bin, dir string) (*chalupaTarget, error) 
 	}
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = dir
-	cmd.Env = append(baseEnv(),
+	cmd.Env = append(BaseEnv(),
 		"CHALUPA_DATA_DIR="+dataDir,
 		"CHALUPA_LISTEN="+addr,
 		"CHALUPA_ADMIN_TOKEN="+adminToken,
 		"CHALUPA_READY_TOKEN="+readyToken,
 		"CHALUPA_INGEST_MASTER_KEY="+base64.StdEncoding.EncodeToString(master),
 	)
+	cmd.Env = append(cmd.Env, opt.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start chalupa: %w", err)
 	}
-	s := newServer("chalupa", cmd, logf, logPath)
-	s.url = "http://" + addr
-	if err := s.waitHealthy(ctx, 60*time.Second); err != nil {
-		s.stop(chalupaStopGrace)
+	s := NewServer("chalupa", cmd, logf, logPath)
+	s.URL = "http://" + addr
+	if err := s.WaitHealthy(ctx, 60*time.Second); err != nil {
+		s.Stop(ChalupaStopGrace)
 		return nil, err
 	}
-	t := &chalupaTarget{server: s, readyToken: readyToken}
+	t := &Chalupa{Server: s, DataDir: dataDir, ReadyToken: readyToken}
 	if err := t.checkAdmin(ctx, adminToken); err != nil {
-		s.stop(chalupaStopGrace)
+		s.Stop(ChalupaStopGrace)
 		return nil, err
 	}
 	return t, nil
 }
 
-func (t *chalupaTarget) checkAdmin(ctx context.Context, adminToken string) error {
-	cl := &adminapi.Client{BaseURL: t.url, Token: adminToken, HTTP: &http.Client{Timeout: 30 * time.Second}}
+func (t *Chalupa) checkAdmin(ctx context.Context, adminToken string) error {
+	cl := &adminapi.Client{BaseURL: t.URL, Token: adminToken, HTTP: &http.Client{Timeout: 30 * time.Second}}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := cl.GetStatus(cctx); err != nil {
 		return fmt.Errorf("chalupa admin status: %w", err)
 	}
-	t.admin = cl
+	t.Admin = cl
 	return nil
 }
 
-// issueKey creates environment slug and issues an ingest key for it.
-func (t *chalupaTarget) issueKey(ctx context.Context, slug string) (keyID string, key []byte, err error) {
+// IssueKey creates environment slug and issues an ingest key for it.
+func (t *Chalupa) IssueKey(ctx context.Context, slug string) (keyID string, key []byte, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := t.admin.CreateEnvironment(cctx, adminapi.CreateEnvironmentRequest{Slug: slug, Name: "load test"}); err != nil {
+	if _, err := t.Admin.CreateEnvironment(cctx, adminapi.CreateEnvironmentRequest{Slug: slug, Name: "load test"}); err != nil {
 		return "", nil, fmt.Errorf("create environment: %w", err)
 	}
-	k, err := t.admin.IssueIngestKey(cctx, slug)
+	k, err := t.Admin.IssueIngestKey(cctx, slug)
 	if err != nil {
 		return "", nil, fmt.Errorf("issue key: %w", err)
 	}
@@ -142,16 +168,16 @@ func (t *chalupaTarget) issueKey(ctx context.Context, slug string) (keyID string
 	return k.KeyID, raw, nil
 }
 
-// writerStats reads chalupa_writer_commits_total and
+// WriterStats reads chalupa_writer_commits_total and
 // chalupa_writer_units_total from /metrics (ready token as bearer).
-func (t *chalupaTarget) writerStats(ctx context.Context) (commits, units float64, err error) {
+func (t *Chalupa) WriterStats(ctx context.Context) (commits, units float64, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, t.url+"/metrics", nil)
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, t.URL+"/metrics", nil)
 	if err != nil {
 		return 0, 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+t.readyToken)
+	req.Header.Set("Authorization", "Bearer "+t.ReadyToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read /metrics: %w", err)
