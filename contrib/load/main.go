@@ -26,8 +26,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -65,6 +67,12 @@ type config struct {
 	WaitQuiet   time.Duration `json:"waitQuiet"`
 	NumCPU      int           `json:"numCPU"`
 	GOMAXPROCS  int           `json:"gomaxprocs"`
+	// ServerCPUs is -server-cpus: the servers run under `taskset -c` on
+	// these CPUs and this client on the others (ClientCPUs). Both empty:
+	// not pinned, client and server share every CPU.
+	ServerCPUs string `json:"serverCpus,omitempty"`
+	ClientCPUs string `json:"clientCpus,omitempty"`
+	serverCPUs []int
 }
 
 // MarshalJSON writes the durations as Go duration strings ("15s"), which a
@@ -109,9 +117,15 @@ type phaseResult struct {
 	// the window (machine busy time less server and client); a run with
 	// more than a few hundredths here shared the CPU with something else.
 	OtherCPUCores float64 `json:"otherCpuCores"`
-	WriterCommits float64 `json:"writerCommits,omitempty"`
-	WriterUnits   float64 `json:"writerUnits,omitempty"`
-	MeanBatch     float64 `json:"meanBatch,omitempty"`
+	// ServerCPUsSeen and ClientCPUsSeen are where the threads of the
+	// server and of this client were allowed to run at the end of the
+	// phase (Cpus_allowed_list of every thread): the placement as
+	// observed, not as asked for.
+	ServerCPUsSeen string  `json:"serverCpusSeen,omitempty"`
+	ClientCPUsSeen string  `json:"clientCpusSeen,omitempty"`
+	WriterCommits  float64 `json:"writerCommits,omitempty"`
+	WriterUnits    float64 `json:"writerUnits,omitempty"`
+	MeanBatch      float64 `json:"meanBatch,omitempty"`
 }
 
 type report struct {
@@ -146,6 +160,7 @@ func main() {
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
+	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
 	flag.Parse()
@@ -171,7 +186,12 @@ func main() {
 		}
 		cfg.ChalupaBin = abs
 	}
-	cfg.NumCPU, cfg.GOMAXPROCS = runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	cfg.NumCPU = runtime.NumCPU()
+	if err := cfg.place(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	cfg.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	rep, err := run(cfg)
 	if rep != nil && len(rep.Results) > 0 {
 		if cfg.JSON {
@@ -217,6 +237,40 @@ func (c *config) validate() error {
 	case !signerSlugOK(c.EnvSlug):
 		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
 	}
+	cpus, err := harness.ParseCPUList(c.ServerCPUs)
+	if err != nil {
+		return fmt.Errorf("-server-cpus: %w", err)
+	}
+	c.serverCPUs = cpus
+	return nil
+}
+
+// place carries out -server-cpus for this process: it keeps the client
+// (every thread of it, with GOMAXPROCS to match) off the server's CPUs, so
+// that the server has its CPUs to itself as on a droplet of that size. The
+// servers themselves are placed when started (harness.Command).
+func (c *config) place() error {
+	if len(c.serverCPUs) == 0 {
+		return nil
+	}
+	allowed, err := harness.AllowedCPUs()
+	if err != nil {
+		return err
+	}
+	for _, cpu := range c.serverCPUs {
+		if !slices.Contains(allowed, cpu) {
+			return fmt.Errorf("-server-cpus: CPU %d is not one this process may use (%s)", cpu, harness.FormatCPUList(allowed))
+		}
+	}
+	client := harness.Without(allowed, c.serverCPUs)
+	if len(client) == 0 {
+		return fmt.Errorf("-server-cpus %s leaves no CPU for the client (this process may use %s)", c.ServerCPUs, harness.FormatCPUList(allowed))
+	}
+	if err := harness.PinProcess(client); err != nil {
+		return err
+	}
+	runtime.GOMAXPROCS(len(client))
+	c.ServerCPUs, c.ClientCPUs = harness.FormatCPUList(c.serverCPUs), harness.FormatCPUList(client)
 	return nil
 }
 
@@ -343,6 +397,12 @@ func (s *sampler) fill(r *phaseResult) {
 	if wall > 0 && r.ServerCPUCores >= 0 && r.ClientCPUCores >= 0 && s.mach0 >= 0 && s.mach1 >= 0 {
 		r.OtherCPUCores = max(0, (s.mach1-s.mach0)/wall-r.ServerCPUCores-r.ClientCPUCores)
 	}
+	if cpus, err := harness.ThreadCPUs(s.srv.PID()); err == nil {
+		r.ServerCPUsSeen = harness.FormatCPUList(cpus)
+	}
+	if cpus, err := harness.ThreadCPUs(os.Getpid()); err == nil {
+		r.ClientCPUsSeen = harness.FormatCPUList(cpus)
+	}
 	if s.chal != nil && s.statsErr0 == nil && s.statsErr1 == nil {
 		r.WriterCommits = s.commits1 - s.commits0
 		r.WriterUnits = s.units1 - s.units0
@@ -396,7 +456,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		}
 		progress("chalupa: starting %s serve", bin)
 		var err error
-		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{}); err != nil {
+		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: cfg.serverCPUs}); err != nil {
 			return nil, 0, err
 		}
 		srv = chal.Server
@@ -412,7 +472,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		keyID = "env_" + cfg.EnvSlug + "_" + hex.EncodeToString(b)
 		progress("reference: starting (pool of %d SQLite connections)", cfg.RefConns)
 		var err error
-		if srv, err = startReference(ctx, dir, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
+		if srv, err = startReference(ctx, dir, cfg.serverCPUs, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -524,8 +584,14 @@ func waitQuiet(ctx context.Context, limit time.Duration, srv *harness.Server) {
 
 func printReport(out io.Writer, rep *report) {
 	c := rep.Config
-	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (client and server share them), %d deployments, %s warm-up + %s per phase\n\n",
-		c.NumCPU, c.Deployments, c.Warmup, c.Duration)
+	placement := "client and server share them"
+	if c.ServerCPUs != "" {
+		placement = fmt.Sprintf("server on CPU %s, client on CPU %s", c.ServerCPUs, c.ClientCPUs)
+	}
+	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (%s), %d deployments, %s warm-up + %s per phase\n",
+		c.NumCPU, placement, c.Deployments, c.Warmup, c.Duration)
+	printPlacement(out, rep)
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\tphase\treq/s\t2xx\tnon-2xx\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsend lag p99 ms\tserver CPU\tserver µs/req\tclient CPU\tother CPU\tbatch\t")
 	for _, r := range rep.Results {
@@ -582,6 +648,35 @@ func printReport(out io.Writer, rep *report) {
 			}
 		}
 		fmt.Fprintln(out)
+	}
+}
+
+// printPlacement says how the processes were placed on CPUs: asked for
+// (-server-cpus) and seen (every thread's Cpus_allowed_list, per phase).
+func printPlacement(out io.Writer, rep *report) {
+	c := rep.Config
+	if c.ServerCPUs == "" {
+		fmt.Fprintf(out, "placement: not pinned (-server-cpus not set); client GOMAXPROCS %d\n", c.GOMAXPROCS)
+		return
+	}
+	fmt.Fprintf(out, "placement: servers under `taskset -c %s`; client threads pinned to %s (sched_setaffinity), GOMAXPROCS %d\n",
+		c.ServerCPUs, c.ClientCPUs, c.GOMAXPROCS)
+	seen := map[string]bool{}
+	var parts []string
+	for _, r := range rep.Results {
+		for _, p := range []string{r.Target + " " + r.ServerCPUsSeen, "client " + r.ClientCPUsSeen} {
+			if !seen[p] {
+				seen[p] = true
+				parts = append(parts, p)
+			}
+		}
+	}
+	fmt.Fprintf(out, "placement seen (threads' Cpus_allowed_list after each phase): %s\n", strings.Join(parts, ", "))
+	for _, r := range rep.Results {
+		if r.ServerCPUsSeen != c.ServerCPUs || r.ClientCPUsSeen != c.ClientCPUs {
+			fmt.Fprintf(out, "WARNING: %s %s ran with the server on %q and the client on %q, not as asked\n",
+				r.Target, r.Phase, r.ServerCPUsSeen, r.ClientCPUsSeen)
+		}
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -280,8 +279,9 @@ func runReferenceServer(dbPath string, conns int) error {
 }
 
 // startReference runs this executable as the reference server with its
-// database in dir and returns it once it answers /api/health.
-func startReference(ctx context.Context, dir string, conns int, keyID, material, envSlug string) (*harness.Server, error) {
+// database in dir (under `taskset -c cpus` when cpus is not empty) and
+// returns it once it answers /api/health.
+func startReference(ctx context.Context, dir string, cpus []int, conns int, keyID, material, envSlug string) (*harness.Server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -291,7 +291,11 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
+	cmd, err := harness.Command(cpus, exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
 	cmd.Env = append(harness.BaseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()

@@ -67,6 +67,8 @@ func BuildChalupa(ctx context.Context, root string) (string, error) {
 
 // StartOptions adjusts StartChalupa.
 type StartOptions struct {
+	// CPUs, when not empty, runs the server under `taskset -c CPUs`.
+	CPUs []int
 	// Env is added to the server's environment (after the generated
 	// secrets, so it may override them).
 	Env []string
@@ -109,7 +111,11 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve")
+	cmd, err := Command(opt.CPUs, bin, "serve")
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
 	cmd.Dir = dir
 	cmd.Env = append(BaseEnv(),
 		"CHALUPA_DATA_DIR="+dataDir,
