@@ -72,7 +72,18 @@ type config struct {
 	// not pinned, client and server share every CPU.
 	ServerCPUs string `json:"serverCpus,omitempty"`
 	ClientCPUs string `json:"clientCpus,omitempty"`
+	// Phases are the phases run against each target, in order.
+	Phases []string `json:"phases"`
+	// SweepRates, Step, StepWarmup and P99Bound drive the open-loop sweep
+	// (-open-loop, -sweep, -step, -step-warmup, -p99-bound).
+	SweepRates []float64     `json:"sweepRates,omitempty"`
+	Step       time.Duration `json:"step"`
+	StepWarmup time.Duration `json:"stepWarmup"`
+	P99Bound   time.Duration `json:"p99Bound"`
 	serverCPUs []int
+	phases     string
+	sweep      string
+	openLoop   bool
 }
 
 // MarshalJSON writes the durations as Go duration strings ("15s"), which a
@@ -81,12 +92,16 @@ func (c config) MarshalJSON() ([]byte, error) {
 	type plain config
 	return json.Marshal(struct {
 		plain
-		Duration  string `json:"duration"`
-		Warmup    string `json:"warmup"`
-		Settle    string `json:"settle"`
-		Timeout   string `json:"requestTimeout"`
-		WaitQuiet string `json:"waitQuiet"`
-	}{plain(c), c.Duration.String(), c.Warmup.String(), c.Settle.String(), c.Timeout.String(), c.WaitQuiet.String()})
+		Duration   string `json:"duration"`
+		Warmup     string `json:"warmup"`
+		Settle     string `json:"settle"`
+		Timeout    string `json:"requestTimeout"`
+		WaitQuiet  string `json:"waitQuiet"`
+		Step       string `json:"step"`
+		StepWarmup string `json:"stepWarmup"`
+		P99Bound   string `json:"p99Bound"`
+	}{plain(c), c.Duration.String(), c.Warmup.String(), c.Settle.String(), c.Timeout.String(), c.WaitQuiet.String(),
+		c.Step.String(), c.StepWarmup.String(), c.P99Bound.String()})
 }
 
 // phaseResult is one phase against one target.
@@ -138,6 +153,8 @@ type report struct {
 	ChalupaMeanBatch float64 `json:"chalupaMeanBatch,omitempty"`
 	RatioPass        *bool   `json:"ratioPass,omitempty"`
 	P99Pass          *bool   `json:"p99Pass,omitempty"`
+	// Sweeps is each target's open-loop sweep outcome (-open-loop).
+	Sweeps []sweepSummary `json:"sweeps,omitempty"`
 }
 
 func main() {
@@ -160,6 +177,12 @@ func main() {
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
+	flag.StringVar(&cfg.phases, "phases", "max,steady", "phases to run against each target: max, steady, sweep (comma-separated)")
+	flag.BoolVar(&cfg.openLoop, "open-loop", false, "also run the open-loop rate sweep (adds sweep to -phases)")
+	flag.StringVar(&cfg.sweep, "sweep", defaultSweep, "sweep: rates in requests/s, increasing")
+	flag.DurationVar(&cfg.Step, "step", 10*time.Second, "sweep: measured duration of each rate")
+	flag.DurationVar(&cfg.StepWarmup, "step-warmup", 2*time.Second, "sweep: unmeasured warm-up before each rate")
+	flag.DurationVar(&cfg.P99Bound, "p99-bound", 10*time.Millisecond, "sweep: a rate is served when its p99 is at most this, with no errors")
 	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
@@ -237,6 +260,27 @@ func (c *config) validate() error {
 	case !signerSlugOK(c.EnvSlug):
 		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
 	}
+	switch {
+	case c.Step <= 0 || c.Step > time.Hour:
+		return errors.New("-step must be in (0, 1h]")
+	case c.StepWarmup < 0 || c.StepWarmup > 10*time.Minute:
+		return errors.New("-step-warmup must be in [0, 10m]")
+	case c.P99Bound <= 0 || c.P99Bound > time.Minute:
+		return errors.New("-p99-bound must be in (0, 1m]")
+	}
+	phases := c.phases
+	if c.openLoop {
+		phases += ",sweep"
+	}
+	var err error
+	if c.Phases, err = parsePhases(phases); err != nil {
+		return fmt.Errorf("-phases: %w", err)
+	}
+	if slices.Contains(c.Phases, "sweep") {
+		if c.SweepRates, err = parseRates(c.sweep); err != nil {
+			return fmt.Errorf("-sweep: %w", err)
+		}
+	}
 	cpus, err := harness.ParseCPUList(c.ServerCPUs)
 	if err != nil {
 		return fmt.Errorf("-server-cpus: %w", err)
@@ -299,6 +343,9 @@ func run(cfg config) (*report, error) {
 		targets = []string{cfg.Only}
 	}
 	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
+	if n := time.Duration(len(cfg.SweepRates)); slices.Contains(cfg.Phases, "sweep") {
+		perTarget += n * (cfg.StepWarmup + cfg.Step + cfg.WaitQuiet + cfg.Settle + cfg.Timeout)
+	}
 	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -321,6 +368,15 @@ func run(cfg config) (*report, error) {
 		rep.Results = append(rep.Results, res...)
 		if name == "chalupa" {
 			rep.ChalupaMeanBatch = batch
+		}
+		if slices.Contains(cfg.Phases, "sweep") {
+			var steps []phaseResult
+			for _, r := range res {
+				if r.Phase == "sweep" {
+					steps = append(steps, r)
+				}
+			}
+			rep.Sweeps = append(rep.Sweeps, summarizeSweep(name, steps, cfg.P99Bound, err == nil))
 		}
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
@@ -498,40 +554,22 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	defer w.Close()
 
 	var out []phaseResult
-
-	waitQuiet(ctx, cfg.WaitQuiet, srv)
-	progress("%s: max throughput, %d workers, %s warm-up + %s", name, cfg.Workers, cfg.Warmup, cfg.Duration)
-	s := &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, measured := harness.RunMax(ctx, w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
-	r := phaseResult{Target: name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
-	summarize(&r, t)
-	r.ReqPerSec = float64(r.OK) / measured.Seconds()
-	s.fill(&r)
-	out = append(out, r)
-	if err := ctx.Err(); err != nil {
-		return out, 0, err
-	}
-
-	harness.SleepUntil(ctx, time.Now().Add(cfg.Settle))
-
-	waitQuiet(ctx, cfg.WaitQuiet, srv)
-	progress("%s: steady %.0f req/s, %s warm-up + %s", name, cfg.Rate, cfg.Warmup, cfg.Duration)
-	s = &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, scheduled := harness.RunSteady(ctx, w, s, cfg.Rate, cfg.Warmup, cfg.Duration, cfg.MaxInflight)
-	r = phaseResult{Target: name, Phase: "steady", TargetRate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), Scheduled: scheduled}
-	summarize(&r, t)
-	// Achieved rate: answers over the window, stretched to the last answer
-	// when the server fell behind the schedule.
-	span := cfg.Duration
-	if !t.LastDone.IsZero() && s.t0.Before(t.LastDone) && t.LastDone.Sub(s.t0) > span {
-		span = t.LastDone.Sub(s.t0)
-	}
-	r.ReqPerSec = float64(r.OK) / span.Seconds()
-	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.Lag.Quantile(0.99)), ms(t.Lag.Max())
-	s.fill(&r)
-	out = append(out, r)
-	if err := ctx.Err(); err != nil {
-		return out, 0, err
+	env := phaseEnv{cfg: cfg, name: name, srv: srv, chal: chal, w: w}
+	for i, phase := range cfg.Phases {
+		if i > 0 {
+			harness.SleepUntil(ctx, time.Now().Add(cfg.Settle))
+		}
+		switch phase {
+		case "max":
+			out = append(out, env.max(ctx))
+		case "steady":
+			out = append(out, env.steady(ctx, "steady", cfg.Rate, cfg.Warmup, cfg.Duration))
+		case "sweep":
+			out = append(out, env.sweep(ctx)...)
+		}
+		if err := ctx.Err(); err != nil {
+			return out, 0, err
+		}
 	}
 
 	var batch float64
@@ -548,6 +586,51 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		progress("%s: %v", name, err)
 	}
 	return out, batch, nil
+}
+
+// phaseEnv is what every phase against one target uses.
+type phaseEnv struct {
+	cfg  config
+	name string
+	srv  *harness.Server
+	chal *harness.Chalupa
+	w    *harness.Workload
+}
+
+// max runs the closed-loop phase.
+func (e *phaseEnv) max(ctx context.Context) phaseResult {
+	cfg := e.cfg
+	waitQuiet(ctx, cfg.WaitQuiet, e.srv)
+	progress("%s: max throughput, %d workers, %s warm-up + %s", e.name, cfg.Workers, cfg.Warmup, cfg.Duration)
+	s := &sampler{ctx: ctx, srv: e.srv, chal: e.chal}
+	t, measured := harness.RunMax(ctx, e.w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
+	r := phaseResult{Target: e.name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
+	summarize(&r, t)
+	r.ReqPerSec = float64(r.OK) / measured.Seconds()
+	s.fill(&r)
+	return r
+}
+
+// steady runs one open-loop phase at rate: the steady phase, or one step
+// of the sweep (phase "sweep").
+func (e *phaseEnv) steady(ctx context.Context, phase string, rate float64, warmup, dur time.Duration) phaseResult {
+	cfg := e.cfg
+	waitQuiet(ctx, cfg.WaitQuiet, e.srv)
+	progress("%s: %s %.0f req/s, %s warm-up + %s", e.name, phase, rate, warmup, dur)
+	s := &sampler{ctx: ctx, srv: e.srv, chal: e.chal}
+	t, scheduled := harness.RunSteady(ctx, e.w, s, rate, warmup, dur, cfg.MaxInflight)
+	r := phaseResult{Target: e.name, Phase: phase, TargetRate: rate, DurationSeconds: dur.Seconds(), Scheduled: scheduled}
+	summarize(&r, t)
+	// Achieved rate: answers over the window, stretched to the last answer
+	// when the server fell behind the schedule.
+	span := dur
+	if !t.LastDone.IsZero() && s.t0.Before(t.LastDone) && t.LastDone.Sub(s.t0) > span {
+		span = t.LastDone.Sub(s.t0)
+	}
+	r.ReqPerSec = float64(r.OK) / span.Seconds()
+	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.Lag.Quantile(0.99)), ms(t.Lag.Max())
+	s.fill(&r)
+	return r
 }
 
 // waitQuiet waits, at most limit, until other processes (everything but this
@@ -588,8 +671,12 @@ func printReport(out io.Writer, rep *report) {
 	if c.ServerCPUs != "" {
 		placement = fmt.Sprintf("server on CPU %s, client on CPU %s", c.ServerCPUs, c.ClientCPUs)
 	}
-	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (%s), %d deployments, %s warm-up + %s per phase\n",
+	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (%s), %d deployments, %s warm-up + %s per phase",
 		c.NumCPU, placement, c.Deployments, c.Warmup, c.Duration)
+	if slices.Contains(c.Phases, "sweep") {
+		fmt.Fprintf(out, ", %s + %s per sweep step", c.StepWarmup, c.Step)
+	}
+	fmt.Fprintln(out)
 	printPlacement(out, rep)
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -597,8 +684,8 @@ func printReport(out io.Writer, rep *report) {
 	for _, r := range rep.Results {
 		phase := fmt.Sprintf("max (%d workers)", r.Workers)
 		lag := "-"
-		if r.Phase == "steady" {
-			phase = fmt.Sprintf("steady %.0f/s", r.TargetRate)
+		if r.Phase == "steady" || r.Phase == "sweep" {
+			phase = fmt.Sprintf("%s %.0f/s", r.Phase, r.TargetRate)
 			lag = fmt.Sprintf("%.2f", r.SendLagP99Ms)
 		}
 		batch := "-"
@@ -640,11 +727,33 @@ func printReport(out io.Writer, rep *report) {
 				r.TargetRate, r.P99Ms, targetP99.Milliseconds(), passFail(rep.P99Pass))
 		}
 	}
+	for _, sw := range rep.Sweeps {
+		fmt.Fprintf(out, "%s open-loop sweep (p99 ≤ %.0f ms from the scheduled send, no errors, ≥ %.0f%% of the rate answered): ",
+			sw.Target, sw.P99BoundMs, minAchieved*100)
+		switch {
+		case sw.MaxRate > 0:
+			fmt.Fprintf(out, "highest rate served %.0f req/s", sw.MaxRate)
+		default:
+			fmt.Fprint(out, "no rate served")
+		}
+		switch {
+		case sw.StoppedAt > 0:
+			fmt.Fprintf(out, "; stopped at %.0f req/s: %s\n", sw.StoppedAt, sw.StopReason)
+		case !sw.Complete:
+			fmt.Fprint(out, " (interrupted)\n")
+		default:
+			fmt.Fprint(out, "; every rate served: the limit is above the last rate of -sweep\n")
+		}
+	}
 	if rep.ChalupaMeanBatch > 0 {
 		fmt.Fprintf(out, "chalupa writer mean batch (chalupa_writer_units_total / chalupa_writer_commits_total): %.1f over the run", rep.ChalupaMeanBatch)
 		for _, r := range rep.Results {
 			if r.Target == "chalupa" && r.MeanBatch > 0 {
-				fmt.Fprintf(out, "; %.1f in %s", r.MeanBatch, r.Phase)
+				if r.Phase == "sweep" {
+					fmt.Fprintf(out, "; %.1f in sweep %.0f/s", r.MeanBatch, r.TargetRate)
+				} else {
+					fmt.Fprintf(out, "; %.1f in %s", r.MeanBatch, r.Phase)
+				}
 			}
 		}
 		fmt.Fprintln(out)

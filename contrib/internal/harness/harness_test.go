@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,5 +104,52 @@ func TestProcCPU(t *testing.T) {
 func TestDatabaseFileNameIsTheDaemons(t *testing.T) {
 	if DatabaseFileName != daemon.DatabaseFileName {
 		t.Errorf("DatabaseFileName %q, daemon.DatabaseFileName %q", DatabaseFileName, daemon.DatabaseFileName)
+	}
+}
+
+// TestProcCPUCoversEveryThread burns CPU on four threads other than the one
+// reading, and checks /proc/self/stat counted all of it: the per-phase
+// server CPU (and µs per request) relies on that.
+func TestProcCPUCoversEveryThread(t *testing.T) {
+	if ProcCPUSeconds("self") < 0 {
+		t.Skip("no /proc on this system")
+	}
+	const threads, each = 4, 100 * time.Millisecond
+	before := ProcCPUSeconds("self")
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread() // keep the thread: an exited one leaves the task list
+			used := func() time.Duration {
+				var ru syscall.Rusage
+				if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
+					t.Error(err)
+					return time.Hour
+				}
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			start := used()
+			for {
+				if used()-start >= each {
+					return
+				}
+				for range 100_000 {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	proc, tasks := ProcCPUSeconds("self"), TasksCPUSeconds("self")
+	// Ticks are 10 ms and each thread's count is rounded.
+	if burned := proc - before; burned < threads*each.Seconds()-0.05 {
+		t.Errorf("the process's CPU grew by %.2f s while %d threads burned %v each", burned, threads, each)
+	}
+	// Each thread's ticks are rounded on their own; allow one per thread.
+	tids, _ := os.ReadDir("/proc/self/task")
+	if diff := proc - tasks; math.Abs(diff) > 0.02+0.01*float64(len(tids)) {
+		t.Errorf("/proc/self/stat %.2f s, sum over tasks %.2f s", proc, tasks)
 	}
 }

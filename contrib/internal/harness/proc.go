@@ -25,6 +25,27 @@ func ProcCPUSeconds(pid string) float64 {
 	return ticks / clkTck
 }
 
+// TasksCPUSeconds sums utime+stime over /proc/<pid>/task/*/stat, the live
+// threads one by one, in seconds; -1 when it cannot. It exists to check that
+// ProcCPUSeconds covers every thread: the two agree while no thread exits.
+func TasksCPUSeconds(pid string) float64 {
+	tids, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, t := range tids {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		if ticks, ok := parseStatCPU(string(b)); ok {
+			sum += ticks
+		}
+	}
+	return sum / clkTck
+}
+
 // parseStatCPU returns utime+stime, in clock ticks, from the text of a
 // /proc/<pid>/stat file.
 func parseStatCPU(stat string) (float64, bool) {
