@@ -177,41 +177,52 @@ func (t *Chalupa) IssueKey(ctx context.Context, slug string) (keyID string, key 
 // WriterStats reads chalupa_writer_commits_total and
 // chalupa_writer_units_total from /metrics (ready token as bearer).
 func (t *Chalupa) WriterStats(ctx context.Context) (commits, units float64, err error) {
+	m, err := t.Metrics(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	commits, ok1 := m["chalupa_writer_commits_total"]
+	units, ok2 := m["chalupa_writer_units_total"]
+	if !ok1 || !ok2 {
+		return 0, 0, errors.New("/metrics has no chalupa_writer_commits_total / chalupa_writer_units_total")
+	}
+	return commits, units, nil
+}
+
+// Metrics reads /metrics (ready token as bearer) and returns every series
+// without labels ("go_goroutines", "process_open_fds", …) by name. Each call
+// is one request to the server: a measurement of an idle server reads it
+// only outside its window.
+func (t *Chalupa) Metrics(ctx context.Context) (map[string]float64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, t.URL+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+t.ReadyToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read /metrics: %w", err)
+		return nil, fmt.Errorf("read /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
+		return nil, fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
 	}
-	commits, units = -1, -1
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
 			continue
 		}
-		switch name {
-		case "chalupa_writer_commits_total":
-			commits, _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
-		case "chalupa_writer_units_total":
-			units, _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("read /metrics: %w", err)
+		return nil, fmt.Errorf("read /metrics: %w", err)
 	}
-	if commits < 0 || units < 0 {
-		return 0, 0, errors.New("/metrics has no chalupa_writer_commits_total / chalupa_writer_units_total")
-	}
-	return commits, units, nil
+	return out, nil
 }
