@@ -4,6 +4,7 @@
 // README.md beside this file.
 //
 //	go run ./contrib/soak idle        [-minutes 10]  wake-ups and CPU of an idle daemon
+//	go run ./contrib/soak storm       [-duration 60s] WAL size during and after a write storm
 //
 // Each builds chalupa (CGO_ENABLED=0 go build -o tmp/chalupa .) unless
 // given -chalupa-bin, starts `chalupa serve` with the embedded default (the
@@ -32,6 +33,7 @@ var tools = []struct {
 	run        func(args []string) error
 }{
 	{"idle", "context switches, CPU and timer wake-ups of an idle daemon, per minute", runIdle},
+	{"storm", "WAL size every 100 ms during a 60 s signed-heartbeat storm and after", runStorm},
 }
 
 func usage() {
@@ -182,6 +184,9 @@ func (s *session) close() {
 	}
 	os.RemoveAll(s.dir)
 }
+
+// mib formats bytes as MiB with two decimals.
+func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
 
 // placement describes -server-cpus for a report header.
 func placement(cpus []int) string {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestWALStatsAndShrinks(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	samples := []walSample{
+		{at(0), 0}, {at(1), 4 << 20}, {at(2), 40 << 20}, {at(3), 40 << 20}, // storm
+		{at(4), 0}, {at(5), 0}, {at(6), 8 << 20}, {at(7), 2 << 20}, // quiet: truncated twice
+	}
+	for _, tc := range []struct {
+		name                  string
+		from, to              float64
+		first, last, max, min int64
+		n                     int
+	}{
+		{"storm", 0, 4, 0, 40 << 20, 40 << 20, 0, 4},
+		{"quiet", 4, 8, 0, 2 << 20, 8 << 20, 0, 4},
+		{"one sample", 2, 2.5, 40 << 20, 40 << 20, 40 << 20, 40 << 20, 1},
+		{"nothing", 10, 20, 0, 0, 0, -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := statsBetween(samples, at(tc.from), at(tc.to))
+			if st.first != tc.first || st.last != tc.last || st.max != tc.max || st.min != tc.min || st.n != tc.n {
+				t.Errorf("got %+v", st)
+			}
+		})
+	}
+	sh := shrinks(samples)
+	if len(sh) != 2 || sh[0].from != 40<<20 || sh[0].to != 0 || !sh[0].at.Equal(at(4)) || sh[1].from != 8<<20 || sh[1].to != 2<<20 {
+		t.Errorf("shrinks = %+v", sh)
+	}
+	if got := shrinks(samples[:4]); len(got) != 0 {
+		t.Errorf("a growing WAL shrank: %+v", got)
+	}
+}
+
+func TestWatchWALSamplesARealFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db-wal")
+	ctx, cancel := context.WithCancel(context.Background())
+	w := watchWAL(ctx, path, 10*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if err := os.WriteFile(path, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	<-w.done
+	s := w.samples()
+	if len(s) < 5 || s[0].size != 0 || s[len(s)-1].size != 8192 {
+		t.Errorf("samples %+v: want 0 (no file) first and 8192 last", s)
+	}
+}
