@@ -6,6 +6,7 @@
 //	go run ./contrib/soak idle        [-minutes 10]  wake-ups and CPU of an idle daemon
 //	go run ./contrib/soak storm       [-duration 60s] WAL size during and after a write storm
 //	go run ./contrib/soak longreader  [-hold 60s]    WAL growth while a read transaction is held
+//	go run ./contrib/soak slowclients [-conns 5000]  memory per idle keep-alive connection
 //
 // Each builds chalupa (CGO_ENABLED=0 go build -o tmp/chalupa .) unless
 // given -chalupa-bin, starts `chalupa serve` with the embedded default (the
@@ -36,6 +37,7 @@ var tools = []struct {
 	{"idle", "context switches, CPU and timer wake-ups of an idle daemon, per minute", runIdle},
 	{"storm", "WAL size every 100 ms during a 60 s signed-heartbeat storm and after", runStorm},
 	{"longreader", "WAL growth while a second connection holds a read transaction during steady writes", runLongReader},
+	{"slowclients", "RSS per idle keep-alive connection, and how many connections are accepted", runSlowClients},
 }
 
 func usage() {

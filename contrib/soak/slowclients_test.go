@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOpenOneClassifies checks each way a connection attempt can end, as a
+// connection cap could make it end: refused, closed without an answer,
+// answered 503, or accepted and kept.
+func TestOpenOneClassifies(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"status":"ok"}`) }))
+	defer ok.Close()
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) }))
+	defer busy.Close()
+	hangup, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hangup.Close()
+	go func() {
+		for {
+			c, err := hangup.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // over the cap: accept and close at once
+		}
+	}()
+	closedPort, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := closedPort.Addr().String()
+	closedPort.Close()
+	host := func(u string) string { return strings.TrimPrefix(u, "http://") }
+
+	for _, tc := range []struct {
+		name, addr, mode string
+		want             outcome
+		status           int
+	}{
+		{"accepted", host(ok.URL), "keepalive", accepted, 200},
+		{"accepted silent", host(ok.URL), "silent", accepted, 0},
+		{"503", host(busy.URL), "keepalive", otherStatus, 503},
+		{"closed at once", hangup.Addr().String(), "keepalive", closedEarly, 0},
+		{"refused", refusedAddr, "keepalive", refused, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, status, conn := openOne(context.Background(), tc.addr, tc.mode, 2*time.Second)
+			if conn != nil {
+				defer conn.Close()
+			}
+			if o != tc.want || status != tc.status || (conn != nil) != (o == accepted) {
+				t.Errorf("got %s %d (conn %v), want %s %d", outcomeNames[o], status, conn != nil, outcomeNames[tc.want], tc.status)
+			}
+		})
+	}
+
+	t.Run("stillOpen", func(t *testing.T) {
+		_, _, c1 := openOne(context.Background(), host(ok.URL), "keepalive", 2*time.Second)
+		_, _, c2 := openOne(context.Background(), host(ok.URL), "keepalive", 2*time.Second)
+		if c1 == nil || c2 == nil {
+			t.Fatal("not accepted")
+		}
+		defer c1.Close()
+		defer c2.Close()
+		ok.CloseClientConnections() // the server lets go of both
+		time.Sleep(50 * time.Millisecond)
+		_, _, c3 := openOne(context.Background(), host(ok.URL), "keepalive", 2*time.Second)
+		if c3 == nil {
+			t.Fatal("not accepted")
+		}
+		defer c3.Close()
+		open, closed := stillOpen([]net.Conn{c1, nil, c2, c3}, 2)
+		if open != 1 || closed != 2 {
+			t.Errorf("open %d closed %d, want 1 and 2", open, closed)
+		}
+	})
+}
