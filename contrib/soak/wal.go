@@ -121,19 +121,34 @@ func shrinks(s []walSample) []shrink {
 }
 
 // printTimeline writes the largest size seen in each bucket of width,
-// from start, labelled with the span its middle falls in.
+// from start, labelled with the span its middle falls in. A bucket the same
+// as the one before (span and size) is left out, so a flat stretch takes one
+// line; the last bucket is always written.
 func printTimeline(out io.Writer, s []walSample, start time.Time, width time.Duration, label func(time.Time) string) {
 	if len(s) == 0 {
 		return
 	}
 	end := s[len(s)-1].at
 	fmt.Fprintf(out, "%8s  %-12s  %14s\n", "t", "span", "WAL max")
+	var prev, held string
 	for b := start; !b.After(end); b = b.Add(width) {
 		st := statsBetween(s, b, b.Add(width))
 		if st.n == 0 {
 			continue
 		}
-		fmt.Fprintf(out, "%7.0fs  %-12s  %14s\n", b.Sub(start).Seconds(), label(b.Add(width/2)), mib(st.max))
+		l := label(b.Add(width / 2))
+		row := fmt.Sprintf("%7.1fs  %-12s  %14s\n", b.Sub(start).Seconds(), l, mib(st.max))
+		if key := l + mib(st.max); key == prev {
+			held = row
+			continue
+		} else {
+			prev = key
+		}
+		fmt.Fprint(out, row)
+		held = ""
+	}
+	if held != "" {
+		fmt.Fprint(out, held)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,5 +57,35 @@ func TestWatchWALSamplesARealFile(t *testing.T) {
 	s := w.samples()
 	if len(s) < 5 || s[0].size != 0 || s[len(s)-1].size != 8192 {
 		t.Errorf("samples %+v: want 0 (no file) first and 8192 last", s)
+	}
+}
+
+func TestPrintTimelineFoldsFlatStretches(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var s []walSample
+	for i := range 40 { // 0..3.9 s every 100 ms
+		size := int64(0)
+		if i >= 10 {
+			size = 64 << 20 // from 1 s on, through the quiet
+		}
+		s = append(s, walSample{t0.Add(time.Duration(i) * 100 * time.Millisecond), size})
+	}
+	var b strings.Builder
+	printTimeline(&b, s, t0, 500*time.Millisecond, func(at time.Time) string {
+		if at.Before(t0.Add(3 * time.Second)) {
+			return "storm"
+		}
+		return "quiet"
+	})
+	// 0.5 s repeats 0 s; 1.5–2.5 s repeat 1 s; 3.5 s, the last bucket,
+	// repeats 3 s but is written all the same.
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	got := []string{}
+	for _, l := range lines[1:] {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	wantRows := []string{"0.0s storm 0.00 MiB", "1.0s storm 64.00 MiB", "3.0s quiet 64.00 MiB", "3.5s quiet 64.00 MiB"}
+	if strings.Join(got, "|") != strings.Join(wantRows, "|") {
+		t.Errorf("timeline rows:\n%s\nwant %q", b.String(), wantRows)
 	}
 }
