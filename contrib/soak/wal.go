@@ -137,6 +137,9 @@ func printTimeline(out io.Writer, s []walSample, start time.Time, width time.Dur
 			continue
 		}
 		l := label(b.Add(width / 2))
+		if l == "" {
+			l = label(b) // the last bucket may end after the last span
+		}
 		row := fmt.Sprintf("%7.1fs  %-12s  %14s\n", b.Sub(start).Seconds(), l, mib(st.max))
 		if key := l + mib(st.max); key == prev {
 			held = row
@@ -159,7 +162,11 @@ func printShrinks(out io.Writer, s []walSample, start time.Time) {
 		fmt.Fprintln(out, "the WAL file never got smaller (never truncated)")
 		return
 	}
-	fmt.Fprintf(out, "the WAL file got smaller %d times (truncated by a checkpoint):", len(sh))
+	times := "times"
+	if len(sh) == 1 {
+		times = "time"
+	}
+	fmt.Fprintf(out, "the WAL file got smaller %d %s (truncated by a checkpoint):", len(sh), times)
 	for i, x := range sh {
 		if i == 8 {
 			fmt.Fprintf(out, " … and %d more", len(sh)-i)
