@@ -3,14 +3,17 @@
 // "Performance measurements"). See README.md beside this file.
 //
 //	go run ./contrib/load [-duration 15s] [-workers 64] [-rate 1000] [-json]
+//	go run ./contrib/load -server-cpus 0 -open-loop [-sweep 100,250,…] [-p99-bound 10ms]
 //
 // It builds and starts `chalupa serve` with a fresh data dir, creates an
 // environment and issues a key through the admin API, then starts the
 // reference (this executable re-run with -serve-reference: net/http +
 // signer.Verify + one SQLite transaction per request on chalupa's driver and
 // pragmas). Against each it runs a closed-loop maximum-throughput phase and an
-// open-loop constant-rate phase, then prints both, the throughput ratio and
-// chalupa's mean writer batch.
+// open-loop constant-rate phase, and with -open-loop an open-loop rate sweep,
+// then prints them, the throughput ratio, the highest rate served within the
+// p99 bound and chalupa's mean writer batch. -server-cpus places the servers
+// on CPUs of their own (taskset) and this client on the others.
 package main
 
 import (
@@ -163,7 +166,7 @@ func main() {
 	var refDB string
 	flag.DurationVar(&cfg.Duration, "duration", 15*time.Second, "measured duration of each phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured warm-up before each phase")
-	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between the two phases of a target")
+	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between the phases of a target, and between sweep steps")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
 	flag.IntVar(&cfg.Workers, "workers", 64, "concurrent workers in the max-throughput phase")
 	flag.Float64Var(&cfg.Rate, "rate", 1000, "arrival rate of the steady phase, requests/s")
@@ -484,7 +487,8 @@ func summarize(r *phaseResult, t *harness.Tally) {
 	r.MaxMs, r.MeanMs = ms(t.Lat.Max()), ms(t.Lat.Mean())
 }
 
-// runTarget starts one server, runs both phases against it and stops it.
+// runTarget starts one server, runs the phases of -phases against it and
+// stops it.
 // It returns the phase results and, for chalupa, the mean writer batch over
 // the whole run.
 func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult, float64, error) {
