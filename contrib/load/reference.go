@@ -120,6 +120,8 @@ func refError(w http.ResponseWriter, status int, code string) {
 	fmt.Fprintf(w, `{"error":{"code":%q}}`, code)
 }
 
+// ServeHTTP answers GET /api/health and POST /api/ingest/heartbeat: the
+// signature and window checks, the strict body, then one transaction.
 func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/api/health" {
 		w.Header().Set("Content-Type", "application/json")
