@@ -80,6 +80,7 @@ type common struct {
 	keep       bool
 	serverCPUs string
 	env        envFlag
+	args       argFlag
 	cpus       []int
 }
 
@@ -99,11 +100,27 @@ func (e *envFlag) Set(v string) error {
 	return nil
 }
 
+// argFlag collects repeated -serve-arg.
+type argFlag []string
+
+// String is the flag's value as text.
+func (a *argFlag) String() string { return strings.Join(*a, " ") }
+
+// Set adds one argument.
+func (a *argFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("empty argument")
+	}
+	*a = append(*a, v)
+	return nil
+}
+
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.bin, "chalupa-bin", "", "use this chalupa binary instead of building tmp/chalupa")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (database, WAL, log)")
 	fs.StringVar(&c.serverCPUs, "server-cpus", "", "run chalupa under `taskset -c LIST` (e.g. 0)")
-	fs.Var(&c.env, "env", "add KEY=VALUE to chalupa's environment (repeatable), e.g. a connection cap")
+	fs.Var(&c.env, "env", "add KEY=VALUE to chalupa's environment (repeatable)")
+	fs.Var(&c.args, "serve-arg", "add an argument to `chalupa serve` (repeatable), e.g. -serve-arg=--max-connections=1000")
 }
 
 // parse parses args into fs and checks the common flags.
@@ -166,8 +183,8 @@ func (c *common) start(ctx context.Context, tool string) (*session, error) {
 	if len(c.cpus) > 0 {
 		where = " under taskset -c " + harness.FormatCPUList(c.cpus)
 	}
-	progress("starting %s serve%s in %s", bin, where, dir)
-	ch, err := harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: c.cpus, Env: c.env})
+	progress("starting %s serve%s%s in %s", bin, strings.Join(append([]string{""}, c.args...), " "), where, dir)
+	ch, err := harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: c.cpus, Args: c.args, Env: c.env})
 	if err != nil {
 		if !c.keep {
 			os.RemoveAll(dir)

@@ -42,7 +42,7 @@ var outcomeNames = [nOutcomes]string{
 	refused:        "refused at connect",
 	dialTimeout:    "connect timed out",
 	dialOther:      "connect failed otherwise",
-	closedEarly:    "closed by the server before answering",
+	closedEarly:    "closed by the server without an answer",
 	requestTimeout: "no answer in time",
 }
 
@@ -142,7 +142,7 @@ func runSlowClients(args []string) error {
 	var c common
 	c.register(fs)
 	n := fs.Int("conns", 5000, "connections to open")
-	mode := fs.String("mode", "keepalive", "keepalive: one GET /api/health on each, then idle; silent: connect and send nothing")
+	mode := fs.String("mode", "keepalive", "keepalive: one GET /api/health on each, then idle; silent: connect and send nothing (waiting 200 ms for an unasked answer or close)")
 	hold := fs.Duration("hold", 60*time.Second, "how long the connections are held idle (chalupa closes keep-alive connections idle for 120 s, and silent ones after its 10 s header timeout)")
 	conc := fs.Int("concurrency", 64, "connections being opened at once")
 	timeout := fs.Duration("timeout", 10*time.Second, "per connect and per request")
@@ -297,7 +297,7 @@ func openOne(ctx context.Context, addr, mode string, timeout time.Duration) (out
 		return classifyDial(err), 0, nil
 	}
 	if mode == "silent" {
-		return accepted, 0, conn
+		return silentAnswer(conn, min(timeout, silentWait))
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := io.WriteString(conn, "GET /api/health HTTP/1.1\r\nHost: "+addr+"\r\nUser-Agent: chalupa-soak\r\n\r\n"); err != nil {
@@ -323,6 +323,35 @@ func openOne(ctx context.Context, addr, mode string, timeout time.Duration) (out
 		return closedEarly, resp.StatusCode, nil
 	}
 	return accepted, resp.StatusCode, conn
+}
+
+// silentWait is how long a silent connection waits, after connecting, for
+// an answer it did not ask for: a server over its connection cap answers
+// (503) or closes at once, before any request.
+const silentWait = 200 * time.Millisecond
+
+// silentAnswer classifies a silent connection by what the server does in
+// its first wait: nothing (accepted: the connection is open and idle),
+// close it (closedEarly), or answer at once (otherStatus, with the status).
+func silentAnswer(conn net.Conn, wait time.Duration) (outcome, int, net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	br := bufio.NewReaderSize(conn, 1024)
+	if _, err := br.Peek(1); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			_ = conn.SetReadDeadline(time.Time{})
+			return accepted, 0, conn
+		}
+		conn.Close()
+		return closedEarly, 0, nil
+	}
+	defer conn.Close()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return closedEarly, 0, nil
+	}
+	resp.Body.Close()
+	return otherStatus, resp.StatusCode, nil
 }
 
 // stillOpen checks, without sending anything, which connections the server

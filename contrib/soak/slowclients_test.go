@@ -33,6 +33,23 @@ func TestOpenOneClassifies(t *testing.T) {
 			c.Close() // over the cap: accept and close at once
 		}
 	}()
+	// capped answers like chalupa's --max-connections: a complete 503 at
+	// once, without reading a request, then close.
+	capped, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close()
+	go func() {
+		for {
+			c, err := capped.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 5\r\n\r\nbusy\n")
+			c.Close()
+		}
+	}()
 	closedPort, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +67,8 @@ func TestOpenOneClassifies(t *testing.T) {
 		{"accepted silent", host(ok.URL), "silent", accepted, 0},
 		{"503", host(busy.URL), "keepalive", otherStatus, 503},
 		{"closed at once", hangup.Addr().String(), "keepalive", closedEarly, 0},
+		{"closed at once, silent", hangup.Addr().String(), "silent", closedEarly, 0},
+		{"capped, silent", capped.Addr().String(), "silent", otherStatus, 503},
 		{"refused", refusedAddr, "keepalive", refused, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +81,15 @@ func TestOpenOneClassifies(t *testing.T) {
 			}
 		})
 	}
+
+	// With a request in flight, a cap's close can overtake its 503 (the
+	// unread request makes the close a reset): either way, not accepted.
+	t.Run("capped", func(t *testing.T) {
+		o, status, conn := openOne(context.Background(), capped.Addr().String(), "keepalive", 2*time.Second)
+		if conn != nil || !(o == otherStatus && status == 503 || o == closedEarly) {
+			t.Errorf("got %s %d (conn %v), want answered 503 or closed", outcomeNames[o], status, conn != nil)
+		}
+	})
 
 	t.Run("stillOpen", func(t *testing.T) {
 		_, _, c1 := openOne(context.Background(), host(ok.URL), "keepalive", 2*time.Second)

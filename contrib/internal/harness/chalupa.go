@@ -69,6 +69,8 @@ func BuildChalupa(ctx context.Context, root string) (string, error) {
 type StartOptions struct {
 	// CPUs, when not empty, runs the server under `taskset -c CPUs`.
 	CPUs []int
+	// Args are added after `serve` (e.g. "--max-connections=1000").
+	Args []string
 	// Env is added to the server's environment (after the generated
 	// secrets, so it may override them).
 	Env []string
@@ -111,7 +113,7 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := Command(opt.CPUs, bin, "serve")
+	cmd, err := Command(opt.CPUs, bin, append([]string{"serve"}, opt.Args...)...)
 	if err != nil {
 		logf.Close()
 		return nil, err
