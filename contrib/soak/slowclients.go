@@ -268,6 +268,9 @@ feed:
 		}
 		fmt.Fprintln(out)
 	}
+	if count[accepted] < *n {
+		fmt.Fprintln(out, "note: this tool's own /metrics connection, kept alive since the baseline, holds one more of chalupa's connections")
+	}
 	fmt.Fprintf(out, "after holding %s: %d still open, %d closed by the server\n\n", *hold, open, closed)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "chalupa\tRSS MiB\tfds\tthreads\tgoroutines\t")
