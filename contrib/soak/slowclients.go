@@ -142,7 +142,7 @@ func runSlowClients(args []string) error {
 	var c common
 	c.register(fs)
 	n := fs.Int("conns", 5000, "connections to open")
-	mode := fs.String("mode", "keepalive", "keepalive: one GET /api/health on each, then idle; silent: connect and send nothing (waiting 200 ms for an unasked answer or close)")
+	mode := fs.String("mode", "keepalive", "keepalive: one GET /api/health on each, then idle; silent: connect and send nothing")
 	hold := fs.Duration("hold", 60*time.Second, "how long the connections are held idle (chalupa closes keep-alive connections idle for 120 s, and silent ones after its 10 s header timeout)")
 	conc := fs.Int("concurrency", 64, "connections being opened at once")
 	timeout := fs.Duration("timeout", 10*time.Second, "per connect and per request")
@@ -218,6 +218,9 @@ feed:
 	close(work)
 	wg.Wait()
 	openTook := time.Since(opened)
+	if *mode == "silent" {
+		silentCheck(conns, outcomes, statuses, *conc)
+	}
 	defer func() {
 		for _, cn := range conns {
 			if cn != nil {
@@ -300,7 +303,7 @@ func openOne(ctx context.Context, addr, mode string, timeout time.Duration) (out
 		return classifyDial(err), 0, nil
 	}
 	if mode == "silent" {
-		return silentAnswer(conn, min(timeout, silentWait))
+		return accepted, 0, conn // for now: silentCheck looks again once all are open
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := io.WriteString(conn, "GET /api/health HTTP/1.1\r\nHost: "+addr+"\r\nUser-Agent: chalupa-soak\r\n\r\n"); err != nil {
@@ -328,14 +331,11 @@ func openOne(ctx context.Context, addr, mode string, timeout time.Duration) (out
 	return accepted, resp.StatusCode, conn
 }
 
-// silentWait is how long a silent connection waits, after connecting, for
-// an answer it did not ask for: a server over its connection cap answers
-// (503) or closes at once, before any request.
-const silentWait = 200 * time.Millisecond
-
-// silentAnswer classifies a silent connection by what the server does in
-// its first wait: nothing (accepted: the connection is open and idle),
-// close it (closedEarly), or answer at once (otherStatus, with the status).
+// silentAnswer classifies a silent connection by what the server has done
+// with it, waiting at most wait: nothing (accepted: the connection is open
+// and idle), closed it (closedEarly), or answered without being asked
+// (otherStatus, with the status) — what a server over its connection cap
+// does as soon as it accepts. A connection that is not accepted is closed.
 func silentAnswer(conn net.Conn, wait time.Duration) (outcome, int, net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(wait))
 	br := bufio.NewReaderSize(conn, 1024)
@@ -355,6 +355,38 @@ func silentAnswer(conn net.Conn, wait time.Duration) (outcome, int, net.Conn) {
 	}
 	resp.Body.Close()
 	return otherStatus, resp.StatusCode, nil
+}
+
+// silentCheck classifies every open silent connection with silentAnswer,
+// once all are open: by then a server over its cap has long answered or
+// closed the ones beyond it, while the 10 s header timeout has not yet
+// closed the rest. Refused ones are closed and dropped from conns.
+func silentCheck(conns []net.Conn, outcomes []outcome, statuses map[int]int, conc int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				o, status, conn := silentAnswer(conns[i], 5*time.Millisecond)
+				outcomes[i], conns[i] = o, conn
+				if status != 0 {
+					mu.Lock()
+					statuses[status]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i, cn := range conns {
+		if cn != nil {
+			work <- i
+		}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // stillOpen checks, without sending anything, which connections the server

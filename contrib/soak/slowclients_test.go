@@ -67,8 +67,6 @@ func TestOpenOneClassifies(t *testing.T) {
 		{"accepted silent", host(ok.URL), "silent", accepted, 0},
 		{"503", host(busy.URL), "keepalive", otherStatus, 503},
 		{"closed at once", hangup.Addr().String(), "keepalive", closedEarly, 0},
-		{"closed at once, silent", hangup.Addr().String(), "silent", closedEarly, 0},
-		{"capped, silent", capped.Addr().String(), "silent", otherStatus, 503},
 		{"refused", refusedAddr, "keepalive", refused, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +86,33 @@ func TestOpenOneClassifies(t *testing.T) {
 		o, status, conn := openOne(context.Background(), capped.Addr().String(), "keepalive", 2*time.Second)
 		if conn != nil || !(o == otherStatus && status == 503 || o == closedEarly) {
 			t.Errorf("got %s %d (conn %v), want answered 503 or closed", outcomeNames[o], status, conn != nil)
+		}
+	})
+
+	// Silent connections are classified once all are open.
+	t.Run("silent", func(t *testing.T) {
+		var conns []net.Conn
+		for _, addr := range []string{host(ok.URL), hangup.Addr().String(), capped.Addr().String()} {
+			o, _, conn := openOne(context.Background(), addr, "silent", 2*time.Second)
+			if o != accepted || conn == nil {
+				t.Fatalf("%s: silent connect: %s", addr, outcomeNames[o])
+			}
+			conns = append(conns, conn)
+		}
+		time.Sleep(50 * time.Millisecond)
+		outcomes, statuses := make([]outcome, len(conns)), map[int]int{}
+		silentCheck(conns, outcomes, statuses, 2)
+		want := []outcome{accepted, closedEarly, otherStatus}
+		for i := range want {
+			if outcomes[i] != want[i] || (conns[i] != nil) != (want[i] == accepted) {
+				t.Errorf("connection %d: %s (conn %v), want %s", i, outcomeNames[outcomes[i]], conns[i] != nil, outcomeNames[want[i]])
+			}
+		}
+		if len(statuses) != 1 || statuses[503] != 1 {
+			t.Errorf("statuses %v, want one 503", statuses)
+		}
+		if conns[0] != nil {
+			conns[0].Close()
 		}
 	})
 
