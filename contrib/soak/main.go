@@ -206,9 +206,6 @@ func (s *session) close() {
 	os.RemoveAll(s.dir)
 }
 
-// mib formats bytes as MiB with two decimals.
-func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
-
 // placement describes -server-cpus for a report header.
 func placement(cpus []int) string {
 	if len(cpus) == 0 {

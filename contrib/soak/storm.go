@@ -11,19 +11,24 @@ import (
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 )
 
-// cpuWindow records a server's CPU seconds at the edges of a measurement
-// window (harness.Window).
+// cpuWindow records the CPU seconds of a server, of this process and of
+// the whole machine at the edges of a measurement window (harness.Window).
 type cpuWindow struct {
-	srv        *harness.Server
-	t0, t1     time.Time
-	cpu0, cpu1 float64
+	srv                        *harness.Server
+	t0, t1                     time.Time
+	cpu0, cpu1                 float64
+	self0, self1, mach0, mach1 float64
 }
 
 // Start samples at the beginning of the window.
-func (c *cpuWindow) Start() { c.t0, c.cpu0 = time.Now(), c.srv.CPUSeconds() }
+func (c *cpuWindow) Start() {
+	c.t0, c.cpu0, c.self0, c.mach0 = time.Now(), c.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
+}
 
 // End samples at the end of the window.
-func (c *cpuWindow) End() { c.t1, c.cpu1 = time.Now(), c.srv.CPUSeconds() }
+func (c *cpuWindow) End() {
+	c.t1, c.cpu1, c.self1, c.mach1 = time.Now(), c.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
+}
 
 // cores is the server's CPU per wall second over the window; -1 unknown.
 func (c *cpuWindow) cores() float64 {
@@ -31,6 +36,17 @@ func (c *cpuWindow) cores() float64 {
 		return -1
 	}
 	return (c.cpu1 - c.cpu0) / c.t1.Sub(c.t0).Seconds()
+}
+
+// otherCores is what every other process (not the server, not this tool)
+// used per wall second over the window; -1 unknown. More than a tenth of a
+// core means the machine was not quiet.
+func (c *cpuWindow) otherCores() float64 {
+	if c.cores() < 0 || c.self0 < 0 || c.self1 < 0 || c.mach0 < 0 || c.mach1 < 0 {
+		return -1
+	}
+	wall := c.t1.Sub(c.t0).Seconds()
+	return max(0, (c.mach1-c.mach0)/wall-c.cores()-(c.self1-c.self0)/wall)
 }
 
 func runStorm(args []string) error {
@@ -104,23 +120,15 @@ func runStorm(args []string) error {
 	after := statsBetween(samples, stormEnd, quietEnd.Add(time.Second))
 	fmt.Fprintf(out, "storm: chalupa %s, pid %d%s; %s write storm, then %s quiet; %s sampled every %s\n\n",
 		s.URL, s.PID(), placement(c.cpus), *dur, *quiet, wal, *every)
-	fmt.Fprintf(out, "heartbeats: %d answered 2xx in %.1fs (%.0f/s), %d non-2xx, %d transport errors; p50 %.2f ms, p99 %.2f ms; chalupa CPU %s cores\n",
+	fmt.Fprintf(out, "heartbeats: %d answered 2xx in %.1fs (%.0f/s), %d non-2xx, %d transport errors; p50 %.2f ms, p99 %.2f ms; chalupa CPU %s cores, other processes %s cores\n",
 		t.OK, measured.Seconds(), float64(t.OK)/measured.Seconds(), t.Non2xx, t.Transport,
-		ms(t.Lat.Quantile(0.5)), ms(t.Lat.Quantile(0.99)), coresText(win.cores()))
+		ms(t.Lat.Quantile(0.5)), ms(t.Lat.Quantile(0.99)), coresText(win.cores()), coresText(win.otherCores()))
 	line(out, "WAL before the storm", mib(before.last))
 	line(out, "WAL largest during the storm", fmt.Sprintf("%s (at %.1fs)", mib(during.max), during.maxAt.Sub(stormStart).Seconds()))
 	line(out, "WAL at the end of the storm", mib(during.last))
 	line(out, "WAL largest while quiet", mib(after.max))
 	line(out, fmt.Sprintf("WAL after %s quiet", *quiet), mib(after.last))
-	largest := max(during.max, after.max)
-	switch {
-	case after.last == 0 && largest > 0:
-		fmt.Fprintln(out, "truncated back: yes, to 0 bytes")
-	case after.last < largest:
-		fmt.Fprintf(out, "truncated back: partly, to %s of %s\n", mib(after.last), mib(largest))
-	default:
-		fmt.Fprintf(out, "truncated back: no, the file keeps its %s (SQLite rewrites a checkpointed WAL from its start without shrinking it; only a TRUNCATE checkpoint or journal_size_limit does)\n", mib(after.last))
-	}
+	fmt.Fprintln(out, truncatedVerdict(shrinks(statsSamples(samples, stormStart)), max(during.max, after.max), after.last, stormStart))
 	if fi, err := os.Stat(s.DBPath()); err == nil {
 		fmt.Fprintf(out, "database file after the run: %s\n", mib(fi.Size()))
 	}
@@ -147,4 +155,26 @@ func coresText(v float64) string {
 // line writes "label:  value" with the values aligned.
 func line(out io.Writer, label, value string) {
 	fmt.Fprintf(out, "%-34s %s\n", label+":", value)
+}
+
+// statsSamples returns the samples from start on.
+func statsSamples(s []walSample, start time.Time) []walSample {
+	for i, x := range s {
+		if !x.at.Before(start) {
+			return s[i:]
+		}
+	}
+	return nil
+}
+
+// truncatedVerdict says whether the WAL was truncated back after reaching
+// largest: it was if the file got smaller at any point, and the verdict
+// gives the last such moment and the final size.
+func truncatedVerdict(sh []shrink, largest, final int64, start time.Time) string {
+	if len(sh) == 0 {
+		return fmt.Sprintf("truncated back: no, the file keeps its %s (SQLite rewrites a checkpointed WAL from its start without shrinking it; only a TRUNCATE checkpoint or journal_size_limit does)", mib(final))
+	}
+	last := sh[len(sh)-1]
+	return fmt.Sprintf("truncated back: yes, from %s to %s at %.1fs (largest %s; %s at the end)",
+		mib(last.from), mib(last.to), last.at.Sub(start).Seconds(), mib(largest), mib(final))
 }

@@ -176,3 +176,12 @@ func printShrinks(out io.Writer, s []walSample, start time.Time) {
 	}
 	fmt.Fprintln(out)
 }
+
+// mib formats a file size: bytes below 10 KiB (a WAL truncated to its
+// header is not "0.00 MiB"), else MiB with two decimals.
+func mib(b int64) string {
+	if b < 10<<10 {
+		return fmt.Sprintf("%d bytes", b)
+	}
+	return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20))
+}

@@ -84,8 +84,31 @@ func TestPrintTimelineFoldsFlatStretches(t *testing.T) {
 	for _, l := range lines[1:] {
 		got = append(got, strings.Join(strings.Fields(l), " "))
 	}
-	wantRows := []string{"0.0s storm 0.00 MiB", "1.0s storm 64.00 MiB", "3.0s quiet 64.00 MiB", "3.5s quiet 64.00 MiB"}
+	wantRows := []string{"0.0s storm 0 bytes", "1.0s storm 64.00 MiB", "3.0s quiet 64.00 MiB", "3.5s quiet 64.00 MiB"}
 	if strings.Join(got, "|") != strings.Join(wantRows, "|") {
 		t.Errorf("timeline rows:\n%s\nwant %q", b.String(), wantRows)
+	}
+}
+
+func TestTruncatedVerdict(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		sh      []shrink
+		largest int64
+		final   int64
+		want    string
+	}{
+		{"never", nil, 300 << 20, 300 << 20, "truncated back: no, the file keeps its 300.00 MiB"},
+		{"to zero", []shrink{{t0.Add(121700 * time.Millisecond), 100 << 20, 0}}, 100 << 20, 0,
+			"truncated back: yes, from 100.00 MiB to 0 bytes at 121.7s (largest 100.00 MiB; 0 bytes at the end)"},
+		{"to a header, then grew", []shrink{{t0.Add(time.Second), 50 << 20, 32}, {t0.Add(3 * time.Second), 60 << 20, 32}}, 60 << 20, 4 << 20,
+			"truncated back: yes, from 60.00 MiB to 32 bytes at 3.0s (largest 60.00 MiB; 4.00 MiB at the end)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := truncatedVerdict(tc.sh, tc.largest, tc.final, t0); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("got  %q\nwant %q…", got, tc.want)
+			}
+		})
 	}
 }
