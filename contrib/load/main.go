@@ -3,14 +3,17 @@
 // "Performance measurements"). See README.md beside this file.
 //
 //	go run ./contrib/load [-duration 15s] [-workers 64] [-rate 1000] [-json]
+//	go run ./contrib/load -server-cpus 0 -open-loop [-sweep 100,250,…] [-p99-bound 10ms]
 //
 // It builds and starts `chalupa serve` with a fresh data dir, creates an
 // environment and issues a key through the admin API, then starts the
 // reference (this executable re-run with -serve-reference: net/http +
 // signer.Verify + one SQLite transaction per request on chalupa's driver and
 // pragmas). Against each it runs a closed-loop maximum-throughput phase and an
-// open-loop constant-rate phase, then prints both, the throughput ratio and
-// chalupa's mean writer batch.
+// open-loop constant-rate phase, and with -open-loop an open-loop rate sweep,
+// then prints them, the throughput ratio, the highest rate served within the
+// p99 bound and chalupa's mean writer batch. -server-cpus places the servers
+// on CPUs of their own (taskset) and this client on the others.
 package main
 
 import (
@@ -26,12 +29,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
@@ -64,6 +70,23 @@ type config struct {
 	WaitQuiet   time.Duration `json:"waitQuiet"`
 	NumCPU      int           `json:"numCPU"`
 	GOMAXPROCS  int           `json:"gomaxprocs"`
+	// ServerCPUs is -server-cpus: the servers run under `taskset -c` on
+	// these CPUs and this client on the others (ClientCPUs). Both empty:
+	// not pinned, client and server share every CPU.
+	ServerCPUs string `json:"serverCpus,omitempty"`
+	ClientCPUs string `json:"clientCpus,omitempty"`
+	// Phases are the phases run against each target, in order.
+	Phases []string `json:"phases"`
+	// SweepRates, Step, StepWarmup and P99Bound drive the open-loop sweep
+	// (-open-loop, -sweep, -step, -step-warmup, -p99-bound).
+	SweepRates []float64     `json:"sweepRates,omitempty"`
+	Step       time.Duration `json:"step"`
+	StepWarmup time.Duration `json:"stepWarmup"`
+	P99Bound   time.Duration `json:"p99Bound"`
+	serverCPUs []int
+	phases     string
+	sweep      string
+	openLoop   bool
 }
 
 // MarshalJSON writes the durations as Go duration strings ("15s"), which a
@@ -72,12 +95,16 @@ func (c config) MarshalJSON() ([]byte, error) {
 	type plain config
 	return json.Marshal(struct {
 		plain
-		Duration  string `json:"duration"`
-		Warmup    string `json:"warmup"`
-		Settle    string `json:"settle"`
-		Timeout   string `json:"requestTimeout"`
-		WaitQuiet string `json:"waitQuiet"`
-	}{plain(c), c.Duration.String(), c.Warmup.String(), c.Settle.String(), c.Timeout.String(), c.WaitQuiet.String()})
+		Duration   string `json:"duration"`
+		Warmup     string `json:"warmup"`
+		Settle     string `json:"settle"`
+		Timeout    string `json:"requestTimeout"`
+		WaitQuiet  string `json:"waitQuiet"`
+		Step       string `json:"step"`
+		StepWarmup string `json:"stepWarmup"`
+		P99Bound   string `json:"p99Bound"`
+	}{plain(c), c.Duration.String(), c.Warmup.String(), c.Settle.String(), c.Timeout.String(), c.WaitQuiet.String(),
+		c.Step.String(), c.StepWarmup.String(), c.P99Bound.String()})
 }
 
 // phaseResult is one phase against one target.
@@ -108,9 +135,15 @@ type phaseResult struct {
 	// the window (machine busy time less server and client); a run with
 	// more than a few hundredths here shared the CPU with something else.
 	OtherCPUCores float64 `json:"otherCpuCores"`
-	WriterCommits float64 `json:"writerCommits,omitempty"`
-	WriterUnits   float64 `json:"writerUnits,omitempty"`
-	MeanBatch     float64 `json:"meanBatch,omitempty"`
+	// ServerCPUsSeen and ClientCPUsSeen are where the threads of the
+	// server and of this client were allowed to run at the end of the
+	// phase (Cpus_allowed_list of every thread): the placement as
+	// observed, not as asked for.
+	ServerCPUsSeen string  `json:"serverCpusSeen,omitempty"`
+	ClientCPUsSeen string  `json:"clientCpusSeen,omitempty"`
+	WriterCommits  float64 `json:"writerCommits,omitempty"`
+	WriterUnits    float64 `json:"writerUnits,omitempty"`
+	MeanBatch      float64 `json:"meanBatch,omitempty"`
 }
 
 type report struct {
@@ -123,6 +156,8 @@ type report struct {
 	ChalupaMeanBatch float64 `json:"chalupaMeanBatch,omitempty"`
 	RatioPass        *bool   `json:"ratioPass,omitempty"`
 	P99Pass          *bool   `json:"p99Pass,omitempty"`
+	// Sweeps is each target's open-loop sweep outcome (-open-loop).
+	Sweeps []sweepSummary `json:"sweeps,omitempty"`
 }
 
 func main() {
@@ -131,7 +166,7 @@ func main() {
 	var refDB string
 	flag.DurationVar(&cfg.Duration, "duration", 15*time.Second, "measured duration of each phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured warm-up before each phase")
-	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between the two phases of a target")
+	flag.DurationVar(&cfg.Settle, "settle", 2*time.Second, "pause between the phases of a target, and between sweep steps")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
 	flag.IntVar(&cfg.Workers, "workers", 64, "concurrent workers in the max-throughput phase")
 	flag.Float64Var(&cfg.Rate, "rate", 1000, "arrival rate of the steady phase, requests/s")
@@ -145,6 +180,13 @@ func main() {
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
+	flag.StringVar(&cfg.phases, "phases", "max,steady", "phases to run against each target: max, steady, sweep (comma-separated)")
+	flag.BoolVar(&cfg.openLoop, "open-loop", false, "also run the open-loop rate sweep (adds sweep to -phases)")
+	flag.StringVar(&cfg.sweep, "sweep", defaultSweep, "sweep: rates in requests/s, increasing")
+	flag.DurationVar(&cfg.Step, "step", 10*time.Second, "sweep: measured duration of each rate")
+	flag.DurationVar(&cfg.StepWarmup, "step-warmup", 2*time.Second, "sweep: unmeasured warm-up before each rate")
+	flag.DurationVar(&cfg.P99Bound, "p99-bound", 10*time.Millisecond, "sweep: a rate is served when its p99 is at most this, with no errors")
+	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
 	flag.Parse()
@@ -170,7 +212,12 @@ func main() {
 		}
 		cfg.ChalupaBin = abs
 	}
-	cfg.NumCPU, cfg.GOMAXPROCS = runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	cfg.NumCPU = runtime.NumCPU()
+	if err := cfg.place(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	cfg.GOMAXPROCS = runtime.GOMAXPROCS(0)
 	rep, err := run(cfg)
 	if rep != nil && len(rep.Results) > 0 {
 		if cfg.JSON {
@@ -216,6 +263,61 @@ func (c *config) validate() error {
 	case !signerSlugOK(c.EnvSlug):
 		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
 	}
+	switch {
+	case c.Step <= 0 || c.Step > time.Hour:
+		return errors.New("-step must be in (0, 1h]")
+	case c.StepWarmup < 0 || c.StepWarmup > 10*time.Minute:
+		return errors.New("-step-warmup must be in [0, 10m]")
+	case c.P99Bound <= 0 || c.P99Bound > time.Minute:
+		return errors.New("-p99-bound must be in (0, 1m]")
+	}
+	phases := c.phases
+	if c.openLoop {
+		phases += ",sweep"
+	}
+	var err error
+	if c.Phases, err = parsePhases(phases); err != nil {
+		return fmt.Errorf("-phases: %w", err)
+	}
+	if slices.Contains(c.Phases, "sweep") {
+		if c.SweepRates, err = parseRates(c.sweep); err != nil {
+			return fmt.Errorf("-sweep: %w", err)
+		}
+	}
+	cpus, err := harness.ParseCPUList(c.ServerCPUs)
+	if err != nil {
+		return fmt.Errorf("-server-cpus: %w", err)
+	}
+	c.serverCPUs = cpus
+	return nil
+}
+
+// place carries out -server-cpus for this process: it keeps the client
+// (every thread of it, with GOMAXPROCS to match) off the server's CPUs, so
+// that the server has its CPUs to itself as on a droplet of that size. The
+// servers themselves are placed when started (harness.Command).
+func (c *config) place() error {
+	if len(c.serverCPUs) == 0 {
+		return nil
+	}
+	allowed, err := harness.AllowedCPUs()
+	if err != nil {
+		return err
+	}
+	for _, cpu := range c.serverCPUs {
+		if !slices.Contains(allowed, cpu) {
+			return fmt.Errorf("-server-cpus: CPU %d is not one this process may use (%s)", cpu, harness.FormatCPUList(allowed))
+		}
+	}
+	client := harness.Without(allowed, c.serverCPUs)
+	if len(client) == 0 {
+		return fmt.Errorf("-server-cpus %s leaves no CPU for the client (this process may use %s)", c.ServerCPUs, harness.FormatCPUList(allowed))
+	}
+	if err := harness.PinProcess(client); err != nil {
+		return err
+	}
+	runtime.GOMAXPROCS(len(client))
+	c.ServerCPUs, c.ClientCPUs = harness.FormatCPUList(c.serverCPUs), harness.FormatCPUList(client)
 	return nil
 }
 
@@ -244,6 +346,9 @@ func run(cfg config) (*report, error) {
 		targets = []string{cfg.Only}
 	}
 	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
+	if n := time.Duration(len(cfg.SweepRates)); slices.Contains(cfg.Phases, "sweep") {
+		perTarget += n * (cfg.StepWarmup + cfg.Step + cfg.WaitQuiet + cfg.Settle + cfg.Timeout)
+	}
 	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -266,6 +371,15 @@ func run(cfg config) (*report, error) {
 		rep.Results = append(rep.Results, res...)
 		if name == "chalupa" {
 			rep.ChalupaMeanBatch = batch
+		}
+		if slices.Contains(cfg.Phases, "sweep") {
+			var steps []phaseResult
+			for _, r := range res {
+				if r.Phase == "sweep" {
+					steps = append(steps, r)
+				}
+			}
+			rep.Sweeps = append(rep.Sweeps, summarizeSweep(name, steps, cfg.P99Bound, err == nil))
 		}
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
@@ -300,8 +414,8 @@ func run(cfg config) (*report, error) {
 // statistics at the edges of a phase's measurement window.
 type sampler struct {
 	ctx                  context.Context
-	srv                  *server
-	chal                 *chalupaTarget
+	srv                  *harness.Server
+	chal                 *harness.Chalupa
 	t0, t1               time.Time
 	srv0, srv1           float64
 	self0, self1         float64
@@ -311,17 +425,19 @@ type sampler struct {
 	statsErr0, statsErr1 error
 }
 
-func (s *sampler) start() {
+// Start samples at the beginning of the window.
+func (s *sampler) Start() {
 	if s.chal != nil {
-		s.commits0, s.units0, s.statsErr0 = s.chal.writerStats(s.ctx)
+		s.commits0, s.units0, s.statsErr0 = s.chal.WriterStats(s.ctx)
 	}
-	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 }
 
-func (s *sampler) end() {
-	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.cpuSeconds(), procCPUSeconds("self"), machineCPUSeconds()
+// End samples at the end of the window.
+func (s *sampler) End() {
+	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 	if s.chal != nil {
-		s.commits1, s.units1, s.statsErr1 = s.chal.writerStats(s.ctx)
+		s.commits1, s.units1, s.statsErr1 = s.chal.WriterStats(s.ctx)
 	}
 }
 
@@ -340,6 +456,12 @@ func (s *sampler) fill(r *phaseResult) {
 	if wall > 0 && r.ServerCPUCores >= 0 && r.ClientCPUCores >= 0 && s.mach0 >= 0 && s.mach1 >= 0 {
 		r.OtherCPUCores = max(0, (s.mach1-s.mach0)/wall-r.ServerCPUCores-r.ClientCPUCores)
 	}
+	if cpus, err := harness.ThreadCPUs(s.srv.PID()); err == nil {
+		r.ServerCPUsSeen = harness.FormatCPUList(cpus)
+	}
+	if cpus, err := harness.ThreadCPUs(os.Getpid()); err == nil {
+		r.ClientCPUsSeen = harness.FormatCPUList(cpus)
+	}
 	if s.chal != nil && s.statsErr0 == nil && s.statsErr1 == nil {
 		r.WriterCommits = s.commits1 - s.commits0
 		r.WriterUnits = s.units1 - s.units0
@@ -351,21 +473,22 @@ func (s *sampler) fill(r *phaseResult) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func summarize(r *phaseResult, t *tally) {
-	r.OK, r.Non2xx, r.TransportErrors = t.ok, t.non2xx, t.transport
+func summarize(r *phaseResult, t *harness.Tally) {
+	r.OK, r.Non2xx, r.TransportErrors = t.OK, t.Non2xx, t.Transport
 	r.Statuses = map[string]int64{}
-	for k, v := range t.statuses {
+	for k, v := range t.Statuses {
 		r.Statuses[strconv.Itoa(k)] = v
 	}
 	if r.TransportErrors > 0 {
 		r.Statuses["transport"] = r.TransportErrors
 	}
-	r.P50Ms, r.P90Ms = ms(t.lat.Quantile(0.50)), ms(t.lat.Quantile(0.90))
-	r.P99Ms, r.P999Ms = ms(t.lat.Quantile(0.99)), ms(t.lat.Quantile(0.999))
-	r.MaxMs, r.MeanMs = ms(t.lat.Max()), ms(t.lat.Mean())
+	r.P50Ms, r.P90Ms = ms(t.Lat.Quantile(0.50)), ms(t.Lat.Quantile(0.90))
+	r.P99Ms, r.P999Ms = ms(t.Lat.Quantile(0.99)), ms(t.Lat.Quantile(0.999))
+	r.MaxMs, r.MeanMs = ms(t.Lat.Max()), ms(t.Lat.Mean())
 }
 
-// runTarget starts one server, runs both phases against it and stops it.
+// runTarget starts one server, runs the phases of -phases against it and
+// stops it.
 // It returns the phase results and, for chalupa, the mean writer batch over
 // the whole run.
 func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult, float64, error) {
@@ -373,8 +496,8 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		return nil, 0, err
 	}
 	var (
-		srv   *server
-		chal  *chalupaTarget
+		srv   *harness.Server
+		chal  *harness.Chalupa
 		keyID string
 		key   []byte
 	)
@@ -382,23 +505,23 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	case "chalupa":
 		bin := cfg.ChalupaBin
 		if bin == "" {
-			root, err := findRepoRoot()
+			root, err := harness.FindRepoRoot()
 			if err != nil {
 				return nil, 0, err
 			}
 			progress("building %s", filepath.Join(root, "tmp", "chalupa"))
-			if bin, err = buildChalupa(ctx, root); err != nil {
+			if bin, err = harness.BuildChalupa(ctx, root); err != nil {
 				return nil, 0, err
 			}
 		}
 		progress("chalupa: starting %s serve", bin)
 		var err error
-		if chal, err = startChalupa(ctx, bin, dir); err != nil {
+		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: cfg.serverCPUs}); err != nil {
 			return nil, 0, err
 		}
-		srv = chal.server
-		if keyID, key, err = chal.issueKey(ctx, cfg.EnvSlug); err != nil {
-			srv.stop(chalupaStopGrace)
+		srv = chal.Server
+		if keyID, key, err = chal.IssueKey(ctx, cfg.EnvSlug); err != nil {
+			srv.Stop(harness.ChalupaStopGrace)
 			return nil, 0, err
 		}
 	case "reference":
@@ -409,13 +532,13 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		keyID = "env_" + cfg.EnvSlug + "_" + hex.EncodeToString(b)
 		progress("reference: starting (pool of %d SQLite connections)", cfg.RefConns)
 		var err error
-		if srv, err = startReference(ctx, dir, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
+		if srv, err = startReference(ctx, dir, cfg.serverCPUs, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
 			return nil, 0, err
 		}
 	}
 	grace := 15 * time.Second
 	if chal != nil {
-		grace = chalupaStopGrace
+		grace = harness.ChalupaStopGrace
 	}
 	stopped := false
 	stopSrv := func() error {
@@ -423,57 +546,39 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 			return nil
 		}
 		stopped = true
-		return srv.stop(grace)
+		return srv.Stop(grace)
 	}
 	defer stopSrv()
 
 	conns := max(cfg.Workers, 256)
-	w, err := newWorkload(srv.url, keyID, key, cfg.EnvSlug, cfg.Deployments, conns, cfg.Timeout)
+	w, err := harness.NewWorkload(srv.URL, keyID, key, cfg.EnvSlug, cfg.Deployments, conns, cfg.Timeout)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer w.close()
+	defer w.Close()
 
 	var out []phaseResult
-
-	waitQuiet(ctx, cfg.WaitQuiet, srv)
-	progress("%s: max throughput, %d workers, %s warm-up + %s", name, cfg.Workers, cfg.Warmup, cfg.Duration)
-	s := &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, measured := runMax(ctx, w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
-	r := phaseResult{Target: name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
-	summarize(&r, t)
-	r.ReqPerSec = float64(r.OK) / measured.Seconds()
-	s.fill(&r)
-	out = append(out, r)
-	if err := ctx.Err(); err != nil {
-		return out, 0, err
-	}
-
-	sleepUntil(ctx, time.Now().Add(cfg.Settle))
-
-	waitQuiet(ctx, cfg.WaitQuiet, srv)
-	progress("%s: steady %.0f req/s, %s warm-up + %s", name, cfg.Rate, cfg.Warmup, cfg.Duration)
-	s = &sampler{ctx: ctx, srv: srv, chal: chal}
-	t, scheduled := runSteady(ctx, w, s, cfg.Rate, cfg.Warmup, cfg.Duration, cfg.MaxInflight)
-	r = phaseResult{Target: name, Phase: "steady", TargetRate: cfg.Rate, DurationSeconds: cfg.Duration.Seconds(), Scheduled: scheduled}
-	summarize(&r, t)
-	// Achieved rate: answers over the window, stretched to the last answer
-	// when the server fell behind the schedule.
-	span := cfg.Duration
-	if !t.lastDone.IsZero() && s.t0.Before(t.lastDone) && t.lastDone.Sub(s.t0) > span {
-		span = t.lastDone.Sub(s.t0)
-	}
-	r.ReqPerSec = float64(r.OK) / span.Seconds()
-	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.lag.Quantile(0.99)), ms(t.lag.Max())
-	s.fill(&r)
-	out = append(out, r)
-	if err := ctx.Err(); err != nil {
-		return out, 0, err
+	env := phaseEnv{cfg: cfg, name: name, srv: srv, chal: chal, w: w}
+	for i, phase := range cfg.Phases {
+		if i > 0 {
+			harness.SleepUntil(ctx, time.Now().Add(cfg.Settle))
+		}
+		switch phase {
+		case "max":
+			out = append(out, env.max(ctx))
+		case "steady":
+			out = append(out, env.steady(ctx, "steady", cfg.Rate, cfg.Warmup, cfg.Duration))
+		case "sweep":
+			out = append(out, env.sweep(ctx)...)
+		}
+		if err := ctx.Err(); err != nil {
+			return out, 0, err
+		}
 	}
 
 	var batch float64
 	if chal != nil {
-		c, u, err := chal.writerStats(ctx)
+		c, u, err := chal.WriterStats(ctx)
 		if err != nil {
 			progress("chalupa: %v", err)
 		} else if c > 0 {
@@ -487,20 +592,65 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	return out, batch, nil
 }
 
+// phaseEnv is what every phase against one target uses.
+type phaseEnv struct {
+	cfg  config
+	name string
+	srv  *harness.Server
+	chal *harness.Chalupa
+	w    *harness.Workload
+}
+
+// max runs the closed-loop phase.
+func (e *phaseEnv) max(ctx context.Context) phaseResult {
+	cfg := e.cfg
+	waitQuiet(ctx, cfg.WaitQuiet, e.srv)
+	progress("%s: max throughput, %d workers, %s warm-up + %s", e.name, cfg.Workers, cfg.Warmup, cfg.Duration)
+	s := &sampler{ctx: ctx, srv: e.srv, chal: e.chal}
+	t, measured := harness.RunMax(ctx, e.w, s, cfg.Workers, cfg.Warmup, cfg.Duration, cfg.MaxRequests)
+	r := phaseResult{Target: e.name, Phase: "max", Workers: cfg.Workers, DurationSeconds: measured.Seconds()}
+	summarize(&r, t)
+	r.ReqPerSec = float64(r.OK) / measured.Seconds()
+	s.fill(&r)
+	return r
+}
+
+// steady runs one open-loop phase at rate: the steady phase, or one step
+// of the sweep (phase "sweep").
+func (e *phaseEnv) steady(ctx context.Context, phase string, rate float64, warmup, dur time.Duration) phaseResult {
+	cfg := e.cfg
+	waitQuiet(ctx, cfg.WaitQuiet, e.srv)
+	progress("%s: %s %.0f req/s, %s warm-up + %s", e.name, phase, rate, warmup, dur)
+	s := &sampler{ctx: ctx, srv: e.srv, chal: e.chal}
+	t, scheduled := harness.RunSteady(ctx, e.w, s, rate, warmup, dur, cfg.MaxInflight)
+	r := phaseResult{Target: e.name, Phase: phase, TargetRate: rate, DurationSeconds: dur.Seconds(), Scheduled: scheduled}
+	summarize(&r, t)
+	// Achieved rate: answers over the window, stretched to the last answer
+	// when the server fell behind the schedule.
+	span := dur
+	if !t.LastDone.IsZero() && s.t0.Before(t.LastDone) && t.LastDone.Sub(s.t0) > span {
+		span = t.LastDone.Sub(s.t0)
+	}
+	r.ReqPerSec = float64(r.OK) / span.Seconds()
+	r.SendLagP99Ms, r.SendLagMaxMs = ms(t.Lag.Quantile(0.99)), ms(t.Lag.Max())
+	s.fill(&r)
+	return r
+}
+
 // waitQuiet waits, at most limit, until other processes (everything but this
 // client and srv) use less than otherCPUWarn cores over a one-second sample.
 // On a machine shared with other work (test suites, builds) a measurement
 // taken while they run says little about the server.
-func waitQuiet(ctx context.Context, limit time.Duration, srv *server) {
+func waitQuiet(ctx context.Context, limit time.Duration, srv *harness.Server) {
 	if limit <= 0 {
 		return
 	}
 	deadline := time.Now().Add(limit)
 	warned := false
 	for {
-		m0, s0, c0, t0 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self"), time.Now()
-		sleepUntil(ctx, t0.Add(time.Second))
-		m1, s1, c1 := machineCPUSeconds(), srv.cpuSeconds(), procCPUSeconds("self")
+		m0, s0, c0, t0 := harness.MachineCPUSeconds(), srv.CPUSeconds(), harness.ProcCPUSeconds("self"), time.Now()
+		harness.SleepUntil(ctx, t0.Add(time.Second))
+		m1, s1, c1 := harness.MachineCPUSeconds(), srv.CPUSeconds(), harness.ProcCPUSeconds("self")
 		if m0 < 0 || m1 < 0 || s0 < 0 || c0 < 0 || ctx.Err() != nil {
 			return
 		}
@@ -521,15 +671,25 @@ func waitQuiet(ctx context.Context, limit time.Duration, srv *server) {
 
 func printReport(out io.Writer, rep *report) {
 	c := rep.Config
-	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (client and server share them), %d deployments, %s warm-up + %s per phase\n\n",
-		c.NumCPU, c.Deployments, c.Warmup, c.Duration)
+	placement := "client and server share them"
+	if c.ServerCPUs != "" {
+		placement = fmt.Sprintf("server on CPU %s, client on CPU %s", c.ServerCPUs, c.ClientCPUs)
+	}
+	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (%s), %d deployments, %s warm-up + %s per phase",
+		c.NumCPU, placement, c.Deployments, c.Warmup, c.Duration)
+	if slices.Contains(c.Phases, "sweep") {
+		fmt.Fprintf(out, ", %s + %s per sweep step", c.StepWarmup, c.Step)
+	}
+	fmt.Fprintln(out)
+	printPlacement(out, rep)
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\tphase\treq/s\t2xx\tnon-2xx\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsend lag p99 ms\tserver CPU\tserver µs/req\tclient CPU\tother CPU\tbatch\t")
 	for _, r := range rep.Results {
 		phase := fmt.Sprintf("max (%d workers)", r.Workers)
 		lag := "-"
-		if r.Phase == "steady" {
-			phase = fmt.Sprintf("steady %.0f/s", r.TargetRate)
+		if r.Phase == "steady" || r.Phase == "sweep" {
+			phase = fmt.Sprintf("%s %.0f/s", r.Phase, r.TargetRate)
 			lag = fmt.Sprintf("%.2f", r.SendLagP99Ms)
 		}
 		batch := "-"
@@ -571,14 +731,65 @@ func printReport(out io.Writer, rep *report) {
 				r.TargetRate, r.P99Ms, targetP99.Milliseconds(), passFail(rep.P99Pass))
 		}
 	}
+	for _, sw := range rep.Sweeps {
+		fmt.Fprintf(out, "%s open-loop sweep (p99 ≤ %.0f ms from the scheduled send, no errors, ≥ %.0f%% of the rate answered): ",
+			sw.Target, sw.P99BoundMs, minAchieved*100)
+		switch {
+		case sw.MaxRate > 0:
+			fmt.Fprintf(out, "highest rate served %.0f req/s", sw.MaxRate)
+		default:
+			fmt.Fprint(out, "no rate served")
+		}
+		switch {
+		case sw.StoppedAt > 0:
+			fmt.Fprintf(out, "; stopped at %.0f req/s: %s\n", sw.StoppedAt, sw.StopReason)
+		case !sw.Complete:
+			fmt.Fprint(out, " (interrupted)\n")
+		default:
+			fmt.Fprint(out, "; every rate served: the limit is above the last rate of -sweep\n")
+		}
+	}
 	if rep.ChalupaMeanBatch > 0 {
 		fmt.Fprintf(out, "chalupa writer mean batch (chalupa_writer_units_total / chalupa_writer_commits_total): %.1f over the run", rep.ChalupaMeanBatch)
 		for _, r := range rep.Results {
 			if r.Target == "chalupa" && r.MeanBatch > 0 {
-				fmt.Fprintf(out, "; %.1f in %s", r.MeanBatch, r.Phase)
+				if r.Phase == "sweep" {
+					fmt.Fprintf(out, "; %.1f in sweep %.0f/s", r.MeanBatch, r.TargetRate)
+				} else {
+					fmt.Fprintf(out, "; %.1f in %s", r.MeanBatch, r.Phase)
+				}
 			}
 		}
 		fmt.Fprintln(out)
+	}
+}
+
+// printPlacement says how the processes were placed on CPUs: asked for
+// (-server-cpus) and seen (every thread's Cpus_allowed_list, per phase).
+func printPlacement(out io.Writer, rep *report) {
+	c := rep.Config
+	if c.ServerCPUs == "" {
+		fmt.Fprintf(out, "placement: not pinned (-server-cpus not set); client GOMAXPROCS %d\n", c.GOMAXPROCS)
+		return
+	}
+	fmt.Fprintf(out, "placement: servers under `taskset -c %s`; client threads pinned to %s (sched_setaffinity), GOMAXPROCS %d\n",
+		c.ServerCPUs, c.ClientCPUs, c.GOMAXPROCS)
+	seen := map[string]bool{}
+	var parts []string
+	for _, r := range rep.Results {
+		for _, p := range []string{r.Target + " " + r.ServerCPUsSeen, "client " + r.ClientCPUsSeen} {
+			if !seen[p] {
+				seen[p] = true
+				parts = append(parts, p)
+			}
+		}
+	}
+	fmt.Fprintf(out, "placement seen (threads' Cpus_allowed_list after each phase): %s\n", strings.Join(parts, ", "))
+	for _, r := range rep.Results {
+		if r.ServerCPUsSeen != c.ServerCPUs || r.ClientCPUsSeen != c.ClientCPUs {
+			fmt.Fprintf(out, "WARNING: %s %s ran with the server on %q and the client on %q, not as asked\n",
+				r.Target, r.Phase, r.ServerCPUsSeen, r.ClientCPUsSeen)
+		}
 	}
 }
 

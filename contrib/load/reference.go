@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	_ "modernc.org/sqlite" // the driver chalupa uses
 
+	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
@@ -120,13 +120,15 @@ func refError(w http.ResponseWriter, status int, code string) {
 	fmt.Fprintf(w, `{"error":{"code":%q}}`, code)
 }
 
+// ServeHTTP answers GET /api/health and POST /api/ingest/heartbeat: the
+// signature and window checks, the strict body, then one transaction.
 func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/api/health" {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ok"}`)
 		return
 	}
-	if r.Method != http.MethodPost || r.URL.Path != "/api/ingest/heartbeat" {
+	if r.Method != http.MethodPost || r.URL.Path != harness.HeartbeatPath {
 		refError(w, http.StatusNotFound, "not_found")
 		return
 	}
@@ -279,8 +281,9 @@ func runReferenceServer(dbPath string, conns int) error {
 }
 
 // startReference runs this executable as the reference server with its
-// database in dir and returns it once it answers /api/health.
-func startReference(ctx context.Context, dir string, conns int, keyID, material, envSlug string) (*server, error) {
+// database in dir (under `taskset -c cpus` when cpus is not empty) and
+// returns it once it answers /api/health.
+func startReference(ctx context.Context, dir string, cpus []int, conns int, keyID, material, envSlug string) (*harness.Server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -290,8 +293,12 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
-	cmd.Env = append(baseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
+	cmd, err := harness.Command(cpus, exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	cmd.Env = append(harness.BaseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -302,7 +309,7 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 		logf.Close()
 		return nil, fmt.Errorf("start reference: %w", err)
 	}
-	srv := newServer("reference", cmd, logf, logPath)
+	srv := harness.NewServer("reference", cmd, logf, logPath)
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -322,19 +329,19 @@ func startReference(ctx context.Context, dir string, conns int, keyID, material,
 	select {
 	case a, ok := <-addrc:
 		if !ok {
-			srv.stop(5 * time.Second)
-			return nil, fmt.Errorf("reference server did not start: %s", srv.logTail())
+			srv.Stop(5 * time.Second)
+			return nil, fmt.Errorf("reference server did not start: %s", srv.LogTail())
 		}
-		srv.url = "http://" + a
+		srv.URL = "http://" + a
 	case <-time.After(30 * time.Second):
-		srv.stop(5 * time.Second)
+		srv.Stop(5 * time.Second)
 		return nil, errors.New("reference server did not report its address within 30s")
 	case <-ctx.Done():
-		srv.stop(5 * time.Second)
+		srv.Stop(5 * time.Second)
 		return nil, ctx.Err()
 	}
-	if err := srv.waitHealthy(ctx, 30*time.Second); err != nil {
-		srv.stop(5 * time.Second)
+	if err := srv.WaitHealthy(ctx, 30*time.Second); err != nil {
+		srv.Stop(5 * time.Second)
 		return nil, err
 	}
 	return srv, nil

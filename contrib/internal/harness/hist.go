@@ -1,16 +1,16 @@
-package main
+package harness
 
 import (
 	"math/bits"
 	"time"
 )
 
-// histogram records durations in microseconds in log-linear buckets: exact
+// Histogram records durations in microseconds in log-linear buckets: exact
 // below 2^subBits µs, then 2^subBits buckets per power of two, so any
 // reported quantile is within 1/2^subBits (0.8 %) of the true value. Its
 // memory is fixed (a few tens of KiB) however many samples it holds, which is
 // what keeps a long or fast run bounded.
-type histogram struct {
+type Histogram struct {
 	counts []uint64
 	n      uint64
 	sum    uint64 // µs
@@ -25,8 +25,9 @@ const (
 	maxShift = 30
 )
 
-func newHistogram() *histogram {
-	return &histogram{counts: make([]uint64, (maxShift+2)*subBuckets)}
+// NewHistogram returns an empty histogram.
+func NewHistogram() *Histogram {
+	return &Histogram{counts: make([]uint64, (maxShift+2)*subBuckets)}
 }
 
 // bucketOf returns the bucket index of v µs.
@@ -52,7 +53,7 @@ func bucketLow(i int) (low, width uint64) {
 }
 
 // Record adds one duration (negative counts as zero).
-func (h *histogram) Record(d time.Duration) {
+func (h *Histogram) Record(d time.Duration) {
 	v := uint64(0)
 	if d > 0 {
 		v = uint64(d / time.Microsecond)
@@ -66,7 +67,7 @@ func (h *histogram) Record(d time.Duration) {
 }
 
 // Merge adds every sample of o.
-func (h *histogram) Merge(o *histogram) {
+func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
@@ -78,11 +79,11 @@ func (h *histogram) Merge(o *histogram) {
 }
 
 // Count is the number of samples.
-func (h *histogram) Count() uint64 { return h.n }
+func (h *Histogram) Count() uint64 { return h.n }
 
 // Quantile returns the q-quantile (0 < q ≤ 1) as a duration: the middle of
 // the bucket holding the sample of that rank, never above the maximum.
-func (h *histogram) Quantile(q float64) time.Duration {
+func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
@@ -109,10 +110,10 @@ func (h *histogram) Quantile(q float64) time.Duration {
 }
 
 // Max is the largest sample.
-func (h *histogram) Max() time.Duration { return time.Duration(h.max) * time.Microsecond }
+func (h *Histogram) Max() time.Duration { return time.Duration(h.max) * time.Microsecond }
 
 // Mean is the mean sample.
-func (h *histogram) Mean() time.Duration {
+func (h *Histogram) Mean() time.Duration {
 	if h.n == 0 {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bytes"
@@ -14,12 +14,12 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// heartbeatPath is the signed route under load.
-const heartbeatPath = "/api/ingest/heartbeat"
+// HeartbeatPath is the signed route under load.
+const HeartbeatPath = "/api/ingest/heartbeat"
 
-// workload sends signed heartbeats to one target, spread round-robin over a
+// Workload sends signed heartbeats to one target, spread round-robin over a
 // fleet of deployment ids, each with a fresh nonce and the current time.
-type workload struct {
+type Workload struct {
 	url         string // base URL + heartbeatPath
 	keyID       string
 	key         []byte
@@ -29,8 +29,11 @@ type workload struct {
 	seq         atomic.Uint64
 }
 
-func newWorkload(base, keyID string, key []byte, env string, deployments, conns int, timeout time.Duration) (*workload, error) {
-	if err := checkLoopback(base); err != nil {
+// NewWorkload returns a Workload posting to base (which must be
+// http://127.0.0.1:PORT) with key keyID, over at most conns kept-alive
+// connections, each request bounded by timeout.
+func NewWorkload(base, keyID string, key []byte, env string, deployments, conns int, timeout time.Duration) (*Workload, error) {
+	if err := CheckLoopback(base); err != nil {
 		return nil, err
 	}
 	tr := &http.Transport{
@@ -41,20 +44,24 @@ func newWorkload(base, keyID string, key []byte, env string, deployments, conns 
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &workload{
-		url: base + heartbeatPath, keyID: keyID, key: key, env: env, deployments: deployments,
+	return &Workload{
+		url: base + HeartbeatPath, keyID: keyID, key: key, env: env, deployments: deployments,
 		client: &http.Client{Transport: tr, Timeout: timeout},
 	}, nil
 }
 
-func (w *workload) close() { w.client.CloseIdleConnections() }
+// Close closes the idle connections.
+func (w *Workload) Close() { w.client.CloseIdleConnections() }
+
+// Sent is how many requests Send has started.
+func (w *Workload) Sent() uint64 { return w.seq.Load() }
 
 var regions = [...]string{"nyc3", "sfo3", "ams3", "fra1", "sgp1"}
 
-// body appends one HeartbeatV1 (ingest/heartbeat.go) for request n to b. It
+// Body appends one HeartbeatV1 (ingest/heartbeat.go) for request n to b. It
 // is built by hand rather than with encoding/json so that the client, which
 // shares the CPU with the server, spends as little as it can.
-func (w *workload) body(b []byte, n uint64, now time.Time) []byte {
+func (w *Workload) Body(b []byte, n uint64, now time.Time) []byte {
 	dep := n % uint64(w.deployments)
 	b = append(b, `{"environmentSlug":"`...)
 	b = append(b, w.env...)
@@ -76,17 +83,17 @@ func (w *workload) body(b []byte, n uint64, now time.Time) []byte {
 	return b
 }
 
-// send posts one signed heartbeat and returns the status code.
-func (w *workload) send(ctx context.Context) (int, error) {
+// Send posts one signed heartbeat and returns the status code.
+func (w *Workload) Send(ctx context.Context) (int, error) {
 	n := w.seq.Add(1)
 	now := time.Now()
-	body := w.body(make([]byte, 0, 448), n, now)
+	body := w.Body(make([]byte, 0, 448), n, now)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	signer.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, heartbeatPath, body)
+	signer.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, HeartbeatPath, body)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, err
@@ -96,75 +103,87 @@ func (w *workload) send(ctx context.Context) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// tally is what one phase observed inside its measurement window.
-type tally struct {
-	lat       *histogram // from send (closed loop) or from the scheduled time (open loop)
-	lag       *histogram // open loop: scheduled time to the moment the request was handed to the client
-	ok        int64
-	non2xx    int64
-	transport int64
-	statuses  map[int]int64
-	lastDone  time.Time
+// Tally is what one phase observed inside its measurement window.
+type Tally struct {
+	// Lat is the latency: from send (closed loop) or from the scheduled
+	// time (open loop) to the answer.
+	Lat *Histogram
+	// Lag (open loop only) is the scheduled time to the moment the request
+	// was handed to the HTTP client: large means the client, not the
+	// server, was late.
+	Lag *Histogram
+	// OK, Non2xx and Transport count 2xx answers, other answers, and
+	// requests with no answer (timeout, connection error).
+	OK, Non2xx, Transport int64
+	// Statuses counts answers by HTTP status.
+	Statuses map[int]int64
+	// LastDone is when the last recorded request finished.
+	LastDone time.Time
 }
 
-func newTally() *tally {
-	return &tally{lat: newHistogram(), lag: newHistogram(), statuses: map[int]int64{}}
+// NewTally returns an empty Tally.
+func NewTally() *Tally {
+	return &Tally{Lat: NewHistogram(), Lag: NewHistogram(), Statuses: map[int]int64{}}
 }
 
-func (t *tally) add(status int, err error, lat time.Duration, done time.Time) {
+// Add records one request: its status (or transport error), its latency and
+// when it finished.
+func (t *Tally) Add(status int, err error, lat time.Duration, done time.Time) {
 	switch {
 	case err != nil:
-		t.transport++
+		t.Transport++
 	case status >= 200 && status < 300:
-		t.ok++
+		t.OK++
 	default:
-		t.non2xx++
+		t.Non2xx++
 	}
 	if err == nil {
-		t.statuses[status]++
+		t.Statuses[status]++
 	}
-	t.lat.Record(lat)
-	if done.After(t.lastDone) {
-		t.lastDone = done
-	}
-}
-
-func (t *tally) merge(o *tally) {
-	t.lat.Merge(o.lat)
-	t.lag.Merge(o.lag)
-	t.ok += o.ok
-	t.non2xx += o.non2xx
-	t.transport += o.transport
-	for k, v := range o.statuses {
-		t.statuses[k] += v
-	}
-	if o.lastDone.After(t.lastDone) {
-		t.lastDone = o.lastDone
+	t.Lat.Record(lat)
+	if done.After(t.LastDone) {
+		t.LastDone = done
 	}
 }
 
-// window marks the measurement window of a phase for samplers (CPU,
-// writer statistics): start is called at its beginning, end at its end.
-type window interface {
-	start()
-	end()
+// Merge adds everything o recorded.
+func (t *Tally) Merge(o *Tally) {
+	t.Lat.Merge(o.Lat)
+	t.Lag.Merge(o.Lag)
+	t.OK += o.OK
+	t.Non2xx += o.Non2xx
+	t.Transport += o.Transport
+	for k, v := range o.Statuses {
+		t.Statuses[k] += v
+	}
+	if o.LastDone.After(t.LastDone) {
+		t.LastDone = o.LastDone
+	}
 }
 
-// runWindow calls win.start at from and win.end at to (or when ctx ends),
+// Window marks the measurement window of a phase for samplers (CPU,
+// writer statistics): Start is called at its beginning, End at its end.
+type Window interface {
+	Start()
+	End()
+}
+
+// runWindow calls win.Start at from and win.End at to (or when ctx ends),
 // returning a channel closed once both have run.
-func runWindow(ctx context.Context, win window, from, to time.Time) <-chan struct{} {
+func runWindow(ctx context.Context, win Window, from, to time.Time) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sleepUntil(ctx, from)
-		win.start()
-		sleepUntil(ctx, to)
-		win.end()
+		SleepUntil(ctx, from)
+		win.Start()
+		SleepUntil(ctx, to)
+		win.End()
 	}()
 	return done
 }
 
-func sleepUntil(ctx context.Context, t time.Time) {
+// SleepUntil returns at t, or when ctx ends if that is earlier.
+func SleepUntil(ctx context.Context, t time.Time) {
 	d := time.Until(t)
 	if d <= 0 {
 		return
@@ -177,12 +196,12 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	}
 }
 
-// runMax is the closed-loop phase: workers send back to back for warmup
+// RunMax is the closed-loop phase: workers send back to back for warmup
 // (not recorded), then for dur (recorded: requests sent and answered inside
 // the window). It stops at the end of the window, or after maxRequests
 // sends, or when ctx ends, whichever is first, and returns what it saw and
 // the length of the window it actually measured.
-func runMax(ctx context.Context, w *workload, win window, workers int, warmup, dur time.Duration, maxRequests int64) (*tally, time.Duration) {
+func RunMax(ctx context.Context, w *Workload, win Window, workers int, warmup, dur time.Duration, maxRequests int64) (*Tally, time.Duration) {
 	begin := time.Now()
 	from := begin.Add(warmup)
 	to := from.Add(dur)
@@ -190,10 +209,10 @@ func runMax(ctx context.Context, w *workload, win window, workers int, warmup, d
 	defer stopWindow()
 	sampled := runWindow(wctx, win, from, to)
 	var issued atomic.Int64
-	tallies := make([]*tally, workers)
+	tallies := make([]*Tally, workers)
 	var wg sync.WaitGroup
 	for i := range tallies {
-		t := newTally()
+		t := NewTally()
 		tallies[i] = t
 		wg.Add(1)
 		go func() {
@@ -203,12 +222,12 @@ func runMax(ctx context.Context, w *workload, win window, workers int, warmup, d
 				if !t0.Before(to) {
 					return
 				}
-				status, err := w.send(ctx)
+				status, err := w.Send(ctx)
 				t1 := time.Now()
 				if t0.Before(from) || t1.After(to) || (err != nil && ctx.Err() != nil) {
 					continue // outside the window, or cut short by an interrupt
 				}
-				t.add(status, err, t1.Sub(t0), t1)
+				t.Add(status, err, t1.Sub(t0), t1)
 			}
 		}()
 	}
@@ -217,9 +236,9 @@ func runMax(ctx context.Context, w *workload, win window, workers int, warmup, d
 	stopped := time.Now()
 	stopWindow()
 	<-sampled
-	all := newTally()
+	all := NewTally()
 	for _, t := range tallies {
-		all.merge(t)
+		all.Merge(t)
 	}
 	if stopped.Before(to) {
 		to = stopped
@@ -227,21 +246,21 @@ func runMax(ctx context.Context, w *workload, win window, workers int, warmup, d
 	return all, max(to.Sub(from), time.Millisecond)
 }
 
-// runSteady is the open-loop phase: requests are scheduled at a constant
+// RunSteady is the open-loop phase: requests are scheduled at a constant
 // rate for warmup+dur, each sent at its scheduled time whatever the
 // previous ones are doing (at most maxInflight at once), and its latency is
 // measured from the scheduled time, so a stalled server is charged for
 // every request it delays (no coordinated omission). Only requests
 // scheduled inside the dur window are recorded. It returns the tally and
 // the scheduled count in the window.
-func runSteady(ctx context.Context, w *workload, win window, rate float64, warmup, dur time.Duration, maxInflight int) (*tally, int64) {
+func RunSteady(ctx context.Context, w *Workload, win Window, rate float64, warmup, dur time.Duration, maxInflight int) (*Tally, int64) {
 	total := int64(rate * (warmup + dur).Seconds())
 	interval := float64(time.Second) / rate
 	begin := time.Now().Add(10 * time.Millisecond)
 	from := begin.Add(warmup)
 	to := from.Add(dur)
 	sampled := runWindow(ctx, win, from, to)
-	t := newTally()
+	t := NewTally()
 	var mu sync.Mutex
 	var scheduled int64
 	sem := make(chan struct{}, maxInflight)
@@ -249,7 +268,7 @@ func runSteady(ctx context.Context, w *workload, win window, rate float64, warmu
 loop:
 	for i := int64(0); i < total; i++ {
 		at := begin.Add(time.Duration(float64(i) * interval))
-		sleepUntil(ctx, at)
+		SleepUntil(ctx, at)
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -264,14 +283,14 @@ loop:
 			defer wg.Done()
 			defer func() { <-sem }()
 			lag := time.Since(at)
-			status, err := w.send(ctx)
+			status, err := w.Send(ctx)
 			done := time.Now()
 			if !measured || (err != nil && ctx.Err() != nil) {
 				return
 			}
 			mu.Lock()
-			t.add(status, err, done.Sub(at), done)
-			t.lag.Record(lag)
+			t.Add(status, err, done.Sub(at), done)
+			t.Lag.Record(lag)
 			mu.Unlock()
 		}()
 	}
