@@ -187,9 +187,13 @@ func (nopWindow) Start() {}
 // End does nothing.
 func (nopWindow) End() {}
 
+// signedMiB is mib with a sign: "+8.28 MiB", "-593.44 MiB", "0 bytes".
 func signedMiB(b int64) string {
-	if b > 0 {
+	switch {
+	case b > 0:
 		return "+" + mib(b)
+	case b < 0:
+		return "-" + mib(-b)
 	}
 	return mib(b)
 }

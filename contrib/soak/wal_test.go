@@ -112,3 +112,28 @@ func TestTruncatedVerdict(t *testing.T) {
 		})
 	}
 }
+
+func TestSizeFormats(t *testing.T) {
+	for _, tc := range []struct {
+		b          int64
+		plain, sig string
+	}{
+		{0, "0 bytes", "0 bytes"},
+		{4152, "4152 bytes", "+4152 bytes"},
+		{-4152, "-4152 bytes", "-4152 bytes"},
+		{10 << 10, "0.01 MiB", "+0.01 MiB"},
+		{300 << 20, "300.00 MiB", "+300.00 MiB"},
+		{-624027560, "-624027560 bytes", "-595.12 MiB"},
+	} {
+		t.Run(tc.sig, func(t *testing.T) {
+			if tc.b >= 0 {
+				if got := mib(tc.b); got != tc.plain {
+					t.Errorf("mib(%d) = %q, want %q", tc.b, got, tc.plain)
+				}
+			}
+			if got := signedMiB(tc.b); got != tc.sig {
+				t.Errorf("signedMiB(%d) = %q, want %q", tc.b, got, tc.sig)
+			}
+		})
+	}
+}
