@@ -159,7 +159,10 @@ const sharedKeyDeprecation = "@1767225600"
 // of it: at the ~2,500-3,500 heartbeats/s one vCPU commits, 256 waiting is
 // under 100 ms of queue, and 256 is also one full writer batch
 // (storage.DefaultMaxBatch), so the bound never stops a batch from filling.
-// Agents retry a 5xx with back-off (ingest/signer.Client).
+// The price: a write stall longer than ~250 ms (Litestream's checkpoint
+// holds the write lock; on a busy disk it has taken that long) sheds at
+// 1,000 heartbeats/s too. Agents retry a 5xx with back-off
+// (ingest/signer.Client).
 const maxIngestInFlight = 256
 
 // ingestRetryAfter is the Retry-After of a shed ingest request, in seconds:
