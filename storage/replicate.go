@@ -311,7 +311,7 @@ func (r *Replicator) Committed() {
 func (r *Replicator) run(ctx context.Context) {
 	defer close(r.done)
 	var backoff time.Duration
-	housekeeping := newHousekeeping(r.clock.Now())
+	housekeeping := newHousekeeping(r.clock.Now(), r.store.SnapshotLevel())
 	for {
 		started := r.clock.Now()
 		pending := r.drainNotify()
@@ -519,14 +519,18 @@ func (r *Replicator) failed(ctx context.Context, err error) {
 // uploaded L0 files may still be waiting to be retired. A long-idle daemon
 // therefore does none of it: its idle check is one listing of the replica.
 type housekeeping struct {
+	levels []*litestream.CompactionLevel // L1, L2 and the snapshot level
 	due    map[int]time.Time
 	seen   map[int]uint64 // Replicator.uploads when the level last ran
 	l0Due  time.Time
 	l0Seen uint64
 }
 
-func newHousekeeping(now time.Time) *housekeeping {
-	h := &housekeeping{due: map[int]time.Time{}, seen: map[int]uint64{}, l0Due: now.Add(l0RetentionInterval)}
+func newHousekeeping(now time.Time, snapshot *litestream.CompactionLevel) *housekeeping {
+	h := &housekeeping{
+		levels: append(slices.Clone([]*litestream.CompactionLevel(compactionLevels[1:])), snapshot),
+		due:    map[int]time.Time{}, seen: map[int]uint64{}, l0Due: now.Add(l0RetentionInterval),
+	}
 	for _, lvl := range compactionLevels[1:] {
 		h.due[lvl.Level] = lvl.NextCompactionAt(now)
 	}
@@ -540,8 +544,7 @@ func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 	r.mu.Lock()
 	uploads, lastUpload := r.uploads, r.lastUploadAt
 	r.mu.Unlock()
-	levels := append(slices.Clone([]*litestream.CompactionLevel(compactionLevels[1:])), r.store.SnapshotLevel())
-	for _, lvl := range levels {
+	for _, lvl := range h.levels {
 		if now.Before(h.due[lvl.Level]) || uploads == h.seen[lvl.Level] {
 			continue
 		}
