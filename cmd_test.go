@@ -361,11 +361,7 @@ func TestAdminEnvListEscapesControlBytes(t *testing.T) {
 func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
-	dir := t.TempDir()
-	key := filepath.Join(dir, "ingest.key")
-	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, key := agentKeyFile(t)
 	args := func(url, keyFile string) []string {
 		return []string{"agent", "heartbeat", "--url", url, "--key-id", "env_x_0000000000000000", "--key-file", keyFile, "--env", "x1", "--deployment", "d1"}
 	}
@@ -469,11 +465,7 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 func TestAgentActivityFile(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
-	dir := t.TempDir()
-	key := filepath.Join(dir, "ingest.key")
-	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, key := agentKeyFile(t)
 	activity := filepath.Join(dir, "activity")
 	if err := os.WriteFile(activity, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -534,4 +526,16 @@ func TestAgentActivityFile(t *testing.T) {
 			t.Errorf("heartbeat %d reported last activity %s, want the file's mtime %s", i+1, got, seen)
 		}
 	}
+}
+
+// agentKeyFile writes a fresh ingest key (0600) into a new temporary dir for
+// the agent tests and returns the dir and the file's path.
+func agentKeyFile(t *testing.T) (dir, key string) {
+	t.Helper()
+	dir = t.TempDir()
+	key = filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, key
 }
