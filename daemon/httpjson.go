@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
-	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 
 // maxAdminBody bounds admin request bodies (bytes).
@@ -47,10 +46,6 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// decodeStrict decodes exactly one JSON object into v with the rules every
-// endpoint shares (internal/strictjson). The error message is safe to return.
-func decodeStrict(b []byte, v any) error { return strictjson.Decode(b, v) }
 
 // readAdminBody reads an admin request body of at most maxAdminBody bytes,
 // answering the error itself (413 body_too_large, 400 bad_body). It

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 
 // apiError is a refusal an operation handler returns: the status and the
@@ -73,7 +74,7 @@ func handleOp[Req, Resp any](o *operations, id string, fn func(ctx context.Conte
 	if op.Request != nil {
 		b.decode = func(body []byte) (any, error) {
 			var req Req
-			if err := decodeStrict(body, &req); err != nil {
+			if err := strictjson.Decode(body, &req); err != nil { // the rules every endpoint shares
 				return nil, err
 			}
 			return req, nil
