@@ -20,6 +20,7 @@ package storagetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -181,8 +182,8 @@ func Environment(t testing.TB, db *storage.DB, seed storage.Environment) storage
 //   - AgentVersion: "storagetest/1"
 //
 // SessionExpiresAt and CIActive are stored as given (zero: none, false).
-// Ending is a direct UPDATE: storage has no query that ends a deployment
-// yet. The environment keeps its status and times: a sunk environment is
+// An ended deployment is ended through storage.EndDeployment, the one path
+// that ends deployments (and their telemetry sessions). The environment keeps its status and times: a sunk environment is
 // not brought back as a first heartbeat would (Heartbeat does that). Fails the test on any error, for example an existing deployment id
 // in the environment, and for a LastHeartbeatAt before LaunchedAt or an
 // EndedAt on an active deployment.
@@ -262,14 +263,34 @@ func Deployment(t testing.TB, db *storage.DB, seed storage.Deployment) storage.D
 				return err
 			}
 		}
-		if seed.Status != storage.DeploymentActive {
-			if _, err := tx.ExecContext(ctx,
-				`UPDATE deployments SET status = ?, ended_at = ? WHERE environment_id = ? AND id = ?`,
-				seed.Status, seed.EndedAt.UnixMilli(), seed.EnvironmentID, seed.ID); err != nil {
+		if seed.Status == storage.DeploymentEnded {
+			if _, err := storage.EndDeployment(ctx, tx, seed.EnvironmentID, seed.ID, seed.EndedAt); err != nil {
 				return err
 			}
 		}
 		out, err = deploymentRow(ctx, tx, seed.EnvironmentID, seed.ID)
+		return err
+	})
+	return out
+}
+
+// EndDeployment ends an active deployment at the given time through
+// storage.EndDeployment (which also ends its open telemetry sessions) and
+// returns the row as read back. Fails the test if the deployment does not
+// exist or was not active.
+func EndDeployment(t testing.TB, db *storage.DB, environmentID int64, id string, at time.Time) storage.Deployment {
+	t.Helper()
+	var out storage.Deployment
+	do(t, db, "end deployment "+id, func(tx storage.Tx) error {
+		ctx := context.Background()
+		ended, err := storage.EndDeployment(ctx, tx, environmentID, id, at)
+		if err != nil {
+			return err
+		}
+		if !ended {
+			return errors.New("deployment was not active")
+		}
+		out, err = deploymentRow(ctx, tx, environmentID, id)
 		return err
 	})
 	return out
@@ -460,4 +481,72 @@ func IngestKey(t testing.TB, db *storage.DB, seed storage.IngestKey) storage.Ing
 		return err
 	})
 	return out
+}
+
+// TelemetryWindow stores one accepted telemetry window the way window
+// admission does (receipt, detail row and session update in one writer
+// unit) and returns it as stored. Zero fields of seed get defaults:
+//   - EnvironmentID, DeploymentID: a new Deployment (active)
+//   - SessionID: "sess-<n>"
+//   - WindowStart: the current minute, UTC
+//   - ReceivedAt: WindowStart + 60 s
+//   - Metrics: when every metric is nil, cpuPct {n 12, sum 600, min 10,
+//     max 90, last 40} and memUsedBytes/memTotalBytes {n 12, 1 GiB / 4 GiB}
+//
+// The receipt's body hash is derived from the identity and metrics (not the
+// wire encoding ingest hashes), so a fixture row dedups only against
+// itself. Fails the test if the identity already exists.
+func TelemetryWindow(t testing.TB, db *storage.DB, seed storage.TelemetryWindow) storage.TelemetryWindow {
+	t.Helper()
+	if seed.EnvironmentID == 0 || seed.DeploymentID == "" {
+		d := Deployment(t, db, storage.Deployment{EnvironmentID: seed.EnvironmentID})
+		seed.EnvironmentID, seed.DeploymentID = d.EnvironmentID, d.ID
+	}
+	if seed.SessionID == "" {
+		seed.SessionID = fmt.Sprintf("sess-%d", next())
+	}
+	if seed.WindowStart.IsZero() {
+		seed.WindowStart = now().Truncate(time.Minute)
+	}
+	seed.WindowStart = msUTC(seed.WindowStart)
+	if seed.ReceivedAt.IsZero() {
+		seed.ReceivedAt = seed.WindowStart.Add(time.Minute)
+	}
+	seed.ReceivedAt = msUTC(seed.ReceivedAt)
+	empty := true
+	for _, m := range seed.Metrics {
+		if m != nil {
+			empty = false
+		}
+	}
+	if empty {
+		seed.Metrics[storage.MetricCPUPct] = &storage.MetricAgg{N: 12, Sum: 600, Min: 10, Max: 90, Last: 40}
+		seed.Metrics[storage.MetricMemUsedBytes] = &storage.MetricAgg{N: 12, Sum: 12 << 30, Min: 1 << 30, Max: 1 << 30, Last: 1 << 30}
+		seed.Metrics[storage.MetricMemTotalBytes] = &storage.MetricAgg{N: 12, Sum: 48 << 30, Min: 4 << 30, Max: 4 << 30, Last: 4 << 30}
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d|%s|%s|%d|%t", seed.EnvironmentID, seed.DeploymentID, seed.SessionID, seed.WindowStart.UnixMilli(), seed.Final)
+	for i, m := range seed.Metrics {
+		if m != nil {
+			fmt.Fprintf(h, "|%d:%v", i, *m)
+		}
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	do(t, db, "telemetry window", func(tx storage.Tx) error {
+		ctx := context.Background()
+		if err := storage.InsertTelemetryReceipt(ctx, tx, storage.TelemetryReceipt{
+			EnvironmentID: seed.EnvironmentID, DeploymentID: seed.DeploymentID, SessionID: seed.SessionID,
+			WindowStart: seed.WindowStart, BodyHash: sum, ReceivedAt: seed.ReceivedAt,
+		}); err != nil {
+			return err
+		}
+		if err := storage.InsertTelemetryWindow(ctx, tx, seed); err != nil {
+			return err
+		}
+		_, err := storage.RecordSessionWindow(ctx, tx, seed.EnvironmentID, seed.DeploymentID, seed.SessionID,
+			seed.WindowStart, seed.WindowStart.Add(time.Minute), seed.ReceivedAt, seed.Final)
+		return err
+	})
+	return seed
 }
