@@ -192,7 +192,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 		return nil
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
-		NonceActivity: a.Server.ingest.NonceActivity()})
+		NonceActivity: a.Server.ingest.NonceActivity(), Retention: a.Server.retention})
 	if err != nil {
 		return err
 	}
