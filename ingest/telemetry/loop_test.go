@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,5 +85,52 @@ func TestFoldFindsSessionsByIndex(t *testing.T) {
 	}
 	if p := strings.Join(plan, "; "); !strings.Contains(p, "telemetry_sessions_detail") || strings.Contains(p, "TEMP B-TREE") {
 		t.Errorf("plan %q does not walk telemetry_sessions_detail in order", p)
+	}
+}
+
+// TestPassesNeverOverlap: a second Tick (the operator's run) waits while a
+// pass is running (held here between a finalizer's read and write, outside
+// any writer unit), and runs once that pass has ended.
+func TestPassesNeverOverlap(t *testing.T) {
+	db := storagetest.NewDB(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	storagetest.TelemetryWindow(t, db, storage.TelemetryWindow{WindowStart: now.Add(-10 * 24 * time.Hour), Final: true})
+	r, _ := newRetention(db, now)
+	inside, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	r.afterSnapshot = func(storage.TelemetrySession) {
+		if held.CompareAndSwap(false, true) {
+			close(inside)
+			<-release
+		}
+	}
+	first := make(chan Report, 1)
+	go func() {
+		rep, err := r.Tick(context.Background(), RetentionTriggerSchedule)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- rep
+	}()
+	<-inside
+	second := make(chan Report, 1)
+	go func() {
+		rep, err := r.Tick(context.Background(), RetentionTriggerAdmin)
+		if err != nil {
+			t.Error(err)
+		}
+		second <- rep
+	}()
+	select {
+	case <-second:
+		t.Fatal("a second pass ran while the first was running")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if rep := <-first; rep.MinuteRollups != 1 || rep.SessionsFinalized != 1 {
+		t.Errorf("first pass %+v, want 1 window folded and 1 session finalized", rep)
+	}
+	if rep := <-second; rep.MinuteRollups != 0 || rep.SessionsFinalized != 0 || rep.Trigger != RetentionTriggerAdmin {
+		t.Errorf("second pass %+v, want an admin pass with nothing left to do", rep)
 	}
 }
