@@ -1,7 +1,3 @@
-// Package telemetry is the Monitor's telemetry: signed minute windows,
-// their receipts and sessions, terminal summaries, anomalies, and the
-// retention loop that folds detail into hourly rollups (docs/operations.md,
-// "Telemetry" and "Retention").
 package telemetry
 
 import (
@@ -45,9 +41,9 @@ const (
 	// of many one-window sessions stays as short as one of 5,000 rows.
 	FoldSessionsPerBatch = 256
 	// FinalizeGrace is how long after its deployment ended a session waits
-	// for its terminal summary: final windows are admitted for 15 minutes
-	// after the end, so an earlier summary would miss them.
-	FinalizeGrace = 15 * time.Minute
+	// for its terminal summary: final windows are admitted for
+	// FinalWindowGrace after the end, so an earlier summary would miss them.
+	FinalizeGrace = FinalWindowGrace
 	// FinalizeCap bounds the sessions summarized per pass; the rest wait
 	// for the next pass.
 	FinalizeCap = 500
