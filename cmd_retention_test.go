@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,9 +17,14 @@ import (
 
 // TestAdminRetentionCommands: `admin retention run` runs a pass on the
 // daemon and prints its report as a table; `admin retention runs --json`
-// lists it with the report's fields.
+// lists it with the report's fields. Not parallel: the in-process daemon
+// sets the process umask to 077 (daemon.Open), which other tests here must
+// not inherit (TestAdminRefusesASecretsFileOthersCanRead writes a 0644
+// file), so it runs before the parallel tests and restores the umask.
 func TestAdminRetentionCommands(t *testing.T) {
-	t.Parallel()
+	umask := syscall.Umask(0o022)
+	syscall.Umask(umask)
+	t.Cleanup(func() { syscall.Umask(umask) })
 	now := time.Date(2026, 12, 1, 12, 30, 0, 0, time.UTC)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clockwork.NewFakeClockAt(now)})
 	old := now.Add(-8 * 24 * time.Hour).Truncate(time.Hour)

@@ -28,7 +28,7 @@ import (
 //
 // CHALUPA_FOLD_BENCH_ROWS sets the source windows (default 2,000,000: a
 // few minutes and ~2 GB of temporary files). contrib/test.sh does not run
-// it; TestFoldMatchesReference runs the same machinery on 12,000 rows.
+// it; TestFoldMatchesReference runs the same machinery on 4,000 rows.
 
 // foldBenchNow is the benchmark's clock: every generated window is older
 // than 7 days then.
@@ -39,9 +39,9 @@ var foldBenchNow = time.Date(2026, 12, 31, 12, 0, 0, 0, time.UTC)
 const benchSessionMinutes = 14 * 24 * 60
 
 // buildFoldDB creates a migrated database at path holding rows source
-// windows (whole sessions of benchSessionMinutes, the last one shorter),
+// windows (whole sessions of sessionMinutes, the last one shorter),
 // generated inside SQLite so that setting up 2 M rows takes seconds.
-func buildFoldDB(tb testing.TB, path string, rows int) {
+func buildFoldDB(tb testing.TB, path string, rows, sessionMinutes int) {
 	tb.Helper()
 	ctx := context.Background()
 	db, err := storage.Open(ctx, path)
@@ -60,8 +60,8 @@ func buildFoldDB(tb testing.TB, path string, rows int) {
 		// Deterministic, integer-valued, varying per minute and metric.
 		fmt.Fprintf(&vals, ", 12, 12 * ((i * %[1]d) %% 97 + 0.25), (i * %[1]d) %% 97 - 2.75, (i * %[1]d) %% 97 + 3.25, (i * %[1]d + 1) %% 97 + 0.25", 7+i)
 	}
-	for s := 0; s*benchSessionMinutes < rows; s++ {
-		n := min(benchSessionMinutes, rows-s*benchSessionMinutes)
+	for s := 0; s*sessionMinutes < rows; s++ {
+		n := min(sessionMinutes, rows-s*sessionMinutes)
 		dep := storagetest.Deployment(tb, db, storage.Deployment{EnvironmentID: env.ID, LaunchedAt: start})
 		sess := fmt.Sprintf("bench-%d", s)
 		if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
@@ -201,13 +201,13 @@ func hourlyDump(tb testing.TB, db *storage.DB) []string {
 	return out
 }
 
-// TestFoldMatchesReference: on the benchmark's data (12,000 windows, 2
-// sessions), retention's batched fold leaves exactly the rollups and the
+// TestFoldMatchesReference: on the benchmark's data (4,000 windows in
+// sessions of 1,500 minutes), retention's batched fold leaves exactly the rollups and the
 // detail the one-statement reference does.
 func TestFoldMatchesReference(t *testing.T) {
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.db")
-	buildFoldDB(t, base, 12000)
+	buildFoldDB(t, base, 4000, 1500)
 	ref := openCopy(t, base, dir, "ref.db")
 	defer ref.Close()
 	ret := openCopy(t, base, dir, "ret.db")
@@ -247,7 +247,7 @@ func BenchmarkFold(b *testing.B) {
 		}
 		foldBase.path, foldBase.rows = filepath.Join(dir, "base.db"), rows
 		start := time.Now()
-		buildFoldDB(b, foldBase.path, rows)
+		buildFoldDB(b, foldBase.path, rows, benchSessionMinutes)
 		b.Logf("built %d windows in %v (%d bytes)", rows, time.Since(start).Round(time.Millisecond), fileSize(foldBase.path))
 	})
 	b.Cleanup(func() { os.RemoveAll(filepath.Dir(foldBase.path)) })

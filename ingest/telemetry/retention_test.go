@@ -34,7 +34,7 @@ func genFleet(t testing.TB, db *storage.DB, rng *rand.Rand) ([]storage.Telemetry
 	var sessions []storage.TelemetrySessionRef
 	envs := []int64{storagetest.Environment(t, db, storage.Environment{}).ID, storagetest.Environment(t, db, storage.Environment{}).ID}
 	const minutes = 30 * 24 * 60
-	for d := range 4 {
+	for d := range 3 {
 		dep := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: envs[d%2], LaunchedAt: propertyStart})
 		for s := range 1 + rng.IntN(3) {
 			ref := storage.TelemetrySessionRef{EnvironmentID: dep.EnvironmentID, DeploymentID: dep.ID, ID: fmt.Sprintf("sess-%d-%d", d, s)}
@@ -42,10 +42,10 @@ func genFleet(t testing.TB, db *storage.DB, rng *rand.Rand) ([]storage.Telemetry
 			from := rng.IntN(minutes / 2)
 			span := 1 + rng.IntN(minutes-from)
 			used := map[int]bool{}
-			for range 100 + rng.IntN(300) {
+			for range 50 + rng.IntN(150) {
 				used[from+rng.IntN(span)] = true
 			}
-			for range 1 + rng.IntN(4) {
+			for range 1 + rng.IntN(2) {
 				h := (from + rng.IntN(span)) / 60 * 60
 				for m := range 60 {
 					if rng.IntN(10) > 0 && h+m < minutes {
@@ -146,8 +146,8 @@ func TestRetentionFoldProperty(t *testing.T) {
 			// Three stages: day 20, day 30, day 38 (past every window's 7 days).
 			for _, step := range []time.Duration{0, 10 * 24 * time.Hour, 8 * 24 * time.Hour} {
 				clock.Advance(step)
-				r.BatchRows = 1 + rng.IntN(400)
-				r.MaxBatches = 1 + rng.IntN(6)
+				r.BatchRows = 20 + rng.IntN(400)
+				r.MaxBatches = 2 + rng.IntN(6)
 				for _, rep := range runUntilDrained(t, r) {
 					folded += rep.MinuteRollups
 				}
@@ -233,7 +233,7 @@ func TestRetentionSurvivesKill(t *testing.T) {
 	for kill := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRetentionChild$", "-test.v")
 		cmd.Env = append(os.Environ(), childEnv+"="+path, fmt.Sprintf("%s_NOW=%d", childEnv, now.UnixMilli()),
-			fmt.Sprintf("%s_ROWS=%d", childEnv, 1+rng.IntN(300)))
+			fmt.Sprintf("%s_ROWS=%d", childEnv, 20+rng.IntN(300)))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -262,7 +262,7 @@ func TestRetentionSurvivesKill(t *testing.T) {
 	}
 	defer db.Close()
 	r, _ := newRetention(db, now)
-	r.BatchRows = 1 + rng.IntN(400)
+	r.BatchRows = 20 + rng.IntN(400)
 	runUntilDrained(t, r)
 	checkFoldInvariants(t, db, originals, sessions, FoldCutoff(now), true)
 }
