@@ -23,6 +23,12 @@ type Service struct {
 	clock     clockwork.Clock
 	sharedKey []byte
 	log       zerolog.Logger
+	// quotas are the configured ingest quotas; heartbeats holds the
+	// heartbeat rate buckets and notes the quota warnings waiting for the
+	// QuotaEventWriter (docs/operations.md, "Quotas").
+	quotas     Quotas
+	heartbeats *heartbeatLimiter
+	notes      *quotaNotes
 }
 
 // Config configures a Service.
@@ -39,6 +45,10 @@ type Config struct {
 	Clock clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
+	// Quotas are the deployment- and environment-level quotas
+	// (CHALUPA_QUOTA_*); a zero field is unlimited, so the zero value
+	// limits nothing (docs/operations.md, "Quotas").
+	Quotas Quotas
 }
 
 // NewService returns a Service.
@@ -47,8 +57,13 @@ func NewService(c Config) *Service {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1)}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1),
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes()}
 }
+
+// Quotas returns the quotas the service enforces (the telemetry path reads
+// OpenSessions from it).
+func (s *Service) Quotas() Quotas { return s.quotas }
 
 // NonceActivity signals (coalesced) after an accepted request stored a
 // nonce: the nonce pruner waits on it instead of a timer while the nonces
@@ -137,8 +152,22 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 // write. write returns the success body or an error (a *Refusal, or an
 // internal fault). Nothing is written unless write succeeds.
 func (s *Service) handle(ctx context.Context, v Verified, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
+	return s.handleAdmitted(ctx, v, parse, nil, write)
+}
+
+// handleAdmitted is handle with an admission check: when parse accepted the
+// body, admit (if not nil) runs before the writer unit, and its refusal (a
+// quota) is answered at once, with nothing written, not even the nonce, and
+// without waiting for the single writer (docs/operations.md, "Signed
+// ingest" and "Quotas").
+func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(body []byte) *Refusal, admit func() *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
 	shared := v.Shared()
 	bodyRefusal := parse(v.body)
+	if bodyRefusal == nil && admit != nil {
+		if rf := admit(); rf != nil {
+			return refused(rf, shared)
+		}
+	}
 	var body any
 	var rf *Refusal
 	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {
