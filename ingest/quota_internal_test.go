@@ -103,6 +103,7 @@ func TestHeartbeatLimiterMemoryIsBounded(t *testing.T) {
 		l.allow(now, "demo-harbor", fmt.Sprintf("dep-%d", i))
 		peak = max(peak, l.size())
 	}
+	t.Logf("peak %d buckets (bound %d)", peak, bound)
 	if peak > bound {
 		t.Fatalf("peak %d buckets, want at most %d", peak, bound)
 	}
