@@ -344,3 +344,37 @@ func TestQuotaWarningOncePerHour(t *testing.T) {
 		t.Fatalf("an hour later, events = %q", got)
 	}
 }
+
+// TestQuotaOpenSessions: CHALUPA_QUOTA_OPEN_SESSIONS reaches the telemetry
+// admission; a window that would open one session more is 429
+// session_quota with nothing written, counted and warned as a quota.
+func TestQuotaOpenSessions(t *testing.T) {
+	h := newQuotaHarness(t, map[string]string{"CHALUPA_QUOTA_OPEN_SESSIONS": "2"})
+	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted {
+		t.Fatalf("heartbeat: %s", r)
+	}
+	window := func(session string) apiResponse {
+		return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: telemetryPath, Body: h.telemetryWindow("demo-harbor", "dep-1", session, time.Time{}, nil)})
+	}
+	for _, session := range []string{"session-1", "session-2"} {
+		if r := window(session); r.Status != http.StatusAccepted {
+			t.Fatalf("%s: %s", session, r)
+		}
+	}
+	before := h.telemetryRows()
+	if r := window("session-3"); r.Status != http.StatusTooManyRequests || r.Code != "session_quota" {
+		t.Fatalf("a third open session of 2: %s, want 429 session_quota", r)
+	}
+	if got := h.telemetryRows(); got != before {
+		t.Fatalf("the refusal wrote: %s -> %s", before, got)
+	}
+	if got := h.quotaRefused(ingest.QuotaOpenSessions); got != 1 {
+		t.Fatalf("quota_refused_total{open_sessions} = %v, want 1", got)
+	}
+	h.recordWarnings()
+	hour := h.clock.Now().UTC().Format("2006-01-02T15")
+	if got := h.warnings(); len(got) != 1 || !strings.HasPrefix(got[0], "quota:open_sessions:demo-harbor:dep-1:"+hour+" dep-1 ") ||
+		!strings.Contains(got[0], "CHALUPA_QUOTA_OPEN_SESSIONS=2") {
+		t.Fatalf("warnings = %q", got)
+	}
+}

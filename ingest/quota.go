@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
 
 // Quota defaults (docs/operations.md, "Quotas"). Keys are per environment
@@ -22,9 +24,9 @@ const (
 	// up plus retries of 5xx answers, with room to spare.
 	DefaultHeartbeatBurst = 20
 	// DefaultOpenSessions bounds a deployment's open telemetry sessions,
-	// so one droplet cannot multiply telemetry identities (an agent keeps
-	// one session per Monitor run; 8 covers restarts that overlap).
-	DefaultOpenSessions = 8
+	// so one droplet cannot multiply telemetry identities (the telemetry
+	// admission's own default and reason).
+	DefaultOpenSessions = telemetry.DefaultOpenSessions
 	// DefaultActiveDeployments bounds an environment's active deployments:
 	// far more droplets than a solo operator runs at once, and a cap on
 	// the deployment rows (and rate limiters) one leaked key can create.

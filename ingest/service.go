@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -23,6 +24,7 @@ type Service struct {
 	clock     clockwork.Clock
 	sharedKey []byte
 	log       zerolog.Logger
+	telemetry telemetry.Limits
 	// quotas are the configured ingest quotas; heartbeats holds the
 	// heartbeat rate buckets and notes the quota warnings waiting for the
 	// QuotaEventWriter (docs/operations.md, "Quotas").
@@ -45,6 +47,9 @@ type Config struct {
 	Clock clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
+	// Telemetry bounds telemetry per deployment; nil means
+	// telemetry.DefaultLimits with OpenSessions from Quotas.
+	Telemetry *telemetry.Limits
 	// Quotas are the deployment- and environment-level quotas
 	// (CHALUPA_QUOTA_*); a zero field is unlimited, so the zero value
 	// limits nothing (docs/operations.md, "Quotas").
@@ -57,12 +62,16 @@ func NewService(c Config) *Service {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1),
+	limits := telemetry.DefaultLimits()
+	limits.OpenSessions = int64(c.Quotas.OpenSessions)
+	if c.Telemetry != nil {
+		limits = *c.Telemetry
+	}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes()}
 }
 
-// Quotas returns the quotas the service enforces (the telemetry path reads
-// OpenSessions from it).
+// Quotas returns the quotas the service enforces.
 func (s *Service) Quotas() Quotas { return s.quotas }
 
 // NonceActivity signals (coalesced) after an accepted request stored a
