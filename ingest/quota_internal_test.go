@@ -165,3 +165,24 @@ func TestQuotaNotesOncePerHour(t *testing.T) {
 		t.Fatalf("a warning dropped on a full queue could not be noted again")
 	}
 }
+
+// BenchmarkHeartbeatLimiterAllow is the quota check's cost on the heartbeat
+// path at the defaults: 500 deployments of one environment, the clock
+// advancing so that every check admits (the common case).
+func BenchmarkHeartbeatLimiterAllow(b *testing.B) {
+	q := DefaultQuotas()
+	q.EnvironmentHeartbeatsPerMinute = MaxQuota
+	l := newHeartbeatLimiter(q)
+	deps := make([]string, 500)
+	for i := range deps {
+		deps[i] = fmt.Sprintf("dep-%d", i)
+	}
+	now := quotaEpoch
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(10 * time.Millisecond) // 100/s over 500 deployments: well within 12 a minute each
+		if rf := l.allow(now, "demo-harbor", deps[i%len(deps)]); rf != nil {
+			b.Fatalf("refused: %v", rf)
+		}
+	}
+}
