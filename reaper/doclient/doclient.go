@@ -16,10 +16,11 @@
 //     client's printed form: errors are *Error values reduced to a status,
 //     a sentinel kind and a scrubbed reason.
 //
-// A Client serves one token. The daemon builds one for
-// DIGITALOCEAN_READ_TOKEN (inventory, sizes, volumes), one for
-// DIGITALOCEAN_WRITE_TOKEN (handed to the reaper alone) and one per
-// customer token, which the customer sweep holds only as a DropletAPI.
+// A Client serves one token. The daemon builds one for the platform read
+// token (inventory, sizes, volumes), one for the platform write token
+// (handed to the reaper alone; only the daemon's wiring reads that
+// variable) and one per customer token, which the customer sweep holds
+// only as a DropletAPI.
 package doclient
 
 import (

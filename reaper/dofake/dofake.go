@@ -172,7 +172,7 @@ var (
 	// ReadOnly is a legacy read-only token (DIGITALOCEAN_READ_TOKEN):
 	// every GET, no mutation.
 	ReadOnly = []Scope{ScopeRead}
-	// FullAccess is a legacy read-write token (DIGITALOCEAN_WRITE_TOKEN).
+	// FullAccess is a legacy read-write token (the platform write token).
 	FullAccess = []Scope{ScopeRead, ScopeWrite}
 	// CustomerScopes is a customer's custom-scoped token: droplet:read and
 	// droplet:delete, plus the scopes DigitalOcean adds to every token
