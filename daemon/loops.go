@@ -39,6 +39,9 @@ type LoopDeps struct {
 	// NonceActivity signals stored nonces (ingest.Service.NonceActivity);
 	// the pruner sleeps on it while there is nothing to prune.
 	NonceActivity <-chan struct{}
+	// QuotaEvents are the quota warnings the ingest service queued
+	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
+	QuotaEvents <-chan ingest.QuotaEvent
 	// Retention is the retention worker the admin API also runs
 	// (adminRunRetention), so both share one pass at a time; nil builds
 	// one.
@@ -66,6 +69,7 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	retention.SetMetrics(retentionMetrics)
 	return []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
+		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
 		retention,
 	}, nil
 }
