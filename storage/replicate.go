@@ -70,6 +70,13 @@ const (
 	// it new commits reuse the last (older) marker, so lag may be overstated
 	// after a partial catch-up but never understated.
 	maxLagMarkers = 100_000
+	// maxCommitStamps caps the per-commit times kept for the commit →
+	// replica delay (SetReplicatedHook): 8 bytes each, so at most 512 KiB.
+	// Healthy, a sync confirms a few dozen commits; only an outage of
+	// minutes at full load fills it, and commits beyond it are measured
+	// from the last stamp kept (earlier than theirs: overstated, never
+	// understated).
+	maxCommitStamps = 1 << 16
 )
 
 // compactionLevels are Litestream's levels: L0 (every sync's LTX file),
@@ -158,6 +165,14 @@ type Replicator struct {
 	mu           sync.Mutex
 	seq          uint64   // commits recorded by Committed
 	markers      []marker // commit times of commits not yet in the replica
+	// stamps are the times of the commits not yet in the replica, one per
+	// commit from seq stampsFrom on, as offsets from epoch (monotonic
+	// with the real clock), at most stampCap of them (maxCommitStamps);
+	// commits past them have none and are measured from the last.
+	stamps     []time.Duration
+	stampsFrom uint64
+	stampCap   int
+	epoch      time.Time
 	lastSyncAt   time.Time
 	lastErr      string
 	lastErrAt    time.Time
@@ -269,6 +284,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 		db: db, store: store, replica: r, kind: kind, clock: clock, log: logger,
 		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
 		notify: make(chan struct{}, 1), done: make(chan struct{}),
+		stampsFrom: 1, stampCap: maxCommitStamps, epoch: clock.Now(),
 	}
 	if cfg.LagLimit > 0 {
 		rep.lagLimit = cfg.LagLimit
@@ -297,6 +313,14 @@ func (r *Replicator) Committed() {
 	r.seq++
 	if n := len(r.markers); n == 0 || (n < maxLagMarkers && now.Sub(r.markers[n-1].at) >= lagMarkerResolution) {
 		r.markers = append(r.markers, marker{seq: r.seq, at: now})
+	}
+	// Stamps stay one per commit, in order: after the cap was reached, none
+	// is added until a sync has confirmed every commit.
+	if len(r.stamps) == 0 {
+		r.stampsFrom = r.seq
+	}
+	if len(r.stamps) < r.stampCap && r.stampsFrom+uint64(len(r.stamps)) == r.seq {
+		r.stamps = append(r.stamps, now.Sub(r.epoch))
 	}
 	r.mu.Unlock()
 	select {
@@ -450,10 +474,12 @@ func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 }
 
 // SetReplicatedHook makes the replicator report, after each successful sync,
-// how long the commits it confirmed waited: one call per commit-time marker
-// (commits within 100 ms of each other share one), measured from the
-// marker's first commit, so an upper bound by at most that resolution. fn
-// runs on the replication goroutine and must be quick; nil removes it.
+// how long each commit it confirmed waited: one call per writer COMMIT,
+// from the commit hook (Committed, right after the COMMIT) to the end of
+// the sync that put it in the replica. Beyond maxCommitStamps commits
+// waiting at once (a long outage), the later ones are measured from the
+// last commit time kept: overstated, never understated. fn runs on the
+// replication goroutine and must be quick; nil removes it.
 func (r *Replicator) SetReplicatedHook(fn func(delay time.Duration)) {
 	if fn == nil {
 		r.onReplicated.Store(nil)
@@ -479,20 +505,43 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 	// Drop the markers of replicated commits. When commits after upTo share
 	// the last dropped marker's span, that marker stays for them (its time
 	// is no later than theirs: lag is never understated).
+	r.confirmStamps(upTo, now)
 	i := 0
 	for i < len(r.markers) && r.markers[i].seq <= upTo {
 		i++
-	}
-	if hook := r.onReplicated.Load(); hook != nil {
-		for _, m := range r.markers[:i] {
-			(*hook)(now.Sub(m.at))
-		}
 	}
 	if i > 0 && r.seq > upTo && (i == len(r.markers) || r.markers[i].seq > upTo+1) {
 		i--
 		r.markers[i].seq = upTo + 1
 	}
 	r.markers = slices.Delete(r.markers, 0, i)
+}
+
+// confirmStamps reports (SetReplicatedHook) and drops the commit times of
+// the commits up to upTo, confirmed in the replica at now. Called with mu
+// held.
+func (r *Replicator) confirmStamps(upTo uint64, now time.Time) {
+	if upTo < r.stampsFrom || len(r.stamps) == 0 {
+		return
+	}
+	n := upTo - r.stampsFrom + 1 // commits confirmed, some maybe past the cap
+	at := now.Sub(r.epoch)
+	if hook := r.onReplicated.Load(); hook != nil {
+		for k := uint64(0); k < n; k++ {
+			(*hook)(at - r.stamps[min(k, uint64(len(r.stamps)-1))])
+		}
+	}
+	switch {
+	case n < uint64(len(r.stamps)):
+		r.stamps = slices.Delete(r.stamps, 0, int(n))
+	case r.seq > upTo:
+		// The commits after upTo came past the cap, unstamped: they keep
+		// the last stamp until a sync confirms them all.
+		r.stamps = append(r.stamps[:0], r.stamps[len(r.stamps)-1])
+	default:
+		r.stamps = r.stamps[:0]
+	}
+	r.stampsFrom = upTo + 1
 }
 
 // failed records a failed attempt (not one cut short by shutdown).

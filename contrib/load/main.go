@@ -145,8 +145,8 @@ type phaseResult struct {
 	WriterCommits  float64 `json:"writerCommits,omitempty"`
 	WriterUnits    float64 `json:"writerUnits,omitempty"`
 	MeanBatch      float64 `json:"meanBatch,omitempty"`
-	// ReplGroups is how many groups of commits (at most 100 ms apart)
-	// the replica confirmed during the window, from the delta of
+	// ReplGroups is how many observations (writer COMMITs, each holding
+	// one or more heartbeats) the replica confirmed during the window, from the delta of
 	// chalupa_replication_commit_delay_seconds; ReplP50Ms and ReplP99Ms
 	// are the commit → in-replica median and p99 in milliseconds as
 	// Prometheus' histogram_quantile estimates them, and ReplP50LeMs and
@@ -443,8 +443,8 @@ type sampler struct {
 }
 
 // replDelayMetric is chalupa's commit → in-replica histogram: one
-// observation per 100 ms group of commits, measured from the group's first
-// commit to the sync that confirmed it (an upper bound).
+// observation per writer COMMIT, from the commit to the end of the sync
+// that confirmed it (docs/operations.md, "Replication").
 const replDelayMetric = "chalupa_replication_commit_delay_seconds"
 
 // Targets for commit → in replica at the steady rate (issue 7).
@@ -794,7 +794,7 @@ func printReport(out io.Writer, rep *report) {
 		if r.Phase != "max" {
 			phase = fmt.Sprintf("%s %.0f/s", r.Phase, r.TargetRate)
 		}
-		fmt.Fprintf(out, "chalupa commit → in replica in %s (%s, %.0f groups of commits): median %.0f ms (bucket ≤ %s), p99 %.0f ms (bucket ≤ %s)",
+		fmt.Fprintf(out, "chalupa commit → in replica in %s (%s, %.0f commits): median %.0f ms (bucket ≤ %s), p99 %.0f ms (bucket ≤ %s)",
 			phase, replDelayMetric, r.ReplGroups, r.ReplP50Ms, leMs(r.ReplP50LeMs), r.ReplP99Ms, leMs(r.ReplP99LeMs))
 		if r.Phase == "steady" {
 			pass := r.ReplP50LeMs >= 0 && r.ReplP50LeMs <= ms(targetReplP50) &&
