@@ -70,6 +70,14 @@ const (
 	// it new commits reuse the last (older) marker, so lag may be overstated
 	// after a partial catch-up but never understated.
 	maxLagMarkers = 100_000
+	// quietWALMax is the largest WAL an idle check leaves alone. Litestream
+	// writes one frame to the WAL right after every checkpoint it runs
+	// (~4 KiB with 4 KiB pages), so "truncate whenever it is not empty"
+	// checkpointed, wrote a local LTX file and fsynced a dozen times at
+	// every idle check, for ever: ~100 of an idle daemon's ~120-200
+	// context switches a minute. 64 KiB is a handful of pages, nothing to
+	// keep, yet far above that one frame.
+	quietWALMax = 64 << 10
 	// maxCommitStamps caps the per-commit times kept for the commit →
 	// replica delay (SetReplicatedHook): 8 bytes each, so at most 512 KiB.
 	// Healthy, a sync confirms a few dozen commits; only an outage of
@@ -458,14 +466,15 @@ func (r *Replicator) checkRemote(ctx context.Context) error {
 	return nil
 }
 
-// truncateQuietWAL shrinks the WAL file back to zero at an idle check: after
-// a write storm the WAL keeps its size (SQLite reuses it), and Litestream's
-// own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing was committed
-// since the last check, so the brief lock a TRUNCATE takes costs no one. A
-// failure (a long reader holding the WAL) is retried at the next idle check.
+// truncateQuietWAL shrinks the WAL file back to (nearly) zero at an idle
+// check: after a write storm the WAL keeps its size (SQLite reuses it), and
+// Litestream's own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing
+// was committed since the last check, so the brief lock a TRUNCATE takes
+// costs no one. A WAL of at most quietWALMax is left as it is. A failure (a
+// long reader holding the WAL) is retried at the next idle check.
 func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 	fi, err := os.Stat(r.db.WALPath())
-	if err != nil || fi.Size() == 0 {
+	if err != nil || fi.Size() <= quietWALMax {
 		return
 	}
 	if err := r.db.Checkpoint(ctx, litestream.CheckpointModeTruncate); err != nil && ctx.Err() == nil {
