@@ -84,6 +84,44 @@ func TelemetryWindowStartAt(ctx context.Context, q Querier, s TelemetrySessionRe
 	return time.UnixMilli(at).UTC(), true, nil
 }
 
+// TelemetryHourCount is the number of source windows one session holds in
+// one hour (a fold's indivisible group).
+type TelemetryHourCount struct {
+	// Hour is the hour's start, UTC.
+	Hour time.Time
+	// Windows is the source windows in it, each one row.
+	Windows int
+}
+
+// TelemetryHourCounts returns, hour by hour in order, how many source
+// windows of session s start before to. The fold plans its writer units
+// with it; callers bound to (TelemetryWindowStartAt) so that the read stays
+// within one batch's share of the session.
+func TelemetryHourCounts(ctx context.Context, q Querier, s TelemetrySessionRef, to time.Time) ([]TelemetryHourCount, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT window_start - window_start % ?5, count(*) FROM telemetry_windows
+		 WHERE environment_id = ?1 AND deployment_id = ?2 AND session_id = ?3 AND window_start < ?4
+		 GROUP BY 1 ORDER BY 1`, s.EnvironmentID, s.DeploymentID, s.ID, ms(to), hourMS)
+	if err != nil {
+		return nil, fmt.Errorf("read telemetry hour counts: %w", err)
+	}
+	defer rows.Close()
+	var out []TelemetryHourCount
+	for rows.Next() {
+		var h int64
+		var c TelemetryHourCount
+		if err := rows.Scan(&h, &c.Windows); err != nil {
+			return nil, fmt.Errorf("read telemetry hour counts: %w", err)
+		}
+		c.Hour = time.UnixMilli(h).UTC()
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read telemetry hour counts: %w", err)
+	}
+	return out, nil
+}
+
 // TelemetryFold is what one FoldTelemetryWindows call did.
 type TelemetryFold struct {
 	// SourceRows is the number of source windows deleted (each one folded).

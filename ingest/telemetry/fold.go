@@ -15,10 +15,21 @@ func FoldCutoff(now time.Time) time.Time {
 	return now.Add(-DetailRetention).Truncate(time.Hour).UTC()
 }
 
+// foldTo is one fold step of a writer unit: every source window of the
+// session before the hour-aligned bound to.
+type foldTo struct {
+	s  storage.TelemetrySessionRef
+	to time.Time
+}
+
 // fold runs fold batches until no source window before the cutoff is left
 // (drained), FoldDrainDeadline has passed (deadline) or MaxFoldBatches ran
-// (batch-limit), and records in rep what the committed batches did and
-// whether foldable detail was left.
+// (batch-limit), and records in rep what the committed units did and
+// whether foldable detail was left. A batch is a selection of up to
+// BatchRows source windows (whole hour groups); it is folded in writer
+// units of at most UnitRows windows each (whole hour groups too), so
+// ingest queued behind the fold waits for one short unit, not for the
+// batch.
 func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) error {
 	before := FoldCutoff(start)
 	deadline := r.drainDeadline()
@@ -32,23 +43,35 @@ func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) erro
 			rep.DrainStopReason = DrainStopDeadline
 			break
 		}
-		var f storage.TelemetryFold
-		err := r.DB.Writer.Do(ctx, func(tx storage.Tx) error {
-			var err error
-			f, pending, err = r.foldBatch(ctx, tx, before, int(rep.Batches))
-			return err
-		})
+		units, err := r.planBatch(ctx, before)
 		if err != nil {
 			rep.BacklogPending = true
 			return err
 		}
-		if f.SourceRows == 0 && f.HourlyOps == 0 && !pending {
+		batch := int(rep.Batches)
+		for i, u := range units {
+			var f storage.TelemetryFold
+			err := r.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+				var err error
+				f, err = r.foldUnit(ctx, tx, u, batch, i)
+				return err
+			})
+			if err != nil {
+				rep.BacklogPending = true
+				return err
+			}
+			rep.MinuteRollups += f.SourceRows
+			rep.HourlyRollups += f.HourlyOps
+		}
+		if pending, err = storage.TelemetryDetailBefore(ctx, r.DB.Read, before); err != nil {
+			rep.BacklogPending = true
+			return err
+		}
+		if len(units) == 0 && !pending {
 			rep.DrainStopReason = DrainStopDrained
 			break
 		}
 		rep.Batches++
-		rep.MinuteRollups += f.SourceRows
-		rep.HourlyRollups += f.HourlyOps
 		if !pending {
 			rep.DrainStopReason = DrainStopDrained
 			break
@@ -58,52 +81,90 @@ func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) erro
 	return nil
 }
 
-// foldBatch is one writer unit: it folds up to BatchRows source windows
-// before the cutoff, whole hour groups only, from the sessions with the
-// oldest detail, and reports whether foldable detail is left.
-func (r *Retention) foldBatch(ctx context.Context, tx storage.Tx, before time.Time, batch int) (storage.TelemetryFold, bool, error) {
-	var total storage.TelemetryFold
-	sessions, err := storage.FoldableTelemetrySessions(ctx, tx, before, FoldSessionsPerBatch)
+// planBatch selects the next batch, read outside the writer: up to
+// BatchRows source windows before the cutoff, whole hour groups only, from
+// the sessions with the oldest detail; and splits it into writer units of
+// at most UnitRows windows of whole hour groups (an hour group larger than
+// UnitRows, possible only when UnitRows < 60, is a unit of its own).
+//
+// The plan only sizes the units: each unit folds every window of a session
+// before an hour boundary, so whatever changed since the plan was read, a
+// unit folds whole hours, atomically. Foldable hours are older than any
+// window ingest admits (2 hours), so in practice nothing changes.
+func (r *Retention) planBatch(ctx context.Context, before time.Time) ([][]foldTo, error) {
+	q := r.DB.Read
+	sessions, err := storage.FoldableTelemetrySessions(ctx, q, before, FoldSessionsPerBatch)
 	if err != nil {
-		return total, false, err
+		return nil, err
 	}
-	limit := r.batchRows()
+	limit, unitRows := r.batchRows(), r.unitRows()
+	var units [][]foldTo
+	var cur []foldTo
+	planned, curRows := 0, 0
 	for _, s := range sessions {
-		remaining := limit - int(total.SourceRows)
+		remaining := limit - planned
 		if remaining <= 0 {
 			break
 		}
 		// The window just past this batch's share: fold up to the start of
 		// its hour, so the hour it is in is not split.
 		to := before
-		at, over, err := storage.TelemetryWindowStartAt(ctx, tx, s, before, remaining)
+		at, over, err := storage.TelemetryWindowStartAt(ctx, q, s, before, remaining)
 		if err != nil {
-			return total, false, err
+			return nil, err
 		}
 		if over {
 			to = at.Truncate(time.Hour)
-			if first, _, err := storage.TelemetryWindowStartAt(ctx, tx, s, before, 0); err != nil {
-				return total, false, err
+			if first, _, err := storage.TelemetryWindowStartAt(ctx, q, s, before, 0); err != nil {
+				return nil, err
 			} else if !to.After(first) {
 				// The session's first hour alone is more than the share.
-				if total.SourceRows > 0 {
+				if planned > 0 {
 					break
 				}
 				to = to.Add(time.Hour)
 			}
 		}
-		f, err := storage.FoldTelemetryWindows(ctx, tx, s, to)
+		hours, err := storage.TelemetryHourCounts(ctx, q, s, to)
 		if err != nil {
-			return total, false, err
+			return nil, err
+		}
+		for _, h := range hours {
+			if curRows > 0 && curRows+h.Windows > unitRows {
+				units = append(units, cur)
+				cur, curRows = nil, 0
+			}
+			end := h.Hour.Add(time.Hour)
+			if n := len(cur); n > 0 && cur[n-1].s == s {
+				cur[n-1].to = end
+			} else {
+				cur = append(cur, foldTo{s: s, to: end})
+			}
+			curRows += h.Windows
+			planned += h.Windows
+		}
+	}
+	if len(cur) > 0 {
+		units = append(units, cur)
+	}
+	return units, nil
+}
+
+// foldUnit is one writer unit of batch: it folds each step of u.
+func (r *Retention) foldUnit(ctx context.Context, tx storage.Tx, u []foldTo, batch, unit int) (storage.TelemetryFold, error) {
+	var total storage.TelemetryFold
+	for _, step := range u {
+		f, err := storage.FoldTelemetryWindows(ctx, tx, step.s, step.to)
+		if err != nil {
+			return total, err
 		}
 		total.SourceRows += f.SourceRows
 		total.HourlyOps += f.HourlyOps
 	}
-	if r.inBatch != nil {
-		if err := r.inBatch(batch); err != nil {
-			return total, false, err
+	if r.inUnit != nil {
+		if err := r.inUnit(batch, unit); err != nil {
+			return total, err
 		}
 	}
-	pending, err := storage.TelemetryDetailBefore(ctx, tx, before)
-	return total, pending, err
+	return total, nil
 }

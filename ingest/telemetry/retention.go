@@ -24,12 +24,20 @@ const (
 	// DetailRetention is how long minute source windows are kept in detail
 	// before they are folded into hourly rollups (kept indefinitely).
 	DetailRetention = 7 * 24 * time.Hour
-	// FoldBatchRows is the source rows folded per batch, one writer unit
-	// each: a few tens of milliseconds of writer time, so ingest queued
-	// behind a batch waits briefly. An hour group is never split, so a
-	// batch whose first group alone exceeds the bound carries that group
-	// whole (at most 60 minute windows).
+	// FoldBatchRows is the source rows one fold batch selects (whole hour
+	// groups; telemetryBatches counts these selections). An hour group is
+	// never split, so a batch whose first group alone exceeds the bound
+	// carries that group whole (at most 60 minute windows).
 	FoldBatchRows = 5000
+	// FoldUnitRows bounds the source rows one writer unit of a batch folds
+	// (whole hour groups; a batch is folded in several such units). The
+	// writer is single, so every heartbeat queued behind a fold unit waits
+	// for it: a whole 5,000-row batch held the writer ~100 ms on a 2-vCPU
+	// machine, while 500 rows hold it ~10 ms (the fold runs ~50,000 rows/s
+	// there), inside the 15 ms ingest p99 budget; smaller units would add
+	// a COMMIT (fsync, replication) per fewer rows and slow the fold
+	// (docs/operations.md, "Retention").
+	FoldUnitRows = 500
 	// FoldDrainDeadline bounds the time a pass spends folding; the next
 	// pass (or an operator's run) continues a larger backlog.
 	FoldDrainDeadline = 20 * time.Second
@@ -96,19 +104,21 @@ type Retention struct {
 	// Metrics records each pass; nil records nothing.
 	Metrics *RetentionMetrics
 
-	// BatchRows, DrainDeadline and MaxBatches override FoldBatchRows,
-	// FoldDrainDeadline and MaxFoldBatches when positive (tests).
+	// BatchRows, UnitRows, DrainDeadline and MaxBatches override
+	// FoldBatchRows, FoldUnitRows, FoldDrainDeadline and MaxFoldBatches
+	// when positive (tests).
 	BatchRows     int
+	UnitRows      int
 	DrainDeadline time.Duration
 	MaxBatches    int
 
 	// mu serializes passes: the loop's and the operator's.
 	mu sync.Mutex
 
-	// Test hooks. inBatch runs inside each fold batch's writer unit after
-	// the fold; an error aborts that unit. afterSnapshot runs between a
+	// Test hooks. inUnit runs inside each fold writer unit (unit of batch,
+	// both 0-based) after the fold; an error aborts that unit. afterSnapshot runs between a
 	// finalizer's snapshot read and its guarded write.
-	inBatch       func(batch int) error
+	inUnit        func(batch, unit int) error
 	afterSnapshot func(s storage.TelemetrySession)
 }
 
@@ -308,6 +318,13 @@ func (r *Retention) batchRows() int {
 		return r.BatchRows
 	}
 	return FoldBatchRows
+}
+
+func (r *Retention) unitRows() int {
+	if r.UnitRows > 0 {
+		return r.UnitRows
+	}
+	return FoldUnitRows
 }
 
 func (r *Retention) drainDeadline() time.Duration {

@@ -114,7 +114,8 @@ func runUntilDrained(t *testing.T, r *Retention) []Report {
 
 // TestRetentionFoldProperty is the retention property: random windows over
 // several deployments and sessions spanning 30 days, folded in random
-// batch sizes and batch caps, with the clock moving forward between
+// batch sizes, unit sizes (small, so batches span several writer units)
+// and batch caps, with the clock moving forward between
 // passes, with injected aborted units, and with late windows merged into
 // existing rollups; afterwards every (deployment, session, hour) rollup
 // plus remaining detail equals the direct aggregate of the originals.
@@ -134,19 +135,22 @@ func TestRetentionFoldProperty(t *testing.T) {
 
 			now := propertyStart.Add(20*24*time.Hour + time.Duration(rng.IntN(3600))*time.Second)
 			r, clock := newRetention(db, now)
-			if tc.abort {
-				r.inBatch = func(int) error {
-					if rng.IntN(3) == 0 {
-						return errors.New("injected abort")
-					}
-					return nil
+			// Units small against the batches, so batches span several
+			// units; the hook sees a unit past a batch's first.
+			multiUnit := false
+			r.inUnit = func(_, unit int) error {
+				multiUnit = multiUnit || unit > 0
+				if tc.abort && rng.IntN(3) == 0 {
+					return errors.New("injected abort")
 				}
+				return nil
 			}
 			var folded int64
 			// Three stages: day 20, day 30, day 38 (past every window's 7 days).
 			for _, step := range []time.Duration{0, 10 * 24 * time.Hour, 8 * 24 * time.Hour} {
 				clock.Advance(step)
 				r.BatchRows = 20 + rng.IntN(400)
+				r.UnitRows = 1 + rng.IntN(r.BatchRows/2)
 				r.MaxBatches = 2 + rng.IntN(6)
 				for _, rep := range runUntilDrained(t, r) {
 					folded += rep.MinuteRollups
@@ -163,8 +167,12 @@ func TestRetentionFoldProperty(t *testing.T) {
 			insertWindows(t, db, late)
 			originals = append(originals, late...)
 			r.BatchRows = 1 + rng.IntN(400)
+			r.UnitRows = 1 + rng.IntN(100)
 			reps := runUntilDrained(t, r)
 			checkFoldInvariants(t, db, originals, sessions, FoldCutoff(clock.Now()), true)
+			if !multiUnit {
+				t.Error("no batch was folded in more than one writer unit")
+			}
 			if !tc.abort && len(late) > 0 {
 				var hourly int64
 				for _, rep := range reps {
@@ -191,11 +199,12 @@ func TestRetentionChild(t *testing.T) {
 	}
 	now, _ := strconv.ParseInt(os.Getenv(childEnv+"_NOW"), 10, 64)
 	rows, _ := strconv.Atoi(os.Getenv(childEnv + "_ROWS"))
+	unitRows, _ := strconv.Atoi(os.Getenv(childEnv + "_UNIT_ROWS"))
 	db, err := storage.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Retention{DB: db, Clock: clockwork.NewFakeClockAt(time.UnixMilli(now)), Log: zerolog.Nop(), BatchRows: rows, MaxBatches: 1}
+	r := &Retention{DB: db, Clock: clockwork.NewFakeClockAt(time.UnixMilli(now)), Log: zerolog.Nop(), BatchRows: rows, UnitRows: unitRows, MaxBatches: 1}
 	for {
 		if _, err := r.Tick(context.Background(), RetentionTriggerSchedule); err != nil {
 			t.Fatal(err)
@@ -205,9 +214,10 @@ func TestRetentionChild(t *testing.T) {
 }
 
 // TestRetentionSurvivesKill: a process folding the database is killed
-// (SIGKILL) mid-pass, repeatedly; after reopening, further passes drain
-// and the retention property holds: every committed batch is whole and
-// nothing is folded twice or lost.
+// (SIGKILL) mid-pass, repeatedly, with batches of several writer units (so
+// kills land between the units of a batch too); after reopening, further
+// passes drain and the retention property holds: every committed unit is
+// whole hour groups and nothing is folded twice or lost.
 func TestRetentionSurvivesKill(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the helper process")
@@ -233,7 +243,7 @@ func TestRetentionSurvivesKill(t *testing.T) {
 	for kill := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRetentionChild$", "-test.v")
 		cmd.Env = append(os.Environ(), childEnv+"="+path, fmt.Sprintf("%s_NOW=%d", childEnv, now.UnixMilli()),
-			fmt.Sprintf("%s_ROWS=%d", childEnv, 20+rng.IntN(300)))
+			fmt.Sprintf("%s_ROWS=%d", childEnv, 20+rng.IntN(300)), fmt.Sprintf("%s_UNIT_ROWS=%d", childEnv, 1+rng.IntN(60)))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -263,6 +273,7 @@ func TestRetentionSurvivesKill(t *testing.T) {
 	defer db.Close()
 	r, _ := newRetention(db, now)
 	r.BatchRows = 20 + rng.IntN(400)
+	r.UnitRows = 1 + rng.IntN(60)
 	runUntilDrained(t, r)
 	checkFoldInvariants(t, db, originals, sessions, FoldCutoff(now), true)
 }
