@@ -48,6 +48,9 @@ const (
 	targetP99   = 20 * time.Millisecond
 )
 
+// maxFoldRows bounds -fold-rows: 50 M windows are ~25 GB of database.
+const maxFoldRows = 50_000_000
+
 // otherCPUWarn is how much CPU (in cores) other processes may use during a
 // phase before the report warns that the machine was not quiet.
 const otherCPUWarn = 0.10
@@ -84,6 +87,12 @@ type config struct {
 	Step       time.Duration `json:"step"`
 	StepWarmup time.Duration `json:"stepWarmup"`
 	P99Bound   time.Duration `json:"p99Bound"`
+	// TelemetryRatio is -telemetry-ratio: the share (0–1) of the steady
+	// and fold phases' requests that are signed telemetry windows.
+	TelemetryRatio float64 `json:"telemetryRatio,omitempty"`
+	// FoldRows is -fold-rows: source windows older than 7 days seeded into
+	// chalupa's database before it starts, folded during the fold phase.
+	FoldRows   int `json:"foldRows,omitempty"`
 	serverCPUs []int
 	phases     string
 	sweep      string
@@ -158,6 +167,11 @@ type phaseResult struct {
 	ReplP50LeMs float64 `json:"replP50LeMs,omitempty"`
 	ReplP99Ms   float64 `json:"replP99Ms,omitempty"`
 	ReplP99LeMs float64 `json:"replP99LeMs,omitempty"`
+	// TelemetryWindows is how many of the phase's requests (warm-up
+	// included) were telemetry windows.
+	TelemetryWindows int64 `json:"telemetryWindows,omitempty"`
+	// Fold (fold phase only) is what the retention passes did.
+	Fold *foldRun `json:"fold,omitempty"`
 }
 
 type report struct {
@@ -200,6 +214,8 @@ func main() {
 	flag.DurationVar(&cfg.Step, "step", 10*time.Second, "sweep: measured duration of each rate")
 	flag.DurationVar(&cfg.StepWarmup, "step-warmup", 2*time.Second, "sweep: unmeasured warm-up before each rate")
 	flag.DurationVar(&cfg.P99Bound, "p99-bound", 10*time.Millisecond, "sweep: a rate is served when its p99 is at most this, with no errors")
+	flag.Float64Var(&cfg.TelemetryRatio, "telemetry-ratio", 0, "share (0–1) of the steady and fold phases' requests that are signed telemetry windows (an agent's 1 window a minute beside 2 heartbeats: 0.33)")
+	flag.IntVar(&cfg.FoldRows, "fold-rows", 0, "seed chalupa's database with this many telemetry windows older than 7 days and add the fold phase: steady load while retention folds them (needs -only chalupa)")
 	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
@@ -285,9 +301,20 @@ func (c *config) validate() error {
 	case c.P99Bound <= 0 || c.P99Bound > time.Minute:
 		return errors.New("-p99-bound must be in (0, 1m]")
 	}
+	switch {
+	case !(c.TelemetryRatio >= 0 && c.TelemetryRatio <= 1):
+		return errors.New("-telemetry-ratio must be in [0, 1]")
+	case c.FoldRows < 0 || c.FoldRows > maxFoldRows:
+		return fmt.Errorf("-fold-rows must be in [0, %d]", maxFoldRows)
+	case c.FoldRows > 0 && c.Only != "chalupa":
+		return errors.New("-fold-rows needs -only chalupa (the reference has no retention)")
+	}
 	phases := c.phases
 	if c.openLoop {
 		phases += ",sweep"
+	}
+	if c.FoldRows > 0 {
+		phases += ",fold"
 	}
 	var err error
 	if c.Phases, err = parsePhases(phases); err != nil {
@@ -297,6 +324,17 @@ func (c *config) validate() error {
 		if c.SweepRates, err = parseRates(c.sweep); err != nil {
 			return fmt.Errorf("-sweep: %w", err)
 		}
+	}
+	// Each deployment's session holds at most
+	// harness.TelemetryWindowsPerDeployment windows in a run.
+	var open time.Duration
+	for _, p := range c.Phases {
+		if p == "steady" || p == "fold" {
+			open += c.Warmup + c.Duration
+		}
+	}
+	if windows := c.Rate * c.TelemetryRatio * open.Seconds(); windows > float64(c.Deployments*harness.TelemetryWindowsPerDeployment) {
+		return fmt.Errorf("-telemetry-ratio: %.0f windows would exceed %d per deployment; raise -deployments", windows, harness.TelemetryWindowsPerDeployment)
 	}
 	cpus, err := harness.ParseCPUList(c.ServerCPUs)
 	if err != nil {
@@ -362,6 +400,10 @@ func run(cfg config) (*report, error) {
 	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
 	if n := time.Duration(len(cfg.SweepRates)); slices.Contains(cfg.Phases, "sweep") {
 		perTarget += n * (cfg.StepWarmup + cfg.Step + cfg.WaitQuiet + cfg.Settle + cfg.Timeout)
+	}
+	if cfg.FoldRows > 0 {
+		// Seeding (~15 s per million rows) and the last pass's answer.
+		perTarget += time.Duration(cfg.FoldRows/1_000_000+1)*time.Minute + foldPassMargin
 	}
 	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -569,13 +611,25 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 				return nil, 0, err
 			}
 		}
+		if cfg.FoldRows > 0 {
+			progress("chalupa: seeding %d telemetry windows older than 7 days", cfg.FoldRows)
+			t0 := time.Now()
+			if err := seedFoldDB(ctx, filepath.Join(dir, harness.ChalupaDataDirName), cfg.EnvSlug, cfg.FoldRows); err != nil {
+				return nil, 0, fmt.Errorf("seed fold backlog: %w", err)
+			}
+			progress("chalupa: seeded in %s", time.Since(t0).Round(time.Second))
+		}
 		progress("chalupa: starting %s serve with %s", bin, strings.Join(harness.BenchmarkQuotaEnv, " "))
 		var err error
 		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: cfg.serverCPUs}); err != nil {
 			return nil, 0, err
 		}
 		srv = chal.Server
-		if keyID, key, err = chal.IssueKey(ctx, cfg.EnvSlug); err != nil {
+		issue := chal.IssueKey
+		if cfg.FoldRows > 0 {
+			issue = chal.IssueKeyExisting // seeded with the database
+		}
+		if keyID, key, err = issue(ctx, cfg.EnvSlug); err != nil {
 			srv.Stop(harness.ChalupaStopGrace)
 			return nil, 0, err
 		}
@@ -611,6 +665,12 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		return nil, 0, err
 	}
 	defer w.Close()
+	if cfg.TelemetryRatio > 0 {
+		progress("%s: one heartbeat to each of %d deployments before telemetry", name, cfg.Deployments)
+		if err := w.Prime(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
 
 	var out []phaseResult
 	env := phaseEnv{cfg: cfg, name: name, srv: srv, chal: chal, w: w}
@@ -623,6 +683,8 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 			out = append(out, env.max(ctx))
 		case "steady":
 			out = append(out, env.steady(ctx, "steady", cfg.Rate, cfg.Warmup, cfg.Duration))
+		case "fold":
+			out = append(out, env.steady(ctx, "fold", cfg.Rate, cfg.Warmup, cfg.Duration))
 		case "sweep":
 			out = append(out, env.sweep(ctx)...)
 		}
@@ -677,8 +739,25 @@ func (e *phaseEnv) steady(ctx context.Context, phase string, rate float64, warmu
 	waitQuiet(ctx, cfg.WaitQuiet, e.srv)
 	progress("%s: %s %.0f req/s, %s warm-up + %s", e.name, phase, rate, warmup, dur)
 	s := &sampler{ctx: ctx, srv: e.srv, chal: e.chal}
+	mixed := phase != "sweep" && cfg.TelemetryRatio > 0
+	if mixed {
+		e.w.MixTelemetry(cfg.TelemetryRatio)
+	}
+	windows0 := e.w.TelemetrySent()
+	var driver *retentionDriver
+	if phase == "fold" {
+		// From the start of the warm-up, so the fold is under way when the
+		// window opens.
+		driver = startRetention(ctx, e.chal.Admin)
+	}
 	t, scheduled := harness.RunSteady(ctx, e.w, s, rate, warmup, dur, cfg.MaxInflight)
+	e.w.MixTelemetry(0)
 	r := phaseResult{Target: e.name, Phase: phase, TargetRate: rate, DurationSeconds: dur.Seconds(), Scheduled: scheduled}
+	r.TelemetryWindows = int64(e.w.TelemetrySent() - windows0)
+	if driver != nil {
+		progress("%s: waiting for the retention pass in progress", e.name)
+		r.Fold = driver.Stop(s.t0, s.t1)
+	}
 	summarize(&r, t)
 	// Achieved rate: answers over the window, stretched to the last answer
 	// when the server fell behind the schedule.
@@ -732,6 +811,12 @@ func printReport(out io.Writer, rep *report) {
 	}
 	fmt.Fprintf(out, "signed heartbeats on loopback: %d CPUs (%s), %d deployments, %s warm-up + %s per phase",
 		c.NumCPU, placement, c.Deployments, c.Warmup, c.Duration)
+	if c.TelemetryRatio > 0 {
+		fmt.Fprintf(out, ", %.0f%% of steady requests telemetry windows", c.TelemetryRatio*100)
+	}
+	if c.FoldRows > 0 {
+		fmt.Fprintf(out, ", %d foldable windows seeded", c.FoldRows)
+	}
 	if slices.Contains(c.Phases, "sweep") {
 		fmt.Fprintf(out, ", %s + %s per sweep step", c.StepWarmup, c.Step)
 	}
@@ -743,7 +828,7 @@ func printReport(out io.Writer, rep *report) {
 	for _, r := range rep.Results {
 		phase := fmt.Sprintf("max (%d workers)", r.Workers)
 		lag := "-"
-		if r.Phase == "steady" || r.Phase == "sweep" {
+		if r.Phase == "steady" || r.Phase == "sweep" || r.Phase == "fold" {
 			phase = fmt.Sprintf("%s %.0f/s", r.Phase, r.TargetRate)
 			lag = fmt.Sprintf("%.2f", r.SendLagP99Ms)
 		}
@@ -821,6 +906,7 @@ func printReport(out io.Writer, rep *report) {
 			fmt.Fprint(out, "; every rate served: the limit is above the last rate of -sweep\n")
 		}
 	}
+	printFold(out, rep)
 	if rep.ChalupaMeanBatch > 0 {
 		fmt.Fprintf(out, "chalupa writer mean batch (chalupa_writer_units_total / chalupa_writer_commits_total): %.1f over the run", rep.ChalupaMeanBatch)
 		for _, r := range rep.Results {

@@ -53,7 +53,7 @@ func parsePhases(s string) ([]string, error) {
 			continue
 		}
 		if !slices.Contains(allPhases, part) {
-			return nil, fmt.Errorf("unknown phase %q (want max, steady or sweep)", part)
+			return nil, fmt.Errorf("unknown phase %q (want max, steady, fold or sweep)", part)
 		}
 		want = append(want, part)
 	}
@@ -70,7 +70,7 @@ func parsePhases(s string) ([]string, error) {
 }
 
 // allPhases are the phases in the order they run.
-var allPhases = []string{"max", "steady", "sweep"}
+var allPhases = []string{"max", "steady", "fold", "sweep"}
 
 // stepVerdict says whether one sweep step served its rate: no non-2xx
 // answer and no transport error, at least minAchieved of the rate answered,

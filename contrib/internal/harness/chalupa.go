@@ -89,6 +89,10 @@ var BenchmarkQuotaEnv = []string{
 	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE=0",
 }
 
+// ChalupaDataDirName is the CHALUPA_DATA_DIR StartChalupa gives the
+// server, under its dir: a tool may seed the database there first.
+const ChalupaDataDirName = "chalupa-data"
+
 // Chalupa is a running `chalupa serve`.
 type Chalupa struct {
 	*Server
@@ -120,7 +124,7 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 	_, _ = rand.Read(master)
 	readyToken := RandomToken(32)
 	adminToken := RandomToken(32)
-	dataDir := filepath.Join(dir, "chalupa-data")
+	dataDir := filepath.Join(dir, ChalupaDataDirName)
 	logPath := filepath.Join(dir, "chalupa.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -179,6 +183,14 @@ func (t *Chalupa) IssueKey(ctx context.Context, slug string) (keyID string, key 
 	if _, err := t.Admin.CreateEnvironment(cctx, adminapi.CreateEnvironmentRequest{Slug: slug, Name: "load test"}); err != nil {
 		return "", nil, fmt.Errorf("create environment: %w", err)
 	}
+	return t.IssueKeyExisting(cctx, slug)
+}
+
+// IssueKeyExisting issues an ingest key for environment slug, which exists
+// already (a tool seeded it into the database before the server started).
+func (t *Chalupa) IssueKeyExisting(ctx context.Context, slug string) (keyID string, key []byte, err error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	k, err := t.Admin.IssueIngestKey(cctx, slug)
 	if err != nil {
 		return "", nil, fmt.Errorf("issue key: %w", err)

@@ -3,7 +3,9 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,6 +19,16 @@ import (
 // HeartbeatPath is the signed route under load.
 const HeartbeatPath = "/api/ingest/heartbeat"
 
+// TelemetryPath is the signed route of telemetry windows (MixTelemetry).
+const TelemetryPath = "/api/ingest/telemetry"
+
+// TelemetryWindowsPerDeployment is how many minute windows one deployment
+// can be sent in one run: its session's windows start TelemetryWindowsPerDeployment
+// minutes before the workload was created and advance one minute per
+// window, so each stays inside the 2-hour admission limit (with 20
+// minutes to spare for the run itself) and no window is in the future.
+const TelemetryWindowsPerDeployment = 100
+
 // Workload sends signed heartbeats to one target, spread round-robin over a
 // fleet of deployment ids, each with a fresh nonce and the current time.
 type Workload struct {
@@ -27,6 +39,16 @@ type Workload struct {
 	deployments int
 	client      *http.Client
 	seq         atomic.Uint64
+
+	// Telemetry mixing (MixTelemetry): ratio is the share of Send's
+	// requests that are windows (bits of a float64, 0: none); mixSeq
+	// numbers the requests Send decides on, telSeq the windows sent.
+	ratio    atomic.Uint64
+	mixSeq   atomic.Uint64
+	telSeq   atomic.Uint64
+	telURL   string
+	telStart time.Time // windowStart of each deployment's first window
+	telSent  atomic.Uint64
 }
 
 // NewWorkload returns a Workload posting to base (which must be
@@ -46,8 +68,94 @@ func NewWorkload(base, keyID string, key []byte, env string, deployments, conns 
 	}
 	return &Workload{
 		url: base + HeartbeatPath, keyID: keyID, key: key, env: env, deployments: deployments,
-		client: &http.Client{Transport: tr, Timeout: timeout},
+		client:   &http.Client{Transport: tr, Timeout: timeout},
+		telURL:   base + TelemetryPath,
+		telStart: time.Now().UTC().Truncate(time.Minute).Add(-TelemetryWindowsPerDeployment * time.Minute),
 	}, nil
+}
+
+// MixTelemetry makes ratio (0–1) of the following Send calls post a signed
+// telemetry window instead of a heartbeat (0: heartbeats only). Windows go
+// round-robin over the deployments, one session per deployment
+// ("load-sess-N"), each deployment's windows one minute apart from
+// TelemetryWindowsPerDeployment minutes before NewWorkload, so every window
+// is minute-aligned, within 2 hours and new (docs/operations.md,
+// "Telemetry"). Each deployment must have had a heartbeat first (Prime).
+// Beyond TelemetryWindowsPerDeployment windows per deployment the windows
+// would reach the future; TelemetryCapacity says how many may be sent.
+func (w *Workload) MixTelemetry(ratio float64) { w.ratio.Store(math.Float64bits(ratio)) }
+
+// TelemetryCapacity is how many telemetry windows one workload may send:
+// TelemetryWindowsPerDeployment per deployment.
+func (w *Workload) TelemetryCapacity() int64 {
+	return int64(w.deployments) * TelemetryWindowsPerDeployment
+}
+
+// TelemetrySent is how many telemetry windows Send has started.
+func (w *Workload) TelemetrySent() uint64 { return w.telSent.Load() }
+
+// Prime sends one heartbeat to every deployment (up to 16 at once), so
+// that telemetry windows find their deployments. Errors: the first
+// request that failed or was not answered 2xx.
+func (w *Workload) Prime(ctx context.Context) error {
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, w.deployments)
+	var wg sync.WaitGroup
+	for d := range w.deployments {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			status, err := w.sendHeartbeat(ctx, uint64(d))
+			if err == nil && (status < 200 || status > 299) {
+				err = fmt.Errorf("prime heartbeat for deployment %d: HTTP %d", d, status)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// telemetryMetrics is every metric of a GPU droplet's window, 12 samples
+// each, valid per docs/operations.md ("Telemetry"): min ≤ last ≤ max and
+// sum within [n×min, n×max].
+const telemetryMetrics = `"cpuPct":{"n":12,"sum":540.5,"min":20,"max":80.5,"last":41},` +
+	`"memUsedBytes":{"n":12,"sum":24000000000,"min":1900000000,"max":2100000000,"last":2000000000},` +
+	`"memTotalBytes":{"n":12,"sum":48000000000,"min":4000000000,"max":4000000000,"last":4000000000},` +
+	`"diskUsedBytes":{"n":12,"sum":120000000000,"min":10000000000,"max":10000000000,"last":10000000000},` +
+	`"diskTotalBytes":{"n":12,"sum":960000000000,"min":80000000000,"max":80000000000,"last":80000000000},` +
+	`"load1":{"n":12,"sum":9.6,"min":0.5,"max":1.1,"last":0.8},` +
+	`"netRxBytes":{"n":12,"sum":1200000,"min":50000,"max":150000,"last":100000},` +
+	`"netTxBytes":{"n":12,"sum":600000,"min":20000,"max":80000,"last":50000},` +
+	`"gpuUtilPct":{"n":12,"sum":720,"min":40,"max":80,"last":60},` +
+	`"gpuMemUsedBytes":{"n":12,"sum":96000000000,"min":8000000000,"max":8000000000,"last":8000000000},` +
+	`"gpuMemTotalBytes":{"n":12,"sum":192000000000,"min":16000000000,"max":16000000000,"last":16000000000},` +
+	`"gpuTempC":{"n":12,"sum":780,"min":60,"max":70,"last":65},` +
+	`"gpuPowerW":{"n":12,"sum":3000,"min":200,"max":300,"last":250}`
+
+// TelemetryBody appends window k (0-based, in the order sent) to b: the
+// deployment k mod deployments, its session, its (k div deployments)-th
+// minute from the workload's start.
+func (w *Workload) TelemetryBody(b []byte, k uint64) []byte {
+	dep := k % uint64(w.deployments)
+	start := w.telStart.Add(time.Duration(k/uint64(w.deployments)) * time.Minute)
+	b = append(b, `{"environmentSlug":"`...)
+	b = append(b, w.env...)
+	b = append(b, `","deploymentId":"load-dep-`...)
+	b = strconv.AppendUint(b, dep, 10)
+	b = append(b, `","sessionId":"load-sess-`...)
+	b = strconv.AppendUint(b, dep, 10)
+	b = append(b, `","windowStart":"`...)
+	b = start.AppendFormat(b, time.RFC3339)
+	b = append(b, `","windowSeconds":60,"final":false,"metrics":{`...)
+	b = append(b, telemetryMetrics...)
+	b = append(b, `}}`...)
+	return b
 }
 
 // Close closes the idle connections.
@@ -83,17 +191,36 @@ func (w *Workload) Body(b []byte, n uint64, now time.Time) []byte {
 	return b
 }
 
-// Send posts one signed heartbeat and returns the status code.
+// Send posts one signed heartbeat, or while MixTelemetry's ratio is set
+// that share of telemetry windows, and returns the status code.
 func (w *Workload) Send(ctx context.Context) (int, error) {
-	n := w.seq.Add(1)
+	if r := math.Float64frombits(w.ratio.Load()); r > 0 {
+		// Request m is a window when it crosses the next multiple of 1/r:
+		// exactly ratio r of the requests, evenly spread.
+		m := w.mixSeq.Add(1)
+		if math.Floor(float64(m)*r) > math.Floor(float64(m-1)*r) {
+			k := w.telSeq.Add(1) - 1
+			w.telSent.Add(1)
+			return w.post(ctx, w.telURL, TelemetryPath, w.TelemetryBody(make([]byte, 0, 1536), k), time.Now())
+		}
+	}
+	return w.sendHeartbeat(ctx, w.seq.Add(1))
+}
+
+// sendHeartbeat posts heartbeat n (Body).
+func (w *Workload) sendHeartbeat(ctx context.Context, n uint64) (int, error) {
 	now := time.Now()
-	body := w.Body(make([]byte, 0, 448), n, now)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	return w.post(ctx, w.url, HeartbeatPath, w.Body(make([]byte, 0, 448), n, now), now)
+}
+
+// post signs body for path at now and posts it to url.
+func (w *Workload) post(ctx context.Context, url, path string, body []byte, now time.Time) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	signer.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, HeartbeatPath, body)
+	signer.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, path, body)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, err
