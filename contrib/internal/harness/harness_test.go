@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
 
 func TestHistogramQuantilesWithinOnePercent(t *testing.T) {
@@ -151,5 +153,38 @@ func TestProcCPUCoversEveryThread(t *testing.T) {
 	tids, _ := os.ReadDir("/proc/self/task")
 	if diff := proc - tasks; math.Abs(diff) > 0.02+0.01*float64(len(tids)) {
 		t.Errorf("/proc/self/stat %.2f s, sum over tasks %.2f s", proc, tasks)
+	}
+}
+
+// TestTelemetryBodyIsAValidWindow: the windows MixTelemetry sends pass the
+// server's own decoding and value rules (telemetry.WindowV1.Validate), are
+// minute-aligned, spread round-robin over the deployments with one
+// session each, and advance one minute per round.
+func TestTelemetryBodyIsAValidWindow(t *testing.T) {
+	w, err := NewWorkload("http://127.0.0.1:1", "env_x_0123456789abcdef", make([]byte, 32), "load-env", 3, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	for k := range uint64(7) {
+		var win telemetry.WindowV1
+		dec := json.NewDecoder(bytes.NewReader(w.TelemetryBody(nil, k)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&win); err != nil {
+			t.Fatalf("window %d: %v", k, err)
+		}
+		if err := win.Validate(); err != nil {
+			t.Fatalf("window %d: %v", k, err)
+		}
+		if want := fmt.Sprintf("load-dep-%d", k%3); win.DeploymentID != want || win.SessionID != fmt.Sprintf("load-sess-%d", k%3) {
+			t.Errorf("window %d: deployment %q session %q, want %s", k, win.DeploymentID, win.SessionID, want)
+		}
+		starts = append(starts, win.WindowStart)
+	}
+	if !starts[0].Equal(starts[0].Truncate(time.Minute)) || starts[3].Sub(starts[0]) != time.Minute || !starts[1].Equal(starts[0]) {
+		t.Errorf("window starts %v: want minute-aligned, one minute apart per round", starts)
+	}
+	if age := time.Since(starts[0]); age > 2*time.Hour-10*time.Minute || age < 0 {
+		t.Errorf("first window is %v old: outside the 2-hour admission limit's margin", age)
 	}
 }
