@@ -403,7 +403,7 @@ func run(cfg config) (*report, error) {
 	}
 	if cfg.FoldRows > 0 {
 		// Seeding (~15 s per million rows) and the last pass's answer.
-		perTarget += time.Duration(cfg.FoldRows/1_000_000+1)*time.Minute + foldPassMargin
+		perTarget += time.Duration(cfg.FoldRows/1_000_000+1)*time.Minute + replicatedWait + foldPassMargin
 	}
 	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -632,6 +632,16 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		if keyID, key, err = issue(ctx, cfg.EnvSlug); err != nil {
 			srv.Stop(harness.ChalupaStopGrace)
 			return nil, 0, err
+		}
+		if cfg.FoldRows > 0 {
+			// The seeded database is replicated whole at start; measuring
+			// before that ends would measure the initial copy.
+			t0 := time.Now()
+			if err := waitReplicated(ctx, chal, replicatedWait); err != nil {
+				srv.Stop(harness.ChalupaStopGrace)
+				return nil, 0, err
+			}
+			progress("chalupa: replica caught up with the seeded database in %s", time.Since(t0).Round(time.Second))
 		}
 	case "reference":
 		material := signer.NewKeyMaterial()

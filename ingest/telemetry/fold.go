@@ -34,6 +34,7 @@ func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) erro
 	before := FoldCutoff(start)
 	deadline := r.drainDeadline()
 	pending := true
+	pace := newPacer()
 	for {
 		if int(rep.Batches) >= r.maxBatches() {
 			rep.DrainStopReason = DrainStopBatchLimit
@@ -51,6 +52,7 @@ func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) erro
 		batch := int(rep.Batches)
 		for i, u := range units {
 			var f storage.TelemetryFold
+			_, before := r.DB.Writer.Stats()
 			err := r.DB.Writer.Do(ctx, func(tx storage.Tx) error {
 				var err error
 				f, err = r.foldUnit(ctx, tx, u, batch, i)
@@ -62,6 +64,14 @@ func (r *Retention) fold(ctx context.Context, start time.Time, rep *Report) erro
 			}
 			rep.MinuteRollups += f.SourceRows
 			rep.HourlyRollups += f.HourlyOps
+			// Other writes committed while this unit waited or ran: ingest
+			// is active, so yield the writer and the CPU.
+			if _, after := r.DB.Writer.Stats(); after-before > 1 {
+				if err := pace.yield(ctx); err != nil {
+					rep.BacklogPending = true
+					return err
+				}
+			}
 		}
 		if pending, err = storage.TelemetryDetailBefore(ctx, r.DB.Read, before); err != nil {
 			rep.BacklogPending = true
@@ -167,4 +177,30 @@ func (r *Retention) foldUnit(ctx context.Context, tx storage.Tx, u []foldTo, bat
 		}
 	}
 	return total, nil
+}
+
+// pacer spaces fold units out while ingest is active: after a unit it
+// sleeps FoldYieldFactor times the fold's own working time since the last
+// pause (planning included), so the fold takes at most
+// 1/(1+FoldYieldFactor) of the wall time, of the writer and of a CPU.
+type pacer struct {
+	// worked is when the fold last resumed work.
+	worked time.Time
+}
+
+func newPacer() *pacer { return &pacer{worked: time.Now()} }
+
+// yield sleeps (real time: the pause is for the CPU and the writer, not
+// for the injected clock) and restarts the work measure. Errors: ctx's.
+func (p *pacer) yield(ctx context.Context) error {
+	d := time.Duration(FoldYieldFactor * float64(time.Since(p.worked)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.worked = time.Now()
+	return nil
 }

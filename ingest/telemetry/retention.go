@@ -33,11 +33,20 @@ const (
 	// (whole hour groups; a batch is folded in several such units). The
 	// writer is single, so every heartbeat queued behind a fold unit waits
 	// for it: a whole 5,000-row batch held the writer ~100 ms on a 2-vCPU
-	// machine, while 500 rows hold it ~10 ms (the fold runs ~50,000 rows/s
-	// there), inside the 15 ms ingest p99 budget; smaller units would add
-	// a COMMIT (fsync, replication) per fewer rows and slow the fold
+	// machine, 250 rows hold it ~5 ms (the fold runs ~40,000–50,000
+	// rows/s there), a third of the 15 ms ingest p99 budget. Smaller units
+	// add a COMMIT (fsync, replication) per fewer rows: over 200,000 rows
+	// the fold ran 37,000 rows/s at 250, 45,000 at 500, 73,000 at 5,000
 	// (docs/operations.md, "Retention").
-	FoldUnitRows = 500
+	FoldUnitRows = 250
+	// FoldYieldFactor is how long the fold pauses after a unit, as a
+	// multiple of its own working time, while ingest is active (other
+	// writes committed during the unit): at 3 the fold takes at most a
+	// quarter of the writer and of a CPU. On a one-vCPU server steady
+	// ingest at 1,000 requests/s takes ~0.75 of the core, so a fold at
+	// full speed starved it (p99 of seconds); with nothing else writing
+	// the fold runs unpaced.
+	FoldYieldFactor = 3
 	// FoldDrainDeadline bounds the time a pass spends folding; the next
 	// pass (or an operator's run) continues a larger backlog.
 	FoldDrainDeadline = 20 * time.Second
