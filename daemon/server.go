@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -86,6 +87,10 @@ func newServer(d serverDeps) (*Server, error) {
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	(&telemetryHandlers{
+		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
+		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+	}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
