@@ -99,7 +99,7 @@ func totals(pts []adminapi.PerformancePoint) (n int64, sum float64) {
 func TestPerformanceDetailAndHourly(t *testing.T) {
 	f := newPerfFixture(t)
 	f.windows(t, "s1", perfNow.Add(-3*time.Hour), 120, 0) // 09:00-10:59, cpu 0…119
-	old := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC) // rollups are of hours past 7 days in life; the reader does not care
+	old := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)  // rollups are of hours past 7 days in life; the reader does not care
 	testExec(t, f.db,
 		testHourlyRow(f.env.ID, f.dep.ID, "s1", old, 720, 720*50, 5, 95, 42),
 		testHourlyRow(f.env.ID, f.dep.ID, "s1", old.Add(time.Hour), 720, 720*60, 6, 96, 43))
