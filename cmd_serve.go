@@ -9,12 +9,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/internal/schedule"
 )
 
 type serveCmd struct {
 	LagLimit       time.Duration `help:"How long replication may lag or fail before /api/ready answers 503." default:"2m"`
 	MaxConnections int           `help:"Most client connections open at once; more are answered 503 and closed at once." default:"4096"`
+	// ClockOffset runs the daemon's clock ahead (tests of the built binary
+	// only; refused unless CHALUPA_LISTEN is loopback).
+	ClockOffset time.Duration `hidden:"" help:"Tests only: run the daemon's clock this far ahead (loopback listen only)."`
 }
 
 // Run starts the daemon. The first SIGTERM/SIGINT starts a graceful shutdown;
@@ -32,6 +38,13 @@ func (s *serveCmd) Run() error {
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
+	var clock clockwork.Clock
+	if s.ClockOffset != 0 {
+		if !cfg.ListensOnLoopback() {
+			return &exitError{code: 1, err: errors.New("--clock-offset is for tests and needs a loopback CHALUPA_LISTEN")}
+		}
+		clock = schedule.Shifted(s.ClockOffset)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -43,5 +56,5 @@ func (s *serveCmd) Run() error {
 		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
-	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections})
+	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock})
 }

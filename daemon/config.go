@@ -359,3 +359,10 @@ func redactURL(s string) string {
 	}
 	return u.String()
 }
+
+// ListensOnLoopback reports whether CHALUPA_LISTEN is a loopback address
+// (the embedded default; docs/operations.md, "Configuration").
+func (c *Config) ListensOnLoopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	return err == nil && origin.IsLoopbackHost(host)
+}

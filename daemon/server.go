@@ -79,6 +79,7 @@ func newServer(d serverDeps) (*Server, error) {
 
 	// Signed ingest.
 	s.signed("/api/ingest/heartbeat", ingest.MaxHeartbeatBody, s.ingest.Heartbeat)
+	s.signed("/api/ingest/telemetry", ingest.MaxTelemetryBody, s.ingest.Telemetry)
 
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.

@@ -23,8 +23,7 @@ const (
 )
 
 var (
-	deploymentRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	labelRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	labelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
 // HeartbeatV1 is the body of POST /api/ingest/heartbeat (RFC 3339 times;
@@ -70,7 +69,7 @@ func (h *HeartbeatV1) validate() *Refusal {
 	switch {
 	case !slug.Valid(h.EnvironmentSlug):
 		return bad("environmentSlug must match " + slug.Pattern)
-	case !deploymentRE.MatchString(h.Deployment.ID):
+	case !slug.ValidID(h.Deployment.ID):
 		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case h.Deployment.DropletID < 0:
 		return bad("deployment.dropletId must not be negative (omit it or send 0 when unknown)")

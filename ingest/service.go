@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -23,6 +24,7 @@ type Service struct {
 	clock     clockwork.Clock
 	sharedKey []byte
 	log       zerolog.Logger
+	telemetry telemetry.Limits
 }
 
 // Config configures a Service.
@@ -39,6 +41,9 @@ type Config struct {
 	Clock clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
+	// Telemetry bounds telemetry per deployment; nil means
+	// telemetry.DefaultLimits.
+	Telemetry *telemetry.Limits
 }
 
 // NewService returns a Service.
@@ -47,7 +52,11 @@ func NewService(c Config) *Service {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1)}
+	limits := telemetry.DefaultLimits()
+	if c.Telemetry != nil {
+		limits = *c.Telemetry
+	}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), telemetry: limits}
 }
 
 // NonceActivity signals (coalesced) after an accepted request stored a

@@ -9,7 +9,7 @@ import (
 )
 
 // TelemetryHourly is one hourly rollup of one telemetry session
-// (telemetry_hourly; docs/operations.md, "Retention"): the aggregate of
+// (telemetry_hourly; docs/operations.md, "Telemetry"): the aggregate of
 // every source window of the hour that retention folded. Windows counts
 // those source windows; each metric's aggregate merges their samples.
 type TelemetryHourly struct {

@@ -171,3 +171,16 @@ func EndDeployment(ctx context.Context, q Querier, environmentID int64, deployme
 	}
 	return true, nil
 }
+
+// EndTelemetrySession ends one open session at the given time with the
+// given reason (SessionEndFinal or SessionEndDeploymentEnded); an ended
+// session is left as it is.
+func EndTelemetrySession(ctx context.Context, q Querier, environmentID int64, deploymentID, id string, at time.Time, reason string) error {
+	if _, err := q.ExecContext(ctx,
+		`UPDATE telemetry_sessions SET ended_at = ?, end_reason = ?, version = version + 1
+		 WHERE environment_id = ? AND deployment_id = ? AND id = ? AND ended_at IS NULL`,
+		ms(at), reason, environmentID, deploymentID, id); err != nil {
+		return fmt.Errorf("end telemetry session: %w", err)
+	}
+	return nil
+}

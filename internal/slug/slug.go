@@ -13,3 +13,13 @@ var re = regexp.MustCompile(Pattern)
 
 // Valid reports whether s matches Pattern.
 func Valid(s string) bool { return re.MatchString(s) }
+
+// IDPattern is an agent-chosen identifier: a deployment id or a telemetry
+// session id, 1–128 characters of letters, digits and ._:- starting with a
+// letter or digit (docs/operations.md, "Heartbeats and deadlines").
+const IDPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`
+
+var idRE = regexp.MustCompile(IDPattern)
+
+// ValidID reports whether s matches IDPattern.
+func ValidID(s string) bool { return idRE.MatchString(s) }

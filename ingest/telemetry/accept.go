@@ -1,0 +1,181 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Limits are the per-deployment bounds on telemetry (docs/operations.md,
+// "Telemetry").
+type Limits struct {
+	// MaxReceipts caps the retry receipts one deployment may hold; past it
+	// every new window is refused (ErrTelemetryQuota). Receipts are never
+	// removed except by erase, so the cap bounds what one deployment can
+	// ever write.
+	MaxReceipts int64
+	// OpenSessions caps the sessions of one deployment that have not ended;
+	// a window that would open one more is refused (ErrSessionQuota).
+	// 0 means unlimited.
+	OpenSessions int64
+}
+
+// DefaultMaxReceipts is 14 days of minute windows (20,160): an agent that
+// streams without a break for a deployment's longest life fits; a
+// deployment that has written that many cannot write more.
+const DefaultMaxReceipts = 14 * 24 * 60
+
+// DefaultOpenSessions is the default bound on open sessions per
+// deployment: an agent runs one Monitor session at a time, and restarts
+// leave a few unfinished ones behind until the deployment ends.
+const DefaultOpenSessions = 8
+
+// DefaultLimits returns the documented defaults.
+func DefaultLimits() Limits {
+	return Limits{MaxReceipts: DefaultMaxReceipts, OpenSessions: DefaultOpenSessions}
+}
+
+// Refusals of Accept. Each is a documented ingest answer
+// (docs/operations.md, "Telemetry"); nothing is written when one is
+// returned.
+var (
+	// ErrUnknownDeployment: the key's environment has no such deployment
+	// (a heartbeat creates it). 404 deployment_not_found.
+	ErrUnknownDeployment = errors.New("deployment does not exist in this environment")
+	// ErrWindowConflict: a window of the same identity was accepted with a
+	// different body. 409 window_conflict.
+	ErrWindowConflict = errors.New("a different window with this identity was already accepted")
+	// ErrWindowTooOld: the window ended more than MaxWindowAge ago.
+	// 422 window_too_old.
+	ErrWindowTooOld = errors.New("window is older than two hours")
+	// ErrWindowInFuture: the window ends later than the clock-skew window
+	// allows. 422 window_in_future.
+	ErrWindowInFuture = errors.New("window ends in the future")
+	// ErrDeploymentEnded: the deployment ended and the window starts after
+	// its end, or the final-window grace has passed. 409 deployment_ended.
+	ErrDeploymentEnded = errors.New("deployment has ended")
+	// ErrTelemetryQuota: the deployment holds MaxReceipts receipts.
+	// 429 telemetry_quota.
+	ErrTelemetryQuota = errors.New("deployment reached its telemetry window quota")
+	// ErrSessionQuota: the window would open more than OpenSessions
+	// sessions. 429 session_quota.
+	ErrSessionQuota = errors.New("deployment reached its open telemetry session quota")
+)
+
+// Admission is one validated window to admit.
+type Admission struct {
+	// EnvironmentID is the environment the request may write to (the
+	// key's binding, checked against the body by ingest).
+	EnvironmentID int64
+	Window        *WindowV1
+	// Now is the server's clock.
+	Now time.Time
+	// SkewWindow is the clock skew tolerated for a window's end
+	// (ingest.SkewWindow, 300 s).
+	SkewWindow time.Duration
+	Limits     Limits
+}
+
+// Result is what Accept did.
+type Result struct {
+	// Deduplicated is true for an exact retry: nothing new was written.
+	Deduplicated bool
+	// SessionCreated is true when the window opened its session.
+	SessionCreated bool
+	// Anomalies lists the anomaly rules the window raised (rule names).
+	Anomalies []string
+}
+
+// Accept admits one window inside the writer's unit q, in the order of
+// docs/operations.md, "Telemetry": the deployment must exist; a window
+// whose identity has a receipt is an exact retry (deduplicated) or a
+// changed one (ErrWindowConflict) — checked before the age rules, so a
+// replay is judged by its receipt forever, even after retention folded its
+// detail; then age, future, deployment end, the receipt cap and the open
+// session cap. An admitted window writes its receipt, its detail row, its
+// session (created, or counted with its version incremented and any
+// terminal summary cleared) and its anomalies. Errors: the sentinels above
+// (nothing written), or a storage fault.
+func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error) {
+	w := a.Window
+	env, dep, sess := a.EnvironmentID, w.DeploymentID, w.SessionID
+	start := w.WindowStart.UTC()
+	end := start.Add(window)
+	st, err := storage.DeploymentTelemetry(ctx, q, env, dep)
+	if errors.Is(err, storage.ErrNotFound) {
+		return Result{}, ErrUnknownDeployment
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	_, sum := w.Canonical()
+	switch prev, err := storage.TelemetryReceiptHash(ctx, q, env, dep, sess, start); {
+	case err == nil && prev == sum:
+		return Result{Deduplicated: true}, nil
+	case err == nil:
+		return Result{}, ErrWindowConflict
+	case !errors.Is(err, storage.ErrNotFound):
+		return Result{}, err
+	}
+	switch {
+	case end.Before(a.Now.Add(-MaxWindowAge)):
+		return Result{}, ErrWindowTooOld
+	case end.After(a.Now.Add(a.SkewWindow)):
+		return Result{}, ErrWindowInFuture
+	}
+	ended := st.Status == storage.DeploymentEnded
+	if ended && (!start.Before(st.EndedAt) || a.Now.After(st.EndedAt.Add(FinalWindowGrace))) {
+		return Result{}, ErrDeploymentEnded
+	}
+	if a.Limits.MaxReceipts > 0 && st.Receipts >= a.Limits.MaxReceipts {
+		return Result{}, ErrTelemetryQuota
+	}
+	var res Result
+	_, err = storage.TelemetrySessionByID(ctx, q, env, dep, sess)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		res.SessionCreated = true
+		if a.Limits.OpenSessions > 0 && !ended {
+			open, err := storage.OpenTelemetrySessions(ctx, q, env, dep)
+			if err != nil {
+				return Result{}, err
+			}
+			if open >= a.Limits.OpenSessions {
+				return Result{}, ErrSessionQuota
+			}
+		}
+	case err != nil:
+		return Result{}, err
+	}
+	if err := storage.InsertTelemetryReceipt(ctx, q, storage.TelemetryReceipt{
+		EnvironmentID: env, DeploymentID: dep, SessionID: sess, WindowStart: start, BodyHash: sum, ReceivedAt: a.Now,
+	}); err != nil {
+		return Result{}, fmt.Errorf("telemetry receipt: %w", err)
+	}
+	metrics := w.metricSet()
+	if err := storage.InsertTelemetryWindow(ctx, q, storage.TelemetryWindow{
+		EnvironmentID: env, DeploymentID: dep, SessionID: sess, WindowStart: start, ReceivedAt: a.Now, Final: w.Final, Metrics: metrics,
+	}); err != nil {
+		return Result{}, fmt.Errorf("telemetry window: %w", err)
+	}
+	if _, err := storage.RecordSessionWindow(ctx, q, env, dep, sess, start, end, a.Now, w.Final); err != nil {
+		return Result{}, err
+	}
+	if ended && res.SessionCreated {
+		// A final window of a session first seen after its deployment
+		// ended: the session is born ended, as EndDeployment would have
+		// left it.
+		if err := storage.EndTelemetrySession(ctx, q, env, dep, sess, st.EndedAt, storage.SessionEndDeploymentEnded); err != nil {
+			return Result{}, err
+		}
+	}
+	raised, err := evaluateAnomalies(ctx, q, env, dep, sess, start, &metrics, !ended)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Anomalies = raised
+	return res, nil
+}

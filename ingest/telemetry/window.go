@@ -1,0 +1,187 @@
+// Package telemetry is the Monitor's telemetry: minute source windows with
+// their retry receipts, sessions and terminal summaries, anomalies, the
+// retention loop that folds detail into hourly rollups, and erase
+// (docs/operations.md, "Telemetry"). The signed HTTP route is ingest's; this
+// package decides what a verified window means, inside the writer's unit.
+package telemetry
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Window bounds (docs/operations.md, "Telemetry").
+const (
+	// WindowSeconds is the only window length accepted: one minute.
+	WindowSeconds = 60
+	// MaxWindowAge is how old a window may be: one whose end
+	// (windowStart + 60 s) is more than two hours before the server's
+	// clock is refused as window_too_old.
+	MaxWindowAge = 2 * time.Hour
+	// FinalWindowGrace is how long after a deployment ended its final
+	// windows (those starting before ended_at) are still admitted.
+	FinalWindowGrace = 15 * time.Minute
+	// MaxSamplesPerWindow bounds a metric's n: ten samples a second, far
+	// above any sampler's rate, so a corrupt count is refused rather than
+	// skewing every mean it is folded into.
+	MaxSamplesPerWindow = 600
+)
+
+// window is one minute; windowStart is aligned to it.
+const window = WindowSeconds * time.Second
+
+// WindowV1 is the body of POST /api/ingest/telemetry: one minute window of
+// one telemetry session (RFC 3339 windowStart, minute-aligned; unknown
+// fields, and so unknown metric names, are refused).
+type WindowV1 struct {
+	EnvironmentSlug string    `json:"environmentSlug"`
+	DeploymentID    string    `json:"deploymentId"`
+	SessionID       string    `json:"sessionId"`
+	WindowStart     time.Time `json:"windowStart"`
+	WindowSeconds   int64     `json:"windowSeconds"`
+	Final           bool      `json:"final"`
+	Metrics         MetricsV1 `json:"metrics"`
+}
+
+// MetricsV1 is the fixed metric set (storage.TelemetryMetrics, whose order
+// and names it mirrors); every metric is optional.
+type MetricsV1 struct {
+	CPUPct           *AggV1 `json:"cpuPct,omitempty"`
+	MemUsedBytes     *AggV1 `json:"memUsedBytes,omitempty"`
+	MemTotalBytes    *AggV1 `json:"memTotalBytes,omitempty"`
+	DiskUsedBytes    *AggV1 `json:"diskUsedBytes,omitempty"`
+	DiskTotalBytes   *AggV1 `json:"diskTotalBytes,omitempty"`
+	Load1            *AggV1 `json:"load1,omitempty"`
+	NetRxBytes       *AggV1 `json:"netRxBytes,omitempty"`
+	NetTxBytes       *AggV1 `json:"netTxBytes,omitempty"`
+	GPUUtilPct       *AggV1 `json:"gpuUtilPct,omitempty"`
+	GPUMemUsedBytes  *AggV1 `json:"gpuMemUsedBytes,omitempty"`
+	GPUMemTotalBytes *AggV1 `json:"gpuMemTotalBytes,omitempty"`
+	GPUTempC         *AggV1 `json:"gpuTempC,omitempty"`
+	GPUPowerW        *AggV1 `json:"gpuPowerW,omitempty"`
+}
+
+// list returns the metrics in storage.TelemetryMetrics order.
+func (m *MetricsV1) list() [storage.NumTelemetryMetrics]*AggV1 {
+	return [...]*AggV1{m.CPUPct, m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes, m.Load1,
+		m.NetRxBytes, m.NetTxBytes, m.GPUUtilPct, m.GPUMemUsedBytes, m.GPUMemTotalBytes, m.GPUTempC, m.GPUPowerW}
+}
+
+// AggV1 aggregates one metric's samples taken inside the window: n samples
+// (an integer ≥ 1), their sum, min, max and the last one. Units are the
+// metric's (storage.TelemetryMetrics).
+type AggV1 struct {
+	N    int64   `json:"n"`
+	Sum  float64 `json:"sum"`
+	Min  float64 `json:"min"`
+	Max  float64 `json:"max"`
+	Last float64 `json:"last"`
+}
+
+// metricRange is the range every sample of a metric must fall in.
+type metricRange struct{ lo, hi float64 }
+
+var (
+	percent     = metricRange{0, 100}
+	nonNegative = metricRange{0, math.MaxFloat64}
+	// celsius: a GPU sensor reading outside this is a fault, not a value.
+	celsius = metricRange{-50, 200}
+)
+
+// ranges is indexed like storage.TelemetryMetrics.
+var ranges = [storage.NumTelemetryMetrics]metricRange{
+	percent, nonNegative, nonNegative, nonNegative, nonNegative, nonNegative,
+	nonNegative, nonNegative, percent, nonNegative, nonNegative, celsius, nonNegative,
+}
+
+// Invalid is a window whose fields are well-formed JSON of the right shape
+// but break a value rule: 422 invalid_body. Its message names the field,
+// never its value.
+type Invalid struct{ Message string }
+
+func (e *Invalid) Error() string { return e.Message }
+
+// Validate checks the window's values (docs/operations.md, "Telemetry").
+// Errors: *Invalid.
+func (w *WindowV1) Validate() error {
+	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
+	switch {
+	case !slug.Valid(w.EnvironmentSlug):
+		return bad("environmentSlug must match %s", slug.Pattern)
+	case !slug.ValidID(w.DeploymentID):
+		return bad("deploymentId must be 1-128 characters of [A-Za-z0-9._:-]")
+	case !slug.ValidID(w.SessionID):
+		return bad("sessionId must be 1-128 characters of [A-Za-z0-9._:-]")
+	case w.WindowStart.IsZero():
+		return bad("windowStart is required")
+	case !w.WindowStart.Truncate(time.Minute).Equal(w.WindowStart):
+		return bad("windowStart must be aligned to a whole minute")
+	case w.WindowStart.UTC().Year() < 2000 || w.WindowStart.UTC().Year() > 9999:
+		return bad("windowStart must fall within the years 2000-9999 in UTC")
+	case w.WindowSeconds != WindowSeconds:
+		return bad("windowSeconds must be 60")
+	}
+	for i, a := range w.Metrics.list() {
+		if a == nil {
+			continue
+		}
+		name := storage.TelemetryMetrics[i].Name
+		r := ranges[i]
+		switch {
+		case a.N < 1 || a.N > MaxSamplesPerWindow:
+			return bad("metrics.%s.n must be between 1 and %d", name, MaxSamplesPerWindow)
+		case a.Min > a.Max:
+			return bad("metrics.%s.min must not exceed max", name)
+		case a.Last < a.Min || a.Last > a.Max:
+			return bad("metrics.%s.last must lie between min and max", name)
+		case a.Min < r.lo || a.Max > r.hi:
+			return bad("metrics.%s values must lie between %g and %g", name, r.lo, r.hi)
+		case !sumFits(a):
+			return bad("metrics.%s.sum must lie between n×min and n×max", name)
+		}
+	}
+	return nil
+}
+
+// sumFits reports whether sum could be the sum of n samples within
+// [min, max], allowing float rounding.
+func sumFits(a *AggV1) bool {
+	n := float64(a.N)
+	lo, hi := n*a.Min, n*a.Max
+	slack := 1e-9 * math.Max(math.Abs(lo), math.Abs(hi))
+	return a.Sum >= lo-slack && a.Sum <= hi+slack && !math.IsInf(a.Sum, 0)
+}
+
+// Canonical returns the window's canonical encoding — its JSON with
+// windowStart in UTC and fields in their fixed order — and its SHA-256,
+// the body hash a retry receipt holds. Two bodies that decode to the same
+// window (whitespace, key order, an equivalent time offset) are the same
+// window; any change of value is a different one.
+func (w *WindowV1) Canonical() ([]byte, [32]byte) {
+	c := *w
+	c.WindowStart = c.WindowStart.UTC()
+	b, err := json.Marshal(&c)
+	if err != nil {
+		// Every field is a string, bool, integer, finite float or a
+		// validated time: Marshal cannot fail on a validated window.
+		panic(fmt.Sprintf("telemetry: canonical encoding: %v", err))
+	}
+	return b, sha256.Sum256(b)
+}
+
+// metricSet converts the wire metrics to storage's indexed set.
+func (w *WindowV1) metricSet() storage.TelemetryMetricSet {
+	var out storage.TelemetryMetricSet
+	for i, a := range w.Metrics.list() {
+		if a != nil {
+			out[i] = &storage.MetricAgg{N: a.N, Sum: a.Sum, Min: a.Min, Max: a.Max, Last: a.Last}
+		}
+	}
+	return out
+}

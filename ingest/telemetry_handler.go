@@ -1,0 +1,77 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// MaxTelemetryBody bounds a telemetry window body (bytes): 64 KiB.
+const MaxTelemetryBody = 64 << 10
+
+// TelemetryAccepted is the 202 body of POST /api/ingest/telemetry.
+type TelemetryAccepted struct {
+	Accepted bool `json:"accepted"`
+	// Deduplicated is true for an exact retry of a window already accepted:
+	// nothing of the window was written again.
+	Deduplicated bool `json:"deduplicated"`
+}
+
+// telemetryRefusals maps telemetry.Accept's refusals to their answers
+// (docs/operations.md, "Telemetry").
+var telemetryRefusals = []struct {
+	err    error
+	status int
+	code   string
+	msg    string
+}{
+	{telemetry.ErrUnknownDeployment, http.StatusNotFound, "deployment_not_found", "the deployment does not exist in this environment; a heartbeat creates it"},
+	{telemetry.ErrWindowConflict, http.StatusConflict, "window_conflict", "a different window with this session and windowStart was already accepted"},
+	{telemetry.ErrWindowTooOld, http.StatusUnprocessableEntity, "window_too_old", "the window ended more than two hours ago"},
+	{telemetry.ErrWindowInFuture, http.StatusUnprocessableEntity, "window_in_future", "the window ends later than the clock skew allows"},
+	{telemetry.ErrDeploymentEnded, http.StatusConflict, "deployment_ended", "the deployment has ended: only windows starting before its end are admitted, for 15 minutes"},
+	{telemetry.ErrTelemetryQuota, http.StatusTooManyRequests, "telemetry_quota", "the deployment holds the maximum number of telemetry windows"},
+	{telemetry.ErrSessionQuota, http.StatusTooManyRequests, "session_quota", "the deployment has the maximum number of open telemetry sessions"},
+}
+
+// Telemetry handles POST /api/ingest/telemetry for a request Authenticate
+// verified (with MaxTelemetryBody): one minute window of one telemetry
+// session, admitted by telemetry.Accept in the same writer unit as the
+// nonce claim. Success is 202 TelemetryAccepted (an exact retry included);
+// every refusal writes nothing.
+func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
+	var w telemetry.WindowV1
+	parse := func(body []byte) *Refusal {
+		if rf := DecodeBody(body, &w); rf != nil {
+			return rf
+		}
+		var inv *telemetry.Invalid
+		if err := w.Validate(); errors.As(err, &inv) {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", inv.Message)
+		} else if err != nil {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "invalid window")
+		}
+		return nil
+	}
+	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+		environmentID, err := resolveEnvironment(ctx, tx, v, w.EnvironmentSlug)
+		if err != nil {
+			return nil, err
+		}
+		res, err := telemetry.Accept(ctx, tx, telemetry.Admission{
+			EnvironmentID: environmentID, Window: &w, Now: s.clock.Now().UTC(), SkewWindow: SkewWindow, Limits: s.telemetry,
+		})
+		for _, r := range telemetryRefusals {
+			if errors.Is(err, r.err) {
+				return nil, refuse(r.status, r.code, "%s", r.msg)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return TelemetryAccepted{Accepted: true, Deduplicated: res.Deduplicated}, nil
+	})
+}
