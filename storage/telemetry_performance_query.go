@@ -87,36 +87,3 @@ func EachTelemetryHourly(ctx context.Context, q Querier, environmentID int64, de
 	}
 	return nil
 }
-
-// PerformanceAnomaly is one anomaly row as the performance API shows it.
-type PerformanceAnomaly struct {
-	SessionID, Kind         string
-	FirstSeenAt, LastSeenAt time.Time
-	Windows                 int64
-}
-
-// DeploymentPerformanceAnomalies returns the anomalies of one deployment's
-// sessions, ordered by session then rule.
-func DeploymentPerformanceAnomalies(ctx context.Context, q Querier, environmentID int64, deploymentID string) ([]PerformanceAnomaly, error) {
-	rows, err := q.QueryContext(ctx,
-		`SELECT session_id, kind, first_seen_at, last_seen_at, windows FROM telemetry_anomalies
-		 WHERE environment_id = ? AND deployment_id = ? ORDER BY session_id, kind`, environmentID, deploymentID)
-	if err != nil {
-		return nil, fmt.Errorf("read telemetry anomalies: %w", err)
-	}
-	defer rows.Close()
-	var out []PerformanceAnomaly
-	for rows.Next() {
-		var a PerformanceAnomaly
-		var first, last int64
-		if err := rows.Scan(&a.SessionID, &a.Kind, &first, &last, &a.Windows); err != nil {
-			return nil, fmt.Errorf("read telemetry anomalies: %w", err)
-		}
-		a.FirstSeenAt, a.LastSeenAt = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read telemetry anomalies: %w", err)
-	}
-	return out, nil
-}

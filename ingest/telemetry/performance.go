@@ -26,11 +26,10 @@ const (
 	MaxPerformanceStep = 24 * time.Hour
 )
 
-// Refusals of the performance API. ErrUnknownEnvironment is also Erase's.
-var (
-	ErrUnknownEnvironment = errors.New("telemetry: no environment with this slug")
-	ErrUnknownDeployment  = errors.New("telemetry: no deployment with this id in the environment")
-)
+// ErrUnknownEnvironment is the refusal of Read and Erase for a slug no
+// environment has (404 environment_not_found). An unknown deployment is
+// ErrUnknownDeployment, as for Accept.
+var ErrUnknownEnvironment = errors.New("telemetry: no environment with this slug")
 
 // ParamRefusal is a performance request whose range or step the API does
 // not serve; Message is safe to show (it never repeats a value sent).
@@ -229,7 +228,7 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 	if err != nil {
 		return out, err
 	}
-	anomalies, err := storage.DeploymentPerformanceAnomalies(ctx, tx, env.ID, req.DeploymentID)
+	anomalies, err := storage.TelemetryAnomaliesOf(ctx, tx, env.ID, req.DeploymentID)
 	if err != nil {
 		return out, err
 	}
