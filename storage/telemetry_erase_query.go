@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -118,8 +119,8 @@ func StartTelemetryErasure(ctx context.Context, q Querier, environmentID int64, 
 // EraseTelemetryBatch deletes at most limit of the environment's rows from
 // table and adds the number deleted to erasure erasureID, in the caller's
 // unit, so the erasure's counts always equal the rows removed. Erasing
-// receipts also recounts deployments.telemetry_receipts of the deployments
-// the batch touched. It returns the rows deleted: fewer than limit means
+// receipts also takes them off deployments.telemetry_receipts of the
+// deployments the batch touched, so the counter stays exact between units. It returns the rows deleted: fewer than limit means
 // the table holds none of the environment's rows any more (unless an agent
 // sent telemetry since).
 func EraseTelemetryBatch(ctx context.Context, q Querier, table TelemetryTable, environmentID int64, erasureID string, limit int) (int64, error) {
@@ -127,35 +128,54 @@ func EraseTelemetryBatch(ctx context.Context, q Querier, table TelemetryTable, e
 	if !ok {
 		return 0, fmt.Errorf("erase telemetry: unknown table %q", table)
 	}
-	del := `DELETE FROM ` + string(table) + ` WHERE environment_id = ?1 AND (` + et.key + `) IN
-		(SELECT ` + et.key + ` FROM ` + string(table) + ` WHERE environment_id = ?1 LIMIT ?2)`
+	// The batch is a range of the primary key: up to the key of the
+	// limit-th row (an index walk of limit entries), or the rest.
+	width := strings.Count(et.key, ",") + 1
+	bound := make([]any, width)
+	ptrs := make([]any, width)
+	for i := range bound {
+		ptrs[i] = &bound[i]
+	}
+	err := q.QueryRowContext(ctx, `SELECT `+et.key+` FROM `+string(table)+` WHERE environment_id = ?
+		 ORDER BY `+et.key+` LIMIT 1 OFFSET ?`, environmentID, limit-1).Scan(ptrs...)
+	del := `DELETE FROM ` + string(table) + ` WHERE environment_id = ?`
+	args := []any{environmentID}
+	switch {
+	case err == nil:
+		del += ` AND (` + et.key + `) <= (?` + strings.Repeat(", ?", width-1) + `)`
+		args = append(args, bound...)
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, fmt.Errorf("erase %s: %w", table, err)
+	}
 	var n int64
 	if table == TableTelemetryReceipts {
-		rows, err := q.QueryContext(ctx, del+` RETURNING deployment_id`, environmentID, limit)
+		rows, err := q.QueryContext(ctx, del+` RETURNING deployment_id`, args...)
 		if err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
-		touched := map[string]bool{}
+		touched := map[string]int64{}
 		for rows.Next() {
 			var d string
 			if err := rows.Scan(&d); err != nil {
 				rows.Close()
 				return 0, fmt.Errorf("erase %s: %w", table, err)
 			}
-			touched[d] = true
+			touched[d]++
 			n++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
-		for d := range touched {
-			if err := recountReceipts(ctx, q, environmentID, d); err != nil {
-				return 0, err
+		for d, k := range touched {
+			if _, err := q.ExecContext(ctx,
+				`UPDATE deployments SET telemetry_receipts = max(0, telemetry_receipts - ?) WHERE environment_id = ? AND id = ?`,
+				k, environmentID, d); err != nil {
+				return 0, fmt.Errorf("count erased telemetry receipts: %w", err)
 			}
 		}
 	} else {
-		res, err := q.ExecContext(ctx, del, environmentID, limit)
+		res, err := q.ExecContext(ctx, del, args...)
 		if err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
@@ -170,18 +190,6 @@ func EraseTelemetryBatch(ctx context.Context, q Querier, table TelemetryTable, e
 		}
 	}
 	return n, nil
-}
-
-// recountReceipts sets one deployment's receipt counter to the receipts it
-// still holds.
-func recountReceipts(ctx context.Context, q Querier, environmentID int64, deploymentID string) error {
-	if _, err := q.ExecContext(ctx,
-		`UPDATE deployments SET telemetry_receipts =
-		     (SELECT count(*) FROM telemetry_receipts r WHERE r.environment_id = ?1 AND r.deployment_id = ?2)
-		 WHERE environment_id = ?1 AND id = ?2`, environmentID, deploymentID); err != nil {
-		return fmt.Errorf("recount telemetry receipts: %w", err)
-	}
-	return nil
 }
 
 // TelemetryErasedEventKind is the lifecycle event kind an erasure records

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ const eraseBenchWindows = 200_000
 
 // BenchmarkErase erases an environment holding eraseBenchWindows source
 // windows and as many receipts, and reports the rows removed per second
-// and the longest writer unit (batch) in milliseconds: the time ingest can
+// and the writer units' (batches') durations in milliseconds, median, 99th
+// percentile and longest, each including its commit: the time ingest can
 // wait behind an erase (docs/operations.md, "Erasing telemetry").
 func BenchmarkErase(b *testing.B) {
 	db := storagetest.NewDB(b)
@@ -44,6 +46,7 @@ func BenchmarkErase(b *testing.B) {
 	}
 	var rows int64
 	var longest time.Duration
+	var units []time.Duration
 	var elapsed time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -52,6 +55,7 @@ func BenchmarkErase(b *testing.B) {
 		e := &Eraser{DB: db, Clock: clockwork.NewRealClock(), afterBatch: func() error {
 			now := time.Now()
 			longest = max(longest, now.Sub(last))
+			units = append(units, now.Sub(last))
 			last = now
 			return nil
 		}}
@@ -68,5 +72,8 @@ func BenchmarkErase(b *testing.B) {
 		rows += r.Removed.Total()
 	}
 	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
+	slices.Sort(units)
+	b.ReportMetric(float64(units[len(units)/2].Microseconds())/1000, "p50-unit-ms")
+	b.ReportMetric(float64(units[len(units)*99/100].Microseconds())/1000, "p99-unit-ms")
 	b.ReportMetric(float64(longest.Microseconds())/1000, "max-unit-ms")
 }
