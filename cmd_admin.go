@@ -35,6 +35,7 @@ type adminCmd struct {
 	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
 	Telemetry   adminTelemetryCmd   `cmd:"" help:"Erase and audit telemetry."`
 	Performance adminPerformanceCmd `cmd:"" help:"Show one deployment's telemetry as a table, with its sessions and anomalies."`
+	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 

@@ -18,7 +18,8 @@ import (
 )
 
 type agentCmd struct {
-	Heartbeat agentHeartbeatCmd `cmd:"" help:"Send signed heartbeats (the reference agent)."`
+	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats (the reference agent)."`
+	SystemdUnit agentSystemdUnitCmd `cmd:"" name:"systemd-unit" help:"Print the agent's systemd unit (the cloud-init install writes it)."`
 }
 
 type agentHeartbeatCmd struct {

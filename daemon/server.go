@@ -34,6 +34,9 @@ type Server struct {
 	router *httprouter.Router
 	routes []Route
 	ops    *operations
+	// retention is the retention worker, shared by adminRunRetention and
+	// the retention loop (StartLoops) so their passes never overlap.
+	retention *telemetry.Retention
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -68,7 +71,8 @@ func newServer(d serverDeps) (*Server, error) {
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
 	}
-	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log})
+	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
+		Quotas: d.Config.IngestQuotas()})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 
@@ -88,6 +92,8 @@ func newServer(d serverDeps) (*Server, error) {
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
+	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
 	(&telemetryHandlers{
 		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},

@@ -19,7 +19,10 @@ const (
 	// MaxLimitMinutes is the longest idle limit accepted: one week. A
 	// longer limit is indistinguishable from "never reap" and is refused.
 	MaxLimitMinutes = 7 * 24 * 60
-	maxLabel        = 64
+	// maxActivityAge is how far before sentAt (and the server's clock) a
+	// lastActivityAt may lie: the longest idle limit.
+	maxActivityAge = MaxLimitMinutes * time.Minute
+	maxLabel       = 64
 )
 
 var (
@@ -108,7 +111,11 @@ func utcYearInRange(t time.Time) bool {
 // verified (with MaxHeartbeatBody): in one writer unit the nonce claim, the body checks, and the deployment and
 // heartbeat writes. The first heartbeat of a deployment id creates it; a
 // heartbeat for an ended deployment is 409 deployment_ended with nothing
-// written. Success is 202 HeartbeatAccepted.
+// written. Before the unit, the heartbeat rate quotas (per deployment and
+// per environment) may refuse it 429 rate_limited with Retry-After; in the
+// unit, a first heartbeat beyond the environment's active-deployment quota
+// is 429 deployment_quota (docs/operations.md, "Quotas"). Success is 202
+// HeartbeatAccepted.
 func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var hb HeartbeatV1
 	parse := func(body []byte) *Refusal {
@@ -125,14 +132,37 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if hb.Reaper.LastActivityAt.After(s.clock.Now().Add(SkewWindow)) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
 		}
+		// An activity time older than the longest idle limit says nothing
+		// the reaper could use, and a 1970 or year-0 one is a forged or
+		// broken clock (docs/operations.md, "Heartbeats and deadlines").
+		// Judged against sentAt as the agent's own frame, and against the
+		// server's clock so an old sentAt cannot carry it through.
+		oldest := maxActivityAge
+		if hb.Reaper.LastActivityAt.Before(hb.SentAt.Add(-oldest)) || hb.Reaper.LastActivityAt.Before(s.clock.Now().Add(-oldest-SkewWindow)) {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must be within 7 days before sentAt")
+		}
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// The heartbeat rate quotas, checked once the signed body parsed (it
+	// names the deployment) and before the writer unit: a flood never
+	// reaches the single writer. A body naming another environment than
+	// the key's is not counted: the unit refuses it 403.
+	admit := func() *Refusal {
+		if v.key != nil && hb.EnvironmentSlug != v.key.EnvironmentSlug {
+			return nil
+		}
+		rf := s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID)
+		s.noteQuota(rf, hb.EnvironmentSlug, hb.Deployment.ID)
+		return rf
+	}
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
 		}
 		now := s.clock.Now().UTC()
+		// The deadline this heartbeat implies, kept on its heartbeat row;
+		// the deployment's stored deadline never moves back for it.
 		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
@@ -154,14 +184,23 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			rec.SessionExpiresAt = *hb.SessionExpiresAt
 		}
 		// The active deployment is updated first; its status is read only
-		// when that matched nothing (a first heartbeat, or an ended
-		// deployment, refused with nothing written).
-		if _, err := storage.ApplyHeartbeat(ctx, tx, rec); errors.Is(err, storage.ErrDeploymentEnded) {
+		// when that matched nothing (a first heartbeat, an ended deployment,
+		// or another droplet's claim, refused with nothing written).
+		applied, err := storage.ApplyHeartbeatWithin(ctx, tx, rec, s.quotas.ActiveDeployments)
+		if errors.Is(err, storage.ErrDeploymentEnded) {
 			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
+		} else if errors.Is(err, storage.ErrDropletMismatch) {
+			return nil, refuse(http.StatusConflict, "droplet_mismatch", "deployment.dropletId differs from the droplet this deployment already reported")
+		} else if errors.Is(err, storage.ErrDeploymentQuota) {
+			rf := refuse(http.StatusTooManyRequests, "deployment_quota",
+				"environment has %d active deployments, its quota; end one or raise the quota", s.quotas.ActiveDeployments)
+			rf.Quota = QuotaActiveDeployments
+			s.noteQuota(rf, hb.EnvironmentSlug, "")
+			return nil, rf
 		} else if err != nil {
 			return nil, err
 		}
-		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: deadline.Truncate(time.Millisecond), ServerTime: now.Truncate(time.Millisecond)}, nil
+		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 }
 

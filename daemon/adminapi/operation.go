@@ -48,7 +48,8 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
-var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations, telemetryOperations)
+var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations,
+	retentionOperations, telemetryOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation
