@@ -94,6 +94,10 @@ func newServer(d serverDeps) (*Server, error) {
 	(&fleetHandlers{db: d.DB}).register(s.ops)
 	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
 	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
+	(&telemetryHandlers{
+		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
+		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+	}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
