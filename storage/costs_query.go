@@ -73,10 +73,15 @@ func scanCostDeployment(row interface{ Scan(...any) error }) (CostDeployment, er
 	return d, nil
 }
 
-func queryCostDeployments(ctx context.Context, q Querier, where string, args ...any) ([]CostDeployment, error) {
+// queryCostDeployments lists deployments matching where (with args), in
+// environment and launch order, at most limit (0: all).
+func queryCostDeployments(ctx context.Context, q Querier, limit int, where string, args ...any) ([]CostDeployment, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
 	rows, err := q.QueryContext(ctx,
 		`SELECT `+costDeploymentCols+` FROM deployments d JOIN environments e ON e.id = d.environment_id WHERE `+where+
-			` ORDER BY d.environment_id, d.launched_at, d.id`, args...)
+			` ORDER BY d.environment_id, d.launched_at, d.id LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list cost deployments: %w", err)
 	}
@@ -97,7 +102,7 @@ func queryCostDeployments(ctx context.Context, q Querier, where string, args ...
 // ended at or after from. Ended deployments are included: a month's
 // estimate keeps its sunk cycles.
 func CostDeploymentsInRange(ctx context.Context, q Querier, from, to time.Time) ([]CostDeployment, error) {
-	return queryCostDeployments(ctx, q,
+	return queryCostDeployments(ctx, q, 0,
 		`min(d.launched_at, coalesce(d.droplet_created_at, d.launched_at)) < ? AND (d.status = 'active' OR d.ended_at >= ?)`,
 		ms(to), ms(from))
 }
@@ -106,13 +111,13 @@ func CostDeploymentsInRange(ctx context.Context, q Querier, from, to time.Time) 
 // orgID (the deployments an inventory pass of that organization's account
 // may end or price).
 func ActiveCostDeployments(ctx context.Context, q Querier, orgID int64) ([]CostDeployment, error) {
-	return queryCostDeployments(ctx, q, `d.status = 'active' AND e.org_id = ?`, orgID)
+	return queryCostDeployments(ctx, q, 0, `d.status = 'active' AND e.org_id = ?`, orgID)
 }
 
 // UnpricedCostDeployments returns up to limit deployments of organization
 // orgID, active or ended, whose rate was never captured.
 func UnpricedCostDeployments(ctx context.Context, q Querier, orgID int64, limit int) ([]CostDeployment, error) {
-	return queryCostDeployments(ctx, q, `d.hourly_rate_usd IS NULL AND e.org_id = ? LIMIT ?`, orgID, limit)
+	return queryCostDeployments(ctx, q, limit, `d.hourly_rate_usd IS NULL AND e.org_id = ?`, orgID)
 }
 
 // DropletKnown reports whether any deployment, in any environment and of
