@@ -134,6 +134,26 @@ func DropletKnown(ctx context.Context, q Querier, dropletID int64) (bool, error)
 	return true, nil
 }
 
+// KnownDropletIDs returns every droplet id any deployment names, in any
+// environment and of any status (one indexed scan: inventory's prefilter,
+// re-checked per droplet by AdoptDroplet inside the writer).
+func KnownDropletIDs(ctx context.Context, q Querier) (map[int64]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT DISTINCT droplet_id FROM deployments WHERE droplet_id IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("known droplets: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("known droplets: %w", err)
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}
+
 // AdoptedDroplet is a chalupa-tagged droplet inventory turns into a
 // deployment.
 type AdoptedDroplet struct {

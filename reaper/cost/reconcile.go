@@ -398,17 +398,17 @@ func (r *Reconciler) plan(ctx context.Context, a Account, envs []storage.Environ
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	known, err := storage.KnownDropletIDs(ctx, r.cfg.DB.Read)
+	if err != nil {
+		return plan{}, err
+	}
 	for _, id := range ids {
 		d := byID[id]
 		e, ok := envTagged(d.Tags, mine)
 		if !ok {
 			continue
 		}
-		known, err := storage.DropletKnown(ctx, r.cfg.DB.Read, id)
-		if err != nil {
-			return plan{}, err
-		}
-		if known {
+		if known[id] {
 			continue
 		}
 		if len(p.adopt) >= MaxAdoptPerTick {
