@@ -22,7 +22,7 @@ const (
 	// maxActivityAge is how far before sentAt (and the server's clock) a
 	// lastActivityAt may lie: the longest idle limit.
 	maxActivityAge = MaxLimitMinutes * time.Minute
-	maxLabel        = 64
+	maxLabel       = 64
 )
 
 var (
