@@ -34,6 +34,7 @@ type adminCmd struct {
 	Keys        adminKeysCmd        `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
 	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
 	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
+	Costs       adminCostsCmd       `cmd:"" help:"Month-to-date cost estimates, and inventory and cost reconciliation on demand (estimates: the DigitalOcean invoice is authoritative)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 

@@ -110,6 +110,14 @@ func New(cfg Config) (*Reconciler, error) {
 	return &Reconciler{cfg: cfg}, nil
 }
 
+// SetMetrics sets the series the passes update (the daemon registers them
+// with its loops). Call it before Run.
+func (r *Reconciler) SetMetrics(m *Metrics) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cfg.Metrics = m
+}
+
 // Rule is the billing rule in use.
 func (r *Reconciler) Rule() Rule { return r.cfg.Rule }
 
