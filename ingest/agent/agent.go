@@ -100,7 +100,7 @@ func New(cfg Config, creds Credentials, id Identity) (*Agent, error) {
 	a.client = &signer.Client{BaseURL: cfg.URL, KeyID: creds.KeyID, Key: creds.Key, HTTP: hc, Now: a.clock.Now}
 	hb := *a.client
 	a.hbClient = &hb
-	a.deliver = newDeliverer(sp, a.client, a.clock, a.log, st)
+	a.deliver = newDeliverer(sp, a.client, a.clock, a.log, st, cfg.ReplayRate)
 
 	prev := st.get()
 	last := now

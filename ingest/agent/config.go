@@ -8,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
@@ -63,6 +64,9 @@ type Config struct {
 	MetadataHTTP *http.Client
 	// Log receives the agent's log (zerolog JSON).
 	Log zerolog.Logger
+	// ReplayRate overrides the delivery pace in requests a second (0:
+	// the package's ReplayRate; tests use rate.Inf).
+	ReplayRate rate.Limit
 	// SpoolMaxRecords and SpoolMaxBytes override the spool caps (tests).
 	SpoolMaxRecords int
 	SpoolMaxBytes   int64

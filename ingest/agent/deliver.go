@@ -120,9 +120,12 @@ type Deliverer struct {
 	wake     chan struct{}
 }
 
-func newDeliverer(sp *Spool, cl *signer.Client, clock clockwork.Clock, log zerolog.Logger, st *stateFile) *Deliverer {
+func newDeliverer(sp *Spool, cl *signer.Client, clock clockwork.Clock, log zerolog.Logger, st *stateFile, pace rate.Limit) *Deliverer {
+	if pace == 0 {
+		pace = ReplayRate
+	}
 	return &Deliverer{spool: sp, client: cl, clock: clock, log: log, state: st,
-		limit: rate.NewLimiter(rate.Limit(ReplayRate), 1), wake: make(chan struct{}, 1)}
+		limit: rate.NewLimiter(pace, 1), wake: make(chan struct{}, 1)}
 }
 
 // Wake asks the delivery loop to look at the spool (a record was appended).

@@ -131,6 +131,9 @@ func OpenSpool(dir string, maxRecords int, maxBytes int64, onDrop func(DropReaso
 		}
 		r, err := s.readHeader(seq)
 		if err != nil {
+			// Unreadable: it can never be sent, and kept it would count
+			// against the caps forever.
+			_ = os.Remove(filepath.Join(dir, name))
 			s.drop(DropCorrupt, Record{Seq: seq})
 			continue
 		}
