@@ -410,7 +410,6 @@ func setAtime(t *testing.T, path string, at time.Time) {
 	}
 }
 
-
 func newTestServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewServer(h)
