@@ -257,8 +257,12 @@ func (a *Agent) Stop() PassResult {
 	if err := a.spoolWindow(a.windower.Final(now)); err != nil {
 		a.log.Error().Err(err).Msg("spool the final window")
 	}
-	ctx, cancel := clockwork.WithTimeout(context.Background(), a.clock, ShutdownDeadline)
+	// A plain context cancelled by the clock (clockwork's own fake-clock
+	// contexts block in Err until done, which net/http calls).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	deadline := a.clock.AfterFunc(ShutdownDeadline, cancel)
+	defer deadline.Stop()
 	a.deliver.mu.Lock()
 	a.deliver.notUntil = time.Time{}
 	a.deliver.mu.Unlock()
