@@ -23,9 +23,10 @@ import (
 )
 
 type agentCmd struct {
-	Run       agentRunCmd       `cmd:"" help:"Run the fleet agent: heartbeats with idle detection, Monitor windows, a durable spool (docs/operations.md, \"Agent\")."`
-	Status    agentStatusCmd    `cmd:"" help:"Print what the agent would send now, and its spool, without sending."`
-	Heartbeat agentHeartbeatCmd `cmd:"" help:"Send signed heartbeats whose idle state you give (the reference command)."`
+	Run         agentRunCmd         `cmd:"" help:"Run the fleet agent: heartbeats with idle detection, Monitor windows, a durable spool (docs/operations.md, \"Agent\")."`
+	Status      agentStatusCmd      `cmd:"" help:"Print what the agent would send now, and its spool, without sending."`
+	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats whose idle state you give (the reference command)."`
+	SystemdUnit agentSystemdUnitCmd `cmd:"" name:"systemd-unit" help:"Print the agent's systemd unit (the cloud-init install writes it)."`
 }
 
 // agentFlags are the settings `agent run` and `agent status` share, each

@@ -1,17 +1,63 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-type versionCmd struct{}
+type versionCmd struct {
+	JSON bool `name:"json" help:"Print version, commit, Go version and Litestream version as JSON."`
+}
+
+// versionInfo is what `chalupa version --json` prints.
+type versionInfo struct {
+	Version    string `json:"version"`
+	Commit     string `json:"commit"`
+	Modified   bool   `json:"modified"`
+	Go         string `json:"go"`
+	Litestream string `json:"litestream"`
+	Platform   string `json:"platform"`
+}
+
+// buildInfo reads the commit Go stamped into the binary (-buildvcs, the
+// default in a git checkout); "unknown" when built outside one.
+func buildInfo() versionInfo {
+	v := versionInfo{Version: daemon.Version, Commit: "unknown", Go: runtime.Version(),
+		Litestream: storage.LitestreamVersion, Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v.Commit = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value == "true"
+			}
+		}
+	}
+	return v
+}
 
 // Run prints the version.
-func (versionCmd) Run() error {
-	fmt.Printf("chalupa %s (%s, litestream %s)\n", daemon.Version, runtime.Version(), storage.LitestreamVersion)
+func (c versionCmd) Run() error {
+	v := buildInfo()
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	commit := v.Commit
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if v.Modified {
+		commit += "+modified"
+	}
+	fmt.Printf("chalupa %s (commit %s, %s, litestream %s, %s)\n", v.Version, commit, v.Go, v.Litestream, v.Platform)
 	return nil
 }

@@ -1,0 +1,53 @@
+#!/bin/sh
+# contrib/release.sh VERSION [OUTDIR] — build a chalupa release
+# (docs/operations.md, "Releases").
+#
+# Reproducible: the same commit gives byte-identical archives and
+# checksums wherever it is built (-trimpath, no build id, vcs stamping from
+# the commit, archive entries with fixed order, owner and time, gzip without
+# a name or time). The version is an immutable tag-like string: never
+# "latest" or a branch name. The tree must be clean (a dirty tree would be
+# stamped "modified" and could not be rebuilt from its commit).
+#
+# Output: OUTDIR (default dist/VERSION) with
+#   chalupa_VERSION_linux_amd64.tar.gz, chalupa_VERSION_linux_arm64.tar.gz
+#   (each holds one file, "chalupa", mode 0755) and checksums.txt
+#   (sha256sum format) — the sha256 the agent's cloud-init template pins.
+set -eu
+
+usage() { echo "usage: contrib/release.sh VERSION [OUTDIR]   (VERSION like v1.2.3 or v1.2.3-rc.1)" >&2; exit 2; }
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+version=$1
+echo "$version" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$' || {
+	echo "release: VERSION must look like v1.2.3 (an immutable version, never 'latest' or a branch)" >&2
+	exit 2
+}
+
+cd "$(dirname "$0")/.."
+out=${2:-dist/$version}
+if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${CHALUPA_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
+	echo "release: the work tree has uncommitted changes; commit them first" >&2
+	exit 1
+fi
+epoch=$(git log -1 --format=%ct)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+
+# CHALUPA_RELEASE_ARCHES narrows the build (the reproducibility test builds
+# amd64 only); a release builds both.
+arches=${CHALUPA_RELEASE_ARCHES:-amd64 arm64}
+for arch in $arches; do
+	mkdir -p "$stage/$arch"
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS= go build -trimpath -buildvcs=true \
+		-ldflags "-s -w -buildid= -X github.com/chalupa-run/chalupa/daemon.Version=$version" \
+		-o "$stage/$arch/chalupa" .
+	chmod 0755 "$stage/$arch/chalupa"
+	touch -d "@$epoch" "$stage/$arch/chalupa"
+	tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --format=gnu \
+		-C "$stage/$arch" -cf - chalupa | gzip -n -9 >"$out/chalupa_${version}_linux_${arch}.tar.gz"
+done
+(cd "$out" && for arch in $arches; do sha256sum "chalupa_${version}_linux_${arch}.tar.gz"; done >checksums.txt)
+echo "release $version written to $out:"
+cat "$out/checksums.txt"
