@@ -68,10 +68,9 @@ type Sampler struct {
 	// Warn receives a failing reading (once per kind until it recovers).
 	Warn func(what string, err error)
 
-	prevCPU     *cpuTimes
-	prevNet     *[2]uint64
-	failing     map[string]bool
-	lastGPUFail bool
+	prevCPU *cpuTimes
+	prevNet *[2]uint64
+	failing map[string]bool
 }
 
 // Take reads one sample at now.
