@@ -19,7 +19,8 @@ import (
 // telemetry.MetricsV1 (docs/operations.md, "Telemetry").
 type Metric int
 
-// The metrics a sample can hold.
+// The metrics a sample can hold, each in the unit of its telemetry.MetricsV1
+// namesake (docs/operations.md, "Telemetry"): percent, bytes, load, °C, W.
 const (
 	CPUPct Metric = iota
 	MemUsedBytes

@@ -40,10 +40,15 @@ type StatusReport struct {
 
 // StatusReaper is the reaper observation in a StatusReport.
 type StatusReaper struct {
+	// LastActivityAt is the last activity (the state file's, or later
+	// activity the sources show now).
 	LastActivityAt time.Time `json:"lastActivityAt,omitzero"`
-	IdleChecks     int64     `json:"idleChecks"`
-	LimitMinutes   int64     `json:"limitMinutes"`
-	CIActive       bool      `json:"ciActive"`
+	// IdleChecks is the count a heartbeat sent now would carry.
+	IdleChecks int64 `json:"idleChecks"`
+	// LimitMinutes is the configured idle limit.
+	LimitMinutes int64 `json:"limitMinutes"`
+	// CIActive is true while a CI job runs.
+	CIActive bool `json:"ciActive"`
 	// Idle is true when the idle limit has passed since the last activity
 	// (the reaper would act unless CI is active).
 	Idle bool `json:"idle"`
@@ -53,13 +58,17 @@ type StatusReaper struct {
 
 // StatusSource is one activity source in a StatusReport.
 type StatusSource struct {
-	Name           string    `json:"name"`
+	// Name is the source's name ("ssh", "terminal").
+	Name string `json:"name"`
+	// LastActivityAt is the latest activity it shows (zero: none).
 	LastActivityAt time.Time `json:"lastActivityAt,omitzero"`
-	Error          string    `json:"error,omitempty"`
+	// Error is why the source could not be read.
+	Error string `json:"error,omitempty"`
 }
 
 // StatusSpool is the spool's depth in a StatusReport.
 type StatusSpool struct {
+	// Records and Bytes are the records spooled and their size on disk.
 	Records int   `json:"records"`
 	Bytes   int64 `json:"bytes"`
 	// Oldest is the oldest record's spool time.
