@@ -199,3 +199,28 @@ func TestDocCitationsExist(t *testing.T) {
 	}
 	t.Logf("%d citations checked", found)
 }
+
+// TestBenchmarksSetEveryQuota checks the measurement tools' servers run with
+// every CHALUPA_QUOTA_* daemon.Config reads set to 0 (harness.BenchmarkQuotaEnv,
+// read as source: the harness is internal to contrib/), so no figure
+// measures 429s and a new quota cannot be forgotten there.
+func TestBenchmarksSetEveryQuota(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("contrib/internal/harness/chalupa.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range configVars(t) {
+		if !strings.HasPrefix(k, "CHALUPA_QUOTA_") {
+			continue
+		}
+		n++
+		if !strings.Contains(string(b), `"`+k+`=0"`) {
+			t.Errorf("harness.BenchmarkQuotaEnv does not set %s=0", k)
+		}
+	}
+	if n == 0 {
+		t.Fatal("daemon.Config reads no CHALUPA_QUOTA_* variable")
+	}
+}

@@ -180,6 +180,9 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		return nil
 	}
 	a.Keys = keys
+	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
+		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
+	}
 	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, Log: log, Clock: a.Clock})
 	return err
 }
@@ -192,7 +195,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 		return nil
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
-		NonceActivity: a.Server.ingest.NonceActivity()})
+		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents()})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -69,6 +70,13 @@ type Config struct {
 	DOReadToken      Secret  `json:"DIGITALOCEAN_READ_TOKEN"`
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
+
+	// Ingest quotas (docs/operations.md, "Quotas"); 0 is unlimited.
+	QuotaHeartbeatsPerMinute            int `json:"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"`
+	QuotaHeartbeatBurst                 int `json:"CHALUPA_QUOTA_HEARTBEAT_BURST"`
+	QuotaOpenSessions                   int `json:"CHALUPA_QUOTA_OPEN_SESSIONS"`
+	QuotaActiveDeployments              int `json:"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS"`
+	QuotaEnvironmentHeartbeatsPerMinute int `json:"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE"`
 
 	// Generated lists the secrets taken from the generated-secrets file (the
 	// embedded default) rather than the environment.
@@ -276,10 +284,68 @@ func LoadConfig(env Getenv) (*Config, error) {
 		bad("PULUMI_BACKEND_URL must be a file:// or s3:// URL")
 	}
 
+	// Ingest quotas: a whole number in 0–ingest.MaxQuota, default as
+	// documented; 0 is unlimited (docs/operations.md, "Quotas").
+	for _, q := range c.quotaFields() {
+		*q.value = q.def
+		v := get(q.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > ingest.MaxQuota {
+			bad("%s must be a whole number between 0 (unlimited, for benchmarks only) and %d", q.name, ingest.MaxQuota)
+			continue
+		}
+		*q.value = n
+	}
+
 	if len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
 	}
 	return c, nil
+}
+
+// quotaField is one CHALUPA_QUOTA_* variable: its name, its field in
+// Config and its default.
+type quotaField struct {
+	name  string
+	value *int
+	def   int
+}
+
+// quotaFields lists the CHALUPA_QUOTA_* variables in documentation order.
+func (c *Config) quotaFields() []quotaField {
+	return []quotaField{
+		{"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE", &c.QuotaHeartbeatsPerMinute, ingest.DefaultHeartbeatsPerMinute},
+		{"CHALUPA_QUOTA_HEARTBEAT_BURST", &c.QuotaHeartbeatBurst, ingest.DefaultHeartbeatBurst},
+		{"CHALUPA_QUOTA_OPEN_SESSIONS", &c.QuotaOpenSessions, ingest.DefaultOpenSessions},
+		{"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS", &c.QuotaActiveDeployments, ingest.DefaultActiveDeployments},
+		{"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE", &c.QuotaEnvironmentHeartbeatsPerMinute, ingest.DefaultEnvironmentHeartbeatsPerMinute},
+	}
+}
+
+// IngestQuotas returns the configured quotas for the ingest service.
+func (c *Config) IngestQuotas() ingest.Quotas {
+	return ingest.Quotas{
+		HeartbeatsPerMinute:            c.QuotaHeartbeatsPerMinute,
+		HeartbeatBurst:                 c.QuotaHeartbeatBurst,
+		OpenSessions:                   c.QuotaOpenSessions,
+		ActiveDeployments:              c.QuotaActiveDeployments,
+		EnvironmentHeartbeatsPerMinute: c.QuotaEnvironmentHeartbeatsPerMinute,
+	}
+}
+
+// UnlimitedQuotas names the CHALUPA_QUOTA_* variables set to 0 (unlimited,
+// for benchmarks only); serve warns about each at start.
+func (c *Config) UnlimitedQuotas() []string {
+	var off []string
+	for _, q := range c.quotaFields() {
+		if *q.value == 0 {
+			off = append(off, q.name)
+		}
+	}
+	return off
 }
 
 // decodeKey accepts standard or URL base64, padded or not.
@@ -329,7 +395,7 @@ func (c *Config) Redacted() [][2]string {
 	if c.VolumeUSDPerGiB > 0 {
 		vol = strconv.FormatFloat(c.VolumeUSDPerGiB, 'f', -1, 64)
 	}
-	return [][2]string{
+	out := [][2]string{
 		{"CHALUPA_DATA_DIR", c.DataDir},
 		{"CHALUPA_LISTEN", c.Listen},
 		{"CHALUPA_ORIGIN", c.Origin},
@@ -345,6 +411,14 @@ func (c *Config) Redacted() [][2]string {
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
 	}
+	for _, q := range c.quotaFields() {
+		v := strconv.Itoa(*q.value)
+		if *q.value == 0 {
+			v = "0 (unlimited: benchmarks only)"
+		}
+		out = append(out, [2]string{q.name, v})
+	}
+	return out
 }
 
 // redactURL drops user info from a URL (credentials never belong there, but

@@ -40,7 +40,8 @@ func BenchmarkHeartbeat(b *testing.B) {
 		rate     float64 // requests per second; 0: closed loop of inFlight
 	}{{"serial", 1, 0}, {"64-in-flight", 64, 0}, {"1000-per-s", 0, 1000}} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := newIngestHarness(b, harnessOptions{NoLeakCheck: true})
+			// Quotas off: a benchmark measures heartbeats, never 429s.
+			h := newIngestHarness(b, harnessOptions{NoLeakCheck: true, Env: unlimitedQuotas})
 			h.createEnv("bench-env")
 			k := h.issue("bench-env")
 			reqs := make([]*http.Request, b.N)

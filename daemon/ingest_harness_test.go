@@ -90,6 +90,8 @@ type harnessOptions struct {
 	NoLeakCheck bool
 	// Epoch is the clock's start; zero means now (whole seconds).
 	Epoch time.Time
+	// Env adds variables to the daemon's environment (CHALUPA_QUOTA_*).
+	Env map[string]string
 }
 
 // ingestHarness is one in-process daemon over a real database.
@@ -117,6 +119,9 @@ type ingestHarness struct {
 func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	t.Helper()
 	env := map[string]string{}
+	for k, v := range opt.Env {
+		env[k] = v
+	}
 	if opt.SharedKey != "" {
 		env["CHALUPA_INGEST_KEY"] = opt.SharedKey
 	}

@@ -381,9 +381,11 @@ func sortedPairs(m map[[2]string]bool) []string {
 
 // TestIngestConcurrentReplay sends one signed request from 200 goroutines
 // at once: the nonce is claimed in the same transaction as the write, so
-// exactly one is accepted and 199 are 409, with one heartbeat row.
+// exactly one is accepted and 199 are 409, with one heartbeat row. The
+// deployment's heartbeat quota is off: 200 attempts at once exceed its burst,
+// and the rate check answers 429 before the nonce is consulted (TestQuota*).
 func TestIngestConcurrentReplay(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
+	h := newIngestHarness(t, harnessOptions{Env: map[string]string{"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "0"}})
 	h.createEnv("demo-harbor")
 	k := h.issue("demo-harbor")
 	_, sent := h.build(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-race"})})

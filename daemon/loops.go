@@ -38,6 +38,9 @@ type LoopDeps struct {
 	// NonceActivity signals stored nonces (ingest.Service.NonceActivity);
 	// the pruner sleeps on it while there is nothing to prune.
 	NonceActivity <-chan struct{}
+	// QuotaEvents are the quota warnings the ingest service queued
+	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
+	QuotaEvents <-chan ingest.QuotaEvent
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -52,5 +55,6 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	}
 	return []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
+		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
 	}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/chalupa-run/chalupa/ingest"
 )
 
 // metrics are the daemon's Prometheus series, served on GET /metrics
@@ -24,6 +26,9 @@ type metrics struct {
 	ingest *prometheus.CounterVec
 	// shed counts ingest requests answered 503 overloaded.
 	shed prometheus.Counter
+	// quotaRefused counts ingest requests refused by a quota, by quota
+	// (docs/operations.md, "Quotas").
+	quotaRefused *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -55,7 +60,14 @@ func newMetrics(s *Server) *metrics {
 		Name: "chalupa_ingest_shed_total",
 		Help: "Signed ingest requests answered 503 overloaded because the in-flight bound was reached.",
 	})
-	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, m.shed,
+	m.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chalupa_ingest_quota_refused_total",
+		Help: "Signed ingest requests refused by a deployment or environment quota, by quota.",
+	}, []string{"quota"})
+	for _, q := range ingest.QuotaNames {
+		m.quotaRefused.WithLabelValues(q) // every quota's series exists from the start, at 0
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, m.shed, m.quotaRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),
 		}, func() float64 { return float64(s.ingestInFlight.Load()) }),

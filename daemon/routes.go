@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -197,6 +198,12 @@ func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Conte
 			w.Header().Set("Deprecation", sharedKeyDeprecation)
 		}
 		if resp.Refusal != nil {
+			if q := resp.Refusal.Quota; q != "" {
+				s.m.quotaRefused.WithLabelValues(q).Inc()
+			}
+			if resp.Refusal.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(resp.Refusal.RetryAfter))
+			}
 			writeError(w, resp.Status, resp.Refusal.Code, resp.Refusal.Message)
 			return
 		}

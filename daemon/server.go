@@ -67,7 +67,8 @@ func newServer(d serverDeps) (*Server, error) {
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
 	}
-	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log})
+	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
+		Quotas: d.Config.IngestQuotas()})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 

@@ -108,7 +108,11 @@ func utcYearInRange(t time.Time) bool {
 // verified (with MaxHeartbeatBody): in one writer unit the nonce claim, the body checks, and the deployment and
 // heartbeat writes. The first heartbeat of a deployment id creates it; a
 // heartbeat for an ended deployment is 409 deployment_ended with nothing
-// written. Success is 202 HeartbeatAccepted.
+// written. Before the unit, the heartbeat rate quotas (per deployment and
+// per environment) may refuse it 429 rate_limited with Retry-After; in the
+// unit, a first heartbeat beyond the environment's active-deployment quota
+// is 429 deployment_quota (docs/operations.md, "Quotas"). Success is 202
+// HeartbeatAccepted.
 func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var hb HeartbeatV1
 	parse := func(body []byte) *Refusal {
@@ -127,7 +131,19 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		}
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// The heartbeat rate quotas, checked once the signed body parsed (it
+	// names the deployment) and before the writer unit: a flood never
+	// reaches the single writer. A body naming another environment than
+	// the key's is not counted: the unit refuses it 403.
+	admit := func() *Refusal {
+		if v.key != nil && hb.EnvironmentSlug != v.key.EnvironmentSlug {
+			return nil
+		}
+		rf := s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID)
+		s.noteQuota(rf, hb.EnvironmentSlug, hb.Deployment.ID)
+		return rf
+	}
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -156,8 +172,14 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		// The active deployment is updated first; its status is read only
 		// when that matched nothing (a first heartbeat, or an ended
 		// deployment, refused with nothing written).
-		if _, err := storage.ApplyHeartbeat(ctx, tx, rec); errors.Is(err, storage.ErrDeploymentEnded) {
+		if _, err := storage.ApplyHeartbeatWithin(ctx, tx, rec, s.quotas.ActiveDeployments); errors.Is(err, storage.ErrDeploymentEnded) {
 			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
+		} else if errors.Is(err, storage.ErrDeploymentQuota) {
+			rf := refuse(http.StatusTooManyRequests, "deployment_quota",
+				"environment has %d active deployments, its quota; end one or raise the quota", s.quotas.ActiveDeployments)
+			rf.Quota = QuotaActiveDeployments
+			s.noteQuota(rf, hb.EnvironmentSlug, "")
+			return nil, rf
 		} else if err != nil {
 			return nil, err
 		}

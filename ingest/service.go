@@ -25,6 +25,12 @@ type Service struct {
 	sharedKey []byte
 	log       zerolog.Logger
 	telemetry telemetry.Limits
+	// quotas are the configured ingest quotas; heartbeats holds the
+	// heartbeat rate buckets and notes the quota warnings waiting for the
+	// QuotaEventWriter (docs/operations.md, "Quotas").
+	quotas     Quotas
+	heartbeats *heartbeatLimiter
+	notes      *quotaNotes
 }
 
 // Config configures a Service.
@@ -42,8 +48,12 @@ type Config struct {
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
 	// Telemetry bounds telemetry per deployment; nil means
-	// telemetry.DefaultLimits.
+	// telemetry.DefaultLimits with OpenSessions from Quotas.
 	Telemetry *telemetry.Limits
+	// Quotas are the deployment- and environment-level quotas
+	// (CHALUPA_QUOTA_*); a zero field is unlimited, so the zero value
+	// limits nothing (docs/operations.md, "Quotas").
+	Quotas Quotas
 }
 
 // NewService returns a Service.
@@ -53,11 +63,16 @@ func NewService(c Config) *Service {
 		clock = clockwork.NewRealClock()
 	}
 	limits := telemetry.DefaultLimits()
+	limits.OpenSessions = int64(c.Quotas.OpenSessions)
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), telemetry: limits}
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), telemetry: limits,
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes()}
 }
+
+// Quotas returns the quotas the service enforces.
+func (s *Service) Quotas() Quotas { return s.quotas }
 
 // NonceActivity signals (coalesced) after an accepted request stored a
 // nonce: the nonce pruner waits on it instead of a timer while the nonces
@@ -146,8 +161,22 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 // write. write returns the success body or an error (a *Refusal, or an
 // internal fault). Nothing is written unless write succeeds.
 func (s *Service) handle(ctx context.Context, v Verified, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
+	return s.handleAdmitted(ctx, v, parse, nil, write)
+}
+
+// handleAdmitted is handle with an admission check: when parse accepted the
+// body, admit (if not nil) runs before the writer unit, and its refusal (a
+// quota) is answered at once, with nothing written, not even the nonce, and
+// without waiting for the single writer (docs/operations.md, "Signed
+// ingest" and "Quotas").
+func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(body []byte) *Refusal, admit func() *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
 	shared := v.Shared()
 	bodyRefusal := parse(v.body)
+	if bodyRefusal == nil && admit != nil {
+		if rf := admit(); rf != nil {
+			return refused(rf, shared)
+		}
+	}
 	var body any
 	var rf *Refusal
 	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -66,7 +66,12 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		})
 		for _, r := range telemetryRefusals {
 			if errors.Is(err, r.err) {
-				return nil, refuse(r.status, r.code, "%s", r.msg)
+				rf := refuse(r.status, r.code, "%s", r.msg)
+				if r.err == telemetry.ErrSessionQuota { // counted and warned as a quota (docs/operations.md, "Quotas")
+					rf.Quota = QuotaOpenSessions
+					s.noteQuota(rf, w.EnvironmentSlug, w.DeploymentID)
+				}
+				return nil, rf
 			}
 		}
 		if err != nil {

@@ -29,6 +29,12 @@ type Refusal struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter, when above 0, is the Retry-After header to send (whole
+	// seconds): a rate limit's time until its next token.
+	RetryAfter int
+	// Quota names the quota that refused the request (QuotaNames), or is
+	// empty; the daemon counts it in chalupa_ingest_quota_refused_total.
+	Quota string
 }
 
 // Error is "code: message".

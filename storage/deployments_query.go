@@ -83,6 +83,15 @@ func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) 
 // first heartbeat (the deployment is created, created is true) from one for
 // an ended deployment (ErrDeploymentEnded, nothing written).
 func ApplyHeartbeat(ctx context.Context, q Querier, hb Heartbeat) (created bool, err error) {
+	return ApplyHeartbeatWithin(ctx, q, hb, 0)
+}
+
+// ApplyHeartbeatWithin is ApplyHeartbeat with a bound on the environment's
+// active deployments: a first heartbeat that finds maxActive (> 0) active
+// deployments in its environment already is refused with ErrDeploymentQuota
+// and nothing written; 0 is unlimited. Run inside a writer unit, the count
+// is exact (docs/operations.md, "Quotas").
+func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActive int) (created bool, err error) {
 	n, err := updateDeployment(ctx, q, hb)
 	if err != nil {
 		return false, err
@@ -91,6 +100,15 @@ func ApplyHeartbeat(ctx context.Context, q Querier, hb Heartbeat) (created bool,
 		st, err := DeploymentStatus(ctx, q, hb.EnvironmentID, hb.DeploymentID)
 		switch {
 		case errors.Is(err, ErrNotFound):
+			if maxActive > 0 {
+				active, err := CountActiveDeployments(ctx, q, hb.EnvironmentID)
+				if err != nil {
+					return false, err
+				}
+				if active >= maxActive {
+					return false, ErrDeploymentQuota
+				}
+			}
 			if err := insertDeployment(ctx, q, hb); err != nil {
 				return false, err
 			}
@@ -104,6 +122,17 @@ func ApplyHeartbeat(ctx context.Context, q Querier, hb Heartbeat) (created bool,
 		}
 	}
 	return created, insertHeartbeat(ctx, q, hb)
+}
+
+// CountActiveDeployments returns how many deployments of the environment
+// are active (index deployments_environment).
+func CountActiveDeployments(ctx context.Context, q Querier, environmentID int64) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx,
+		`SELECT count(*) FROM deployments WHERE environment_id = ? AND status = 'active'`, environmentID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count active deployments: %w", err)
+	}
+	return n, nil
 }
 
 // insertDeployment creates the deployment of a first heartbeat (active,

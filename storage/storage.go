@@ -22,4 +22,8 @@ var (
 	// ErrDeploymentEnded is returned by ApplyHeartbeat for a heartbeat whose
 	// deployment has ended; nothing was written.
 	ErrDeploymentEnded = errors.New("deployment has ended")
+	// ErrDeploymentQuota is returned by ApplyHeartbeatWithin for a first
+	// heartbeat that would create more active deployments in its
+	// environment than allowed; nothing was written.
+	ErrDeploymentQuota = errors.New("active deployment quota reached")
 )

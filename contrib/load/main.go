@@ -514,7 +514,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 				return nil, 0, err
 			}
 		}
-		progress("chalupa: starting %s serve", bin)
+		progress("chalupa: starting %s serve with %s", bin, strings.Join(harness.BenchmarkQuotaEnv, " "))
 		var err error
 		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: cfg.serverCPUs}); err != nil {
 			return nil, 0, err

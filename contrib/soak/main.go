@@ -183,7 +183,14 @@ func (c *common) start(ctx context.Context, tool string) (*session, error) {
 	if len(c.cpus) > 0 {
 		where = " under taskset -c " + harness.FormatCPUList(c.cpus)
 	}
-	progress("starting %s serve%s%s in %s", bin, strings.Join(append([]string{""}, c.args...), " "), where, dir)
+	// The quotas it runs with: every one unlimited, unless -env set one.
+	quotas := append([]string(nil), harness.BenchmarkQuotaEnv...)
+	for _, kv := range c.env {
+		if strings.HasPrefix(kv, "CHALUPA_QUOTA_") {
+			quotas = append(quotas, kv)
+		}
+	}
+	progress("starting %s serve%s%s in %s, with %s", bin, strings.Join(append([]string{""}, c.args...), " "), where, dir, strings.Join(quotas, " "))
 	ch, err := harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: c.cpus, Args: c.args, Env: c.env})
 	if err != nil {
 		if !c.keep {

@@ -72,8 +72,20 @@ type StartOptions struct {
 	// Args are added after `serve` (e.g. "--max-connections=1000").
 	Args []string
 	// Env is added to the server's environment (after the generated
-	// secrets, so it may override them).
+	// secrets and BenchmarkQuotaEnv, so it may override them).
 	Env []string
+}
+
+// BenchmarkQuotaEnv sets every ingest quota to 0 (unlimited): the servers
+// the measurement tools start are measured at rates far beyond an honest
+// fleet's, and no figure may measure 429s (docs/operations.md, "Quotas").
+// StartChalupa applies it before StartOptions.Env; the tools print it.
+var BenchmarkQuotaEnv = []string{
+	"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE=0",
+	"CHALUPA_QUOTA_HEARTBEAT_BURST=0",
+	"CHALUPA_QUOTA_OPEN_SESSIONS=0",
+	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS=0",
+	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE=0",
 }
 
 // Chalupa is a running `chalupa serve`.
@@ -126,6 +138,7 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 		"CHALUPA_READY_TOKEN="+readyToken,
 		"CHALUPA_INGEST_MASTER_KEY="+base64.StdEncoding.EncodeToString(master),
 	)
+	cmd.Env = append(cmd.Env, BenchmarkQuotaEnv...)
 	cmd.Env = append(cmd.Env, opt.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf

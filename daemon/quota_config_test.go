@@ -1,0 +1,86 @@
+package daemon_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/ingest"
+)
+
+// TestQuotaConfig: every CHALUPA_QUOTA_* takes its documented default when
+// unset, accepts 0 (unlimited, listed for the start-up warning) up to
+// ingest.MaxQuota, and refuses anything else naming the variable, never its
+// value.
+func TestQuotaConfig(t *testing.T) {
+	t.Parallel()
+	type quotas = ingest.Quotas
+	defaults := ingest.DefaultQuotas()
+	for _, tc := range []struct {
+		name string
+		set  map[string]string
+		want quotas
+		// unlimited lists the variables at 0.
+		unlimited []string
+		// refused is the variable the error names ("" for none).
+		refused string
+	}{
+		{name: "unset: defaults", want: defaults},
+		{name: "defaults are the documented numbers", want: quotas{HeartbeatsPerMinute: 12, HeartbeatBurst: 20, OpenSessions: 8, ActiveDeployments: 100, EnvironmentHeartbeatsPerMinute: 1200}},
+		{name: "each set", set: map[string]string{
+			"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "6", "CHALUPA_QUOTA_HEARTBEAT_BURST": "10", "CHALUPA_QUOTA_OPEN_SESSIONS": "2",
+			"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "400", "CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "1000000"},
+			want: quotas{HeartbeatsPerMinute: 6, HeartbeatBurst: 10, OpenSessions: 2, ActiveDeployments: 400, EnvironmentHeartbeatsPerMinute: 1000000}},
+		{name: "zero is unlimited", set: map[string]string{"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "0", "CHALUPA_QUOTA_HEARTBEAT_BURST": "0"},
+			want:      quotas{HeartbeatsPerMinute: 12, OpenSessions: 8, EnvironmentHeartbeatsPerMinute: 1200},
+			unlimited: []string{"CHALUPA_QUOTA_HEARTBEAT_BURST", "CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS"}},
+		{name: "negative", set: map[string]string{"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "-7321"}, refused: "CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"},
+		{name: "negative burst", set: map[string]string{"CHALUPA_QUOTA_HEARTBEAT_BURST": "-1"}, refused: "CHALUPA_QUOTA_HEARTBEAT_BURST"},
+		{name: "not a number", set: map[string]string{"CHALUPA_QUOTA_OPEN_SESSIONS": "eight-sessions"}, refused: "CHALUPA_QUOTA_OPEN_SESSIONS"},
+		{name: "a fraction", set: map[string]string{"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "99.5"}, refused: "CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS"},
+		{name: "beyond the maximum", set: map[string]string{"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "1000001"}, refused: "CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := goodEnv(t.TempDir())
+			for k, v := range tc.set {
+				env[k] = v
+			}
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if tc.refused != "" {
+				if err == nil {
+					t.Fatalf("accepted %v", tc.set)
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, tc.refused) {
+					t.Fatalf("error does not name %s:\n%s", tc.refused, msg)
+				}
+				if v := tc.set[tc.refused]; strings.Contains(msg, v) {
+					t.Fatalf("error repeats the value %q:\n%s", v, msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.IngestQuotas(); got != tc.want {
+				t.Fatalf("quotas = %+v, want %+v", got, tc.want)
+			}
+			if got := strings.Join(cfg.UnlimitedQuotas(), ","); got != strings.Join(tc.unlimited, ",") {
+				t.Fatalf("unlimited = %q, want %q", got, tc.unlimited)
+			}
+			shown := map[string]string{}
+			for _, kv := range cfg.Redacted() {
+				shown[kv[0]] = kv[1]
+			}
+			for _, k := range tc.unlimited {
+				if !strings.HasPrefix(shown[k], "0 (unlimited") {
+					t.Fatalf("config check shows %s as %q", k, shown[k])
+				}
+			}
+			if _, ok := shown["CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"]; !ok {
+				t.Fatalf("config check does not show the quotas")
+			}
+		})
+	}
+}
