@@ -13,6 +13,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -57,17 +58,21 @@ func (s Secret) Reveal() string { return string(s) }
 
 // Config is the validated configuration of a chalupa daemon.
 type Config struct {
-	DataDir          string  `json:"CHALUPA_DATA_DIR"`
-	Listen           string  `json:"CHALUPA_LISTEN"`
-	Origin           string  `json:"CHALUPA_ORIGIN"`
-	AdminToken       Secret  `json:"CHALUPA_ADMIN_TOKEN"`
-	ReadyToken       Secret  `json:"CHALUPA_READY_TOKEN"`
-	IngestMasterKey  Secret  `json:"CHALUPA_INGEST_MASTER_KEY"`
-	IngestKey        Secret  `json:"CHALUPA_INGEST_KEY"`
-	ReplicaURL       string  `json:"CHALUPA_REPLICA_URL"`
-	SpacesKey        Secret  `json:"CHALUPA_SPACES_KEY"`
-	SpacesSecret     Secret  `json:"CHALUPA_SPACES_SECRET"`
-	DOReadToken      Secret  `json:"DIGITALOCEAN_READ_TOKEN"`
+	DataDir         string `json:"CHALUPA_DATA_DIR"`
+	Listen          string `json:"CHALUPA_LISTEN"`
+	Origin          string `json:"CHALUPA_ORIGIN"`
+	AdminToken      Secret `json:"CHALUPA_ADMIN_TOKEN"`
+	ReadyToken      Secret `json:"CHALUPA_READY_TOKEN"`
+	IngestMasterKey Secret `json:"CHALUPA_INGEST_MASTER_KEY"`
+	IngestKey       Secret `json:"CHALUPA_INGEST_KEY"`
+	ReplicaURL      string `json:"CHALUPA_REPLICA_URL"`
+	SpacesKey       Secret `json:"CHALUPA_SPACES_KEY"`
+	SpacesSecret    Secret `json:"CHALUPA_SPACES_SECRET"`
+	DOReadToken     Secret `json:"DIGITALOCEAN_READ_TOKEN"`
+	// DOAPIURL is the DigitalOcean API base URL, normalised to
+	// scheme://host/ (doclient.CheckBaseURL; docs/operations.md,
+	// "DigitalOcean API").
+	DOAPIURL         string  `json:"CHALUPA_DO_API_URL"`
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
 
@@ -267,6 +272,12 @@ func LoadConfig(env Getenv) (*Config, error) {
 		// with the read token (docs/operations.md, "Configuration").
 		bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
 	}
+	if u, err := doclient.CheckBaseURL(get(doclient.EnvBaseURL)); err != nil {
+		// Every DigitalOcean token travels to this URL.
+		bad("%s %v", doclient.EnvBaseURL, err)
+	} else {
+		c.DOAPIURL = u
+	}
 	if v := get("DO_VOLUME_USD_PER_GIB_MONTH"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f >= 0 && f <= 100) { // also refuses NaN
@@ -408,6 +419,7 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_SPACES_SECRET", sec("CHALUPA_SPACES_SECRET", c.SpacesSecret)},
 		{"DIGITALOCEAN_READ_TOKEN", sec("DIGITALOCEAN_READ_TOKEN", c.DOReadToken)},
 		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.writeToken())},
+		{"CHALUPA_DO_API_URL", c.DOAPIURL},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
 	}

@@ -36,6 +36,7 @@ func goodEnv(dataDir string) map[string]string {
 		"DIGITALOCEAN_READ_TOKEN":     "dop_v1_read_" + daemontest.RandomToken(24),
 		"DIGITALOCEAN_WRITE_TOKEN":    "dop_v1_write_" + daemontest.RandomToken(24),
 		"DO_VOLUME_USD_PER_GIB_MONTH": "0.10",
+		"CHALUPA_DO_API_URL":          "https://api.digitalocean.com",
 		"PULUMI_BACKEND_URL":          "file:///var/lib/chalupa/pulumi",
 	} {
 		env[k] = v
@@ -56,8 +57,8 @@ func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig(good env): %v", err)
 	}
-	if len(cfg.MasterKey()) != 32 || cfg.ReplicaKind() != "s3" || cfg.VolumeUSDPerGiB != 0.10 {
-		t.Fatalf("unexpected config: master key %d bytes, replica %q, volume %v", len(cfg.MasterKey()), cfg.ReplicaKind(), cfg.VolumeUSDPerGiB)
+	if len(cfg.MasterKey()) != 32 || cfg.ReplicaKind() != "s3" || cfg.VolumeUSDPerGiB != 0.10 || cfg.DOAPIURL != "https://api.digitalocean.com/" {
+		t.Fatalf("unexpected config: master key %d bytes, replica %q, volume %v, DO API %q", len(cfg.MasterKey()), cfg.ReplicaKind(), cfg.VolumeUSDPerGiB, cfg.DOAPIURL)
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -165,6 +166,14 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 			want: "DO_VOLUME_USD_PER_GIB_MONTH"},
 		{name: "volume rate NaN", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "NaN"},
 			want: "DO_VOLUME_USD_PER_GIB_MONTH"},
+		{name: "DO API over plain http off loopback", set: map[string]string{"CHALUPA_DO_API_URL": "http://do-proxy-6b6b.example/"},
+			want: "CHALUPA_DO_API_URL must use https", bad: []string{"do-proxy-6b6b"}},
+		{name: "DO API with user info", set: map[string]string{"CHALUPA_DO_API_URL": "https://u:do-pw-7c7c@api.digitalocean.com/"},
+			want: "CHALUPA_DO_API_URL", bad: []string{"do-pw-7c7c"}},
+		{name: "DO API with a path", set: map[string]string{"CHALUPA_DO_API_URL": "https://api.digitalocean.com/v2-path-8e8e"},
+			want: "CHALUPA_DO_API_URL", bad: []string{"v2-path-8e8e"}},
+		{name: "DO API not a URL", set: map[string]string{"CHALUPA_DO_API_URL": "api-host-9f9f:443"},
+			want: "CHALUPA_DO_API_URL", bad: []string{"api-host-9f9f"}},
 		{name: "pulumi backend gs", set: map[string]string{"PULUMI_BACKEND_URL": "gs://pulumi-state-2a2a"},
 			want: "PULUMI_BACKEND_URL", bad: []string{"pulumi-state-2a2a"}},
 		{name: "pulumi backend https", set: map[string]string{"PULUMI_BACKEND_URL": "https://api.pulumi-host-9d9d.example"},
@@ -415,5 +424,33 @@ func checkLogs(t *testing.T, logs, path string, secrets map[string]string) {
 		if strings.Contains(logs, v) {
 			t.Errorf("log contains the value of %s", k)
 		}
+	}
+}
+
+// CHALUPA_DO_API_URL defaults to the public API; plain http is accepted for
+// a loopback test server only (docs/operations.md, "DigitalOcean API").
+func TestLoadConfigDOAPIURL(t *testing.T) {
+	t.Parallel()
+	for set, want := range map[string]string{
+		"":                                   "https://api.digitalocean.com/",
+		"http://127.0.0.1:41234":             "http://127.0.0.1:41234/",
+		"https://do-proxy.example.net:8443/": "https://do-proxy.example.net:8443/",
+	} {
+		t.Run(set, func(t *testing.T) {
+			t.Parallel()
+			env := goodEnv(t.TempDir())
+			env["CHALUPA_DO_API_URL"] = set
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if err != nil || cfg.DOAPIURL != want {
+				t.Fatalf("CHALUPA_DO_API_URL=%q: %v, %v; want %q", set, cfg, err, want)
+			}
+			rows := map[string]string{}
+			for _, r := range cfg.Redacted() {
+				rows[r[0]] = r[1]
+			}
+			if rows["CHALUPA_DO_API_URL"] != want {
+				t.Errorf("Redacted shows %q", rows["CHALUPA_DO_API_URL"])
+			}
+		})
 	}
 }

@@ -19,7 +19,10 @@ const (
 	// MaxLimitMinutes is the longest idle limit accepted: one week. A
 	// longer limit is indistinguishable from "never reap" and is refused.
 	MaxLimitMinutes = 7 * 24 * 60
-	maxLabel        = 64
+	// maxActivityAge is how far before sentAt (and the server's clock) a
+	// lastActivityAt may lie: the longest idle limit.
+	maxActivityAge = MaxLimitMinutes * time.Minute
+	maxLabel       = 64
 )
 
 var (
@@ -129,6 +132,15 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if hb.Reaper.LastActivityAt.After(s.clock.Now().Add(SkewWindow)) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
 		}
+		// An activity time older than the longest idle limit says nothing
+		// the reaper could use, and a 1970 or year-0 one is a forged or
+		// broken clock (docs/operations.md, "Heartbeats and deadlines").
+		// Judged against sentAt as the agent's own frame, and against the
+		// server's clock so an old sentAt cannot carry it through.
+		oldest := maxActivityAge
+		if hb.Reaper.LastActivityAt.Before(hb.SentAt.Add(-oldest)) || hb.Reaper.LastActivityAt.Before(s.clock.Now().Add(-oldest-SkewWindow)) {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must be within 7 days before sentAt")
+		}
 		return nil
 	}
 	// The heartbeat rate quotas, checked once the signed body parsed (it
@@ -149,6 +161,8 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		now := s.clock.Now().UTC()
+		// The deadline this heartbeat implies, kept on its heartbeat row;
+		// the deployment's stored deadline never moves back for it.
 		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
@@ -170,10 +184,13 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			rec.SessionExpiresAt = *hb.SessionExpiresAt
 		}
 		// The active deployment is updated first; its status is read only
-		// when that matched nothing (a first heartbeat, or an ended
-		// deployment, refused with nothing written).
-		if _, err := storage.ApplyHeartbeatWithin(ctx, tx, rec, s.quotas.ActiveDeployments); errors.Is(err, storage.ErrDeploymentEnded) {
+		// when that matched nothing (a first heartbeat, an ended deployment,
+		// or another droplet's claim, refused with nothing written).
+		applied, err := storage.ApplyHeartbeatWithin(ctx, tx, rec, s.quotas.ActiveDeployments)
+		if errors.Is(err, storage.ErrDeploymentEnded) {
 			return nil, refuse(http.StatusConflict, "deployment_ended", "deployment has ended; start a new deployment id")
+		} else if errors.Is(err, storage.ErrDropletMismatch) {
+			return nil, refuse(http.StatusConflict, "droplet_mismatch", "deployment.dropletId differs from the droplet this deployment already reported")
 		} else if errors.Is(err, storage.ErrDeploymentQuota) {
 			rf := refuse(http.StatusTooManyRequests, "deployment_quota",
 				"environment has %d active deployments, its quota; end one or raise the quota", s.quotas.ActiveDeployments)
@@ -183,7 +200,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		} else if err != nil {
 			return nil, err
 		}
-		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: deadline.Truncate(time.Millisecond), ServerTime: now.Truncate(time.Millisecond)}, nil
+		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 }
 

@@ -61,67 +61,92 @@ type Heartbeat struct {
 // RecordHeartbeat applies one heartbeat: it creates the deployment on its
 // first heartbeat (active, launched now, and the environment back to active
 // if it had sunk), otherwise updates the deployment's last heartbeat, CI
-// flag, idle deadline and (when sent) session expiry, then stores the
-// heartbeat row. The caller has checked that the deployment is not ended
-// (DeploymentStatus); created reports a new deployment.
+// flag, latest activity, idle deadline and (when sent) session expiry, then
+// stores the heartbeat row. The caller has checked that the deployment is
+// not ended (DeploymentStatus); created reports a new deployment. Errors:
+// ErrDropletMismatch.
 func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) (created bool, err error) {
 	if !exists {
 		if err := insertDeployment(ctx, q, hb); err != nil {
 			return false, err
 		}
 		created = true
-	} else if _, err := updateDeployment(ctx, q, hb); err != nil {
+	} else if _, ok, err := updateDeployment(ctx, q, hb); err != nil {
 		return false, err
+	} else if !ok {
+		return false, ErrDropletMismatch
 	}
 	return created, insertHeartbeat(ctx, q, hb)
 }
 
-// ApplyHeartbeat is RecordHeartbeat for a caller that has not read the
-// deployment's status: the update of an active deployment is tried first,
-// so the usual heartbeat costs one statement fewer (no DeploymentStatus),
-// and only when no active deployment matched is the status read, to tell a
-// first heartbeat (the deployment is created, created is true) from one for
-// an ended deployment (ErrDeploymentEnded, nothing written).
+// ApplyHeartbeat is ApplyHeartbeatWithin without the active-deployment
+// bound, for callers that need only whether the deployment was created.
 func ApplyHeartbeat(ctx context.Context, q Querier, hb Heartbeat) (created bool, err error) {
-	return ApplyHeartbeatWithin(ctx, q, hb, 0)
+	res, err := ApplyHeartbeatWithin(ctx, q, hb, 0)
+	return res.Created, err
 }
 
-// ApplyHeartbeatWithin is ApplyHeartbeat with a bound on the environment's
-// active deployments: a first heartbeat that finds maxActive (> 0) active
-// deployments in its environment already is refused with ErrDeploymentQuota
-// and nothing written; 0 is unlimited. Run inside a writer unit, the count
-// is exact (docs/operations.md, "Quotas").
-func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActive int) (created bool, err error) {
-	n, err := updateDeployment(ctx, q, hb)
+// HeartbeatApplied is what ApplyHeartbeatWithin did.
+type HeartbeatApplied struct {
+	// Created is true when the heartbeat created its deployment.
+	Created bool
+	// IdleDeadlineAt is the deployment's idle deadline as stored after the
+	// heartbeat: its latest activity (never moved back by this one) plus
+	// this heartbeat's limit (docs/operations.md, "Heartbeats and
+	// deadlines").
+	IdleDeadlineAt time.Time
+}
+
+// ApplyHeartbeatWithin applies a heartbeat for a caller that has not read
+// the deployment's status: the update of an active deployment is tried
+// first, so the usual heartbeat costs one statement, and only when no active
+// deployment matched is the status read, to tell a first heartbeat (the
+// deployment is created) from one for an ended deployment
+// (ErrDeploymentEnded) or one naming another droplet than the deployment's
+// (ErrDropletMismatch). A first heartbeat that finds maxActive (> 0) active
+// deployments in its environment already is refused with
+// ErrDeploymentQuota; 0 is unlimited. Run inside a writer unit, the count is
+// exact (docs/operations.md, "Quotas"). Every refusal writes nothing.
+func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActive int) (HeartbeatApplied, error) {
+	deadline, ok, err := updateDeployment(ctx, q, hb)
 	if err != nil {
-		return false, err
+		return HeartbeatApplied{}, err
 	}
-	if n == 0 {
+	res := HeartbeatApplied{IdleDeadlineAt: deadline}
+	if !ok {
 		st, err := DeploymentStatus(ctx, q, hb.EnvironmentID, hb.DeploymentID)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			if maxActive > 0 {
 				active, err := CountActiveDeployments(ctx, q, hb.EnvironmentID)
 				if err != nil {
-					return false, err
+					return HeartbeatApplied{}, err
 				}
 				if active >= maxActive {
-					return false, ErrDeploymentQuota
+					return HeartbeatApplied{}, ErrDeploymentQuota
 				}
 			}
 			if err := insertDeployment(ctx, q, hb); err != nil {
-				return false, err
+				return HeartbeatApplied{}, err
 			}
-			created = true
+			res = HeartbeatApplied{Created: true, IdleDeadlineAt: idleDeadline(hb.LastActivityAt, hb.LimitMinutes)}
 		case err != nil:
-			return false, err
+			return HeartbeatApplied{}, err
 		case st == DeploymentEnded:
-			return false, ErrDeploymentEnded
+			return HeartbeatApplied{}, ErrDeploymentEnded
 		default:
-			return false, fmt.Errorf("update deployment: status %q matched no active row", st)
+			// Active, yet the update matched nothing: only the droplet
+			// guard can have refused it.
+			return HeartbeatApplied{}, ErrDropletMismatch
 		}
 	}
-	return created, insertHeartbeat(ctx, q, hb)
+	return res, insertHeartbeat(ctx, q, hb)
+}
+
+// idleDeadline is activity + limit minutes, at the schema's millisecond
+// resolution.
+func idleDeadline(activity time.Time, limitMinutes int64) time.Time {
+	return time.UnixMilli(ms(activity) + limitMinutes*60_000).UTC()
 }
 
 // CountActiveDeployments returns how many deployments of the environment
@@ -140,10 +165,11 @@ func CountActiveDeployments(ctx context.Context, q Querier, environmentID int64)
 func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
 	if _, err := q.ExecContext(ctx,
 		`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
-		     session_expires_at, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
-		 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?)`,
+		     session_expires_at, last_activity_at, limit_minutes, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
+		 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?, ?, ?)`,
 		hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
-		msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion); err != nil {
+		msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes, ms(idleDeadline(hb.LastActivityAt, hb.LimitMinutes)),
+		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion); err != nil {
 		return fmt.Errorf("insert deployment: %w", err)
 	}
 	if _, err := q.ExecContext(ctx,
@@ -154,28 +180,37 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
 	return nil
 }
 
-// updateDeployment applies a heartbeat to its deployment if it is active and
-// returns how many rows it updated (0 or 1).
-func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (int64, error) {
-	res, err := q.ExecContext(ctx,
+// updateDeployment applies a heartbeat to its deployment if it is active
+// and the heartbeat names no other droplet than the one the deployment
+// already has, and returns the stored idle deadline; ok is false when no row
+// matched. The latest activity only moves forward — a delayed heartbeat
+// carrying an older lastActivityAt cannot pull the deadline back — and the
+// deadline is that latest activity plus this heartbeat's limit, so a change
+// of limit applies to it (docs/operations.md, "Heartbeats and deadlines").
+func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline time.Time, ok bool, err error) {
+	var d int64
+	err = q.QueryRowContext(ctx,
 		`UPDATE deployments SET
-		     droplet_id = coalesce(?, droplet_id),
-		     region = CASE WHEN ? = '' THEN region ELSE ? END,
-		     size = CASE WHEN ? = '' THEN size ELSE ? END,
-		     session_expires_at = coalesce(?, session_expires_at),
-		     idle_deadline_at = ?, last_heartbeat_at = ?, ci_active = ?, agent_version = ?
-		 WHERE environment_id = ? AND id = ? AND status = 'active'`,
-		nullInt(hb.DropletID), hb.Region, hb.Region, hb.Size, hb.Size,
-		msPtr(hb.SessionExpiresAt), ms(hb.IdleDeadlineAt), ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion,
-		hb.EnvironmentID, hb.DeploymentID)
-	if err != nil {
-		return 0, fmt.Errorf("update deployment: %w", err)
+		     droplet_id = coalesce(droplet_id, ?1),
+		     region = CASE WHEN ?2 = '' THEN region ELSE ?2 END,
+		     size = CASE WHEN ?3 = '' THEN size ELSE ?3 END,
+		     session_expires_at = coalesce(?4, session_expires_at),
+		     last_activity_at = max(coalesce(last_activity_at, ?5), ?5),
+		     limit_minutes = ?6,
+		     idle_deadline_at = max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000,
+		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9
+		 WHERE environment_id = ?10 AND id = ?11 AND status = 'active'
+		   AND (?1 IS NULL OR droplet_id IS NULL OR droplet_id = ?1)
+		 RETURNING idle_deadline_at`,
+		nullInt(hb.DropletID), hb.Region, hb.Size, msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes,
+		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion, hb.EnvironmentID, hb.DeploymentID).Scan(&d)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
 	}
-	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("update deployment: %w", err)
+		return time.Time{}, false, fmt.Errorf("update deployment: %w", err)
 	}
-	return n, nil
+	return time.UnixMilli(d).UTC(), true, nil
 }
 
 // insertHeartbeat stores the heartbeat row.

@@ -22,6 +22,10 @@ var (
 	// ErrDeploymentEnded is returned by ApplyHeartbeat for a heartbeat whose
 	// deployment has ended; nothing was written.
 	ErrDeploymentEnded = errors.New("deployment has ended")
+	// ErrDropletMismatch is returned for a heartbeat naming another droplet
+	// than the one its deployment already has: a deployment's droplet id,
+	// once known, never changes; nothing was written.
+	ErrDropletMismatch = errors.New("deployment belongs to another droplet")
 	// ErrDeploymentQuota is returned by ApplyHeartbeatWithin for a first
 	// heartbeat that would create more active deployments in its
 	// environment than allowed; nothing was written.

@@ -226,17 +226,19 @@ func Deployment(t testing.TB, db *storage.DB, seed storage.Deployment) storage.D
 		t.Fatalf("storagetest: deployment %s: an active deployment has no EndedAt", seed.ID)
 	}
 	hb := storage.Heartbeat{
-		DeploymentID:     seed.ID,
-		EnvironmentID:    seed.EnvironmentID,
-		KeyID:            fmt.Sprintf("env_storagetest_%016x", next()),
-		ReceivedAt:       seed.LaunchedAt,
-		SentAt:           seed.LaunchedAt,
-		AgentVersion:     seed.AgentVersion,
-		DropletID:        seed.DropletID,
-		Region:           seed.Region,
-		Size:             seed.Size,
-		LimitMinutes:     30,
-		LastActivityAt:   seed.LaunchedAt,
+		DeploymentID:  seed.ID,
+		EnvironmentID: seed.EnvironmentID,
+		KeyID:         fmt.Sprintf("env_storagetest_%016x", next()),
+		ReceivedAt:    seed.LaunchedAt,
+		SentAt:        seed.LaunchedAt,
+		AgentVersion:  seed.AgentVersion,
+		DropletID:     seed.DropletID,
+		Region:        seed.Region,
+		Size:          seed.Size,
+		LimitMinutes:  30,
+		// The stored deadline is the latest activity plus the limit, so
+		// the activity is what yields the seeded deadline.
+		LastActivityAt:   seed.IdleDeadlineAt.Add(-30 * time.Minute),
 		CIActive:         seed.CIActive,
 		IdleDeadlineAt:   seed.IdleDeadlineAt,
 		SessionExpiresAt: seed.SessionExpiresAt,
