@@ -152,13 +152,6 @@ func printAgentStatus(w io.Writer, r agent.StatusReport) {
 	fmt.Fprintln(w)
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 type agentHeartbeatCmd struct {
 	URL              string        `required:"" help:"Daemon origin, e.g. https://chalupa.example.com."`
 	KeyID            string        `name:"key-id" required:"" help:"Ingest key id (the key-id file written by 'admin keys issue --out')."`
