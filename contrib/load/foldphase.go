@@ -61,6 +61,35 @@ func waitReplicated(ctx context.Context, chal *harness.Chalupa, limit time.Durat
 	}
 }
 
+// serverIdleCPU is the CPU (cores, over one second) under which the server
+// counts as idle before the phases of a seeded run: Litestream compacts
+// the initial copy of the seeded database into L1 (every 30 s) after it
+// reports being caught up, taking most of a core for seconds, which the
+// first phase would otherwise measure.
+const serverIdleCPU = 0.05
+
+// serverIdleWait bounds the wait for the server to go idle.
+const serverIdleWait = 3 * time.Minute
+
+// waitServerIdle waits, at most limit, until srv used less than
+// serverIdleCPU cores over one second, and returns how long it waited and
+// whether it went idle.
+func waitServerIdle(ctx context.Context, srv *harness.Server, limit time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < limit && ctx.Err() == nil {
+		c0, t0 := srv.CPUSeconds(), time.Now()
+		harness.SleepUntil(ctx, t0.Add(time.Second))
+		c1 := srv.CPUSeconds()
+		if c0 < 0 || c1 < 0 {
+			return time.Since(start), false
+		}
+		if (c1-c0)/time.Since(t0).Seconds() < serverIdleCPU {
+			return time.Since(start), true
+		}
+	}
+	return time.Since(start), false
+}
+
 // foldPass is one adminRunRetention call of the fold phase, with the
 // client's times around it.
 type foldPass struct {

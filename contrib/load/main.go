@@ -403,7 +403,7 @@ func run(cfg config) (*report, error) {
 	}
 	if cfg.FoldRows > 0 {
 		// Seeding (~15 s per million rows) and the last pass's answer.
-		perTarget += time.Duration(cfg.FoldRows/1_000_000+1)*time.Minute + replicatedWait + foldPassMargin
+		perTarget += time.Duration(cfg.FoldRows/1_000_000+1)*time.Minute + replicatedWait + serverIdleWait + foldPassMargin
 	}
 	budget := time.Duration(len(targets))*perTarget + 6*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -642,6 +642,11 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 				return nil, 0, err
 			}
 			progress("chalupa: replica caught up with the seeded database in %s", time.Since(t0).Round(time.Second))
+			if d, idle := waitServerIdle(ctx, srv, serverIdleWait); idle {
+				progress("chalupa: server idle (< %.2f cores) after another %s", serverIdleCPU, d.Round(time.Second))
+			} else {
+				progress("chalupa: server still busy after %s (replica compaction?); measuring anyway", d.Round(time.Second))
+			}
 		}
 	case "reference":
 		material := signer.NewKeyMaterial()
