@@ -71,12 +71,22 @@ const serverIdleCPU = 0.05
 // serverIdleWait bounds the wait for the server to go idle.
 const serverIdleWait = 3 * time.Minute
 
-// waitServerIdle waits, at most limit, until srv used less than
-// serverIdleCPU cores over one second, and returns how long it waited and
+// firstCompaction is how long after start the replica's first L1
+// compaction comes (Litestream's L1 interval, 30 s, plus margin): with a
+// seeded database it rewrites the whole initial copy, so the phases start
+// after it.
+const firstCompaction = 40 * time.Second
+
+// waitServerIdle waits, at most limit, until firstCompaction has passed
+// since the server started and then srv used less than serverIdleCPU cores
+// over one second, and returns how long it waited and
 // whether it went idle.
-func waitServerIdle(ctx context.Context, srv *harness.Server, limit time.Duration) (time.Duration, bool) {
+func waitServerIdle(ctx context.Context, srv *harness.Server, started time.Time, limit time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < limit && ctx.Err() == nil {
+		if time.Since(started) < firstCompaction {
+			harness.SleepUntil(ctx, started.Add(firstCompaction))
+		}
 		c0, t0 := srv.CPUSeconds(), time.Now()
 		harness.SleepUntil(ctx, t0.Add(time.Second))
 		c1 := srv.CPUSeconds()

@@ -621,6 +621,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		}
 		progress("chalupa: starting %s serve with %s", bin, strings.Join(harness.BenchmarkQuotaEnv, " "))
 		var err error
+		started := time.Now()
 		if chal, err = harness.StartChalupa(ctx, bin, dir, harness.StartOptions{CPUs: cfg.serverCPUs}); err != nil {
 			return nil, 0, err
 		}
@@ -642,10 +643,10 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 				return nil, 0, err
 			}
 			progress("chalupa: replica caught up with the seeded database in %s", time.Since(t0).Round(time.Second))
-			if d, idle := waitServerIdle(ctx, srv, serverIdleWait); idle {
-				progress("chalupa: server idle (< %.2f cores) after another %s", serverIdleCPU, d.Round(time.Second))
+			if d, idle := waitServerIdle(ctx, srv, started, serverIdleWait); idle {
+				progress("chalupa: server idle (< %.2f cores) %s after its start", serverIdleCPU, time.Since(started).Round(time.Second))
 			} else {
-				progress("chalupa: server still busy after %s (replica compaction?); measuring anyway", d.Round(time.Second))
+				progress("chalupa: server still busy after another %s (replica compaction?); measuring anyway", d.Round(time.Second))
 			}
 		}
 	case "reference":
