@@ -179,11 +179,12 @@ func SetDropletIDIfUnknown(ctx context.Context, q Querier, environmentID int64, 
 	return nil
 }
 
-// KnownDropletIDs returns the droplet ids the environment's deployments
-// other than exceptID have reported, active or ended.
+// KnownDropletIDs returns the droplet ids that deployments other than the
+// one given have reported, active or ended, in any environment: the
+// reaper's look-up by tags never takes one of them.
 func KnownDropletIDs(ctx context.Context, q Querier, environmentID int64, exceptID string) (map[int64]bool, error) {
 	rows, err := q.QueryContext(ctx,
-		`SELECT droplet_id FROM deployments WHERE environment_id = ? AND id != ? AND droplet_id IS NOT NULL`,
+		`SELECT droplet_id FROM deployments WHERE droplet_id IS NOT NULL AND NOT (environment_id = ? AND id = ?)`,
 		environmentID, exceptID)
 	if err != nil {
 		return nil, fmt.Errorf("known droplet ids: %w", err)
