@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -75,6 +77,13 @@ type Config struct {
 	DOAPIURL         string  `json:"CHALUPA_DO_API_URL"`
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
+
+	// ReaperDryRun makes the reaper record reaper-would-destroy events and
+	// destroy nothing (docs/operations.md, "Reaper").
+	ReaperDryRun bool `json:"CHALUPA_REAPER_DRY_RUN"`
+	// ReaperCIFreshness is how long a heartbeat's CI report counts as live
+	// (reaper.DefaultCIFreshness unless set).
+	ReaperCIFreshness time.Duration `json:"CHALUPA_REAPER_CI_FRESHNESS"`
 
 	// Ingest quotas (docs/operations.md, "Quotas"); 0 is unlimited.
 	QuotaHeartbeatsPerMinute            int `json:"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"`
@@ -287,6 +296,26 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 	}
 
+	switch v := strings.ToLower(get("CHALUPA_REAPER_DRY_RUN")); v {
+	case "", "false", "0":
+	case "true", "1":
+		c.ReaperDryRun = true
+	default:
+		bad("CHALUPA_REAPER_DRY_RUN must be true or false")
+	}
+	c.ReaperCIFreshness = reaper.DefaultCIFreshness
+	if v := get("CHALUPA_REAPER_CI_FRESHNESS"); v != "" {
+		// At least a minute (two heartbeats' worth would still be too
+		// tight to mean "fresh"), at most a day: beyond that a dead agent
+		// with ciActive=true keeps its droplet far too long.
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > 24*time.Hour {
+			bad("CHALUPA_REAPER_CI_FRESHNESS must be a duration between 1m and 24h (such as 10m)")
+		} else {
+			c.ReaperCIFreshness = d
+		}
+	}
+
 	c.PulumiBackendURL = get("PULUMI_BACKEND_URL")
 	if c.PulumiBackendURL == "" {
 		c.PulumiBackendURL = (&url.URL{Scheme: "file", Path: filepath.Join(c.DataDir, "pulumi")}).String()
@@ -422,6 +451,8 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_DO_API_URL", c.DOAPIURL},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
+		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
+		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
 	}
 	for _, q := range c.quotaFields() {
 		v := strconv.Itoa(*q.value)

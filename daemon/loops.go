@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -41,6 +42,10 @@ type LoopDeps struct {
 	// QuotaEvents are the quota warnings the ingest service queued
 	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
 	QuotaEvents <-chan ingest.QuotaEvent
+	// Reaper is the reaper loop (built with the server, whose admin
+	// operations share it); it runs only with DIGITALOCEAN_WRITE_TOKEN
+	// set, and nil adds no loop.
+	Reaper *reaper.Reaper
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -53,8 +58,12 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Loop{
+	loops := []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
-	}, nil
+	}
+	if d.Reaper != nil && d.Reaper.Configured() {
+		loops = append(loops, d.Reaper)
+	}
+	return loops, nil
 }

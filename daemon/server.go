@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -33,6 +34,9 @@ type Server struct {
 	router *httprouter.Router
 	routes []Route
 	ops    *operations
+	// reaper is the reaper loop, shared by its admin operations and the
+	// loop registry; it alone holds the DigitalOcean write token.
+	reaper *reaper.Reaper
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -71,6 +75,10 @@ func newServer(d serverDeps) (*Server, error) {
 		Quotas: d.Config.IngestQuotas()})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
+	var err error
+	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg); err != nil {
+		return nil, err
+	}
 
 	// Public and probe routes.
 	s.public("GET", "/api/health", s.handleHealth)
@@ -88,6 +96,8 @@ func newServer(d serverDeps) (*Server, error) {
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
+	(&eventHandlers{db: d.DB}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
