@@ -33,6 +33,7 @@ type adminCmd struct {
 	Environment adminEnvironmentCmd `cmd:"" name:"environment" aliases:"env" help:"Manage environments (alias: env)."`
 	Keys        adminKeysCmd        `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
 	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
+	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
 	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
 	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`

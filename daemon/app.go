@@ -195,7 +195,8 @@ func (a *App) StartLoops(ctx context.Context) error {
 		return nil
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
-		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents(), Reaper: a.Server.reaper})
+		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents(),
+		Retention: a.Server.retention, Reaper: a.Server.reaper})
 	if err != nil {
 		return err
 	}

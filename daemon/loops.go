@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -42,6 +43,10 @@ type LoopDeps struct {
 	// QuotaEvents are the quota warnings the ingest service queued
 	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
 	QuotaEvents <-chan ingest.QuotaEvent
+	// Retention is the retention worker the admin API also runs
+	// (adminRunRetention), so both share one pass at a time; nil builds
+	// one.
+	Retention *telemetry.Retention
 	// Reaper is the reaper loop (built with the server, whose admin
 	// operations share it); it runs only with DIGITALOCEAN_WRITE_TOKEN
 	// set, and nil adds no loop.
@@ -58,9 +63,19 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if err != nil {
 		return nil, err
 	}
+	retentionMetrics, err := telemetry.NewRetentionMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	retention := d.Retention
+	if retention == nil {
+		retention = &telemetry.Retention{DB: d.DB, Clock: d.Clock, Log: d.Log}
+	}
+	retention.SetMetrics(retentionMetrics)
 	loops := []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
+		retention,
 	}
 	if d.Reaper != nil && d.Reaper.Configured() {
 		loops = append(loops, d.Reaper)

@@ -6,6 +6,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
 
 // The registry names every loop once and registers each loop's series on the
@@ -42,5 +44,21 @@ func TestRegisteredLoops(t *testing.T) {
 	}
 	if _, err := registeredLoops(d); err == nil {
 		t.Error("registering the loops twice on one registry succeeded")
+	}
+
+	// The retention loop is the worker it is given (the admin API's), so
+	// adminRunRetention and the loop share one pass at a time.
+	shared := &telemetry.Retention{Clock: d.Clock, Log: d.Log}
+	d.Metrics, d.Retention = prometheus.NewRegistry(), shared
+	loops, err = registeredLoops(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range loops {
+		found = found || l == Loop(shared)
+	}
+	if !found || shared.Metrics == nil {
+		t.Errorf("loops %v do not run the given retention worker with metrics", loops)
 	}
 }

@@ -18,8 +18,9 @@ import (
 )
 
 // daemon.Run hands its one clock to the registered loops and their metrics
-// to GET /metrics. With an empty fleet the daemon is quiet: the only timer
-// on its clock is replication's idle check, and ten minutes of clock (the
+// to GET /metrics. With an empty fleet the daemon is quiet: the timers on
+// its clock are replication's idle check and the hourly retention pass's
+// wait for minute 43, and ten minutes of clock (the
 // nonce pruner's interval) pass without a prune tick, since there is no
 // nonce to prune (ingest's TestNoncePrunerSleepsUntilActivity covers the
 // wake-up).
@@ -69,7 +70,8 @@ func TestRunDrivesLoopsWithItsClock(t *testing.T) {
 		}
 		return string(m[1])
 	}
-	// Replication's idle check is the only timer on the daemon's clock.
+	// Replication's idle check (and the retention pass's wait) are the
+	// daemon's timers.
 	if err := clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"route", "result"})
 	replicated := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "chalupa_replication_commit_delay_seconds",
-		Help:    "Time from a commit to its confirmation in the replica, in seconds (per 100 ms group of commits, measured from the group's first commit: an upper bound).",
+		Help:    "Time from each writer COMMIT to the end of the sync that put it in the replica, in seconds (one observation per COMMIT).",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
 	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -34,6 +35,9 @@ type Server struct {
 	router *httprouter.Router
 	routes []Route
 	ops    *operations
+	// retention is the retention worker, shared by adminRunRetention and
+	// the retention loop (StartLoops) so their passes never overlap.
+	retention *telemetry.Retention
 	// reaper is the reaper loop, shared by its admin operations and the
 	// loop registry; it alone holds the DigitalOcean write token.
 	reaper *reaper.Reaper
@@ -96,6 +100,8 @@ func newServer(d serverDeps) (*Server, error) {
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
+	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	if err := s.ops.complete(); err != nil {

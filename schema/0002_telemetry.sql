@@ -66,15 +66,19 @@ CREATE TABLE telemetry_windows (
 ) STRICT, WITHOUT ROWID;
 
 -- Hourly rollups, kept indefinitely. windows counts the source windows
--- folded in; first/last_window_at bound them.
+-- folded in; first/last_window_at bound them. gpu_idle_windows counts the
+-- folded windows whose gpuUtilPct max was under 5 (a per-window fact the
+-- hour's aggregate cannot recover; the terminal summary's GPU-idle minutes
+-- read it).
 CREATE TABLE telemetry_hourly (
-    environment_id  INTEGER NOT NULL,
-    deployment_id   TEXT    NOT NULL,
-    session_id      TEXT    NOT NULL,
-    hour_start      INTEGER NOT NULL,
-    windows         INTEGER NOT NULL,
-    first_window_at INTEGER NOT NULL,
-    last_window_at  INTEGER NOT NULL,
+    environment_id   INTEGER NOT NULL,
+    deployment_id    TEXT    NOT NULL,
+    session_id       TEXT    NOT NULL,
+    hour_start       INTEGER NOT NULL,
+    windows          INTEGER NOT NULL,
+    first_window_at  INTEGER NOT NULL,
+    last_window_at   INTEGER NOT NULL,
+    gpu_idle_windows INTEGER NOT NULL DEFAULT 0,
     cpu_pct_n INTEGER, cpu_pct_sum REAL, cpu_pct_min REAL, cpu_pct_max REAL, cpu_pct_last REAL, cpu_pct_last_at INTEGER,
     mem_used_bytes_n INTEGER, mem_used_bytes_sum REAL, mem_used_bytes_min REAL, mem_used_bytes_max REAL, mem_used_bytes_last REAL, mem_used_bytes_last_at INTEGER,
     mem_total_bytes_n INTEGER, mem_total_bytes_sum REAL, mem_total_bytes_min REAL, mem_total_bytes_max REAL, mem_total_bytes_last REAL, mem_total_bytes_last_at INTEGER,

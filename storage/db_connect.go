@@ -44,9 +44,11 @@ type DB struct {
 // Litestream owns checkpointing and holds a read lock that keeps SQLite's
 // own checkpoint from finishing, so at SQLite's default of 1,000 pages the
 // writer retried (and re-sorted the whole WAL) after every commit. 10,000
-// pages (about 40 MB at 4 KiB pages) is ten times the size at which
-// Litestream checkpoints (1,000 pages), so SQLite does not checkpoint under
-// Litestream's feet, yet it still bounds the WAL if Litestream stops. Never 0: turning the automatic checkpoint off
+// pages (about 40 MB at 4 KiB pages) is two and a half times the size at
+// which Litestream checkpoints (checkpointPages, 4,000; syncs run every
+// 100 ms under load, so the WAL never gets near 10,000 between two), so
+// SQLite does not checkpoint under Litestream's feet, yet it still bounds
+// the WAL if Litestream stops. Never 0: turning the automatic checkpoint off
 // has silently stopped replication in some Litestream 0.5.x versions
 // (benbjohnson/litestream#1083). See docs/operations.md, "Storage and the
 // writer".

@@ -70,6 +70,33 @@ const (
 	// it new commits reuse the last (older) marker, so lag may be overstated
 	// after a partial catch-up but never understated.
 	maxLagMarkers = 100_000
+	// quietWALMax is the largest WAL an idle check leaves alone. Litestream
+	// writes one frame to the WAL right after every checkpoint it runs
+	// (~4 KiB with 4 KiB pages), so "truncate whenever it is not empty"
+	// checkpointed, wrote a local LTX file and fsynced a dozen times at
+	// every idle check, for ever: ~100 of an idle daemon's ~120-200
+	// context switches a minute. 64 KiB is a handful of pages, nothing to
+	// keep, yet far above that one frame.
+	quietWALMax = 64 << 10
+	// checkpointPages is the WAL size, in pages, at which a sync runs
+	// Litestream's PASSIVE checkpoint (its MinCheckpointPageN; Litestream's
+	// default is 1,000, ~4 MiB). Each checkpoint copies every distinct page
+	// of the WAL into the database and fsyncs it, and Litestream brackets it
+	// with two extra syncs and holds the write lock while it seals the WAL.
+	// At 1,000 heartbeats/s the WAL filled 1,000 pages three times a
+	// second; at 4,000 (16 MiB) the same heartbeats share hot pages across
+	// four times the window: a quarter of the checkpoints and half the
+	// pages copied per heartbeat (1.36 -> 0.67 in a page count of 30,000
+	// heartbeats in batches of 5). SQLite's own wal_autocheckpoint (10,000
+	// pages, WALAutocheckpointPages) stays above it.
+	checkpointPages = 4000
+	// maxCommitStamps caps the per-commit times kept for the commit →
+	// replica delay (SetReplicatedHook): 8 bytes each, so at most 512 KiB.
+	// Healthy, a sync confirms a few dozen commits; only an outage of
+	// minutes at full load fills it, and commits beyond it are measured
+	// from the last stamp kept (earlier than theirs: overstated, never
+	// understated).
+	maxCommitStamps = 1 << 16
 )
 
 // compactionLevels are Litestream's levels: L0 (every sync's LTX file),
@@ -155,9 +182,17 @@ type Replicator struct {
 	done         chan struct{}
 	closed       sync.Once
 
-	mu           sync.Mutex
-	seq          uint64   // commits recorded by Committed
-	markers      []marker // commit times of commits not yet in the replica
+	mu      sync.Mutex
+	seq     uint64   // commits recorded by Committed
+	markers []marker // commit times of commits not yet in the replica
+	// stamps are the times of the commits not yet in the replica, one per
+	// commit from seq stampsFrom on, as offsets from epoch (monotonic
+	// with the real clock), at most stampCap of them (maxCommitStamps);
+	// commits past them have none and are measured from the last.
+	stamps       []time.Duration
+	stampsFrom   uint64
+	stampCap     int
+	epoch        time.Time
 	lastSyncAt   time.Time
 	lastErr      string
 	lastErrAt    time.Time
@@ -240,6 +275,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	// Driven by the host: no WAL monitor, no replica ticker (both woke
 	// several times a second whether or not anything was written).
 	db.MonitorInterval = 0
+	db.MinCheckpointPageN = checkpointPages
 	r := litestream.NewReplicaWithClient(db, raw)
 	r.MonitorEnabled = false
 	if fc, ok := raw.(*file.ReplicaClient); ok {
@@ -269,6 +305,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 		db: db, store: store, replica: r, kind: kind, clock: clock, log: logger,
 		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
 		notify: make(chan struct{}, 1), done: make(chan struct{}),
+		stampsFrom: 1, stampCap: maxCommitStamps, epoch: clock.Now(),
 	}
 	if cfg.LagLimit > 0 {
 		rep.lagLimit = cfg.LagLimit
@@ -297,6 +334,14 @@ func (r *Replicator) Committed() {
 	r.seq++
 	if n := len(r.markers); n == 0 || (n < maxLagMarkers && now.Sub(r.markers[n-1].at) >= lagMarkerResolution) {
 		r.markers = append(r.markers, marker{seq: r.seq, at: now})
+	}
+	// Stamps stay one per commit, in order: after the cap was reached, none
+	// is added until a sync has confirmed every commit.
+	if len(r.stamps) == 0 {
+		r.stampsFrom = r.seq
+	}
+	if len(r.stamps) < r.stampCap && r.stampsFrom+uint64(len(r.stamps)) == r.seq {
+		r.stamps = append(r.stamps, now.Sub(r.epoch))
 	}
 	r.mu.Unlock()
 	select {
@@ -434,14 +479,15 @@ func (r *Replicator) checkRemote(ctx context.Context) error {
 	return nil
 }
 
-// truncateQuietWAL shrinks the WAL file back to zero at an idle check: after
-// a write storm the WAL keeps its size (SQLite reuses it), and Litestream's
-// own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing was committed
-// since the last check, so the brief lock a TRUNCATE takes costs no one. A
-// failure (a long reader holding the WAL) is retried at the next idle check.
+// truncateQuietWAL shrinks the WAL file back to (nearly) zero at an idle
+// check: after a write storm the WAL keeps its size (SQLite reuses it), and
+// Litestream's own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing
+// was committed since the last check, so the brief lock a TRUNCATE takes
+// costs no one. A WAL of at most quietWALMax is left as it is. A failure (a
+// long reader holding the WAL) is retried at the next idle check.
 func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 	fi, err := os.Stat(r.db.WALPath())
-	if err != nil || fi.Size() == 0 {
+	if err != nil || fi.Size() <= quietWALMax {
 		return
 	}
 	if err := r.db.Checkpoint(ctx, litestream.CheckpointModeTruncate); err != nil && ctx.Err() == nil {
@@ -450,10 +496,12 @@ func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 }
 
 // SetReplicatedHook makes the replicator report, after each successful sync,
-// how long the commits it confirmed waited: one call per commit-time marker
-// (commits within 100 ms of each other share one), measured from the
-// marker's first commit, so an upper bound by at most that resolution. fn
-// runs on the replication goroutine and must be quick; nil removes it.
+// how long each commit it confirmed waited: one call per writer COMMIT,
+// from the commit hook (Committed, right after the COMMIT) to the end of
+// the sync that put it in the replica. Beyond maxCommitStamps commits
+// waiting at once (a long outage), the later ones are measured from the
+// last commit time kept: overstated, never understated. fn runs on the
+// replication goroutine and must be quick; nil removes it.
 func (r *Replicator) SetReplicatedHook(fn func(delay time.Duration)) {
 	if fn == nil {
 		r.onReplicated.Store(nil)
@@ -479,20 +527,43 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 	// Drop the markers of replicated commits. When commits after upTo share
 	// the last dropped marker's span, that marker stays for them (its time
 	// is no later than theirs: lag is never understated).
+	r.confirmStamps(upTo, now)
 	i := 0
 	for i < len(r.markers) && r.markers[i].seq <= upTo {
 		i++
-	}
-	if hook := r.onReplicated.Load(); hook != nil {
-		for _, m := range r.markers[:i] {
-			(*hook)(now.Sub(m.at))
-		}
 	}
 	if i > 0 && r.seq > upTo && (i == len(r.markers) || r.markers[i].seq > upTo+1) {
 		i--
 		r.markers[i].seq = upTo + 1
 	}
 	r.markers = slices.Delete(r.markers, 0, i)
+}
+
+// confirmStamps reports (SetReplicatedHook) and drops the commit times of
+// the commits up to upTo, confirmed in the replica at now. Called with mu
+// held.
+func (r *Replicator) confirmStamps(upTo uint64, now time.Time) {
+	if upTo < r.stampsFrom || len(r.stamps) == 0 {
+		return
+	}
+	n := upTo - r.stampsFrom + 1 // commits confirmed, some maybe past the cap
+	at := now.Sub(r.epoch)
+	if hook := r.onReplicated.Load(); hook != nil {
+		for k := uint64(0); k < n; k++ {
+			(*hook)(at - r.stamps[min(k, uint64(len(r.stamps)-1))])
+		}
+	}
+	switch {
+	case n < uint64(len(r.stamps)):
+		r.stamps = slices.Delete(r.stamps, 0, int(n))
+	case r.seq > upTo:
+		// The commits after upTo came past the cap, unstamped: they keep
+		// the last stamp until a sync confirms them all.
+		r.stamps = append(r.stamps[:0], r.stamps[len(r.stamps)-1])
+	default:
+		r.stamps = r.stamps[:0]
+	}
+	r.stampsFrom = upTo + 1
 }
 
 // failed records a failed attempt (not one cut short by shutdown).

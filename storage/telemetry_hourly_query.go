@@ -21,7 +21,10 @@ type TelemetryHourly struct {
 	Windows   int64
 	// FirstWindowAt and LastWindowAt bound the folded windowStarts.
 	FirstWindowAt, LastWindowAt time.Time
-	Metrics                     TelemetryMetricSet
+	// GPUIdleWindows counts the folded windows whose gpuUtilPct max was
+	// under 5 (docs/operations.md, "Retention").
+	GPUIdleWindows int64
+	Metrics        TelemetryMetricSet
 	// LastAt holds, per metric, the windowStart its Last value came from
 	// (zero when the metric is nil), so a later fold merges Last correctly.
 	LastAt [NumTelemetryMetrics]time.Time
@@ -43,7 +46,7 @@ var hourlyMetricColumns = func() string {
 // (every session; sessionID "" means all) whose hour starts in [from, to),
 // ordered by session then hour, at most limit rows.
 func TelemetryHourlyBetween(ctx context.Context, q Querier, environmentID int64, deploymentID, sessionID string, from, to time.Time, limit int) ([]TelemetryHourly, error) {
-	rows, err := q.QueryContext(ctx, `SELECT session_id, hour_start, windows, first_window_at, last_window_at, `+hourlyMetricColumns+`
+	rows, err := q.QueryContext(ctx, `SELECT session_id, hour_start, windows, first_window_at, last_window_at, gpu_idle_windows, `+hourlyMetricColumns+`
 		 FROM telemetry_hourly
 		 WHERE environment_id = ? AND deployment_id = ? AND (? = '' OR session_id = ?) AND hour_start >= ? AND hour_start < ?
 		 ORDER BY session_id, hour_start LIMIT ?`,
@@ -60,7 +63,7 @@ func TelemetryHourlyBetween(ctx context.Context, q Querier, environmentID int64,
 			n, lastAt           sql.NullInt64
 			sum, min, max, last sql.NullFloat64
 		}
-		dst := []any{&h.SessionID, &hour, &h.Windows, &first, &last}
+		dst := []any{&h.SessionID, &hour, &h.Windows, &first, &last, &h.GPUIdleWindows}
 		for i := range m {
 			dst = append(dst, &m[i].n, &m[i].sum, &m[i].min, &m[i].max, &m[i].last, &m[i].lastAt)
 		}

@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -144,6 +145,19 @@ type phaseResult struct {
 	WriterCommits  float64 `json:"writerCommits,omitempty"`
 	WriterUnits    float64 `json:"writerUnits,omitempty"`
 	MeanBatch      float64 `json:"meanBatch,omitempty"`
+	// ReplGroups is how many observations (writer COMMITs, each holding
+	// one or more heartbeats) the replica confirmed during the window, from the delta of
+	// chalupa_replication_commit_delay_seconds; ReplP50Ms and ReplP99Ms
+	// are the commit → in-replica median and p99 in milliseconds as
+	// Prometheus' histogram_quantile estimates them, and ReplP50LeMs and
+	// ReplP99LeMs the upper bounds of the buckets holding them (the true
+	// value is at most that; -1 for +Inf, beyond the last bucket, which
+	// JSON cannot carry).
+	ReplGroups  float64 `json:"replGroups,omitempty"`
+	ReplP50Ms   float64 `json:"replP50Ms,omitempty"`
+	ReplP50LeMs float64 `json:"replP50LeMs,omitempty"`
+	ReplP99Ms   float64 `json:"replP99Ms,omitempty"`
+	ReplP99LeMs float64 `json:"replP99LeMs,omitempty"`
 }
 
 type report struct {
@@ -423,12 +437,44 @@ type sampler struct {
 	commits0, units0     float64
 	commits1, units1     float64
 	statsErr0, statsErr1 error
+	// repl0 and repl1 are chalupa_replication_commit_delay_seconds at
+	// the window's edges (nil when it could not be read).
+	repl0, repl1 harness.PromHistogram
+}
+
+// replDelayMetric is chalupa's commit → in-replica histogram: one
+// observation per writer COMMIT, from the commit to the end of the sync
+// that confirmed it (docs/operations.md, "Replication").
+const replDelayMetric = "chalupa_replication_commit_delay_seconds"
+
+// Targets for commit → in replica at the steady rate (issue 7).
+const (
+	targetReplP50 = 100 * time.Millisecond
+	targetReplP99 = time.Second
+)
+
+// scrape reads chalupa's writer counters and the replication histogram
+// with one /metrics request.
+func (s *sampler) scrape() (commits, units float64, repl harness.PromHistogram, err error) {
+	text, err := s.chal.MetricsText(s.ctx)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	m, err := harness.ParseMetrics(text)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if commits, units, err = harness.WriterStatsOf(m); err != nil {
+		return 0, 0, nil, err
+	}
+	repl, _ = harness.ParsePromHistogram(strings.NewReader(text), replDelayMetric)
+	return commits, units, repl, nil
 }
 
 // Start samples at the beginning of the window.
 func (s *sampler) Start() {
 	if s.chal != nil {
-		s.commits0, s.units0, s.statsErr0 = s.chal.WriterStats(s.ctx)
+		s.commits0, s.units0, s.repl0, s.statsErr0 = s.scrape()
 	}
 	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 }
@@ -437,7 +483,7 @@ func (s *sampler) Start() {
 func (s *sampler) End() {
 	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 	if s.chal != nil {
-		s.commits1, s.units1, s.statsErr1 = s.chal.WriterStats(s.ctx)
+		s.commits1, s.units1, s.repl1, s.statsErr1 = s.scrape()
 	}
 }
 
@@ -467,6 +513,15 @@ func (s *sampler) fill(r *phaseResult) {
 		r.WriterUnits = s.units1 - s.units0
 		if r.WriterCommits > 0 {
 			r.MeanBatch = r.WriterUnits / r.WriterCommits
+		}
+	}
+	if s.repl0 != nil && s.repl1 != nil {
+		if d, err := s.repl1.Sub(s.repl0); err == nil && d.Count() > 0 {
+			r.ReplGroups = d.Count()
+			est, le := d.Quantile(0.5)
+			r.ReplP50Ms, r.ReplP50LeMs = est*1000, boundMs(le)
+			est, le = d.Quantile(0.99)
+			r.ReplP99Ms, r.ReplP99LeMs = est*1000, boundMs(le)
 		}
 	}
 }
@@ -731,6 +786,23 @@ func printReport(out io.Writer, rep *report) {
 				r.TargetRate, r.P99Ms, targetP99.Milliseconds(), passFail(rep.P99Pass))
 		}
 	}
+	for _, r := range rep.Results {
+		if r.Target != "chalupa" || r.ReplGroups == 0 {
+			continue
+		}
+		phase := r.Phase
+		if r.Phase != "max" {
+			phase = fmt.Sprintf("%s %.0f/s", r.Phase, r.TargetRate)
+		}
+		fmt.Fprintf(out, "chalupa commit → in replica in %s (%s, %.0f commits): median %.0f ms (bucket ≤ %s), p99 %.0f ms (bucket ≤ %s)",
+			phase, replDelayMetric, r.ReplGroups, r.ReplP50Ms, leMs(r.ReplP50LeMs), r.ReplP99Ms, leMs(r.ReplP99LeMs))
+		if r.Phase == "steady" {
+			pass := r.ReplP50LeMs >= 0 && r.ReplP50LeMs <= ms(targetReplP50) &&
+				r.ReplP99LeMs >= 0 && r.ReplP99LeMs <= ms(targetReplP99)
+			fmt.Fprintf(out, " (target median ≤ %d ms, p99 ≤ %d ms, by bucket bound: %s)", targetReplP50.Milliseconds(), targetReplP99.Milliseconds(), passFail(&pass))
+		}
+		fmt.Fprintln(out)
+	}
 	for _, sw := range rep.Sweeps {
 		fmt.Fprintf(out, "%s open-loop sweep (p99 ≤ %.0f ms from the scheduled send, no errors, ≥ %.0f%% of the rate answered): ",
 			sw.Target, sw.P99BoundMs, minAchieved*100)
@@ -791,6 +863,22 @@ func printPlacement(out io.Writer, rep *report) {
 				r.Target, r.Phase, r.ServerCPUsSeen, r.ClientCPUsSeen)
 		}
 	}
+}
+
+// boundMs is a bucket bound (seconds) in milliseconds, -1 for +Inf.
+func boundMs(le float64) float64 {
+	if math.IsInf(le, 1) {
+		return -1
+	}
+	return le * 1000
+}
+
+// leMs formats a bucket bound from boundMs.
+func leMs(v float64) string {
+	if v < 0 {
+		return "+Inf"
+	}
+	return fmt.Sprintf("%g ms", v)
 }
 
 func cores(v float64) string {

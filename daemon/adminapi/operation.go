@@ -47,7 +47,8 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
-var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations, reaperOperations, eventOperations)
+var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations,
+	retentionOperations, reaperOperations, eventOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation

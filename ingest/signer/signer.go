@@ -18,6 +18,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Header names of protocol v1.
@@ -138,12 +139,38 @@ func ValidNonce(s string) bool {
 	return true
 }
 
-// NewNonce returns a fresh random nonce: 24 random bytes, base64url, 32
-// characters.
+// NewNonce returns a fresh nonce: the current time in unix milliseconds as
+// 12 lower-case hex digits, then 18 random bytes (144 bits) as 24
+// base64url characters; 36 characters. The server treats a nonce as
+// opaque; the time prefix only makes one key's nonces sort in the order
+// they were made, so the server's per-key nonce index grows at its end
+// (an insert dirties the page the previous one did) instead of at a random
+// page: a heartbeat writes about 40 % fewer WAL bytes, which the daemon
+// then fsyncs, checkpoints and replicates (docs/operations.md, "Signed
+// ingest").
 func NewNonce() string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return newNonceAt(time.Now())
+}
+
+// nonceTimeDigits is how many hex digits carry the time: 48 bits of unix
+// milliseconds last until the year 10889.
+const nonceTimeDigits = 12
+
+// nonceRandomBytes is the nonce's random part: 144 bits, so two nonces of
+// one key in the same millisecond never collide in practice.
+const nonceRandomBytes = 18
+
+func newNonceAt(t time.Time) string {
+	const hexDigits = "0123456789abcdef"
+	ms := uint64(max(t.UnixMilli(), 0))
+	b := make([]byte, nonceTimeDigits, nonceTimeDigits+base64.RawURLEncoding.EncodedLen(nonceRandomBytes))
+	for i := nonceTimeDigits - 1; i >= 0; i-- {
+		b[i] = hexDigits[ms&0xf]
+		ms >>= 4
+	}
+	r := make([]byte, nonceRandomBytes)
+	_, _ = rand.Read(r) // crypto/rand.Read never fails (Go 1.24+)
+	return string(base64.RawURLEncoding.AppendEncode(b, r))
 }
 
 // NewKeyMaterial returns fresh key material: 32 random bytes, base64url

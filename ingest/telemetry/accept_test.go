@@ -238,21 +238,22 @@ func TestAcceptReceiptCapAtTheRealLimit(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	d := storagetest.Deployment(t, db, storage.Deployment{LaunchedAt: now.Add(-time.Hour)})
 	lim := telemetry.DefaultLimits()
-	lim.OpenSessions = 0
-	// 20,160 windows: 168 sessions of 120 minutes, all within the 2-hour
-	// age limit, in one writer unit.
+	// 20,159 receipts seeded in one statement (as Accept would have left
+	// them: rows plus the deployment's counter), then the 20,160th window
+	// through Accept.
 	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
-		for s := 0; s < 168; s++ {
-			for m := 1; m <= 120; m++ {
-				w := win(d, fmt.Sprintf("s%03d", s), now.Add(-time.Duration(m)*time.Minute))
-				if _, err := telemetry.Accept(ctx, tx, telemetry.Admission{EnvironmentID: d.EnvironmentID, Window: w, Now: now, SkewWindow: 300 * time.Second, Limits: lim}); err != nil {
-					return fmt.Errorf("session %d minute %d: %w", s, m, err)
-				}
-			}
+		if _, err := tx.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20159)
+			INSERT INTO telemetry_receipts (environment_id, deployment_id, session_id, window_start, body_hash, received_at)
+			SELECT ?, ?, 'seeded', i * 60000, zeroblob(32), ? FROM n`, d.EnvironmentID, d.ID, now.UnixMilli()); err != nil {
+			return err
 		}
-		return nil
+		_, err := tx.Exec(`UPDATE deployments SET telemetry_receipts = 20159 WHERE environment_id = ? AND id = ?`, d.EnvironmentID, d.ID)
+		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := accept(t, db, d, win(d, "s-last", now.Add(-time.Minute)), now, lim); err != nil {
+		t.Fatalf("window 20,160: %v", err)
 	}
 	before := take(t, db)
 	if before.receipts != 20160 || before.counter != 20160 {

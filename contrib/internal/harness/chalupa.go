@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -196,6 +197,12 @@ func (t *Chalupa) WriterStats(ctx context.Context) (commits, units float64, err 
 	if err != nil {
 		return 0, 0, err
 	}
+	return WriterStatsOf(m)
+}
+
+// WriterStatsOf picks chalupa_writer_commits_total and
+// chalupa_writer_units_total out of ParseMetrics' result.
+func WriterStatsOf(m map[string]float64) (commits, units float64, err error) {
 	commits, ok1 := m["chalupa_writer_commits_total"]
 	units, ok2 := m["chalupa_writer_units_total"]
 	if !ok1 || !ok2 {
@@ -209,23 +216,18 @@ func (t *Chalupa) WriterStats(ctx context.Context) (commits, units float64, err 
 // is one request to the server: a measurement of an idle server reads it
 // only outside its window.
 func (t *Chalupa) Metrics(ctx context.Context) (map[string]float64, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, t.URL+"/metrics", nil)
+	text, err := t.MetricsText(ctx)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+t.ReadyToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("read /metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
-	}
+	return ParseMetrics(text)
+}
+
+// ParseMetrics returns every series without labels of a Prometheus text
+// exposition by name.
+func ParseMetrics(text string) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
@@ -241,3 +243,32 @@ func (t *Chalupa) Metrics(ctx context.Context) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// MetricsText reads /metrics (ready token as bearer) and returns the whole
+// text exposition: one request to the server.
+func (t *Chalupa) MetricsText(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, t.URL+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+t.ReadyToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes))
+	if err != nil {
+		return "", fmt.Errorf("read /metrics: %w", err)
+	}
+	return string(b), nil
+}
+
+// maxMetricsBytes bounds what MetricsText reads: chalupa's exposition is a
+// few tens of KiB.
+const maxMetricsBytes = 8 << 20
