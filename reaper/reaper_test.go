@@ -3,7 +3,6 @@ package reaper_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,14 +118,6 @@ func (f *fixture) envStatus(slug string) string {
 		f.t.Fatal(err)
 	}
 	return e.Status
-}
-
-func deletedIDs(reqs []dofake.Request) []string {
-	var out []string
-	for _, r := range reqs {
-		out = append(out, strings.TrimPrefix(r.Path, "/v2/droplets/"))
-	}
-	return out
 }
 
 // TestReaperRules is the reaper table: each row is one deployment at t0
