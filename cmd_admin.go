@@ -33,7 +33,10 @@ type adminCmd struct {
 	Environment adminEnvironmentCmd `cmd:"" name:"environment" aliases:"env" help:"Manage environments (alias: env)."`
 	Keys        adminKeysCmd        `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
 	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
+	Telemetry   adminTelemetryCmd   `cmd:"" help:"Erase and audit telemetry."`
+	Performance adminPerformanceCmd `cmd:"" help:"Show one deployment's telemetry as a table, with its sessions and anomalies."`
 	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
+	Costs       adminCostsCmd       `cmd:"" help:"Month-to-date cost estimates, and inventory and cost reconciliation on demand (estimates: the DigitalOcean invoice is authoritative)."`
 	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
 	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
@@ -174,9 +177,10 @@ func timeOrDash(t time.Time) string {
 }
 
 type adminAPICmd struct {
-	OperationID string `arg:"" optional:"" name:"operationId" help:"Operation to call, e.g. adminGetStatus."`
-	Body        string `help:"JSON request body."`
-	List        bool   `help:"List every operation."`
+	OperationID string            `arg:"" optional:"" name:"operationId" help:"Operation to call, e.g. adminGetStatus."`
+	Body        string            `help:"JSON request body."`
+	Param       map[string]string `help:"A path or query parameter, name=value (repeatable), e.g. --param slug=demo-harbor --param step=5m."`
+	List        bool              `help:"List every operation."`
 }
 
 // Run calls one operation and prints the raw JSON answer, or lists the
@@ -192,7 +196,11 @@ func (c *adminAPICmd) Run(a *adminCmd) error {
 			if op.Mutates {
 				kind = "write"
 			}
-			fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\n", op.ID, op.Method, op.Path, kind, op.Summary)
+			path := op.Path
+			if _, query := op.Parameters(); len(query) > 0 {
+				path += "?" + strings.Join(query, "=&") + "="
+			}
+			fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\n", op.ID, op.Method, path, kind, op.Summary)
 		}
 		return tw.Flush()
 	}
@@ -211,8 +219,12 @@ func (c *adminAPICmd) Run(a *adminCmd) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
+	params := adminapi.Params(c.Param)
+	if err := adminapi.CheckParams(op.ID, params); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
 	return runOp(a, false, func(cl *adminapi.Client, ctx context.Context) ([]byte, error) {
-		return cl.Call(ctx, op.ID, body)
+		return cl.Call(ctx, op.ID, params, body)
 	}, func(w io.Writer, out []byte) error {
 		_, err := w.Write(out)
 		return err

@@ -441,6 +441,11 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	if err := os.WriteFile(path, []byte("CHALUPA_ADMIN_TOKEN="+cliTestToken+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Explicitly: an in-process daemon of a parallel test sets the
+	// process umask to 077, which WriteFile's mode goes through.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status")
 	if code != 1 || !strings.Contains(out, "readable by group or others") {
 		t.Fatalf("admin with a 0644 secrets.env: exit %d, want 1:\n%s", code, out)

@@ -23,6 +23,9 @@ func TestDataDirIsPrivate(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Chmod(dir, 0o755); err != nil { // not through the umask an in-process daemon sets
+		t.Fatal(err)
+	}
 	env := daemontest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = dir
 	d := daemontest.StartDaemon(t, bin, env)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -43,6 +44,9 @@ type LoopDeps struct {
 	// QuotaEvents are the quota warnings the ingest service queued
 	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
 	QuotaEvents <-chan ingest.QuotaEvent
+	// Costs is the cost reconciler the admin API also runs (nil without
+	// DIGITALOCEAN_READ_TOKEN: the loop is then not run).
+	Costs *cost.Reconciler
 	// Retention is the retention worker the admin API also runs
 	// (adminRunRetention), so both share one pass at a time; nil builds
 	// one.
@@ -72,10 +76,20 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		retention = &telemetry.Retention{DB: d.DB, Clock: d.Clock, Log: d.Log}
 	}
 	retention.SetMetrics(retentionMetrics)
+	costMetrics, err := cost.NewMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
+	}
 	loops := []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
 		retention,
+	}
+	if d.Costs != nil {
+		// Only with DIGITALOCEAN_READ_TOKEN set: without it there is no
+		// inventory to reconcile (docs/operations.md, "Cost reconciliation").
+		d.Costs.SetMetrics(costMetrics)
+		loops = append(loops, d.Costs)
 	}
 	if d.Reaper != nil && d.Reaper.Configured() {
 		loops = append(loops, d.Reaper)

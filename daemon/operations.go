@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"sort"
 	"strings"
+
+	"github.com/julienschmidt/httprouter"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
@@ -36,9 +39,12 @@ type none = struct{}
 // boundOp is one operation with its type-erased handler.
 type boundOp struct {
 	op adminapi.Operation
-	// decode reads a body into the operation's request type (strict
-	// rules); nil for an operation without a body.
-	decode func(body []byte) (any, error)
+	// hasBody is op.HasBody(): the route reads and decodes a body.
+	hasBody bool
+	// decode builds the operation's request from the body (strict
+	// rules; nil when hasBody is false) and the path and query
+	// parameters; nil for an operation without a request type.
+	decode func(body []byte, pathParam func(string) string, query url.Values) (any, error)
 	// call runs the handler on a decoded request.
 	call func(ctx context.Context, req any) (any, error)
 }
@@ -70,11 +76,16 @@ func handleOp[Req, Resp any](o *operations, id string, fn func(ctx context.Conte
 	if op.Response != respType {
 		panic(fmt.Sprintf("daemon: %s handler returns %v; the table says %v", id, respType, op.Response))
 	}
-	b := boundOp{op: op, call: func(ctx context.Context, req any) (any, error) { return fn(ctx, req.(Req)) }}
+	b := boundOp{op: op, hasBody: op.HasBody(), call: func(ctx context.Context, req any) (any, error) { return fn(ctx, req.(Req)) }}
 	if op.Request != nil {
-		b.decode = func(body []byte) (any, error) {
+		b.decode = func(body []byte, pathParam func(string) string, query url.Values) (any, error) {
 			var req Req
-			if err := strictjson.Decode(body, &req); err != nil { // the rules every endpoint shares
+			if b.hasBody {
+				if err := strictjson.Decode(body, &req); err != nil { // the rules every endpoint shares
+					return nil, err
+				}
+			}
+			if err := adminapi.DecodeParams(op, &req, pathParam, query); err != nil {
 				return nil, err
 			}
 			return req, nil
@@ -124,28 +135,52 @@ func (o *operations) routes() []opRoute {
 }
 
 // serve returns the HTTP handler of one route: it reads and strictly
-// decodes the body (64 KiB at most), picks the operation (by the body's
-// action when several share the route), runs it and writes its answer with
-// the operation's success status.
+// decodes the body (64 KiB at most) and the path and query parameters,
+// picks the operation (by the body's action when several share the
+// route), runs it and writes its answer with the operation's success
+// status. A body that does not decode is 400 bad_body; a query parameter
+// the operation does not take, a repeated one, or a parameter value that
+// does not parse is 422 bad_param, whose message never repeats the value.
 func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b := rt.ops[0]
 		var req any = none{}
-		if b.decode != nil {
-			body, ok := readAdminBody(w, r)
-			if !ok {
+		query, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, http.StatusUnprocessableEntity, "bad_param", "the query string is malformed")
+			return
+		}
+		if b.decode == nil {
+			// No parameters: any query parameter is unknown.
+			if err := adminapi.DecodeParams(b.op, nil, nil, query); err != nil {
+				writeError(w, http.StatusUnprocessableEntity, "bad_param", err.Error())
 				return
 			}
-			var err error
-			if req, err = b.decode(body); err != nil {
-				writeError(w, http.StatusBadRequest, "bad_body", err.Error())
+		} else {
+			var body []byte
+			if b.hasBody {
+				var ok bool
+				if body, ok = readAdminBody(w, r); !ok {
+					return
+				}
+			}
+			params := httprouter.ParamsFromContext(r.Context())
+			if req, err = b.decode(body, params.ByName, query); err != nil {
+				var pe *adminapi.ParamError
+				if errors.As(err, &pe) {
+					writeError(w, http.StatusUnprocessableEntity, "bad_param", pe.Error())
+				} else {
+					writeError(w, http.StatusBadRequest, "bad_body", err.Error())
+				}
 				return
 			}
 			if len(rt.ops) > 1 {
-				if b, ok = pickByAction(rt, req); !ok {
+				picked, ok := pickByAction(rt, req)
+				if !ok {
 					writeError(w, http.StatusBadRequest, "bad_action", actionHint(rt))
 					return
 				}
+				b = picked
 			}
 		}
 		resp, err := b.call(r.Context(), req)

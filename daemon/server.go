@@ -15,6 +15,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -38,6 +39,9 @@ type Server struct {
 	// retention is the retention worker, shared by adminRunRetention and
 	// the retention loop (StartLoops) so their passes never overlap.
 	retention *telemetry.Retention
+	// costs is the cost reconciler (nil without DIGITALOCEAN_READ_TOKEN),
+	// shared by adminReconcileCosts and its loop.
+	costs *cost.Reconciler
 	// reaper is the reaper loop, shared by its admin operations and the
 	// loop registry; it alone holds the DigitalOcean write token.
 	reaper *reaper.Reaper
@@ -102,6 +106,16 @@ func newServer(d serverDeps) (*Server, error) {
 	(&fleetHandlers{db: d.DB}).register(s.ops)
 	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
 	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
+	(&telemetryHandlers{
+		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
+		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+	}).register(s.ops)
+	costs, err := newCostReconciler(d.Config, d.DB, clock, d)
+	if err != nil {
+		return nil, err
+	}
+	s.costs = costs
+	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	if err := s.ops.complete(); err != nil {

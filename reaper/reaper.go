@@ -494,7 +494,9 @@ func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storag
 	if err != nil {
 		return 0, false, "", err
 	}
-	known, err := storage.KnownDropletIDs(ctx, r.db.Read, c.EnvironmentID, c.DeploymentID)
+	// Every droplet id a deployment reported, in any environment (this
+	// deployment has none).
+	known, err := storage.KnownDropletIDs(ctx, r.db.Read)
 	if err != nil {
 		return 0, false, "", err
 	}

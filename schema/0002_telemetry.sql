@@ -139,7 +139,29 @@ CREATE TABLE retention_runs (
 
 CREATE INDEX retention_runs_started ON retention_runs (started_at);
 
+-- Erasures of one environment's telemetry (docs/operations.md, "Erasing
+-- telemetry"): the durable progress of an erase that runs in many writer
+-- units. Each unit deletes a batch and adds its count here in the same
+-- transaction, so the counts always equal the rows removed; an erase
+-- interrupted before finished_at is resumed (and its counts continued) by
+-- the next erase of the environment. id is also the id of the
+-- telemetry-erased lifecycle event recorded when it finishes.
+CREATE TABLE telemetry_erasures (
+    id             TEXT    PRIMARY KEY,
+    environment_id INTEGER NOT NULL REFERENCES environments (id),
+    started_at     INTEGER NOT NULL,
+    finished_at    INTEGER,
+    sessions       INTEGER NOT NULL DEFAULT 0,
+    windows        INTEGER NOT NULL DEFAULT 0,
+    hourly         INTEGER NOT NULL DEFAULT 0,
+    receipts       INTEGER NOT NULL DEFAULT 0,
+    anomalies      INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+CREATE UNIQUE INDEX telemetry_erasures_open ON telemetry_erasures (environment_id) WHERE finished_at IS NULL;
+
 -- +goose Down
+DROP TABLE telemetry_erasures;
 DROP TABLE retention_runs;
 DROP TABLE telemetry_anomalies;
 DROP TABLE telemetry_receipts;

@@ -178,25 +178,3 @@ func SetDropletIDIfUnknown(ctx context.Context, q Querier, environmentID int64, 
 	}
 	return nil
 }
-
-// KnownDropletIDs returns the droplet ids that deployments other than the
-// one given have reported, active or ended, in any environment: the
-// reaper's look-up by tags never takes one of them.
-func KnownDropletIDs(ctx context.Context, q Querier, environmentID int64, exceptID string) (map[int64]bool, error) {
-	rows, err := q.QueryContext(ctx,
-		`SELECT droplet_id FROM deployments WHERE droplet_id IS NOT NULL AND NOT (environment_id = ? AND id = ?)`,
-		environmentID, exceptID)
-	if err != nil {
-		return nil, fmt.Errorf("known droplet ids: %w", err)
-	}
-	defer rows.Close()
-	out := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("known droplet ids: %w", err)
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
-}

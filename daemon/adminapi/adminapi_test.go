@@ -59,7 +59,9 @@ func TestBodyFor(t *testing.T) {
 
 // TestOperationTable: the table is consistent on its own. Ids are unique
 // and start with "admin"; every operation has a success status and a
-// response type; GETs take no body and do not mutate; operations sharing a
+// response type; GETs take no body and do not mutate; every ":name" path
+// segment has exactly one request field tagged path:"name", parameter
+// fields are json:"-" and of a supported type; operations sharing a
 // route share one request type implementing Actioned and have distinct
 // actions, exactly one of them the default.
 func TestOperationTable(t *testing.T) {
@@ -77,8 +79,11 @@ func TestOperationTable(t *testing.T) {
 			if op.Status < 200 || op.Status > 299 || op.Response == nil || op.Summary == "" {
 				t.Errorf("status %d, response %v, summary %q: all are required", op.Status, op.Response, op.Summary)
 			}
-			if op.Method == http.MethodGet && (op.Request != nil || op.Mutates) {
+			if op.Method == http.MethodGet && (op.HasBody() || op.Mutates) {
 				t.Errorf("a GET takes no body and does not mutate")
+			}
+			if err := op.checkParamTable(); err != nil {
+				t.Errorf("parameters: %v", err)
 			}
 			if op.Method != http.MethodGet && !op.Mutates {
 				t.Errorf("%s is not a read: mark it Mutates", op.Method)

@@ -29,19 +29,25 @@ type Client struct {
 	HTTP *http.Client
 }
 
-// Call invokes operation id with body (nil for none) and returns the raw
-// response body of a 2xx answer. Errors: *APIError for a non-2xx answer (with
-// the server's code), or a transport error that never includes the token.
-func (c *Client) Call(ctx context.Context, id string, body []byte) ([]byte, error) {
+// Call invokes operation id with its path and query parameters (nil for
+// none; see Params) and body (nil for none) and returns the raw response
+// body of a 2xx answer. Errors: a parameter the operation does not take or
+// a missing path parameter; *APIError for a non-2xx answer (with the
+// server's code); or a transport error that never includes the token.
+func (c *Client) Call(ctx context.Context, id string, params Params, body []byte) ([]byte, error) {
 	op, ok := Lookup(id)
 	if !ok {
 		return nil, fmt.Errorf("unknown operation %q", id)
+	}
+	path, err := op.requestURL(params)
+	if err != nil {
+		return nil, err
 	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, op.Method, strings.TrimRight(c.BaseURL, "/")+op.Path, rd)
+	req, err := http.NewRequestWithContext(ctx, op.Method, strings.TrimRight(c.BaseURL, "/")+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
@@ -73,18 +79,23 @@ func (c *Client) Call(ctx context.Context, id string, body []byte) ([]byte, erro
 	return b, nil
 }
 
-// call marshals in (nil for no body), invokes id, and decodes the answer
-// into a Resp. Every typed method is one line over it.
+// call takes in's parameters (EncodeParams) and, when the operation has a
+// body, marshals in as it (nil: no request), invokes id, and decodes the
+// answer into a Resp. Every typed method is one line over it.
 func call[Resp any](ctx context.Context, c *Client, id string, in any) (Resp, error) {
 	var out Resp
 	var body []byte
+	var params Params
 	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return out, fmt.Errorf("encode %s request: %w", id, err)
+		params = EncodeParams(in)
+		if op, ok := Lookup(id); !ok || op.HasBody() {
+			var err error
+			if body, err = json.Marshal(in); err != nil {
+				return out, fmt.Errorf("encode %s request: %w", id, err)
+			}
 		}
 	}
-	b, err := c.Call(ctx, id, body)
+	b, err := c.Call(ctx, id, params, body)
 	if err != nil {
 		return out, err
 	}

@@ -18,8 +18,9 @@ type Operation struct {
 	Method, Path string
 	// Summary is a one-line description for `chalupa admin api --list`.
 	Summary string
-	// Request is the JSON body's type; nil for an operation without a body
-	// (every GET).
+	// Request is the request's type: its fields tagged path or query are
+	// the path and query parameters (params.go), the others the JSON body.
+	// nil for an operation that takes neither; a GET takes parameters only.
 	Request reflect.Type
 	// Response is the success body's type.
 	Response reflect.Type
@@ -48,7 +49,7 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
 var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations,
-	retentionOperations, reaperOperations, eventOperations)
+	retentionOperations, telemetryOperations, costOperations, reaperOperations, eventOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation
@@ -82,7 +83,7 @@ func (op Operation) SharesRoute() bool {
 // BodyFor checks and completes a raw body (nil for none) for operation id,
 // so that a body sent under one operationId can only do what that operation
 // names. Errors (each a command-line mistake): an unknown id; any body for
-// an operation without a request type; for operations sharing a route, a
+// an operation without a body (HasBody); for operations sharing a route, a
 // body that is not a JSON object or whose "action" belongs to another
 // operation. Those operations get their action set, so `chalupa admin api
 // adminRevokeIngestKey --body '{"keyId":…}'` works as named; the default
@@ -92,7 +93,7 @@ func BodyFor(id string, body []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown operation %q", id)
 	}
-	if op.Request == nil {
+	if !op.HasBody() {
 		if len(body) > 0 {
 			return nil, fmt.Errorf("%s takes no body", id)
 		}

@@ -203,6 +203,14 @@ func (s *Server) AddVolume(v Volume) Volume {
 	return v.clone()
 }
 
+// RemoveVolume deletes a volume behind chalupa's back; a missing id is a
+// no-op.
+func (s *Server) RemoveVolume(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.volumes, id)
+}
+
 // Size is a droplet size of the catalogue.
 type Size struct {
 	// Slug names the size ("s-1vcpu-1gb").
