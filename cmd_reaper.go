@@ -115,7 +115,7 @@ func (*adminEventsCmd) operation() string { return adminapi.OpListEvents }
 // Run lists lifecycle events, newest first.
 func (c *adminEventsCmd) Run(a *adminCmd) error {
 	list := func(cl *adminapi.Client, ctx context.Context) (adminapi.EventList, error) {
-		return cl.ListEvents(ctx, adminapi.EventFilter{Environment: c.Env, Kind: c.Kind})
+		return cl.ListEvents(ctx, adminapi.ListEventsRequest{Environment: c.Env, Kind: c.Kind})
 	}
 	return runOp(a, c.JSON, list, func(w io.Writer, l adminapi.EventList) error {
 		tw := table(w)

@@ -100,8 +100,9 @@ func (h *eventHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpListEvents, h.list)
 }
 
-func (h *eventHandlers) list(ctx context.Context, _ none) (adminapi.EventList, error) {
-	rows, err := storage.ListLifecycleEvents(ctx, h.db.Read, storage.EventFilter{Limit: adminapi.MaxEvents})
+func (h *eventHandlers) list(ctx context.Context, req adminapi.ListEventsRequest) (adminapi.EventList, error) {
+	rows, err := storage.ListLifecycleEvents(ctx, h.db.Read, storage.EventFilter{
+		EnvironmentSlug: req.Environment, Kind: req.Kind, Limit: adminapi.MaxEvents})
 	if err != nil {
 		return adminapi.EventList{}, err
 	}

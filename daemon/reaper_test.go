@@ -66,13 +66,13 @@ func TestReaperOperations(t *testing.T) {
 		t.Fatalf("fleet %+v, want the environment sunk and dep-1 ended", e)
 	}
 	for _, f := range []struct {
-		filter adminapi.EventFilter
+		filter adminapi.ListEventsRequest
 		want   int
 	}{
-		{adminapi.EventFilter{}, 1},
-		{adminapi.EventFilter{Environment: "demo-harbor", Kind: "reaper-destroyed"}, 1},
-		{adminapi.EventFilter{Environment: "other"}, 0},
-		{adminapi.EventFilter{Kind: "reaper-warning"}, 0},
+		{adminapi.ListEventsRequest{}, 1},
+		{adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: "reaper-destroyed"}, 1},
+		{adminapi.ListEventsRequest{Environment: "other"}, 0},
+		{adminapi.ListEventsRequest{Kind: "reaper-warning"}, 0},
 	} {
 		ev, err := p.Admin.ListEvents(ctx, f.filter)
 		if err != nil {

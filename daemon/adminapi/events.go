@@ -14,8 +14,17 @@ const MaxEvents = 500
 
 var eventOperations = []Operation{
 	{ID: OpListEvents, Method: methodGet, Path: "/api/admin/events", Status: http.StatusOK,
-		Response: typeOf[EventList](),
-		Summary:  "lifecycle events (reaper, quotas), newest first, at most 500"},
+		Request: typeOf[ListEventsRequest](), Response: typeOf[EventList](),
+		Summary: "lifecycle events (reaper, quotas), newest first, at most 500 (?environment=SLUG&kind=KIND)"},
+}
+
+// ListEventsRequest holds adminListEvents' query parameters; "" selects
+// all.
+type ListEventsRequest struct {
+	// Environment is an environment slug.
+	Environment string `query:"environment" json:"-"`
+	// Kind is an event kind (reaper-destroyed, reaper-warning, …).
+	Kind string `query:"kind" json:"-"`
 }
 
 // EventList answers adminListEvents.
@@ -35,28 +44,8 @@ type Event struct {
 	OccurredAt  time.Time `json:"occurredAt"`
 }
 
-// EventFilter selects events by environment slug and kind ("" selects
-// all).
-type EventFilter struct {
-	Environment string
-	Kind        string
-}
-
-// ListEvents calls adminListEvents and keeps the events f selects. The
-// operation takes no parameters yet (GET operations carry no body, and the
-// table has no query parameters on this branch), so the filter applies to
-// the newest MaxEvents events; it moves to the server with query
-// parameters, without changing this method.
-func (c *Client) ListEvents(ctx context.Context, f EventFilter) (EventList, error) {
-	all, err := call[EventList](ctx, c, OpListEvents, nil)
-	if err != nil {
-		return EventList{}, err
-	}
-	out := EventList{Events: []Event{}}
-	for _, e := range all.Events {
-		if (f.Environment == "" || e.Environment == f.Environment) && (f.Kind == "" || e.Kind == f.Kind) {
-			out.Events = append(out.Events, e)
-		}
-	}
-	return out, nil
+// ListEvents calls adminListEvents: the newest MaxEvents events req
+// selects.
+func (c *Client) ListEvents(ctx context.Context, req ListEventsRequest) (EventList, error) {
+	return call[EventList](ctx, c, OpListEvents, req)
 }
