@@ -67,7 +67,7 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 		if st.TokenConfigured {
 			fmt.Fprintln(tw, "write token\tconfigured")
 		} else {
-			fmt.Fprintln(tw, "write token\tnot set (DIGITALOCEAN_WRITE_TOKEN): the reaper does not run")
+			fmt.Fprintln(tw, "write token\tnot set: the reaper does not run (docs/operations.md, \"Reaper\")")
 		}
 		fmt.Fprintf(tw, "dry run\t%v\n", st.DryRun)
 		fmt.Fprintf(tw, "CI freshness\t%s\n", time.Duration(st.CIFreshnessSeconds*float64(time.Second)))

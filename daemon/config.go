@@ -109,6 +109,11 @@ type Config struct {
 	doWriteToken *Secret `env:"DIGITALOCEAN_WRITE_TOKEN"`
 }
 
+// reaperOffMessage is what the log and a refused reaper tick say when
+// DIGITALOCEAN_WRITE_TOKEN is not set (docs/operations.md, "Reaper"); the
+// variable is named only in this file.
+const reaperOffMessage = "DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run"
+
 // writeToken is DIGITALOCEAN_WRITE_TOKEN ("" when unset), for the wiring
 // that hands it to the reaper.
 func (c *Config) writeToken() Secret {

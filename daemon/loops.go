@@ -52,7 +52,7 @@ type LoopDeps struct {
 	// one.
 	Retention *telemetry.Retention
 	// Reaper is the reaper loop (built with the server, whose admin
-	// operations share it); it runs only with DIGITALOCEAN_WRITE_TOKEN
+	// operations share it); it runs only with the platform write token
 	// set, and nil adds no loop.
 	Reaper *reaper.Reaper
 }

@@ -18,7 +18,7 @@ import (
 
 // newReaper builds the reaper from the configuration: the write token goes
 // into its client here and nowhere else (docs/architecture.md, "Dependency
-// direction"). Without DIGITALOCEAN_WRITE_TOKEN the reaper has no
+// direction"). Without the write token the reaper has no
 // credentials: it is not started, and its status says so. Errors: a
 // client that cannot be built, or metrics already registered.
 func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer) (*reaper.Reaper, error) {
@@ -36,7 +36,7 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork
 		}
 		rc.Credentials = reaper.Platform{Write: write}
 	} else {
-		log.Warn().Msg("DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run (docs/operations.md, \"Reaper\")")
+		log.Warn().Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}
 	return reaper.New(rc), nil
 }
@@ -55,7 +55,7 @@ func (h *reaperHandlers) register(o *operations) {
 func (h *reaperHandlers) tick(ctx context.Context, _ adminapi.RunReaperTickRequest) (adminapi.ReaperTick, error) {
 	res, err := h.reaper.Tick(ctx)
 	if errors.Is(err, reaper.ErrNotConfigured) {
-		return adminapi.ReaperTick{}, fail(http.StatusConflict, "reaper_not_configured", "DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run")
+		return adminapi.ReaperTick{}, fail(http.StatusConflict, "reaper_not_configured", reaperOffMessage)
 	}
 	if err != nil {
 		return adminapi.ReaperTick{}, err

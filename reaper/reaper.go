@@ -5,7 +5,7 @@
 // brings a deadline forward wakes it (ingest.Service.DeadlineActivity).
 //
 // Every provider call goes through reaper/doclient; the reaper is the only
-// holder of the platform write token (DIGITALOCEAN_WRITE_TOKEN), reached
+// holder of the platform write token, reached
 // through a Credentials source so that customer organizations' sweeps plug
 // in with their own tokens.
 package reaper
@@ -108,7 +108,7 @@ const (
 
 // ErrNotConfigured is returned by Tick when no write token is configured:
 // the reaper does not run.
-var ErrNotConfigured = errors.New("reaper: DIGITALOCEAN_WRITE_TOKEN is not set; the reaper does not run")
+var ErrNotConfigured = errors.New("reaper: no platform write token is configured; the reaper does not run")
 
 // Credentials gives the client a deployment is reaped with: the platform
 // write token for platform-organization and managed deployments; a
@@ -120,7 +120,7 @@ type Credentials interface {
 }
 
 // Platform is the platform organization's credentials: one client built on
-// DIGITALOCEAN_WRITE_TOKEN, for platform-organization and managed
+// the platform write token, for platform-organization and managed
 // deployments only.
 type Platform struct {
 	// Write is the client with the write token.
@@ -143,7 +143,7 @@ type Config struct {
 	Clock clockwork.Clock
 	// Log receives one line per action and per failure.
 	Log zerolog.Logger
-	// Credentials is nil when DIGITALOCEAN_WRITE_TOKEN is not set.
+	// Credentials is nil when the platform write token is not set.
 	Credentials Credentials
 	// DryRun records reaper-would-destroy events and destroys nothing.
 	DryRun bool
@@ -209,7 +209,7 @@ func (r *Reaper) Configured() bool { return r.creds != nil }
 // timer. Without credentials it logs that once and waits for ctx.
 func (r *Reaper) Run(ctx context.Context) error {
 	if r.creds == nil {
-		r.log.Warn().Msg("DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run")
+		r.log.Warn().Msg("no platform write token is configured: the reaper does not run")
 		<-ctx.Done()
 		return nil
 	}
@@ -737,7 +737,7 @@ func describe(c storage.ReaperCandidate, reason string) string {
 
 // Status is the reaper's state for `chalupa admin reaper status`.
 type Status struct {
-	// Configured is false when DIGITALOCEAN_WRITE_TOKEN is not set.
+	// Configured is false when the platform write token is not set.
 	Configured bool
 	// DryRun is CHALUPA_REAPER_DRY_RUN.
 	DryRun bool

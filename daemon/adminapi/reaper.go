@@ -57,7 +57,7 @@ type ReaperOutcome struct {
 
 // ReaperStatus answers adminGetReaperStatus.
 type ReaperStatus struct {
-	// TokenConfigured is false when DIGITALOCEAN_WRITE_TOKEN is not set:
+	// TokenConfigured is false when the platform write token is not set:
 	// the reaper does not run.
 	TokenConfigured bool `json:"tokenConfigured"`
 	// DryRun is CHALUPA_REAPER_DRY_RUN.
