@@ -5,21 +5,151 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )
 
 type agentCmd struct {
-	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats (the reference agent)."`
+	Run         agentRunCmd         `cmd:"" help:"Run the fleet agent: heartbeats with idle detection, Monitor windows, a durable spool (docs/operations.md, \"Agent\")."`
+	Status      agentStatusCmd      `cmd:"" help:"Print what the agent would send now, and its spool, without sending."`
+	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats whose idle state you give (the reference command)."`
 	SystemdUnit agentSystemdUnitCmd `cmd:"" name:"systemd-unit" help:"Print the agent's systemd unit (the cloud-init install writes it)."`
+}
+
+// agentFlags are the settings `agent run` and `agent status` share, each
+// also read from its CHALUPA_AGENT_* variable (an EnvironmentFile under
+// systemd; docs/operations.md, "Agent").
+type agentFlags struct {
+	LimitMinutes     int64  `name:"limit-minutes" env:"CHALUPA_AGENT_LIMIT_MINUTES" default:"30" help:"Idle limit in minutes (1..10080)."`
+	StateDir         string `name:"state-dir" env:"CHALUPA_AGENT_STATE_DIR" default:"/var/lib/chalupa-agent" help:"Spool and state file."`
+	ProcRoot         string `name:"proc-root" env:"CHALUPA_AGENT_PROC_ROOT" default:"/proc" help:"Where /proc is (tests)."`
+	DevRoot          string `name:"dev-root" env:"CHALUPA_AGENT_DEV_ROOT" default:"/dev" help:"Where /dev is (terminal input: pts/*)."`
+	RunRoot          string `name:"run-root" env:"CHALUPA_AGENT_RUN_ROOT" default:"/run" help:"Where /run is (CI marker: chalupa/ci-active)."`
+	SSHPort          int    `name:"ssh-port" env:"CHALUPA_AGENT_SSH_PORT" default:"22" help:"Port whose established connections are SSH sessions."`
+	CIProcessPattern string `name:"ci-process" env:"CHALUPA_AGENT_CI_PROCESS" help:"Regular expression over process names: a match means a CI job runs."`
+}
+
+func (f *agentFlags) config() agent.Config {
+	return agent.Config{LimitMinutes: f.LimitMinutes, StateDir: f.StateDir, ProcRoot: f.ProcRoot, DevRoot: f.DevRoot,
+		RunRoot: f.RunRoot, SSHPort: f.SSHPort, CIProcessPattern: f.CIProcessPattern}
+}
+
+type agentRunCmd struct {
+	agentFlags       `embed:""`
+	URL              string    `env:"CHALUPA_AGENT_URL" required:"" help:"Control plane origin, https unless loopback."`
+	KeyID            string    `name:"key-id" env:"CHALUPA_AGENT_KEY_ID" help:"Ingest key id (default: read from --key-id-file)."`
+	KeyIDFile        string    `name:"key-id-file" env:"CHALUPA_AGENT_KEY_ID_FILE" help:"File holding the key id (default: key-id beside --key-file)."`
+	KeyFile          string    `name:"key-file" env:"CHALUPA_AGENT_KEY_FILE" default:"/etc/chalupa-agent/ingest.key" help:"Key material, mode 0600; the agent waits until it exists."`
+	Env              string    `env:"CHALUPA_AGENT_ENV" required:"" help:"Environment slug the key is bound to."`
+	Deployment       string    `env:"CHALUPA_AGENT_DEPLOYMENT" help:"Deployment id (default: droplet-<droplet id>)."`
+	DropletID        int64     `name:"droplet-id" env:"CHALUPA_AGENT_DROPLET_ID" help:"Droplet id (default: the metadata service)."`
+	Region           string    `env:"CHALUPA_AGENT_REGION" help:"Region slug (default: the metadata service)."`
+	Size             string    `env:"CHALUPA_AGENT_SIZE" help:"Droplet size slug."`
+	SessionExpiresAt time.Time `name:"session-expires-at" env:"CHALUPA_AGENT_SESSION_EXPIRES_AT" help:"Absolute session expiry (RFC 3339)." format:"2006-01-02T15:04:05Z07:00"`
+	MetadataURL      string    `name:"metadata-url" env:"CHALUPA_AGENT_METADATA_URL" default:"http://169.254.169.254/metadata/v1" help:"DigitalOcean metadata service."`
+	DiskPath         string    `name:"disk-path" env:"CHALUPA_AGENT_DISK_PATH" default:"/" help:"Filesystem whose use is reported."`
+	NvidiaSMI        string    `name:"nvidia-smi" env:"CHALUPA_AGENT_NVIDIA_SMI" default:"nvidia-smi" help:"nvidia-smi executable (looked up on PATH; 'none' disables GPU metrics)."`
+}
+
+// Run runs the agent until SIGTERM or SIGINT, then sends the final window
+// within agent.ShutdownDeadline. A --url or other value breaking its rule on
+// its face exits 2; an exposed key file exits 1 (docs/operations.md, "Exit
+// codes"); missing key files are waited for.
+func (c *agentRunCmd) Run() error {
+	cfg := c.config()
+	cfg.URL, cfg.KeyID, cfg.KeyIDFile, cfg.KeyFile, cfg.Environment = c.URL, c.KeyID, c.KeyIDFile, c.KeyFile, c.Env
+	cfg.DeploymentID, cfg.DropletID, cfg.Region, cfg.Size = c.Deployment, c.DropletID, c.Region, c.Size
+	cfg.SessionExpiresAt, cfg.MetadataURL, cfg.DiskPath, cfg.NvidiaSMI = c.SessionExpiresAt, c.MetadataURL, c.DiskPath, c.NvidiaSMI
+	cfg.Log = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	if d := cfg.WithDefaults(); d.Validate() != nil {
+		err := d.Validate()
+		return &exitError{code: exitUsage, err: err}
+	}
+	agent.Version = daemon.Version
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	a, err := agent.Start(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the key or the metadata
+		}
+		return &exitError{code: 1, err: err}
+	}
+	return a.Run(ctx)
+}
+
+type agentStatusCmd struct {
+	agentFlags `embed:""`
+	JSON       bool `name:"json" help:"Print JSON."`
+}
+
+// Run prints the status report (agent.Status): nothing is sent and the
+// state dir is not changed.
+func (c *agentStatusCmd) Run() error {
+	rep, err := agent.Status(c.config())
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printAgentStatus(os.Stdout, rep)
+	return nil
+}
+
+func printAgentStatus(w io.Writer, r agent.StatusReport) {
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "deployment       %s (environment %s)\n", orDash(r.DeploymentID), orDash(r.EnvironmentSlug))
+	idle := "active"
+	if r.Reaper.Idle {
+		idle = "IDLE (limit passed)"
+	}
+	fmt.Fprintf(w, "idle state       %s; limit %d min, deadline %s\n", idle, r.Reaper.LimitMinutes, ts(r.Reaper.IdleDeadlineAt))
+	fmt.Fprintf(w, "lastActivityAt   %s (idleChecks %d)\n", ts(r.Reaper.LastActivityAt), r.Reaper.IdleChecks)
+	for _, s := range r.Sources {
+		if s.Error != "" {
+			fmt.Fprintf(w, "  %-14s error: %s\n", s.Name, s.Error)
+		} else {
+			fmt.Fprintf(w, "  %-14s %s\n", s.Name, ts(s.LastActivityAt))
+		}
+	}
+	fmt.Fprintf(w, "ciActive         %v (%s)\n", r.Reaper.CIActive, r.CI)
+	fmt.Fprintf(w, "last heartbeat   %s (status %d)\n", ts(r.LastHeartbeatAt), r.LastHeartbeatStatus)
+	fmt.Fprintf(w, "last delivery    %s (%d delivered)\n", ts(r.LastDeliveryAt), r.Delivered)
+	fmt.Fprintf(w, "spool            %d records, %d bytes, oldest %s\n", r.Spool.Records, r.Spool.Bytes, ts(r.Spool.Oldest))
+	keys := make([]string, 0, len(r.Dropped))
+	for k := range r.Dropped {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	fmt.Fprint(w, "dropped         ")
+	if len(keys) == 0 {
+		fmt.Fprint(w, " none")
+	}
+	for _, k := range keys {
+		fmt.Fprintf(w, " %s=%d", k, r.Dropped[agent.DropReason(k)])
+	}
+	fmt.Fprintln(w)
 }
 
 type agentHeartbeatCmd struct {

@@ -314,7 +314,9 @@ func TestReplicaOutage(t *testing.T) {
 
 	s3.Stop()
 	acked = append(acked, e2eCreateMany(t, d, "during-outage", 10)...)
-	daemontest.Poll(t, 30*time.Second, "status to report the replica error", func() (bool, string) {
+	// A sync attempt against the stopped server can spend its S3 client's
+	// own retries first; on a loaded machine that took over 30 s.
+	daemontest.Poll(t, 90*time.Second, "status to report the replica error", func() (bool, string) {
 		h, s := status()
 		return h.LastError != "", s
 	})

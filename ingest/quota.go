@@ -52,10 +52,14 @@ const (
 	QuotaActiveDeployments = "active_deployments"
 	// QuotaOpenSessions is one deployment's open telemetry sessions.
 	QuotaOpenSessions = "open_sessions"
+	// QuotaTelemetryReceipts is one deployment's telemetry receipts
+	// (20,160, docs/operations.md "Telemetry"); reaching it is permanent
+	// for the deployment, so it is the warning the operator most needs.
+	QuotaTelemetryReceipts = "telemetry_receipts"
 )
 
 // QuotaNames lists every quota name, for metrics that start at zero.
-var QuotaNames = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments, QuotaOpenSessions}
+var QuotaNames = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments, QuotaOpenSessions, QuotaTelemetryReceipts}
 
 // Quotas are the deployment- and environment-level ingest quotas
 // (CHALUPA_QUOTA_*; docs/operations.md, "Quotas"). Zero in any field means

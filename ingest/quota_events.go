@@ -120,6 +120,9 @@ func quotaMessage(quota string, q Quotas, dep string) string {
 	case QuotaOpenSessions:
 		return fmt.Sprintf("deployment %s reached its open telemetry session quota (CHALUPA_QUOTA_OPEN_SESSIONS=%d); later refusals this hour are counted, not recorded",
 			dep, q.OpenSessions)
+	case QuotaTelemetryReceipts:
+		return fmt.Sprintf("deployment %s holds the maximum of telemetry windows (20,160 receipts) and can write no more telemetry; end it and start a new deployment id, or erase the environment's telemetry; later refusals this hour are counted, not recorded",
+			dep)
 	}
 	return strings.ReplaceAll(quota, "_", " ") + " quota exceeded"
 }

@@ -206,6 +206,10 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	if errors.As(err, &rf) {
 		return refused(rf, shared)
 	}
+	var nc *noChange
+	if errors.As(err, &nc) {
+		return Response{Status: http.StatusAccepted, Body: nc.body, Shared: shared}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error().Err(err).Msg("ingest write fault")
@@ -218,6 +222,17 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	}
 	return Response{Status: http.StatusAccepted, Body: body, Shared: shared}
 }
+
+// noChange is returned by a write that accepts the request without
+// changing anything (an exact telemetry retry): the unit is rolled back —
+// its nonce claim included — and the request is answered 202 with body. An
+// accepted request that writes nothing costs the control plane no replicated
+// bytes, so such retries cannot be used to grow the database past the
+// quotas; replaying one is harmless for the same reason (docs/operations.md,
+// "Telemetry").
+type noChange struct{ body any }
+
+func (*noChange) Error() string { return "accepted without change" }
 
 // resolveEnvironment returns the environment the request may write to: the
 // key's binding, which the body's environmentSlug must equal (403 naming both

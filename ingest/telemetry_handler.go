@@ -67,8 +67,14 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		for _, r := range telemetryRefusals {
 			if errors.Is(err, r.err) {
 				rf := refuse(r.status, r.code, "%s", r.msg)
-				if r.err == telemetry.ErrSessionQuota { // counted and warned as a quota (docs/operations.md, "Quotas")
+				// Counted and warned as quotas (docs/operations.md, "Quotas").
+				switch r.err {
+				case telemetry.ErrSessionQuota:
 					rf.Quota = QuotaOpenSessions
+				case telemetry.ErrTelemetryQuota:
+					rf.Quota = QuotaTelemetryReceipts
+				}
+				if rf.Quota != "" {
 					s.noteQuota(rf, w.EnvironmentSlug, w.DeploymentID)
 				}
 				return nil, rf
@@ -77,6 +83,10 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		if err != nil {
 			return nil, err
 		}
-		return TelemetryAccepted{Accepted: true, Deduplicated: res.Deduplicated}, nil
+		if res.Deduplicated {
+			// Nothing to write: not even the nonce (see noChange).
+			return nil, &noChange{body: TelemetryAccepted{Accepted: true, Deduplicated: true}}
+		}
+		return TelemetryAccepted{Accepted: true}, nil
 	})
 }

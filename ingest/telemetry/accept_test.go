@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -264,5 +265,48 @@ func TestAcceptReceiptCapAtTheRealLimit(t *testing.T) {
 	}
 	if after := take(t, db); after != before {
 		t.Fatalf("the refused window wrote: %+v -> %+v", before, after)
+	}
+}
+
+// TestValidateBoundsKeepTotalsFinite: every metric's range is finite, so
+// no sum of samples, windows or points can overflow to an infinity that
+// JSON cannot carry (docs/operations.md, "Telemetry").
+func TestValidateBoundsKeepTotalsFinite(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    telemetry.MetricsV1
+		ok   bool
+	}{
+		{"1 EiB of memory", telemetry.MetricsV1{MemUsedBytes: &telemetry.AggV1{N: 600, Sum: 600 * (1 << 60), Min: 1 << 60, Max: 1 << 60, Last: 1 << 60}}, true},
+		{"beyond 1 EiB", telemetry.MetricsV1{MemUsedBytes: &telemetry.AggV1{N: 600, Sum: 1.7e308, Min: 0, Max: 1.7e308, Last: 1.7e308}}, false},
+		{"load of 1e7", telemetry.MetricsV1{Load1: &telemetry.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"10 MW", telemetry.MetricsV1{GPUPowerW: &telemetry.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"negative bytes", telemetry.MetricsV1{NetRxBytes: &telemetry.AggV1{N: 1, Sum: -1, Min: -1, Max: -1, Last: -1}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
+				WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60, Metrics: tc.m}
+			err := w.Validate()
+			var inv *telemetry.Invalid
+			if tc.ok != (err == nil) || (err != nil && !errors.As(err, &inv)) {
+				t.Fatalf("Validate = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestCanonicalNegativeZero: -0 and 0 are one value, so one window.
+func TestCanonicalNegativeZero(t *testing.T) {
+	negZero := math.Copysign(0, -1)
+	a := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
+		WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60,
+		Metrics: telemetry.MetricsV1{GPUTempC: &telemetry.AggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
+	b := a
+	b.Metrics.GPUTempC = &telemetry.AggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
+	if _, ha := a.Canonical(); func() bool { _, hb := b.Canonical(); return ha != hb }() {
+		t.Fatal("a window with -0 hashes differently from the same window with 0")
+	}
+	if !math.Signbit(b.Metrics.GPUTempC.Sum) {
+		t.Fatal("Canonical changed the caller's window")
 	}
 }

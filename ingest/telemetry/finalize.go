@@ -99,7 +99,12 @@ func (r *Retention) finalize(ctx context.Context, start time.Time, rep *Report) 
 		}
 		body, err := json.Marshal(summary)
 		if err != nil {
-			return fmt.Errorf("encode terminal summary: %w", err)
+			// One session that cannot be summarized (a value out of JSON's
+			// range) must not stop the pass: every other session, and the
+			// heartbeat pruning after this step, still run.
+			r.Log.Error().Err(err).Int64("environmentId", ref.EnvironmentID).Str("deploymentId", ref.DeploymentID).
+				Str("sessionId", ref.ID).Msg("terminal summary skipped")
+			continue
 		}
 		var wrote bool
 		if err := r.DB.Writer.Do(ctx, func(tx storage.Tx) error {

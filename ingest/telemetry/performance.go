@@ -87,6 +87,11 @@ func resolveRange(req adminapi.DeploymentPerformanceRequest, now time.Time) (fro
 	if !from.Before(to) {
 		return from, to, 0, &ParamRefusal{"from must be before to"}
 	}
+	// Compared in seconds: a time.Duration saturates at ~292 years, and a
+	// saturated span would wrap the point count below the bound.
+	if to.Unix()-from.Unix() > int64(adminapi.MaxPerformancePoints)*int64(MaxPerformanceStep/time.Second) {
+		return from, to, 0, &ParamRefusal{fmt.Sprintf("the range is longer than %d days, which even a 1-day step cannot show in %d points", adminapi.MaxPerformancePoints, adminapi.MaxPerformancePoints)}
+	}
 	step = req.Step
 	switch {
 	case step != 0 && !validStep(step):

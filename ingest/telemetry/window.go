@@ -87,17 +87,27 @@ type AggV1 struct {
 // metricRange is the range every sample of a metric must fall in.
 type metricRange struct{ lo, hi float64 }
 
+// Every range is finite and far from float64's limits: sums of a window's
+// samples, an hour's windows and a series' points must stay finite (an
+// infinite total cannot be written as JSON, so it would break the
+// performance API and terminal summaries).
 var (
-	percent     = metricRange{0, 100}
-	nonNegative = metricRange{0, math.MaxFloat64}
+	percent = metricRange{0, 100}
+	// bytes: 1 EiB, beyond any droplet's memory, disk or a minute's
+	// traffic.
+	bytes = metricRange{0, 1 << 60}
+	// load: a million runnable tasks.
+	load = metricRange{0, 1e6}
 	// celsius: a GPU sensor reading outside this is a fault, not a value.
 	celsius = metricRange{-50, 200}
+	// watts: a megawatt, beyond any GPU droplet.
+	watts = metricRange{0, 1e6}
 )
 
 // ranges is indexed like storage.TelemetryMetrics.
 var ranges = [storage.NumTelemetryMetrics]metricRange{
-	percent, nonNegative, nonNegative, nonNegative, nonNegative, nonNegative,
-	nonNegative, nonNegative, percent, nonNegative, nonNegative, celsius, nonNegative,
+	percent, bytes, bytes, bytes, bytes, load,
+	bytes, bytes, percent, bytes, bytes, celsius, watts,
 }
 
 // Invalid is a window whose fields are well-formed JSON of the right shape
@@ -166,6 +176,19 @@ func sumFits(a *AggV1) bool {
 func (w *WindowV1) Canonical() ([]byte, [32]byte) {
 	c := *w
 	c.WindowStart = c.WindowStart.UTC()
+	// -0 and 0 are the same value: encode both as 0 (x + 0 is +0 for
+	// x = -0 and x otherwise).
+	norm := func(a *AggV1) *AggV1 {
+		if a == nil {
+			return nil
+		}
+		return &AggV1{N: a.N, Sum: a.Sum + 0, Min: a.Min + 0, Max: a.Max + 0, Last: a.Last + 0}
+	}
+	m := &c.Metrics
+	for _, p := range []**AggV1{&m.CPUPct, &m.MemUsedBytes, &m.MemTotalBytes, &m.DiskUsedBytes, &m.DiskTotalBytes, &m.Load1,
+		&m.NetRxBytes, &m.NetTxBytes, &m.GPUUtilPct, &m.GPUMemUsedBytes, &m.GPUMemTotalBytes, &m.GPUTempC, &m.GPUPowerW} {
+		*p = norm(*p)
+	}
 	b, err := json.Marshal(&c)
 	if err != nil {
 		// Every field is a string, bool, integer, finite float or a

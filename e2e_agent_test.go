@@ -1,0 +1,119 @@
+package main
+
+// `chalupa agent run` and `agent status` as built, against a real `chalupa
+// serve`: the command-line rules, a SIGTERM that delivers the final window,
+// and a status that reports without sending.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
+)
+
+// TestAgentRunCommandLine: `agent run` follows the admin CLI's URL rules
+// (exit 2 with the usage line) and refuses a key file others can read
+// (exit 1), before sending anything.
+func TestAgentRunCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	dir, key := agentKeyFile(t)
+	args := func(url, keyFile string) []string {
+		return []string{"agent", "run", "--url", url, "--key-id", "env_x1_0000000000000000", "--key-file", keyFile, "--env", "x1",
+			"--deployment", "d1", "--state-dir", filepath.Join(dir, "state")}
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"http://chalupa.example.net", "plain http"},
+		{"http://127.0.0.1:9/api", "origin"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			out, code := daemontest.RunCommand(t, bin, "", nil, args(tc.url, key)...)
+			if code != exitUsage || !strings.Contains(out, tc.want) || !strings.Contains(out, "usage: chalupa agent run") {
+				t.Errorf("exit %d, want %d mentioning %q with the usage line:\n%s", code, exitUsage, tc.want, out)
+			}
+		})
+	}
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", key)...); code != 1 || !strings.Contains(out, "chmod 600") {
+		t.Errorf("a 0644 key file: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// TestAgentRunSIGTERM: the built agent against the built daemon sends its
+// first heartbeat at once; on SIGTERM it delivers the final window and
+// exits 0, and `agent status --json` then shows an empty spool and the
+// delivery, without sending anything.
+func TestAgentRunSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	d := daemontest.Start(t, bin, daemontest.Options{})
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := d.Admin().IssueIngestKey(ctx, "demo-harbor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.MkdirAll(keys, 0o700)
+	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
+	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"))
+	cmd.Env = append(os.Environ(),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_DEPLOYMENT=dep-e2e", "CHALUPA_AGENT_DROPLET_ID=7", "CHALUPA_AGENT_REGION=nyc3",
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
+	logs := &daemontest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := agent.ReadState(state)
+		if st.LastHeartbeatStatus == 202 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no accepted heartbeat; agent log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agent exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
+		t.Fatalf("agent did not stop; log:\n%s", logs.String())
+	}
+	out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	var rep agent.StatusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if rep.DeploymentID != "dep-e2e" || rep.Spool.Records != 0 || rep.Delivered != 1 || rep.LastDeliveryAt.IsZero() || rep.Reaper.LimitMinutes != 30 {
+		t.Fatalf("status after SIGTERM: %+v\nagent log:\n%s", rep, logs.String())
+	}
+}

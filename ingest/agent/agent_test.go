@@ -1,0 +1,555 @@
+package agent_test
+
+// The agent against a real chalupa daemon assembled in process
+// (daemontest.NewInProcess), behind a proxy that can refuse (503), or
+// forward a request and lose its response; with a fake metadata service
+// and fake /proc, /dev and /run trees in t.TempDir(). The agent's and the
+// daemon's clocks are fake and advanced together: no test waits for time.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
+)
+
+// fleetStart is the clocks' start: 23 s into a minute, so the first
+// window is the next whole minute.
+var fleetStart = time.Date(2026, 12, 1, 10, 41, 23, 0, time.UTC)
+
+// Proxy modes.
+const (
+	modeUp   = "up"   // forward
+	modeDown = "down" // answer 503 overloaded with Retry-After: 1
+	modeLose = "lose" // forward, then drop the connection without the answer
+)
+
+type fleet struct {
+	t           *testing.T
+	clock       *clockwork.FakeClock // the agent's
+	daemonClock *clockwork.FakeClock
+	d           *daemontest.InProcess
+	proxy       *httptest.Server
+	meta        *httptest.Server
+	key         adminapi.IssuedKey
+	root        string // fake /proc, /dev, /run and the state dir live under it
+
+	mu       sync.Mutex
+	mode     string
+	requests map[string]int // by path, every request the proxy saw
+	bodies   [][]byte       // telemetry bodies forwarded
+	busy     uint64         // fake /proc/stat counters
+	idle     uint64
+	rx       uint64
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	f := &fleet{t: t, clock: clockwork.NewFakeClockAt(fleetStart), daemonClock: clockwork.NewFakeClockAt(fleetStart),
+		mode: modeUp, requests: map[string]int{}, root: t.TempDir()}
+	f.d = daemontest.NewInProcess(t, daemontest.AppOptions{Clock: f.daemonClock})
+	ctx := context.Background()
+	if _, err := f.d.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := f.d.Admin.IssueIngestKey(ctx, "demo-harbor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.key = k
+	f.proxy = httptest.NewServer(http.HandlerFunc(f.forward))
+	t.Cleanup(f.proxy.Close)
+	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metadata/v1/id":
+			io.WriteString(w, "4242")
+		case "/metadata/v1/region":
+			io.WriteString(w, "nyc3\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.meta.Close)
+	f.writeKeys(filepath.Join(f.root, "keys"))
+	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n")
+	f.setProc()
+	return f
+}
+
+// forward is the proxy in front of the daemon.
+func (f *fleet) forward(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	mode := f.mode
+	f.requests[r.URL.Path]++
+	f.mu.Unlock()
+	if mode == modeDown {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"code":"overloaded","message":"down for the test"}}`)
+		return
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, f.d.URL+r.URL.Path, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if r.URL.Path == agent.TelemetryRoute && resp.StatusCode/100 == 2 {
+		f.mu.Lock()
+		f.bodies = append(f.bodies, body)
+		f.mu.Unlock()
+	}
+	if mode == modeLose {
+		// The control plane stored the request; its answer never arrives.
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(answer)
+}
+
+func (f *fleet) setMode(m string) {
+	f.mu.Lock()
+	f.mode = m
+	f.mu.Unlock()
+}
+
+func (f *fleet) seen(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[path]
+}
+
+func (f *fleet) write(rel, content string) {
+	f.t.Helper()
+	p := filepath.Join(f.root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fleet) writeKeys(dir string) {
+	f.t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key-id"), []byte(f.key.KeyID+"\n"), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ingest.key"), []byte(f.key.KeyMaterial+"\n"), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// setProc writes the fake /proc: every 5 s step the CPU is 30 % busy,
+// eth0 receives 1,000 bytes, memory is 3 of 4 GiB used, load 0.5.
+func (f *fleet) setProc() {
+	f.write("proc/stat", fmt.Sprintf("cpu  %d 0 0 %d 0 0 0 0 0 0\n", f.busy, f.idle))
+	f.write("proc/meminfo", "MemTotal:       4194304 kB\nMemAvailable:   1048576 kB\n")
+	f.write("proc/loadavg", "0.50 0.40 0.30 1/99 100\n")
+	f.write("proc/net/dev", fmt.Sprintf("Inter-|\n face |\n    lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0\n  eth0: %d 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0\n", f.rx))
+}
+
+func (f *fleet) config() agent.Config {
+	return agent.Config{
+		URL: f.proxy.URL, KeyFile: filepath.Join(f.root, "keys", "ingest.key"), Environment: "demo-harbor",
+		LimitMinutes: 30, StateDir: filepath.Join(f.root, "state"), MetadataURL: f.meta.URL + "/metadata/v1",
+		ProcRoot: filepath.Join(f.root, "proc"), DevRoot: filepath.Join(f.root, "dev"), RunRoot: filepath.Join(f.root, "run"),
+		DiskPath: f.root, Clock: f.clock, Log: zerolog.Nop(), ReplayRate: rate.Inf,
+	}
+}
+
+func (f *fleet) start() *agent.Agent {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := agent.Start(ctx, f.config())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return a
+}
+
+// advance moves both clocks.
+func (f *fleet) advance(d time.Duration) {
+	f.clock.Advance(d)
+	f.daemonClock.Advance(d)
+}
+
+// step is one sampling period: the fake /proc moves on, both clocks
+// advance 5 s, the agent samples; a window it closes is delivered at once.
+func (f *fleet) step(a *agent.Agent) {
+	f.t.Helper()
+	f.busy += 30
+	f.idle += 70
+	f.rx += 1000
+	f.setProc()
+	f.advance(agent.SampleInterval)
+	w, err := a.Sample(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if w != nil {
+		a.Deliver(context.Background())
+	}
+}
+
+func (f *fleet) count(query string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.d.App.DB.Read.QueryRow(query, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (f *fleet) heartbeat(a *agent.Agent) {
+	f.t.Helper()
+	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
+		f.t.Fatalf("heartbeat: %d %v", status, err)
+	}
+}
+
+// TestAgentWindowsArriveWithAggregates: an agent identified by the metadata
+// service sends one window a minute from its first whole minute, with the
+// aggregates of the fake /proc samples and, with nvidia-smi on PATH, the GPU
+// metrics; on stop the partial minute arrives final:true and ends the
+// session.
+func TestAgentWindowsArriveWithAggregates(t *testing.T) {
+	f := newFleet(t)
+	bin := t.TempDir()
+	script := "#!/bin/sh\nprintf '55, 2048, 16384, 65, 120.5\\n[N/A], 1024, 16384, 70, [N/A]\\n'\n"
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cfg := f.config()
+	cfg.NvidiaSMI = "nvidia-smi"
+	a, err := agent.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Identity(); got.DeploymentID != "droplet-4242" || got.DropletID != 4242 || got.Region != "nyc3" {
+		t.Fatalf("identity %+v, want droplet-4242 in nyc3 from the metadata service", got)
+	}
+	f.heartbeat(a)
+	// 10:41:23 → 10:44:03: the partial minute 10:41 is not sent; 10:42
+	// and 10:43 are.
+	for range 32 {
+		f.step(a)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 2 {
+		t.Fatalf("%d windows stored, want 2 (10:42, 10:43)", n)
+	}
+	var first int64
+	var cpuN, memN, rxN int64
+	var cpuSum, cpuMin, cpuMax, memLast, memTotal, rxSum, load, gpuUtil, gpuMem, gpuTemp, gpuPower, diskTotal float64
+	err = f.d.App.DB.Read.QueryRow(`SELECT window_start, cpu_pct_n, cpu_pct_sum, cpu_pct_min, cpu_pct_max,
+		mem_used_bytes_n, mem_used_bytes_last, mem_total_bytes_max, net_rx_bytes_n, net_rx_bytes_sum, load1_last,
+		gpu_util_pct_max, gpu_mem_used_bytes_last, gpu_temp_c_max, gpu_power_w_last, disk_total_bytes_last
+		FROM telemetry_windows ORDER BY window_start LIMIT 1`).Scan(&first, &cpuN, &cpuSum, &cpuMin, &cpuMax,
+		&memN, &memLast, &memTotal, &rxN, &rxSum, &load, &gpuUtil, &gpuMem, &gpuTemp, &gpuPower, &diskTotal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 12, 1, 10, 42, 0, 0, time.UTC).UnixMilli(); first != want {
+		t.Errorf("first window starts %s, want 10:42", time.UnixMilli(first).UTC())
+	}
+	checks := []struct {
+		name      string
+		got, want float64
+	}{
+		{"cpu n", float64(cpuN), 12}, {"cpu sum", cpuSum, 360}, {"cpu min", cpuMin, 30}, {"cpu max", cpuMax, 30},
+		{"mem n", float64(memN), 12}, {"mem used", memLast, 3 << 30}, {"mem total", memTotal, 4 << 30},
+		{"rx n", float64(rxN), 12}, {"rx sum", rxSum, 12000}, {"load", load, 0.5},
+		{"gpu util (busiest)", gpuUtil, 55}, {"gpu mem (summed)", gpuMem, 3072 << 20}, {"gpu temp (hottest)", gpuTemp, 70},
+		{"gpu power (N/A skipped)", gpuPower, 120.5},
+	}
+	for _, c := range checks {
+		if math.Abs(c.got-c.want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if diskTotal <= 0 {
+		t.Errorf("disk total %v", diskTotal)
+	}
+	res := a.Stop()
+	if res.Delivered != 1 {
+		t.Fatalf("stop: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
+		t.Fatalf("%d final windows", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
+		t.Fatal("the final window did not end the session")
+	}
+	if n, _ := a.Spool().Depth(); n != 0 {
+		t.Fatalf("spool holds %d after a clean stop", n)
+	}
+}
+
+// TestAgentIdleDetection: through the daemon, heartbeats with no new
+// activity leave the stored idle deadline where it is; an SSH session
+// moves it; the CI marker sets ciActive.
+func TestAgentIdleDetection(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	deadline := func() (int64, int) {
+		var at int64
+		var ci int
+		if err := f.d.App.DB.Read.QueryRow(`SELECT idle_deadline_at, ci_active FROM deployments WHERE id = 'droplet-4242'`).Scan(&at, &ci); err != nil {
+			t.Fatal(err)
+		}
+		return at, ci
+	}
+	f.heartbeat(a)
+	d0, _ := deadline()
+	if want := fleetStart.Add(30 * time.Minute).Truncate(time.Second).UnixMilli(); d0 != want {
+		t.Fatalf("first deadline %s, want start + 30 min", time.UnixMilli(d0).UTC())
+	}
+	for range 3 {
+		f.advance(agent.HeartbeatInterval)
+		f.heartbeat(a)
+		if d, _ := deadline(); d != d0 {
+			t.Fatalf("deadline moved to %s with no activity", time.UnixMilli(d).UTC())
+		}
+	}
+	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n")
+	f.advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	d1, ci := deadline()
+	if want := f.clock.Now().Add(30 * time.Minute).UnixMilli(); d1 != want || ci != 0 {
+		t.Fatalf("with an SSH session: deadline %s ci %d, want now + 30 min, no CI", time.UnixMilli(d1).UTC(), ci)
+	}
+	f.write("run/chalupa/ci-active", "")
+	f.advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	if _, ci := deadline(); ci != 1 {
+		t.Fatal("ciActive not reported with the marker")
+	}
+	// agent status reports the same without sending.
+	before := f.seen(agent.HeartbeatRoute)
+	rep, err := agent.Status(f.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Reaper.CIActive || !rep.Reaper.LastActivityAt.Equal(f.clock.Now()) || rep.DeploymentID != "droplet-4242" || f.seen(agent.HeartbeatRoute) != before {
+		t.Fatalf("status %+v", rep)
+	}
+}
+
+// TestAgentOutageThenReplay: while the control plane answers 503 the
+// spool grows (nothing is lost), with the delivery backing off; on
+// recovery every window is replayed and stored exactly once.
+func TestAgentOutageThenReplay(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	for range 12 { // into 10:42
+		f.step(a)
+	}
+	f.setMode(modeDown)
+	const outage = 10 // minutes
+	for range outage * 12 {
+		f.step(a)
+	}
+	held, _ := a.Spool().Depth()
+	if held < outage-1 {
+		t.Fatalf("spool holds %d windows after a %d-minute outage", held, outage)
+	}
+	sentDuringOutage := f.seen(agent.TelemetryRoute)
+	if sentDuringOutage > 3*outage {
+		t.Fatalf("%d telemetry requests during the outage: the back-off did not hold", sentDuringOutage)
+	}
+	f.setMode(modeUp)
+	f.advance(agent.RetryMax)
+	res := a.Deliver(context.Background())
+	if n, _ := a.Spool().Depth(); n != 0 || res.Delivered != held {
+		t.Fatalf("replay: %+v, %d left", res, n)
+	}
+	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != held || r != held {
+		t.Fatalf("stored %d windows, %d receipts, want %d each", w, r, held)
+	}
+	if st, _ := agent.ReadState(f.config().StateDir); st.Delivered != int64(held) || st.LastDeliveryAt.IsZero() {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestAgentLostFinalResponse is the seed's shutdown race: the final window
+// reaches the control plane but its answer is lost as the agent stops. It
+// stays spooled; the next start replays it byte-identical, and the control
+// plane deduplicates it — nothing lost, nothing doubled.
+func TestAgentLostFinalResponse(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	for range 20 {
+		f.step(a)
+	}
+	f.setMode(modeLose)
+	res := a.Stop()
+	if res.Delivered != 0 {
+		t.Fatalf("stop with a lost answer: %+v", res)
+	}
+	if n, _ := a.Spool().Depth(); n != 1 {
+		t.Fatalf("spool holds %d, want the final window", n)
+	}
+	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
+	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
+		t.Fatalf("%d windows stored before the restart", stored)
+	}
+	f.setMode(modeUp)
+	f.advance(time.Minute)
+	b := f.start()
+	if b.SessionID() == a.SessionID() {
+		t.Fatal("a restart reused the session id")
+	}
+	if res := b.Deliver(context.Background()); res.Delivered != 1 {
+		t.Fatalf("replay after restart: %+v", res)
+	}
+	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
+		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
+	}
+	f.mu.Lock()
+	last, prev := f.bodies[len(f.bodies)-1], f.bodies[len(f.bodies)-2]
+	f.mu.Unlock()
+	if !bytes.Equal(last, prev) {
+		t.Fatalf("the replayed body differs:\n%s\n%s", prev, last)
+	}
+}
+
+// TestAgentDropsOldWindows: windows spooled during an outage longer than
+// the control plane's 2-hour age limit are dropped unsent and counted.
+func TestAgentDropsOldWindows(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	f.setMode(modeDown)
+	for range 12 * 4 {
+		f.step(a)
+	}
+	held, _ := a.Spool().Depth()
+	if held == 0 {
+		t.Fatal("nothing spooled")
+	}
+	f.setMode(modeUp)
+	f.advance(agent.MaxWindowAge)
+	before := f.seen(agent.TelemetryRoute)
+	res := a.Deliver(context.Background())
+	if res.Dropped != held || res.Sent != 0 || f.seen(agent.TelemetryRoute) != before {
+		t.Fatalf("pass %+v over %d old windows (%d requests)", res, held, f.seen(agent.TelemetryRoute)-before)
+	}
+	rep, err := agent.Status(f.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Dropped[agent.DropTooOld] != int64(held) || rep.Spool.Records != 0 {
+		t.Fatalf("status: dropped %v, spool %+v", rep.Dropped, rep.Spool)
+	}
+}
+
+// TestAgentWaitsForKeys: without key files the agent waits (polling on
+// its clock) instead of failing, and starts when they appear; an exposed
+// key file is refused at once.
+func TestAgentWaitsForKeys(t *testing.T) {
+	f := newFleet(t)
+	cfg := f.config()
+	cfg.KeyFile = filepath.Join(f.root, "later", "ingest.key")
+	type result struct {
+		a   *agent.Agent
+		err error
+	}
+	done := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { a, err := agent.Start(ctx, cfg); done <- result{a, err} }()
+	for range 3 {
+		if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("started without keys: %v", r.err)
+		default:
+		}
+		f.clock.Advance(agent.KeyPollInterval)
+	}
+	// Waiting again, having found no keys: now they arrive.
+	if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.writeKeys(filepath.Join(f.root, "later"))
+	f.clock.Advance(agent.KeyPollInterval)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	f.heartbeat(r.a)
+
+	os.Chmod(cfg.KeyFile, 0o640)
+	if _, err := agent.Start(ctx, cfg); !errors.Is(err, agent.ErrKeyExposed) {
+		t.Fatalf("exposed key: %v, want ErrKeyExposed", err)
+	}
+}
+
+// TestAgentRun drives Run on the fake clock: heartbeats, a window a minute,
+// and on cancellation (SIGTERM) the final window.
+func TestAgentRun(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer bcancel()
+	// Two waiters while running: the sampler and the heartbeat loop.
+	for range 20 { // 100 s: 10:41:23 → 10:43:03
+		if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		f.advance(agent.SampleInterval)
+	}
+	if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if hb := f.count(`SELECT count(*) FROM heartbeats`); hb < 3 {
+		t.Fatalf("%d heartbeats in 100 s", hb)
+	}
+	if w, fin := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); w != 2 || fin != 1 {
+		t.Fatalf("%d windows (%d final), want 10:42 and the final 10:43", w, fin)
+	}
+}
