@@ -104,6 +104,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	(&deploymentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
 	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
 	(&telemetryHandlers{

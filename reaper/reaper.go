@@ -691,7 +691,7 @@ func (r *Reaper) claim(ctx context.Context, c storage.ReaperCandidate, o Outcome
 		}); err != nil {
 			return err
 		}
-		sunk, err = storage.SinkIfNoActiveDeployment(ctx, tx, c.EnvironmentID, now)
+		sunk, err = storage.SinkEnvironmentIfIdle(ctx, tx, c.EnvironmentID, now)
 		return err
 	})
 	if err != nil {

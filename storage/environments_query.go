@@ -78,15 +78,15 @@ func ListEnvironments(ctx context.Context, q Querier) ([]Environment, error) {
 	return out, rows.Err()
 }
 
-// SinkIfNoActiveDeployment marks an active environment sunk when it has no
-// active deployment left (the reaper's last step; a first heartbeat makes
-// it active again) and reports whether it did.
-func SinkIfNoActiveDeployment(ctx context.Context, q Querier, environmentID int64, now time.Time) (bool, error) {
+// SinkEnvironmentIfIdle marks the environment sunk when it has no active
+// deployment left, and reports whether it did (docs/operations.md,
+// "Heartbeats and deadlines": a first heartbeat sets it back to active).
+func SinkEnvironmentIfIdle(ctx context.Context, q Querier, environmentID int64, at time.Time) (sunk bool, err error) {
 	res, err := q.ExecContext(ctx,
 		`UPDATE environments SET status = 'sunk', updated_at = ?
 		 WHERE id = ? AND status = 'active'
 		   AND NOT EXISTS (SELECT 1 FROM deployments WHERE environment_id = ? AND status = 'active')`,
-		ms(now), environmentID, environmentID)
+		ms(at), environmentID, environmentID)
 	if err != nil {
 		return false, fmt.Errorf("sink environment: %w", err)
 	}
