@@ -38,6 +38,8 @@ type adminCmd struct {
 	Performance adminPerformanceCmd `cmd:"" help:"Show one deployment's telemetry as a table, with its sessions and anomalies."`
 	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
 	Costs       adminCostsCmd       `cmd:"" help:"Month-to-date cost estimates, and inventory and cost reconciliation on demand (estimates: the DigitalOcean invoice is authoritative)."`
+	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
+	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 

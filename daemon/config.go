@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -76,6 +78,13 @@ type Config struct {
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
 
+	// ReaperDryRun makes the reaper record reaper-would-destroy events and
+	// destroy nothing (docs/operations.md, "Reaper").
+	ReaperDryRun bool `json:"CHALUPA_REAPER_DRY_RUN"`
+	// ReaperCIFreshness is how long a heartbeat's CI report counts as live
+	// (reaper.DefaultCIFreshness unless set).
+	ReaperCIFreshness time.Duration `json:"CHALUPA_REAPER_CI_FRESHNESS"`
+
 	// Ingest quotas (docs/operations.md, "Quotas"); 0 is unlimited.
 	QuotaHeartbeatsPerMinute            int `json:"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"`
 	QuotaHeartbeatBurst                 int `json:"CHALUPA_QUOTA_HEARTBEAT_BURST"`
@@ -99,6 +108,11 @@ type Config struct {
 	// nested pointer as its address: %+v of a Config shows no token.
 	doWriteToken *Secret `env:"DIGITALOCEAN_WRITE_TOKEN"`
 }
+
+// reaperOffMessage is what the log and a refused reaper tick say when
+// DIGITALOCEAN_WRITE_TOKEN is not set (docs/operations.md, "Reaper"); the
+// variable is named only in this file.
+const reaperOffMessage = "DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run"
 
 // writeToken is DIGITALOCEAN_WRITE_TOKEN ("" when unset), for the wiring
 // that hands it to the reaper.
@@ -287,6 +301,26 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 	}
 
+	switch v := strings.ToLower(get("CHALUPA_REAPER_DRY_RUN")); v {
+	case "", "false", "0":
+	case "true", "1":
+		c.ReaperDryRun = true
+	default:
+		bad("CHALUPA_REAPER_DRY_RUN must be true or false")
+	}
+	c.ReaperCIFreshness = reaper.DefaultCIFreshness
+	if v := get("CHALUPA_REAPER_CI_FRESHNESS"); v != "" {
+		// At least a minute (two heartbeats' worth would still be too
+		// tight to mean "fresh"), at most a day: beyond that a dead agent
+		// with ciActive=true keeps its droplet far too long.
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > 24*time.Hour {
+			bad("CHALUPA_REAPER_CI_FRESHNESS must be a duration between 1m and 24h (such as 10m)")
+		} else {
+			c.ReaperCIFreshness = d
+		}
+	}
+
 	c.PulumiBackendURL = get("PULUMI_BACKEND_URL")
 	if c.PulumiBackendURL == "" {
 		c.PulumiBackendURL = (&url.URL{Scheme: "file", Path: filepath.Join(c.DataDir, "pulumi")}).String()
@@ -422,6 +456,8 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_DO_API_URL", c.DOAPIURL},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
+		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
+		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
 	}
 	for _, q := range c.quotaFields() {
 		v := strconv.Itoa(*q.value)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -50,6 +51,10 @@ type LoopDeps struct {
 	// (adminRunRetention), so both share one pass at a time; nil builds
 	// one.
 	Retention *telemetry.Retention
+	// Reaper is the reaper loop (built with the server, whose admin
+	// operations share it); it runs only with the platform write token
+	// set, and nil adds no loop.
+	Reaper *reaper.Reaper
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -85,6 +90,9 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// inventory to reconcile (docs/operations.md, "Cost reconciliation").
 		d.Costs.SetMetrics(costMetrics)
 		loops = append(loops, d.Costs)
+	}
+	if d.Reaper != nil && d.Reaper.Configured() {
+		loops = append(loops, d.Reaper)
 	}
 	return loops, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -41,6 +42,9 @@ type Server struct {
 	// costs is the cost reconciler (nil without DIGITALOCEAN_READ_TOKEN),
 	// shared by adminReconcileCosts and its loop.
 	costs *cost.Reconciler
+	// reaper is the reaper loop, shared by its admin operations and the
+	// loop registry; it alone holds the DigitalOcean write token.
+	reaper *reaper.Reaper
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -79,6 +83,10 @@ func newServer(d serverDeps) (*Server, error) {
 		Quotas: d.Config.IngestQuotas()})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
+	var err error
+	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg); err != nil {
+		return nil, err
+	}
 
 	// Public and probe routes.
 	s.public("GET", "/api/health", s.handleHealth)
@@ -109,6 +117,8 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	s.costs = costs
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
+	(&eventHandlers{db: d.DB}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}

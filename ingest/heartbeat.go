@@ -155,7 +155,10 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		s.noteQuota(rf, hb.EnvironmentSlug, hb.Deployment.ID)
 		return rf
 	}
-	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// decision is the earliest deadline the heartbeat stored, for the
+	// reaper's wake-up once the unit committed.
+	var decision time.Time
+	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -200,8 +203,16 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		} else if err != nil {
 			return nil, err
 		}
+		decision = applied.IdleDeadlineAt
+		if !rec.SessionExpiresAt.IsZero() && rec.SessionExpiresAt.Before(decision) {
+			decision = rec.SessionExpiresAt
+		}
 		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
+	if resp.Status == http.StatusAccepted {
+		s.deadlines.Notify(decision)
+	}
+	return resp
 }
 
 // printableASCII reports whether s is only printable ASCII (0x20–0x7e):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
+	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -18,7 +19,10 @@ import (
 // logging, metrics, writing the JSON); Service decides each answer.
 type Service struct {
 	// activity holds a signal after an accepted request stored a nonce.
-	activity  chan struct{}
+	activity chan struct{}
+	// deadlines wakes the reaper for a heartbeat whose deadline comes
+	// before the reaper's own wake-up (DeadlineActivity).
+	deadlines *wake.Threshold
 	db        *storage.DB
 	keys      *Keyring
 	clock     clockwork.Clock
@@ -67,7 +71,7 @@ func NewService(c Config) *Service {
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), telemetry: limits,
+	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes()}
 }
 
@@ -78,6 +82,15 @@ func (s *Service) Quotas() Quotas { return s.quotas }
 // nonce: the nonce pruner waits on it instead of a timer while the nonces
 // table is empty, so an empty fleet costs no wake-ups.
 func (s *Service) NonceActivity() <-chan struct{} { return s.activity }
+
+// DeadlineActivity is the reaper's wake-up: after a heartbeat committed, it
+// is notified with the earliest deadline the heartbeat stored (idle
+// deadline, or session expiry when sent), and signals only when that comes
+// before the time the reaper already wakes at — a new deployment, a
+// shortened limit, a CI report ending past the deadline. The usual
+// heartbeat, which moves a deadline later, costs one atomic load
+// (docs/operations.md, "Reaper").
+func (s *Service) DeadlineActivity() *wake.Threshold { return s.deadlines }
 
 // Response is the answer to one ingest request.
 type Response struct {

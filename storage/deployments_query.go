@@ -187,6 +187,11 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
 // carrying an older lastActivityAt cannot pull the deadline back — and the
 // deadline is that latest activity plus this heartbeat's limit, so a change
 // of limit applies to it (docs/operations.md, "Heartbeats and deadlines").
+// A heartbeat that changes what the reaper decides on (droplet id, idle
+// deadline, session expiry, CI flag) clears the reaper's hold, so a
+// deployment the reaper deferred is looked at again at once
+// (docs/operations.md, "Reaper"); a heartbeat that changes none of them
+// leaves the hold.
 func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline time.Time, ok bool, err error) {
 	var d int64
 	err = q.QueryRowContext(ctx,
@@ -198,7 +203,12 @@ func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline ti
 		     last_activity_at = max(coalesce(last_activity_at, ?5), ?5),
 		     limit_minutes = ?6,
 		     idle_deadline_at = max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000,
-		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9
+		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9,
+		     reaper_hold_until = CASE WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
+		             OR coalesce(?4, session_expires_at) IS NOT session_expires_at
+		             OR max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000 IS NOT idle_deadline_at
+		             OR ci_active != ?8
+		         THEN NULL ELSE reaper_hold_until END
 		 WHERE environment_id = ?10 AND id = ?11 AND status = 'active'
 		   AND (?1 IS NULL OR droplet_id IS NULL OR droplet_id = ?1)
 		 RETURNING idle_deadline_at`,

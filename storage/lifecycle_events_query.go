@@ -54,3 +54,47 @@ func InsertLifecycleEvent(ctx context.Context, q Querier, ev LifecycleEvent) (in
 	}
 	return n == 1, nil
 }
+
+// LifecycleEventRow is a lifecycle event as listed, with its environment's
+// slug.
+type LifecycleEventRow struct {
+	LifecycleEvent
+	// EnvironmentSlug is "" for an organization-level event.
+	EnvironmentSlug string
+}
+
+// EventFilter selects lifecycle events; empty fields select all.
+type EventFilter struct {
+	// EnvironmentSlug keeps one environment's events.
+	EnvironmentSlug string
+	// Kind keeps one kind.
+	Kind string
+	// Limit is the most rows returned (required, > 0).
+	Limit int
+}
+
+// ListLifecycleEvents returns the events f selects, newest first (ties by
+// id), at most f.Limit.
+func ListLifecycleEvents(ctx context.Context, q Querier, f EventFilter) ([]LifecycleEventRow, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT l.id, coalesce(l.environment_id, 0), coalesce(e.slug, ''), coalesce(l.deployment_id, ''), l.kind, l.reason, l.message, l.occurred_at
+		 FROM lifecycle_events l LEFT JOIN environments e ON e.id = l.environment_id
+		 WHERE (?1 = '' OR e.slug = ?1) AND (?2 = '' OR l.kind = ?2)
+		 ORDER BY l.occurred_at DESC, l.id DESC LIMIT ?3`,
+		f.EnvironmentSlug, f.Kind, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list lifecycle events: %w", err)
+	}
+	defer rows.Close()
+	out := []LifecycleEventRow{}
+	for rows.Next() {
+		var r LifecycleEventRow
+		var at int64
+		if err := rows.Scan(&r.ID, &r.EnvironmentID, &r.EnvironmentSlug, &r.DeploymentID, &r.Kind, &r.Reason, &r.Message, &at); err != nil {
+			return nil, fmt.Errorf("list lifecycle events: %w", err)
+		}
+		r.OccurredAt = time.UnixMilli(at).UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

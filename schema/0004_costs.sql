@@ -1,7 +1,6 @@
 -- +goose Up
 -- Inventory and cost reconciliation (docs/operations.md, "Cost
--- reconciliation"). Numbered 0005 after the reaper's 0004; goose applies
--- files in order, and nothing here depends on 0004.
+-- reconciliation").
 
 -- Where a deployment came from: an agent's first heartbeat, or inventory
 -- reconciliation adopting a chalupa-tagged droplet no agent reported.

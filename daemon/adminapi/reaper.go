@@ -1,0 +1,100 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Reaper operation ids (docs/operations.md, "Reaper").
+const (
+	OpRunReaperTick    = "adminRunReaperTick"
+	OpGetReaperStatus  = "adminGetReaperStatus"
+	pathReaper         = "/api/admin/reaper"
+	pathReaperTick     = "/api/admin/reaper/tick"
+	reaperTickSummary  = "run one reaper tick now and return what it did"
+	reaperStatusSumary = "the reaper's next wake-up, due deployments, last tick, dry-run flag and whether the write token is configured"
+)
+
+var reaperOperations = []Operation{
+	{ID: OpRunReaperTick, Method: methodPost, Path: pathReaperTick, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[RunReaperTickRequest](), Response: typeOf[ReaperTick](), Summary: reaperTickSummary},
+	{ID: OpGetReaperStatus, Method: methodGet, Path: pathReaper, Status: http.StatusOK,
+		Response: typeOf[ReaperStatus](), Summary: reaperStatusSumary},
+}
+
+// RunReaperTickRequest is the body of adminRunReaperTick: {} (nothing to
+// choose; a tick handles what is due, as the loop would).
+type RunReaperTickRequest struct{}
+
+// ReaperTick is what one reaper tick did.
+type ReaperTick struct {
+	// At is when the tick started (UTC).
+	At time.Time `json:"at"`
+	// DryRun is true when nothing was destroyed by design.
+	DryRun bool `json:"dryRun"`
+	// Outcomes lists each deployment handled, in order.
+	Outcomes []ReaperOutcome `json:"outcomes"`
+	// More is true when more deployments were due than one tick handles
+	// (20, or 30 s of provider work).
+	More bool `json:"more"`
+	// RateLimitedUntil is set when the write token is held back.
+	RateLimitedUntil time.Time `json:"rateLimitedUntil,omitzero"`
+}
+
+// ReaperOutcome is one deployment a tick handled. Action is destroyed,
+// already-gone, would-destroy, warned, failed, rate-limited, lost-claim,
+// not-due or skipped; Reason is idle or session-expired; Detail says why
+// for warned, failed and rate-limited (never a token or URL).
+type ReaperOutcome struct {
+	Environment string `json:"environment"`
+	Deployment  string `json:"deployment"`
+	DropletID   int64  `json:"dropletId,omitempty"`
+	Action      string `json:"action"`
+	Reason      string `json:"reason"`
+	Detail      string `json:"detail,omitempty"`
+}
+
+// ReaperStatus answers adminGetReaperStatus.
+type ReaperStatus struct {
+	// TokenConfigured is false when the platform write token is not set:
+	// the reaper does not run.
+	TokenConfigured bool `json:"tokenConfigured"`
+	// DryRun is CHALUPA_REAPER_DRY_RUN.
+	DryRun bool `json:"dryRun"`
+	// CIFreshnessSeconds is how long a CI report counts as live, in
+	// seconds (CHALUPA_REAPER_CI_FRESHNESS).
+	CIFreshnessSeconds float64 `json:"ciFreshnessSeconds"`
+	// NextWakeAt is when the loop wakes on its own; absent while it waits
+	// without a timer (no active deployment).
+	NextWakeAt time.Time `json:"nextWakeAt,omitzero"`
+	// RateLimitedUntil is set while the write token is held back.
+	RateLimitedUntil time.Time `json:"rateLimitedUntil,omitzero"`
+	// ActiveDeployments counts active deployments (every organization).
+	ActiveDeployments int `json:"activeDeployments"`
+	// Due lists the deployments due now (at most 50), the earliest first.
+	Due []ReaperDue `json:"due"`
+	// LastTick is the last tick's result; absent before the first.
+	LastTick *ReaperTick `json:"lastTick,omitempty"`
+}
+
+// ReaperDue is one due deployment: its decision time and deadlines.
+type ReaperDue struct {
+	Environment      string    `json:"environment"`
+	Deployment       string    `json:"deployment"`
+	DropletID        int64     `json:"dropletId,omitempty"`
+	DecideAt         time.Time `json:"decideAt"`
+	IdleDeadlineAt   time.Time `json:"idleDeadlineAt,omitzero"`
+	SessionExpiresAt time.Time `json:"sessionExpiresAt,omitzero"`
+	CIActive         bool      `json:"ciActive"`
+}
+
+// RunReaperTick calls adminRunReaperTick.
+func (c *Client) RunReaperTick(ctx context.Context) (ReaperTick, error) {
+	return call[ReaperTick](ctx, c, OpRunReaperTick, RunReaperTickRequest{})
+}
+
+// GetReaperStatus calls adminGetReaperStatus.
+func (c *Client) GetReaperStatus(ctx context.Context) (ReaperStatus, error) {
+	return call[ReaperStatus](ctx, c, OpGetReaperStatus, nil)
+}

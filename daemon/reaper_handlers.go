@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// newReaper builds the reaper from the configuration: the write token goes
+// into its client here and nowhere else (docs/architecture.md, "Dependency
+// direction"). Without the write token the reaper has no
+// credentials: it is not started, and its status says so. Errors: a
+// client that cannot be built, or metrics already registered.
+func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer) (*reaper.Reaper, error) {
+	m, err := reaper.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
+		Wake: svc.DeadlineActivity(), Metrics: m}
+	if tok := cfg.writeToken(); tok != "" {
+		write, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(tok.Reveal()), Label: "write",
+			Version: Version, Clock: clock, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		rc.Credentials = reaper.Platform{Write: write}
+	} else {
+		log.Warn().Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
+	}
+	return reaper.New(rc), nil
+}
+
+// reaperHandlers serve the reaper's operations; they hold the reaper and
+// nothing else.
+type reaperHandlers struct {
+	reaper *reaper.Reaper
+}
+
+func (h *reaperHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpRunReaperTick, h.tick)
+	handleOp(o, adminapi.OpGetReaperStatus, h.status)
+}
+
+func (h *reaperHandlers) tick(ctx context.Context, _ adminapi.RunReaperTickRequest) (adminapi.ReaperTick, error) {
+	res, err := h.reaper.Tick(ctx)
+	if errors.Is(err, reaper.ErrNotConfigured) {
+		return adminapi.ReaperTick{}, fail(http.StatusConflict, "reaper_not_configured", reaperOffMessage)
+	}
+	if err != nil {
+		return adminapi.ReaperTick{}, err
+	}
+	return tickWire(res), nil
+}
+
+func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperStatus, error) {
+	st, err := h.reaper.Status(ctx)
+	if err != nil {
+		return adminapi.ReaperStatus{}, err
+	}
+	out := adminapi.ReaperStatus{TokenConfigured: st.Configured, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
+		NextWakeAt: st.NextWake, RateLimitedUntil: st.RateLimitedUntil, ActiveDeployments: st.Active, Due: []adminapi.ReaperDue{}}
+	for _, c := range st.Due {
+		out.Due = append(out.Due, adminapi.ReaperDue{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID,
+			DecideAt: c.DecideAt, IdleDeadlineAt: c.IdleDeadlineAt, SessionExpiresAt: c.SessionExpiresAt, CIActive: c.CIActive})
+	}
+	if st.LastTick != nil {
+		t := tickWire(*st.LastTick)
+		out.LastTick = &t
+	}
+	return out, nil
+}
+
+func tickWire(res reaper.TickResult) adminapi.ReaperTick {
+	out := adminapi.ReaperTick{At: res.At, DryRun: res.DryRun, More: res.More, RateLimitedUntil: res.RateLimitedUntil,
+		Outcomes: make([]adminapi.ReaperOutcome, 0, len(res.Outcomes))}
+	for _, o := range res.Outcomes {
+		out.Outcomes = append(out.Outcomes, adminapi.ReaperOutcome{Environment: o.Environment, Deployment: o.Deployment,
+			DropletID: o.DropletID, Action: o.Action, Reason: o.Reason, Detail: o.Detail})
+	}
+	return out
+}
+
+// eventHandlers list lifecycle events.
+type eventHandlers struct {
+	db *storage.DB
+}
+
+func (h *eventHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpListEvents, h.list)
+}
+
+func (h *eventHandlers) list(ctx context.Context, req adminapi.ListEventsRequest) (adminapi.EventList, error) {
+	rows, err := storage.ListLifecycleEvents(ctx, h.db.Read, storage.EventFilter{
+		EnvironmentSlug: req.Environment, Kind: req.Kind, Limit: adminapi.MaxEvents})
+	if err != nil {
+		return adminapi.EventList{}, err
+	}
+	out := adminapi.EventList{Events: make([]adminapi.Event, 0, len(rows))}
+	for _, r := range rows {
+		out.Events = append(out.Events, adminapi.Event{ID: r.ID, Environment: r.EnvironmentSlug, Deployment: r.DeploymentID,
+			Kind: r.Kind, Reason: r.Reason, Message: r.Message, OccurredAt: r.OccurredAt})
+	}
+	return out, nil
+}

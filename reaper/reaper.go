@@ -1,0 +1,775 @@
+// Package reaper destroys the droplets of deployments whose session expired
+// or whose idle deadline passed without live CI, and ends those deployments
+// (docs/operations.md, "Reaper"). It is event-driven: it sleeps until the
+// earliest decision time among active deployments, and a heartbeat that
+// brings a deadline forward wakes it (ingest.Service.DeadlineActivity).
+//
+// Every provider call goes through reaper/doclient; the reaper is the only
+// holder of the platform write token, reached
+// through a Credentials source so that customer organizations' sweeps plug
+// in with their own tokens.
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/internal/wake"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// The reaper's bounds (docs/operations.md, "Reaper").
+const (
+	// DefaultCIFreshness is how long a heartbeat's ciActive=true counts
+	// as live CI (CHALUPA_REAPER_CI_FRESHNESS): a droplet whose agent died
+	// mid-CI must not live forever, and ten minutes is twenty missed
+	// heartbeats at the agent's 30 s interval.
+	DefaultCIFreshness = 10 * time.Minute
+	// MaxSleep is the longest the reaper sleeps while any deployment is
+	// active: a safety net under the event-driven wake-ups (a clock step,
+	// a write that bypassed ingest), and the seeds' cron interval.
+	MaxSleep = 5 * time.Minute
+	// MaxPerTick caps the deployments one tick handles (each is up to
+	// three provider calls and one writer unit); the loop runs the next
+	// tick at once while more are due.
+	MaxPerTick = 20
+	// TickBudget bounds one tick's provider work: no new deployment is
+	// started after it, so an API that answers at its 10 s request
+	// deadline cannot hold one tick for minutes.
+	TickBudget = 30 * time.Second
+	// GuardHold is how long a deployment is left alone after the tag
+	// guard refused its droplet, or after dry run recorded what it would
+	// do, unless a heartbeat changes its state first: the operator needs
+	// time to act, and warnings are not repeated every tick.
+	GuardHold = time.Hour
+	// BackoffMin and BackoffMax bound the pause before a failed destroy
+	// (5xx, timeout, 401/403 on the write token) is retried: doubling
+	// from 30 s, so a provider blip costs a minute and an outage never
+	// costs more than one attempt per deployment every 15 minutes.
+	BackoffMin = 30 * time.Second
+	BackoffMax = 15 * time.Minute
+	// stuckPause is the wait before the schedule is read again when due
+	// deployments remain but a tick could make no progress (a database
+	// fault): never a spin.
+	stuckPause = 5 * time.Second
+	// maxStatusDue bounds the due deployments listed in Status.
+	maxStatusDue = 50
+)
+
+// Lifecycle event kinds the reaper records.
+const (
+	// KindDestroyed: the droplet was destroyed (or already gone) and the
+	// deployment ended; id "reaper:<env>:<deployment>".
+	KindDestroyed = "reaper-destroyed"
+	// KindWouldDestroy: dry run; once per deployment per deadline.
+	KindWouldDestroy = "reaper-would-destroy"
+	// KindWarning: the guard refused; the deployment stays active.
+	KindWarning = "reaper-warning"
+)
+
+// Reasons of the reaper's events.
+const (
+	ReasonIdle           = "idle"
+	ReasonSessionExpired = "session-expired"
+	ReasonProvider       = "provider"
+)
+
+// Outcome actions: what one tick did with one due deployment.
+const (
+	// ActionDestroyed: DELETE accepted, deployment ended.
+	ActionDestroyed = "destroyed"
+	// ActionAlreadyGone: the provider said 404; deployment ended.
+	ActionAlreadyGone = "already-gone"
+	// ActionWouldDestroy: dry run recorded it.
+	ActionWouldDestroy = "would-destroy"
+	// ActionWarned: the guard refused; a warning was recorded.
+	ActionWarned = "warned"
+	// ActionFailed: a provider call failed; retried after a back-off.
+	ActionFailed = "failed"
+	// ActionRateLimited: the token is rate-limited; the tick stopped.
+	ActionRateLimited = "rate-limited"
+	// ActionLost: another tick ended the deployment first; nothing
+	// recorded.
+	ActionLost = "lost-claim"
+	// ActionNotDue: a heartbeat made it not due before anything was done.
+	ActionNotDue = "not-due"
+	// ActionSkipped: no credential for its organization.
+	ActionSkipped = "skipped"
+)
+
+// ErrNotConfigured is returned by Tick when no write token is configured:
+// the reaper does not run.
+var ErrNotConfigured = errors.New("reaper: no platform write token is configured; the reaper does not run")
+
+// Credentials gives the client a deployment is reaped with: the platform
+// write token for platform-organization and managed deployments; a
+// customer organization's own token for its deployments (issue 9 §4). ok
+// is false when there is none, and the deployment is skipped — never
+// reaped with another organization's token.
+type Credentials interface {
+	DropletClient(c storage.ReaperCandidate) (client doclient.DropletAPI, ok bool)
+}
+
+// Platform is the platform organization's credentials: one client built on
+// the platform write token, for platform-organization and managed
+// deployments only.
+type Platform struct {
+	// Write is the client with the write token.
+	Write doclient.DropletAPI
+}
+
+// DropletClient implements Credentials.
+func (p Platform) DropletClient(c storage.ReaperCandidate) (doclient.DropletAPI, bool) {
+	if p.Write == nil || (c.OrgID != storage.PlatformOrgID && !c.Managed) {
+		return nil, false
+	}
+	return p.Write, true
+}
+
+// Config is a Reaper's dependencies.
+type Config struct {
+	// DB is the migrated database.
+	DB *storage.DB
+	// Clock schedules and stamps everything.
+	Clock clockwork.Clock
+	// Log receives one line per action and per failure.
+	Log zerolog.Logger
+	// Credentials is nil when the platform write token is not set.
+	Credentials Credentials
+	// DryRun records reaper-would-destroy events and destroys nothing.
+	DryRun bool
+	// CIFreshness is how long CI counts as live (DefaultCIFreshness when
+	// zero).
+	CIFreshness time.Duration
+	// Wake is the heartbeats' deadline signal; nil wakes on timers only.
+	Wake *wake.Threshold
+	// Metrics records what the reaper does; nil records nothing.
+	Metrics *Metrics
+}
+
+// Reaper is the reaper loop. Create it with New.
+type Reaper struct {
+	db      *storage.DB
+	clock   clockwork.Clock
+	log     zerolog.Logger
+	creds   Credentials
+	dryRun  bool
+	fresh   time.Duration
+	wake    *wake.Threshold
+	metrics *Metrics
+
+	// tickMu serialises ticks of this reaper (the loop's and the admin
+	// API's); ticks of two reapers are safe through the claim.
+	tickMu sync.Mutex
+
+	mu        sync.Mutex
+	attempts  map[string]int // failed destroys in a row, per deployment
+	notBefore time.Time      // the write token is rate-limited until then
+	nextWake  time.Time
+	lastTick  *TickResult
+
+	// idleWaits counts waits without a timer (tests synchronise on it).
+	idleWaits atomic.Int64
+}
+
+// New returns a Reaper.
+func New(c Config) *Reaper {
+	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials,
+		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{}}
+	if r.clock == nil {
+		r.clock = clockwork.NewRealClock()
+	}
+	if r.fresh <= 0 {
+		r.fresh = DefaultCIFreshness
+	}
+	if r.wake == nil {
+		r.wake = wake.New()
+	}
+	return r
+}
+
+// Name implements daemon.Loop.
+func (r *Reaper) Name() string { return "reaper" }
+
+// Configured reports whether a write token is configured.
+func (r *Reaper) Configured() bool { return r.creds != nil }
+
+// Run reaps until ctx ends, then returns nil. It sleeps until the earliest
+// decision time among active deployments, never longer than MaxSleep while
+// any is active, and with none active waits for a heartbeat without any
+// timer. Without credentials it logs that once and waits for ctx.
+func (r *Reaper) Run(ctx context.Context) error {
+	if r.creds == nil {
+		r.log.Warn().Msg("no platform write token is configured: the reaper does not run")
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		// Publish "signal everything" before reading: a deadline committed
+		// after this read is then never missed.
+		r.wake.SleepUntil(time.Time{})
+		now := r.clock.Now()
+		sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var at time.Time
+		switch {
+		case err != nil:
+			r.log.Error().Err(err).Msg("reading the reaper schedule failed")
+			at = now.Add(stuckPause)
+		case sched.Due > 0 && !now.Before(r.limitedUntil()):
+			res, err := r.Tick(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				r.log.Error().Err(err).Msg("tick failed")
+			}
+			if res.progress() {
+				continue
+			}
+			at = now.Add(stuckPause)
+		default:
+			at = r.wakeAt(now, sched)
+		}
+		r.setNextWake(at)
+		r.wake.SleepUntil(at)
+		if at.IsZero() {
+			// No active deployment: no timer at all until a heartbeat.
+			r.idleWaits.Add(1)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.wake.C():
+			}
+			continue
+		}
+		t := r.clock.NewTimer(r.clock.Until(at))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.Chan():
+		case <-r.wake.C():
+			t.Stop()
+		}
+	}
+}
+
+// wakeAt is when the loop wakes on its own given sched at now: the next
+// decision time, at most MaxSleep ahead while any deployment is active,
+// the end of a rate limit while deployments are due; zero (no timer) when
+// none is active.
+func (r *Reaper) wakeAt(now time.Time, sched storage.ReaperSchedule) time.Time {
+	if sched.Active == 0 {
+		return time.Time{}
+	}
+	at := now.Add(MaxSleep)
+	if !sched.Next.IsZero() && sched.Next.Before(at) {
+		at = sched.Next
+	}
+	if until := r.limitedUntil(); sched.Due > 0 && until.Before(at) {
+		at = until
+	}
+	return at
+}
+
+func (r *Reaper) limitedUntil() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.notBefore
+}
+
+func (r *Reaper) setNextWake(at time.Time) {
+	r.mu.Lock()
+	r.nextWake = at
+	r.mu.Unlock()
+	if r.metrics != nil {
+		if at.IsZero() {
+			r.metrics.NextWakeup.Set(0)
+		} else {
+			r.metrics.NextWakeup.Set(float64(at.UnixMilli()) / 1000)
+		}
+	}
+}
+
+// Outcome is what a tick did with one due deployment.
+type Outcome struct {
+	// Environment and Deployment name it.
+	Environment, Deployment string
+	// DropletID is the droplet acted on (0 when none was found).
+	DropletID int64
+	// Action is one of the Action* constants.
+	Action string
+	// Reason is idle or session-expired.
+	Reason string
+	// Detail says why for warned, failed and rate-limited outcomes (a
+	// doclient error's text: never a token or URL).
+	Detail string
+}
+
+// TickResult is what one tick did.
+type TickResult struct {
+	// At is when the tick started.
+	At time.Time
+	// DryRun is set when the tick ran in dry-run mode.
+	DryRun bool
+	// Outcomes lists every deployment handled, in order.
+	Outcomes []Outcome
+	// More is set when more deployments were due than MaxPerTick or the
+	// TickBudget allowed.
+	More bool
+	// RateLimitedUntil is set when the write token is held back; the tick
+	// stopped there.
+	RateLimitedUntil time.Time
+}
+
+// Count returns how many outcomes have action.
+func (t TickResult) Count(action string) int {
+	n := 0
+	for _, o := range t.Outcomes {
+		if o.Action == action {
+			n++
+		}
+	}
+	return n
+}
+
+// progress reports whether the tick changed anything that moves the
+// schedule on (every action but skipped does: it ends the deployment,
+// holds it, or blocks the token until a time).
+func (t TickResult) progress() bool {
+	return len(t.Outcomes) > t.Count(ActionSkipped) || !t.RateLimitedUntil.IsZero()
+}
+
+// Tick handles the due deployments, at most MaxPerTick within TickBudget,
+// and returns what it did. Errors: ErrNotConfigured; a database fault
+// reading the due list (faults while handling one deployment are logged
+// and reported in its outcome).
+func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
+	r.tickMu.Lock()
+	defer r.tickMu.Unlock()
+	start := r.clock.Now()
+	res := TickResult{At: start, DryRun: r.dryRun, Outcomes: []Outcome{}}
+	if r.creds == nil {
+		return res, ErrNotConfigured
+	}
+	if until := r.limitedUntil(); start.Before(until) {
+		res.RateLimitedUntil = until
+		r.finish(res, "rate-limited")
+		return res, nil
+	}
+	due, err := storage.ReaperDue(ctx, r.db.Read, start, r.fresh, MaxPerTick+1)
+	if err != nil {
+		r.finish(res, "error")
+		return res, err
+	}
+	if len(due) > MaxPerTick {
+		due, res.More = due[:MaxPerTick], true
+	}
+	for i, c := range due {
+		if r.clock.Since(start) >= TickBudget {
+			res.More = true
+			break
+		}
+		o := r.handle(ctx, c)
+		res.Outcomes = append(res.Outcomes, o)
+		if o.Action == ActionRateLimited {
+			res.RateLimitedUntil = r.limitedUntil()
+			res.More = i < len(due)-1 || res.More
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.finish(res, "ok")
+	return res, nil
+}
+
+// finish records a tick as the last one, in the metrics and the log.
+func (r *Reaper) finish(res TickResult, result string) {
+	r.mu.Lock()
+	r.lastTick = &res
+	r.mu.Unlock()
+	if r.metrics != nil {
+		r.metrics.Ticks.WithLabelValues(result).Inc()
+	}
+}
+
+// key identifies a deployment in the reaper's memory.
+func key(c storage.ReaperCandidate) string {
+	return strconv.FormatInt(c.EnvironmentID, 10) + "/" + c.DeploymentID
+}
+
+// reasonAt is why c is due at now: its session expiry passed, or else its
+// idle deadline (without live CI).
+func reasonAt(c storage.ReaperCandidate, now time.Time) string {
+	if !c.SessionExpiresAt.IsZero() && !c.SessionExpiresAt.After(now) {
+		return ReasonSessionExpired
+	}
+	return ReasonIdle
+}
+
+// deadlineOf is the deadline that reason refers to, for stable event ids
+// (once per deployment per deadline) and messages.
+func deadlineOf(c storage.ReaperCandidate, reason string) time.Time {
+	if reason == ReasonSessionExpired {
+		return c.SessionExpiresAt
+	}
+	return c.IdleDeadlineAt
+}
+
+// handle runs the per-deployment steps: guard, destroy, claim, event,
+// sunk environment.
+func (r *Reaper) handle(ctx context.Context, c storage.ReaperCandidate) Outcome {
+	now := r.clock.Now()
+	reason := reasonAt(c, now)
+	o := Outcome{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID, Reason: reason}
+	client, ok := r.creds.DropletClient(c)
+	if !ok {
+		o.Action = ActionSkipped
+		return o
+	}
+	// (1) The guard: the droplet must exist with both tags.
+	id, gone, warning, err := r.guard(ctx, client, c)
+	if err != nil {
+		return r.failed(ctx, c, o, err)
+	}
+	o.DropletID = id
+	if warning != "" {
+		return r.warn(ctx, c, o, warning)
+	}
+	if r.dryRun {
+		return r.wouldDestroy(ctx, c, o)
+	}
+	// (2) Destroy; 404 is success.
+	result := doclient.DeleteAlreadyGone
+	if !gone {
+		if result, err = client.DeleteDroplet(ctx, int(id)); err != nil {
+			return r.failed(ctx, c, o, err)
+		}
+	}
+	// (3)-(5) Claim, record, sink.
+	return r.claim(ctx, c, o, result)
+}
+
+// guard finds and checks the droplet of c. It returns the droplet id, or
+// gone when the provider says it no longer exists; a warning when the
+// guard refuses; err for a provider fault.
+func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storage.ReaperCandidate) (id int64, gone bool, warning string, err error) {
+	envTag := doclient.EnvTag(c.EnvironmentSlug)
+	if c.DropletID > 0 {
+		d, err := client.GetDroplet(ctx, int(c.DropletID))
+		if errors.Is(err, doclient.ErrNotFound) {
+			return c.DropletID, true, "", nil
+		}
+		if err != nil {
+			return c.DropletID, false, "", err
+		}
+		var missing []string
+		for _, t := range []string{doclient.TagChalupa, envTag} {
+			if !d.HasTag(t) {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			return c.DropletID, false, fmt.Sprintf("droplet %d lacks the tag(s) %q: not destroyed (docs/operations.md, \"Reaper\")", c.DropletID, missing), nil
+		}
+		return c.DropletID, false, "", nil
+	}
+	// No droplet id reported: the droplet is found by its tags, and only
+	// an unambiguous match is taken.
+	ds, err := client.ListDropletsByTag(ctx, envTag)
+	if err != nil {
+		return 0, false, "", err
+	}
+	// Every droplet id a deployment reported, in any environment (this
+	// deployment has none).
+	known, err := storage.KnownDropletIDs(ctx, r.db.Read)
+	if err != nil {
+		return 0, false, "", err
+	}
+	var match []int64
+	for _, d := range ds {
+		// Both tags; not another deployment's droplet; created before this
+		// deployment's first heartbeat (its agent ran on it), so a droplet
+		// launched since for another deployment is never taken.
+		if !d.HasTag(doclient.TagChalupa) || !d.HasTag(envTag) || known[int64(d.ID)] ||
+			(!d.CreatedAt.IsZero() && d.CreatedAt.After(c.LaunchedAt)) {
+			continue
+		}
+		match = append(match, int64(d.ID))
+	}
+	if len(match) != 1 {
+		return 0, false, fmt.Sprintf("no droplet id reported, and %d droplets tagged %s and %s, unclaimed and created before the deployment, match: not destroyed", len(match), doclient.TagChalupa, envTag), nil
+	}
+	return match[0], false, "", nil
+}
+
+// failed handles a provider fault: a rate limit stops the tick until the
+// retry time; anything else holds the deployment for a back-off.
+func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcome, err error) Outcome {
+	o.Detail = err.Error()
+	now := r.clock.Now()
+	if errors.Is(err, doclient.ErrRateLimited) {
+		at, ok := doclient.RetryAt(err)
+		if !ok || !at.After(now) {
+			at = now.Add(doclient.MinBackoff)
+		}
+		r.mu.Lock()
+		r.notBefore = at
+		r.mu.Unlock()
+		if r.metrics != nil {
+			r.metrics.RateLimited.Inc()
+		}
+		r.log.Warn().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Time("retry_at", at).Msg("write token rate-limited; the reaper waits")
+		o.Action = ActionRateLimited
+		return o
+	}
+	k := key(c)
+	r.mu.Lock()
+	r.attempts[k]++
+	n := r.attempts[k]
+	r.mu.Unlock()
+	delay := Backoff(n)
+	if r.metrics != nil {
+		r.metrics.DestroyFailures.Inc()
+	}
+	r.log.Error().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Int64("droplet", o.DropletID).
+		Int("attempt", n).Dur("retry_in", delay).Str("error", o.Detail).Msg("destroy failed; retrying after a back-off")
+	if herr := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(delay))
+	}); herr != nil {
+		r.log.Error().Err(herr).Msg("recording the back-off failed")
+	}
+	o.Action = ActionFailed
+	return o
+}
+
+// Backoff is the pause before attempt n+1 after n failed destroys in a
+// row: BackoffMin doubling, at most BackoffMax.
+func Backoff(n int) time.Duration {
+	d := BackoffMin
+	for i := 1; i < n && d < BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, BackoffMax)
+}
+
+// warn records a reaper-warning (reason provider) once per deployment per
+// deadline and holds the deployment for GuardHold; it stays active.
+func (r *Reaper) warn(ctx context.Context, c storage.ReaperCandidate, o Outcome, message string) Outcome {
+	now := r.clock.Now()
+	o.Action, o.Detail = ActionWarned, message
+	err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		cur, err := storage.ReaperCandidateByID(ctx, tx, c.EnvironmentID, c.DeploymentID, r.fresh)
+		if err != nil {
+			return err
+		}
+		if cur.Status != storage.DeploymentActive {
+			o.Action = ActionLost
+			return nil
+		}
+		inserted, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+			ID:            eventID(KindWarning, c, deadlineOf(c, o.Reason)),
+			EnvironmentID: c.EnvironmentID, DeploymentID: c.DeploymentID,
+			Kind: KindWarning, Reason: ReasonProvider, Message: message, OccurredAt: now,
+		})
+		if err != nil {
+			return err
+		}
+		if inserted && r.metrics != nil {
+			r.metrics.Warnings.Inc()
+		}
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(GuardHold))
+	})
+	if err != nil {
+		return r.dbFault(o, err)
+	}
+	if o.Action == ActionWarned {
+		r.log.Warn().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Str("reason", o.Reason).Msg(message)
+	}
+	return o
+}
+
+// wouldDestroy is dry run's claim: it records reaper-would-destroy once per
+// deployment per deadline, destroys nothing, ends nothing, and holds the
+// deployment for GuardHold.
+func (r *Reaper) wouldDestroy(ctx context.Context, c storage.ReaperCandidate, o Outcome) Outcome {
+	now := r.clock.Now()
+	o.Action = ActionWouldDestroy
+	err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		cur, err := storage.ReaperCandidateByID(ctx, tx, c.EnvironmentID, c.DeploymentID, r.fresh)
+		if err != nil {
+			return err
+		}
+		if !cur.Due(now) {
+			o.Action = ActionNotDue
+			if cur.Status != storage.DeploymentActive {
+				o.Action = ActionLost
+			}
+			return nil
+		}
+		if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+			ID:            eventID(KindWouldDestroy, c, deadlineOf(c, o.Reason)),
+			EnvironmentID: c.EnvironmentID, DeploymentID: c.DeploymentID,
+			Kind: KindWouldDestroy, Reason: o.Reason, OccurredAt: now,
+			Message: fmt.Sprintf("dry run: would destroy droplet %d (%s)", o.DropletID, describe(c, o.Reason)),
+		}); err != nil {
+			return err
+		}
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(GuardHold))
+	})
+	if err != nil {
+		return r.dbFault(o, err)
+	}
+	if o.Action == ActionWouldDestroy {
+		r.log.Info().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Int64("droplet", o.DropletID).
+			Str("reason", o.Reason).Msg("dry run: would destroy")
+	}
+	return o
+}
+
+// claim ends the deployment with one atomic active → ended transition,
+// records reaper-destroyed under a stable id and sinks the environment
+// when no active deployment is left, all in one writer unit. A tick that
+// finds the deployment no longer active lost the claim and records
+// nothing.
+func (r *Reaper) claim(ctx context.Context, c storage.ReaperCandidate, o Outcome, result doclient.DeleteResult) Outcome {
+	now := r.clock.Now()
+	o.Action = ActionDestroyed
+	if result == doclient.DeleteAlreadyGone {
+		o.Action = ActionAlreadyGone
+	}
+	var sunk bool
+	err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		cur, err := storage.ReaperCandidateByID(ctx, tx, c.EnvironmentID, c.DeploymentID, r.fresh)
+		if err != nil {
+			return err
+		}
+		if cur.Status != storage.DeploymentActive {
+			o.Action = ActionLost
+			return nil
+		}
+		if c.DropletID == 0 {
+			if err := storage.SetDropletIDIfUnknown(ctx, tx, c.EnvironmentID, c.DeploymentID, o.DropletID); err != nil {
+				return err
+			}
+		}
+		ended, err := storage.EndDeployment(ctx, tx, c.EnvironmentID, c.DeploymentID, now)
+		if err != nil {
+			return err
+		}
+		if !ended {
+			o.Action = ActionLost
+			return nil
+		}
+		msg := fmt.Sprintf("droplet %d destroyed (%s)", o.DropletID, describe(c, o.Reason))
+		if result == doclient.DeleteAlreadyGone {
+			msg = fmt.Sprintf("droplet %d was already gone (%s)", o.DropletID, describe(c, o.Reason))
+		}
+		if !cur.Due(now) {
+			// The droplet is destroyed whatever came since: a heartbeat
+			// that arrived during the destroy cannot bring it back.
+			msg += "; a heartbeat arrived while it was being destroyed"
+		}
+		if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+			ID:            "reaper:" + c.EnvironmentSlug + ":" + c.DeploymentID,
+			EnvironmentID: c.EnvironmentID, DeploymentID: c.DeploymentID,
+			Kind: KindDestroyed, Reason: o.Reason, Message: msg, OccurredAt: now,
+		}); err != nil {
+			return err
+		}
+		sunk, err = storage.SinkEnvironmentIfIdle(ctx, tx, c.EnvironmentID, now)
+		return err
+	})
+	if err != nil {
+		return r.dbFault(o, err)
+	}
+	r.mu.Lock()
+	delete(r.attempts, key(c))
+	r.mu.Unlock()
+	if o.Action == ActionLost {
+		return o
+	}
+	if r.metrics != nil {
+		r.metrics.Destroyed.WithLabelValues(o.Reason).Inc()
+	}
+	r.log.Info().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Int64("droplet", o.DropletID).
+		Str("reason", o.Reason).Str("result", result.String()).Bool("environment_sunk", sunk).Msg("reaped")
+	return o
+}
+
+// dbFault turns a failed writer unit into a failed outcome; the deployment
+// is due again at the next tick.
+func (r *Reaper) dbFault(o Outcome, err error) Outcome {
+	r.log.Error().Err(err).Str("environment", o.Environment).Str("deployment", o.Deployment).Msg("reaper write failed")
+	o.Action, o.Detail = ActionFailed, "database write failed"
+	return o
+}
+
+// eventID is a stable id: once per kind, deployment and deadline.
+func eventID(kind string, c storage.ReaperCandidate, deadline time.Time) string {
+	return kind + ":" + c.EnvironmentSlug + ":" + c.DeploymentID + ":" + strconv.FormatInt(deadline.UnixMilli(), 10)
+}
+
+// describe is the event message's why: the reason and its deadline.
+func describe(c storage.ReaperCandidate, reason string) string {
+	if reason == ReasonSessionExpired {
+		return "session expired at " + c.SessionExpiresAt.Format(time.RFC3339)
+	}
+	if c.IdleDeadlineAt.IsZero() {
+		return "idle"
+	}
+	return "idle since the deadline " + c.IdleDeadlineAt.Format(time.RFC3339)
+}
+
+// Status is the reaper's state for `chalupa admin reaper status`.
+type Status struct {
+	// Configured is false when the platform write token is not set.
+	Configured bool
+	// DryRun is CHALUPA_REAPER_DRY_RUN.
+	DryRun bool
+	// CIFreshness is how long CI counts as live.
+	CIFreshness time.Duration
+	// NextWake is when the loop wakes on its own (zero: no timer).
+	NextWake time.Time
+	// RateLimitedUntil is set while the write token is held back.
+	RateLimitedUntil time.Time
+	// Active counts active deployments; Due lists up to 50 due ones.
+	Active int
+	Due    []storage.ReaperCandidate
+	// LastTick is the last tick's result (nil before the first).
+	LastTick *TickResult
+}
+
+// Status reads the reaper's state. Errors: database faults.
+func (r *Reaper) Status(ctx context.Context) (Status, error) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	st := Status{Configured: r.creds != nil, DryRun: r.dryRun, CIFreshness: r.fresh, NextWake: r.nextWake, LastTick: r.lastTick}
+	if now.Before(r.notBefore) {
+		st.RateLimitedUntil = r.notBefore
+	}
+	r.mu.Unlock()
+	sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
+	if err != nil {
+		return Status{}, err
+	}
+	st.Active = sched.Active
+	if st.Due, err = storage.ReaperDue(ctx, r.db.Read, now, r.fresh, maxStatusDue); err != nil {
+		return Status{}, err
+	}
+	return st, nil
+}
