@@ -44,6 +44,7 @@ var telemetryRefusals = []struct {
 // every refusal writes nothing.
 func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 	var w telemetry.WindowV1
+	var hash [32]byte
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &w); rf != nil {
 			return rf
@@ -54,6 +55,8 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		} else if err != nil {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "invalid window")
 		}
+		// Hashed here, outside the writer's unit.
+		_, hash = w.Canonical()
 		return nil
 	}
 	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
@@ -62,7 +65,7 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		res, err := telemetry.Accept(ctx, tx, telemetry.Admission{
-			EnvironmentID: environmentID, Window: &w, Now: s.clock.Now().UTC(), SkewWindow: SkewWindow, Limits: s.telemetry,
+			EnvironmentID: environmentID, Window: &w, Now: s.clock.Now().UTC(), SkewWindow: SkewWindow, Limits: s.telemetry, BodyHash: hash,
 		})
 		for _, r := range telemetryRefusals {
 			if errors.Is(err, r.err) {

@@ -112,7 +112,8 @@ var ErrNotConfigured = errors.New("reaper: no platform write token is configured
 
 // Credentials gives the client a deployment is reaped with: the platform
 // write token for platform-organization and managed deployments; a
-// customer organization's own token for its deployments (issue 9 §4). ok
+// customer organization's own token for its deployments (docs/operations.md,
+// "Coming with later capabilities": customer sweep). ok
 // is false when there is none, and the deployment is skipped — never
 // reaped with another organization's token.
 type Credentials interface {

@@ -482,7 +482,7 @@ func TestRateLimitStopsTheTick(t *testing.T) {
 
 // TestCustomerDeploymentsAreNotThePlatformReapers: a customer
 // organization's deployment is never reaped with the platform token (its
-// own sweep, issue 9 §4, does that).
+// own sweep does that: docs/operations.md, "Coming with later capabilities").
 func TestCustomerDeploymentsAreNotThePlatformReapers(t *testing.T) {
 	f := newFixture(t)
 	org := customerOrg(t, f.db, "acme")
@@ -497,7 +497,7 @@ func TestCustomerDeploymentsAreNotThePlatformReapers(t *testing.T) {
 }
 
 // customerOrg inserts a customer organization (no storage API creates one
-// yet: issue 9 §4) and returns its id.
+// yet: the customer sweep is still to come) and returns its id.
 func customerOrg(t *testing.T, db *storage.DB, slug string) int64 {
 	t.Helper()
 	var id int64

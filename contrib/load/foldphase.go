@@ -11,7 +11,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
 
-// Targets of the fold phase (issue 8, "Performance"): chalupa's p99 at the
+// Targets of the fold phase (docs/operations.md, "Retention"): chalupa's p99 at the
 // steady rate while a retention fold runs, absolute and against the same
 // run's steady phase without one.
 const (

@@ -489,7 +489,8 @@ type sampler struct {
 // that confirmed it (docs/operations.md, "Replication").
 const replDelayMetric = "chalupa_replication_commit_delay_seconds"
 
-// Targets for commit → in replica at the steady rate (issue 7).
+// Targets for commit → in replica at the steady rate (docs/operations.md,
+// "Replication").
 const (
 	targetReplP50 = 100 * time.Millisecond
 	targetReplP99 = time.Second

@@ -77,6 +77,10 @@ type Admission struct {
 	// (ingest.SkewWindow, 300 s).
 	SkewWindow time.Duration
 	Limits     Limits
+	// BodyHash is Window.Canonical's hash when the caller already computed
+	// it outside the writer (the ingest handler does, so the single writer
+	// never spends time encoding); zero means Accept computes it.
+	BodyHash [32]byte
 }
 
 // Result is what Accept did.
@@ -111,7 +115,10 @@ func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error)
 	if err != nil {
 		return Result{}, err
 	}
-	_, sum := w.Canonical()
+	sum := a.BodyHash
+	if sum == ([32]byte{}) {
+		_, sum = w.Canonical()
+	}
 	switch prev, err := storage.TelemetryReceiptHash(ctx, q, env, dep, sess, start); {
 	case err == nil && prev == sum:
 		return Result{Deduplicated: true}, nil
