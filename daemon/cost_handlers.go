@@ -136,16 +136,22 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 		RatesCaptured: s.RatesCaptured, Unpriced: s.Unpriced, TotalUSD: s.TotalUSD}
 }
 
-// newCostReconciler builds the reconciler from the configuration: a
-// client for DIGITALOCEAN_READ_TOKEN alone (nil, nil while it is unset).
-func newCostReconciler(cfg *Config, db *storage.DB, clock clockwork.Clock, d serverDeps) (*cost.Reconciler, error) {
+// newReadClient builds the client for DIGITALOCEAN_READ_TOKEN (nil, nil
+// while it is unset): inventory, prices, and the droplet lookup of `sunk`
+// lifecycle events.
+func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.Client, error) {
 	if cfg.DOReadToken == "" {
 		return nil, nil
 	}
-	client, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(cfg.DOReadToken.Reveal()),
+	return doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(cfg.DOReadToken.Reveal()),
 		Label: "read", Version: Version, Clock: clock, Logger: d.Log})
-	if err != nil {
-		return nil, err
+}
+
+// newCostReconciler builds the reconciler on the read-token client (nil,
+// nil without one).
+func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps) (*cost.Reconciler, error) {
+	if client == nil {
+		return nil, nil
 	}
 	return cost.New(cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
 		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB})
