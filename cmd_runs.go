@@ -20,7 +20,9 @@ func (*adminRunsCmd) operation() string { return adminapi.OpListRuns }
 // runs"). Names and locators were validated as printable ASCII at ingest,
 // so they are printed as they are.
 func (c *adminRunsCmd) Run(a *adminCmd) error {
-	list := func(cl *adminapi.Client, ctx context.Context) (adminapi.RunList, error) { return cl.ListRuns(ctx, c.Env) }
+	list := func(cl *adminapi.Client, ctx context.Context) (adminapi.RunList, error) {
+		return cl.ListRuns(ctx, c.Env)
+	}
 	return runOp(a, c.JSON, list, func(w io.Writer, l adminapi.RunList) error {
 		if len(l.Runs) == 0 {
 			fmt.Fprintf(w, "no runs reported in %s\n", l.EnvironmentSlug)
