@@ -304,11 +304,14 @@ func TestAgentWindowsArriveWithAggregates(t *testing.T) {
 		t.Errorf("disk total %v", diskTotal)
 	}
 	res := a.Stop()
-	if res.Delivered != 1 {
-		t.Fatalf("stop: %+v", res)
+	if res.Delivered != 2 {
+		t.Fatalf("stop: %+v (want the final window and the shutdown event)", res)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
 		t.Fatalf("%d final windows", n)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
+		t.Fatalf("%d shutdown events, want 1", n)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
 		t.Fatal("the final window did not end the session")
@@ -421,8 +424,8 @@ func TestAgentLostFinalResponse(t *testing.T) {
 	if res.Delivered != 0 {
 		t.Fatalf("stop with a lost answer: %+v", res)
 	}
-	if n, _ := a.Spool().Depth(); n != 1 {
-		t.Fatalf("spool holds %d, want the final window", n)
+	if n, _ := a.Spool().Depth(); n != 2 {
+		t.Fatalf("spool holds %d, want the final window and the shutdown event", n)
 	}
 	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
 	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
@@ -434,8 +437,14 @@ func TestAgentLostFinalResponse(t *testing.T) {
 	if b.SessionID() == a.SessionID() {
 		t.Fatal("a restart reused the session id")
 	}
-	if res := b.Deliver(context.Background()); res.Delivered != 1 {
+	if res := b.Deliver(context.Background()); res.Delivered != 2 {
 		t.Fatalf("replay after restart: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
+		t.Fatalf("%d shutdown events after the replay, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
+		t.Fatalf("%d open sessions after a clean stop and a restart, want 0", n)
 	}
 	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
 		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
@@ -551,5 +560,39 @@ func TestAgentRun(t *testing.T) {
 	}
 	if w, fin := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); w != 2 || fin != 1 {
 		t.Fatalf("%d windows (%d final), want 10:42 and the final 10:43", w, fin)
+	}
+}
+
+// TestAgentClosesCrashedSessions: an agent that stops without its final
+// window (a crash or a kill) leaves its telemetry session open; the next
+// start closes it first, so any number of crashes leaves one session open
+// (the running one) and the open-session quota (8) is never met.
+func TestAgentClosesCrashedSessions(t *testing.T) {
+	f := newFleet(t)
+	const crashes = 10
+	var sessions []string
+	for i := range crashes {
+		a := f.start()
+		sessions = append(sessions, a.SessionID())
+		f.heartbeat(a)
+		for range 14 {
+			f.step(a)
+		}
+		if res := a.Deliver(context.Background()); res.Paused {
+			t.Fatalf("run %d: delivery paused: %+v", i, res)
+		}
+		if n, _ := a.Spool().Depth(); n != 0 {
+			t.Fatalf("run %d: %d records undelivered", i, n)
+		}
+		// No Stop: the process dies here.
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
+		t.Fatalf("%d open sessions after %d crashes, want 1", n, crashes)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NULL`, sessions[crashes-1]); n != 1 {
+		t.Fatal("the running session is not the open one")
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE end_reason = 'final'`); n != crashes-1 {
+		t.Fatalf("%d sessions closed by a final window, want %d", n, crashes-1)
 	}
 }
