@@ -575,8 +575,11 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 		a := f.start()
 		sessions = append(sessions, a.SessionID())
 		f.heartbeat(a)
-		for range 14 {
+		for range 24 {
 			f.step(a)
+		}
+		if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE session_id = ?`, a.SessionID()); n == 0 {
+			t.Fatalf("run %d stored no window", i)
 		}
 		if res := a.Deliver(context.Background()); res.Paused {
 			t.Fatalf("run %d: delivery paused: %+v", i, res)
