@@ -103,7 +103,9 @@ func TestIngestRunsAnswers(t *testing.T) {
 		{"local id upper-case", localID("Cover"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id empty", localID(""), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id starting with a dot", localID(".hidden"), http.StatusUnprocessableEntity, "invalid_body"},
-		{"local locator with a url", art(func(a *ingest.ArtifactRefV1) { a.Locator = ingest.ArtifactLocator{Kind: "local", ID: "x", URL: "https://a.example/x"} }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"local locator with a url", art(func(a *ingest.ArtifactRefV1) {
+			a.Locator = ingest.ArtifactLocator{Kind: "local", ID: "x", URL: "https://a.example/x"}
+		}), http.StatusUnprocessableEntity, "invalid_body"},
 		{"unknown locator kind", art(func(a *ingest.ArtifactRefV1) { a.Locator.Kind = "s3" }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"duplicate names", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"v 2", art(func(a *ingest.ArtifactRefV1) { a.V = 2 }), http.StatusUnprocessableEntity, "invalid_body"},

@@ -319,7 +319,8 @@ func (a *Agent) Stop() PassResult {
 }
 
 // Run drives the agent until ctx ends (SIGTERM): heartbeats every
-// HeartbeatInterval (the first at once), samples every SampleInterval on
+// HeartbeatInterval (the first at once), each followed by a pass over the
+// run report spool (ReportRun), samples every SampleInterval on
 // multiples of 5 s, delivery whenever the spool has records; then Stop.
 func (a *Agent) Run(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
@@ -330,6 +331,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		for {
 			_, _ = a.Heartbeat(bg)
+			a.DeliverReports(bg)
 			select {
 			case <-bg.Done():
 				return

@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/agent"
 )
 
@@ -597,5 +599,54 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE end_reason = 'final'`); n != crashes-1 {
 		t.Fatalf("%d sessions closed by a final window, want %d", n, crashes-1)
+	}
+}
+
+// TestAgentReportRunThroughSpool: `agent report-run` while the control
+// plane is down spools the report and exits without it; the running agent's
+// pass over the report spool delivers it once the control plane is back,
+// and the next report-run delivers its own — each run stored once, a
+// retried body deduplicated.
+func TestAgentReportRunThroughSpool(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	cfg := f.config()
+	creds, err := agent.ReadCredentials(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(id string) ingest.RunReportV1 {
+		now := f.clock.Now().UTC()
+		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
+				Locator: ingest.ArtifactLocator{Kind: "local", ID: "log-" + id}}}}
+	}
+	f.setMode(modeDown)
+	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
+	if err != nil || res.Delivered != 0 || res.Spooled != 1 {
+		t.Fatalf("report while down: %+v, %v", res, err)
+	}
+	if n := f.count(`SELECT count(*) FROM runs`); n != 0 {
+		t.Fatalf("%d runs stored while down", n)
+	}
+	f.setMode(modeUp)
+	if r := a.DeliverReports(context.Background()); r.Delivered != 1 {
+		t.Fatalf("the agent's pass over the report spool: %+v", r)
+	}
+	res, err = agent.ReportRun(context.Background(), cfg, creds, report("run-2"))
+	if err != nil || res.Delivered != 1 || res.Spooled != 0 {
+		t.Fatalf("report while up: %+v, %v", res, err)
+	}
+	// The same report again (a CI retry): deduplicated, not a conflict.
+	res, err = agent.ReportRun(context.Background(), cfg, creds, report("run-2"))
+	if err != nil || res.Delivered != 1 || res.Dropped != 0 {
+		t.Fatalf("retried report: %+v, %v", res, err)
+	}
+	if n := f.count(`SELECT count(*) FROM runs WHERE deployment_id = ?`, a.Identity().DeploymentID); n != 2 {
+		t.Fatalf("%d runs stored, want 2", n)
+	}
+	if n := f.count(`SELECT count(*) FROM run_artifacts`); n != 2 {
+		t.Fatalf("%d artifacts stored, want 2", n)
 	}
 }
