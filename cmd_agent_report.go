@@ -30,7 +30,7 @@ type agentReportRunCmd struct {
 	StartedAt  time.Time `name:"started-at" help:"When the run started (RFC 3339)." format:"2006-01-02T15:04:05Z07:00"`
 	FinishedAt time.Time `name:"finished-at" help:"When it finished (RFC 3339; default now)." format:"2006-01-02T15:04:05Z07:00"`
 	Commit     string    `help:"Commit the run tested (40 or 64 hex digits)."`
-	Artifact   []string  `name:"artifact" help:"One ArtifactRefV1 as JSON, e.g. '{\"v\":1,\"name\":\"report.xml\",\"mediaType\":\"application/xml\",\"sizeBytes\":1,\"sha256\":\"…\",\"locator\":{\"kind\":\"local\",\"id\":\"report-1\"}}'; repeatable."`
+	Artifact   []string  `name:"artifact" sep:"none" help:"One ArtifactRefV1 as JSON, e.g. '{\"v\":1,\"name\":\"report.xml\",\"mediaType\":\"application/xml\",\"sizeBytes\":1,\"sha256\":\"…\",\"locator\":{\"kind\":\"local\",\"id\":\"report-1\"}}'; repeatable."`
 }
 
 // Run spools the report and delivers the report spool (agent.ReportRun).
