@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,9 +58,11 @@ type fleet struct {
 	mode     string
 	requests map[string]int // by path, every request the proxy saw
 	bodies   [][]byte       // telemetry bodies forwarded
-	busy     uint64         // fake /proc/stat counters
-	idle     uint64
-	rx       uint64
+	// wireIn and wireOut count the bytes the proxy read and wrote.
+	wireIn, wireOut atomic.Int64
+	busy            uint64 // fake /proc/stat counters
+	idle            uint64
+	rx              uint64
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -76,7 +79,9 @@ func newFleet(t *testing.T) *fleet {
 		t.Fatal(err)
 	}
 	f.key = k
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.forward))
+	f.proxy = httptest.NewUnstartedServer(http.HandlerFunc(f.forward))
+	f.proxy.Listener = countingListener{Listener: f.proxy.Listener, in: &f.wireIn, out: &f.wireOut}
+	f.proxy.Start()
 	t.Cleanup(f.proxy.Close)
 	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
