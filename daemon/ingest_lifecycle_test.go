@@ -193,6 +193,18 @@ func TestIngestLifecycleSunk(t *testing.T) {
 			t.Fatal("environment sunk while dep-live is active")
 		}
 	})
+	t.Run("a gone droplet named by the event alone", func(t *testing.T) {
+		if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-anon"})}); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat: %s", r)
+		}
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-anon", ingest.EventSunk, "dep-anon", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = int64(gone.ID) }))
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
+			t.Fatalf("sunk: %s", r)
+		}
+		if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-anon' AND status = 'active'`); st != 1 {
+			t.Fatal("a droplet id named only by the sunk event ended the deployment")
+		}
+	})
 	t.Run("read token only", func(t *testing.T) {
 		for _, req := range fake.Requests() {
 			if req.Token != "read" || req.Method != http.MethodGet {

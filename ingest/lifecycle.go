@@ -95,9 +95,9 @@ const (
 	// DropletExists: the droplet still exists; the deployment stays active
 	// and a reaper-warning is recorded.
 	DropletExists = "exists"
-	// DropletUnchecked: no read token, no droplet id, the lookup failed
-	// or timed out, or another check was running; inventory reconciliation
-	// settles it.
+	// DropletUnchecked: no read token, no droplet id recorded for the
+	// deployment, the lookup failed or timed out, or another check was
+	// running; inventory reconciliation (or the reaper) settles it.
 	DropletUnchecked = "unchecked"
 )
 
@@ -245,11 +245,11 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 				return nil, refuse(http.StatusConflict, "droplet_mismatch", "deployment.dropletId differs from the droplet this deployment already reported")
 			}
 			if ev.Kind == EventSunk && status == storage.DeploymentActive {
-				check = true
-				checkDroplet = dropletID
-				if checkDroplet == 0 {
-					checkDroplet = ev.Deployment.DropletID
-				}
+				// Only the droplet the deployment recorded (a heartbeat's or
+				// a launched event's) is looked up, never one the sunk event
+				// names: any droplet of the environment can sign a sunk, and
+				// naming a gone droplet must not end a live deployment.
+				check, checkDroplet = true, dropletID
 			}
 		}
 		if _, err := storage.RecordProducerEvent(ctx, tx, storage.LifecycleEvent{
@@ -302,7 +302,9 @@ func (s *Service) settleSunk(ctx context.Context, environmentID int64, deploymen
 		// holds the key) must not turn into a flood of provider calls.
 		return DropletUnchecked
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SunkCheckTimeout)
+	// Settled even if the agent hangs up: the lookup is bounded anyway.
+	ctx = context.WithoutCancel(ctx)
+	cctx, cancel := context.WithTimeout(ctx, SunkCheckTimeout)
 	exists, err := s.droplets(cctx, dropletID)
 	cancel()
 	if err != nil {
@@ -311,7 +313,7 @@ func (s *Service) settleSunk(ctx context.Context, environmentID int64, deploymen
 	}
 	now := s.clock.Now().UTC()
 	outcome := DropletExists
-	err = s.db.Writer.Do(context.WithoutCancel(ctx), func(tx storage.Tx) error {
+	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if exists {
 			_, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
 				ID:            fmt.Sprintf("sunk-live:%d:%s:%s", environmentID, deploymentID, eventID),
