@@ -43,15 +43,12 @@ var (
 	commitRE    = regexp.MustCompile(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
 	sha256RE    = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 	mediaTypeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
-	// LocalIDPattern is the syntax of a local artifact locator's id: a
-	// lower-case name that is a safe single path segment or a dotted
-	// path-free name, never containing "..".
-	localIDRE = regexp.MustCompile(LocalIDPattern)
+	localIDRE   = regexp.MustCompile(LocalIDPattern)
 )
 
-// LocalIDPattern is the syntax of a `local` locator's id; ids containing
-// ".." are refused besides (docs/operations.md, "Lifecycle events and
-// runs").
+// LocalIDPattern is the syntax of a `local` locator's id: a lower-case name
+// on the reporting machine, never a path (no slash); ids containing ".."
+// are refused besides (docs/operations.md, "Lifecycle events and runs").
 const LocalIDPattern = `^[a-z0-9][a-z0-9._-]{0,127}$`
 
 // credentialParams are query parameter names (lower-cased) that carry
