@@ -331,7 +331,13 @@ func (e *Engine) apply(ctx context.Context, s auto.Stack, st stackRun, action Ac
 	case ActionUp:
 		_, err = s.Up(ctx, optup.EventStreams(ch))
 	case ActionRefresh:
-		_, err = s.Refresh(ctx, optrefresh.EventStreams(ch))
+		var r auto.RefreshResult
+		r, err = s.Refresh(ctx, optrefresh.EventStreams(ch))
+		if err == nil {
+			<-drained
+			progress(Event{Stack: s.Name(), Op: "done"})
+			return refreshSteps(r.Summary.ResourceChanges), nil
+		}
 	case ActionDestroy:
 		_, err = s.Destroy(ctx, optdestroy.EventStreams(ch))
 	}
@@ -369,30 +375,65 @@ func redact(err error, token string) error {
 	return errors.New(strings.ReplaceAll(err.Error(), token, "[redacted]"))
 }
 
+// outputs fills the result's provider ids from the stacks' state, not
+// their outputs: a refresh does not run the program, so outputs keep what
+// the last up saw, while the state shows what the refresh found (a droplet
+// deleted behind chalupa's back is no longer in it).
 func (e *Engine) outputs(ctx context.Context, spec BoxSpec, res *Result) error {
 	for _, name := range []string{spec.ComputeStack(), spec.DataStack()} {
 		s, err := e.stack(ctx, name, nil)
 		if err != nil {
 			return err
 		}
-		out, err := s.Outputs(ctx)
+		exp, err := s.Export(ctx)
 		if err != nil {
 			return e.cliError(err)
 		}
-		get := func(k string) string {
-			v, _ := out[k].Value.(string)
-			if f, ok := out[k].Value.(float64); ok {
-				v = strconv.FormatFloat(f, 'f', -1, 64)
+		var state struct {
+			Resources []struct {
+				Type    string         `json:"type"`
+				ID      string         `json:"id"`
+				Outputs map[string]any `json:"outputs"`
+			} `json:"resources"`
+		}
+		if len(exp.Deployment) > 0 {
+			if err := json.Unmarshal(exp.Deployment, &state); err != nil {
+				return fmt.Errorf("converge: read stack %s state: %w", name, err)
 			}
-			return v
 		}
-		if name == spec.DataStack() {
-			res.VolumeID = get(OutVolumeID)
-			continue
+		for _, r := range state.Resources {
+			switch r.Type {
+			case typeDroplet:
+				res.DropletID = r.ID
+				res.IPv4, _ = r.Outputs["ipv4Address"].(string)
+			case typeFirewall:
+				res.FirewallID = r.ID
+			case typeVolume:
+				res.VolumeID = r.ID
+			}
 		}
-		res.DropletID, res.IPv4, res.FirewallID = get(OutDropletID), get(OutIPv4), get(OutFirewallID)
 	}
 	return nil
+}
+
+// refreshSteps turns a refresh's summary into step counts: a refresh's
+// engine events all carry the op "refresh", while its summary says what it
+// found (same, update for drift, delete for a resource gone). The stack
+// resource itself is not counted.
+func refreshSteps(changes *map[string]int) Steps {
+	var steps Steps
+	if changes == nil {
+		return steps
+	}
+	for op, n := range *changes {
+		for range n {
+			steps.count(apitype.OpType(op))
+		}
+	}
+	if steps.Same > 0 {
+		steps.Same-- // the pulumi:pulumi:Stack resource
+	}
+	return steps
 }
 
 func (s *Steps) count(op apitype.OpType) {

@@ -23,6 +23,16 @@ var (
 
 // pulumiHome builds the test provider once per test process and installs
 // it as digitalocean ProviderVersion into a fresh PULUMI_HOME.
+// TestMain removes the shared PULUMI_HOME (and its plugin binary) after
+// the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if homeDir != "" {
+		os.RemoveAll(homeDir)
+	}
+	os.Exit(code)
+}
+
 func pulumiHome(t *testing.T, cli string) string {
 	t.Helper()
 	homeOnce.Do(func() {
@@ -96,6 +106,7 @@ func wantSteps(t *testing.T, what string, got, want converge.Steps) {
 // with exact step counts; compute destroy keeps the data volume; data
 // destroy needs the phrase.
 func TestLifecycle(t *testing.T) {
+	t.Parallel() // each rig has its own backend, work dir and API server
 	r := newRig(t)
 	wantSteps(t, "first preview", r.run(t, r.spec, converge.ActionPreview, converge.RunOptions{}).Steps, converge.Steps{Create: 3})
 	if n := len(r.api.Droplets()); n != 0 {
@@ -162,6 +173,7 @@ func TestLifecycle(t *testing.T) {
 // TestDrift: a droplet deleted behind chalupa's back shows in refresh, and
 // the next up recreates it exactly once.
 func TestDrift(t *testing.T) {
+	t.Parallel() // each rig has its own backend, work dir and API server
 	r := newRig(t)
 	up := r.run(t, r.spec, converge.ActionUp, converge.RunOptions{})
 	r.api.RemoveDroplet(r.api.Droplets()[0].ID)
@@ -169,6 +181,9 @@ func TestDrift(t *testing.T) {
 	if ref.DropletID != "" {
 		t.Errorf("refresh still reports droplet %s", ref.DropletID)
 	}
+	// The droplet is gone; the firewall lost it from its droplet ids; the
+	// volume is unchanged.
+	wantSteps(t, "refresh after drift", ref.Steps, converge.Steps{Delete: 1, Update: 1, Same: 1})
 	again := r.run(t, r.spec, converge.ActionUp, converge.RunOptions{})
 	if again.Steps.Create != 1 {
 		t.Errorf("up after drift: %s, want exactly one create", again.Steps)
@@ -185,6 +200,7 @@ func TestDrift(t *testing.T) {
 // TestAdoptAfterWipe: the state backend wiped, an up with the known
 // provider ids imports every resource and creates nothing.
 func TestAdoptAfterWipe(t *testing.T) {
+	t.Parallel() // each rig has its own backend, work dir and API server
 	r := newRig(t)
 	up := r.run(t, r.spec, converge.ActionUp, converge.RunOptions{})
 	if err := os.RemoveAll(r.eng.WorkDir); err != nil {
