@@ -62,7 +62,7 @@ type serverDeps struct {
 	// ProviderTokens stores and opens customer provider tokens (the same
 	// master-key sealer as Keys).
 	ProviderTokens *ingest.ProviderTokens
-	Log        zerolog.Logger
+	Log            zerolog.Logger
 	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
 	// uptime; nil means the real clock.
 	Clock clockwork.Clock

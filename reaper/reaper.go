@@ -162,15 +162,15 @@ type Config struct {
 
 // Reaper is the reaper loop. Create it with New.
 type Reaper struct {
-	db      *storage.DB
-	clock   clockwork.Clock
-	log     zerolog.Logger
-	creds   Credentials
+	db        *storage.DB
+	clock     clockwork.Clock
+	log       zerolog.Logger
+	creds     Credentials
 	customers CustomerCredentials
-	dryRun  bool
-	fresh   time.Duration
-	wake    *wake.Threshold
-	metrics *Metrics
+	dryRun    bool
+	fresh     time.Duration
+	wake      *wake.Threshold
+	metrics   *Metrics
 
 	// tickMu serialises ticks of this reaper (the loop's and the admin
 	// API's); ticks of two reapers are safe through the claim.

@@ -57,11 +57,11 @@ type ReaperOutcome struct {
 	// ("" for the platform token's deployments).
 	Organization string `json:"organization,omitempty"`
 	Environment  string `json:"environment"`
-	Deployment  string `json:"deployment"`
-	DropletID   int64  `json:"dropletId,omitempty"`
-	Action      string `json:"action"`
-	Reason      string `json:"reason"`
-	Detail      string `json:"detail,omitempty"`
+	Deployment   string `json:"deployment"`
+	DropletID    int64  `json:"dropletId,omitempty"`
+	Action       string `json:"action"`
+	Reason       string `json:"reason"`
+	Detail       string `json:"detail,omitempty"`
 }
 
 // ReaperStatus answers adminGetReaperStatus.
