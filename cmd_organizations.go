@@ -54,7 +54,7 @@ func (c *adminOrgListCmd) Run(a *adminCmd) error {
 		for _, o := range l.Organizations {
 			status, gen, rotated := "-", "-", "-"
 			if o.Kind == "platform" {
-				status = "DIGITALOCEAN_WRITE_TOKEN"
+				status = "platform write token"
 			}
 			if t := o.ProviderToken; t != nil {
 				status, gen, rotated = t.Status, fmt.Sprint(t.Generation), t.RotatedAt.UTC().Format(time.RFC3339)

@@ -107,7 +107,7 @@ func tokenError(err error) error {
 	case errors.Is(err, ingest.ErrOrganizationNotFound):
 		return fail(http.StatusNotFound, "organization_not_found", "no organization with this slug")
 	case errors.Is(err, ingest.ErrNotCustomer):
-		return fail(http.StatusConflict, "not_customer", "the platform organization's credential is DIGITALOCEAN_WRITE_TOKEN, never a stored token")
+		return fail(http.StatusConflict, "not_customer", "the platform organization's credential is the platform write token, never a stored token")
 	case errors.Is(err, ingest.ErrNoProviderToken):
 		return fail(http.StatusNotFound, "no_provider_token", "the organization has no stored provider token")
 	}

@@ -22,7 +22,7 @@ var (
 	// ErrOrganizationNotFound: no organization has the slug.
 	ErrOrganizationNotFound = errors.New("organization not found")
 	// ErrNotCustomer: the organization is the platform's, whose
-	// credentials are DIGITALOCEAN_WRITE_TOKEN and never a stored token.
+	// credential is the platform write token, never a stored token.
 	ErrNotCustomer = errors.New("the organization is not a customer organization")
 	// ErrBadProviderToken: the token is empty, longer than
 	// MaxProviderTokenBytes, or holds bytes a header cannot carry.

@@ -45,7 +45,7 @@ type CreateOrganizationRequest struct {
 
 // Organization is one organization. Kind is "platform" or "customer".
 // ProviderToken is absent for the platform organization (its credential
-// is DIGITALOCEAN_WRITE_TOKEN) and for a customer that never stored one.
+// is the platform write token) and for a customer that never stored one.
 type Organization struct {
 	Slug          string               `json:"slug"`
 	Name          string               `json:"name"`
