@@ -30,7 +30,16 @@ type customerFixture struct {
 
 func newCustomerFixture(t *testing.T, wrap func(reaper.CustomerCredentials, *clockwork.FakeClock) reaper.CustomerCredentials) *customerFixture {
 	t.Helper()
-	cf := customerFixture{fixture: newFixture(t)}
+	return armCustomerSweep(newFixture(t), wrap)
+}
+
+// armCustomerSweep rebuilds f's reaper with a customer sweep over tokens
+// stored through ingest.ProviderTokens under a fresh master key; wrap (may
+// be nil) wraps the sweep's credentials.
+func armCustomerSweep(f *fixture, wrap func(reaper.CustomerCredentials, *clockwork.FakeClock) reaper.CustomerCredentials) *customerFixture {
+	t := f.t
+	t.Helper()
+	cf := customerFixture{fixture: f}
 	cf.r = cf.newReaper(func(c *reaper.Config) {
 		key := make([]byte, 32)
 		_, _ = rand.Read(key)
