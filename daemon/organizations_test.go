@@ -5,9 +5,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -132,5 +136,69 @@ func TestOrganizationsAndProviderTokens(t *testing.T) {
 	}
 	if strings.Contains(p.Logs.String(), "SENTINEL") {
 		t.Fatal("the token appears in the daemon's log")
+	}
+}
+
+// TestCustomerInventory: reconciliation lists a customer organization's
+// droplets with that organization's own token only (droplet calls), and
+// adopts them into its environments; sizes, prices and volumes come from
+// the read token; a revoked token is no longer used.
+func TestCustomerInventory(t *testing.T) {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 7, 10, 12, 0, 0, 0, time.UTC))
+	s := dofake.New(t, dofake.WithClock(clock))
+	read := s.AddToken("read", dofake.ReadOnly...)
+	customer := s.AddToken("cust-acme", dofake.CustomerScopes...)
+	d := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock, Env: map[string]string{
+		"DIGITALOCEAN_READ_TOKEN": read, "CHALUPA_DO_API_URL": s.URL}})
+	if _, err := d.Admin.CreateOrganization(ctx, adminapi.CreateOrganizationRequest{Slug: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "acme-gpu", Organization: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Admin.SetProviderToken(ctx, "acme", customer); err != nil {
+		t.Fatal(err)
+	}
+	s.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("acme-gpu"), CreatedAt: clock.Now().Add(-time.Hour)})
+
+	r, err := d.Admin.ReconcileCosts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Snapshot.Adopted != 1 {
+		t.Fatalf("reconciliation %+v: want the customer's droplet adopted", r)
+	}
+	var customerCalls int
+	for _, req := range s.Requests() {
+		switch req.Token {
+		case "cust-acme":
+			customerCalls++
+			if req.Method != "GET" || req.Path != "/v2/droplets" {
+				t.Errorf("customer token used for %s %s: droplet listing only", req.Method, req.Path)
+			}
+		case "read":
+		default:
+			t.Errorf("request %s %s with token %s", req.Method, req.Path, req.Token)
+		}
+		if (req.Path == "/v2/sizes" || req.Path == "/v2/volumes") && req.Token != "read" {
+			t.Errorf("%s read with %s, want the read token", req.Path, req.Token)
+		}
+	}
+	if customerCalls == 0 {
+		t.Fatal("the customer's droplets were not listed with its token")
+	}
+
+	if _, err := d.Admin.RevokeProviderToken(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	before := len(s.Requests())
+	if _, err := d.Admin.ReconcileCosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range s.Requests()[before:] {
+		if req.Token == "cust-acme" {
+			t.Fatalf("revoked token still used: %s %s", req.Method, req.Path)
+		}
 	}
 }
