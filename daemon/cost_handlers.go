@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
@@ -149,10 +150,37 @@ func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.
 
 // newCostReconciler builds the reconciler on the read-token client (nil,
 // nil without one).
-func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps) (*cost.Reconciler, error) {
+//
+// customers builds each customer organization's client from its own active
+// token: inventory lists, adopts and ends only that organization's
+// droplets with it; prices still come from the read token.
+func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
 	if client == nil {
 		return nil, nil
 	}
-	return cost.New(cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
-		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB})
+	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
+		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB}
+	if customers != nil {
+		cc.Customers = func(ctx context.Context) ([]cost.Account, error) { return customerAccounts(ctx, db, customers) }
+	}
+	return cost.New(cc)
+}
+
+// customerAccounts is one inventory account per customer organization
+// with an active provider token; an organization whose token cannot be
+// opened (revoked meanwhile) is left out of this pass.
+func customerAccounts(ctx context.Context, db *storage.DB, customers *reaper.CustomerTokens) ([]cost.Account, error) {
+	tokens, err := storage.ListActiveProviderTokens(ctx, db.Read)
+	if err != nil {
+		return nil, err
+	}
+	var out []cost.Account
+	for _, t := range tokens {
+		client, _, err := customers.CustomerClient(ctx, storage.Organization{ID: t.OrgID, Slug: t.OrgSlug, Kind: storage.OrgCustomer})
+		if err != nil {
+			continue
+		}
+		out = append(out, cost.Account{OrgID: t.OrgID, Droplets: client})
+	}
+	return out, nil
 }

@@ -57,11 +57,10 @@ var eventKinds = map[string]bool{
 	EventCIFinished: true, EventShutdown: true, EventSunk: true,
 }
 
-// Kinds chalupa records itself in answer to a `sunk` event.
+// Kinds chalupa records itself in answer to a `sunk` event, besides
+// EventReaperWarning (a droplet that still exists: the deployment stays on
+// the reaper's list).
 const (
-	// EventReaperWarning is recorded when a `sunk` event names a droplet
-	// that still exists: the deployment stays on the reaper's list.
-	EventReaperWarning = "reaper-warning"
 	// EventDeploymentEnded is recorded when a `sunk` event's droplet is
 	// gone (404) and the deployment ended.
 	EventDeploymentEnded = "deployment-ended"
