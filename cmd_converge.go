@@ -86,7 +86,7 @@ func waitJob(ctx context.Context, cl *adminapi.Client, id string, timeout, poll 
 		if err != nil {
 			return adminapi.Job{}, err
 		}
-		if j.ProgressSeq != seq && len(j.Progress) > 0 {
+		if j.ProgressSeq != seq && hasJSON(j.Progress) {
 			seq = j.ProgressSeq
 			fmt.Fprintf(w, "  %s\n", progressLine(j.Progress))
 		}
@@ -110,6 +110,9 @@ func waitJob(ctx context.Context, cl *adminapi.Client, id string, timeout, poll 
 		}
 	}
 }
+
+// hasJSON reports whether raw holds a value (not absent, not null).
+func hasJSON(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // progressLine renders a progress report (jobs.Progress's JSON) on one
 // line: message, step, counts.
@@ -272,10 +275,10 @@ func (c *adminJobShowCmd) Run(a *adminCmd) error {
 			fmt.Fprintf(tw, "locked by\t%s since %s\n", j.LockedBy, timeOrDash(j.LockedAt))
 		}
 		fmt.Fprintf(tw, "created / started / finished\t%s / %s / %s\n", timeOrDash(j.CreatedAt), timeOrDash(j.StartedAt), timeOrDash(j.FinishedAt))
-		if len(j.Progress) > 0 {
+		if hasJSON(j.Progress) {
 			fmt.Fprintf(tw, "progress\t%s\n", progressLine(j.Progress))
 		}
-		if len(j.Result) > 0 {
+		if hasJSON(j.Result) {
 			fmt.Fprintf(tw, "result\t%s\n", displayText(string(j.Result)))
 		}
 		if j.Error != "" {

@@ -101,9 +101,9 @@ type Job struct {
 	LockedBy    string          `json:"lockedBy"`
 	LockedAt    time.Time       `json:"lockedAt"`
 	Attempts    int             `json:"attempts"`
-	Progress    json.RawMessage `json:"progress"`
+	Progress    json.RawMessage `json:"progress,omitempty"`
 	ProgressSeq int64           `json:"progressSeq"`
-	Result      json.RawMessage `json:"result"`
+	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error"`
 	CreatedAt   time.Time       `json:"createdAt"`
 	QueuedAt    time.Time       `json:"queuedAt"`
