@@ -40,7 +40,8 @@ import (
 // process from the client.
 
 // refSchema mirrors chalupa's nonces table and its heartbeats table (same
-// columns and index; no foreign key, since the reference has no deployments
+// columns and indexes — heartbeats has none but its rowid since
+// schema/0009; no foreign key, since the reference has no deployments
 // table).
 const refSchema = `
 CREATE TABLE IF NOT EXISTS nonces (
@@ -64,7 +65,6 @@ CREATE TABLE IF NOT EXISTS heartbeats (
     idle_deadline_at   INTEGER NOT NULL,
     session_expires_at INTEGER
 ) STRICT;
-CREATE INDEX IF NOT EXISTS heartbeats_deployment ON heartbeats (deployment_id, received_at);
 `
 
 // refDSN is storage/db_connect.go's write DSN: busy_timeout first (setting
