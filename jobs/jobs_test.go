@@ -369,6 +369,38 @@ func TestRecoveryRunsBeforeAnything(t *testing.T) {
 			t.Fatalf("ran %+v, calls %v", res.Ran, r.exec.Calls())
 		}
 	})
+	t.Run("more dead jobs than the cap: the next tick recovers the rest first", func(t *testing.T) {
+		r := newRig(t)
+		ctx := context.Background()
+		n := jobs.MaxRecoverPerTick + 2
+		for i := 0; i < n; i++ {
+			b := storagetest.Box(t, r.db, storage.Box{})
+			if _, err := r.svc.Enqueue(ctx, jobs.ScopeBox, b.ID, "up"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+				_, err := storage.ClaimNextJob(ctx, tx, "instance-before", r.clock.Now())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := <-runTick(r)
+		if len(res.Recovered) != jobs.MaxRecoverPerTick || !res.More || res.Ran != nil {
+			t.Fatalf("first tick: %d recovered, more %v, ran %+v", len(res.Recovered), res.More, res.Ran)
+		}
+		res = <-runTick(r)
+		<-r.exec.started
+		if len(res.Recovered) != 2 || res.More || res.Ran == nil {
+			t.Fatalf("second tick: %d recovered, more %v, ran %+v", len(res.Recovered), res.More, res.Ran)
+		}
+		calls := r.exec.Calls()
+		for i, c := range calls[:n] {
+			if c[:8] != "recover:" {
+				t.Fatalf("call %d is %s before every dead job was recovered: %v", i, c, calls)
+			}
+		}
+	})
 	t.Run("a failed recovery keeps the lane closed", func(t *testing.T) {
 		r := newRig(t)
 		dead := deadJob(t, r, 1)

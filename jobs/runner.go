@@ -105,7 +105,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if res.Ran != nil {
+		if res.Ran != nil || res.More {
 			continue
 		}
 		r.idleWaits.Add(1)
@@ -142,8 +142,12 @@ type Ran struct {
 type TickResult struct {
 	// Recovered lists the dead jobs handed to Recover and settled.
 	Recovered []Recovered
-	// Ran is the job run (nil: none was queued).
+	// Ran is the job run (nil: none was queued, or recovery left dead jobs
+	// for the next tick).
 	Ran *Ran
+	// More is set when more dead jobs remain than MaxRecoverPerTick: the
+	// next tick recovers them before any claim.
+	More bool
 }
 
 // Tick recovers the jobs left running by a process that is gone (at most
@@ -157,6 +161,7 @@ func (r *Runner) Tick(ctx context.Context) (TickResult, error) {
 	var res TickResult
 	more, err := r.recover(ctx, &res)
 	if err != nil || more {
+		res.More = more
 		return res, err
 	}
 	var job Job
