@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -282,7 +281,7 @@ func waitJobDone(t *testing.T, cl *adminapi.Client, id string) adminapi.Job {
 			return j
 		}
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("job %s still %s", id, j.Status))
+			t.Fatalf("job %s still %s", id, j.Status)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
