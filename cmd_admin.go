@@ -42,6 +42,12 @@ type adminCmd struct {
 	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
 	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas, agents)."`
 	Runs        adminRunsCmd        `cmd:"" help:"List an environment's CI suite runs with their artifacts."`
+	Box         adminBoxCmd         `cmd:"" help:"Declare and show boxes (converge intent)."`
+	Converge    adminConvergeCmd    `cmd:"" help:"Enqueue preview, up, refresh or destroy for a box (--wait follows it)."`
+	State       adminStateCmd       `cmd:"" help:"Converge state: cancel a held lock."`
+	Jobs        adminJobsCmd        `cmd:"" help:"List converge jobs and the job runners seen (--watch follows changes)."`
+	Job         adminJobCmd         `cmd:"" help:"Show one converge job."`
+	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 

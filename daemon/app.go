@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -43,6 +44,9 @@ type Options struct {
 	// loops are built. The command makes its own key checks. The database
 	// must exist (ErrNoDatabase).
 	Offline bool
+	// Executor runs converge jobs (docs/operations.md, "Jobs"); nil: converge
+	// answers 503 converge_not_configured and the job lane is not run.
+	Executor jobs.Executor
 }
 
 // App is an assembled daemon: the data dir lock, the open and migrated
@@ -185,7 +189,8 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
-	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Log: log, Clock: a.Clock})
+	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Log: log, Clock: a.Clock,
+		Executor: opt.Executor})
 	return err
 }
 
@@ -198,7 +203,8 @@ func (a *App) StartLoops(ctx context.Context) error {
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents(),
-		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper})
+		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
+		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch})
 	if err != nil {
 		return err
 	}

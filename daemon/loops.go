@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
@@ -55,6 +56,10 @@ type LoopDeps struct {
 	// operations share it); it runs only with the platform write token
 	// set, and nil adds no loop.
 	Reaper *reaper.Reaper
+	// Jobs is the converge job lane (nil without an executor: not run);
+	// JobWatch warns when queued jobs find no worker (nil: not run).
+	Jobs     *jobs.Runner
+	JobWatch *jobs.Watch
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -93,6 +98,14 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	}
 	if d.Reaper != nil && d.Reaper.Configured() {
 		loops = append(loops, d.Reaper)
+	}
+	if d.Jobs != nil {
+		// Event-driven: woken on enqueue; it recovers a previous
+		// instance's dead jobs before claiming (docs/operations.md, "Jobs").
+		loops = append(loops, d.Jobs)
+	}
+	if d.JobWatch != nil {
+		loops = append(loops, d.JobWatch)
 	}
 	return loops, nil
 }

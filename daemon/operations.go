@@ -23,6 +23,8 @@ import (
 type apiError struct {
 	status        int
 	code, message string
+	// jobID is the error body's jobId (a busy converge scope), "" for none.
+	jobID string
 }
 
 // Error is "code: message".
@@ -186,6 +188,8 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 		resp, err := b.call(r.Context(), req)
 		var ae *apiError
 		switch {
+		case errors.As(err, &ae) && ae.jobID != "":
+			writeJSON(w, ae.status, adminapi.ErrorBody{Error: adminapi.ErrorDetail{Code: ae.code, Message: ae.message, JobID: ae.jobID}})
 		case errors.As(err, &ae):
 			writeError(w, ae.status, ae.code, ae.message)
 		case err != nil:

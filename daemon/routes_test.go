@@ -79,9 +79,9 @@ func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 			// A wrong method says nothing about the route (405, Allow)
 			// before the bearer groups have authenticated the caller.
 			if rt.Group == daemon.GroupAdmin || rt.Group == daemon.GroupProbe {
-				// PATCH: no route uses it (PUT and DELETE serve the
-				// provider-token route).
-				other := http.MethodPatch
+				// A method this path does not serve (PATCH serves box
+				// updates; PUT and DELETE the provider-token route).
+				other := unservedMethod(routes, rt.Pattern)
 				if code, allow := send(other, ""); code != http.StatusUnauthorized || allow != "" {
 					t.Errorf("%s without credentials: %d with Allow %q, want 401 and no Allow", other, code, allow)
 				}
@@ -267,4 +267,18 @@ func TestCommitDelayIsMeasured(t *testing.T) {
 		m := re.FindSubmatch(b)
 		return m != nil && string(m[1]) != "0", fmt.Sprintf("%d, %q", resp.StatusCode, m)
 	})
+}
+
+// unservedMethod returns a method none of routes serves on pattern.
+func unservedMethod(routes []daemon.Route, pattern string) string {
+	for _, m := range []string{http.MethodPatch, http.MethodPut, http.MethodDelete, http.MethodPost, http.MethodGet} {
+		served := false
+		for _, rt := range routes {
+			served = served || (rt.Pattern == pattern && rt.Method == m)
+		}
+		if !served {
+			return m
+		}
+	}
+	panic("every method is served on " + pattern)
 }

@@ -11,10 +11,12 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/julienschmidt/httprouter"
+	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
@@ -45,6 +47,11 @@ type Server struct {
 	// reaper is the reaper loop, shared by its admin operations and the
 	// loop registry; it alone holds the DigitalOcean write token.
 	reaper *reaper.Reaper
+	// jobRunner is the converge job lane (nil without an executor: not
+	// run); jobWatch the offline watch; jobs what the admin API calls.
+	jobRunner *jobs.Runner
+	jobWatch  *jobs.Watch
+	jobs      *jobs.Service
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -66,6 +73,8 @@ type serverDeps struct {
 	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
 	// uptime; nil means the real clock.
 	Clock clockwork.Clock
+	// Executor runs converge jobs; nil: converge is not configured.
+	Executor jobs.Executor
 }
 
 // newServer builds the server: every route group with its authentication,
@@ -137,6 +146,19 @@ func newServer(d serverDeps) (*Server, error) {
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
+	s.jobWatch = jobs.NewWatch(d.DB, clock, d.Log)
+	if d.Executor != nil {
+		// The instance id locks this process's jobs: serve holds the data
+		// dir lock, so a job locked by another id is provably dead
+		// (docs/operations.md, "Jobs").
+		s.jobRunner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: clock, Log: d.Log, Executor: d.Executor,
+			InstanceID: ulid.Make().String(), Version: Version})
+	} else {
+		d.Log.Warn().Msg(convergeOffMessage)
+	}
+	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
+	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -97,4 +98,16 @@ func ListLifecycleEvents(ctx context.Context, q Querier, f EventFilter) ([]Lifec
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// LatestLifecycleEventAt returns when the newest event whose id starts with
+// idPrefix occurred (zero when there is none): a writer that suppresses
+// repeats by its own stable id scheme reads its last one here.
+func LatestLifecycleEventAt(ctx context.Context, q Querier, idPrefix string) (time.Time, error) {
+	var at sql.NullInt64
+	if err := q.QueryRowContext(ctx,
+		`SELECT max(occurred_at) FROM lifecycle_events WHERE substr(id, 1, length(?1)) = ?1`, idPrefix).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("latest lifecycle event: %w", err)
+	}
+	return fromMS(at), nil
 }

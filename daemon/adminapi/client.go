@@ -72,7 +72,7 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 		e := &APIError{Status: resp.StatusCode}
 		var eb ErrorBody
 		if json.Unmarshal(b, &eb) == nil {
-			e.Code, e.Message = eb.Error.Code, eb.Error.Message
+			e.Code, e.Message, e.JobID = eb.Error.Code, eb.Error.Message, eb.Error.JobID
 		}
 		return nil, e
 	}

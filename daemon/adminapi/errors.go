@@ -13,6 +13,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// JobID names the live job that holds a busy converge scope (409
+	// job_in_progress); omitted otherwise.
+	JobID string `json:"jobId,omitempty"`
 }
 
 // APIError is a non-2xx answer from the daemon.
@@ -23,6 +26,8 @@ type APIError struct {
 	// an ErrorBody.
 	Code    string
 	Message string
+	// JobID is the error body's jobId: the live job of a busy scope.
+	JobID string
 }
 
 // Error is "code: message (HTTP status)".

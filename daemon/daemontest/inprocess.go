@@ -13,6 +13,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/jobs"
 )
 
 // AppOptions configures New. Zero fields take defaults.
@@ -33,6 +34,9 @@ type AppOptions struct {
 	// StartLoops runs the background loops under the supervisor. Off by
 	// default: tests call a loop's tick themselves.
 	StartLoops bool
+	// Executor runs converge jobs (a fake in tests); nil: converge is not
+	// configured.
+	Executor jobs.Executor
 }
 
 // InProcess is one daemon assembled in the test process.
@@ -95,7 +99,7 @@ func (p *InProcess) open(opt AppOptions) {
 	if err != nil {
 		t.Fatalf("daemontest: LoadConfig: %v", err)
 	}
-	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock})
+	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock, Executor: opt.Executor})
 	if err != nil {
 		t.Fatalf("daemontest: daemon.Open: %v", err)
 	}

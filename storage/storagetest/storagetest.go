@@ -19,6 +19,8 @@
 package storagetest
 
 import (
+	"github.com/oklog/ulid/v2"
+
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -551,4 +553,58 @@ func TelemetryWindow(t testing.TB, db *storage.DB, seed storage.TelemetryWindow)
 		return err
 	})
 	return seed
+}
+
+// Box creates a box through storage.CreateBox and returns it. Defaults for
+// zero fields:
+//
+//   - EnvironmentSlug: a new Environment fixture's
+//   - ID: a fresh ULID; Name: "box-<n>", unique per call within the test
+//     process
+//   - Config: region nyc3, size s-2vcpu-4gb, image ubuntu-24-04-x64, one
+//     SSH key fingerprint, sources 203.0.113.7/32 (customer) and
+//     198.51.100.9/32 (control plane), a 10 GiB volume, no tags
+//
+// The configuration is not validated (boxes.Validate is the admin API's
+// rule). Fails the test on any error, for example a duplicate name.
+func Box(t testing.TB, db *storage.DB, seed storage.Box) storage.Box {
+	t.Helper()
+	if seed.EnvironmentSlug == "" {
+		seed.EnvironmentSlug = Environment(t, db, storage.Environment{}).Slug
+	}
+	if seed.ID == "" {
+		seed.ID = ulid.Make().String()
+	}
+	if seed.Name == "" {
+		seed.Name = fmt.Sprintf("box-%d", next())
+	}
+	c := &seed.Config
+	if c.Region == "" {
+		c.Region = "nyc3"
+	}
+	if c.Size == "" {
+		c.Size = "s-2vcpu-4gb"
+	}
+	if c.Image == "" {
+		c.Image = "ubuntu-24-04-x64"
+	}
+	if c.SSHKeyFingerprints == nil {
+		c.SSHKeyFingerprints = []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"}
+	}
+	if c.CustomerSource == "" {
+		c.CustomerSource = "203.0.113.7/32"
+	}
+	if c.ControlPlaneSource == "" {
+		c.ControlPlaneSource = "198.51.100.9/32"
+	}
+	if c.VolumeSizeGiB == 0 {
+		c.VolumeSizeGiB = 10
+	}
+	var out storage.Box
+	do(t, db, "insert box "+seed.Name, func(tx storage.Tx) error {
+		var err error
+		out, err = storage.CreateBox(t.Context(), tx, seed.ID, seed.Name, seed.EnvironmentSlug, seed.Managed, seed.Config, now())
+		return err
+	})
+	return out
 }

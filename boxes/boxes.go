@@ -1,0 +1,124 @@
+// Package boxes holds the rules of converge intent: what a box (one
+// declared machine of an environment, the cloud_resource oracle) may
+// declare (docs/operations.md, "Boxes"). The admin API validates every
+// create and update here before anything is written.
+package boxes
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Bounds of a box's configuration (docs/operations.md, "Boxes").
+const (
+	// MaxSSHKeys bounds the SSH key fingerprints of one box: more is a
+	// mistake, not a team.
+	MaxSSHKeys = 10
+	// MaxTags bounds a box's extra tags: DigitalOcean allows more, but the
+	// program adds its own and a droplet's tags are listed on every
+	// inventory read.
+	MaxTags = 20
+	// MaxVolumeGiB is DigitalOcean's largest volume (16 TiB).
+	MaxVolumeGiB = 16384
+	// ReservedTagPrefix starts the tags the converge program sets itself
+	// (chalupa, chalupa:env:<slug>, the box and job tags): a declared tag
+	// may not, so the reaper's tag guard cannot be spoofed by intent.
+	ReservedTagPrefix = "chalupa"
+)
+
+// ErrInvalid is wrapped by every validation error; the message names the
+// field and the rule and never echoes more than the field's name.
+var ErrInvalid = errors.New("invalid box")
+
+var (
+	regionRE      = regexp.MustCompile(`^[a-z]{3}[0-9]$`)
+	sizeRE        = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	imageRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	fingerprintRE = regexp.MustCompile(`^([0-9a-f]{2}:){15}[0-9a-f]{2}$`)
+	tagRE         = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,64}$`)
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// ValidName checks a box name: an environment-slug-like label (the
+// stacks are <name>-compute and <name>-data). Errors: ErrInvalid.
+func ValidName(name string) error {
+	if !slug.Valid(name) {
+		return invalid("name must match %s", slug.Pattern)
+	}
+	return nil
+}
+
+// ValidSource checks one firewall source: an IPv4 /32 in canonical form
+// ("203.0.113.7/32") of a globally routable unicast address. field names it
+// in the error. Errors: ErrInvalid.
+func ValidSource(field, s string) error {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() || p.Bits() != 32 || p.String() != s {
+		return invalid("%s must be an IPv4 /32 such as 203.0.113.7/32", field)
+	}
+	if !p.Addr().IsGlobalUnicast() {
+		return invalid("%s must be a unicast address (not loopback, link-local, multicast or unspecified)", field)
+	}
+	return nil
+}
+
+// Validate checks a box's configuration (the Version and UpdatedAt fields
+// are ignored). Errors: ErrInvalid naming the first field that breaks its
+// rule.
+func Validate(c storage.BoxConfig) error {
+	switch {
+	case !regionRE.MatchString(c.Region):
+		return invalid("region must be a DigitalOcean region slug such as nyc3")
+	case !sizeRE.MatchString(c.Size):
+		return invalid("size must be a DigitalOcean size slug such as s-2vcpu-4gb")
+	case !imageRE.MatchString(c.Image):
+		return invalid("image must be a DigitalOcean image slug or id such as ubuntu-24-04-x64")
+	case len(c.SSHKeyFingerprints) == 0:
+		return invalid("at least one SSH key fingerprint is required")
+	case len(c.SSHKeyFingerprints) > MaxSSHKeys:
+		return invalid("at most %d SSH key fingerprints", MaxSSHKeys)
+	case len(c.Tags) > MaxTags:
+		return invalid("at most %d tags", MaxTags)
+	case c.VolumeSizeGiB < 0 || c.VolumeSizeGiB > MaxVolumeGiB:
+		return invalid("volumeSizeGiB must be between 0 (no data volume) and %d", MaxVolumeGiB)
+	}
+	seen := map[string]bool{}
+	for _, f := range c.SSHKeyFingerprints {
+		if !fingerprintRE.MatchString(f) {
+			return invalid("SSH key fingerprints must be MD5 fingerprints in lowercase colon-separated hex (aa:bb:…, 16 bytes)")
+		}
+		if seen[f] {
+			return invalid("SSH key fingerprints must be distinct")
+		}
+		seen[f] = true
+	}
+	if err := ValidSource("customerSource", c.CustomerSource); err != nil {
+		return err
+	}
+	if err := ValidSource("controlPlaneSource", c.ControlPlaneSource); err != nil {
+		return err
+	}
+	seen = map[string]bool{}
+	for _, t := range c.Tags {
+		if !tagRE.MatchString(t) {
+			return invalid("tags must match %s", tagRE)
+		}
+		if strings.HasPrefix(strings.ToLower(t), ReservedTagPrefix) {
+			return invalid("tags starting with %q are set by chalupa itself", ReservedTagPrefix)
+		}
+		if seen[t] {
+			return invalid("tags must be distinct")
+		}
+		seen[t] = true
+	}
+	return nil
+}

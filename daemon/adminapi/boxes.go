@@ -1,0 +1,152 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Box operation ids (docs/operations.md, "Boxes").
+const (
+	OpCreateBox  = "adminCreateBox"
+	OpUpdateBox  = "adminUpdateBox"
+	OpListBoxes  = "adminListBoxes"
+	OpGetBox     = "adminGetBox"
+	pathBoxes    = "/api/admin/boxes"
+	pathBox      = "/api/admin/boxes/:box"
+	boxesSummary = "list boxes (converge intent), optionally of one environment"
+)
+
+var boxOperations = []Operation{
+	{ID: OpCreateBox, Method: methodPost, Path: pathBoxes, Status: http.StatusCreated, Mutates: true,
+		Request: typeOf[CreateBoxRequest](), Response: typeOf[Box](),
+		Summary: `declare a box: {"name","environment","region","size","image","sshKeyFingerprints","customerSource","controlPlaneSource","volumeSizeGiB","tags","managed"}`},
+	{ID: OpUpdateBox, Method: http.MethodPatch, Path: pathBox, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[UpdateBoxRequest](), Response: typeOf[Box](),
+		Summary: "change a box's declared configuration (fields present are replaced); the next up converges it"},
+	{ID: OpListBoxes, Method: methodGet, Path: pathBoxes, Status: http.StatusOK,
+		Request: typeOf[ListBoxesRequest](), Response: typeOf[BoxList](), Summary: boxesSummary},
+	{ID: OpGetBox, Method: methodGet, Path: pathBox, Status: http.StatusOK,
+		Request: typeOf[GetBoxRequest](), Response: typeOf[Box](),
+		Summary: "one box: its configuration, recorded provider ids and last launch result"},
+}
+
+// BoxConfig is a box's declared configuration. Rules (422 invalid_box
+// otherwise): region a DigitalOcean region slug (nyc3); size and image
+// slugs; 1–10 distinct SSH key MD5 fingerprints (aa:bb:…); customerSource
+// and controlPlaneSource each an IPv4 /32 ("203.0.113.7/32"), both
+// required; volumeSizeGiB 0 (no data volume) to 16384; at most 20 distinct
+// tags of [A-Za-z0-9_:-], none starting with "chalupa".
+type BoxConfig struct {
+	Region             string   `json:"region"`
+	Size               string   `json:"size"`
+	Image              string   `json:"image"`
+	SSHKeyFingerprints []string `json:"sshKeyFingerprints"`
+	CustomerSource     string   `json:"customerSource"`
+	ControlPlaneSource string   `json:"controlPlaneSource"`
+	// VolumeSizeGiB is the data volume's size in GiB.
+	VolumeSizeGiB int64    `json:"volumeSizeGiB"`
+	Tags          []string `json:"tags"`
+}
+
+// CreateBoxRequest is the body of adminCreateBox. Name follows the
+// environment slug rule and is unique across boxes; Environment is an
+// existing environment's slug.
+type CreateBoxRequest struct {
+	Name        string `json:"name"`
+	Environment string `json:"environment"`
+	Managed     bool   `json:"managed"`
+	BoxConfig
+}
+
+// UpdateBoxRequest is the body of adminUpdateBox: every field present
+// replaces the declared value (lists as a whole); absent fields stay.
+// Box (the path) is the box's id or name.
+type UpdateBoxRequest struct {
+	Box                string    `path:"box" json:"-"`
+	Region             *string   `json:"region,omitempty"`
+	Size               *string   `json:"size,omitempty"`
+	Image              *string   `json:"image,omitempty"`
+	SSHKeyFingerprints *[]string `json:"sshKeyFingerprints,omitempty"`
+	CustomerSource     *string   `json:"customerSource,omitempty"`
+	ControlPlaneSource *string   `json:"controlPlaneSource,omitempty"`
+	VolumeSizeGiB      *int64    `json:"volumeSizeGiB,omitempty"`
+	Tags               *[]string `json:"tags,omitempty"`
+	Managed            *bool     `json:"managed,omitempty"`
+}
+
+// ListBoxesRequest filters adminListBoxes: Environment is a slug ("" for
+// all).
+type ListBoxesRequest struct {
+	Environment string `query:"environment" json:"-"`
+}
+
+// GetBoxRequest names a box by id or name.
+type GetBoxRequest struct {
+	Box string `path:"box" json:"-"`
+}
+
+// BoxResources are the provider ids recorded on a box after an up, a
+// refresh or crash recovery (0 / "": none known).
+type BoxResources struct {
+	DropletID  int64     `json:"dropletId"`
+	FirewallID string    `json:"firewallId"`
+	VolumeID   string    `json:"volumeId"`
+	RecordedAt time.Time `json:"recordedAt"`
+}
+
+// BoxLaunch is the result of a box's last successful up, kept after the
+// droplet is gone.
+type BoxLaunch struct {
+	DropletID  int64     `json:"dropletId"`
+	IPv4       string    `json:"ipv4"`
+	IPv6       string    `json:"ipv6"`
+	HostKey    string    `json:"hostKey"`
+	LaunchedAt time.Time `json:"launchedAt"`
+	JobID      string    `json:"jobId"`
+}
+
+// Box is one box: intent plus what converge recorded.
+type Box struct {
+	// ID is the box's ULID, the converge scope id.
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Environment string `json:"environment"`
+	Managed     bool   `json:"managed"`
+	BoxConfig
+	// ConfigVersion increases on each update.
+	ConfigVersion int64        `json:"configVersion"`
+	Resources     BoxResources `json:"resources"`
+	// LastLaunch is nil when the box was never launched.
+	LastLaunch *BoxLaunch `json:"lastLaunch"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	UpdatedAt  time.Time  `json:"updatedAt"`
+}
+
+// BoxList answers adminListBoxes.
+type BoxList struct {
+	Boxes []Box `json:"boxes"`
+}
+
+// CreateBox calls adminCreateBox. Errors: an *APIError with 422
+// invalid_box, 404 environment_not_found or 409 box_exists.
+func (c *Client) CreateBox(ctx context.Context, req CreateBoxRequest) (Box, error) {
+	return call[Box](ctx, c, OpCreateBox, req)
+}
+
+// UpdateBox calls adminUpdateBox. Errors: an *APIError with 422
+// invalid_box or 404 not_found.
+func (c *Client) UpdateBox(ctx context.Context, req UpdateBoxRequest) (Box, error) {
+	return call[Box](ctx, c, OpUpdateBox, req)
+}
+
+// ListBoxes calls adminListBoxes.
+func (c *Client) ListBoxes(ctx context.Context, req ListBoxesRequest) (BoxList, error) {
+	return call[BoxList](ctx, c, OpListBoxes, req)
+}
+
+// GetBox calls adminGetBox with the box's id or name. Errors: an
+// *APIError with 404 not_found.
+func (c *Client) GetBox(ctx context.Context, box string) (Box, error) {
+	return call[Box](ctx, c, OpGetBox, GetBoxRequest{Box: box})
+}

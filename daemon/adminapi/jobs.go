@@ -1,0 +1,157 @@
+package adminapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Converge and job operation ids (docs/operations.md, "Jobs"). The two
+// pulumi-state operations keep the seed's names and paths under
+// /admin-api; the job reads sit with the other admin reads under
+// /api/admin.
+const (
+	OpRunPulumiConverge = "adminRunPulumiConverge"
+	OpCancelPulumiState = "adminCancelPulumiState"
+	OpListJobs          = "adminListJobs"
+	OpGetJob            = "adminGetJob"
+	pathConverge        = "/admin-api/pulumi-state/converge"
+	pathCancelState     = "/admin-api/pulumi-state/cancel"
+	pathJobs            = "/api/admin/jobs"
+	pathJob             = "/api/admin/jobs/:id"
+)
+
+// Error codes of the converge operations.
+const (
+	// CodeJobInProgress: the scope has a queued or running job (409; the
+	// error body's jobId names it).
+	CodeJobInProgress = "job_in_progress"
+	// CodeConvergeNotConfigured: no converge executor (503; set
+	// DIGITALOCEAN_PROVISION_TOKEN).
+	CodeConvergeNotConfigured = "converge_not_configured"
+)
+
+var jobOperations = []Operation{
+	{ID: OpRunPulumiConverge, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
+		Request: typeOf[ConvergeRequest](), Response: typeOf[Job](),
+		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required)`},
+	{ID: OpCancelPulumiState, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
+		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
+	{ID: OpListJobs, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
+		Request: typeOf[ListJobsRequest](), Response: typeOf[JobList](),
+		Summary: "list converge jobs, newest first, and the job runners seen"},
+	{ID: OpGetJob, Method: methodGet, Path: pathJob, Status: http.StatusOK,
+		Request: typeOf[GetJobRequest](), Response: typeOf[Job](),
+		Summary: "one converge job with its latest progress and result"},
+}
+
+// Scope names what a job converges: Kind "box" and the box's ID (its
+// name is accepted too).
+type Scope struct {
+	Kind string `json:"kind"`
+	ID   string `json:"id"`
+}
+
+// ConvergeRequest is the body of adminRunPulumiConverge. Action is
+// required, with no default: 400 missing_action when absent, 422
+// unknown_action when not one of preview, up, refresh, destroy.
+type ConvergeRequest struct {
+	Scope  Scope  `json:"scope"`
+	Action string `json:"action"`
+}
+
+// CancelStateRequest is the body of adminCancelPulumiState.
+type CancelStateRequest struct {
+	Scope Scope `json:"scope"`
+}
+
+// CancelledState answers adminCancelPulumiState: the scope's lock was
+// cancelled (or was not held).
+type CancelledState struct {
+	Scope Scope  `json:"scope"`
+	Box   string `json:"box"`
+}
+
+// ListJobsRequest filters adminListJobs: Status keeps one status, Box one
+// box's jobs (id or name), Limit the newest N (default 50, at most 500).
+type ListJobsRequest struct {
+	Status string `query:"status" json:"-"`
+	Box    string `query:"box" json:"-"`
+	Limit  int64  `query:"limit" json:"-"`
+}
+
+// GetJobRequest names a job.
+type GetJobRequest struct {
+	ID string `path:"id" json:"-"`
+}
+
+// Job is one converge job. Status is queued, running, succeeded, failed
+// or cancelled; LockedBy is the process instance running it; Progress is
+// its latest progress report (ProgressSeq counts them) and Result a
+// successful run's result; Error why it failed or why its last attempt
+// ended.
+type Job struct {
+	ID          string          `json:"id"`
+	Scope       Scope           `json:"scope"`
+	Box         string          `json:"box"`
+	Action      string          `json:"action"`
+	Status      string          `json:"status"`
+	LockedBy    string          `json:"lockedBy"`
+	LockedAt    time.Time       `json:"lockedAt"`
+	Attempts    int             `json:"attempts"`
+	Progress    json.RawMessage `json:"progress,omitempty"`
+	ProgressSeq int64           `json:"progressSeq"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	QueuedAt    time.Time       `json:"queuedAt"`
+	StartedAt   time.Time       `json:"startedAt"`
+	FinishedAt  time.Time       `json:"finishedAt"`
+}
+
+// Done reports whether the job has ended (succeeded, failed, cancelled).
+func (j Job) Done() bool { return j.Status != "queued" && j.Status != "running" }
+
+// Worker is a job runner's reported state (current job is a report, not
+// ownership).
+type Worker struct {
+	WorkerID     string    `json:"workerId"`
+	Version      string    `json:"version"`
+	LastSeenAt   time.Time `json:"lastSeenAt"`
+	CurrentJobID string    `json:"currentJobId"`
+}
+
+// JobList answers adminListJobs.
+type JobList struct {
+	Jobs []Job `json:"jobs"`
+	// Configured is false when no converge executor is configured.
+	Configured bool     `json:"configured"`
+	Workers    []Worker `json:"workers"`
+}
+
+// RunPulumiConverge calls adminRunPulumiConverge and returns the queued
+// job. Errors: an *APIError with 400 missing_action, 422 unknown_action or
+// unknown_scope, 404 not_found, 503 converge_not_configured, or 409
+// job_in_progress (JobID names the live job).
+func (c *Client) RunPulumiConverge(ctx context.Context, req ConvergeRequest) (Job, error) {
+	return call[Job](ctx, c, OpRunPulumiConverge, req)
+}
+
+// CancelPulumiState calls adminCancelPulumiState. Errors: an *APIError
+// with 404 not_found, 503 converge_not_configured, or 409 job_in_progress
+// ("another update in progress"; JobID names the live job).
+func (c *Client) CancelPulumiState(ctx context.Context, req CancelStateRequest) (CancelledState, error) {
+	return call[CancelledState](ctx, c, OpCancelPulumiState, req)
+}
+
+// ListJobs calls adminListJobs.
+func (c *Client) ListJobs(ctx context.Context, req ListJobsRequest) (JobList, error) {
+	return call[JobList](ctx, c, OpListJobs, req)
+}
+
+// GetJob calls adminGetJob. Errors: an *APIError with 404 not_found.
+func (c *Client) GetJob(ctx context.Context, id string) (Job, error) {
+	return call[Job](ctx, c, OpGetJob, GetJobRequest{ID: id})
+}

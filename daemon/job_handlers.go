@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Bounds of adminListJobs.
+const (
+	// defaultJobList is how many jobs adminListJobs returns without limit.
+	defaultJobList = 50
+	// maxJobList bounds limit: the CLI's --watch polls it.
+	maxJobList = 500
+)
+
+// convergeOffMessage is the 503 converge_not_configured message.
+const convergeOffMessage = "converge is not configured: set DIGITALOCEAN_PROVISION_TOKEN (docs/operations.md, \"Jobs\")"
+
+// jobHandlers enqueue converge jobs, cancel held state locks and read
+// jobs (docs/operations.md, "Jobs"). They hold the job service and the
+// database.
+type jobHandlers struct {
+	db  *storage.DB
+	svc *jobs.Service
+	log zerolog.Logger
+}
+
+func (h *jobHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpRunPulumiConverge, h.converge)
+	handleOp(o, adminapi.OpCancelPulumiState, h.cancel)
+	handleOp(o, adminapi.OpListJobs, h.list)
+	handleOp(o, adminapi.OpGetJob, h.get)
+}
+
+// jobError maps the job service's errors to answers.
+func jobError(err error) error {
+	var busy *storage.ScopeBusyError
+	switch {
+	case errors.As(err, &busy):
+		return &apiError{status: http.StatusConflict, code: adminapi.CodeJobInProgress,
+			message: "another update in progress: job " + busy.JobID, jobID: busy.JobID}
+	case errors.Is(err, jobs.ErrUnknownAction):
+		return fail(http.StatusUnprocessableEntity, "unknown_action", jobs.ErrUnknownAction.Error())
+	case errors.Is(err, jobs.ErrUnknownScope):
+		return fail(http.StatusUnprocessableEntity, "unknown_scope", jobs.ErrUnknownScope.Error())
+	case errors.Is(err, storage.ErrNotFound):
+		return errBoxNotFound
+	case errors.Is(err, jobs.ErrNotConfigured):
+		return fail(http.StatusServiceUnavailable, adminapi.CodeConvergeNotConfigured, convergeOffMessage)
+	}
+	return err
+}
+
+func (h *jobHandlers) converge(ctx context.Context, req adminapi.ConvergeRequest) (adminapi.Job, error) {
+	if req.Action == "" {
+		return adminapi.Job{}, fail(http.StatusBadRequest, "missing_action", "action is required (preview, up, refresh or destroy); there is no default")
+	}
+	job, err := h.svc.Enqueue(ctx, req.Scope.Kind, req.Scope.ID, req.Action)
+	if err != nil {
+		return adminapi.Job{}, jobError(err)
+	}
+	box, err := storage.BoxByRef(ctx, h.db.Read, job.ScopeID)
+	if err != nil {
+		return adminapi.Job{}, err
+	}
+	return toAPIJob(job, box.Name), nil
+}
+
+func (h *jobHandlers) cancel(ctx context.Context, req adminapi.CancelStateRequest) (adminapi.CancelledState, error) {
+	box, err := h.svc.CancelLock(ctx, req.Scope.Kind, req.Scope.ID)
+	var busy *storage.ScopeBusyError
+	switch {
+	case err == nil:
+	case errors.As(err, &busy), errors.Is(err, jobs.ErrUnknownScope), errors.Is(err, storage.ErrNotFound), errors.Is(err, jobs.ErrNotConfigured):
+		return adminapi.CancelledState{}, jobError(err)
+	default:
+		// The executor's error may name paths or backend details: logged,
+		// not returned.
+		h.log.Error().Err(err).Str("box", box.Name).Msg("cancelling a held state lock failed")
+		return adminapi.CancelledState{}, fail(http.StatusBadGateway, "cancel_failed", "cancelling the held lock failed; the daemon log says why")
+	}
+	return adminapi.CancelledState{Scope: adminapi.Scope{Kind: jobs.ScopeBox, ID: box.ID}, Box: box.Name}, nil
+}
+
+func (h *jobHandlers) list(ctx context.Context, req adminapi.ListJobsRequest) (adminapi.JobList, error) {
+	limit := req.Limit
+	if limit == 0 {
+		limit = defaultJobList
+	}
+	if limit < 0 || limit > maxJobList {
+		return adminapi.JobList{}, fail(http.StatusUnprocessableEntity, "bad_param", "limit must be between 1 and 500")
+	}
+	switch req.Status {
+	case "", storage.JobQueued, storage.JobRunning, storage.JobSucceeded, storage.JobFailed, storage.JobCancelled:
+	default:
+		return adminapi.JobList{}, fail(http.StatusUnprocessableEntity, "bad_param", "status must be queued, running, succeeded, failed or cancelled")
+	}
+	names, err := boxNames(ctx, h.db)
+	if err != nil {
+		return adminapi.JobList{}, err
+	}
+	f := storage.JobFilter{Status: req.Status, Limit: int(limit)}
+	if req.Box != "" {
+		b, err := storage.BoxByRef(ctx, h.db.Read, req.Box)
+		if errors.Is(err, storage.ErrNotFound) {
+			return adminapi.JobList{}, errBoxNotFound
+		}
+		if err != nil {
+			return adminapi.JobList{}, err
+		}
+		f.ScopeID = b.ID
+	}
+	list, err := storage.ListJobs(ctx, h.db.Read, f)
+	if err != nil {
+		return adminapi.JobList{}, err
+	}
+	workers, err := storage.ListWorkers(ctx, h.db.Read)
+	if err != nil {
+		return adminapi.JobList{}, err
+	}
+	out := adminapi.JobList{Jobs: make([]adminapi.Job, 0, len(list)), Configured: h.svc.Configured(), Workers: make([]adminapi.Worker, 0, len(workers))}
+	for _, j := range list {
+		out.Jobs = append(out.Jobs, toAPIJob(j, names[j.ScopeID]))
+	}
+	for _, w := range workers {
+		out.Workers = append(out.Workers, adminapi.Worker{WorkerID: w.WorkerID, Version: w.Version, LastSeenAt: w.LastSeenAt, CurrentJobID: w.CurrentJobID})
+	}
+	return out, nil
+}
+
+func (h *jobHandlers) get(ctx context.Context, req adminapi.GetJobRequest) (adminapi.Job, error) {
+	j, err := storage.JobByID(ctx, h.db.Read, req.ID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.Job{}, fail(http.StatusNotFound, "not_found", "no such job")
+	}
+	if err != nil {
+		return adminapi.Job{}, err
+	}
+	names, err := boxNames(ctx, h.db)
+	if err != nil {
+		return adminapi.Job{}, err
+	}
+	return toAPIJob(j, names[j.ScopeID]), nil
+}
+
+// boxNames maps box ids to names.
+func boxNames(ctx context.Context, db *storage.DB) (map[string]string, error) {
+	list, err := storage.ListBoxes(ctx, db.Read, "")
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(list))
+	for _, b := range list {
+		m[b.ID] = b.Name
+	}
+	return m, nil
+}
+
+func toAPIJob(j storage.Job, box string) adminapi.Job {
+	return adminapi.Job{ID: j.ID, Scope: adminapi.Scope{Kind: j.ScopeKind, ID: j.ScopeID}, Box: box, Action: j.Action,
+		Status: j.Status, LockedBy: j.LockedBy, LockedAt: j.LockedAt, Attempts: j.Attempts, Progress: j.Progress,
+		ProgressSeq: j.ProgressSeq, Result: j.Result, Error: j.Error, CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt,
+		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
+}

@@ -1,0 +1,164 @@
+// Package jobs is the converge job queue: one lane that runs preview, up,
+// refresh and destroy jobs on boxes through an Executor, under a lease
+// (docs/operations.md, "Jobs"). The Runner is the lane (a background loop,
+// woken on enqueue, without timers while the queue is empty); the Watch
+// warns when queued work finds no worker; the Service is what the admin API
+// calls to enqueue and to cancel a held state lock.
+//
+// The Executor is the seam to the engine (the Pulumi Automation API in
+// production): this package knows nothing of Pulumi.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// The queue's rules (docs/operations.md, "Jobs"); the numbers are the
+// managed worker's contract.
+const (
+	// LeaseDuration bounds one run of a job: a running job whose locked_at
+	// is older than this returns to queued (or fails with "worker lost").
+	// In this process the runner cancels the run at this deadline and
+	// waits for it to stop before requeueing, so two runs of one scope
+	// never overlap. Progress does not renew it.
+	LeaseDuration = 20 * time.Minute
+	// MaxAttempts is how many claims a job gets: a run that ends without an
+	// outcome is requeued while attempts < MaxAttempts, else the job fails
+	// with "worker lost".
+	MaxAttempts = 3
+	// OfflineAfter is how long jobs may wait queued with no worker seen
+	// before the Watch records a "managed worker offline" warning.
+	OfflineAfter = 5 * time.Minute
+	// OfflineRepeat suppresses repeats of that warning.
+	OfflineRepeat = 30 * time.Minute
+	// WorkerHeartbeat is how often the runner records that it is alive
+	// while a job runs (the seed's worker heartbeat), so a long run does not
+	// look like an offline worker to the Watch.
+	WorkerHeartbeat = 30 * time.Second
+	// RecoverRetry is the pause before a failed crash recovery (or a
+	// database fault) is tried again: the lane stays closed meanwhile.
+	RecoverRetry = time.Minute
+	// MaxRecoverPerTick caps the dead jobs one tick hands to Recover; the
+	// rest are recovered by the next tick, before any claim.
+	MaxRecoverPerTick = 10
+	// MaxProgressBytes bounds one stored progress report (JSON); a larger
+	// one is dropped (the next one replaces it anyway).
+	MaxProgressBytes = 16 << 10
+	// MaxResultBytes bounds a job's stored result (JSON); a larger result
+	// fails the job with a clear error.
+	MaxResultBytes = 256 << 10
+	// MaxErrorBytes bounds a job's stored error text.
+	MaxErrorBytes = 2000
+)
+
+// Actions: the Pulumi CLI's four verbs. A converge request must name one;
+// there is no default.
+const (
+	ActionPreview = "preview"
+	ActionUp      = "up"
+	ActionRefresh = "refresh"
+	ActionDestroy = "destroy"
+)
+
+// Actions lists every action, in the order the CLI shows them.
+var Actions = []string{ActionPreview, ActionUp, ActionRefresh, ActionDestroy}
+
+// ValidAction reports whether a is one of Actions.
+func ValidAction(a string) bool {
+	for _, x := range Actions {
+		if a == x {
+			return true
+		}
+	}
+	return false
+}
+
+// ScopeBox is the one scope kind: a box (docs/operations.md, "Boxes").
+const ScopeBox = "box"
+
+// Lifecycle event of the offline warning (docs/operations.md, "Jobs").
+const (
+	// OfflineKind and OfflineReason are the warning's kind and reason.
+	OfflineKind   = "reaper-warning"
+	OfflineReason = "provider"
+	// OfflineMessage is its message.
+	OfflineMessage = "managed worker offline"
+	// OfflineIDPrefix starts the warning's stable ids
+	// (OfflineIDPrefix + unix milliseconds).
+	OfflineIDPrefix = "jobs-worker-offline:"
+)
+
+// Errors of the Service.
+var (
+	// ErrNotConfigured: no executor is configured, so nothing can run;
+	// nothing is enqueued. Converge needs DIGITALOCEAN_PROVISION_TOKEN.
+	ErrNotConfigured = errors.New("converge is not configured: set DIGITALOCEAN_PROVISION_TOKEN")
+	// ErrUnknownAction: the action is not one of Actions.
+	ErrUnknownAction = errors.New("action must be one of preview, up, refresh, destroy")
+	// ErrUnknownScope: the scope kind is not "box".
+	ErrUnknownScope = errors.New(`scope kind must be "box"`)
+)
+
+// Job is a queued, running or finished job (a jobs row).
+type Job = storage.Job
+
+// Progress is one progress report of a running job, stored as the job's
+// latest progress (docs/operations.md, "Jobs"). It does not renew the
+// lease.
+type Progress struct {
+	// Message is a one-line summary for people.
+	Message string `json:"message,omitempty"`
+	// Resource and Op name the step being reported (a resource's URN or
+	// name, and create/update/delete/same/import/read).
+	Resource string `json:"resource,omitempty"`
+	Op       string `json:"op,omitempty"`
+	// Counts are the steps done so far by op.
+	Counts map[string]int `json:"counts,omitempty"`
+}
+
+// Outcome is what a successful run produced. It is recorded in the same
+// transaction that marks the job succeeded.
+type Outcome struct {
+	// Summary is the job's result shown by `chalupa admin job show` (JSON;
+	// nil for none), at most MaxResultBytes.
+	Summary json.RawMessage
+	// Resources, when set, are the provider ids the run found or created:
+	// recorded on the box (the oracle).
+	Resources *storage.BoxResources
+	// Launch, set by a successful up, is the launch result kept on the box
+	// after the droplet is gone.
+	Launch *storage.BoxLaunch
+}
+
+// Executor runs jobs: the converge engine behind the queue. The runner
+// calls one method at a time.
+type Executor interface {
+	// Execute runs job's action on box, reporting progress as it goes,
+	// until done or ctx ends (the lease deadline, or shutdown); it must
+	// stop promptly when ctx ends, and the runner waits for it to return.
+	// An error fails the job with the error's text (no secrets in it).
+	Execute(ctx context.Context, job Job, box storage.Box, progress func(Progress)) (Outcome, error)
+	// Recover settles a job whose process died while running it, before
+	// anything else runs: cancel the engine's lock for the scope and find
+	// what exists at the provider. The returned resources (nil: unknown)
+	// are recorded on the box; then the job is requeued or failed by the
+	// attempt rule. An error keeps the lane closed until it succeeds.
+	Recover(ctx context.Context, job Job, box storage.Box) (*storage.BoxResources, error)
+	// CancelLock cancels the engine's held lock for box
+	// (adminCancelPulumiState); it is called only when no job of the scope
+	// is alive.
+	CancelLock(ctx context.Context, box storage.Box) error
+}
+
+// truncate bounds s to n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,563 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
+)
+
+// fakeExec is a test Executor: it records every call in order and how many
+// runs overlapped, and can block a run until it is cancelled and then until
+// the test releases it (a run that takes time to stop).
+type fakeExec struct {
+	mu         sync.Mutex
+	calls      []string
+	running    int
+	maxRunning int
+
+	// block makes Execute wait for its context to end; it then reports on
+	// cancelled and waits for release before returning.
+	block     bool
+	started   chan string
+	cancelled chan string
+	release   chan struct{}
+
+	out        jobs.Outcome
+	err        error
+	recovered  *storage.BoxResources
+	recoverErr error
+	progress   []jobs.Progress
+}
+
+func newFake() *fakeExec {
+	return &fakeExec{started: make(chan string, 10), cancelled: make(chan string, 10), release: make(chan struct{}, 10)}
+}
+
+func (f *fakeExec) record(s string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, s)
+	f.mu.Unlock()
+}
+
+func (f *fakeExec) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeExec) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, "execute:"+job.ID)
+	f.running++
+	if f.running > f.maxRunning {
+		f.maxRunning = f.running
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.running--
+		f.mu.Unlock()
+	}()
+	for _, p := range f.progress {
+		progress(p)
+	}
+	f.started <- job.ID
+	if f.block {
+		<-ctx.Done()
+		f.cancelled <- job.ID
+		<-f.release
+		return jobs.Outcome{}, ctx.Err()
+	}
+	return f.out, f.err
+}
+
+func (f *fakeExec) Recover(ctx context.Context, job jobs.Job, box storage.Box) (*storage.BoxResources, error) {
+	f.record("recover:" + job.ID)
+	return f.recovered, f.recoverErr
+}
+
+func (f *fakeExec) CancelLock(ctx context.Context, box storage.Box) error {
+	f.record("cancel:" + box.ID)
+	return nil
+}
+
+type rig struct {
+	db     *storage.DB
+	clock  *clockwork.FakeClock
+	exec   *fakeExec
+	runner *jobs.Runner
+	watch  *jobs.Watch
+	svc    *jobs.Service
+	box    storage.Box
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	exec := newFake()
+	runner := jobs.NewRunner(jobs.RunnerConfig{DB: db, Clock: clock, Log: zerolog.Nop(), Executor: exec, InstanceID: "instance-now", Version: "test"})
+	watch := jobs.NewWatch(db, clock, zerolog.Nop())
+	return &rig{db: db, clock: clock, exec: exec, runner: runner, watch: watch,
+		svc: jobs.NewService(db, clock, runner, watch), box: storagetest.Box(t, db, storage.Box{})}
+}
+
+func (r *rig) job(t *testing.T, id string) storage.Job {
+	t.Helper()
+	j, err := storage.JobByID(context.Background(), r.db.Read, id)
+	if err != nil {
+		t.Fatalf("JobByID: %v", err)
+	}
+	return j
+}
+
+func (r *rig) enqueue(t *testing.T, action string) storage.Job {
+	t.Helper()
+	j, err := r.svc.Enqueue(context.Background(), jobs.ScopeBox, r.box.ID, action)
+	if err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	return j
+}
+
+func TestEnqueueRules(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, kind, ref, action string
+		want                    error
+	}{
+		{"missing action", jobs.ScopeBox, r.box.ID, "", jobs.ErrUnknownAction},
+		{"unknown action", jobs.ScopeBox, r.box.ID, "apply", jobs.ErrUnknownAction},
+		{"unknown scope kind", "droplet", r.box.ID, "up", jobs.ErrUnknownScope},
+		{"unknown box", jobs.ScopeBox, "no-such-box", "up", storage.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := r.svc.Enqueue(ctx, tc.kind, tc.ref, tc.action); !errors.Is(err, tc.want) {
+				t.Fatalf("Enqueue = %v, want %v", err, tc.want)
+			}
+			if js, _ := storage.ListJobs(ctx, r.db.Read, storage.JobFilter{Limit: 10}); len(js) != 0 {
+				t.Fatalf("a refused request wrote %d job(s)", len(js))
+			}
+		})
+	}
+	t.Run("no executor: not configured, nothing enqueued", func(t *testing.T) {
+		svc := jobs.NewService(r.db, r.clock, nil, nil)
+		if _, err := svc.Enqueue(ctx, jobs.ScopeBox, r.box.Name, "up"); !errors.Is(err, jobs.ErrNotConfigured) {
+			t.Fatalf("Enqueue = %v, want ErrNotConfigured", err)
+		}
+		if js, _ := storage.ListJobs(ctx, r.db.Read, storage.JobFilter{Limit: 10}); len(js) != 0 {
+			t.Fatalf("wrote %d job(s)", len(js))
+		}
+	})
+	t.Run("busy scope names the live job", func(t *testing.T) {
+		first := r.enqueue(t, "preview")
+		_, err := r.svc.Enqueue(ctx, jobs.ScopeBox, r.box.Name, "up")
+		var busy *storage.ScopeBusyError
+		if !errors.As(err, &busy) || busy.JobID != first.ID || !errors.Is(err, storage.ErrScopeBusy) {
+			t.Fatalf("second Enqueue = %v, want ScopeBusyError{%s}", err, first.ID)
+		}
+		other := storagetest.Box(t, r.db, storage.Box{})
+		if _, err := r.svc.Enqueue(ctx, jobs.ScopeBox, other.ID, "up"); err != nil {
+			t.Fatalf("another scope is not busy: %v", err)
+		}
+	})
+}
+
+// runTick runs one runner tick in the background.
+func runTick(r *rig) chan jobs.TickResult {
+	out := make(chan jobs.TickResult, 1)
+	go func() {
+		res, err := r.runner.Tick(context.Background())
+		if err != nil {
+			res.Ran = &jobs.Ran{Status: "tick error: " + err.Error()}
+		}
+		out <- res
+	}()
+	return out
+}
+
+func TestLeaseExpiryRequeuesThenWorkerLost(t *testing.T) {
+	r := newRig(t)
+	r.exec.block = true
+	job := r.enqueue(t, "up")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 1; attempt <= jobs.MaxAttempts; attempt++ {
+		done := runTick(r)
+		if id := <-r.exec.started; id != job.ID {
+			t.Fatalf("attempt %d ran %s", attempt, id)
+		}
+		// The deadline timer and the worker heartbeat ticker.
+		if err := r.clock.BlockUntilContext(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.Advance(jobs.LeaseDuration - time.Millisecond)
+		if j := r.job(t, job.ID); j.Status != storage.JobRunning || j.Attempts != attempt {
+			t.Fatalf("before the deadline: %s attempts %d", j.Status, j.Attempts)
+		}
+		r.clock.Advance(time.Millisecond)
+		<-r.exec.cancelled
+		// The run was cancelled but has not stopped: the job must stay
+		// running (no second run of the scope may start).
+		if j := r.job(t, job.ID); j.Status != storage.JobRunning {
+			t.Fatalf("attempt %d: requeued before the run stopped (%s)", attempt, j.Status)
+		}
+		r.exec.release <- struct{}{}
+		res := <-done
+		j := r.job(t, job.ID)
+		want := storage.JobQueued
+		if attempt == jobs.MaxAttempts {
+			want = storage.JobFailed
+		}
+		if res.Ran == nil || !res.Ran.TimedOut || res.Ran.Status != want || j.Status != want || j.Attempts != attempt {
+			t.Fatalf("attempt %d: tick %+v, job %s attempts %d; want %s", attempt, res.Ran, j.Status, j.Attempts, want)
+		}
+		if want == storage.JobFailed && j.Error != storage.WorkerLost {
+			t.Fatalf("error %q, want %q", j.Error, storage.WorkerLost)
+		}
+		if j.LockedBy != "" {
+			t.Fatalf("still locked by %q", j.LockedBy)
+		}
+	}
+	if r.exec.maxRunning != 1 {
+		t.Fatalf("%d runs overlapped", r.exec.maxRunning)
+	}
+	if res := <-runTick(r); res.Ran != nil {
+		t.Fatalf("a failed job ran again: %+v", res.Ran)
+	}
+}
+
+func TestProgressDoesNotRenewTheLease(t *testing.T) {
+	r := newRig(t)
+	r.exec.block = true
+	r.exec.progress = []jobs.Progress{{Message: "creating", Resource: "droplet", Op: "create", Counts: map[string]int{"create": 1}}}
+	job := r.enqueue(t, "up")
+	done := runTick(r)
+	<-r.exec.started
+	j := r.job(t, job.ID)
+	if j.ProgressSeq != 1 || !j.LockedAt.Equal(j.StartedAt) {
+		t.Fatalf("progress seq %d, locked_at %s, started %s", j.ProgressSeq, j.LockedAt, j.StartedAt)
+	}
+	var p jobs.Progress
+	if err := json.Unmarshal(j.Progress, &p); err != nil || p.Counts["create"] != 1 {
+		t.Fatalf("progress %s: %v", j.Progress, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.clock.BlockUntilContext(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(jobs.LeaseDuration)
+	<-r.exec.cancelled
+	r.exec.release <- struct{}{}
+	if res := <-done; res.Ran == nil || !res.Ran.TimedOut {
+		t.Fatalf("the lease ran out from the claim, not the progress: %+v", res.Ran)
+	}
+}
+
+func TestRunRecordsOutcome(t *testing.T) {
+	r := newRig(t)
+	at := r.clock.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	r.exec.out = jobs.Outcome{
+		Summary:   json.RawMessage(`{"create":3}`),
+		Resources: &storage.BoxResources{DropletID: 4242, FirewallID: "fw-1", VolumeID: "vol-1"},
+		Launch:    &storage.BoxLaunch{DropletID: 4242, IPv4: "192.0.2.10", HostKey: "ssh-ed25519 AAAA", LaunchedAt: at},
+	}
+	job := r.enqueue(t, "up")
+	res := <-runTick(r)
+	<-r.exec.started
+	if res.Ran == nil || res.Ran.Status != storage.JobSucceeded {
+		t.Fatalf("ran %+v", res.Ran)
+	}
+	j := r.job(t, job.ID)
+	if j.Status != storage.JobSucceeded || string(j.Result) != `{"create":3}` || j.FinishedAt.IsZero() {
+		t.Fatalf("job %+v", j)
+	}
+	box, err := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if box.Resources.DropletID != 4242 || box.Resources.VolumeID != "vol-1" || box.Launch.DropletID != 4242 ||
+		box.Launch.IPv4 != "192.0.2.10" || box.Launch.JobID != job.ID || !box.Launch.LaunchedAt.Equal(at) {
+		t.Fatalf("box %+v / %+v", box.Resources, box.Launch)
+	}
+
+	t.Run("a failed run keeps the last launch", func(t *testing.T) {
+		r.exec.err, r.exec.out = errors.New("provider refused the droplet"), jobs.Outcome{}
+		job := r.enqueue(t, "up")
+		res := <-runTick(r)
+		<-r.exec.started
+		if j := r.job(t, job.ID); res.Ran.Status != storage.JobFailed || j.Status != storage.JobFailed || j.Error != "provider refused the droplet" {
+			t.Fatalf("job %+v", j)
+		}
+		if b, _ := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID); b.Launch.DropletID != 4242 {
+			t.Fatalf("launch lost: %+v", b.Launch)
+		}
+	})
+}
+
+// deadJob leaves a job running under a previous instance's lock, as a
+// crash would, after attempts claims.
+func deadJob(t *testing.T, r *rig, attempts int) storage.Job {
+	t.Helper()
+	job := r.enqueue(t, "up")
+	ctx := context.Background()
+	for i := 1; i <= attempts; i++ {
+		if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+			if _, err := storage.ClaimNextJob(ctx, tx, "instance-before", r.clock.Now()); err != nil {
+				return err
+			}
+			if i < attempts {
+				_, err := storage.ReleaseJob(ctx, tx, job.ID, "instance-before", jobs.MaxAttempts, "test", r.clock.Now())
+				return err
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return job
+}
+
+func TestRecoveryRunsBeforeAnything(t *testing.T) {
+	t.Run("dead job recovered, then requeued and run", func(t *testing.T) {
+		r := newRig(t)
+		dead := deadJob(t, r, 1)
+		other := storagetest.Box(t, r.db, storage.Box{})
+		queued, err := r.svc.Enqueue(context.Background(), jobs.ScopeBox, other.ID, "preview")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.exec.recovered = &storage.BoxResources{DropletID: 77}
+		res := <-runTick(r)
+		<-r.exec.started
+		calls := r.exec.Calls()
+		if len(calls) != 2 || calls[0] != "recover:"+dead.ID {
+			t.Fatalf("calls %v: Recover must come first", calls)
+		}
+		if len(res.Recovered) != 1 || res.Recovered[0].Status != storage.JobQueued {
+			t.Fatalf("recovered %+v", res.Recovered)
+		}
+		// Both jobs are queued at the same instant; the older id runs first.
+		if calls[1] != "execute:"+dead.ID {
+			t.Fatalf("calls %v; the other queued job is %s", calls, queued.ID)
+		}
+		if b, _ := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID); b.Resources.DropletID != 77 {
+			t.Fatalf("recovered resources not recorded: %+v", b.Resources)
+		}
+	})
+	t.Run("third attempt: worker lost, not run", func(t *testing.T) {
+		r := newRig(t)
+		dead := deadJob(t, r, jobs.MaxAttempts)
+		res := <-runTick(r)
+		if j := r.job(t, dead.ID); j.Status != storage.JobFailed || j.Error != storage.WorkerLost {
+			t.Fatalf("job %s %q", j.Status, j.Error)
+		}
+		if res.Ran != nil || len(r.exec.Calls()) != 1 {
+			t.Fatalf("ran %+v, calls %v", res.Ran, r.exec.Calls())
+		}
+	})
+	t.Run("more dead jobs than the cap: the next tick recovers the rest first", func(t *testing.T) {
+		r := newRig(t)
+		ctx := context.Background()
+		n := jobs.MaxRecoverPerTick + 2
+		for i := 0; i < n; i++ {
+			b := storagetest.Box(t, r.db, storage.Box{})
+			if _, err := r.svc.Enqueue(ctx, jobs.ScopeBox, b.ID, "up"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+				_, err := storage.ClaimNextJob(ctx, tx, "instance-before", r.clock.Now())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := <-runTick(r)
+		if len(res.Recovered) != jobs.MaxRecoverPerTick || !res.More || res.Ran != nil {
+			t.Fatalf("first tick: %d recovered, more %v, ran %+v", len(res.Recovered), res.More, res.Ran)
+		}
+		res = <-runTick(r)
+		<-r.exec.started
+		if len(res.Recovered) != 2 || res.More || res.Ran == nil {
+			t.Fatalf("second tick: %d recovered, more %v, ran %+v", len(res.Recovered), res.More, res.Ran)
+		}
+		calls := r.exec.Calls()
+		for i, c := range calls[:n] {
+			if c[:8] != "recover:" {
+				t.Fatalf("call %d is %s before every dead job was recovered: %v", i, c, calls)
+			}
+		}
+	})
+	t.Run("a failed recovery keeps the lane closed", func(t *testing.T) {
+		r := newRig(t)
+		dead := deadJob(t, r, 1)
+		other := storagetest.Box(t, r.db, storage.Box{})
+		if _, err := r.svc.Enqueue(context.Background(), jobs.ScopeBox, other.ID, "up"); err != nil {
+			t.Fatal(err)
+		}
+		r.exec.recoverErr = errors.New("provider unreachable")
+		if _, err := r.runner.Tick(context.Background()); err == nil {
+			t.Fatal("Tick succeeded with a failed recovery")
+		}
+		if calls := r.exec.Calls(); len(calls) != 1 || calls[0] != "recover:"+dead.ID {
+			t.Fatalf("calls %v: nothing may run before recovery succeeds", calls)
+		}
+		if j := r.job(t, dead.ID); j.Status != storage.JobRunning || j.LockedBy != "instance-before" {
+			t.Fatalf("dead job changed: %s by %q", j.Status, j.LockedBy)
+		}
+	})
+}
+
+func TestCancelLockRefusedWhileAJobIsAlive(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	job := r.enqueue(t, "up")
+	for _, status := range []string{"queued", "running"} {
+		t.Run(status, func(t *testing.T) {
+			if status == "running" {
+				if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+					_, err := storage.ClaimNextJob(ctx, tx, "instance-now", r.clock.Now())
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := r.svc.CancelLock(ctx, jobs.ScopeBox, r.box.Name)
+			var busy *storage.ScopeBusyError
+			if !errors.As(err, &busy) || busy.JobID != job.ID {
+				t.Fatalf("CancelLock = %v, want busy with %s", err, job.ID)
+			}
+			if calls := r.exec.Calls(); len(calls) != 0 {
+				t.Fatalf("executor called: %v", calls)
+			}
+		})
+	}
+	t.Run("idle scope: the executor cancels the lock", func(t *testing.T) {
+		if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+			return storage.FinishJob(ctx, tx, job.ID, "instance-now", storage.JobFailed, nil, "x", r.clock.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.svc.CancelLock(ctx, jobs.ScopeBox, r.box.Name); err != nil {
+			t.Fatal(err)
+		}
+		if calls := r.exec.Calls(); len(calls) != 1 || calls[0] != "cancel:"+r.box.ID {
+			t.Fatalf("calls %v", calls)
+		}
+	})
+}
+
+func offlineEvents(t *testing.T, r *rig) int {
+	t.Helper()
+	evs, err := storage.ListLifecycleEvents(context.Background(), r.db.Read, storage.EventFilter{Kind: jobs.OfflineKind, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Message != jobs.OfflineMessage || e.Reason != jobs.OfflineReason || e.EnvironmentSlug != r.box.EnvironmentSlug {
+			t.Fatalf("event %+v", e)
+		}
+		n++
+	}
+	return n
+}
+
+func TestOfflineWarningOncePerThirtyMinutes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	tick := func() jobs.WatchResult {
+		t.Helper()
+		res, err := r.watch.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := tick(); res.Queued != 0 || !res.NextCheck.IsZero() {
+		t.Fatalf("empty queue: %+v", res)
+	}
+	if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.TouchWorker(ctx, tx, storage.Worker{WorkerID: "w", Version: "v", LastSeenAt: r.clock.Now().Add(-time.Hour)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.enqueue(t, "up")
+	steps := []struct {
+		advance time.Duration
+		warned  bool
+		total   int
+	}{
+		{0, false, 0}, // just queued
+		{jobs.OfflineAfter - time.Second, false, 0},
+		{time.Second, true, 1},  // queued 5 min, no worker for 5 min
+		{time.Minute, false, 1}, // suppressed
+		{jobs.OfflineRepeat - 2*time.Minute, false, 1},
+		{time.Minute, true, 2}, // 30 minutes after the first
+	}
+	for i, s := range steps {
+		t.Run(fmt.Sprint("step ", i), func(t *testing.T) {
+			r.clock.Advance(s.advance)
+			res := tick()
+			if res.Warned != s.warned || offlineEvents(t, r) != s.total {
+				t.Fatalf("after %s: %+v, %d events; want warned %v, %d", s.advance, res, offlineEvents(t, r), s.warned, s.total)
+			}
+		})
+	}
+	t.Run("a worker seen recently holds the warning", func(t *testing.T) {
+		r.clock.Advance(jobs.OfflineRepeat)
+		if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+			return storage.TouchWorker(ctx, tx, storage.Worker{WorkerID: "w", Version: "v", LastSeenAt: r.clock.Now().Add(-time.Minute)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if res := tick(); res.Warned || !res.NextCheck.Equal(r.clock.Now().Add(jobs.OfflineAfter-time.Minute)) {
+			t.Fatalf("%+v", res)
+		}
+	})
+}
+
+func TestRunnerIsEventDriven(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.runner.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, func() bool { return r.runner.IdleWaits() >= 1 })
+	// Idle with an empty queue: no timer of any kind.
+	wctx, wcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer wcancel()
+	if err := r.clock.BlockUntilContext(wctx, 1); err == nil {
+		t.Fatal("the idle runner holds a timer")
+	}
+	job := r.enqueue(t, "preview")
+	if id := <-r.exec.started; id != job.ID {
+		t.Fatalf("ran %s", id)
+	}
+	waitFor(t, func() bool { return r.job(t, job.ID).Status == storage.JobSucceeded })
+	waitFor(t, func() bool { return r.runner.IdleWaits() >= 2 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
