@@ -13,6 +13,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -119,11 +120,25 @@ func newServer(d serverDeps) (*Server, error) {
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
+	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
 	for _, rt := range s.ops.routes() {
 		s.admin(rt.method, rt.path, s.ops.serve(s, rt))
+	}
+
+	// The console, on the same listener, reading through the same
+	// services (docs/operations.md, "Console").
+	rule := cost.DefaultRule
+	if s.costs != nil {
+		rule = s.costs.Rule()
+	}
+	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
+		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
+	for _, rt := range con.Routes() {
+		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}
 	return s, nil
 }

@@ -49,7 +49,8 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
 var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations,
-	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations)
+	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations,
+	consoleOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation
