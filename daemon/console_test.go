@@ -124,7 +124,7 @@ func TestConsoleLoginRateLimit(t *testing.T) {
 	a := from("203.0.113.1")
 	t.Run("ten failures then the right password is refused", func(t *testing.T) {
 		for i := 0; i < console.LoginFailuresPerSource; i++ {
-			if r := a.login(t, "wrong password " + strconv.Itoa(i)); r.StatusCode != http.StatusUnauthorized {
+			if r := a.login(t, "wrong password "+strconv.Itoa(i)); r.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("failure %d: %d, want 401", i, r.StatusCode)
 			}
 		}
