@@ -14,8 +14,8 @@ func TestSource(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, remote, xff string
-		trusted          []netip.Prefix
-		want             string
+		trusted           []netip.Prefix
+		want              string
 	}{
 		{"no proxies: the connection", "203.0.113.9:5000", "198.51.100.1", nil, "203.0.113.9"},
 		{"untrusted peer: XFF ignored", "203.0.113.9:5000", "198.51.100.1", trusted, "203.0.113.9"},
