@@ -1,10 +1,15 @@
 package console
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
 func TestSource(t *testing.T) {
@@ -80,5 +85,58 @@ func TestPasswordHash(t *testing.T) {
 	}
 	if VerifyPassword("$argon2id$v=19$m=1,t=1,p=1$$", "x") {
 		t.Error("a malformed hash matched")
+	}
+}
+
+// TestReplicationWarning: every page says when replication fails or lags
+// past half its limit, in words (not colour alone), and is quiet otherwise.
+func TestReplicationWarning(t *testing.T) {
+	db := storagetest.NewDB(t)
+	for _, tc := range []struct {
+		name string
+		h    storage.ReplicationHealth
+		want string
+	}{
+		{"healthy", storage.ReplicationHealth{Kind: "s3", LagSeconds: 1, LagLimitSeconds: 120}, ""},
+		{"lagging", storage.ReplicationHealth{Kind: "s3", LagSeconds: 90, LagLimitSeconds: 120}, "Replication lags 90 s (limit 120 s)."},
+		{"failing", storage.ReplicationHealth{Kind: "s3", LagSeconds: 300, LagLimitSeconds: 120, Failing: true, LastError: "unreachable"},
+			"Replication is failing: the replica lags 300 s (limit 120 s); last error: unreachable."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(Deps{DB: db, Version: "v9.9.9", Origin: "http://127.0.0.1:8080",
+				Replication: func(time.Time) storage.ReplicationHealth { return tc.h }})
+			rec := httptest.NewRecorder()
+			c.landing(rec, httptest.NewRequest("GET", "/", nil))
+			body := rec.Body.String()
+			if !strings.Contains(body, "v9.9.9") {
+				t.Error("no build version")
+			}
+			has := strings.Contains(body, `role="alert"`)
+			if has != (tc.want != "") || (tc.want != "" && !strings.Contains(body, tc.want)) {
+				t.Errorf("warning shown %v, want %q:\n%s", has, tc.want, body)
+			}
+		})
+	}
+}
+
+// TestCookieFlagsByOrigin: off loopback http the session cookie is Secure
+// with the __Host- prefix; on a loopback http origin it cannot be Secure.
+func TestCookieFlagsByOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		origin, name string
+		secure       bool
+	}{
+		{"https://chalupa.example.com", "__Host-chalupa_session", true},
+		{"http://127.0.0.1:8080", "chalupa_session", false},
+	} {
+		t.Run(tc.origin, func(t *testing.T) {
+			c := New(Deps{Origin: tc.origin})
+			rec := httptest.NewRecorder()
+			c.setCookie(rec, c.cookie, "v", 0)
+			ck := rec.Result().Cookies()[0]
+			if ck.Name != tc.name || ck.Secure != tc.secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" {
+				t.Fatalf("cookie %+v", ck)
+			}
+		})
 	}
 }
