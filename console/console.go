@@ -219,11 +219,16 @@ func (c *Console) currentSession(r *http.Request) (session, bool) {
 	}
 	now := c.d.Clock.Now()
 	if now.Sub(s.CreatedAt) >= SessionAbsoluteTimeout || now.Sub(s.LastSeenAt) >= SessionIdleTimeout {
-		_ = c.d.DB.Writer.Do(ctx, func(tx storage.Tx) error { return storage.DeleteConsoleSession(ctx, tx, s.IDHash) })
+		if err := c.d.DB.Writer.Do(ctx, func(tx storage.Tx) error { return storage.DeleteConsoleSession(ctx, tx, s.IDHash) }); err != nil {
+			c.d.Log.Warn().Err(err).Msg("console: deleting an expired session failed")
+		}
 		return session{}, false
 	}
 	if now.Sub(s.LastSeenAt) >= sessionTouchEvery {
-		_ = c.d.DB.Writer.Do(ctx, func(tx storage.Tx) error { return storage.TouchConsoleSession(ctx, tx, s.IDHash, now) })
+		// A failed touch only shortens the session's idle life.
+		if err := c.d.DB.Writer.Do(ctx, func(tx storage.Tx) error { return storage.TouchConsoleSession(ctx, tx, s.IDHash, now) }); err != nil {
+			c.d.Log.Warn().Err(err).Msg("console: touching a session failed")
+		}
 	}
 	return session{s}, true
 }
