@@ -31,6 +31,7 @@ type adminCmd struct {
 
 	Status      adminStatusCmd      `cmd:"" help:"Show version, uptime, schema, database size and replication health."`
 	Environment adminEnvironmentCmd `cmd:"" name:"environment" aliases:"env" help:"Manage environments (alias: env)."`
+	Org         adminOrgCmd         `cmd:"" name:"org" help:"Manage customer organizations and their DigitalOcean tokens."`
 	Deployment  adminDeploymentCmd  `cmd:"" name:"deployment" help:"Manage deployment records."`
 	Keys        adminKeysCmd        `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
 	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`

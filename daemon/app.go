@@ -142,6 +142,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
 
 	var keys *ingest.Keyring
+	var tokens *ingest.ProviderTokens
 	if !opt.Offline {
 		s, err := ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
 		if errors.Is(err, ingest.ErrWrongMasterKey) {
@@ -158,6 +159,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 			return err
 		}
 		keys = ingest.NewKeyring(a.DB, s, a.Clock)
+		tokens = ingest.NewProviderTokens(a.DB, s, a.Clock)
 	}
 
 	replLog := slog.New(storage.NewLitestreamLogHandler(log, slog.LevelWarn))
@@ -183,7 +185,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
-	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, Log: log, Clock: a.Clock})
+	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Log: log, Clock: a.Clock})
 	return err
 }
 

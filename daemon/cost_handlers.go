@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
@@ -138,7 +139,11 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 
 // newCostReconciler builds the reconciler from the configuration: a
 // client for DIGITALOCEAN_READ_TOKEN alone (nil, nil while it is unset).
-func newCostReconciler(cfg *Config, db *storage.DB, clock clockwork.Clock, d serverDeps) (*cost.Reconciler, error) {
+//
+// customers builds each customer organization's client from its own active
+// token: inventory lists, adopts and ends only that organization's
+// droplets with it; prices still come from the read token.
+func newCostReconciler(cfg *Config, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
 	if cfg.DOReadToken == "" {
 		return nil, nil
 	}
@@ -147,6 +152,29 @@ func newCostReconciler(cfg *Config, db *storage.DB, clock clockwork.Clock, d ser
 	if err != nil {
 		return nil, err
 	}
-	return cost.New(cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
-		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB})
+	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
+		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB}
+	if customers != nil {
+		cc.Customers = func(ctx context.Context) ([]cost.Account, error) { return customerAccounts(ctx, db, customers) }
+	}
+	return cost.New(cc)
+}
+
+// customerAccounts is one inventory account per customer organization
+// with an active provider token; an organization whose token cannot be
+// opened (revoked meanwhile) is left out of this pass.
+func customerAccounts(ctx context.Context, db *storage.DB, customers *reaper.CustomerTokens) ([]cost.Account, error) {
+	tokens, err := storage.ListActiveProviderTokens(ctx, db.Read)
+	if err != nil {
+		return nil, err
+	}
+	var out []cost.Account
+	for _, t := range tokens {
+		client, _, err := customers.CustomerClient(ctx, storage.Organization{ID: t.OrgID, Slug: t.OrgSlug, Kind: storage.OrgCustomer})
+		if err != nil {
+			continue
+		}
+		out = append(out, cost.Account{OrgID: t.OrgID, Droplets: client})
+	}
+	return out, nil
 }

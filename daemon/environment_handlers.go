@@ -41,19 +41,35 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 	if !displayableName(req.Name) {
 		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control, bidi or invisible format characters")
 	}
+	if req.Organization != "" && !slug.Valid(req.Organization) {
+		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_slug", "organization must match "+slug.Pattern)
+	}
 	var environment storage.Environment
+	orgSlug := storage.OrgPlatform
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		var err error
-		environment, err = storage.CreateEnvironment(ctx, tx, req.Slug, req.Name, h.clock.Now())
+		if req.Organization == "" {
+			environment, err = storage.CreateEnvironment(ctx, tx, req.Slug, req.Name, h.clock.Now())
+			return err
+		}
+		org, err := storage.OrganizationBySlug(ctx, tx, req.Organization)
+		if err != nil {
+			return err
+		}
+		orgSlug = org.Slug
+		environment, err = storage.CreateEnvironmentInOrg(ctx, tx, org.ID, req.Slug, req.Name, h.clock.Now())
 		return err
 	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.Environment{}, fail(http.StatusNotFound, "organization_not_found", "no organization with this slug")
+	}
 	if errors.Is(err, storage.ErrConflict) {
 		return adminapi.Environment{}, fail(http.StatusConflict, "environment_exists", "an environment with this slug already exists")
 	}
 	if err != nil {
 		return adminapi.Environment{}, err
 	}
-	return toAPIEnvironment(environment), nil
+	return toAPIEnvironment(environment, orgSlug), nil
 }
 
 func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.EnvironmentList, error) {
@@ -61,15 +77,23 @@ func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.Enviro
 	if err != nil {
 		return adminapi.EnvironmentList{}, err
 	}
+	orgs, err := storage.ListOrganizations(ctx, h.db.Read)
+	if err != nil {
+		return adminapi.EnvironmentList{}, err
+	}
+	slugs := make(map[int64]string, len(orgs))
+	for _, o := range orgs {
+		slugs[o.ID] = o.Slug
+	}
 	out := adminapi.EnvironmentList{Environments: make([]adminapi.Environment, 0, len(envs))}
 	for _, e := range envs {
-		out.Environments = append(out.Environments, toAPIEnvironment(e))
+		out.Environments = append(out.Environments, toAPIEnvironment(e, slugs[e.OrgID]))
 	}
 	return out, nil
 }
 
-func toAPIEnvironment(e storage.Environment) adminapi.Environment {
-	return adminapi.Environment{Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt}
+func toAPIEnvironment(e storage.Environment, orgSlug string) adminapi.Environment {
+	return adminapi.Environment{Organization: orgSlug, Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt}
 }
 
 // displayableName reports whether name is safe to print on an operator's

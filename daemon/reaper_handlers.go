@@ -21,13 +21,20 @@ import (
 // direction"). Without the write token the reaper has no
 // credentials: it is not started, and its status says so. Errors: a
 // client that cannot be built, or metrics already registered.
-func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer) (*reaper.Reaper, error) {
+//
+// customers opens customer organizations' own tokens for the customer
+// sweep (docs/operations.md, "Customer organizations").
+func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer,
+	customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
 	m, err := reaper.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
 		Wake: svc.DeadlineActivity(), Metrics: m}
+	if customers != nil {
+		rc.Customers = customers
+	}
 	if tok := cfg.writeToken(); tok != "" {
 		write, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(tok.Reveal()), Label: "write",
 			Version: Version, Clock: clock, Logger: log})
@@ -86,8 +93,9 @@ func tickWire(res reaper.TickResult) adminapi.ReaperTick {
 		Outcomes: make([]adminapi.ReaperOutcome, 0, len(res.Outcomes))}
 	for _, o := range res.Outcomes {
 		out.Outcomes = append(out.Outcomes, adminapi.ReaperOutcome{Environment: o.Environment, Deployment: o.Deployment,
-			DropletID: o.DropletID, Action: o.Action, Reason: o.Reason, Detail: o.Detail})
+			DropletID: o.DropletID, Action: o.Action, Reason: o.Reason, Detail: o.Detail, Organization: o.Organization})
 	}
+	out.CustomerOrgs, out.CustomerBudgetSpent = res.CustomerOrgs, res.CustomerBudgetSpent
 	return out
 }
 

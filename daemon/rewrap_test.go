@@ -196,3 +196,57 @@ func TestRewrapRefusesMissingDatabase(t *testing.T) {
 		t.Errorf("rewrap touched the replica (stat: %v)", err)
 	}
 }
+
+// TestRewrapCoversProviderTokens: rewrap re-encrypts customer provider
+// token envelopes too: afterwards the new key opens them and the old one
+// does not, whatever the token's status.
+func TestRewrapCoversProviderTokens(t *testing.T) {
+	ctx := context.Background()
+	_, _, cfg, db := sealedEmbeddedDefault(t)
+	oldSealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	orgs := map[string]int64{}
+	for _, slug := range []string{"acme", "globex"} {
+		if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+			o, err := storage.CreateOrganization(ctx, tx, slug, slug, time.Now())
+			orgs[slug] = o.ID
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ingest.NewProviderTokens(db, oldSealer, nil).Set(ctx, slug, []byte("dop_v1_"+slug)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ingest.NewProviderTokens(db, oldSealer, nil).Revoke(ctx, "globex"); err != nil {
+		t.Fatal(err)
+	}
+	newRaw := []byte("0123456789abcdef0123456789abcdef")
+	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newRaw, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProviderTokens != 2 {
+		t.Fatalf("rewrapped %d provider tokens, want 2", res.ProviderTokens)
+	}
+	newSealer, err := ingest.OpenSealer(ctx, db, newRaw, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := ingest.NewProviderTokens(db, newSealer, nil).Active(ctx, orgs["acme"])
+	if err != nil || string(tok) != "dop_v1_acme" {
+		t.Fatalf("after rewrap the new key opens %q, %v; want the stored token", tok, err)
+	}
+	if _, _, err := ingest.NewProviderTokens(db, oldSealer, nil).Active(ctx, orgs["acme"]); err == nil {
+		t.Fatal("the old master key still opens a rewrapped provider token")
+	}
+	revoked, err := storage.ProviderTokenByOrg(ctx, db.Read, orgs["globex"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revoked.MasterKeyVersion != newSealer.Version() {
+		t.Fatalf("revoked token at master key version %d, want %d", revoked.MasterKeyVersion, newSealer.Version())
+	}
+}

@@ -60,7 +60,10 @@ type serverDeps struct {
 	DB         *storage.DB
 	Replicator *storage.Replicator
 	Keys       *ingest.Keyring
-	Log        zerolog.Logger
+	// ProviderTokens stores and opens customer provider tokens (the same
+	// master-key sealer as Keys).
+	ProviderTokens *ingest.ProviderTokens
+	Log            zerolog.Logger
 	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
 	// uptime; nil means the real clock.
 	Clock clockwork.Clock
@@ -85,7 +88,11 @@ func newServer(d serverDeps) (*Server, error) {
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 	var err error
-	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg); err != nil {
+	var customers *reaper.CustomerTokens
+	if d.ProviderTokens != nil {
+		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
+	}
+	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}
 
@@ -103,6 +110,7 @@ func newServer(d serverDeps) (*Server, error) {
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now()}).register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
 	(&deploymentHandlers{db: d.DB, clock: clock}).register(s.ops)
@@ -112,7 +120,7 @@ func newServer(d serverDeps) (*Server, error) {
 		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
 	}).register(s.ops)
-	costs, err := newCostReconciler(d.Config, d.DB, clock, d)
+	costs, err := newCostReconciler(d.Config, d.DB, clock, d, customers)
 	if err != nil {
 		return nil, err
 	}

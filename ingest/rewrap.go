@@ -18,12 +18,15 @@ var ErrSameMasterKey = errors.New("the new master key equals the current one")
 type RewrapResult struct {
 	// Keys is how many ingest key envelopes were re-encrypted.
 	Keys int
+	// ProviderTokens is how many customer provider token envelopes were
+	// re-encrypted (every status).
+	ProviderTokens int
 	// FromVersion and ToVersion are the master-key versions.
 	FromVersion, ToVersion uint32
 }
 
-// Rewrap re-encrypts every envelope (every ingest key, whatever its status,
-// and the check value) from oldKey to newKey in one transaction, so the
+// Rewrap re-encrypts every envelope (every ingest key and customer provider
+// token, whatever its status, and the check value) from oldKey to newKey in one transaction, so the
 // master key can be rotated without re-issuing agent keys (Vault's rewrap,
 // Coder's dbcrypt rotate). The new envelopes carry the next master-key
 // version. Either every envelope moves or none does.
@@ -62,10 +65,24 @@ func Rewrap(ctx context.Context, db *storage.DB, oldKey, newKey []byte, now time
 				return err
 			}
 		}
+		tokens, err := storage.ListProviderTokens(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, t := range tokens {
+			aad := providerTokenAAD(t.OrgID, t.Generation)
+			raw, err := oldS.Open(t.Envelope, aad)
+			if err != nil {
+				return fmt.Errorf("open provider token envelope of organization %d: %w", t.OrgID, err)
+			}
+			if err := storage.UpdateProviderTokenEnvelope(ctx, tx, t.OrgID, newS.Version(), newS.Seal(raw, aad)); err != nil {
+				return err
+			}
+		}
 		if err := storage.PutMasterKeyCheck(ctx, tx, newS.Version(), newS.Seal(checkPlaintext, checkAAD), now); err != nil {
 			return err
 		}
-		res = RewrapResult{Keys: len(keys), FromVersion: version, ToVersion: newS.Version()}
+		res = RewrapResult{Keys: len(keys), ProviderTokens: len(tokens), FromVersion: version, ToVersion: newS.Version()}
 		return nil
 	})
 	return res, err

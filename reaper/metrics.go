@@ -23,6 +23,11 @@ type Metrics struct {
 	// Warnings counts reaper-warning events recorded
 	// (chalupa_reaper_warnings_total).
 	Warnings prometheus.Counter
+	// TokensInvalidated counts customer provider tokens marked invalid
+	// after DigitalOcean refused them (401/403) on a droplet call
+	// (chalupa_reaper_customer_tokens_invalidated_total;
+	// docs/operations.md, "Customer organizations").
+	TokensInvalidated prometheus.Counter
 	// Ticks counts ticks by result: ok, error or rate-limited
 	// (chalupa_reaper_ticks_total).
 	Ticks *prometheus.CounterVec
@@ -50,7 +55,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		Warnings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chalupa_reaper_warnings_total",
-			Help: "reaper-warning events recorded (the tag guard refused a droplet).",
+			Help: "reaper-warning events recorded (the tag guard refused a droplet, or a customer token was refused).",
+		}),
+		TokensInvalidated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chalupa_reaper_customer_tokens_invalidated_total",
+			Help: "Customer provider tokens marked invalid after DigitalOcean refused them (401/403) on a droplet call.",
 		}),
 		Ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chalupa_reaper_ticks_total",
@@ -61,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "When the reaper wakes on its own (unix seconds); 0 while it waits without a timer.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.Ticks, m.NextWakeup} {
+	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.TokensInvalidated, m.Ticks, m.NextWakeup} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register reaper metrics: %w", err)
 		}

@@ -30,17 +30,26 @@ type seeded struct {
 }
 
 // TestReaperProperty: over random fleets (tags, organizations, deadlines,
-// CI flags, droplets missing or unreported), every DELETE the provider saw
-// was for a due, chalupa-tagged droplet of the deployment's own
-// environment in the platform's scope, sent with the write token; every
-// due platform deployment ends up ended or warned about; nothing else is
-// touched.
+// CI flags, droplets missing or unreported, and on odd seeds a customer
+// organization with its own token and sweep), every DELETE the provider
+// saw was for a due, chalupa-tagged droplet of the deployment's own
+// environment, sent with the right token: the write token for the
+// platform's deployments, the customer's own for its; every due deployment
+// in a swept scope ends up ended or warned about; nothing else is touched.
 func TestReaperProperty(t *testing.T) {
 	for seed := range uint64(25) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0x5eed))
 			f := newFixture(t)
 			org := customerOrg(t, f.db, "acme")
+			// swept: the customer holds a token, so its deployments are
+			// the customer sweep's.
+			swept := seed%2 == 1
+			if swept {
+				cf := armCustomerSweep(f, nil)
+				cf.setToken("acme", "cust-acme")
+				f = cf.fixture
+			}
 			envs := []storage.Environment{f.env("alpha"), f.env("beta"),
 				storageEnv(t, f, "acme-dev", org)}
 			var fleet []*seeded
@@ -86,7 +95,7 @@ func TestReaperProperty(t *testing.T) {
 				sess := !s.dep.SessionExpiresAt.IsZero() && !s.dep.SessionExpiresAt.After(t0)
 				idle := !s.dep.IdleDeadlineAt.After(t0) && !(s.dep.CIActive && s.dep.LastHeartbeatAt.Add(reaper.DefaultCIFreshness).After(t0))
 				s.due = sess || idle
-				s.reapable = s.due && !s.customer && s.droplet != 0 && hasBoth(s.tags, s.env.Slug)
+				s.reapable = s.due && (!s.customer || swept) && s.droplet != 0 && hasBoth(s.tags, s.env.Slug)
 				fleet = append(fleet, s)
 			}
 
@@ -119,11 +128,13 @@ func TestReaperProperty(t *testing.T) {
 				id := strings.TrimPrefix(d.Path, "/v2/droplets/")
 				s := endedWith[id]
 				switch {
-				case d.Token != "write":
-					t.Fatalf("DELETE %v not with the write token", d)
 				case s == nil:
 					t.Fatalf("DELETE %v of a droplet no ended deployment ran on", d)
-				case !s.due || s.customer:
+				case !s.customer && d.Token != "write":
+					t.Fatalf("DELETE %v not with the write token", d)
+				case s.customer && d.Token != "cust-acme":
+					t.Fatalf("DELETE %v of a customer droplet not with the customer's token", d)
+				case !s.due || (s.customer && !swept):
 					t.Fatalf("DELETE %v for deployment %s: due=%v customer=%v", d, s.dep.ID, s.due, s.customer)
 				case !hasBoth(tagsOf[id], s.env.Slug):
 					t.Fatalf("DELETE %v: droplet tags %v, deployment %s of %s", d, tagsOf[id], s.dep.ID, s.env.Slug)
@@ -137,11 +148,11 @@ func TestReaperProperty(t *testing.T) {
 				c := f.candidate(s.env.ID, s.dep.ID)
 				ended := c.Status == storage.DeploymentEnded
 				switch {
-				case (!s.due || s.customer) && ended:
+				case (!s.due || (s.customer && !swept)) && ended:
 					t.Fatalf("deployment %s ended: due=%v customer=%v", s.dep.ID, s.due, s.customer)
 				case s.reapable && s.reported && !ended:
 					t.Fatalf("due deployment %s with its tagged droplet reported is still active", s.dep.ID)
-				case s.due && !s.customer && !ended && !warned[s.env.Slug+"/"+s.dep.ID]:
+				case s.due && (!s.customer || swept) && !ended && !warned[s.env.Slug+"/"+s.dep.ID]:
 					t.Fatalf("due deployment %s neither ended nor warned about (tags %v)", s.dep.ID, s.tags)
 				}
 			}

@@ -112,10 +112,10 @@ var ErrNotConfigured = errors.New("reaper: no platform write token is configured
 
 // Credentials gives the client a deployment is reaped with: the platform
 // write token for platform-organization and managed deployments; a
-// customer organization's own token for its deployments (docs/operations.md,
-// "Coming with later capabilities": customer sweep). ok
-// is false when there is none, and the deployment is skipped — never
-// reaped with another organization's token.
+// customer organization's deployments are never given to it: they are the
+// customer sweep's (CustomerCredentials; docs/operations.md, "Customer
+// organizations"). ok is false when there is none, and the deployment is
+// skipped — never reaped with another organization's token.
 type Credentials interface {
 	DropletClient(c storage.ReaperCandidate) (client doclient.DropletAPI, ok bool)
 }
@@ -146,6 +146,9 @@ type Config struct {
 	Log zerolog.Logger
 	// Credentials is nil when the platform write token is not set.
 	Credentials Credentials
+	// Customers gives customer organizations' own clients; nil: no
+	// customer sweep.
+	Customers CustomerCredentials
 	// DryRun records reaper-would-destroy events and destroys nothing.
 	DryRun bool
 	// CIFreshness is how long CI counts as live (DefaultCIFreshness when
@@ -159,14 +162,15 @@ type Config struct {
 
 // Reaper is the reaper loop. Create it with New.
 type Reaper struct {
-	db      *storage.DB
-	clock   clockwork.Clock
-	log     zerolog.Logger
-	creds   Credentials
-	dryRun  bool
-	fresh   time.Duration
-	wake    *wake.Threshold
-	metrics *Metrics
+	db        *storage.DB
+	clock     clockwork.Clock
+	log       zerolog.Logger
+	creds     Credentials
+	customers CustomerCredentials
+	dryRun    bool
+	fresh     time.Duration
+	wake      *wake.Threshold
+	metrics   *Metrics
 
 	// tickMu serialises ticks of this reaper (the loop's and the admin
 	// API's); ticks of two reapers are safe through the claim.
@@ -184,7 +188,7 @@ type Reaper struct {
 
 // New returns a Reaper.
 func New(c Config) *Reaper {
-	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials,
+	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials, customers: c.Customers,
 		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{}}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -306,6 +310,9 @@ func (r *Reaper) setNextWake(at time.Time) {
 
 // Outcome is what a tick did with one due deployment.
 type Outcome struct {
+	// Organization is the customer organization's slug ("" for the
+	// platform token's deployments).
+	Organization string
 	// Environment and Deployment name it.
 	Environment, Deployment string
 	// DropletID is the droplet acted on (0 when none was found).
@@ -333,6 +340,12 @@ type TickResult struct {
 	// RateLimitedUntil is set when the write token is held back; the tick
 	// stopped there.
 	RateLimitedUntil time.Time
+	// CustomerOrgs lists the customer organizations swept, in sweep order
+	// (at most MaxCustomerOrgsPerTick).
+	CustomerOrgs []string
+	// CustomerBudgetSpent is set when the customer sweep stopped at
+	// CustomerBudget.
+	CustomerBudgetSpent bool
 }
 
 // Count returns how many outcomes have action.
@@ -360,18 +373,20 @@ func (t TickResult) progress() bool {
 func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	r.tickMu.Lock()
 	defer r.tickMu.Unlock()
+	var err error
 	start := r.clock.Now()
 	res := TickResult{At: start, DryRun: r.dryRun, Outcomes: []Outcome{}}
 	if r.creds == nil {
 		return res, ErrNotConfigured
 	}
+	var due []storage.ReaperCandidate
 	if until := r.limitedUntil(); start.Before(until) {
 		res.RateLimitedUntil = until
-		r.finish(res, "rate-limited")
-		return res, nil
-	}
-	due, err := storage.ReaperDue(ctx, r.db.Read, start, r.fresh, MaxPerTick+1)
-	if err != nil {
+		if r.customers == nil {
+			r.finish(res, "rate-limited")
+			return res, nil
+		}
+	} else if due, err = storage.ReaperDue(ctx, r.db.Read, start, r.fresh, MaxPerTick+1); err != nil {
 		r.finish(res, "error")
 		return res, err
 	}
@@ -392,6 +407,14 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 		}
 		if ctx.Err() != nil {
 			break
+		}
+	}
+	// The customer sweep has its own tokens and budget: the write token's
+	// rate limit or budget does not hold it back.
+	if ctx.Err() == nil {
+		if err := r.sweepCustomers(ctx, &res); err != nil {
+			r.finish(res, "error")
+			return res, err
 		}
 	}
 	r.finish(res, "ok")
@@ -442,10 +465,23 @@ func (r *Reaper) handle(ctx context.Context, c storage.ReaperCandidate) Outcome 
 		o.Action = ActionSkipped
 		return o
 	}
+	return r.process(ctx, c, client, nil)
+}
+
+// process runs the per-deployment steps with client: the platform write
+// token's (scope nil) or, in the customer sweep, the deployment's own
+// organization's token (scope set).
+func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client doclient.DropletAPI, scope *customerScope) Outcome {
+	now := r.clock.Now()
+	reason := reasonAt(c, now)
+	o := Outcome{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID, Reason: reason}
+	if scope != nil {
+		o.Organization = scope.org.Slug
+	}
 	// (1) The guard: the droplet must exist with both tags.
 	id, gone, warning, err := r.guard(ctx, client, c)
 	if err != nil {
-		return r.failed(ctx, c, o, err)
+		return r.failed(ctx, c, o, err, scope)
 	}
 	o.DropletID = id
 	if warning != "" {
@@ -458,7 +494,7 @@ func (r *Reaper) handle(ctx context.Context, c storage.ReaperCandidate) Outcome 
 	result := doclient.DeleteAlreadyGone
 	if !gone {
 		if result, err = client.DeleteDroplet(ctx, int(id)); err != nil {
-			return r.failed(ctx, c, o, err)
+			return r.failed(ctx, c, o, err, scope)
 		}
 	}
 	// (3)-(5) Claim, record, sink.
@@ -519,8 +555,18 @@ func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storag
 }
 
 // failed handles a provider fault: a rate limit stops the tick until the
-// retry time; anything else holds the deployment for a back-off.
-func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcome, err error) Outcome {
+// retry time; anything else holds the deployment for a back-off. For a
+// customer's token (scope set), 401/403 invalidates that token
+// (customerRefused) and a rate limit holds that deployment only.
+func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcome, err error, scope *customerScope) Outcome {
+	if scope != nil {
+		switch {
+		case errors.Is(err, doclient.ErrUnauthorized) || errors.Is(err, doclient.ErrForbidden):
+			return r.customerRefused(ctx, c, o, scope, err)
+		case errors.Is(err, doclient.ErrRateLimited):
+			return r.customerRateLimited(ctx, c, o, err)
+		}
+	}
 	o.Detail = err.Error()
 	now := r.clock.Now()
 	if errors.Is(err, doclient.ErrRateLimited) {

@@ -31,6 +31,15 @@ const decideAtSQL = `max(
 // deployments are their own sweep's, with their own token).
 const platformScopeSQL = `(e.org_id = 1 OR d.managed = 1)`
 
+// customerScopeSQL selects the deployments customer sweeps reap: a
+// deployment is a customer's when its environment's organization has kind
+// customer and it is not managed; it is in scope only while that
+// organization holds an active provider token (docs/operations.md,
+// "Customer organizations"). Without one nothing may reap it, so it is not
+// due for anyone and cannot make the reaper spin.
+const customerScopeSQL = `(d.managed = 0 AND e.org_id IN (SELECT t.org_id FROM org_provider_tokens t
+	JOIN organizations o ON o.id = t.org_id WHERE o.kind = 'customer' AND t.status = 'active'))`
+
 // ReaperCandidate is an active deployment as the reaper judges it.
 type ReaperCandidate struct {
 	// EnvironmentID, EnvironmentSlug and OrgID locate the deployment.
@@ -130,10 +139,11 @@ type ReaperSchedule struct {
 	// Active counts every active deployment, of any organization: while
 	// there is one, the reaper re-checks at least every 5 minutes.
 	Active int
-	// Due counts platform-scope deployments whose decision time has come.
+	// Due counts platform- and customer-scope deployments whose decision
+	// time has come.
 	Due int
-	// Next is the earliest platform-scope decision time after now (zero:
-	// none).
+	// Next is the earliest platform- or customer-scope decision time after
+	// now (zero: none).
 	Next time.Time
 }
 
@@ -145,7 +155,7 @@ func ReaperNext(ctx context.Context, q Querier, now time.Time, fresh time.Durati
 		`SELECT count(*),
 		        coalesce(sum(in_scope AND decide_at <= ?2), 0),
 		        min(CASE WHEN in_scope AND decide_at > ?2 AND decide_at < 9223372036854775807 THEN decide_at END)
-		 FROM (SELECT `+platformScopeSQL+` AS in_scope, `+decideAtSQL+` AS decide_at
+		 FROM (SELECT (`+platformScopeSQL+` OR `+customerScopeSQL+`) AS in_scope, `+decideAtSQL+` AS decide_at
 		       FROM deployments d JOIN environments e ON e.id = d.environment_id
 		       WHERE d.status = 'active')`,
 		fresh.Milliseconds(), ms(now)).Scan(&s.Active, &s.Due, &next)
@@ -177,4 +187,53 @@ func SetDropletIDIfUnknown(ctx context.Context, q Querier, environmentID int64, 
 		return fmt.Errorf("set droplet id: %w", err)
 	}
 	return nil
+}
+
+// CustomerDueOrgs returns the customer organizations with at least one
+// customer-scope deployment due at now (so an active provider token),
+// ordered by id: the customer sweep's candidates.
+func CustomerDueOrgs(ctx context.Context, q Querier, now time.Time, fresh time.Duration) ([]Organization, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT o.id, o.slug, o.name, o.kind FROM organizations o
+		 WHERE EXISTS (SELECT 1 FROM deployments d JOIN environments e ON e.id = d.environment_id
+		               WHERE e.org_id = o.id AND d.status = 'active' AND `+customerScopeSQL+` AND `+decideAtSQL+` <= ?2)
+		 ORDER BY o.id`,
+		fresh.Milliseconds(), ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("customer due organizations: %w", err)
+	}
+	defer rows.Close()
+	var out []Organization
+	for rows.Next() {
+		var o Organization
+		if err := rows.Scan(&o.ID, &o.Slug, &o.Name, &o.Kind); err != nil {
+			return nil, fmt.Errorf("customer due organizations: %w", err)
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// ReaperDueInOrg returns at most limit customer-scope deployments of
+// organization orgID due at now, the earliest first.
+func ReaperDueInOrg(ctx context.Context, q Querier, orgID int64, now time.Time, fresh time.Duration, limit int) ([]ReaperCandidate, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT `+reaperCandidateCols+` AS decide_at
+		 FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.status = 'active' AND e.org_id = ?4 AND `+customerScopeSQL+` AND `+decideAtSQL+` <= ?2
+		 ORDER BY decide_at, d.environment_id, d.id LIMIT ?3`,
+		fresh.Milliseconds(), ms(now), limit, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("reaper due in organization: %w", err)
+	}
+	defer rows.Close()
+	var out []ReaperCandidate
+	for rows.Next() {
+		c, err := scanReaperCandidate(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reaper due in organization: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }

@@ -48,7 +48,7 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
-var Operations = join(statusOperations, environmentOperations, ingestKeyOperations, fleetOperations,
+var Operations = join(statusOperations, environmentOperations, organizationOperations, ingestKeyOperations, fleetOperations,
 	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations,
 	consoleOperations)
 
@@ -166,6 +166,8 @@ func otherOperations(op Operation) string {
 
 // Shared constants of the table.
 const (
-	methodGet  = http.MethodGet
-	methodPost = http.MethodPost
+	methodGet    = http.MethodGet
+	methodPost   = http.MethodPost
+	methodPut    = http.MethodPut
+	methodDelete = http.MethodDelete
 )

@@ -40,19 +40,28 @@ type ReaperTick struct {
 	More bool `json:"more"`
 	// RateLimitedUntil is set when the write token is held back.
 	RateLimitedUntil time.Time `json:"rateLimitedUntil,omitzero"`
+	// CustomerOrgs lists the customer organizations swept, in sweep order
+	// (at most 5; docs/operations.md, "Customer organizations").
+	CustomerOrgs []string `json:"customerOrgs,omitempty"`
+	// CustomerBudgetSpent is true when the customer sweep stopped at its
+	// 22 s provider budget.
+	CustomerBudgetSpent bool `json:"customerBudgetSpent,omitempty"`
 }
 
 // ReaperOutcome is one deployment a tick handled. Action is destroyed,
 // already-gone, would-destroy, warned, failed, rate-limited, lost-claim,
-// not-due or skipped; Reason is idle or session-expired; Detail says why
+// not-due, skipped or token-invalid; Reason is idle or session-expired; Detail says why
 // for warned, failed and rate-limited (never a token or URL).
 type ReaperOutcome struct {
-	Environment string `json:"environment"`
-	Deployment  string `json:"deployment"`
-	DropletID   int64  `json:"dropletId,omitempty"`
-	Action      string `json:"action"`
-	Reason      string `json:"reason"`
-	Detail      string `json:"detail,omitempty"`
+	// Organization is the customer organization swept with its own token
+	// ("" for the platform token's deployments).
+	Organization string `json:"organization,omitempty"`
+	Environment  string `json:"environment"`
+	Deployment   string `json:"deployment"`
+	DropletID    int64  `json:"dropletId,omitempty"`
+	Action       string `json:"action"`
+	Reason       string `json:"reason"`
+	Detail       string `json:"detail,omitempty"`
 }
 
 // ReaperStatus answers adminGetReaperStatus.

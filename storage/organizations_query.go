@@ -1,0 +1,93 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Organization kinds (docs/operations.md, "Customer organizations").
+const (
+	// OrgPlatform is the operator's own organization (PlatformOrgID).
+	OrgPlatform = "platform"
+	// OrgCustomer is a customer organization: its deployments are reaped
+	// only with its own provider token.
+	OrgCustomer = "customer"
+)
+
+// CreateOrganization inserts a customer organization (the platform
+// organization is created by migration 0001 and is the only one of its
+// kind). Errors: ErrConflict when the slug exists.
+func CreateOrganization(ctx context.Context, q Querier, slug, name string, now time.Time) (Organization, error) {
+	var o Organization
+	err := q.QueryRowContext(ctx,
+		`INSERT INTO organizations (slug, name, kind, created_at) VALUES (?, ?, 'customer', ?)
+		 RETURNING id, slug, name, kind`, slug, name, ms(now)).Scan(&o.ID, &o.Slug, &o.Name, &o.Kind)
+	if isUniqueViolation(err) {
+		return Organization{}, ErrConflict
+	}
+	if err != nil {
+		return Organization{}, fmt.Errorf("insert organization: %w", err)
+	}
+	return o, nil
+}
+
+// OrganizationBySlug returns the organization with slug. Errors:
+// ErrNotFound.
+func OrganizationBySlug(ctx context.Context, q Querier, slug string) (Organization, error) {
+	var o Organization
+	if err := q.QueryRowContext(ctx, `SELECT id, slug, name, kind FROM organizations WHERE slug = ?`, slug).
+		Scan(&o.ID, &o.Slug, &o.Name, &o.Kind); err != nil {
+		return Organization{}, notFound(err)
+	}
+	return o, nil
+}
+
+// CreateEnvironmentInOrg inserts an active environment in organization
+// orgID (CreateEnvironment is the platform organization's). Errors:
+// ErrConflict when the slug exists.
+func CreateEnvironmentInOrg(ctx context.Context, q Querier, orgID int64, slug, name string, now time.Time) (Environment, error) {
+	row := q.QueryRowContext(ctx,
+		`INSERT INTO environments (org_id, slug, name, status, created_at, updated_at)
+		 VALUES (?, ?, ?, 'active', ?, ?) RETURNING `+environmentCols,
+		orgID, slug, name, ms(now), ms(now))
+	e, err := scanEnvironment(row)
+	if isUniqueViolation(err) {
+		return Environment{}, ErrConflict
+	}
+	if err != nil {
+		return Environment{}, fmt.Errorf("insert environment: %w", err)
+	}
+	return e, nil
+}
+
+// OrgEvent is an organization-level lifecycle event: it has no
+// environment, so it exists before the organization's first environment
+// (docs/operations.md, "Customer organizations").
+type OrgEvent struct {
+	// ID is the stable event id.
+	ID string
+	// OrgID is the organization.
+	OrgID int64
+	// Kind, Reason, Message and OccurredAt as in LifecycleEvent.
+	Kind, Reason, Message string
+	OccurredAt            time.Time
+}
+
+// InsertOrgEvent records ev unless an event with its id exists (INSERT OR
+// IGNORE) and reports whether it inserted a row. Errors: a database
+// fault, including a foreign-key failure for an unknown organization.
+func InsertOrgEvent(ctx context.Context, q Querier, ev OrgEvent) (inserted bool, err error) {
+	res, err := q.ExecContext(ctx,
+		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
+		 VALUES (?, ?, NULL, NULL, ?, ?, ?, ?)`,
+		ev.ID, ev.OrgID, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt))
+	if err != nil {
+		return false, fmt.Errorf("insert organization event: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("insert organization event: %w", err)
+	}
+	return n == 1, nil
+}
