@@ -255,7 +255,8 @@ func (s *smoke) ingest(ctx context.Context) {
 		return r.Status, string(r.Body)
 	}
 	code, body := post(w)
-	s.add("signed Monitor window", code == http.StatusAccepted, "POST /api/ingest/telemetry: %d", code)
+	s.add("signed Monitor window", code == http.StatusAccepted && strings.Contains(body, `"deduplicated":false`),
+		"POST /api/ingest/telemetry: %d %s", code, strings.TrimSpace(body))
 	code, body = post(w)
 	s.add("exact window retry", code == http.StatusAccepted && strings.Contains(body, `"deduplicated":true`), "%d %s", code, strings.TrimSpace(body))
 	w.Metrics.CPUPct.Last = 11
