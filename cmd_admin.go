@@ -40,7 +40,8 @@ type adminCmd struct {
 	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
 	Costs       adminCostsCmd       `cmd:"" help:"Month-to-date cost estimates, and inventory and cost reconciliation on demand (estimates: the DigitalOcean invoice is authoritative)."`
 	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
-	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas)."`
+	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas, agents)."`
+	Runs        adminRunsCmd        `cmd:"" help:"List an environment's CI suite runs with their artifacts."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }

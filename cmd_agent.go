@@ -26,6 +26,7 @@ type agentCmd struct {
 	Run         agentRunCmd         `cmd:"" help:"Run the fleet agent: heartbeats with idle detection, Monitor windows, a durable spool (docs/operations.md, \"Agent\")."`
 	Status      agentStatusCmd      `cmd:"" help:"Print what the agent would send now, and its spool, without sending."`
 	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats whose idle state you give (the reference command)."`
+	ReportRun   agentReportRunCmd   `cmd:"" name:"report-run" help:"Report a finished CI suite run (spooled, so it survives the control plane being down)."`
 	SystemdUnit agentSystemdUnitCmd `cmd:"" name:"systemd-unit" help:"Print the agent's systemd unit (the cloud-init install writes it)."`
 }
 

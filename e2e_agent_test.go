@@ -51,9 +51,11 @@ func TestAgentRunCommandLine(t *testing.T) {
 }
 
 // TestAgentRunSIGTERM: the built agent against the built daemon sends its
-// first heartbeat at once; on SIGTERM it delivers the final window and
-// exits 0, and `agent status --json` then shows an empty spool and the
-// delivery, without sending anything.
+// first heartbeat at once; on SIGTERM it delivers the final window and its
+// shutdown lifecycle event and exits 0, and `agent status --json` then
+// shows an empty spool and the deliveries, without sending anything. A CI
+// job's `agent report-run` then delivers a run that `admin runs --json`
+// lists.
 func TestAgentRunSIGTERM(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
@@ -113,7 +115,32 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	if rep.DeploymentID != "dep-e2e" || rep.Spool.Records != 0 || rep.Delivered != 1 || rep.LastDeliveryAt.IsZero() || rep.Reaper.LimitMinutes != 30 {
+	if rep.DeploymentID != "dep-e2e" || rep.Spool.Records != 0 || rep.Delivered != 2 || rep.LastDeliveryAt.IsZero() || rep.Reaper.LimitMinutes != 30 {
 		t.Fatalf("status after SIGTERM: %+v\nagent log:\n%s", rep, logs.String())
+	}
+	events, err := d.Admin().ListEvents(ctx, adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: "shutdown"})
+	if err != nil || len(events.Events) != 1 || events.Events[0].Deployment != "dep-e2e" || !strings.Contains(events.Events[0].Message, "droplet 7") {
+		t.Fatalf("shutdown events = %+v, %v", events, err)
+	}
+
+	agentEnv := map[string]string{"CHALUPA_AGENT_URL": d.URL, "CHALUPA_AGENT_ENV": "demo-harbor",
+		"CHALUPA_AGENT_KEY_FILE": filepath.Join(keys, "ingest.key"), "CHALUPA_AGENT_STATE_DIR": state}
+	artifact := `{"v":1,"name":"junit.xml","mediaType":"application/xml","sizeBytes":42,"sha256":"` + strings.Repeat("0a", 32) +
+		`","locator":{"kind":"https","url":"https://ci.example.com/1/junit.xml"}}`
+	started := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339)
+	out, code = daemontest.RunCommand(t, bin, "", agentEnv, "agent", "report-run", "--suite", "e2e", "--run-id", "ci-1", "--status", "passed",
+		"--started-at", started, "--artifact", artifact)
+	if code != 0 || !strings.Contains(out, "delivered: 1") {
+		t.Fatalf("report-run: exit %d\n%s", code, out)
+	}
+	out, code = daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor", "--json")
+	var runs adminapi.RunList
+	if code != 0 || json.Unmarshal([]byte(out), &runs) != nil || len(runs.Runs) != 1 || runs.Runs[0].Deployment != "dep-e2e" ||
+		len(runs.Runs[0].Artifacts) != 1 || runs.Runs[0].Artifacts[0].Locator.URL != "https://ci.example.com/1/junit.xml" {
+		t.Fatalf("admin runs --json: exit %d\n%s", code, out)
+	}
+	out, code = daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor")
+	if code != 0 || !strings.Contains(out, "ci-1") || !strings.Contains(out, "junit.xml") {
+		t.Fatalf("admin runs: exit %d\n%s", code, out)
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of chalupa: the README's test command, and what .ci/run calls.
 #
-# 1. installs the real components the tests drive (litestream CLI, versitygw)
+# 1. installs the real components the tests drive (litestream CLI, versitygw,
+#    the pulumi CLI)
 #    and staticcheck through contrib/install-test-tools.sh, cached per tool and
 #    version in the user's cache directory;
 # 2. checks formatting, go vet and staticcheck;
@@ -35,5 +36,5 @@ fi
 
 start=$(date +%s)
 go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/... ./reaper/... ./console/...
-go test -timeout 20m -count=1 . ./internal/... ./contrib/...
+go test -timeout 20m -count=1 . ./internal/... ./contrib/... ./converge/...
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"

@@ -137,20 +137,26 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 		RatesCaptured: s.RatesCaptured, Unpriced: s.Unpriced, TotalUSD: s.TotalUSD}
 }
 
-// newCostReconciler builds the reconciler from the configuration: a
-// client for DIGITALOCEAN_READ_TOKEN alone (nil, nil while it is unset).
+// newReadClient builds the client for DIGITALOCEAN_READ_TOKEN (nil, nil
+// while it is unset): inventory, prices, and the droplet lookup of `sunk`
+// lifecycle events.
+func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.Client, error) {
+	if cfg.DOReadToken == "" {
+		return nil, nil
+	}
+	return doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(cfg.DOReadToken.Reveal()),
+		Label: "read", Version: Version, Clock: clock, Logger: d.Log})
+}
+
+// newCostReconciler builds the reconciler on the read-token client (nil,
+// nil without one).
 //
 // customers builds each customer organization's client from its own active
 // token: inventory lists, adopts and ends only that organization's
 // droplets with it; prices still come from the read token.
-func newCostReconciler(cfg *Config, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
-	if cfg.DOReadToken == "" {
+func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
+	if client == nil {
 		return nil, nil
-	}
-	client, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(cfg.DOReadToken.Reveal()),
-		Label: "read", Version: Version, Clock: clock, Logger: d.Log})
-	if err != nil {
-		return nil, err
 	}
 	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
 		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB}

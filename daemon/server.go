@@ -83,11 +83,18 @@ func newServer(d serverDeps) (*Server, error) {
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
 	}
+	read, err := newReadClient(d.Config, clock, d)
+	if err != nil {
+		return nil, err
+	}
+	var droplets ingest.DropletLookup
+	if read != nil {
+		droplets = dropletLookup(read)
+	}
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas()})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
-	var err error
 	var customers *reaper.CustomerTokens
 	if d.ProviderTokens != nil {
 		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
@@ -104,6 +111,8 @@ func newServer(d serverDeps) (*Server, error) {
 	// Signed ingest.
 	s.signed("/api/ingest/heartbeat", ingest.MaxHeartbeatBody, s.ingest.Heartbeat)
 	s.signed("/api/ingest/telemetry", ingest.MaxTelemetryBody, s.ingest.Telemetry)
+	s.signed("/api/ingest/lifecycle", ingest.MaxLifecycleBody, s.ingest.Lifecycle)
+	s.signed("/api/ingest/runs", ingest.MaxRunBody, s.ingest.Runs)
 
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
@@ -120,7 +129,7 @@ func newServer(d serverDeps) (*Server, error) {
 		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
 	}).register(s.ops)
-	costs, err := newCostReconciler(d.Config, d.DB, clock, d, customers)
+	costs, err := newCostReconciler(d.Config, read, d.DB, clock, d, customers)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +137,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
+	(&runHandlers{db: d.DB}).register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err

@@ -40,7 +40,8 @@ const (
 	// EventReaperArmed: a token was stored (opt-in) or replaced
 	// (rotation).
 	EventReaperArmed = "reaper-armed"
-	// EventReaperWarning: here, a revocation (reason manual).
+	// EventReaperWarning: here, a revocation (reason manual); also a sunk
+	// lifecycle event whose droplet still exists (lifecycle.go).
 	EventReaperWarning = "reaper-warning"
 	// ReasonManual is the reason of a revocation's warning.
 	ReasonManual = "manual"

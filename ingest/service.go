@@ -35,6 +35,10 @@ type Service struct {
 	quotas     Quotas
 	heartbeats *heartbeatLimiter
 	notes      *quotaNotes
+	// droplets looks a sunk deployment's droplet up with the read token
+	// (nil without one); sunkChecks holds one slot per lookup running.
+	droplets   DropletLookup
+	sunkChecks chan struct{}
 }
 
 // Config configures a Service.
@@ -58,6 +62,11 @@ type Config struct {
 	// (CHALUPA_QUOTA_*); a zero field is unlimited, so the zero value
 	// limits nothing (docs/operations.md, "Quotas").
 	Quotas Quotas
+	// Droplets looks droplets up at the provider with the read token
+	// (DIGITALOCEAN_READ_TOKEN) for `sunk` events; nil leaves them to
+	// inventory reconciliation (docs/operations.md, "Lifecycle events and
+	// runs").
+	Droplets DropletLookup
 }
 
 // NewService returns a Service.
@@ -72,7 +81,8 @@ func NewService(c Config) *Service {
 		limits = *c.Telemetry
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
-		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes()}
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1)}
 }
 
 // Quotas returns the quotas the service enforces.

@@ -30,4 +30,11 @@ var (
 	// heartbeat that would create more active deployments in its
 	// environment than allowed; nothing was written.
 	ErrDeploymentQuota = errors.New("active deployment quota reached")
+	// ErrRunQuota is returned by RecordRun for a new run of a deployment
+	// that holds the maximum number of runs; nothing was written.
+	ErrRunQuota = errors.New("run quota reached")
+	// ErrEventQuota is returned by RecordProducerEvent for a new event of
+	// a deployment that holds the maximum number of producer events;
+	// nothing was written.
+	ErrEventQuota = errors.New("lifecycle event quota reached")
 )

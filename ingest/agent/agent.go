@@ -121,11 +121,22 @@ func New(cfg Config, creds Credentials, id Identity) (*Agent, error) {
 	a.sampler = &Sampler{ProcRoot: cfg.ProcRoot, DiskPath: cfg.DiskPath, NvidiaSMI: smi, Warn: func(what string, err error) {
 		a.log.Warn().Str("metric", what).Err(err).Msg("sampling failing")
 	}}
+	if prev.SessionID != "" && !prev.SessionClosed && prev.DeploymentID == id.DeploymentID && prev.EnvironmentSlug == cfg.Environment {
+		// The previous run stopped without its final window (a crash, a
+		// kill, a power cut): close its session before opening another,
+		// or every crash would leave one open until the open-session
+		// quota refuses the deployment's windows.
+		old := &Windower{EnvironmentSlug: cfg.Environment, DeploymentID: id.DeploymentID, SessionID: prev.SessionID, Start: now}
+		if err := a.spoolWindow(old.Final(now)); err != nil {
+			return nil, fmt.Errorf("spool the previous session's final window: %w", err)
+		}
+		a.log.Info().Str("session", prev.SessionID).Msg("previous session closed (the last run did not stop cleanly)")
+	}
 	session := ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
 	a.windower = &Windower{EnvironmentSlug: cfg.Environment, DeploymentID: id.DeploymentID, SessionID: session, Start: now}
 	err = st.update(func(s *State) {
 		s.EnvironmentSlug, s.DeploymentID, s.DropletID, s.Region = cfg.Environment, id.DeploymentID, id.DropletID, id.Region
-		s.SessionID, s.LastActivityAt = session, last
+		s.SessionID, s.SessionClosed, s.LastActivityAt = session, false, last
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state file: %w", err)
@@ -237,12 +248,32 @@ func (a *Agent) spoolWindow(w *telemetry.WindowV1) error {
 	return nil
 }
 
+// ShutdownEventID is the stable id of this run's `shutdown` lifecycle
+// event: the deployment's run is named by its telemetry session, a ULID of
+// the agent's start, so a retry of the spooled event is deduplicated and
+// another run's shutdown is another event.
+func (a *Agent) ShutdownEventID() string { return "shutdown:" + a.windower.SessionID }
+
+// spoolShutdown spools this run's `shutdown` lifecycle event (delivered
+// with the final window, or replayed by the next start).
+func (a *Agent) spoolShutdown(now time.Time) error {
+	body, err := json.Marshal(ingest.LifecycleEventV1{
+		EnvironmentSlug: a.cfg.Environment, ID: a.ShutdownEventID(), Kind: ingest.EventShutdown, OccurredAt: now,
+		Deployment: ingest.LifecycleDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.spool.Append(Record{Route: LifecycleRoute, Kind: "lifecycle", Created: now, Body: body})
+	return err
+}
+
 // Deliver runs one delivery pass over the spool (see Deliverer.Pass).
 func (a *Agent) Deliver(ctx context.Context) PassResult { return a.deliver.Pass(ctx) }
 
 // Stop ends the session: one last sample, the current minute's window
-// spooled with final:true (with any window the last sample closed), then
-// the spool delivered for at most ShutdownDeadline, ignoring a back-off
+// spooled with final:true (with any window the last sample closed) and the
+// run's `shutdown` lifecycle event, then the spool delivered for at most ShutdownDeadline, ignoring a back-off
 // (one attempt). Whatever is not acknowledged stays spooled for the next
 // start, which replays it byte-identical; the control plane deduplicates a
 // final window whose response was lost. It returns what the drain did.
@@ -256,6 +287,11 @@ func (a *Agent) Stop() PassResult {
 	}
 	if err := a.spoolWindow(a.windower.Final(now)); err != nil {
 		a.log.Error().Err(err).Msg("spool the final window")
+	} else {
+		_ = a.state.update(func(s *State) { s.SessionClosed = true })
+	}
+	if err := a.spoolShutdown(now); err != nil {
+		a.log.Error().Err(err).Msg("spool the shutdown event")
 	}
 	// A plain context cancelled by the clock (clockwork's own fake-clock
 	// contexts block in Err until done, which net/http calls).
@@ -283,7 +319,8 @@ func (a *Agent) Stop() PassResult {
 }
 
 // Run drives the agent until ctx ends (SIGTERM): heartbeats every
-// HeartbeatInterval (the first at once), samples every SampleInterval on
+// HeartbeatInterval (the first at once), each followed by a pass over the
+// run report spool (ReportRun), samples every SampleInterval on
 // multiples of 5 s, delivery whenever the spool has records; then Stop.
 func (a *Agent) Run(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
@@ -294,6 +331,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		for {
 			_, _ = a.Heartbeat(bg)
+			a.DeliverReports(bg)
 			select {
 			case <-bg.Done():
 				return

@@ -17,7 +17,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/agent"
 )
 
@@ -55,9 +58,11 @@ type fleet struct {
 	mode     string
 	requests map[string]int // by path, every request the proxy saw
 	bodies   [][]byte       // telemetry bodies forwarded
-	busy     uint64         // fake /proc/stat counters
-	idle     uint64
-	rx       uint64
+	// wireIn and wireOut count the bytes the proxy read and wrote.
+	wireIn, wireOut atomic.Int64
+	busy            uint64 // fake /proc/stat counters
+	idle            uint64
+	rx              uint64
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -74,7 +79,9 @@ func newFleet(t *testing.T) *fleet {
 		t.Fatal(err)
 	}
 	f.key = k
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.forward))
+	f.proxy = httptest.NewUnstartedServer(http.HandlerFunc(f.forward))
+	f.proxy.Listener = countingListener{Listener: f.proxy.Listener, in: &f.wireIn, out: &f.wireOut}
+	f.proxy.Start()
 	t.Cleanup(f.proxy.Close)
 	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -304,11 +311,14 @@ func TestAgentWindowsArriveWithAggregates(t *testing.T) {
 		t.Errorf("disk total %v", diskTotal)
 	}
 	res := a.Stop()
-	if res.Delivered != 1 {
-		t.Fatalf("stop: %+v", res)
+	if res.Delivered != 2 {
+		t.Fatalf("stop: %+v (want the final window and the shutdown event)", res)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
 		t.Fatalf("%d final windows", n)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
+		t.Fatalf("%d shutdown events, want 1", n)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
 		t.Fatal("the final window did not end the session")
@@ -421,8 +431,8 @@ func TestAgentLostFinalResponse(t *testing.T) {
 	if res.Delivered != 0 {
 		t.Fatalf("stop with a lost answer: %+v", res)
 	}
-	if n, _ := a.Spool().Depth(); n != 1 {
-		t.Fatalf("spool holds %d, want the final window", n)
+	if n, _ := a.Spool().Depth(); n != 2 {
+		t.Fatalf("spool holds %d, want the final window and the shutdown event", n)
 	}
 	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
 	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
@@ -434,8 +444,14 @@ func TestAgentLostFinalResponse(t *testing.T) {
 	if b.SessionID() == a.SessionID() {
 		t.Fatal("a restart reused the session id")
 	}
-	if res := b.Deliver(context.Background()); res.Delivered != 1 {
+	if res := b.Deliver(context.Background()); res.Delivered != 2 {
 		t.Fatalf("replay after restart: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
+		t.Fatalf("%d shutdown events after the replay, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
+		t.Fatalf("%d open sessions after a clean stop and a restart, want 0", n)
 	}
 	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
 		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
@@ -551,5 +567,91 @@ func TestAgentRun(t *testing.T) {
 	}
 	if w, fin := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); w != 2 || fin != 1 {
 		t.Fatalf("%d windows (%d final), want 10:42 and the final 10:43", w, fin)
+	}
+}
+
+// TestAgentClosesCrashedSessions: an agent that stops without its final
+// window (a crash or a kill) leaves its telemetry session open; the next
+// start closes it first, so any number of crashes leaves one session open
+// (the running one) and the open-session quota (8) is never met.
+func TestAgentClosesCrashedSessions(t *testing.T) {
+	f := newFleet(t)
+	const crashes = 10
+	var sessions []string
+	for i := range crashes {
+		a := f.start()
+		sessions = append(sessions, a.SessionID())
+		f.heartbeat(a)
+		for range 24 {
+			f.step(a)
+		}
+		if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE session_id = ?`, a.SessionID()); n == 0 {
+			t.Fatalf("run %d stored no window", i)
+		}
+		if res := a.Deliver(context.Background()); res.Paused {
+			t.Fatalf("run %d: delivery paused: %+v", i, res)
+		}
+		if n, _ := a.Spool().Depth(); n != 0 {
+			t.Fatalf("run %d: %d records undelivered", i, n)
+		}
+		// No Stop: the process dies here.
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
+		t.Fatalf("%d open sessions after %d crashes, want 1", n, crashes)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NULL`, sessions[crashes-1]); n != 1 {
+		t.Fatal("the running session is not the open one")
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE end_reason = 'final'`); n != crashes-1 {
+		t.Fatalf("%d sessions closed by a final window, want %d", n, crashes-1)
+	}
+}
+
+// TestAgentReportRunThroughSpool: `agent report-run` while the control
+// plane is down spools the report and exits without it; the running agent's
+// pass over the report spool delivers it once the control plane is back,
+// and the next report-run delivers its own — each run stored once, a
+// retried body deduplicated.
+func TestAgentReportRunThroughSpool(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	cfg := f.config()
+	creds, err := agent.ReadCredentials(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(id string) ingest.RunReportV1 {
+		now := f.clock.Now().UTC()
+		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
+				Locator: ingest.ArtifactLocator{Kind: "local", ID: "log-" + id}}}}
+	}
+	f.setMode(modeDown)
+	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
+	if err != nil || res.Delivered != 0 || res.Spooled != 1 {
+		t.Fatalf("report while down: %+v, %v", res, err)
+	}
+	if n := f.count(`SELECT count(*) FROM runs`); n != 0 {
+		t.Fatalf("%d runs stored while down", n)
+	}
+	f.setMode(modeUp)
+	if r := a.DeliverReports(context.Background()); r.Delivered != 1 {
+		t.Fatalf("the agent's pass over the report spool: %+v", r)
+	}
+	res, err = agent.ReportRun(context.Background(), cfg, creds, report("run-2"))
+	if err != nil || res.Delivered != 1 || res.Spooled != 0 {
+		t.Fatalf("report while up: %+v, %v", res, err)
+	}
+	// The same report again (a CI retry): deduplicated, not a conflict.
+	res, err = agent.ReportRun(context.Background(), cfg, creds, report("run-2"))
+	if err != nil || res.Delivered != 1 || res.Dropped != 0 {
+		t.Fatalf("retried report: %+v, %v", res, err)
+	}
+	if n := f.count(`SELECT count(*) FROM runs WHERE deployment_id = ?`, a.Identity().DeploymentID); n != 2 {
+		t.Fatalf("%d runs stored, want 2", n)
+	}
+	if n := f.count(`SELECT count(*) FROM run_artifacts`); n != 2 {
+		t.Fatalf("%d artifacts stored, want 2", n)
 	}
 }

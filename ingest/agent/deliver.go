@@ -66,7 +66,7 @@ func Classify(status int, header http.Header, body []byte) Outcome {
 	case status == http.StatusConflict && code == "nonce_replayed":
 		// Each attempt has a fresh nonce; a collision is retried.
 		return Outcome{Verdict: Retry, Code: code}
-	case status == http.StatusConflict && code == "window_conflict":
+	case status == http.StatusConflict && (code == "window_conflict" || code == "event_conflict" || code == "run_conflict"):
 		return Outcome{Verdict: Drop, Reason: DropConflict, Code: code}
 	case status == http.StatusConflict && code == "deployment_ended":
 		return Outcome{Verdict: Drop, Reason: DropDeploymentEnded, Code: code}

@@ -89,6 +89,10 @@ const (
 	HeartbeatRoute = "/api/ingest/heartbeat"
 	// TelemetryRoute is POST /api/ingest/telemetry.
 	TelemetryRoute = "/api/ingest/telemetry"
+	// LifecycleRoute is POST /api/ingest/lifecycle.
+	LifecycleRoute = "/api/ingest/lifecycle"
+	// RunsRoute is POST /api/ingest/runs.
+	RunsRoute = "/api/ingest/runs"
 )
 
 // Errors.

@@ -69,8 +69,9 @@ const (
 	DropOverCap DropReason = "overCap"
 	// DropTooOld: a window past the control plane's 2-hour age limit.
 	DropTooOld DropReason = "tooOld"
-	// DropConflict: 409 window_conflict — the control plane holds a
-	// different body under this record's identity; resending cannot help.
+	// DropConflict: 409 window_conflict, event_conflict or run_conflict —
+	// the control plane holds a different body under this record's
+	// identity; resending cannot help.
 	DropConflict DropReason = "conflict"
 	// DropDeploymentEnded: 409 deployment_ended.
 	DropDeploymentEnded DropReason = "deploymentEnded"

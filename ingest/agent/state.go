@@ -28,6 +28,10 @@ type State struct {
 	Region          string `json:"region,omitempty"`
 	// SessionID is the running agent's telemetry session.
 	SessionID string `json:"sessionId,omitempty"`
+	// SessionClosed is true once the agent spooled SessionID's final
+	// window (a clean stop). A start that finds it false closes that
+	// session first (docs/operations.md, "Agent").
+	SessionClosed bool `json:"sessionClosed,omitempty"`
 	// LastActivityAt is the last activity seen; a restarted agent starts
 	// from it instead of its own start, so a restart does not move the
 	// idle deadline.
@@ -85,7 +89,12 @@ func openState(stateDir string) (*stateFile, error) {
 }
 
 // update applies fn to the state and writes it.
+// A nil stateFile (`agent report-run`, which must not race the running
+// agent's writes) records nothing.
 func (f *stateFile) update(fn func(*State)) error {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(&f.st)

@@ -14,6 +14,15 @@
 //     /v2/droplets?tag_name= (204);
 //   - volumes: GET /v2/volumes (name and region filters, paginated; each
 //     volume carries tags and size_gigabytes), GET /v2/volumes/{id};
+//   - what converge's Pulumi program needs (docs/operations.md,
+//     "Converge"): droplet creation with ssh_keys, user_data and volumes;
+//     POST /v2/volumes (201), DELETE /v2/volumes/{id} (204; 409 while
+//     attached), POST /v2/volumes/{id}/actions (attach, detach; completed
+//     at once); firewalls: POST /v2/firewalls (202), GET /v2/firewalls
+//     (paginated), GET, PUT and DELETE /v2/firewalls/{id}; tags: POST
+//     /v2/tags (201), POST and DELETE /v2/tags/{name}/resources (204).
+//     Deleting a droplet detaches its volumes and removes it from every
+//     firewall, as the real API does;
 //   - sizes: GET /v2/sizes (slug, price_hourly, price_monthly, vcpus,
 //     memory, disk, …), paginated;
 //   - account: GET /v2/account;
@@ -86,6 +95,9 @@ type Server struct {
 	droplets  map[int]*Droplet
 	nextID    int
 	volumes   map[string]*Volume
+	firewalls map[string]*Firewall
+	tags      map[string]bool // created with POST /v2/tags
+	actionSeq int
 	sizes     map[string]Size
 	account   Account
 	faults    []*fault
@@ -127,6 +139,8 @@ func New(t testing.TB, opts ...Option) *Server {
 		droplets:  map[int]*Droplet{},
 		nextID:    firstDropletID,
 		volumes:   map[string]*Volume{},
+		firewalls: map[string]*Firewall{},
+		tags:      map[string]bool{},
 		sizes:     map[string]Size{},
 		account:   defaultAccount(),
 	}
@@ -165,6 +179,14 @@ const (
 	ScopeActionsRead   Scope = "actions:read"
 	ScopeImageRead     Scope = "image:read"
 	ScopeAccountRead   Scope = "account:read"
+	// Converge's scopes (firewalls, volume writes, tags).
+	ScopeFirewallRead   Scope = "firewall:read"
+	ScopeFirewallCreate Scope = "firewall:create"
+	ScopeFirewallUpdate Scope = "firewall:update"
+	ScopeFirewallDelete Scope = "firewall:delete"
+	ScopeVolumeCreate   Scope = "block_storage:create"
+	ScopeVolumeDelete   Scope = "block_storage:delete"
+	ScopeVolumeActionDo Scope = "block_storage_action:create"
 )
 
 // Scope sets of the tokens chalupa is given.

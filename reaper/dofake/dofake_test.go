@@ -162,7 +162,7 @@ func TestGodoSpeaksToEveryRoute(t *testing.T) {
 		}
 	})
 	t.Run("unknown route", func(t *testing.T) {
-		req, _ := c.NewRequest(ctx, http.MethodGet, "v2/firewalls", nil)
+		req, _ := c.NewRequest(ctx, http.MethodGet, "v2/load_balancers", nil)
 		resp, err := c.Do(ctx, req, nil)
 		if status(t, resp, err) != http.StatusNotFound {
 			t.Errorf("unknown route: %v", err)

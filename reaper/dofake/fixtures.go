@@ -62,6 +62,11 @@ type Droplet struct {
 	Tags []string
 	// VolumeIDs are attached volumes.
 	VolumeIDs []string
+	// SSHKeys are the key ids or fingerprints given at creation (the API
+	// never returns them; tests read them here).
+	SSHKeys []string
+	// UserData is the cloud-init user data given at creation.
+	UserData string
 	// CreatedAt defaults to the server clock's now.
 	CreatedAt time.Time
 }
@@ -70,6 +75,7 @@ func (d *Droplet) clone() Droplet {
 	c := *d
 	c.Tags = slices.Clone(d.Tags)
 	c.VolumeIDs = slices.Clone(d.VolumeIDs)
+	c.SSHKeys = slices.Clone(d.SSHKeys)
 	return c
 }
 
@@ -136,7 +142,19 @@ func (s *Server) addDroplet(d Droplet) Droplet {
 func (s *Server) RemoveDroplet(id int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forgetDroplet(id)
+}
+
+// forgetDroplet deletes a droplet the way the API does: its volumes are
+// detached and it leaves every firewall. Called with s.mu held.
+func (s *Server) forgetDroplet(id int) {
 	delete(s.droplets, id)
+	for _, v := range s.volumes {
+		v.DropletIDs = slices.DeleteFunc(v.DropletIDs, func(d int) bool { return d == id })
+	}
+	for _, f := range s.firewalls {
+		f.DropletIDs = slices.DeleteFunc(f.DropletIDs, func(d int) bool { return d == id })
+	}
 }
 
 // Volume is a block-storage volume the server holds. Zero fields of a

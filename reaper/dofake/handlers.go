@@ -30,6 +30,17 @@ const (
 	RouteGetVolume           Route = "GET /v2/volumes/{id}"
 	RouteListSizes           Route = "GET /v2/sizes"
 	RouteGetAccount          Route = "GET /v2/account"
+	RouteCreateVolume        Route = "POST /v2/volumes"
+	RouteDeleteVolume        Route = "DELETE /v2/volumes/{id}"
+	RouteVolumeAction        Route = "POST /v2/volumes/{id}/actions"
+	RouteCreateFirewall      Route = "POST /v2/firewalls"
+	RouteListFirewalls       Route = "GET /v2/firewalls"
+	RouteGetFirewall         Route = "GET /v2/firewalls/{id}"
+	RouteUpdateFirewall      Route = "PUT /v2/firewalls/{id}"
+	RouteDeleteFirewall      Route = "DELETE /v2/firewalls/{id}"
+	RouteCreateTag           Route = "POST /v2/tags"
+	RouteTagResources        Route = "POST /v2/tags/{name}/resources"
+	RouteUntagResources      Route = "DELETE /v2/tags/{name}/resources"
 )
 
 // Pagination, as the real API does it.
@@ -70,6 +81,17 @@ func (s *Server) routes() http.Handler {
 	add(RouteGetVolume, fixed(ScopeVolumeRead), s.getVolume)
 	add(RouteListSizes, fixed(ScopeSizesRead), s.listSizes)
 	add(RouteGetAccount, fixed(ScopeAccountRead), s.getAccount)
+	add(RouteCreateVolume, fixed(ScopeVolumeCreate), s.createVolume)
+	add(RouteDeleteVolume, fixed(ScopeVolumeDelete), s.deleteVolume)
+	add(RouteVolumeAction, fixed(ScopeVolumeActionDo), s.volumeAction)
+	add(RouteCreateFirewall, fixed(ScopeFirewallCreate), s.createFirewall)
+	add(RouteListFirewalls, fixed(ScopeFirewallRead), s.listFirewalls)
+	add(RouteGetFirewall, fixed(ScopeFirewallRead), s.getFirewall)
+	add(RouteUpdateFirewall, fixed(ScopeFirewallUpdate), s.updateFirewall)
+	add(RouteDeleteFirewall, fixed(ScopeFirewallDelete), s.deleteFirewall)
+	add(RouteCreateTag, fixed(ScopeTagCreate), s.createTag)
+	add(RouteTagResources, fixed(ScopeTagCreate), s.tagResources)
+	add(RouteUntagResources, fixed(ScopeTagCreate), s.untagResources)
 	// Everything else, including a known path with another method: the
 	// API's JSON 404 (after authentication, as the real API answers).
 	add("/", fixed(""), func(*http.Request, *tokenState) answer { return errAnswer(http.StatusNotFound) })
@@ -302,7 +324,7 @@ func (s *Server) deleteDroplet(r *http.Request, _ *tokenState) answer {
 	if err != nil || s.droplets[id] == nil {
 		return errAnswer(http.StatusNotFound)
 	}
-	delete(s.droplets, id)
+	s.forgetDroplet(id)
 	return answer{status: http.StatusNoContent}
 }
 
@@ -312,7 +334,7 @@ func (s *Server) deleteDropletsByTag(r *http.Request, _ *tokenState) answer {
 		return unprocessable("tag_name is required")
 	}
 	for _, d := range s.sortedDroplets(func(d *Droplet) bool { return d.HasTag(tag) }) {
-		delete(s.droplets, d.ID)
+		s.forgetDroplet(d.ID)
 	}
 	return answer{status: http.StatusNoContent}
 }
@@ -322,12 +344,15 @@ var hostname = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,253}[A-Za-z0-9])
 
 func (s *Server) createDroplet(r *http.Request, ts *tokenState) answer {
 	var req struct {
-		Name   string          `json:"name"`
-		Names  []string        `json:"names"`
-		Region string          `json:"region"`
-		Size   string          `json:"size"`
-		Image  json.RawMessage `json:"image"`
-		Tags   []string        `json:"tags"`
+		Name     string          `json:"name"`
+		Names    []string        `json:"names"`
+		Region   string          `json:"region"`
+		Size     string          `json:"size"`
+		Image    json.RawMessage `json:"image"`
+		Tags     []string        `json:"tags"`
+		SSHKeys  []any           `json:"ssh_keys"`
+		UserData string          `json:"user_data"`
+		Volumes  []any           `json:"volumes"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20)).Decode(&req); err != nil {
 		return answer{status: http.StatusBadRequest, body: apiError{ID: "bad_request", Message: "The request body is not valid JSON."}}
@@ -365,7 +390,26 @@ func (s *Server) createDroplet(r *http.Request, ts *tokenState) answer {
 	if tags == nil {
 		tags = NoTags
 	}
-	d := s.addDroplet(Droplet{Name: req.Name, Region: req.Region, Size: req.Size, Image: image, Tags: tags})
+	var keys, vols []string
+	for _, k := range req.SSHKeys {
+		keys = append(keys, fmt.Sprint(k))
+	}
+	for _, v := range req.Volumes {
+		id := fmt.Sprint(v)
+		if m, ok := v.(map[string]any); ok {
+			id = fmt.Sprint(m["id"])
+		}
+		vol := s.volumes[id]
+		if vol == nil || vol.Region != req.Region || len(vol.DropletIDs) > 0 {
+			return unprocessable("volume %s cannot be attached: unknown, in another region or attached", id)
+		}
+		vols = append(vols, id)
+	}
+	d := s.addDroplet(Droplet{Name: req.Name, Region: req.Region, Size: req.Size, Image: image, Tags: tags,
+		SSHKeys: keys, UserData: req.UserData, VolumeIDs: vols})
+	for _, id := range vols {
+		s.volumes[id].DropletIDs = []int{d.ID}
+	}
 	wire := s.dropletWire(s.droplets[d.ID])
 	wire.Status = "new" // the fake boots at once: reads after this say "active"
 	wire.Networks = networksJSON{V4: []networkV4JSON{}, V6: []networkV6JSON{}}

@@ -1,0 +1,234 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
+)
+
+const (
+	lifecyclePath = "/api/ingest/lifecycle"
+	runsPath      = "/api/ingest/runs"
+)
+
+// lifecycleEvent returns a LifecycleEventV1 body occurring now.
+func (h *ingestHarness) lifecycleEvent(env, id, kind, dep string, mutate func(*ingest.LifecycleEventV1)) []byte {
+	h.t.Helper()
+	ev := ingest.LifecycleEventV1{EnvironmentSlug: env, ID: id, Kind: kind, OccurredAt: h.clock.Now().UTC(),
+		Deployment: ingest.LifecycleDeploy{ID: dep}}
+	if mutate != nil {
+		mutate(&ev)
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return b
+}
+
+// lifecycleRows counts everything a lifecycle or run request can write,
+// nonces included.
+func (h *ingestHarness) lifecycleRows() string {
+	h.t.Helper()
+	var parts []string
+	for _, q := range []string{
+		`SELECT count(*) FROM lifecycle_events`, `SELECT count(*) FROM deployments`,
+		`SELECT count(*) FROM deployments WHERE status = 'ended'`, `SELECT count(*) FROM runs`,
+		`SELECT count(*) FROM run_artifacts`, `SELECT coalesce(sum(runs), 0) FROM deployments`,
+		`SELECT coalesce(sum(producer_events), 0) FROM deployments`, `SELECT count(*) FROM nonces`,
+		`SELECT count(*) FROM environments WHERE status = 'sunk'`,
+	} {
+		parts = append(parts, fmt.Sprint(h.count(q)))
+	}
+	return strings.Join(parts, "/")
+}
+
+// TestIngestLifecycleAnswers: POST /api/ingest/lifecycle (docs/operations.md,
+// "Lifecycle events and runs"): launched creates the deployment; the same id
+// and body is 202 deduplicated with nothing written (not even the nonce);
+// the same id with another body is 409; the deployment rules each have
+// their status, and every refusal writes nothing.
+func TestIngestLifecycleAnswers(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	send := func(body []byte) apiResponse {
+		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: body, Path: lifecyclePath})
+	}
+	launched := h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) {
+		e.Deployment.DropletID, e.Deployment.Region, e.Deployment.Size, e.Deployment.Managed = 4242, "nyc3", "s-1vcpu-1gb", true
+	})
+	if r := send(launched); r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"created":true`) {
+		t.Fatalf("launched: %s", r)
+	}
+	if got := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-1' AND status = 'active' AND droplet_id = 4242 AND managed = 1 AND idle_deadline_at IS NOT NULL`); got != 1 {
+		t.Fatalf("launched did not create the deployment: %d", got)
+	}
+	// A heartbeat naming another droplet for it is refused: the droplet
+	// id never changes.
+	if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1", DropletID: 7})}); r.Status != http.StatusConflict {
+		t.Fatalf("heartbeat with another droplet: %s", r)
+	}
+	h.exec(`INSERT INTO deployments (environment_id, id, status, launched_at, ended_at) SELECT id, 'dep-old', 'ended', 1, 2 FROM environments WHERE slug = 'demo-harbor'`)
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		status int
+		code   string
+	}{
+		{"exact retry", launched, http.StatusAccepted, ""},
+		{"same id, re-encoded time", h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) {
+			e.Deployment.DropletID, e.Deployment.Region, e.Deployment.Size, e.Deployment.Managed = 4242, "nyc3", "s-1vcpu-1gb", true
+			e.OccurredAt = e.OccurredAt.In(time.FixedZone("x", 3600))
+		}), http.StatusAccepted, ""},
+		{"same id, other body", h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", nil), http.StatusConflict, "event_conflict"},
+		{"launched, other droplet", h.lifecycleEvent("demo-harbor", "launch-2", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
+		{"booted, other droplet", h.lifecycleEvent("demo-harbor", "boot-x", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
+		{"booted, unknown deployment", h.lifecycleEvent("demo-harbor", "boot-1", ingest.EventBooted, "dep-none", nil), http.StatusNotFound, "deployment_not_found"},
+		{"launched, ended deployment", h.lifecycleEvent("demo-harbor", "launch-3", ingest.EventLaunched, "dep-old", nil), http.StatusConflict, "deployment_ended"},
+		{"ci-started, ended deployment", h.lifecycleEvent("demo-harbor", "ci-1", ingest.EventCIStarted, "dep-old", nil), http.StatusConflict, "deployment_ended"},
+		{"unknown kind", h.lifecycleEvent("demo-harbor", "x-1", "exploded", "dep-1", nil), http.StatusUnprocessableEntity, "invalid_body"},
+		{"managed on booted", h.lifecycleEvent("demo-harbor", "x-2", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.Managed = true }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"in the future", h.lifecycleEvent("demo-harbor", "x-3", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.OccurredAt = e.OccurredAt.Add(time.Hour) }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"unknown field", []byte(strings.TrimSuffix(string(h.lifecycleEvent("demo-harbor", "x-4", ingest.EventBooted, "dep-1", nil)), "}") + `,"extra":1}`), http.StatusUnprocessableEntity, "invalid_body"},
+		{"unknown field in deployment", []byte(strings.Replace(string(h.lifecycleEvent("demo-harbor", "x-5", ingest.EventBooted, "dep-1", nil)), `"id":"dep-1"`, `"id":"dep-1","extra":1`, 1)), http.StatusUnprocessableEntity, "invalid_body"},
+		{"other environment", h.lifecycleEvent("other-env", "x-6", ingest.EventBooted, "dep-1", nil), http.StatusForbidden, "environment_mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := h.lifecycleRows()
+			r := send(tc.body)
+			if r.Status != tc.status || (tc.code != "" && !strings.Contains(string(r.Body), `"code":"`+tc.code+`"`)) {
+				t.Fatalf("got %s, want %d %s", r, tc.status, tc.code)
+			}
+			if tc.status == http.StatusAccepted && !strings.Contains(string(r.Body), `"deduplicated":true`) {
+				t.Fatalf("retry not deduplicated: %s", r)
+			}
+			if after := h.lifecycleRows(); after != before {
+				t.Fatalf("rows %s -> %s: something was written", before, after)
+			}
+		})
+	}
+	t.Run("after the end", func(t *testing.T) {
+		for _, kind := range []string{ingest.EventShutdown, ingest.EventCIFinished, ingest.EventSunk} {
+			if r := send(h.lifecycleEvent("demo-harbor", "late-"+kind, kind, "dep-old", nil)); r.Status != http.StatusAccepted || strings.Contains(string(r.Body), "droplet") {
+				t.Fatalf("%s for an ended deployment: %s", kind, r)
+			}
+		}
+	})
+	t.Run("booted is recorded", func(t *testing.T) {
+		if r := send(h.lifecycleEvent("demo-harbor", "boot-2", ingest.EventBooted, "dep-1", nil)); r.Status != http.StatusAccepted {
+			t.Fatalf("booted: %s", r)
+		}
+		ev, err := h.client().ListEvents(context.Background(), adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: ingest.EventBooted})
+		if err != nil || len(ev.Events) != 1 || ev.Events[0].Deployment != "dep-1" {
+			t.Fatalf("events = %+v, %v", ev, err)
+		}
+	})
+}
+
+// TestIngestLifecycleSunk: a sunk event is checked with the provider (the
+// DigitalOcean API test server) with the read token: a droplet that still
+// exists leaves the deployment active with a reaper-warning; a droplet that
+// is gone ends the deployment, its telemetry sessions and (last one) the
+// environment; without a read token the deployment stays active, unchecked.
+func TestIngestLifecycleSunk(t *testing.T) {
+	fake := dofake.New(t)
+	read := fake.AddToken("read", dofake.ReadOnly...)
+	live := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-harbor")})
+	gone := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-harbor")})
+	h := newIngestHarness(t, harnessOptions{Env: map[string]string{"DIGITALOCEAN_READ_TOKEN": read, "CHALUPA_DO_API_URL": fake.URL}})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	send := func(body []byte) apiResponse {
+		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: body, Path: lifecyclePath})
+	}
+	for dep, drop := range map[string]int{"dep-live": live.ID, "dep-gone": gone.ID} {
+		if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: dep, DropletID: int64(drop)})}); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat: %s", r)
+		}
+		if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.telemetryWindow("demo-harbor", dep, "s-"+dep, time.Time{}, nil), Path: telemetryPath}); r.Status != http.StatusAccepted {
+			t.Fatalf("window: %s", r)
+		}
+	}
+	fake.RemoveDroplet(gone.ID)
+
+	t.Run("droplet still exists", func(t *testing.T) {
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-live", ingest.EventSunk, "dep-live", nil))
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"exists"`) {
+			t.Fatalf("sunk: %s", r)
+		}
+		if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-live' AND status = 'active'`); st != 1 {
+			t.Fatal("a sunk event took a live droplet off the reaper's list")
+		}
+		if n := h.count(`SELECT count(*) FROM lifecycle_events WHERE deployment_id = 'dep-live' AND kind = 'reaper-warning'`); n != 1 {
+			t.Fatalf("reaper-warning events = %d, want 1", n)
+		}
+		if n := h.count(`SELECT count(*) FROM telemetry_sessions WHERE deployment_id = 'dep-live' AND ended_at IS NULL`); n != 1 {
+			t.Fatalf("open sessions of the live deployment = %d, want 1", n)
+		}
+	})
+	t.Run("droplet gone", func(t *testing.T) {
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-gone", ingest.EventSunk, "dep-gone", nil))
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"gone"`) {
+			t.Fatalf("sunk: %s", r)
+		}
+		if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-gone' AND status = 'ended'`); st != 1 {
+			t.Fatal("the deployment of a gone droplet did not end")
+		}
+		if n := h.count(`SELECT count(*) FROM telemetry_sessions WHERE deployment_id = 'dep-gone' AND ended_at IS NULL`); n != 0 {
+			t.Fatalf("open sessions of the ended deployment = %d, want 0", n)
+		}
+		if n := h.count(`SELECT count(*) FROM lifecycle_events WHERE deployment_id = 'dep-gone' AND kind = 'deployment-ended' AND reason = 'provider'`); n != 1 {
+			t.Fatalf("deployment-ended events = %d, want 1", n)
+		}
+		if n := h.count(`SELECT count(*) FROM environments WHERE slug = 'demo-harbor' AND status = 'sunk'`); n != 0 {
+			t.Fatal("environment sunk while dep-live is active")
+		}
+	})
+	t.Run("a gone droplet named by the event alone", func(t *testing.T) {
+		if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-anon"})}); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat: %s", r)
+		}
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-anon", ingest.EventSunk, "dep-anon", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = int64(gone.ID) }))
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
+			t.Fatalf("sunk: %s", r)
+		}
+		if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-anon' AND status = 'active'`); st != 1 {
+			t.Fatal("a droplet id named only by the sunk event ended the deployment")
+		}
+	})
+	t.Run("read token only", func(t *testing.T) {
+		for _, req := range fake.Requests() {
+			if req.Token != "read" || req.Method != http.MethodGet {
+				t.Errorf("provider request %s with token %s", req, req.Token)
+			}
+		}
+	})
+}
+
+// TestIngestLifecycleSunkWithoutToken: with no read token the sunk event is
+// recorded and the deployment stays active (inventory reconciliation or the
+// reaper settles it).
+func TestIngestLifecycleSunkWithoutToken(t *testing.T) {
+	h := newIngestHarness(t, harnessOptions{})
+	h.createEnv("demo-harbor")
+	k := h.issue("demo-harbor")
+	if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1", DropletID: 11})}); r.Status != http.StatusAccepted {
+		t.Fatalf("heartbeat: %s", r)
+	}
+	r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.lifecycleEvent("demo-harbor", "s-1", ingest.EventSunk, "dep-1", nil), Path: lifecyclePath})
+	if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
+		t.Fatalf("sunk: %s", r)
+	}
+	if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-1' AND status = 'active'`); st != 1 {
+		t.Fatal("an unchecked sunk event ended the deployment")
+	}
+}

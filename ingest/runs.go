@@ -1,0 +1,279 @@
+package ingest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Run report bounds (docs/operations.md, "Lifecycle events and runs").
+const (
+	// MaxRunBody bounds a run report body (bytes): 256 KiB holds
+	// MaxArtifactsPerRun artifacts with URLs of the longest accepted length.
+	MaxRunBody = 256 << 10
+	// MaxArtifactsPerRun caps the artifacts of one run: a suite's reports,
+	// logs and bundles, not a file listing.
+	MaxArtifactsPerRun = 64
+	// MaxRunsPerDeployment caps the runs one deployment holds (429
+	// run_quota beyond it): a CI job every ten minutes for a week; with
+	// MaxArtifactsPerRun it bounds what one leaked environment key writes
+	// per deployment, as the telemetry receipt cap does.
+	MaxRunsPerDeployment = 1000
+	// maxArtifactURL is the longest https locator accepted (bytes).
+	maxArtifactURL = 2048
+	// maxArtifactName is the longest artifact name (bytes).
+	maxArtifactName = 255
+)
+
+// Run statuses a report may carry: a report is sent once the run finished.
+var runStatuses = map[string]bool{"passed": true, "failed": true, "cancelled": true, "errored": true}
+
+var (
+	suiteRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`)
+	commitRE    = regexp.MustCompile(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
+	sha256RE    = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	mediaTypeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
+	localIDRE   = regexp.MustCompile(LocalIDPattern)
+)
+
+// LocalIDPattern is the syntax of a `local` locator's id: a lower-case name
+// on the reporting machine, never a path (no slash); ids containing ".."
+// are refused besides (docs/operations.md, "Lifecycle events and runs").
+const LocalIDPattern = `^[a-z0-9][a-z0-9._-]{0,127}$`
+
+// credentialParams are query parameter names (lower-cased) that carry
+// credentials: a URL holding one is refused, since run reports are shown to
+// the operator and replicated with the database.
+var credentialParams = map[string]bool{
+	"token": true, "access_token": true, "auth": true, "key": true, "apikey": true, "api_key": true,
+	"password": true, "secret": true, "sig": true, "signature": true,
+	"x-amz-signature": true, "x-amz-credential": true, "x-amz-security-token": true,
+	"x-goog-signature": true, "x-goog-credential": true,
+}
+
+// RunReportV1 is the body of POST /api/ingest/runs: one finished CI suite
+// run with its artifacts as ArtifactRefV1 (unknown fields refused at every
+// level).
+type RunReportV1 struct {
+	EnvironmentSlug string          `json:"environmentSlug"`
+	DeploymentID    string          `json:"deploymentId"`
+	RunID           string          `json:"runId"`
+	Suite           string          `json:"suite"`
+	Status          string          `json:"status"`
+	StartedAt       time.Time       `json:"startedAt"`
+	FinishedAt      time.Time       `json:"finishedAt"`
+	Commit          string          `json:"commit,omitempty"`
+	Artifacts       []ArtifactRefV1 `json:"artifacts"`
+}
+
+// ArtifactRefV1 is a reference to one artifact of a run: exactly
+// {"v":1,"name","mediaType","sizeBytes","sha256","locator"}. chalupa
+// accepts V1 only.
+type ArtifactRefV1 struct {
+	V         int             `json:"v"`
+	Name      string          `json:"name"`
+	MediaType string          `json:"mediaType"`
+	SizeBytes int64           `json:"sizeBytes"`
+	SHA256    string          `json:"sha256"`
+	Locator   ArtifactLocator `json:"locator"`
+}
+
+// ArtifactLocator is where an artifact is: {"kind":"https","url"} or
+// {"kind":"local","id"}.
+type ArtifactLocator struct {
+	Kind string `json:"kind"`
+	URL  string `json:"url,omitempty"`
+	ID   string `json:"id,omitempty"`
+}
+
+// RunAccepted is the 202 body of POST /api/ingest/runs.
+type RunAccepted struct {
+	Accepted bool `json:"accepted"`
+	// Deduplicated is true for a retry of a run already stored with the
+	// same fingerprint: nothing was written.
+	Deduplicated bool `json:"deduplicated"`
+}
+
+// normalize validates r and puts it in normal form: times in UTC at
+// millisecond resolution, hex digits and media types lower-case, artifacts
+// sorted by name. Messages name a field, never its value.
+func (r *RunReportV1) normalize(now time.Time) *Refusal {
+	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
+	switch {
+	case !slug.Valid(r.EnvironmentSlug):
+		return bad("environmentSlug must match " + slug.Pattern)
+	case !slug.ValidID(r.DeploymentID):
+		return bad("deploymentId must be 1-128 characters of [A-Za-z0-9._:-]")
+	case !slug.ValidID(r.RunID):
+		return bad("runId must be 1-128 characters of [A-Za-z0-9._:-]")
+	case !suiteRE.MatchString(r.Suite):
+		return bad("suite must be 1-128 characters of [A-Za-z0-9._/:-]")
+	case !runStatuses[r.Status]:
+		return bad("status must be one of passed, failed, cancelled, errored")
+	case r.StartedAt.IsZero() || r.FinishedAt.IsZero() || !utcYearInRange(r.StartedAt) || !utcYearInRange(r.FinishedAt):
+		return bad("startedAt and finishedAt are required")
+	case r.FinishedAt.Before(r.StartedAt):
+		return bad("finishedAt must not be before startedAt")
+	case r.FinishedAt.After(now.Add(SkewWindow)):
+		return bad("finishedAt is in the future")
+	case r.Commit != "" && !commitRE.MatchString(r.Commit):
+		return bad("commit must be a 40- or 64-digit hex object id")
+	case r.Artifacts == nil:
+		return bad("artifacts is required (an empty array when there are none)")
+	case len(r.Artifacts) > MaxArtifactsPerRun:
+		return bad("at most 64 artifacts per run")
+	}
+	r.StartedAt = r.StartedAt.UTC().Truncate(time.Millisecond)
+	r.FinishedAt = r.FinishedAt.UTC().Truncate(time.Millisecond)
+	r.Commit = strings.ToLower(r.Commit)
+	names := make(map[string]bool, len(r.Artifacts))
+	for i := range r.Artifacts {
+		a := &r.Artifacts[i]
+		if rf := a.validate(); rf != nil {
+			return rf
+		}
+		if names[a.Name] {
+			return bad("artifact names must be unique within a run")
+		}
+		names[a.Name] = true
+		a.SHA256 = strings.ToLower(a.SHA256)
+		a.MediaType = strings.ToLower(a.MediaType)
+	}
+	sort.Slice(r.Artifacts, func(i, j int) bool { return r.Artifacts[i].Name < r.Artifacts[j].Name })
+	return nil
+}
+
+func (a *ArtifactRefV1) validate() *Refusal {
+	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
+	switch {
+	case a.V != 1:
+		return bad("artifact v must be 1 (ArtifactRefV1 only)")
+	case a.Name == "" || len(a.Name) > maxArtifactName || !printableASCII(a.Name) || strings.TrimSpace(a.Name) != a.Name:
+		return bad("artifact name must be 1-255 printable ASCII characters without surrounding spaces")
+	case !mediaTypeRE.MatchString(a.MediaType):
+		return bad("artifact mediaType must be type/subtype")
+	case a.SizeBytes < 0:
+		return bad("artifact sizeBytes must not be negative")
+	case !sha256RE.MatchString(a.SHA256):
+		return bad("artifact sha256 must be 64 hex digits")
+	}
+	switch a.Locator.Kind {
+	case "https":
+		if a.Locator.ID != "" {
+			return bad("an https locator has a url and no id")
+		}
+		if !safeHTTPSURL(a.Locator.URL) {
+			return bad("artifact locator url must be an https URL with a host and no credentials or control characters")
+		}
+	case "local":
+		if a.Locator.URL != "" {
+			return bad("a local locator has an id and no url")
+		}
+		if !localIDRE.MatchString(a.Locator.ID) || strings.Contains(a.Locator.ID, "..") {
+			return bad("artifact locator id must match " + LocalIDPattern + " without \"..\"")
+		}
+	default:
+		return bad("artifact locator kind must be https or local")
+	}
+	return nil
+}
+
+// safeHTTPSURL reports whether raw is an https URL chalupa may store and
+// show: at most maxArtifactURL bytes of printable ASCII without spaces or
+// backslashes, scheme exactly "https", a host, no userinfo, and no query
+// parameter that carries a credential (credentialParams).
+func safeHTTPSURL(raw string) bool {
+	if len(raw) > maxArtifactURL || !strings.HasPrefix(raw, "https://") {
+		return false
+	}
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; c <= 0x20 || c >= 0x7f || c == '\\' {
+			return false
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.User != nil || u.Hostname() == "" || u.Opaque != "" {
+		return false
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return false
+	}
+	for k := range q {
+		if credentialParams[strings.ToLower(k)] {
+			return false
+		}
+	}
+	return true
+}
+
+// fingerprint is the SHA-256 of the normalized run: its fields and its
+// artifact array (sorted by name), re-encoded in a fixed order. The
+// environment is the key's, so it is not part of it.
+func (r *RunReportV1) fingerprint() [32]byte {
+	b, _ := json.Marshal(r) // strings, numbers and times only: cannot fail
+	return sha256.Sum256(b)
+}
+
+// Runs handles POST /api/ingest/runs for a request Authenticate verified
+// (with MaxRunBody): one CI suite run, stored with its artifacts in the
+// same writer unit as the nonce claim. A report whose fingerprint matches
+// the stored run of its runId is 202 deduplicated with nothing written
+// (not even the nonce); another fingerprint is 409 run_conflict. An unknown
+// deployment is 404 deployment_not_found; a deployment at
+// MaxRunsPerDeployment is 429 run_quota. Every refusal writes nothing
+// (docs/operations.md, "Lifecycle events and runs").
+func (s *Service) Runs(ctx context.Context, v Verified) Response {
+	var run RunReportV1
+	var fp [32]byte
+	parse := func(body []byte) *Refusal {
+		if rf := DecodeBody(body, &run); rf != nil {
+			return rf
+		}
+		if rf := run.normalize(s.clock.Now()); rf != nil {
+			return rf
+		}
+		fp = run.fingerprint()
+		return nil
+	}
+	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+		environmentID, err := resolveEnvironment(ctx, tx, v, run.EnvironmentSlug)
+		if err != nil {
+			return nil, err
+		}
+		rec := storage.Run{
+			EnvironmentID: environmentID, RunID: run.RunID, DeploymentID: run.DeploymentID, Suite: run.Suite,
+			Status: run.Status, CommitSHA: run.Commit, StartedAt: run.StartedAt, FinishedAt: run.FinishedAt,
+			Fingerprint: fp, ReceivedAt: s.clock.Now().UTC(), Artifacts: make([]storage.Artifact, len(run.Artifacts)),
+		}
+		for i, a := range run.Artifacts {
+			rec.Artifacts[i] = storage.Artifact{Name: a.Name, MediaType: a.MediaType, SizeBytes: a.SizeBytes, SHA256: a.SHA256,
+				LocatorKind: a.Locator.Kind, LocatorURL: a.Locator.URL, LocatorID: a.Locator.ID}
+		}
+		res, err := storage.RecordRun(ctx, tx, rec, MaxRunsPerDeployment)
+		switch {
+		case errors.Is(err, storage.ErrConflict):
+			return nil, refuse(http.StatusConflict, "run_conflict", "a different report of this runId was already accepted")
+		case errors.Is(err, storage.ErrNotFound):
+			return nil, refuse(http.StatusNotFound, "deployment_not_found", "the deployment does not exist in this environment; a heartbeat or a launched event creates it")
+		case errors.Is(err, storage.ErrRunQuota):
+			return nil, refuse(http.StatusTooManyRequests, "run_quota", "the deployment holds the maximum number of runs (%d)", MaxRunsPerDeployment)
+		case err != nil:
+			return nil, err
+		}
+		if res.Deduplicated {
+			return nil, &noChange{body: RunAccepted{Accepted: true, Deduplicated: true}}
+		}
+		return RunAccepted{Accepted: true}, nil
+	})
+}
