@@ -24,6 +24,7 @@ type cli struct {
 	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
 	Agent   agentCmd   `cmd:"" help:"The reference fleet agent."`
 	Rewrap  rewrapCmd  `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
+	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }
 

@@ -36,6 +36,22 @@ fi
 
 mkdir -p "$bin"
 
+# Debian's chromium drives the console's browser tests (chromedp talks to
+# /usr/bin/chromium over a pipe; no chromedriver). Installed as root when
+# missing; without root the tests skip, except under CI=true where a
+# missing browser fails the run.
+if ! command -v /usr/bin/chromium >/dev/null 2>&1; then
+	if [[ $(id -u) -eq 0 ]]; then
+		echo "install-test-tools: installing chromium (apt)" >&2
+		apt-get update && apt-get install -y --no-install-recommends chromium
+	elif [[ "${CI:-}" == "true" ]]; then
+		echo "install-test-tools: chromium is missing and this is not root: the browser tests cannot run" >&2
+		exit 1
+	else
+		echo "install-test-tools: chromium is missing (run as root to install it); the browser tests will skip" >&2
+	fi
+fi
+
 # install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
 # tool and version, then link into .tools/bin.
 install_tool() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -77,6 +79,12 @@ type Config struct {
 	DOAPIURL         string  `json:"CHALUPA_DO_API_URL"`
 	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
 	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
+
+	// TrustedProxies are the proxies whose X-Forwarded-For the console's
+	// login rate limit believes (CHALUPA_TRUSTED_PROXIES, comma-separated
+	// addresses or CIDR prefixes; none by default: docs/operations.md,
+	// "Console").
+	TrustedProxies []netip.Prefix `json:"CHALUPA_TRUSTED_PROXIES"`
 
 	// ReaperDryRun makes the reaper record reaper-would-destroy events and
 	// destroy nothing (docs/operations.md, "Reaper").
@@ -202,6 +210,12 @@ func LoadConfig(env Getenv) (*Config, error) {
 		bad("CHALUPA_ORIGIN must be an origin (scheme and host only)")
 	} else {
 		c.Origin = u.Scheme + "://" + u.Host
+	}
+
+	if tp, err := console.ParseTrustedProxies(get("CHALUPA_TRUSTED_PROXIES")); err != nil {
+		bad("CHALUPA_TRUSTED_PROXIES must be comma-separated IP addresses or CIDR prefixes")
+	} else {
+		c.TrustedProxies = tp
 	}
 
 	// Secrets: from the environment, or on loopback from the generated file.
@@ -456,6 +470,7 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_DO_API_URL", c.DOAPIURL},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
+		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
 	}
@@ -487,4 +502,16 @@ func redactURL(s string) string {
 func (c *Config) ListensOnLoopback() bool {
 	host, _, err := net.SplitHostPort(c.Listen)
 	return err == nil && origin.IsLoopbackHost(host)
+}
+
+// trustedProxiesText prints CHALUPA_TRUSTED_PROXIES as parsed.
+func trustedProxiesText(ps []netip.Prefix) string {
+	if len(ps) == 0 {
+		return "(none: X-Forwarded-For is ignored)"
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ",")
 }

@@ -35,6 +35,9 @@ const (
 	GroupAdmin = "admin"
 	// GroupIngest takes a protocol-v1 request signature.
 	GroupIngest = "ingest"
+	// GroupConsole is the web console: its pages check the console's own
+	// session cookie (console package); nothing else accepts that cookie.
+	GroupConsole = "console"
 )
 
 // groupPrefixes maps each path prefix (or exact path, without a trailing
@@ -46,10 +49,20 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"/api/admin/", GroupAdmin},
 	{"/admin-api/", GroupAdmin},
 	{"/api/ingest/", GroupIngest},
+	{"/app", GroupConsole},
+	{"/app/", GroupConsole},
+	{"/login", GroupConsole},
+	{"/logout", GroupConsole},
+	{"/robots.txt", GroupConsole},
+	{"/static/", GroupConsole},
 }
 
-// groupOf returns the group owning path, "" for none.
+// groupOf returns the group owning path, "" for none. "/" alone (the
+// landing page) is the console's.
 func groupOf(path string) string {
+	if path == "/" {
+		return GroupConsole
+	}
 	for _, g := range groupPrefixes {
 		if path == g.prefix || (strings.HasSuffix(g.prefix, "/") && strings.HasPrefix(path, g.prefix)) {
 			return g.group
@@ -263,6 +276,9 @@ func (s *Server) wrap(pattern string, h http.HandlerFunc) http.HandlerFunc {
 		start := time.Now()
 		id := ulid.Make().String()
 		w.Header().Set("X-Request-Id", id)
+		// Nothing chalupa serves belongs in a search index
+		// (docs/operations.md, "Console").
+		w.Header().Set("X-Robots-Tag", "noindex, nofollow")
 		rec := &statusRecorder{ResponseWriter: w}
 		if headerBytes(r) > maxHeaderBytes {
 			writeError(rec, http.StatusRequestHeaderFieldsTooLarge, "headers_too_large", fmt.Sprintf("request line and headers exceed %d KiB", maxHeaderBytes>>10))

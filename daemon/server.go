@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
@@ -159,11 +160,25 @@ func newServer(d serverDeps) (*Server, error) {
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
+	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
 	for _, rt := range s.ops.routes() {
 		s.admin(rt.method, rt.path, s.ops.serve(s, rt))
+	}
+
+	// The console, on the same listener, reading through the same
+	// services (docs/operations.md, "Console").
+	rule := cost.DefaultRule
+	if s.costs != nil {
+		rule = s.costs.Rule()
+	}
+	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
+		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
+	for _, rt := range con.Routes() {
+		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}
 	return s, nil
 }

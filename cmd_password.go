@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/chalupa-run/chalupa/console"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+)
+
+// adminPasswordCmd sets the console password through the admin API
+// (docs/operations.md, "Console"). The password is read from the terminal
+// twice with echo off, else one line of standard input, else
+// --password-file: never a flag value or an environment variable, which
+// shell history and process listings keep.
+type adminPasswordCmd struct {
+	PasswordFile string `name:"password-file" type:"path" help:"Read the password from the first line of this file (mode 600) instead of standard input."`
+	JSON         bool   `help:"Print JSON."`
+}
+
+func (*adminPasswordCmd) operation() string { return adminapi.OpSetConsolePassword }
+
+// errPasswordsDiffer: the two terminal entries did not match.
+var errPasswordsDiffer = errors.New("the two passwords differ; nothing was changed")
+
+// Run reads the new password and sets it.
+func (c *adminPasswordCmd) Run(a *adminCmd) error {
+	pw, err := c.read()
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	if err := console.CheckPassword(pw); err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	set := func(cl *adminapi.Client, ctx context.Context) (adminapi.ConsolePasswordSet, error) {
+		return cl.SetConsolePassword(ctx, adminapi.SetConsolePasswordRequest{Password: pw})
+	}
+	return runOp(a, c.JSON, set, func(w io.Writer, r adminapi.ConsolePasswordSet) error {
+		_, err := fmt.Fprintf(w, "console password set at %s; %d console session(s) signed out\n", r.SetAt.Format("2006-01-02T15:04:05Z"), r.SessionsEnded)
+		return err
+	})
+}
+
+// read returns the password from --password-file, the terminal or
+// standard input.
+func (c *adminPasswordCmd) read() (string, error) {
+	if c.PasswordFile != "" {
+		fi, err := os.Stat(c.PasswordFile)
+		if err != nil {
+			return "", errors.New("--password-file cannot be read")
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("--password-file is readable by group or others (chmod 600 %s)", c.PasswordFile)
+		}
+		f, err := os.Open(c.PasswordFile)
+		if err != nil {
+			return "", errors.New("--password-file cannot be read")
+		}
+		defer f.Close()
+		return firstLine(f)
+	}
+	if isatty.IsTerminal(os.Stdin.Fd()) {
+		first, err := readHidden("New console password: ")
+		if err != nil {
+			return "", err
+		}
+		second, err := readHidden("Again: ")
+		if err != nil {
+			return "", err
+		}
+		if first != second {
+			return "", errPasswordsDiffer
+		}
+		return first, nil
+	}
+	return firstLine(os.Stdin)
+}
+
+// firstLine returns r's first line without its line ending.
+func firstLine(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, console.MaxPasswordBytes+2)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", errors.New("the password cannot be read")
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}

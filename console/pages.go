@@ -1,0 +1,411 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/cost"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Page bounds: every list a page shows is capped, so a page's weight and
+// render time stay bounded however large the fleet grows.
+const (
+	// fleetEndedLimit is how many ended deployments per environment the
+	// environment page lists (like the admin fleet view).
+	fleetEndedLimit = 20
+	// eventsLimit is how many lifecycle events a page lists.
+	eventsLimit = 100
+	// envEventsLimit is how many an environment page lists.
+	envEventsLimit = 30
+	// keysLimit is how many ingest keys an environment page lists.
+	keysLimit = 50
+)
+
+// syntheticPrefix marks environments that exist for tests and the smoke
+// run, labelled as such on the fleet page.
+const syntheticPrefix = "smoke-"
+
+// ranges are the deployment page's chart ranges with the step each uses:
+// at most 288 points per series, so a 30-day page stays light.
+var ranges = []struct {
+	Name string
+	Span time.Duration
+	Step time.Duration
+}{
+	{"1h", time.Hour, time.Minute},
+	{"24h", 24 * time.Hour, 5 * time.Minute},
+	{"7d", 7 * 24 * time.Hour, time.Hour},
+	{"30d", 30 * 24 * time.Hour, 4 * time.Hour},
+}
+
+var funcs = template.FuncMap{
+	"ago":     ago,
+	"until":   until,
+	"usd":     func(f float64) string { return fmt.Sprintf("$%.2f", f) },
+	"ts":      func(t time.Time) string { return stamp(t) },
+	"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"notZero": func(t time.Time) bool { return !t.IsZero() },
+}
+
+func parseTemplates() map[string]*template.Template {
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	out := map[string]*template.Template{}
+	for _, n := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		out[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFS, n))
+	}
+	return out
+}
+
+// layoutView is what every page shows: title, build version, replication
+// health and the signed-in controls.
+type layoutView struct {
+	Title       string
+	Version     string
+	ReplWarning string
+	ReplOK      string
+	SignedIn    bool
+	CSRF        string
+	Page        any
+}
+
+// replication states the replica's health in words: a warning while it
+// fails or lags past half its limit.
+func (c *Console) replication() (warning, ok string) {
+	if c.d.Replication == nil {
+		return "Replication is not running.", ""
+	}
+	h := c.d.Replication(c.d.Clock.Now())
+	switch {
+	case h.Failing:
+		w := fmt.Sprintf("Replication is failing: the replica lags %.0f s (limit %.0f s)", h.LagSeconds, h.LagLimitSeconds)
+		if h.LastError != "" {
+			w += "; last error: " + h.LastError
+		}
+		return w + ". Readiness reports unavailable.", ""
+	case h.LagLimitSeconds > 0 && h.LagSeconds > h.LagLimitSeconds/2:
+		return fmt.Sprintf("Replication lags %.0f s (limit %.0f s).", h.LagSeconds, h.LagLimitSeconds), ""
+	}
+	return "", fmt.Sprintf("replica %s, lag %.0f s", h.Kind, h.LagSeconds)
+}
+
+// render writes page name with the layout around it; a template error is
+// a redacted 500.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+	lv := layoutView{Version: c.d.Version, Page: data}
+	lv.ReplWarning, lv.ReplOK = c.replication()
+	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
+		lv.SignedIn, lv.CSRF = true, s.CSRFToken
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", lv); err != nil {
+		c.d.Log.Error().Err(err).Str("page", name).Msg("console: render failed")
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type failView struct{ Heading, Message string }
+
+// fail answers an error page; the message is fixed text, never an error's.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, heading, msg string) {
+	c.render(w, r, status, "error", failView{heading, msg})
+}
+
+// internal logs err against the request id and answers a bare 500.
+func (c *Console) internal(w http.ResponseWriter, r *http.Request, err error) {
+	c.d.Log.Error().Err(err).Str("request_id", w.Header().Get("X-Request-Id")).Msg("console: internal error")
+	c.fail(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong; the server log has the details.")
+}
+
+func (c *Console) landing(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "landing", nil)
+}
+
+// fleetRow is one environment on the fleet page.
+type fleetRow struct {
+	Slug, Name, Status string
+	Synthetic          bool
+	Active             int
+	IdleDeadline       time.Time
+	CI                 bool
+	LastHeartbeat      time.Time
+	CostUSD            float64
+	Now                time.Time
+}
+
+type fleetView struct {
+	Rows     []fleetRow
+	Month    string
+	TotalUSD float64
+	Now      time.Time
+}
+
+func (c *Console) monthEstimate(r *http.Request, now time.Time) (cost.Estimate, error) {
+	start, _ := cost.MonthBounds(now.UTC())
+	return cost.EstimateMonth(r.Context(), c.d.DB.Read, c.d.CostRule, start, now.UTC())
+}
+
+func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
+	now := c.d.Clock.Now()
+	// One ended deployment per environment: a sunk environment's last
+	// heartbeat is its newest ended deployment's.
+	envs, err := storage.Fleet(r.Context(), c.d.DB.Read, 1)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	est, err := c.monthEstimate(r, now)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	costs := map[string]float64{}
+	for _, e := range est.Environments {
+		costs[e.Slug] = e.TotalUSD()
+	}
+	v := fleetView{Month: est.Month, TotalUSD: est.TotalUSD(), Now: now}
+	for _, e := range envs {
+		row := fleetRow{Slug: e.Slug, Name: e.Name, Status: e.Status, Synthetic: strings.HasPrefix(e.Slug, syntheticPrefix),
+			CostUSD: costs[e.Slug], Now: now}
+		for _, d := range e.Deployments {
+			if d.LastHeartbeatAt.After(row.LastHeartbeat) {
+				row.LastHeartbeat = d.LastHeartbeatAt
+			}
+			if d.Status != "active" {
+				continue
+			}
+			row.Active++
+			row.CI = row.CI || d.CIActive
+			if !d.IdleDeadlineAt.IsZero() && (row.IdleDeadline.IsZero() || d.IdleDeadlineAt.Before(row.IdleDeadline)) {
+				row.IdleDeadline = d.IdleDeadlineAt
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	c.render(w, r, http.StatusOK, "fleet", v)
+}
+
+type envView struct {
+	Env         storage.Environment
+	Deployments []storage.Deployment
+	Keys        []storage.IngestKeySummary
+	Events      []storage.LifecycleEventRow
+	Now         time.Time
+}
+
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request, what string) {
+	c.fail(w, r, http.StatusNotFound, "Not found", "No "+what+" by this name.")
+}
+
+func (c *Console) environment(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sl := param(r, "slug")
+	if !slug.Valid(sl) {
+		c.notFound(w, r, "environment")
+		return
+	}
+	env, err := storage.EnvironmentBySlug(ctx, c.d.DB.Read, sl)
+	if errors.Is(err, storage.ErrNotFound) {
+		c.notFound(w, r, "environment")
+		return
+	} else if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	v := envView{Env: env, Now: c.d.Clock.Now()}
+	if v.Deployments, err = storage.DeploymentsOf(ctx, c.d.DB.Read, env.ID, fleetEndedLimit); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	if v.Keys, err = storage.IngestKeysOf(ctx, c.d.DB.Read, env.ID, keysLimit); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	if v.Events, err = storage.ListLifecycleEvents(ctx, c.d.DB.Read, storage.EventFilter{EnvironmentSlug: env.Slug, Limit: envEventsLimit}); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "environment", v)
+}
+
+type rangeLink struct {
+	Name    string
+	Current bool
+}
+
+type deploymentView struct {
+	Env, ID     string
+	Range       string
+	Ranges      []rangeLink
+	From, To    time.Time
+	Step        time.Duration
+	Hourly      bool
+	Note        string
+	Charts      []chartView
+	Sessions    []sessionRow
+	Truncated   bool
+	Anomalies   []adminapi.PerformanceAnomaly
+	Destruction *storage.LifecycleEventRow
+}
+
+type sessionRow struct {
+	adminapi.PerformanceSession
+	SummaryText string
+}
+
+func (c *Console) deployment(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sl, id := param(r, "slug"), param(r, "id")
+	rg := ranges[1]
+	for _, x := range ranges {
+		if x.Name == r.URL.Query().Get("range") {
+			rg = x
+		}
+	}
+	if !slug.Valid(sl) || !slug.ValidID(id) {
+		c.notFound(w, r, "deployment")
+		return
+	}
+	now := c.d.Clock.Now()
+	p, err := c.d.Perf.Read(ctx, adminapi.DeploymentPerformanceRequest{EnvironmentSlug: sl, DeploymentID: id,
+		From: now.Add(-rg.Span), To: now, Step: rg.Step})
+	if err != nil {
+		if errors.Is(err, telemetry.ErrUnknownEnvironment) || errors.Is(err, telemetry.ErrUnknownDeployment) {
+			c.notFound(w, r, "deployment")
+			return
+		}
+		c.internal(w, r, err)
+		return
+	}
+	v := deploymentView{Env: sl, ID: id, Range: rg.Name, From: p.From, To: p.To, Step: rg.Step,
+		Hourly: p.HourlyResolution, Note: p.Note, Truncated: p.SessionsTruncated, Anomalies: p.Anomalies}
+	for _, x := range ranges {
+		v.Ranges = append(v.Ranges, rangeLink{x.Name, x.Name == rg.Name})
+	}
+	for _, s := range p.Series {
+		v.Charts = append(v.Charts, renderChart(s, now.Add(-rg.Span), now, rg.Step))
+	}
+	for _, s := range p.Sessions {
+		v.Sessions = append(v.Sessions, sessionRow{PerformanceSession: s, SummaryText: string(s.Summary)})
+	}
+	evs, err := storage.ListLifecycleEvents(ctx, c.d.DB.Read, storage.EventFilter{EnvironmentSlug: sl, Kind: reaper.KindDestroyed, Limit: eventsLimit})
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	for i := range evs {
+		if evs[i].DeploymentID == id {
+			v.Destruction = &evs[i]
+			break
+		}
+	}
+	c.render(w, r, http.StatusOK, "deployment", v)
+}
+
+type eventsView struct {
+	Events []storage.LifecycleEventRow
+	Limit  int
+}
+
+func (c *Console) events(w http.ResponseWriter, r *http.Request) {
+	evs, err := storage.ListLifecycleEvents(r.Context(), c.d.DB.Read, storage.EventFilter{Limit: eventsLimit})
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "events", eventsView{Events: evs, Limit: eventsLimit})
+}
+
+type costsView struct {
+	Est  cost.Estimate
+	Note string
+	Last *storage.CostSnapshot
+}
+
+func (c *Console) costs(w http.ResponseWriter, r *http.Request) {
+	est, err := c.monthEstimate(r, c.d.Clock.Now())
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	v := costsView{Est: est, Note: adminapi.CostsEstimateNote}
+	snap, err := storage.LatestCostSnapshot(r.Context(), c.d.DB.Read)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+	case err != nil:
+		c.internal(w, r, err)
+		return
+	default:
+		v.Last = &snap
+	}
+	c.render(w, r, http.StatusOK, "costs", v)
+}
+
+// ago says how long before now t was, in words ("never" for zero).
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return short(now.Sub(t)) + " ago"
+}
+
+// until says how long after now t is: a countdown rendered on the server.
+func until(now, t time.Time) string {
+	if t.IsZero() {
+		return "none"
+	}
+	if !t.After(now) {
+		return "passed " + short(now.Sub(t)) + " ago"
+	}
+	return "in " + short(t.Sub(now))
+}
+
+func short(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(math.Mod(d.Minutes(), 60)))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// param is the route parameter name of r.
+func param(r *http.Request, name string) string {
+	return httprouter.ParamsFromContext(r.Context()).ByName(name)
+}

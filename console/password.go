@@ -1,0 +1,109 @@
+package console
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/argon2"
+)
+
+// argon2id parameters (docs/operations.md, "Console"): OWASP's minimum
+// configuration (19 MiB, two passes, one lane). The daemon runs on a
+// 1 GiB droplet and login attempts are served one at a time, so one hash
+// in flight costs 19 MiB at most; the rate limit, not the hash cost, is
+// what stops online guessing. Stored hashes carry their own parameters, so
+// raising these later keeps old hashes verifiable.
+const (
+	argonTime      = 2
+	argonMemoryKiB = 19 * 1024
+	argonThreads   = 1
+	argonKeyBytes  = 32
+	argonSaltBytes = 16
+)
+
+// MinPasswordRunes is the shortest password accepted, in characters: with
+// ten failures per ten minutes per source, twelve characters are far out of
+// reach of online guessing.
+const MinPasswordRunes = 12
+
+// MaxPasswordBytes bounds a password, in bytes, so a login body cannot make
+// the hash work on megabytes.
+const MaxPasswordBytes = 1024
+
+// Password errors.
+var (
+	// ErrPasswordTooShort: fewer than MinPasswordRunes characters.
+	ErrPasswordTooShort = fmt.Errorf("the password must have at least %d characters", MinPasswordRunes)
+	// ErrPasswordTooLong: more than MaxPasswordBytes bytes.
+	ErrPasswordTooLong = fmt.Errorf("the password must have at most %d bytes", MaxPasswordBytes)
+	// ErrPasswordInvalid: not UTF-8, or holds a control character.
+	ErrPasswordInvalid = errors.New("the password must be UTF-8 without control characters")
+)
+
+// CheckPassword reports whether pw is acceptable as the operator password.
+// Errors: ErrPasswordTooShort, ErrPasswordTooLong, ErrPasswordInvalid.
+func CheckPassword(pw string) error {
+	switch {
+	case len(pw) > MaxPasswordBytes:
+		return ErrPasswordTooLong
+	case !utf8.ValidString(pw) || strings.ContainsFunc(pw, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return ErrPasswordInvalid
+	case utf8.RuneCountInString(pw) < MinPasswordRunes:
+		return ErrPasswordTooShort
+	}
+	return nil
+}
+
+// HashPassword returns pw's argon2id hash in the PHC string format
+// ($argon2id$v=19$m=…,t=…,p=…$salt$hash). Errors: those of CheckPassword.
+func HashPassword(pw string) (string, error) {
+	if err := CheckPassword(pw); err != nil {
+		return "", err
+	}
+	salt := make([]byte, argonSaltBytes)
+	_, _ = rand.Read(salt) // crypto/rand.Read never fails (Go 1.24+)
+	key := argon2.IDKey([]byte(pw), salt, argonTime, argonMemoryKiB, argonThreads, argonKeyBytes)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemoryKiB, argonTime, argonThreads,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key)), nil
+}
+
+// dummyHash is verified against when no password is set, so a login takes
+// as long whether or not one exists.
+var dummyHash = func() string {
+	h, _ := HashPassword("not-a-password-ever-set")
+	return h
+}()
+
+// VerifyPassword reports whether pw matches encoded (a HashPassword
+// string), in constant time. A malformed hash matches nothing.
+func VerifyPassword(encoded, pw string) bool {
+	if len(pw) > MaxPasswordBytes {
+		return false
+	}
+	parts := strings.Split(encoded, "$")
+	if len(parts) != 6 || parts[1] != "argon2id" {
+		return false
+	}
+	var v int
+	var m uint32
+	var t uint32
+	var p uint8
+	if _, err := fmt.Sscanf(parts[2], "v=%d", &v); err != nil || v != argon2.Version {
+		return false
+	}
+	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &p); err != nil || m == 0 || t == 0 || p == 0 || m > 1<<21 || t > 16 {
+		return false
+	}
+	salt, err1 := base64.RawStdEncoding.DecodeString(parts[4])
+	want, err2 := base64.RawStdEncoding.DecodeString(parts[5])
+	if err1 != nil || err2 != nil || len(want) == 0 || len(want) > 64 {
+		return false
+	}
+	got := argon2.IDKey([]byte(pw), salt, t, m, p, uint32(len(want)))
+	return subtle.ConstantTimeCompare(got, want) == 1
+}

@@ -1,0 +1,331 @@
+package daemon_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/console"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
+)
+
+const consolePassword = "correct horse battery staple"
+
+// consoleClient is a browser-like client of an in-process daemon: a cookie
+// jar, no redirects followed, and the daemon's configured origin.
+type consoleClient struct {
+	p      *daemontest.InProcess
+	hc     *http.Client
+	origin string
+	xff    string
+}
+
+func newConsoleClient(t *testing.T, p *daemontest.InProcess) *consoleClient {
+	jar, _ := cookiejar.New(nil)
+	return &consoleClient{p: p, origin: "http://" + p.Env["CHALUPA_LISTEN"],
+		hc: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+
+// get fetches path and returns the response and body.
+func (c *consoleClient) get(t *testing.T, path string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.hc.Get(c.p.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// post sends a form as a same-origin browser would (Origin and
+// Sec-Fetch-Site set), unless hdr overrides them.
+func (c *consoleClient) post(t *testing.T, path string, form url.Values, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", c.p.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", c.origin)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if c.xff != "" {
+		req.Header.Set("X-Forwarded-For", c.xff)
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// login loads the login form and posts password; it returns the answer.
+func (c *consoleClient) login(t *testing.T, password string) *http.Response {
+	t.Helper()
+	_, body := c.get(t, "/login")
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("login form has no csrf_token:\n%s", body)
+	}
+	resp, _ := c.post(t, "/login", url.Values{"password": {password}, "csrf_token": {m[1]}}, nil)
+	return resp
+}
+
+func setPassword(t *testing.T, p *daemontest.InProcess) {
+	t.Helper()
+	if _, err := p.Admin.SetConsolePassword(context.Background(), adminapi.SetConsolePasswordRequest{Password: consolePassword}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsoleLoginRateLimit: ten failures from one source lock it out for
+// the window, the right password included, with Retry-After; other
+// sources still sign in; fifty failures across sources lock everyone out;
+// successes are not counted; the lock survives a restart; it lifts when
+// the window passes (docs/operations.md, "Console").
+func TestConsoleLoginRateLimit(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Second))
+	opt := daemontest.AppOptions{Clock: clock, Env: map[string]string{"CHALUPA_TRUSTED_PROXIES": "127.0.0.1"}}
+	p := daemontest.NewInProcess(t, opt)
+	setPassword(t, p)
+	from := func(addr string) *consoleClient {
+		c := newConsoleClient(t, p)
+		c.xff = addr
+		return c
+	}
+
+	t.Run("successes are not counted", func(t *testing.T) {
+		for i := 0; i < console.LoginFailuresPerSource+2; i++ {
+			if r := from("198.51.100.7").login(t, consolePassword); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/app" {
+				t.Fatalf("success %d: %d %s", i, r.StatusCode, r.Header.Get("Location"))
+			}
+		}
+	})
+	a := from("203.0.113.1")
+	t.Run("ten failures then the right password is refused", func(t *testing.T) {
+		for i := 0; i < console.LoginFailuresPerSource; i++ {
+			if r := a.login(t, "wrong password "+strconv.Itoa(i)); r.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("failure %d: %d, want 401", i, r.StatusCode)
+			}
+		}
+		r := a.login(t, consolePassword)
+		if r.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("11th attempt (right password): %d, want 429", r.StatusCode)
+		}
+		if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 590 || ra > 600 {
+			t.Fatalf("Retry-After %q, want about 600", r.Header.Get("Retry-After"))
+		}
+		if r := from("203.0.113.2").login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("another source: %d, want 303", r.StatusCode)
+		}
+	})
+	t.Run("X-Forwarded-For is ignored from an untrusted peer", func(t *testing.T) {
+		q := daemontest.NewInProcess(t, daemontest.AppOptions{})
+		setPassword(t, q)
+		for i := 0; i < console.LoginFailuresPerSource; i++ {
+			c := newConsoleClient(t, q)
+			c.xff = "192.0.2." + strconv.Itoa(i+1)
+			c.login(t, "wrong")
+		}
+		c := newConsoleClient(t, q)
+		c.xff = "192.0.2.200"
+		if r := c.login(t, consolePassword); r.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("spoofed X-Forwarded-For counted as new sources: %d, want 429", r.StatusCode)
+		}
+	})
+	t.Run("holds across a restart", func(t *testing.T) {
+		p.Restart(opt)
+		a.p = p
+		if r := a.login(t, consolePassword); r.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("after restart: %d, want 429", r.StatusCode)
+		}
+	})
+	t.Run("lifts when the window passes", func(t *testing.T) {
+		clock.Advance(console.LoginWindow + time.Second)
+		if r := a.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("after the window: %d, want 303", r.StatusCode)
+		}
+	})
+	t.Run("fifty across sources lock everyone", func(t *testing.T) {
+		for i := 0; i < console.LoginFailuresFleet; i++ {
+			c := from("198.18." + strconv.Itoa(i/5) + "." + strconv.Itoa(i%5+1))
+			if r := c.login(t, "wrong"); r.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("failure %d: %d, want 401", i, r.StatusCode)
+			}
+		}
+		if r := from("198.19.0.1").login(t, consolePassword); r.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("a fresh source after 50 fleet-wide: %d, want 429", r.StatusCode)
+		}
+	})
+}
+
+// TestConsoleSessionAndCSRF: the session cookie's flags; /app needs it; a
+// cross-site or token-less form post is refused and changes nothing; the
+// admin API refuses the cookie; logout ends the session.
+func TestConsoleSessionAndCSRF(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	setPassword(t, p)
+	c := newConsoleClient(t, p)
+	if r, _ := c.get(t, "/app"); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/login" {
+		t.Fatalf("/app signed out: %d %s", r.StatusCode, r.Header.Get("Location"))
+	}
+	t.Run("login refuses a cross-site post", func(t *testing.T) {
+		_, body := c.get(t, "/login")
+		tok := csrfRE.FindStringSubmatch(body)[1]
+		for name, hdr := range map[string]map[string]string{
+			"other origin":   {"Origin": "https://evil.example"},
+			"no origin":      {"Origin": ""},
+			"cross-site":     {"Sec-Fetch-Site": "cross-site"},
+			"same-site only": {"Sec-Fetch-Site": "same-site"},
+		} {
+			if r, _ := c.post(t, "/login", url.Values{"password": {consolePassword}, "csrf_token": {tok}}, hdr); r.StatusCode != http.StatusForbidden {
+				t.Errorf("%s: %d, want 403", name, r.StatusCode)
+			}
+		}
+		if r, _ := c.post(t, "/login", url.Values{"password": {consolePassword}, "csrf_token": {"forged"}}, nil); r.StatusCode != http.StatusForbidden {
+			t.Errorf("wrong token: %d, want 403", r.StatusCode)
+		}
+	})
+	r := c.login(t, consolePassword)
+	var sess *http.Cookie
+	for _, ck := range r.Cookies() {
+		if ck.Name == "chalupa_session" {
+			sess = ck
+		}
+	}
+	t.Run("cookie flags", func(t *testing.T) {
+		if sess == nil {
+			t.Fatalf("no session cookie in %v", r.Header.Values("Set-Cookie"))
+		}
+		if !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode || sess.Path != "/" || len(sess.Value) < 43 {
+			t.Fatalf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, 256-bit value", sess)
+		}
+		if sess.Secure {
+			t.Fatal("Secure on a loopback http origin: the browser would drop it")
+		}
+	})
+	_, fleet := c.get(t, "/app")
+	tok := csrfRE.FindStringSubmatch(fleet)
+	if tok == nil {
+		t.Fatalf("fleet page has no logout form:\n%s", fleet)
+	}
+	t.Run("admin API refuses the cookie", func(t *testing.T) {
+		resp, _ := c.get(t, "/api/admin/fleet")
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("admin API with the session cookie: %d, want 401", resp.StatusCode)
+		}
+	})
+	t.Run("cross-site logout refused", func(t *testing.T) {
+		if r, _ := c.post(t, "/logout", url.Values{"csrf_token": {tok[1]}}, map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}); r.StatusCode != http.StatusForbidden {
+			t.Fatalf("cross-site logout: %d, want 403", r.StatusCode)
+		}
+		if r, _ := c.post(t, "/logout", url.Values{}, nil); r.StatusCode != http.StatusForbidden {
+			t.Fatalf("logout without csrf_token: %d, want 403", r.StatusCode)
+		}
+		if r, _ := c.get(t, "/app"); r.StatusCode != http.StatusOK {
+			t.Fatalf("a refused logout ended the session: /app %d", r.StatusCode)
+		}
+	})
+	t.Run("logout", func(t *testing.T) {
+		if r, _ := c.post(t, "/logout", url.Values{"csrf_token": {tok[1]}}, nil); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("logout: %d", r.StatusCode)
+		}
+		// The old cookie value no longer opens anything.
+		req, _ := http.NewRequest("GET", p.URL+"/app", nil)
+		req.AddCookie(&http.Cookie{Name: sess.Name, Value: sess.Value})
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("/app with the logged-out cookie: %d, want 303", resp.StatusCode)
+		}
+	})
+}
+
+// TestConsoleHeaders: every console page and API answer carries the
+// security headers and noindex; robots.txt disallows /app and the APIs.
+func TestConsoleHeaders(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	setPassword(t, p)
+	c := newConsoleClient(t, p)
+	if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	if _, err := p.Admin.CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: "harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	e := storagetest.Environment(t, p.App.DB, storage.Environment{Slug: "sunk-one"})
+	storagetest.EndDeployment(t, p.App.DB, e.ID, storagetest.Deployment(t, p.App.DB, storage.Deployment{EnvironmentID: e.ID}).ID, time.Now())
+	storagetest.Deployment(t, p.App.DB, storage.Deployment{EnvironmentID: e.ID, ID: "dep-live"})
+	pages := []string{"/", "/login", "/app", "/app/events", "/app/costs", "/app/env/harbor", "/app/env/sunk-one",
+		"/app/env/sunk-one/deployments/dep-live", "/app/env/sunk-one/deployments/dep-live?range=30d", "/app/env/nope"}
+	for _, path := range pages {
+		t.Run(path, func(t *testing.T) {
+			cl := c
+			if path == "/login" {
+				cl = newConsoleClient(t, p) // signed in, /login redirects
+			}
+			r, body := cl.get(t, path)
+			if want := map[bool]int{true: http.StatusNotFound, false: http.StatusOK}[path == "/app/env/nope"]; r.StatusCode != want {
+				t.Errorf("status %d, want %d", r.StatusCode, want)
+			}
+			if !strings.Contains(body, `id="version"`) {
+				t.Errorf("no build version on the page")
+			}
+			for k, want := range map[string]string{
+				"Content-Security-Policy": console.ContentSecurityPolicy,
+				"X-Content-Type-Options":  "nosniff",
+				"Referrer-Policy":         "same-origin",
+				"X-Robots-Tag":            "noindex, nofollow",
+			} {
+				if got := r.Header.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+			if !strings.Contains(console.ContentSecurityPolicy, "frame-ancestors 'none'") || strings.Contains(console.ContentSecurityPolicy, "unsafe-inline") {
+				t.Errorf("CSP is not strict: %s", console.ContentSecurityPolicy)
+			}
+			if strings.Contains(body, "<script") {
+				t.Errorf("page has a script")
+			}
+		})
+	}
+	for _, path := range []string{"/api/health", "/api/admin/fleet", "/api/ingest/heartbeat"} {
+		t.Run("api "+path, func(t *testing.T) {
+			r, _ := c.get(t, path)
+			if got := r.Header.Get("X-Robots-Tag"); !strings.Contains(got, "noindex") {
+				t.Errorf("X-Robots-Tag = %q", got)
+			}
+		})
+	}
+	t.Run("robots.txt", func(t *testing.T) {
+		_, body := c.get(t, "/robots.txt")
+		for _, want := range []string{"Disallow: /app", "Disallow: /api/"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("robots.txt lacks %q:\n%s", want, body)
+			}
+		}
+	})
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// TestSmokeEndToEnd runs `chalupa smoke` against the built binary: every
+// row passes and it exits 0; with a wrong ready token the readiness row
+// fails and the exit status says so; the synthetic deployment is ended and
+// its telemetry erased either way.
+func TestSmokeEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	d := daemontest.StartDaemon(t, bin, nil)
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("the smoke test's console password\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ingestE2ECLI(t, bin, d, "admin", "password", "--password-file", pwFile)
+	smoke := func(ready string) (string, int) {
+		return daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(),
+			"CHALUPA_READY_TOKEN": ready, "CHALUPA_URL": d.URL}, "smoke", "--password-file", pwFile)
+	}
+	t.Run("every row passes", func(t *testing.T) {
+		out, code := smoke(d.ReadyToken())
+		if code != 0 || strings.Contains(out, "FAIL") {
+			t.Fatalf("smoke exited %d:\n%s", code, out)
+		}
+		for _, row := range []string{"health", "readiness", "login", "signed heartbeat", "replayed nonce", "signed Monitor window",
+			"exact window retry", "changed window retry", "fleet", "performance", "landing page", "/app signed out", "logout", "cleanup"} {
+			if !strings.Contains(out, row+" ") {
+				t.Errorf("no %q row:\n%s", row, out)
+			}
+		}
+		if strings.Contains(out, d.AdminToken()) || strings.Contains(out, d.ReadyToken()) {
+			t.Fatal("a token appears in the output")
+		}
+	})
+	t.Run("a wrong ready token fails readiness", func(t *testing.T) {
+		out, code := smoke("not-the-ready-token-0123456789abcdef")
+		if code != 1 {
+			t.Fatalf("exit %d, want 1:\n%s", code, out)
+		}
+		var failed []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.Contains(line, " FAIL ") {
+				failed = append(failed, f[0])
+			}
+		}
+		if len(failed) != 1 || failed[0] != "readiness" {
+			t.Fatalf("failed rows %q, want only readiness:\n%s", failed, out)
+		}
+	})
+	audit := ingestE2ECLI(t, bin, d, "admin", "api", "adminGetTelemetryAudit")
+	if !strings.Contains(audit, `"total": 0`) && !strings.Contains(audit, `"total":0`) {
+		t.Fatalf("the smoke run left telemetry behind:\n%s", audit)
+	}
+}
