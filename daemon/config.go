@@ -83,7 +83,7 @@ type Config struct {
 	// BillingRule is the droplet billing rule cost estimates apply
 	// (cost.DefaultRule unless DO_BILLING_* override a part of it:
 	// docs/operations.md, "Cost reconciliation").
-	BillingRule      cost.Rule `json:"-"`
+	BillingRule      cost.Rule `json:"-" env:"DO_BILLING_GRANULARITY_SECONDS DO_BILLING_MINIMUM_SECONDS DO_BILLING_MINIMUM_CHARGE_USD DO_BILLING_MONTHLY_CAP_HOURS"`
 	PulumiBackendURL string    `json:"PULUMI_BACKEND_URL"`
 
 	// TrustedProxies are the proxies whose X-Forwarded-For the console's
