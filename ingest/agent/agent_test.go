@@ -625,7 +625,7 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 		now := f.clock.Now().UTC()
 		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
 			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
-				Locator: ingest.ArtifactLocator{Kind: "local", ID: "log-" + id}}}}
+				Locator: ingest.LocalLocator("log-" + id)}}}
 	}
 	f.setMode(modeDown)
 	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
