@@ -196,7 +196,7 @@ func (d *Deliverer) connect(ctx context.Context, addr string, dropletID int64, s
 		conn.Close()
 		switch {
 		case errors.Is(pinErr, storage.ErrHostKeyMismatch):
-			return nil, false, fmt.Errorf("%w (droplet %d): refusing to deliver the ingest key; if the droplet was rebuilt, its old pin must be removed first", ErrHostKeyChanged, dropletID)
+			return nil, false, fmt.Errorf("%w (droplet %d): refusing to deliver the ingest key", ErrHostKeyChanged, dropletID)
 		case pinErr != nil:
 			return nil, false, pinErr
 		case sawKey:
