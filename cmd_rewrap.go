@@ -30,7 +30,7 @@ func (rewrapCmd) Run() error {
 	if rep.AlreadyDone {
 		fmt.Printf("the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
 	} else {
-		fmt.Printf("rewrapped %d ingest key and %d provider token envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.ProviderTokens, rep.FromVersion, rep.ToVersion)
+		fmt.Printf("rewrapped %d ingest key, %d provider token and %d SSH identity envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.ProviderTokens, rep.SSHIdentities, rep.FromVersion, rep.ToVersion)
 	}
 	if rep.SecretsFileUpdated {
 		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)

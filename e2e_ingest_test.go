@@ -335,7 +335,7 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 
 	out, code = daemontest.RunCommand(t, bin, "", rewrapEnv, "rewrap")
 	outputs["rewrap"] = out
-	if code != 0 || !strings.Contains(out, "rewrapped 3 ingest key and 0 provider token envelopes: master key version 1 -> 2") {
+	if code != 0 || !strings.Contains(out, "rewrapped 3 ingest key, 0 provider token and 0 SSH identity envelopes: master key version 1 -> 2") {
 		t.Fatalf("rewrap exited %d:\n%s", code, out)
 	}
 	func() {

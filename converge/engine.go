@@ -261,22 +261,89 @@ func (e *Engine) stack(ctx context.Context, name string, fn pulumi.RunFunc) (aut
 	if fn == nil {
 		fn = func(*pulumi.Context) error { return nil }
 	}
+	dir, err := e.workspaceDir(name)
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	cmd := &command{path: e.CLIPath, nice: e.nice(), env: e.env()}
+	return auto.UpsertStackInlineSource(ctx, name, Project, fn,
+		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
+}
+
+// ExportStack returns stack name's state as Pulumi exports it (the JSON of
+// an apitype.UntypedDeployment) and whether the stack exists in the backend;
+// a missing stack is (nil, false, nil) and is not created. Checkpoints
+// save this (docs/operations.md, "Checkpoints"). Errors: the CLI's failure.
+func (e *Engine) ExportStack(ctx context.Context, name string) ([]byte, bool, error) {
+	s, err := e.selectStack(ctx, name)
+	if auto.IsSelectStack404Error(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, e.cliError(err)
+	}
+	dep, err := s.Export(ctx)
+	if err != nil {
+		return nil, true, e.cliError(err)
+	}
+	b, err := json.Marshal(dep)
+	if err != nil {
+		return nil, true, err
+	}
+	return b, true, nil
+}
+
+// ImportStack replaces stack name's state with export (ExportStack's
+// bytes), creating the stack if needed. Errors: a malformed export; the
+// CLI's failure.
+func (e *Engine) ImportStack(ctx context.Context, name string, export []byte) error {
+	var dep apitype.UntypedDeployment
+	if err := json.Unmarshal(export, &dep); err != nil {
+		return fmt.Errorf("converge: the stack export is malformed: %w", err)
+	}
+	s, err := e.stack(ctx, name, nil)
+	if err != nil {
+		return e.cliError(err)
+	}
+	if err := s.Import(ctx, dep); err != nil {
+		return e.cliError(err)
+	}
+	return nil
+}
+
+// selectStack opens an existing stack for reading; a missing one is an
+// auto.IsSelectStack404Error.
+func (e *Engine) selectStack(ctx context.Context, name string) (auto.Stack, error) {
+	dir, err := e.workspaceDir(name)
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	cmd := &command{path: e.CLIPath, nice: e.nice(), env: e.env()}
+	return auto.SelectStackInlineSource(ctx, name, Project, func(*pulumi.Context) error { return nil },
+		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
+}
+
+// workspaceDir creates stack name's workspace directory and a file
+// backend's directory, and returns the workspace directory.
+func (e *Engine) workspaceDir(name string) (string, error) {
 	dir := filepath.Join(e.WorkDir, "workspaces", name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return auto.Stack{}, err
+		return "", err
 	}
 	if strings.HasPrefix(e.backend(), "file://") {
 		if err := os.MkdirAll(strings.TrimPrefix(e.backend(), "file://"), 0o700); err != nil {
-			return auto.Stack{}, err
+			return "", err
 		}
 	}
-	nice := e.Nice
-	if nice == 0 {
-		nice = DefaultNice
+	return dir, nil
+}
+
+// nice is the child processes' niceness (see Nice).
+func (e *Engine) nice() int {
+	if e.Nice == 0 {
+		return DefaultNice
 	}
-	cmd := &command{path: e.CLIPath, nice: nice, env: e.env()}
-	return auto.UpsertStackInlineSource(ctx, name, Project, fn,
-		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
+	return e.Nice
 }
 
 // empty reports whether a stack holds no resources (a new stack, or its

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -66,6 +67,10 @@ type App struct {
 	Replicator *storage.Replicator
 	// Keys is the ingest key ring (nil when Offline).
 	Keys *ingest.Keyring
+	// Sealer is the master-key sealer proven at start (nil when Offline):
+	// converge's key delivery opens its SSH identity with it
+	// (docs/operations.md, "SSH key delivery").
+	Sealer *envelope.Sealer
 	// Server is the HTTP side (nil when Offline).
 	Server *Server
 
@@ -147,6 +152,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 
 	var keys *ingest.Keyring
 	var tokens *ingest.ProviderTokens
+	var sealer *envelope.Sealer
 	if !opt.Offline {
 		s, err := ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
 		if errors.Is(err, ingest.ErrWrongMasterKey) {
@@ -162,6 +168,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		if err != nil {
 			return err
 		}
+		sealer = s
 		keys = ingest.NewKeyring(a.DB, s, a.Clock)
 		tokens = ingest.NewProviderTokens(a.DB, s, a.Clock)
 	}
@@ -185,11 +192,11 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if opt.Offline {
 		return nil
 	}
-	a.Keys = keys
+	a.Keys, a.Sealer = keys, sealer
 	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
-	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Log: log, Clock: a.Clock,
+	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,
 		Executor: opt.Executor})
 	return err
 }

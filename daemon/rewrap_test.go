@@ -7,9 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
+	"github.com/chalupa-run/chalupa/converge/sshdeliver"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
@@ -248,5 +252,43 @@ func TestRewrapCoversProviderTokens(t *testing.T) {
 	}
 	if revoked.MasterKeyVersion != newSealer.Version() {
 		t.Fatalf("revoked token at master key version %d, want %d", revoked.MasterKeyVersion, newSealer.Version())
+	}
+}
+
+// TestRewrapCoversSSHIdentity: rewrap re-seals the key delivery's SSH
+// identity too: afterwards the new master key opens it (the same public
+// key, so live droplets still accept it) and the old one does not.
+func TestRewrapCoversSSHIdentity(t *testing.T) {
+	ctx := context.Background()
+	_, _, cfg, db := sealedEmbeddedDefault(t)
+	oldSealer, err := ingest.OpenSealer(ctx, db, cfg.MasterKey(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := sshdeliver.EnsureIdentity(ctx, db, oldSealer, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRaw := []byte("0123456789abcdef0123456789abcdef")
+	res, err := ingest.Rewrap(ctx, db, cfg.MasterKey(), newRaw, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SSHIdentities != 1 {
+		t.Fatalf("rewrapped %d SSH identities, want 1", res.SSHIdentities)
+	}
+	newSealer, err := ingest.OpenSealer(ctx, db, newRaw, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := sshdeliver.Signer(ctx, db.Read, newSealer)
+	if err != nil {
+		t.Fatalf("the new master key does not open the rewrapped SSH identity: %v", err)
+	}
+	if !strings.HasPrefix(pub, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))+" ") {
+		t.Fatal("the rewrapped identity has another public key")
+	}
+	if _, err := sshdeliver.Signer(ctx, db.Read, oldSealer); !errors.Is(err, sshdeliver.ErrIdentityCorrupt) {
+		t.Fatalf("the old master key on the rewrapped identity = %v, want ErrIdentityCorrupt", err)
 	}
 }

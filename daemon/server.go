@@ -16,6 +16,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -71,7 +72,10 @@ type serverDeps struct {
 	// ProviderTokens stores and opens customer provider tokens (the same
 	// master-key sealer as Keys).
 	ProviderTokens *ingest.ProviderTokens
-	Log            zerolog.Logger
+	// Sealer is the master-key sealer; the SSH identity of key delivery
+	// is sealed with it.
+	Sealer *envelope.Sealer
+	Log    zerolog.Logger
 	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
 	// uptime; nil means the real clock.
 	Clock clockwork.Clock
@@ -136,6 +140,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
+	(&sshKeyHandlers{db: d.DB, sealer: d.Sealer, clock: clock}).register(s.ops)
 	(&deploymentHandlers{db: d.DB, clock: clock}).register(s.ops)
 	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
 	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)

@@ -21,12 +21,16 @@ type RewrapResult struct {
 	// ProviderTokens is how many customer provider token envelopes were
 	// re-encrypted (every status).
 	ProviderTokens int
+	// SSHIdentities is how many SSH identity envelopes were re-encrypted
+	// (0 or 1: the converge key delivery's identity).
+	SSHIdentities int
 	// FromVersion and ToVersion are the master-key versions.
 	FromVersion, ToVersion uint32
 }
 
 // Rewrap re-encrypts every envelope (every ingest key and customer provider
-// token, whatever its status, and the check value) from oldKey to newKey in one transaction, so the
+// token, whatever its status, the SSH identity of key delivery, and the
+// check value) from oldKey to newKey in one transaction, so the
 // master key can be rotated without re-issuing agent keys (Vault's rewrap,
 // Coder's dbcrypt rotate). The new envelopes carry the next master-key
 // version. Either every envelope moves or none does.
@@ -40,6 +44,7 @@ func Rewrap(ctx context.Context, db *storage.DB, oldKey, newKey []byte, now time
 		return res, ErrSameMasterKey
 	}
 	err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		res = RewrapResult{}
 		version, check, err := storage.MasterKeyCheck(ctx, tx)
 		if err != nil {
 			return fmt.Errorf("read master key check: %w", err)
@@ -79,10 +84,26 @@ func Rewrap(ctx context.Context, db *storage.DB, oldKey, newKey []byte, now time
 				return err
 			}
 		}
+		ident, err := storage.GetSSHIdentity(ctx, tx)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			aad := SSHIdentityAAD(ident.ID)
+			raw, err := oldS.Open(ident.Envelope, aad)
+			if err != nil {
+				return fmt.Errorf("open the SSH identity envelope: %w", err)
+			}
+			if err := storage.UpdateSSHIdentityEnvelope(ctx, tx, newS.Version(), newS.Seal(raw, aad)); err != nil {
+				return err
+			}
+			res.SSHIdentities = 1
+		}
 		if err := storage.PutMasterKeyCheck(ctx, tx, newS.Version(), newS.Seal(checkPlaintext, checkAAD), now); err != nil {
 			return err
 		}
-		res = RewrapResult{Keys: len(keys), ProviderTokens: len(tokens), FromVersion: version, ToVersion: newS.Version()}
+		res.Keys, res.ProviderTokens, res.FromVersion, res.ToVersion = len(keys), len(tokens), version, newS.Version()
 		return nil
 	})
 	return res, err

@@ -1,0 +1,143 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// StackState is one row of stack_states: a saved Pulumi stack export
+// (docs/operations.md, "Checkpoints"). Export is the stack's state; it
+// holds resource inputs and outputs and is never logged or returned by an
+// API.
+type StackState struct {
+	ID             int64
+	OrganizationID int64
+	EnvironmentID  int64
+	Stack          string
+	Version        int64
+	Export         []byte
+	SHA256         []byte
+	SizeBytes      int64
+	CreatedAt      time.Time
+}
+
+// ErrStackImportPending is returned by InsertStackState while the stack has
+// an unfinished import marker.
+var ErrStackImportPending = errors.New("an import of this stack from its checkpoint is not finished")
+
+// InsertStackState stores s as stack s.Stack's next version (its newest
+// plus one) and returns that version. It re-checks the import marker inside
+// the caller's transaction. Errors: ErrStackImportPending.
+func InsertStackState(ctx context.Context, q Querier, s StackState, now time.Time) (int64, error) {
+	if _, err := StackImportMarker(ctx, q, s.Stack); err == nil {
+		return 0, ErrStackImportPending
+	} else if !errors.Is(err, ErrNotFound) {
+		return 0, err
+	}
+	var v int64
+	err := q.QueryRowContext(ctx,
+		`INSERT INTO stack_states (organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at)
+		 VALUES (?1, ?2, ?3, (SELECT coalesce(max(version), 0) + 1 FROM stack_states WHERE stack = ?3), ?4, ?5, ?6, ?7)
+		 RETURNING version`,
+		s.OrganizationID, s.EnvironmentID, s.Stack, s.Export, s.SHA256, s.SizeBytes, ms(now)).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("insert stack state: %w", err)
+	}
+	return v, nil
+}
+
+const stackStateCols = `id, organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at`
+
+func scanStackState(row interface{ Scan(...any) error }) (StackState, error) {
+	var s StackState
+	var c sql.NullInt64
+	if err := row.Scan(&s.ID, &s.OrganizationID, &s.EnvironmentID, &s.Stack, &s.Version, &s.Export, &s.SHA256, &s.SizeBytes, &c); err != nil {
+		return StackState{}, err
+	}
+	s.CreatedAt = fromMS(c)
+	return s, nil
+}
+
+// LatestStackStates returns the newest checkpoint of every stack, ordered
+// by stack name.
+func LatestStackStates(ctx context.Context, q Querier) ([]StackState, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+stackStateCols+` FROM stack_states s
+		WHERE version = (SELECT max(version) FROM stack_states WHERE stack = s.stack) ORDER BY stack`)
+	if err != nil {
+		return nil, fmt.Errorf("list stack states: %w", err)
+	}
+	defer rows.Close()
+	var out []StackState
+	for rows.Next() {
+		s, err := scanStackState(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list stack states: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// StackStateByVersion returns stack's checkpoint version. Errors:
+// ErrNotFound.
+func StackStateByVersion(ctx context.Context, q Querier, stack string, version int64) (StackState, error) {
+	s, err := scanStackState(q.QueryRowContext(ctx,
+		`SELECT `+stackStateCols+` FROM stack_states WHERE stack = ? AND version = ?`, stack, version))
+	if err != nil {
+		return StackState{}, notFound(err)
+	}
+	return s, nil
+}
+
+// StackImportMarker returns the checkpoint version whose import into stack
+// began and is not finished. Errors: ErrNotFound when none is pending.
+func StackImportMarker(ctx context.Context, q Querier, stack string) (int64, error) {
+	var v int64
+	if err := q.QueryRowContext(ctx, `SELECT version FROM stack_state_imports WHERE stack = ?`, stack).Scan(&v); err != nil {
+		return 0, notFound(err)
+	}
+	return v, nil
+}
+
+// ListStackImportMarkers returns every pending import: stack → version.
+func ListStackImportMarkers(ctx context.Context, q Querier) (map[string]int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT stack, version FROM stack_state_imports`)
+	if err != nil {
+		return nil, fmt.Errorf("list stack import markers: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var v int64
+		if err := rows.Scan(&s, &v); err != nil {
+			return nil, fmt.Errorf("list stack import markers: %w", err)
+		}
+		out[s] = v
+	}
+	return out, rows.Err()
+}
+
+// PutStackImportMarker records that stack's import of checkpoint version
+// began (replacing an older marker of the stack).
+func PutStackImportMarker(ctx context.Context, q Querier, stack string, version int64, now time.Time) error {
+	if _, err := q.ExecContext(ctx,
+		`INSERT INTO stack_state_imports (stack, version, started_at) VALUES (?, ?, ?)
+		 ON CONFLICT (stack) DO UPDATE SET version = excluded.version, started_at = excluded.started_at`,
+		stack, version, ms(now)); err != nil {
+		return fmt.Errorf("mark stack import: %w", err)
+	}
+	return nil
+}
+
+// ClearStackImportMarker removes stack's marker once its import is
+// verified.
+func ClearStackImportMarker(ctx context.Context, q Querier, stack string) error {
+	if _, err := q.ExecContext(ctx, `DELETE FROM stack_state_imports WHERE stack = ?`, stack); err != nil {
+		return fmt.Errorf("clear stack import marker: %w", err)
+	}
+	return nil
+}
