@@ -270,11 +270,7 @@ func (e *Engine) stack(ctx context.Context, name string, fn pulumi.RunFunc) (aut
 			return auto.Stack{}, err
 		}
 	}
-	nice := e.Nice
-	if nice == 0 {
-		nice = DefaultNice
-	}
-	cmd := &command{path: e.CLIPath, nice: nice, env: e.env()}
+	cmd := e.cmd()
 	return auto.UpsertStackInlineSource(ctx, name, Project, fn,
 		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
 }
