@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/blang/semver"
@@ -504,7 +503,7 @@ func (c *command) Run(ctx context.Context, workdir string, stdin io.Reader, out,
 	cmd.Stdout = io.MultiWriter(append(out, &stdout)...)
 	cmd.Stderr = io.MultiWriter(append(errOut, &stderr)...)
 	cmd.Stdin = stdin
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childProcAttr()
 	// Cancellation interrupts the CLI, which stops its providers and
 	// writes its state, as Ctrl-C does; it is killed if it has not exited
 	// 10 s later.
