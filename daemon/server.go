@@ -20,6 +20,7 @@ import (
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -96,18 +97,22 @@ func newServer(d serverDeps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var customers *reaper.CustomerTokens
+	if d.ProviderTokens != nil {
+		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
+	}
 	var droplets ingest.DropletLookup
-	if read != nil {
-		droplets = dropletLookup(read)
+	if read != nil || customers != nil {
+		var platform doclient.DropletAPI
+		if read != nil {
+			platform = read
+		}
+		droplets = dropletLookup(d.DB, platform, customers)
 	}
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
 		Quotas: d.Config.IngestQuotas(), Droplets: droplets})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
-	var customers *reaper.CustomerTokens
-	if d.ProviderTokens != nil {
-		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
-	}
 	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}
@@ -143,7 +148,11 @@ func newServer(d serverDeps) (*Server, error) {
 		return nil, err
 	}
 	s.costs = costs
-	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
+	billing := d.Config.BillingRule
+	if billing == (cost.Rule{}) { // a Config built without LoadConfig
+		billing = cost.DefaultRule
+	}
+	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: billing}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
@@ -170,7 +179,7 @@ func newServer(d serverDeps) (*Server, error) {
 
 	// The console, on the same listener, reading through the same
 	// services (docs/operations.md, "Console").
-	rule := cost.DefaultRule
+	rule := billing
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}
