@@ -150,6 +150,34 @@ func progressLine(raw json.RawMessage) string {
 
 type adminStateCmd struct {
 	Cancel adminStateCancelCmd `cmd:"" help:"Cancel a box's held state lock (refused while a job of the box is queued or running)."`
+	Wipe   adminStateWipeCmd   `cmd:"" help:"Wipe the Pulumi state cache of a box (or of every box); the oracle stays and the next up adopts what exists."`
+}
+
+type adminStateWipeCmd struct {
+	Box     string `arg:"" optional:"" help:"Box name or id (none: every box)."`
+	Confirm string `help:"The confirmation phrase, for use without a terminal: 'wipe BOX' (without a box: 'wipe all')."`
+	JSON    bool   `help:"Print JSON."`
+}
+
+func (*adminStateWipeCmd) operation() string { return adminapi.OpClearPulumiState }
+
+// Run asks for the typed phrase and wipes; the daemon judges the phrase
+// (422 confirmation_mismatch), so the rule has one owner.
+func (c *adminStateWipeCmd) Run(a *adminCmd) error {
+	want := adminapi.WipeAllPhrase
+	if c.Box != "" {
+		want = adminapi.WipePhrase(c.Box)
+	}
+	phrase, err := confirmation(c.Confirm, want)
+	if err != nil {
+		return err
+	}
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.ClearedState, error) {
+		return cl.ClearPulumiStateCache(ctx, adminapi.ClearStateRequest{Box: c.Box, Confirmation: phrase})
+	}, func(w io.Writer, s adminapi.ClearedState) error {
+		_, err := fmt.Fprintf(w, "wiped the state cache of %d box(es): %s; the next up adopts what exists\n", len(s.Boxes), strings.Join(s.Boxes, ", "))
+		return err
+	})
 }
 
 type adminStateCancelCmd struct {

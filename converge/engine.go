@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/blang/semver"
@@ -265,7 +264,7 @@ func (e *Engine) stack(ctx context.Context, name string, fn pulumi.RunFunc) (aut
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	cmd := &command{path: e.CLIPath, nice: e.nice(), env: e.env()}
+	cmd := e.cmd()
 	return auto.UpsertStackInlineSource(ctx, name, Project, fn,
 		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
 }
@@ -318,7 +317,7 @@ func (e *Engine) selectStack(ctx context.Context, name string) (auto.Stack, erro
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	cmd := &command{path: e.CLIPath, nice: e.nice(), env: e.env()}
+	cmd := e.cmd()
 	return auto.SelectStackInlineSource(ctx, name, Project, func(*pulumi.Context) error { return nil },
 		auto.WorkDir(dir), auto.PulumiHome(e.PulumiHome), auto.Pulumi(cmd), auto.EnvVars(e.env()))
 }
@@ -575,7 +574,7 @@ func (c *command) Run(ctx context.Context, workdir string, stdin io.Reader, out,
 	cmd.Stdout = io.MultiWriter(append(out, &stdout)...)
 	cmd.Stderr = io.MultiWriter(append(errOut, &stderr)...)
 	cmd.Stdin = stdin
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childProcAttr()
 	// Cancellation interrupts the CLI, which stops its providers and
 	// writes its state, as Ctrl-C does; it is killed if it has not exited
 	// 10 s later.

@@ -172,6 +172,10 @@ func (s BoxSpec) dropletTags() []string {
 	return slices.Compact(tags)
 }
 
+// BoxTag is the tag every resource of the box carries
+// ("chalupa:box:<name>"): crash recovery finds them by it.
+func BoxTag(name string) string { return tagBoxPrefix + name }
+
 // ComputeStack and DataStack are the names of a box's two stacks.
 func (s BoxSpec) ComputeStack() string { return s.Name + "-compute" }
 

@@ -45,7 +45,8 @@ type Options struct {
 	// loops are built. The command makes its own key checks. The database
 	// must exist (ErrNoDatabase).
 	Offline bool
-	// Executor runs converge jobs (docs/operations.md, "Jobs"); nil: converge
+	// Executor runs converge jobs (docs/operations.md, "Jobs"); nil: the
+	// Pulumi executor when DIGITALOCEAN_PROVISION_TOKEN is set, else converge
 	// answers 503 converge_not_configured and the job lane is not run.
 	Executor jobs.Executor
 }
@@ -196,8 +197,16 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
+	exec := opt.Executor
+	if exec == nil && cfg.provisionToken() != "" {
+		// The provision token reaches the executor alone
+		// (docs/operations.md, "Converge").
+		if exec, err = newConvergeExecutor(cfg, a.Clock, log); err != nil {
+			return err
+		}
+	}
 	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,
-		Executor: opt.Executor})
+		Executor: exec})
 	return err
 }
 

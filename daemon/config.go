@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,6 +86,12 @@ type Config struct {
 	// docs/operations.md, "Cost reconciliation").
 	BillingRule      cost.Rule `json:"-" env:"DO_BILLING_GRANULARITY_SECONDS DO_BILLING_MINIMUM_SECONDS DO_BILLING_MINIMUM_CHARGE_USD DO_BILLING_MONTHLY_CAP_HOURS"`
 	PulumiBackendURL string    `json:"PULUMI_BACKEND_URL"`
+	// PulumiCLI is the pulumi binary converge drives (CHALUPA_PULUMI_CLI,
+	// else pulumi on PATH; "" when converge is off and none is found).
+	PulumiCLI string `json:"CHALUPA_PULUMI_CLI"`
+	// PulumiHome is PULUMI_HOME for Pulumi's child processes, where the
+	// DigitalOcean provider plugin is installed (default $HOME/.pulumi).
+	PulumiHome string `json:"PULUMI_HOME"`
 
 	// TrustedProxies are the proxies whose X-Forwarded-For the console's
 	// login rate limit believes (CHALUPA_TRUSTED_PROXIES, comma-separated
@@ -121,6 +128,20 @@ type Config struct {
 	// unexported field's value without calling Secret.String, but prints a
 	// nested pointer as its address: %+v of a Config shows no token.
 	doWriteToken *Secret `env:"DIGITALOCEAN_WRITE_TOKEN"`
+	// doProvisionToken is DIGITALOCEAN_PROVISION_TOKEN, Pulumi's
+	// write-capable token: unexported like the write token, handed by the
+	// wiring to the converge executor alone, which gives it only to
+	// Pulumi's child processes (docs/operations.md, "Converge").
+	doProvisionToken *Secret `env:"DIGITALOCEAN_PROVISION_TOKEN"`
+}
+
+// provisionToken is DIGITALOCEAN_PROVISION_TOKEN ("" when unset), for the
+// wiring that hands it to the converge executor.
+func (c *Config) provisionToken() Secret {
+	if c.doProvisionToken == nil {
+		return ""
+	}
+	return *c.doProvisionToken
 }
 
 // reaperOffMessage is what the log and a refused reaper tick say when
@@ -306,6 +327,13 @@ func LoadConfig(env Getenv) (*Config, error) {
 		// with the read token (docs/operations.md, "Configuration").
 		bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
 	}
+	provision := Secret(get("DIGITALOCEAN_PROVISION_TOKEN"))
+	c.doProvisionToken = &provision
+	if provision != "" && (provision == c.DOReadToken || provision == write) {
+		// Pulumi's token is its own: neither inventory's read token nor
+		// the reaper's write token (docs/operations.md, "Converge").
+		bad("DIGITALOCEAN_PROVISION_TOKEN must differ from DIGITALOCEAN_READ_TOKEN and DIGITALOCEAN_WRITE_TOKEN")
+	}
 	if u, err := doclient.CheckBaseURL(get(doclient.EnvBaseURL)); err != nil {
 		// Every DigitalOcean token travels to this URL.
 		bad("%s %v", doclient.EnvBaseURL, err)
@@ -370,6 +398,25 @@ func LoadConfig(env Getenv) (*Config, error) {
 	}
 	if u, err := url.Parse(c.PulumiBackendURL); err != nil || (u.Scheme != "file" && u.Scheme != "s3") {
 		bad("PULUMI_BACKEND_URL must be a file:// or s3:// URL")
+	} else if u.Scheme == "s3" && provision != "" && (c.SpacesKey == "" || c.SpacesSecret == "") {
+		bad("CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET are required for an s3:// PULUMI_BACKEND_URL")
+	}
+	c.PulumiCLI = get("CHALUPA_PULUMI_CLI")
+	if c.PulumiCLI == "" {
+		c.PulumiCLI, _ = exec.LookPath("pulumi")
+	}
+	if provision != "" {
+		if c.PulumiCLI == "" {
+			bad("DIGITALOCEAN_PROVISION_TOKEN is set but no pulumi CLI was found: put pulumi on PATH or set CHALUPA_PULUMI_CLI")
+		} else if fi, err := os.Stat(c.PulumiCLI); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			bad("CHALUPA_PULUMI_CLI is not an executable file")
+		}
+	}
+	c.PulumiHome = get("PULUMI_HOME")
+	if c.PulumiHome == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			c.PulumiHome = filepath.Join(home, ".pulumi")
+		}
 	}
 
 	// Ingest quotas: a whole number in 0–ingest.MaxQuota, default as
@@ -503,6 +550,9 @@ func (c *Config) Redacted() [][2]string {
 		{"DO_BILLING_MINIMUM_CHARGE_USD", strconv.FormatFloat(c.BillingRule.MinimumChargeUSD, 'f', -1, 64)},
 		{"DO_BILLING_MONTHLY_CAP_HOURS", strconv.FormatFloat(c.BillingRule.CapHours, 'f', -1, 64)},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
+		{"DIGITALOCEAN_PROVISION_TOKEN", sec("DIGITALOCEAN_PROVISION_TOKEN", c.provisionToken())},
+		{"CHALUPA_PULUMI_CLI", str(c.PulumiCLI)},
+		{"PULUMI_HOME", str(c.PulumiHome)},
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},

@@ -35,6 +35,7 @@ type jobHandlers struct {
 func (h *jobHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpRunPulumiConverge, h.converge)
 	handleOp(o, adminapi.OpCancelPulumiState, h.cancel)
+	handleOp(o, adminapi.OpClearPulumiState, h.wipe)
 	handleOp(o, adminapi.OpListJobs, h.list)
 	handleOp(o, adminapi.OpGetJob, h.get)
 }
@@ -87,6 +88,36 @@ func (h *jobHandlers) cancel(ctx context.Context, req adminapi.CancelStateReques
 		return adminapi.CancelledState{}, fail(http.StatusBadGateway, "cancel_failed", "cancelling the held lock failed; the daemon log says why")
 	}
 	return adminapi.CancelledState{Scope: adminapi.Scope{Kind: jobs.ScopeBox, ID: box.ID}, Box: box.Name}, nil
+}
+
+// wipe removes one box's stacks (or every box's) from the Pulumi state
+// cache after the typed confirmation; refused while a job of the scope is
+// alive (docs/operations.md, "Jobs").
+func (h *jobHandlers) wipe(ctx context.Context, req adminapi.ClearStateRequest) (adminapi.ClearedState, error) {
+	want := adminapi.WipeAllPhrase
+	if req.Box != "" {
+		want = adminapi.WipePhrase(req.Box)
+	}
+	if req.Confirmation != want {
+		return adminapi.ClearedState{}, fail(http.StatusUnprocessableEntity, "confirmation_mismatch",
+			`confirm must be exactly "wipe " followed by the box, or "wipe all" without one; nothing was wiped`)
+	}
+	boxes, err := h.svc.WipeState(ctx, req.Box)
+	out := adminapi.ClearedState{Boxes: make([]string, 0, len(boxes))}
+	for _, b := range boxes {
+		out.Boxes = append(out.Boxes, b.Name)
+	}
+	var busy *storage.ScopeBusyError
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &busy), errors.Is(err, storage.ErrNotFound), errors.Is(err, jobs.ErrNotConfigured):
+		return adminapi.ClearedState{}, jobError(err)
+	}
+	// The engine's error may name paths or backend details: logged, not
+	// returned.
+	h.log.Error().Err(err).Strs("wiped", out.Boxes).Msg("wiping the Pulumi state cache failed")
+	return adminapi.ClearedState{}, fail(http.StatusBadGateway, "wipe_failed", "wiping the state cache failed; the daemon log says why")
 }
 
 func (h *jobHandlers) list(ctx context.Context, req adminapi.ListJobsRequest) (adminapi.JobList, error) {

@@ -133,6 +133,13 @@ type Outcome struct {
 	// Launch, set by a successful up, is the launch result kept on the box
 	// after the droplet is gone.
 	Launch *storage.BoxLaunch
+	// Record, when set, writes what the run's success means beyond the
+	// box (a launched lifecycle event and its deployment; a deployment
+	// ended by a destroy) in the same transaction that marks the job
+	// succeeded, at now. Its error rolls the whole transaction back (a
+	// database fault): the job stays running and is recovered like a dead
+	// one, so it must refuse only what cannot be written.
+	Record func(ctx context.Context, tx storage.Tx, now time.Time) error
 }
 
 // Executor runs jobs: the converge engine behind the queue. The runner

@@ -317,12 +317,19 @@ wait:
 		}
 		if d.out.Launch != nil {
 			l := *d.out.Launch
-			l.JobID = job.ID
+			if l.JobID == "" {
+				l.JobID = job.ID
+			}
 			if l.LaunchedAt.IsZero() {
 				l.LaunchedAt = now
 			}
 			if err := storage.RecordBoxLaunch(ctx, tx, box.ID, l, now); err != nil {
 				return err
+			}
+		}
+		if d.out.Record != nil {
+			if err := d.out.Record(ctx, tx, now); err != nil {
+				return fmt.Errorf("record the run's outcome: %w", err)
 			}
 		}
 		ran.Status = storage.JobSucceeded

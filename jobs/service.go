@@ -102,3 +102,59 @@ func (s *Service) CancelLock(ctx context.Context, scopeKind, ref string) (storag
 	})
 	return box, err
 }
+
+// Wiper is an Executor that can wipe a box's state cache
+// (adminClearPulumiStateCache). The Pulumi executor is one.
+type Wiper interface {
+	// Wipe removes the box's stacks from the state cache, with their
+	// backups and history; the oracle stays. It is called only when no
+	// job of the scope is alive.
+	Wipe(ctx context.Context, box storage.Box) error
+}
+
+// WipeState wipes the state cache of the box ref names, or of every box
+// when ref is "" (adminClearPulumiStateCache), after proving that no job
+// of any of those scopes is alive; no job can be claimed meanwhile. It
+// returns the boxes wiped. Errors: storage.ErrNotFound (no such box);
+// ErrNotConfigured (no executor, or one that cannot wipe); a
+// *storage.ScopeBusyError naming a live job (nothing is wiped); the
+// executor's error (the boxes before the failing one are wiped).
+func (s *Service) WipeState(ctx context.Context, ref string) ([]storage.Box, error) {
+	var boxes []storage.Box
+	if ref != "" {
+		box, err := storage.BoxByRef(ctx, s.db.Read, ref)
+		if err != nil {
+			return nil, err
+		}
+		boxes = []storage.Box{box}
+	} else {
+		var err error
+		if boxes, err = storage.ListBoxes(ctx, s.db.Read, ""); err != nil {
+			return nil, err
+		}
+	}
+	w, ok := s.exec.(Wiper)
+	if s.runner == nil || !ok {
+		return nil, ErrNotConfigured
+	}
+	var wiped []storage.Box
+	err := s.runner.withoutClaims(func() error {
+		for _, b := range boxes {
+			live, err := storage.LiveJob(ctx, s.db.Read, ScopeBox, b.ID)
+			if err == nil {
+				return &storage.ScopeBusyError{JobID: live.ID}
+			}
+			if !errors.Is(err, storage.ErrNotFound) {
+				return err
+			}
+		}
+		for _, b := range boxes {
+			if err := w.Wipe(ctx, b); err != nil {
+				return err
+			}
+			wiped = append(wiped, b)
+		}
+		return nil
+	})
+	return wiped, err
+}

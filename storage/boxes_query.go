@@ -74,7 +74,8 @@ type BoxLaunch struct {
 	HostKey string
 	// LaunchedAt is when the up succeeded (zero: never launched).
 	LaunchedAt time.Time
-	// JobID is the job that launched it.
+	// JobID is the job that created the box's resources (the per-job tag
+	// on them); a later up of the same droplet keeps it.
 	JobID string
 }
 

@@ -14,10 +14,12 @@ import (
 const (
 	OpRunPulumiConverge = "adminRunPulumiConverge"
 	OpCancelPulumiState = "adminCancelPulumiState"
+	OpClearPulumiState  = "adminClearPulumiStateCache"
 	OpListJobs          = "adminListJobs"
 	OpGetJob            = "adminGetJob"
 	pathConverge        = "/admin-api/pulumi-state/converge"
 	pathCancelState     = "/admin-api/pulumi-state/cancel"
+	pathStateCache      = "/admin-api/pulumi-state/cache"
 	pathJobs            = "/api/admin/jobs"
 	pathJob             = "/api/admin/jobs/:id"
 )
@@ -39,6 +41,9 @@ var jobOperations = []Operation{
 	{ID: OpCancelPulumiState, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
 		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
+	{ID: OpClearPulumiState, Method: methodDelete, Path: pathStateCache, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[ClearStateRequest](), Response: typeOf[ClearedState](),
+		Summary: `wipe the Pulumi state cache of one box (?box=) or of every box; the oracle stays and the next up adopts; refused (409) while a job of the scope is alive`},
 	{ID: OpListJobs, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
 		Request: typeOf[ListJobsRequest](), Response: typeOf[JobList](),
 		Summary: "list converge jobs, newest first, and the job runners seen"},
@@ -72,6 +77,29 @@ type CancelStateRequest struct {
 type CancelledState struct {
 	Scope Scope  `json:"scope"`
 	Box   string `json:"box"`
+}
+
+// WipeAllPhrase is the confirmation adminClearPulumiStateCache requires
+// for every box; WipePhrase(box) the one for one box.
+const WipeAllPhrase = "wipe all"
+
+// WipePhrase is the confirmation adminClearPulumiStateCache requires for
+// one box: "wipe <box>".
+func WipePhrase(box string) string { return "wipe " + box }
+
+// ClearStateRequest is adminClearPulumiStateCache's request: Box (query
+// box, id or name; "" for every box) and Confirmation (a query parameter
+// too: a DELETE carries no body), which must be WipePhrase(Box), or
+// WipeAllPhrase for every box.
+type ClearStateRequest struct {
+	Box          string `query:"box" json:"-"`
+	Confirmation string `query:"confirm" json:"-"`
+}
+
+// ClearedState answers adminClearPulumiStateCache: the boxes whose stacks
+// were removed from the state cache, by name.
+type ClearedState struct {
+	Boxes []string `json:"boxes"`
 }
 
 // ListJobsRequest filters adminListJobs: Status keeps one status, Box one
@@ -144,6 +172,14 @@ func (c *Client) RunPulumiConverge(ctx context.Context, req ConvergeRequest) (Jo
 // ("another update in progress"; JobID names the live job).
 func (c *Client) CancelPulumiState(ctx context.Context, req CancelStateRequest) (CancelledState, error) {
 	return call[CancelledState](ctx, c, OpCancelPulumiState, req)
+}
+
+// ClearPulumiStateCache calls adminClearPulumiStateCache. Errors: an
+// *APIError with 422 confirmation_mismatch, 404 not_found, 503
+// converge_not_configured, or 409 job_in_progress (JobID names the live
+// job; nothing was wiped).
+func (c *Client) ClearPulumiStateCache(ctx context.Context, req ClearStateRequest) (ClearedState, error) {
+	return call[ClearedState](ctx, c, OpClearPulumiState, req)
 }
 
 // ListJobs calls adminListJobs.

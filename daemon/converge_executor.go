@@ -1,0 +1,367 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/converge"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// Converge executor names (docs/operations.md, "Converge").
+const (
+	// convergeWorkDir is the engine's workspace directory under
+	// CHALUPA_DATA_DIR (one Pulumi workspace per stack).
+	convergeWorkDir = "pulumi-workspaces"
+	// provisionLabel names the provision token wherever the token cannot
+	// appear (doclient errors, logs).
+	provisionLabel = "provision"
+	// launchedIDPrefix + job id is the stable id of the launched event an
+	// up records; sunkIDPrefix and endedIDPrefix + job id those of a
+	// destroy's sunk and deployment-ended events.
+	launchedIDPrefix = "converge-launched:"
+	sunkIDPrefix     = "converge-sunk:"
+	endedIDPrefix    = "converge-ended:"
+)
+
+// ErrRecoverAmbiguous: crash recovery found more than one droplet (or
+// volume) carrying the box's tag. Recovery refuses to guess which one the
+// box owns; the lane stays closed until the operator removes the extra one
+// (docs/operations.md, "Jobs").
+var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet or volume carries the box's tag; remove the extra one at DigitalOcean")
+
+// ConvergeExecutor runs converge jobs with the Pulumi engine (jobs.Executor,
+// docs/operations.md, "Converge" and "Jobs"). It alone holds the provision
+// token: inside the engine (for Pulumi's child processes) and its own
+// DigitalOcean client (crash recovery's lookups by tag).
+type ConvergeExecutor struct {
+	// Engine runs the box programs.
+	Engine *converge.Engine
+	// API looks a box's resources up at the provider by tag (crash
+	// recovery), with the provision token.
+	API doclient.API
+	// Log receives a line per recovery decision.
+	Log zerolog.Logger
+	// AfterUp, when set, runs after a successful up, before the job
+	// succeeds (key delivery over SSH plugs in here); its error fails the
+	// job, whose droplet then exists: its message must say so.
+	AfterUp func(ctx context.Context, box storage.Box, res converge.Result) error
+
+	mu sync.Mutex // one engine call at a time: the runner's lane, plus the admin API's wipe and cancel
+}
+
+var _ jobs.Executor = (*ConvergeExecutor)(nil)
+
+// newConvergeExecutor builds the executor from the configuration: the
+// engine under CHALUPA_DATA_DIR with PULUMI_BACKEND_URL (an s3:// backend
+// gets CHALUPA_SPACES_KEY/SECRET as the AWS variables of Pulumi's child
+// processes only), and a doclient for the provision token.
+func newConvergeExecutor(cfg *Config, clock clockwork.Clock, log zerolog.Logger) (*ConvergeExecutor, error) {
+	token := cfg.provisionToken().Reveal()
+	eng := &converge.Engine{
+		WorkDir: filepath.Join(cfg.DataDir, convergeWorkDir), BackendURL: cfg.PulumiBackendURL,
+		PulumiHome: cfg.PulumiHome, CLIPath: cfg.PulumiCLI, ProvisionToken: token, APIURL: cfg.DOAPIURL,
+	}
+	if u, err := url.Parse(cfg.PulumiBackendURL); err == nil && u.Scheme == "s3" {
+		eng.ExtraEnv = map[string]string{
+			"AWS_ACCESS_KEY_ID":     cfg.SpacesKey.Reveal(),
+			"AWS_SECRET_ACCESS_KEY": cfg.SpacesSecret.Reveal(),
+		}
+	}
+	api, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(token), Label: provisionLabel,
+		Version: Version, Clock: clock, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &ConvergeExecutor{Engine: eng, API: api, Log: log.With().Str("component", "converge").Logger()}, nil
+}
+
+// Spec maps a box of the oracle to the engine's input: the recorded
+// provider ids for adoption, and as the per-job tag the job that created
+// the box's resources (kept on the box as the launch's job) or, for a box
+// with none, job's own id, so that the tags of existing resources never
+// change from one job to the next.
+func Spec(box storage.Box, job jobs.Job) converge.BoxSpec {
+	tagJob := job.ID
+	if box.Launch.JobID != "" && (box.Resources.DropletID != 0 || box.Resources.VolumeID != "") {
+		tagJob = box.Launch.JobID
+	}
+	spec := converge.BoxSpec{
+		Name: box.Name, EnvironmentSlug: box.EnvironmentSlug,
+		Region: box.Config.Region, Size: box.Config.Size, Image: box.Config.Image,
+		SSHKeyFingerprints: slices.Clone(box.Config.SSHKeyFingerprints),
+		CustomerSource:     box.Config.CustomerSource, ControlPlaneSource: box.Config.ControlPlaneSource,
+		VolumeGiB: int(box.Config.VolumeSizeGiB), Tags: slices.Clone(box.Config.Tags), Managed: box.Managed,
+		JobID: tagJob,
+		Known: converge.KnownIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
+	}
+	if box.Resources.DropletID != 0 {
+		spec.Known.DropletID = strconv.FormatInt(box.Resources.DropletID, 10)
+	}
+	return spec
+}
+
+// convergeSummary is a job's stored result.
+type convergeSummary struct {
+	Action     string `json:"action"`
+	Steps      string `json:"steps"`
+	Create     int    `json:"create"`
+	Update     int    `json:"update"`
+	Delete     int    `json:"delete"`
+	Same       int    `json:"same"`
+	Import     int    `json:"import"`
+	Replace    int    `json:"replace"`
+	DropletID  string `json:"dropletId,omitempty"`
+	IPv4       string `json:"ipv4,omitempty"`
+	FirewallID string `json:"firewallId,omitempty"`
+	VolumeID   string `json:"volumeId,omitempty"`
+	ElapsedMS  int64  `json:"elapsedMs"`
+}
+
+// Execute runs the job's action on the box through the engine, storing
+// each resource step as the job's progress. On success: up and refresh
+// record the provider ids found, an up that leaves a droplet records the
+// launch, a `launched` lifecycle event for a droplet the box did not have
+// and its deployment (`droplet-<id>`, as the agent names it); a destroy
+// that removed the droplet ends its deployment through the sunk path
+// (storage.EndDeployment; the environment sinks when it was the last).
+// Errors: the engine's (the job fails with its text, scrubbed of the
+// token).
+func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	action, err := converge.ParseAction(job.Action)
+	if err != nil {
+		return jobs.Outcome{}, err
+	}
+	spec := Spec(box, job)
+	counts := map[string]int{}
+	res, err := x.Engine.Run(ctx, spec, action, converge.RunOptions{}, func(ev converge.Event) {
+		p := jobs.Progress{Resource: ev.Name, Op: ev.Op}
+		if ev.Op == "done" {
+			p.Message = "stack " + ev.Stack + " done"
+		} else {
+			counts[ev.Op]++
+			p.Message = fmt.Sprintf("%s %s %s (%s)", ev.Stack, ev.Op, ev.Name, ev.Type)
+		}
+		p.Counts = maps(counts)
+		progress(p)
+	})
+	if err != nil {
+		return jobs.Outcome{}, err
+	}
+	if action == converge.ActionUp && x.AfterUp != nil {
+		if err := x.AfterUp(ctx, box, res); err != nil {
+			return jobs.Outcome{}, fmt.Errorf("the up succeeded (droplet %s exists and is billable) but what follows it failed: %w", res.DropletID, err)
+		}
+	}
+	sum, _ := json.Marshal(convergeSummary{Action: job.Action, Steps: res.Steps.String(), Create: res.Steps.Create,
+		Update: res.Steps.Update, Delete: res.Steps.Delete, Same: res.Steps.Same, Import: res.Steps.Import,
+		Replace: res.Steps.Replace, DropletID: res.DropletID, IPv4: res.IPv4, FirewallID: res.FirewallID,
+		VolumeID: res.VolumeID, ElapsedMS: res.Elapsed.Milliseconds()})
+	out := jobs.Outcome{Summary: sum}
+	if action == converge.ActionPreview {
+		return out, nil
+	}
+	found, err := resourcesOf(res)
+	if err != nil {
+		return jobs.Outcome{}, err
+	}
+	out.Resources = &found
+	switch {
+	case action == converge.ActionUp && found.DropletID != 0:
+		launch := storage.BoxLaunch{DropletID: found.DropletID, IPv4: res.IPv4, JobID: spec.JobID}
+		if box.Launch.DropletID == found.DropletID {
+			launch.HostKey, launch.IPv6, launch.LaunchedAt = box.Launch.HostKey, box.Launch.IPv6, box.Launch.LaunchedAt
+		}
+		out.Launch = &launch
+		out.Record = x.recordLaunch(box, job, found.DropletID, box.Launch.DropletID != found.DropletID)
+	case action == converge.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
+		out.Record = x.recordSunk(box, job, box.Resources.DropletID)
+	}
+	return out, nil
+}
+
+func maps(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// resourcesOf reads a run's provider ids.
+func resourcesOf(res converge.Result) (storage.BoxResources, error) {
+	r := storage.BoxResources{FirewallID: res.FirewallID, VolumeID: res.VolumeID}
+	if res.DropletID != "" {
+		id, err := strconv.ParseInt(res.DropletID, 10, 64)
+		if err != nil || id < 1 {
+			return r, errors.New("converge: the droplet id in the stack state is not a number")
+		}
+		r.DropletID = id
+	}
+	return r, nil
+}
+
+// deploymentID is the deployment a box's droplet reports: the agent's
+// default identity "droplet-<id>" (docs/operations.md, "Agent").
+func deploymentID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
+
+// recordLaunch creates or completes the droplet's deployment as a
+// `launched` event does (storage.ApplyLaunch, the lifecycle route's path;
+// the managed flag from the box) and, for a droplet new to the box,
+// records the `launched` event under a stable id from the job. No quota
+// applies: the droplet exists already, and refusing to record it would
+// only hide a billable machine. A deployment that has ended (its droplet
+// was reaped while the oracle still named it) is left ended.
+func (x *ConvergeExecutor) recordLaunch(box storage.Box, job jobs.Job, dropletID int64, fresh bool) func(context.Context, storage.Tx, time.Time) error {
+	return func(ctx context.Context, tx storage.Tx, now time.Time) error {
+		dep := deploymentID(dropletID)
+		_, err := storage.ApplyLaunch(ctx, tx, storage.Launch{EnvironmentID: box.EnvironmentID, DeploymentID: dep,
+			DropletID: dropletID, Region: box.Config.Region, Size: box.Config.Size, Managed: box.Managed,
+			At: now, LimitMinutes: ingest.LaunchedLimitMinutes}, 0)
+		switch {
+		case errors.Is(err, storage.ErrDeploymentEnded), errors.Is(err, storage.ErrDropletMismatch):
+			x.Log.Warn().Str("box", box.Name).Str("deployment", dep).Msg("converge up: the droplet's deployment has ended; not reopened")
+			return nil
+		case err != nil:
+			return err
+		}
+		if !fresh {
+			return nil
+		}
+		msg := fmt.Sprintf("launched by converge job %s; droplet %d", job.ID, dropletID)
+		if box.Managed {
+			msg += "; managed"
+		}
+		_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: launchedIDPrefix + job.ID,
+			EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: ingest.EventLaunched, Message: msg, OccurredAt: now})
+		return err
+	}
+}
+
+// recordSunk ends the destroyed droplet's deployment through the sunk
+// path: storage.EndDeployment (its telemetry sessions end with it), a
+// `sunk` and a `deployment-ended` event (reason manual: the operator's
+// destroy), and the environment sunk when it was its last active
+// deployment. A droplet without a deployment records nothing.
+func (x *ConvergeExecutor) recordSunk(box storage.Box, job jobs.Job, dropletID int64) func(context.Context, storage.Tx, time.Time) error {
+	return func(ctx context.Context, tx storage.Tx, now time.Time) error {
+		dep := deploymentID(dropletID)
+		ended, err := storage.EndDeployment(ctx, tx, box.EnvironmentID, dep, now)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil
+		}
+		if err != nil || !ended {
+			return err
+		}
+		for _, ev := range []storage.LifecycleEvent{
+			{ID: sunkIDPrefix + job.ID, Kind: ingest.EventSunk, Message: fmt.Sprintf("destroyed by converge job %s; droplet %d", job.ID, dropletID)},
+			{ID: endedIDPrefix + job.ID, Kind: ingest.EventDeploymentEnded, Reason: "manual",
+				Message: fmt.Sprintf("droplet %d destroyed by converge job %s; deployment ended", dropletID, job.ID)},
+		} {
+			ev.EnvironmentID, ev.DeploymentID, ev.OccurredAt = box.EnvironmentID, dep, now
+			if _, err := storage.InsertLifecycleEvent(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		_, err = storage.SinkEnvironmentIfIdle(ctx, tx, box.EnvironmentID, now)
+		return err
+	}
+}
+
+// CancelLock cancels a held Pulumi lock on the box's stacks
+// (adminCancelPulumiState; the job service has proved the scope idle).
+// Errors: the engine's.
+func (x *ConvergeExecutor) CancelLock(ctx context.Context, box storage.Box) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.Engine.Cancel(ctx, Spec(box, jobs.Job{}))
+}
+
+// Wipe removes the box's stacks from the state cache, with their backups
+// and history (adminClearPulumiStateCache; the caller has proved the scope
+// idle). The oracle stays: the next up adopts. Errors: the engine's.
+func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.Engine.Wipe(ctx, Spec(box, jobs.Job{}))
+}
+
+// Recover settles a job a dead process left running (docs/operations.md,
+// "Jobs"): cancel the Pulumi lock the killed CLI left; look the box's
+// droplet and volume up at the provider by the box's tag (the firewall,
+// untagged, is kept as the state or the oracle records it); drop the
+// stacks' pending operations; and where a stack's state disagrees with
+// what exists (a create that reached the provider but not the state, or a
+// resource gone), wipe that stack so the retried up imports what exists
+// and creates only what does not. The returned resources are recorded on
+// the box before the retry. Errors: ErrRecoverAmbiguous; the provider's or
+// the engine's (the lane stays closed and recovery is retried).
+func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storage.Box) (*storage.BoxResources, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	spec := Spec(box, job)
+	if err := x.Engine.Cancel(ctx, spec); err != nil {
+		return nil, err
+	}
+	tag := converge.BoxTag(box.Name)
+	droplets, err := x.API.ListDropletsByTag(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	volumes, err := x.API.ListVolumesByTag(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	if len(droplets) > 1 || len(volumes) > 1 {
+		return nil, ErrRecoverAmbiguous
+	}
+	compute, data, err := x.Engine.ClearPending(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	found := storage.BoxResources{FirewallID: compute.FirewallID}
+	if found.FirewallID == "" {
+		found.FirewallID = box.Resources.FirewallID
+	}
+	dropletID := ""
+	if len(droplets) == 1 {
+		found.DropletID = int64(droplets[0].ID)
+		dropletID = strconv.Itoa(droplets[0].ID)
+	}
+	if len(volumes) == 1 {
+		found.VolumeID = volumes[0].ID
+	}
+	wipe := map[string]bool{
+		spec.ComputeStack(): compute.DropletID != dropletID,
+		spec.DataStack():    data.VolumeID != found.VolumeID,
+	}
+	for _, name := range []string{spec.ComputeStack(), spec.DataStack()} {
+		if !wipe[name] {
+			continue
+		}
+		x.Log.Warn().Str("job", job.ID).Str("box", box.Name).Str("stack", name).
+			Msg("recovery: the stack state disagrees with the provider; removing it so the retried up adopts what exists")
+		if err := x.Engine.WipeStack(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	x.Log.Info().Str("job", job.ID).Str("box", box.Name).Int64("droplet", found.DropletID).Bool("volume", found.VolumeID != "").
+		Msg("recovery: recorded what exists at the provider")
+	return &found, nil
+}

@@ -1,0 +1,56 @@
+package daemontest
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/converge"
+)
+
+var (
+	pulumiOnce sync.Once
+	pulumiHome string
+	pulumiErr  error
+)
+
+// PulumiHome builds the converge test provider (converge/internal/
+// testprovider) once per test process and installs it, as the digitalocean
+// plugin at converge.ProviderVersion, into a PULUMI_HOME made with
+// os.MkdirTemp (shared by the process's tests; directories left by earlier
+// runs more than an hour old are removed, as BuildBinary's are). cli is the
+// pulumi CLI (ToolPath(t, "pulumi")). A failed build or install fails
+// every caller with its output (docs/operations.md, "Converge").
+func PulumiHome(t testing.TB, cli string) string {
+	t.Helper()
+	root := RepoRoot(t)
+	pulumiOnce.Do(func() {
+		pruneOldBinDirs()
+		dir, err := os.MkdirTemp("", binDirPrefix+"pulumi-home-")
+		if err != nil {
+			pulumiErr = err
+			return
+		}
+		bin := filepath.Join(dir, "pulumi-resource-digitalocean")
+		build := exec.Command("go", "build", "-o", bin, "./converge/internal/testprovider")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			pulumiErr = errors.New("build the test provider: " + string(out))
+			return
+		}
+		inst := exec.Command(cli, "plugin", "install", "resource", "digitalocean", converge.ProviderVersion, "--file", bin)
+		inst.Env = append(os.Environ(), "PULUMI_HOME="+dir, "PULUMI_SKIP_UPDATE_CHECK=true")
+		if out, err := inst.CombinedOutput(); err != nil {
+			pulumiErr = errors.New("install the test provider: " + string(out))
+			return
+		}
+		pulumiHome = dir
+	})
+	if pulumiErr != nil {
+		t.Fatalf("daemontest: %v", pulumiErr)
+	}
+	return pulumiHome
+}
