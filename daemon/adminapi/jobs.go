@@ -33,16 +33,16 @@ const (
 )
 
 var jobOperations = []Operation{
-	{ID: OpRunPulumiConverge, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
+	{ID: OpRunPulumiConverge, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_converge", Confirm: "{action} {scope.id}"}, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
 		Request: typeOf[ConvergeRequest](), Response: typeOf[Job](),
 		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required)`},
-	{ID: OpCancelPulumiState, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
+	{ID: OpCancelPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_cancel_state", Confirm: "cancel {scope.id}"}, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
 		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
-	{ID: OpListJobs, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
+	{ID: OpListJobs, MCP: mcpRead, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
 		Request: typeOf[ListJobsRequest](), Response: typeOf[JobList](),
 		Summary: "list converge jobs, newest first, and the job runners seen"},
-	{ID: OpGetJob, Method: methodGet, Path: pathJob, Status: http.StatusOK,
+	{ID: OpGetJob, MCP: mcpRead, Method: methodGet, Path: pathJob, Status: http.StatusOK,
 		Request: typeOf[GetJobRequest](), Response: typeOf[Job](),
 		Summary: "one converge job with its latest progress and result"},
 }
