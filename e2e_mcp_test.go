@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/mcpserver"
@@ -66,5 +69,38 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(text(res), d.AdminToken()) {
 		t.Errorf("the admin token appears in a tool result")
+	}
+}
+
+// TestOpenAPIEndToEnd: `chalupa admin api --openapi` prints, without a
+// daemon, the document the running daemon serves, and refuses to be
+// combined with an operation.
+func TestOpenAPIEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": "http://127.0.0.1:1"}, "admin", "api", "--openapi")
+	if code != 0 {
+		t.Fatalf("--openapi exited %d: %s", code, out)
+	}
+	var printed map[string]any
+	if err := json.Unmarshal([]byte(out), &printed); err != nil || printed["openapi"] != "3.1.0" {
+		t.Fatalf("--openapi printed no 3.1 document: %v", err)
+	}
+	d := daemontest.StartDaemon(t, bin, nil)
+	resp, err := d.Do(context.Background(), http.MethodGet, daemon.OpenAPIPath, daemontest.Bearer(d.AdminToken()), nil)
+	if err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("GET %s: %v %+v", daemon.OpenAPIPath, err, resp)
+	}
+	var servedDoc map[string]any
+	if err := json.Unmarshal(resp.Body, &servedDoc); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(printed)
+	b, _ := json.Marshal(servedDoc)
+	if string(a) != string(b) {
+		t.Errorf("the printed document differs from the served one")
+	}
+	if out, code := daemontest.RunCommand(t, bin, "", nil, "admin", "api", "--openapi", "adminGetStatus"); code != 2 {
+		t.Errorf("--openapi with an operation exited %d; want 2: %s", code, out)
 	}
 }
