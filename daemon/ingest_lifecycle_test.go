@@ -212,6 +212,48 @@ func TestIngestLifecycleSunk(t *testing.T) {
 			}
 		}
 	})
+	// A customer organization's droplet lives in the customer's own
+	// account: the platform's read token would answer 404 for it and end a
+	// live deployment. It is looked up with the organization's own token,
+	// and without one it stays unchecked.
+	t.Run("customer droplet never looked up with the platform token", func(t *testing.T) {
+		ctx := context.Background()
+		if _, err := h.client().CreateOrganization(ctx, adminapi.CreateOrganizationRequest{Slug: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.client().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "acme-gpu", Organization: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		ck := h.issue("acme-gpu")
+		cust := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("acme-gpu")})
+		if r := h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.heartbeat(hbOpts{Env: "acme-gpu", Deployment: "dep-c", DropletID: int64(cust.ID)})}); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat: %s", r)
+		}
+		before := len(fake.Requests())
+		r := h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c1", ingest.EventSunk, "dep-c", nil), Path: lifecyclePath})
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
+			t.Fatalf("sunk without a customer token: %s", r)
+		}
+		if n := len(fake.Requests()); n != before {
+			t.Errorf("%d provider requests for a customer droplet with no customer token", n-before)
+		}
+		custToken := fake.AddToken("customer:acme", dofake.CustomerScopes...)
+		if _, err := h.client().SetProviderToken(ctx, "acme", custToken); err != nil {
+			t.Fatal(err)
+		}
+		r = h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c2", ingest.EventSunk, "dep-c", nil), Path: lifecyclePath})
+		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"exists"`) {
+			t.Fatalf("sunk with the customer token: %s", r)
+		}
+		if st := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-c' AND status = 'active'`); st != 1 {
+			t.Fatal("a sunk event ended a customer's live deployment")
+		}
+		for _, req := range fake.Requests()[before:] {
+			if req.Token != "customer:acme" || req.Method != http.MethodGet {
+				t.Errorf("customer droplet request %s with token %s", req, req.Token)
+			}
+		}
+	})
 }
 
 // TestIngestLifecycleSunkWithoutToken: with no read token the sunk event is

@@ -20,6 +20,7 @@ import (
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -96,18 +97,22 @@ func newServer(d serverDeps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var customers *reaper.CustomerTokens
+	if d.ProviderTokens != nil {
+		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
+	}
 	var droplets ingest.DropletLookup
-	if read != nil {
-		droplets = dropletLookup(read)
+	if read != nil || customers != nil {
+		var platform doclient.DropletAPI
+		if read != nil {
+			platform = read
+		}
+		droplets = dropletLookup(d.DB, platform, customers)
 	}
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
 		Quotas: d.Config.IngestQuotas(), Droplets: droplets})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
-	var customers *reaper.CustomerTokens
-	if d.ProviderTokens != nil {
-		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
-	}
 	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}

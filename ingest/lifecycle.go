@@ -113,10 +113,31 @@ type LifecycleAccepted struct {
 	Droplet string `json:"droplet,omitempty"`
 }
 
-// DropletLookup reports whether a droplet exists at the provider, with
-// the read token (docs/operations.md, "Lifecycle events and runs").
-// Errors: the lookup failed (the answer is unknown).
-type DropletLookup func(ctx context.Context, dropletID int64) (exists bool, err error)
+// DropletOwner says whose provider account holds a deployment's droplet:
+// the platform's (the platform organization's deployments, and every
+// managed deployment) or a customer organization's (docs/operations.md,
+// "Customer organizations").
+type DropletOwner struct {
+	// OrgID is the deployment's environment's organization.
+	OrgID int64
+	// Managed deployments run in the platform's account whatever their
+	// organization.
+	Managed bool
+}
+
+// Customer reports whether the droplet lives in a customer organization's
+// own account, where only that organization's token may look (never the
+// platform's: a platform lookup there answers 404 for a live droplet).
+func (o DropletOwner) Customer() bool {
+	return o.OrgID != storage.PlatformOrgID && !o.Managed
+}
+
+// DropletLookup reports whether a droplet exists at the provider, looked
+// up in its owner's account: the platform read token for the platform's,
+// the organization's own active token for a customer's
+// (docs/operations.md, "Lifecycle events and runs"). Errors: the lookup
+// failed or no credential may look (the answer is unknown).
+type DropletLookup func(ctx context.Context, owner DropletOwner, dropletID int64) (exists bool, err error)
 
 func (e *LifecycleEventV1) validate(now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
@@ -303,8 +324,13 @@ func (s *Service) settleSunk(ctx context.Context, environmentID int64, deploymen
 	}
 	// Settled even if the agent hangs up: the lookup is bounded anyway.
 	ctx = context.WithoutCancel(ctx)
+	owner, err := storage.DeploymentOwnerOf(ctx, s.db.Read, environmentID, deploymentID)
+	if err != nil {
+		s.log.Warn().Err(err).Str("deployment", deploymentID).Msg("sunk event: deployment owner unknown; inventory reconciliation settles it")
+		return DropletUnchecked
+	}
 	cctx, cancel := context.WithTimeout(ctx, SunkCheckTimeout)
-	exists, err := s.droplets(cctx, dropletID)
+	exists, err := s.droplets(cctx, DropletOwner{OrgID: owner.OrgID, Managed: owner.Managed}, dropletID)
 	cancel()
 	if err != nil {
 		s.log.Warn().Err(err).Str("deployment", deploymentID).Msg("sunk event: droplet lookup failed; inventory reconciliation settles it")

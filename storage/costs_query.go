@@ -107,17 +107,33 @@ func CostDeploymentsInRange(ctx context.Context, q Querier, from, to time.Time) 
 		ms(to), ms(from))
 }
 
-// ActiveCostDeployments returns every active deployment of organization
-// orgID (the deployments an inventory pass of that organization's account
-// may end or price).
-func ActiveCostDeployments(ctx context.Context, q Querier, orgID int64) ([]CostDeployment, error) {
-	return queryCostDeployments(ctx, q, 0, `d.status = 'active' AND e.org_id = ?`, orgID)
+// inAccount returns the condition (and its argument) selecting the
+// deployments whose droplets live in organization orgID's provider
+// account: the platform's account holds the platform organization's
+// deployments and every managed one; a customer's account holds its
+// organization's deployments that are not managed (docs/operations.md,
+// "Customer organizations").
+func inAccount(orgID int64) (string, int64) {
+	if orgID == PlatformOrgID {
+		return `(e.org_id = ? OR d.managed = 1)`, PlatformOrgID
+	}
+	return `(e.org_id = ? AND d.managed = 0)`, orgID
 }
 
-// UnpricedCostDeployments returns up to limit deployments of organization
-// orgID, active or ended, whose rate was never captured.
+// ActiveCostDeployments returns every active deployment whose droplet
+// lives in organization orgID's provider account (the deployments an
+// inventory pass of that account may end or price; see inAccount).
+func ActiveCostDeployments(ctx context.Context, q Querier, orgID int64) ([]CostDeployment, error) {
+	cond, arg := inAccount(orgID)
+	return queryCostDeployments(ctx, q, 0, `d.status = 'active' AND `+cond, arg)
+}
+
+// UnpricedCostDeployments returns up to limit deployments, active or
+// ended, whose droplet lives in organization orgID's provider account and
+// whose rate was never captured.
 func UnpricedCostDeployments(ctx context.Context, q Querier, orgID int64, limit int) ([]CostDeployment, error) {
-	return queryCostDeployments(ctx, q, limit, `d.hourly_rate_usd IS NULL AND e.org_id = ?`, orgID)
+	cond, arg := inAccount(orgID)
+	return queryCostDeployments(ctx, q, limit, `d.hourly_rate_usd IS NULL AND `+cond, arg)
 }
 
 // DropletKnown reports whether any deployment, in any environment and of

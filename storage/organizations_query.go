@@ -91,3 +91,35 @@ func InsertOrgEvent(ctx context.Context, q Querier, ev OrgEvent) (inserted bool,
 	}
 	return n == 1, nil
 }
+
+// DeploymentOwner is whose provider account a deployment's droplet lives
+// in: its environment's organization, and whether it is managed (managed
+// deployments run in the platform's account; docs/operations.md,
+// "Customer organizations").
+type DeploymentOwner struct {
+	OrgID   int64
+	Managed bool
+}
+
+// DeploymentOwnerOf returns a deployment's owner. Errors: ErrNotFound.
+func DeploymentOwnerOf(ctx context.Context, q Querier, environmentID int64, deploymentID string) (DeploymentOwner, error) {
+	var o DeploymentOwner
+	var managed int
+	if err := q.QueryRowContext(ctx,
+		`SELECT e.org_id, d.managed FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.environment_id = ? AND d.id = ?`, environmentID, deploymentID).Scan(&o.OrgID, &managed); err != nil {
+		return DeploymentOwner{}, notFound(err)
+	}
+	o.Managed = managed == 1
+	return o, nil
+}
+
+// OrganizationByID returns the organization with id. Errors: ErrNotFound.
+func OrganizationByID(ctx context.Context, q Querier, id int64) (Organization, error) {
+	var o Organization
+	if err := q.QueryRowContext(ctx, `SELECT id, slug, name, kind FROM organizations WHERE id = ?`, id).
+		Scan(&o.ID, &o.Slug, &o.Name, &o.Kind); err != nil {
+		return Organization{}, notFound(err)
+	}
+	return o, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ type env struct {
 	do    *dofake.Server
 	clock *clockwork.FakeClock
 	rec   *cost.Reconciler
+	// platform is the read-token client rec holds.
+	platform doclient.API
 }
 
 func newEnv(t testing.TB, opts ...dofake.Option) *env {
@@ -49,7 +52,7 @@ func newEnv(t testing.TB, opts ...dofake.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, db: db, do: s, clock: clock, rec: rec}
+	return &env{t: t, db: db, do: s, clock: clock, rec: rec, platform: c}
 }
 
 func (e *env) reconcile() cost.Report {
@@ -382,5 +385,78 @@ func TestVolumeGone(t *testing.T) {
 	e.clock.Advance(5 * time.Hour)
 	if rep = e.reconcile(); !near(rep.Estimate.StorageUSD, 0.10) {
 		t.Fatalf("storage after the volume went = %.6f, want it frozen at 0.10", rep.Estimate.StorageUSD)
+	}
+}
+
+// TestAccountsHoldTheirOwnDeployments: each provider account's pass looks
+// only at the deployments whose droplets live in it. A customer
+// organization's managed deployment runs in the platform's account: the
+// customer's pass must not look it up (its token would answer 404 and end
+// a live deployment); the platform's pass keeps it. A customer's own
+// deployment whose droplet is gone from the customer's account ends.
+func TestAccountsHoldTheirOwnDeployments(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	custAPI := dofake.New(t, dofake.WithClock(e.clock))
+	custToken := custAPI.AddToken("customer:acme", dofake.CustomerScopes...)
+	custClient, err := doclient.New(doclient.Config{BaseURL: custAPI.URL, Token: doclient.Token(custToken), Label: "customer:acme", Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var org storage.Organization
+	if err := e.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		org, err = storage.CreateOrganization(ctx, tx, "acme", "Acme", epoch)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var acme storage.Environment
+	if err := e.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		acme, err = storage.CreateEnvironmentInOrg(ctx, tx, org.ID, "acme-gpu", "", epoch)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := cost.New(cost.Config{DB: e.db, Platform: e.platform, Clock: e.clock, Log: zerolog.Nop(),
+		Customers: func(context.Context) ([]cost.Account, error) {
+			return []cost.Account{{OrgID: org.ID, Droplets: custClient}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// managed-1 runs in the platform's account; cust-1 in the customer's,
+	// whose droplet is then deleted there.
+	platformDroplet := e.do.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("acme-gpu")})
+	custDroplet := custAPI.AddDroplet(dofake.Droplet{ID: 510000001, Tags: dofake.EnvTags("acme-gpu")}) // ids distinct from the platform account's
+	if err := e.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if _, err := storage.ApplyLaunch(ctx, tx, storage.Launch{EnvironmentID: acme.ID, DeploymentID: "managed-1", DropletID: int64(platformDroplet.ID),
+			Managed: true, At: epoch.Add(-time.Hour), LimitMinutes: 30}, 0); err != nil {
+			return err
+		}
+		_, err := storage.ApplyLaunch(ctx, tx, storage.Launch{EnvironmentID: acme.ID, DeploymentID: "cust-1", DropletID: int64(custDroplet.ID),
+			At: epoch.Add(-time.Hour), LimitMinutes: 30}, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	custAPI.RemoveDroplet(custDroplet.ID)
+
+	rep, err := rec.Reconcile(ctx, storage.CostTriggerAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Ended != 1 {
+		t.Errorf("ended %d deployments, want 1 (cust-1 only)", rep.Ended)
+	}
+	if d := e.deployment(acme.ID, "managed-1"); d.Status != storage.DeploymentActive {
+		t.Errorf("the managed deployment in the platform's account: %+v, want active", d)
+	}
+	if d := e.deployment(acme.ID, "cust-1"); d.Status != storage.DeploymentEnded {
+		t.Errorf("the customer's deployment whose droplet is gone: %+v, want ended", d)
+	}
+	for _, req := range custAPI.Requests() {
+		if strings.Contains(req.Path, strconv.Itoa(platformDroplet.ID)) {
+			t.Errorf("the customer's token was sent for the platform's droplet: %s", req)
+		}
 	}
 }
