@@ -138,6 +138,7 @@ func printAgentStatus(w io.Writer, r agent.StatusReport) {
 	fmt.Fprintf(w, "last heartbeat   %s (status %d)\n", ts(r.LastHeartbeatAt), r.LastHeartbeatStatus)
 	fmt.Fprintf(w, "last delivery    %s (%d delivered)\n", ts(r.LastDeliveryAt), r.Delivered)
 	fmt.Fprintf(w, "spool            %d records, %d bytes, oldest %s\n", r.Spool.Records, r.Spool.Bytes, ts(r.Spool.Oldest))
+	fmt.Fprintf(w, "report spool     %d records, %d bytes, oldest %s\n", r.Reports.Records, r.Reports.Bytes, ts(r.Reports.Oldest))
 	keys := make([]string, 0, len(r.Dropped))
 	for k := range r.Dropped {
 		keys = append(keys, string(k))

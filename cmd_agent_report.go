@@ -81,6 +81,9 @@ func (c *agentReportRunCmd) Run() error {
 	switch {
 	case res.Dropped > 0:
 		return &exitError{code: 1, err: fmt.Errorf("%d report(s) refused by the control plane (see the log); %d delivered", res.Dropped, res.Delivered)}
+	case res.Refused != "":
+		return &exitError{code: 1, err: fmt.Errorf("the control plane refused a report (%s); %d report(s) stay in %s and are retried for at most %s; %d delivered",
+			res.Refused, res.Spooled, cfg.StateDir, agent.MaxReportAge, res.Delivered)}
 	case res.Spooled > 0:
 		fmt.Printf("spooled: %d report(s) wait in %s for the control plane; %d delivered\n", res.Spooled, cfg.StateDir, res.Delivered)
 	default:

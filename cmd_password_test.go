@@ -45,6 +45,11 @@ func TestAdminPasswordInputs(t *testing.T) {
 	if err := os.WriteFile(loose, []byte("a password in a loose file\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Chmod, not WriteFile's mode alone: the umask (077 once any test in
+	// this process ran serve's start-up) would make the file private.
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(tight, []byte("a password in a private file\r\nsecond line\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -23,13 +23,17 @@ func configVars(t *testing.T) []string {
 	for i := range ct.NumField() {
 		// Exported fields name their variable in the json tag; the
 		// unexported write token (held back from JSON) in an env tag.
+		// A field held back from JSON that several variables build
+		// lists them, space-separated, in its env tag.
 		tag := ct.Field(i).Tag.Get("json")
-		if tag == "" {
+		if tag == "" || tag == "-" {
 			tag = ct.Field(i).Tag.Get("env")
 		}
-		name, _, _ := strings.Cut(tag, ",")
-		if name != "" && strings.ToUpper(name) == name {
-			out = append(out, name)
+		tag, _, _ = strings.Cut(tag, ",")
+		for name := range strings.FieldsSeq(tag) {
+			if strings.ToUpper(name) == name {
+				out = append(out, name)
+			}
 		}
 	}
 	if len(out) < 14 {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/reaper/cost"
+
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/origin"
@@ -76,9 +78,13 @@ type Config struct {
 	// DOAPIURL is the DigitalOcean API base URL, normalised to
 	// scheme://host/ (doclient.CheckBaseURL; docs/operations.md,
 	// "DigitalOcean API").
-	DOAPIURL         string  `json:"CHALUPA_DO_API_URL"`
-	VolumeUSDPerGiB  float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
-	PulumiBackendURL string  `json:"PULUMI_BACKEND_URL"`
+	DOAPIURL        string  `json:"CHALUPA_DO_API_URL"`
+	VolumeUSDPerGiB float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
+	// BillingRule is the droplet billing rule cost estimates apply
+	// (cost.DefaultRule unless DO_BILLING_* override a part of it:
+	// docs/operations.md, "Cost reconciliation").
+	BillingRule      cost.Rule `json:"-" env:"DO_BILLING_GRANULARITY_SECONDS DO_BILLING_MINIMUM_SECONDS DO_BILLING_MINIMUM_CHARGE_USD DO_BILLING_MONTHLY_CAP_HOURS"`
+	PulumiBackendURL string    `json:"PULUMI_BACKEND_URL"`
 
 	// TrustedProxies are the proxies whose X-Forwarded-For the console's
 	// login rate limit believes (CHALUPA_TRUSTED_PROXIES, comma-separated
@@ -315,6 +321,29 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 	}
 
+	c.BillingRule = cost.DefaultRule
+	for _, b := range []struct {
+		name     string
+		min, max float64
+		set      func(float64)
+	}{
+		{"DO_BILLING_GRANULARITY_SECONDS", 1, 3600, func(f float64) { c.BillingRule.Granularity = time.Duration(f) * time.Second }},
+		{"DO_BILLING_MINIMUM_SECONDS", 0, 86400, func(f float64) { c.BillingRule.MinimumBilled = time.Duration(f) * time.Second }},
+		{"DO_BILLING_MINIMUM_CHARGE_USD", 0, 100, func(f float64) { c.BillingRule.MinimumChargeUSD = f }},
+		{"DO_BILLING_MONTHLY_CAP_HOURS", 1, 744, func(f float64) { c.BillingRule.CapHours = f }},
+	} {
+		v := get(b.name)
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= b.min && f <= b.max) { // also refuses NaN
+			bad("%s must be a number between %g and %g", b.name, b.min, b.max)
+			continue
+		}
+		b.set(f)
+	}
+
 	switch v := strings.ToLower(get("CHALUPA_REAPER_DRY_RUN")); v {
 	case "", "false", "0":
 	case "true", "1":
@@ -469,6 +498,10 @@ func (c *Config) Redacted() [][2]string {
 		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.writeToken())},
 		{"CHALUPA_DO_API_URL", c.DOAPIURL},
 		{"DO_VOLUME_USD_PER_GIB_MONTH", vol},
+		{"DO_BILLING_GRANULARITY_SECONDS", strconv.FormatFloat(c.BillingRule.Granularity.Seconds(), 'f', -1, 64)},
+		{"DO_BILLING_MINIMUM_SECONDS", strconv.FormatFloat(c.BillingRule.MinimumBilled.Seconds(), 'f', -1, 64)},
+		{"DO_BILLING_MINIMUM_CHARGE_USD", strconv.FormatFloat(c.BillingRule.MinimumChargeUSD, 'f', -1, 64)},
+		{"DO_BILLING_MONTHLY_CAP_HOURS", strconv.FormatFloat(c.BillingRule.CapHours, 'f', -1, 64)},
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},

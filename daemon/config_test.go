@@ -12,9 +12,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/reaper/cost"
 )
 
 // envFunc adapts a map to daemon.Getenv.
@@ -156,6 +158,12 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 			want: "CHALUPA_SPACES_SECRET", bad: []string{"chalupa-backups"}},
 		{name: "DO read token equals write token", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": sameDO, "DIGITALOCEAN_WRITE_TOKEN": sameDO},
 			want: "DIGITALOCEAN_WRITE_TOKEN", bad: []string{sameDO}},
+		{name: "billing cap not a number", set: map[string]string{"DO_BILLING_MONTHLY_CAP_HOURS": "four-weeks-9e9e"},
+			want: "DO_BILLING_MONTHLY_CAP_HOURS", bad: []string{"four-weeks-9e9e"}},
+		{name: "billing granularity zero", set: map[string]string{"DO_BILLING_GRANULARITY_SECONDS": "0"},
+			want: "DO_BILLING_GRANULARITY_SECONDS"},
+		{name: "billing minimum charge negative", set: map[string]string{"DO_BILLING_MINIMUM_CHARGE_USD": "-0.517"},
+			want: "DO_BILLING_MINIMUM_CHARGE_USD", bad: []string{"0.517"}},
 		{name: "volume rate not a number", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "ten-cents-4d4d"},
 			want: "DO_VOLUME_USD_PER_GIB_MONTH", bad: []string{"ten-cents-4d4d"}},
 		{name: "volume rate negative", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "-0.731"},
@@ -452,5 +460,30 @@ func TestLoadConfigDOAPIURL(t *testing.T) {
 				t.Errorf("Redacted shows %q", rows["CHALUPA_DO_API_URL"])
 			}
 		})
+	}
+}
+
+// TestBillingRuleFromEnvironment: DO_BILLING_* override parts of the
+// droplet billing rule, and the rest keeps DigitalOcean's
+// (docs/operations.md, "Cost reconciliation").
+func TestBillingRuleFromEnvironment(t *testing.T) {
+	t.Parallel()
+	env := goodEnv(t.TempDir())
+	cfg, err := daemon.LoadConfig(envFunc(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BillingRule != cost.DefaultRule {
+		t.Fatalf("rule without DO_BILLING_*: %+v, want %+v", cfg.BillingRule, cost.DefaultRule)
+	}
+	env["DO_BILLING_GRANULARITY_SECONDS"] = "3600"
+	env["DO_BILLING_MINIMUM_SECONDS"] = "3600"
+	env["DO_BILLING_MONTHLY_CAP_HOURS"] = "730"
+	if cfg, err = daemon.LoadConfig(envFunc(env)); err != nil {
+		t.Fatal(err)
+	}
+	want := cost.Rule{Granularity: time.Hour, MinimumBilled: time.Hour, MinimumChargeUSD: cost.DefaultRule.MinimumChargeUSD, CapHours: 730}
+	if cfg.BillingRule != want {
+		t.Fatalf("rule = %+v, want %+v", cfg.BillingRule, want)
 	}
 }

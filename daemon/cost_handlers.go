@@ -25,6 +25,8 @@ type costHandlers struct {
 	// rec is the loop's own worker: an on-demand run waits for a
 	// scheduled one and never overlaps it.
 	rec *cost.Reconciler
+	// rule is the configured billing rule (estimates without a reconciler).
+	rule cost.Rule
 }
 
 func (h *costHandlers) register(o *operations) {
@@ -48,7 +50,7 @@ func (h *costHandlers) get(ctx context.Context, req adminapi.CostsRequest) (admi
 		}
 		start = s
 	}
-	rule := cost.DefaultRule
+	rule := h.rule
 	if h.rec != nil {
 		rule = h.rec.Rule()
 	}
@@ -159,7 +161,7 @@ func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clo
 		return nil, nil
 	}
 	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
-		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB}
+		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB, Rule: cfg.BillingRule}
 	if customers != nil {
 		cc.Customers = func(ctx context.Context) ([]cost.Account, error) { return customerAccounts(ctx, db, customers) }
 	}

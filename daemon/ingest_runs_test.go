@@ -19,9 +19,9 @@ func (h *ingestHarness) runReport(env, dep, runID string, mutate func(*ingest.Ru
 		StartedAt: now.Add(-5 * time.Minute), FinishedAt: now.Add(-time.Minute), Commit: strings.Repeat("ab", 20),
 		Artifacts: []ingest.ArtifactRefV1{
 			{V: 1, Name: "report.xml", MediaType: "application/xml", SizeBytes: 1234, SHA256: strings.Repeat("0f", 32),
-				Locator: ingest.ArtifactLocator{Kind: "https", URL: "https://ci.example.com/runs/1/report.xml"}},
+				Locator: ingest.HTTPSLocator("https://ci.example.com/runs/1/report.xml")},
 			{V: 1, Name: "coverage", MediaType: "text/plain", SizeBytes: 10, SHA256: strings.Repeat("a1", 32),
-				Locator: ingest.ArtifactLocator{Kind: "local", ID: "cover-1.out"}},
+				Locator: ingest.LocalLocator("cover-1.out")},
 		}}
 	if mutate != nil {
 		mutate(&r)
@@ -64,10 +64,10 @@ func TestIngestRunsAnswers(t *testing.T) {
 		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { f(&r.Artifacts[0]) })
 	}
 	url := func(u string) []byte {
-		return art(func(a *ingest.ArtifactRefV1) { a.Locator.URL = u })
+		return art(func(a *ingest.ArtifactRefV1) { a.Locator.URL = &u })
 	}
 	localID := func(id string) []byte {
-		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Locator.ID = id })
+		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Locator.ID = &id })
 	}
 	for _, tc := range []struct {
 		name   string
@@ -104,8 +104,17 @@ func TestIngestRunsAnswers(t *testing.T) {
 		{"local id empty", localID(""), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id starting with a dot", localID(".hidden"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local locator with a url", art(func(a *ingest.ArtifactRefV1) {
-			a.Locator = ingest.ArtifactLocator{Kind: "local", ID: "x", URL: "https://a.example/x"}
+			a.Locator = ingest.LocalLocator("x")
+			u := "https://a.example/x"
+			a.Locator.URL = &u
 		}), http.StatusUnprocessableEntity, "invalid_body"},
+		{"https locator with an empty id", replace(`"url":"https://ci.example.com/runs/1/report.xml"}`, `"url":"https://ci.example.com/runs/1/report.xml","id":""}`), http.StatusUnprocessableEntity, "invalid_body"},
+		{"local locator with an empty url", replace(`"kind":"local","id":"cover-1.out"}`, `"kind":"local","id":"cover-1.out","url":""}`), http.StatusUnprocessableEntity, "invalid_body"},
+		{"https locator without a url", replace(`"kind":"https","url":"https://ci.example.com/runs/1/report.xml"}`, `"kind":"https"}`), http.StatusUnprocessableEntity, "invalid_body"},
+		{"URL with a token in the fragment", url("https://ci.example.com/r.xml#access_token=SECRET"), http.StatusUnprocessableEntity, "invalid_body"},
+		{"URL with an empty fragment", url("https://ci.example.com/r.xml#"), http.StatusUnprocessableEntity, "invalid_body"},
+		{"URL with percent-encoded CR LF", url("https://ci.example.com/r%0d%0a.xml"), http.StatusUnprocessableEntity, "invalid_body"},
+		{"URL with percent-encoded NUL in the query", url("https://ci.example.com/r.xml?x=%00"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"unknown locator kind", art(func(a *ingest.ArtifactRefV1) { a.Locator.Kind = "s3" }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"duplicate names", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"v 2", art(func(a *ingest.ArtifactRefV1) { a.V = 2 }), http.StatusUnprocessableEntity, "invalid_body"},

@@ -148,7 +148,11 @@ func newServer(d serverDeps) (*Server, error) {
 		return nil, err
 	}
 	s.costs = costs
-	(&costHandlers{db: d.DB, clock: clock, rec: s.costs}).register(s.ops)
+	billing := d.Config.BillingRule
+	if billing == (cost.Rule{}) { // a Config built without LoadConfig
+		billing = cost.DefaultRule
+	}
+	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: billing}).register(s.ops)
 	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
@@ -184,7 +188,7 @@ func newServer(d serverDeps) (*Server, error) {
 
 	// The console, on the same listener, reading through the same
 	// services (docs/operations.md, "Console").
-	rule := cost.DefaultRule
+	rule := billing
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}

@@ -92,8 +92,24 @@ type ArtifactRefV1 struct {
 // {"kind":"local","id"}.
 type ArtifactLocator struct {
 	Kind string `json:"kind"`
-	URL  string `json:"url,omitempty"`
-	ID   string `json:"id,omitempty"`
+	// URL and ID are pointers so that a field present but empty is told
+	// from an absent one: each kind has exactly its own field.
+	URL *string `json:"url,omitempty"`
+	ID  *string `json:"id,omitempty"`
+}
+
+// HTTPSLocator is the locator {"kind":"https","url":u}.
+func HTTPSLocator(u string) ArtifactLocator { return ArtifactLocator{Kind: "https", URL: &u} }
+
+// LocalLocator is the locator {"kind":"local","id":id}.
+func LocalLocator(id string) ArtifactLocator { return ArtifactLocator{Kind: "local", ID: &id} }
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // RunAccepted is the 202 body of POST /api/ingest/runs.
@@ -169,17 +185,17 @@ func (a *ArtifactRefV1) validate() *Refusal {
 	}
 	switch a.Locator.Kind {
 	case "https":
-		if a.Locator.ID != "" {
+		if a.Locator.ID != nil || a.Locator.URL == nil {
 			return bad("an https locator has a url and no id")
 		}
-		if !safeHTTPSURL(a.Locator.URL) {
+		if !safeHTTPSURL(*a.Locator.URL) {
 			return bad("artifact locator url must be an https URL with a host and no credentials or control characters")
 		}
 	case "local":
-		if a.Locator.URL != "" {
+		if a.Locator.URL != nil || a.Locator.ID == nil {
 			return bad("a local locator has an id and no url")
 		}
-		if !localIDRE.MatchString(a.Locator.ID) || strings.Contains(a.Locator.ID, "..") {
+		if !localIDRE.MatchString(*a.Locator.ID) || strings.Contains(*a.Locator.ID, "..") {
 			return bad("artifact locator id must match " + LocalIDPattern + " without \"..\"")
 		}
 	default:
@@ -202,19 +218,39 @@ func safeHTTPSURL(raw string) bool {
 		}
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "https" || u.User != nil || u.Hostname() == "" || u.Opaque != "" {
+	// A fragment is refused whole: it never reaches a server, so a locator
+	// has no use for one, and tokens travel in it (#access_token=…).
+	if err != nil || u.Scheme != "https" || u.User != nil || u.Hostname() == "" || u.Opaque != "" ||
+		strings.Contains(raw, "#") {
 		return false
 	}
 	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
+	if err != nil || hasControl(u.Path) {
 		return false
 	}
-	for k := range q {
-		if credentialParams[strings.ToLower(k)] {
+	for k, vs := range q {
+		if credentialParams[strings.ToLower(k)] || hasControl(k) {
 			return false
+		}
+		for _, v := range vs {
+			if hasControl(v) {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// hasControl reports a control character (C0 or DEL) in s: checked again
+// after percent-decoding, so %0d%0a or %00 in a path or query cannot
+// smuggle one past the raw-byte check.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // fingerprint is the SHA-256 of the normalized run: its fields and its
@@ -258,7 +294,7 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		}
 		for i, a := range run.Artifacts {
 			rec.Artifacts[i] = storage.Artifact{Name: a.Name, MediaType: a.MediaType, SizeBytes: a.SizeBytes, SHA256: a.SHA256,
-				LocatorKind: a.Locator.Kind, LocatorURL: a.Locator.URL, LocatorID: a.Locator.ID}
+				LocatorKind: a.Locator.Kind, LocatorURL: deref(a.Locator.URL), LocatorID: deref(a.Locator.ID)}
 		}
 		res, err := storage.RecordRun(ctx, tx, rec, MaxRunsPerDeployment)
 		switch {

@@ -625,7 +625,7 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 		now := f.clock.Now().UTC()
 		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
 			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
-				Locator: ingest.ArtifactLocator{Kind: "local", ID: "log-" + id}}}}
+				Locator: ingest.LocalLocator("log-" + id)}}}
 	}
 	f.setMode(modeDown)
 	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
@@ -653,5 +653,41 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM run_artifacts`); n != 2 {
 		t.Fatalf("%d artifacts stored, want 2", n)
+	}
+}
+
+// TestAgentReportForUnknownDeployment: a report for a deployment no
+// heartbeat created is refused (deployment_not_found) and report-run says
+// so; it stays spooled for at most MaxReportAge, then is dropped, so it
+// never holds the reports behind it.
+func TestAgentReportForUnknownDeployment(t *testing.T) {
+	f := newFleet(t)
+	a := f.start()
+	f.heartbeat(a)
+	cfg := f.config()
+	creds, err := agent.ReadCredentials(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(dep, id string) ingest.RunReportV1 {
+		now := f.clock.Now().UTC()
+		return ingest.RunReportV1{DeploymentID: dep, RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			Artifacts: []ingest.ArtifactRefV1{}}
+	}
+	res, err := agent.ReportRun(context.Background(), cfg, creds, report("dep-typo", "run-1"))
+	if err != nil || res.Refused != "deployment_not_found" || res.Spooled != 1 {
+		t.Fatalf("report for an unknown deployment: %+v, %v", res, err)
+	}
+	if st, err := agent.Status(cfg); err != nil || st.Reports.Records != 1 {
+		t.Fatalf("agent status shows %+v report records (%v), want 1", st.Reports, err)
+	}
+	f.clock.Advance(agent.MaxReportAge)
+	f.daemonClock.Advance(agent.MaxReportAge)
+	res, err = agent.ReportRun(context.Background(), cfg, creds, report(a.Identity().DeploymentID, "run-2"))
+	if err != nil || res.Delivered != 1 || res.Dropped != 1 || res.Spooled != 0 || res.Refused != "" {
+		t.Fatalf("the next report after MaxReportAge: %+v, %v", res, err)
+	}
+	if n := f.count(`SELECT count(*) FROM runs`); n != 1 {
+		t.Fatalf("%d runs stored, want 1", n)
 	}
 }

@@ -150,6 +150,9 @@ type PassResult struct {
 	Sent, Delivered, Dropped int
 	// Paused is true when the pass stopped at a record to retry later.
 	Paused bool
+	// PausedCode is the error code of the 4xx answer the pass paused at
+	// ("" for no answer, a 5xx or a 429).
+	PausedCode string
 }
 
 // Pass walks the spool in order once: records past their DropAfter are
@@ -211,6 +214,9 @@ func (d *Deliverer) Pass(ctx context.Context) PassResult {
 			status := 0
 			if resp != nil {
 				status = resp.Status
+			}
+			if status/100 == 4 && status != http.StatusTooManyRequests && status != http.StatusRequestTimeout {
+				res.PausedCode = out.Code
 			}
 			d.log.Info().Str("kind", r.Kind).Int("status", status).Str("code", out.Code).Time("retryAt", d.NotUntil()).Msg("delivery paused")
 			res.Paused = true

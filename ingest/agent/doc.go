@@ -52,6 +52,14 @@ const (
 	// refuses a window whose end is more than 2 hours old, so such windows
 	// are dropped from the spool (counted) rather than sent to be refused.
 	MaxWindowAge = telemetry.MaxWindowAge
+	// MaxReportAge is how long a spooled run report is kept while the
+	// control plane cannot take it: after that it is dropped, counted and
+	// logged (reason too-old). A report refused as deployment_not_found is
+	// retried (a deployment's first heartbeat, within 30 s of the agent's
+	// start, creates it), but a deployment id that no heartbeat ever
+	// created would otherwise hold the ordered report spool, and every
+	// report behind it, forever.
+	MaxReportAge = 2 * time.Hour
 	// KeyPollInterval is how often a starting agent looks for its key
 	// files: they arrive over SSH minutes after boot, so a slow poll costs
 	// nothing and never fails the unit.

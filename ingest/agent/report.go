@@ -43,6 +43,11 @@ type ReportResult struct {
 	// Spooled is how many records stay in the report spool for a later
 	// report-run or the running agent to deliver.
 	Spooled int
+	// Refused is the error code of a refusal delivery paused at (e.g.
+	// deployment_not_found, unknown_key), "" when it paused for the
+	// control plane being unreachable or busy: the report stays spooled
+	// (at most MaxReportAge), but the caller should hear about it.
+	Refused string
 }
 
 // ErrReportSpoolBusy: the report spool's lock was not free within
@@ -120,7 +125,8 @@ func ReportRun(ctx context.Context, cfg Config, creds Credentials, report ingest
 	if err != nil {
 		return ReportResult{}, err
 	}
-	if _, err := sp.Append(Record{Route: RunsRoute, Kind: "run", Created: cfg.Clock.Now().UTC(), Body: body}); err != nil {
+	now := cfg.Clock.Now().UTC()
+	if _, err := sp.Append(Record{Route: RunsRoute, Kind: "run", Created: now, DropAfter: now.Add(MaxReportAge), Body: body}); err != nil {
 		return ReportResult{}, err
 	}
 	hc := cfg.HTTP
@@ -137,6 +143,7 @@ func ReportRun(ctx context.Context, cfg Config, creds Credentials, report ingest
 		r := d.Pass(dctx)
 		res.Delivered += r.Delivered
 		res.Dropped += r.Dropped
+		res.Refused = r.PausedCode
 		if n, _ := sp.Depth(); n == 0 || r.Paused || r.Sent+r.Dropped == 0 {
 			break
 		}

@@ -32,8 +32,10 @@ type StatusReport struct {
 	LastDeliveryAt time.Time `json:"lastDeliveryAt,omitzero"`
 	// Delivered counts acknowledged records since the state file began.
 	Delivered int64 `json:"delivered"`
-	// Spool is the spool's depth.
+	// Spool is the spool's depth (windows and lifecycle events).
 	Spool StatusSpool `json:"spool"`
+	// Reports is the run-report spool's depth (`agent report-run`).
+	Reports StatusSpool `json:"reports"`
 	// Dropped counts records dropped undelivered, by reason.
 	Dropped map[DropReason]int64 `json:"dropped"`
 }
@@ -115,6 +117,7 @@ func Status(cfg Config) (StatusReport, error) {
 		rep.Reaper.Idle = !now.Before(rep.Reaper.IdleDeadlineAt)
 	}
 	rep.Spool = spoolDepth(filepath.Join(cfg.StateDir, SpoolDirName))
+	rep.Reports = spoolDepth(filepath.Join(cfg.StateDir, ReportsDirName))
 	return rep, nil
 }
 

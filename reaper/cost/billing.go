@@ -31,9 +31,10 @@ import (
 // a full month (672 hours), per second below that, and stay billed after
 // the environment's compute has ended.
 //
-// If the provider changes the rule, change DefaultRule (and the docs): it
-// is a value handed to the Reconciler and Estimate, not spread through the
-// code.
+// If the provider changes the rule, the operator sets DO_BILLING_* (the
+// daemon's configuration builds a Rule from DefaultRule and them) until
+// DefaultRule and the docs are updated: it is a value handed to the
+// Reconciler and Estimate, not spread through the code.
 const (
 	// BillingGranularity is the unit usage is rounded up to.
 	BillingGranularity = time.Second
