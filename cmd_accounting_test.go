@@ -1,11 +1,17 @@
 package main
 
 import (
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/mcpserver"
 )
 
 // cliExempt lists operations without a friendly command of their own, each
@@ -61,5 +67,86 @@ func TestEveryOperationHasACommand(t *testing.T) {
 		if _, ok := adminapi.Lookup(id); !ok {
 			t.Errorf("exemption for unknown operation %s", id)
 		}
+	}
+}
+
+// secretOperations set or return a secret: the console password, a
+// provider token, a fresh ingest key. Their MCP policy must be never.
+var secretOperations = []string{adminapi.OpSetConsolePassword, adminapi.OpSetProviderToken, adminapi.OpIssueIngestKey, adminapi.OpRotateIngestKey}
+
+// secretFields are JSON fields that carry a secret: in a request
+// (password, token) or a response (keyMaterial). An operation with one is
+// never exposed over MCP, whether or not it is listed above.
+var secretFields = map[string]bool{"password": true, "token": true, "keyMaterial": true}
+
+// TestEveryOperationHasAnMCPPolicy is the MCP side of the operation
+// accounting (docs/operations.md, "MCP server"): every operation has a
+// policy; reads are exactly the operations that do not mutate; a
+// destructive policy has a confirmation template whose every {name} is an
+// argument of the tool and a never policy a reason (and neither has the
+// other's); everything that sets or returns a secret is never; tool names
+// are unique and in the chalupa_admin_ style.
+func TestEveryOperationHasAnMCPPolicy(t *testing.T) {
+	tools := map[string]mcpserver.Tool{}
+	for _, tl := range mcpserver.Tools(adminapi.Operations) {
+		tools[tl.Op.ID] = tl
+	}
+	names := map[string]string{}
+	nameRE := regexp.MustCompile(`^chalupa_admin_[a-z0-9_]+$`)
+	for _, op := range adminapi.Operations {
+		t.Run(op.ID, func(t *testing.T) {
+			p := op.MCP
+			switch p.Access {
+			case adminapi.MCPRead, adminapi.MCPMutate, adminapi.MCPDestructive, adminapi.MCPNever:
+			default:
+				t.Fatalf("no MCP policy (read, mutate, destructive or never)")
+			}
+			if (p.Access == adminapi.MCPRead) == op.Mutates {
+				t.Errorf("policy %s but Mutates %v: read is for exactly the operations that do not mutate", p.Access, op.Mutates)
+			}
+			if (p.Confirm != "") != (p.Access == adminapi.MCPDestructive) {
+				t.Errorf("policy %s with confirmation %q: destructive operations, and only they, have one", p.Access, p.Confirm)
+			}
+			if (p.Reason != "") != (p.Access == adminapi.MCPNever) {
+				t.Errorf("policy %s with reason %q: never operations, and only they, have one", p.Access, p.Reason)
+			}
+			secret := slices.Contains(secretOperations, op.ID)
+			for _, typ := range []reflect.Type{op.Request, op.Response} {
+				if typ == nil {
+					continue
+				}
+				for _, f := range apischema.Fields(typ) {
+					secret = secret || secretFields[f.Name]
+				}
+			}
+			if secret && p.Access != adminapi.MCPNever {
+				t.Errorf("sets or returns a secret but its MCP policy is %s; want never", p.Access)
+			}
+			tl, exposed := tools[op.ID]
+			if exposed != (p.Access != adminapi.MCPNever) {
+				t.Fatalf("exposed %v with policy %s", exposed, p.Access)
+			}
+			if !exposed {
+				return
+			}
+			if !nameRE.MatchString(tl.Name) {
+				t.Errorf("tool name %q is not chalupa_admin_<snake_case>", tl.Name)
+			}
+			if other, dup := names[tl.Name]; dup {
+				t.Errorf("tool name %s is also %s's", tl.Name, other)
+			}
+			names[tl.Name] = op.ID
+			props := tl.Input["properties"].(apischema.Schema)
+			for _, ph := range mcpserver.Placeholders(p.Confirm) {
+				top, _, _ := strings.Cut(ph, ".")
+				if _, ok := props[top]; !ok || top == mcpserver.ConfirmArg {
+					t.Errorf("confirmation %q names {%s}, which is not an argument of %s", p.Confirm, ph, tl.Name)
+				}
+			}
+			if p.Access == adminapi.MCPDestructive && len(mcpserver.Placeholders(p.Confirm)) == 0 {
+				t.Errorf("confirmation %q names nothing the call targets", p.Confirm)
+			}
+			t.Logf("%s: %s %s", op.ID, p.Access, tl.Name)
+		})
 	}
 }

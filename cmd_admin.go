@@ -192,11 +192,23 @@ type adminAPICmd struct {
 	Body        string            `help:"JSON request body."`
 	Param       map[string]string `help:"A path or query parameter, name=value (repeatable), e.g. --param slug=demo-harbor --param step=5m."`
 	List        bool              `help:"List every operation."`
+	OpenAPI     bool              `name:"openapi" help:"Print the OpenAPI 3.1 document of this build's admin, ingest and health APIs (the one GET /api/admin/openapi.json serves); needs no daemon."`
 }
 
-// Run calls one operation and prints the raw JSON answer, or lists the
-// operation table.
+// Run calls one operation and prints the raw JSON answer, lists the
+// operation table, or prints the OpenAPI document.
 func (c *adminAPICmd) Run(a *adminCmd) error {
+	if c.OpenAPI {
+		if c.List || c.OperationID != "" {
+			return &exitError{code: exitUsage, err: errors.New("--openapi takes no operationId and no --list")}
+		}
+		doc, err := daemon.OpenAPI(daemon.Version)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Printf("%s\n", doc)
+		return err
+	}
 	if c.List || c.OperationID == "" {
 		if !c.List {
 			return &exitError{code: exitUsage, err: errors.New("missing operationId (see --list)")}

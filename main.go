@@ -25,6 +25,7 @@ type cli struct {
 	Agent   agentCmd   `cmd:"" help:"The reference fleet agent."`
 	Rewrap  rewrapCmd  `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
 	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
+	MCP     mcpCmd     `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }
 

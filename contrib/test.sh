@@ -6,7 +6,7 @@
 #    and staticcheck through contrib/install-test-tools.sh, cached per tool and
 #    version in the user's cache directory;
 # 2. checks formatting, go vet and staticcheck;
-# 3. runs the packages with concurrency (storage, ingest, daemon, reaper, jobs, console) under the
+# 3. runs the packages with concurrency (storage, ingest, daemon, reaper, jobs, console, mcpserver) under the
 #    race detector, and the rest (the end-to-end tests in the root package,
 #    contrib) without it: the e2e tests drive a separately built binary, so
 #    -race there would only slow the test process.
@@ -35,6 +35,6 @@ fi
 "$bin/staticcheck" ./...
 
 start=$(date +%s)
-go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/... ./reaper/... ./jobs/... ./boxes/... ./console/...
+go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/... ./reaper/... ./jobs/... ./boxes/... ./console/... ./mcpserver/...
 go test -timeout 20m -count=1 . ./internal/... ./contrib/... ./converge/...
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"

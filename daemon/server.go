@@ -181,6 +181,15 @@ func newServer(d serverDeps) (*Server, error) {
 	for _, rt := range s.ops.routes() {
 		s.admin(rt.method, rt.path, s.ops.serve(s, rt))
 	}
+	// The document is a pure function of the table: built once.
+	doc, err := OpenAPI(Version)
+	if err != nil {
+		return nil, err
+	}
+	s.admin(http.MethodGet, OpenAPIPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(doc)
+	})
 
 	// The console, on the same listener, reading through the same
 	// services (docs/operations.md, "Console").

@@ -18,15 +18,15 @@ const (
 )
 
 var boxOperations = []Operation{
-	{ID: OpCreateBox, Method: methodPost, Path: pathBoxes, Status: http.StatusCreated, Mutates: true,
+	{ID: OpCreateBox, MCP: mcpMutate, Method: methodPost, Path: pathBoxes, Status: http.StatusCreated, Mutates: true,
 		Request: typeOf[CreateBoxRequest](), Response: typeOf[Box](),
 		Summary: `declare a box: {"name","environment","region","size","image","sshKeyFingerprints","customerSource","controlPlaneSource","volumeSizeGiB","tags","managed"}`},
-	{ID: OpUpdateBox, Method: http.MethodPatch, Path: pathBox, Status: http.StatusOK, Mutates: true,
+	{ID: OpUpdateBox, MCP: mcpMutate, Method: http.MethodPatch, Path: pathBox, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[UpdateBoxRequest](), Response: typeOf[Box](),
 		Summary: "change a box's declared configuration (fields present are replaced); the next up converges it"},
-	{ID: OpListBoxes, Method: methodGet, Path: pathBoxes, Status: http.StatusOK,
+	{ID: OpListBoxes, MCP: mcpRead, Method: methodGet, Path: pathBoxes, Status: http.StatusOK,
 		Request: typeOf[ListBoxesRequest](), Response: typeOf[BoxList](), Summary: boxesSummary},
-	{ID: OpGetBox, Method: methodGet, Path: pathBox, Status: http.StatusOK,
+	{ID: OpGetBox, MCP: mcpRead, Method: methodGet, Path: pathBox, Status: http.StatusOK,
 		Request: typeOf[GetBoxRequest](), Response: typeOf[Box](),
 		Summary: "one box: its configuration, recorded provider ids and last launch result"},
 }

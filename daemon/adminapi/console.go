@@ -10,7 +10,7 @@ import (
 const OpSetConsolePassword = "adminSetConsolePassword"
 
 var consoleOperations = []Operation{
-	{ID: OpSetConsolePassword, Method: methodPost, Path: "/api/admin/console/password", Status: http.StatusOK, Mutates: true,
+	{ID: OpSetConsolePassword, MCP: mcpNever("sets the console password, a secret"), Method: methodPost, Path: "/api/admin/console/password", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[SetConsolePasswordRequest](), Response: typeOf[ConsolePasswordSet](),
 		Summary: `set the console password (argon2id hash stored; every console session ends): {"password"}`},
 }

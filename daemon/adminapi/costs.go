@@ -16,10 +16,10 @@ const (
 const CostsEstimateNote = "estimates only: the DigitalOcean invoice is authoritative"
 
 var costOperations = []Operation{
-	{ID: OpGetCosts, Method: methodGet, Path: "/api/admin/costs", Status: http.StatusOK,
+	{ID: OpGetCosts, MCP: mcpRead, Method: methodGet, Path: "/api/admin/costs", Status: http.StatusOK,
 		Request: typeOf[CostsRequest](), Response: typeOf[Costs](),
 		Summary: "month-to-date cost estimate by organization, environment and deployment (?month=YYYY-MM; default: this month, UTC)"},
-	{ID: OpReconcileCosts, Method: methodPost, Path: "/api/admin/costs/reconcile", Status: http.StatusOK, Mutates: true,
+	{ID: OpReconcileCosts, MCP: mcpMutate, Method: methodPost, Path: "/api/admin/costs/reconcile", Status: http.StatusOK, Mutates: true,
 		Response: typeOf[CostReconciliation](),
 		Summary:  "run inventory and cost reconciliation now (read token only) and return what it did"},
 }

@@ -11,7 +11,7 @@ import (
 const OpEndDeployment = "adminEndDeployment"
 
 var deploymentOperations = []Operation{
-	{ID: OpEndDeployment, Method: methodPost, Path: "/api/admin/environments/:slug/deployments/:id/end", Status: http.StatusOK, Mutates: true,
+	{ID: OpEndDeployment, MCP: mcpDestructive("end deployment {id}"), Method: methodPost, Path: "/api/admin/environments/:slug/deployments/:id/end", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[EndDeploymentRequest](), Response: typeOf[EndedDeployment](),
 		Summary: "end a deployment's record (and its open telemetry sessions); the droplet is not touched"},
 }

@@ -15,10 +15,10 @@ const (
 const pathEnvironments = "/api/admin/environments"
 
 var environmentOperations = []Operation{
-	{ID: OpCreateEnvironment, Method: methodPost, Path: pathEnvironments, Status: http.StatusCreated, Mutates: true,
+	{ID: OpCreateEnvironment, MCP: mcpMutate, Method: methodPost, Path: pathEnvironments, Status: http.StatusCreated, Mutates: true,
 		Request: typeOf[CreateEnvironmentRequest](), Response: typeOf[Environment](),
 		Summary: `create an environment: {"slug","name","organization"} (organization: a customer's slug; default the platform)`},
-	{ID: OpListEnvironments, Method: methodGet, Path: pathEnvironments, Status: http.StatusOK,
+	{ID: OpListEnvironments, MCP: mcpRead, Method: methodGet, Path: pathEnvironments, Status: http.StatusOK,
 		Response: typeOf[EnvironmentList](),
 		Summary:  "list environments"},
 }

@@ -13,7 +13,7 @@ const OpListEvents = "adminListEvents"
 const MaxEvents = 500
 
 var eventOperations = []Operation{
-	{ID: OpListEvents, Method: methodGet, Path: "/api/admin/events", Status: http.StatusOK,
+	{ID: OpListEvents, MCP: mcpRead, Method: methodGet, Path: "/api/admin/events", Status: http.StatusOK,
 		Request: typeOf[ListEventsRequest](), Response: typeOf[EventList](),
 		Summary: "lifecycle events (reaper, quotas), newest first, at most 500 (?environment=SLUG&kind=KIND)"},
 }

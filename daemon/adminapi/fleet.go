@@ -10,7 +10,7 @@ import (
 const OpListFleet = "adminListFleet"
 
 var fleetOperations = []Operation{
-	{ID: OpListFleet, Method: methodGet, Path: "/api/admin/fleet", Status: http.StatusOK,
+	{ID: OpListFleet, MCP: mcpRead, Method: methodGet, Path: "/api/admin/fleet", Status: http.StatusOK,
 		Response: typeOf[Fleet](),
 		Summary:  "environments with their deployments and key counts"},
 }

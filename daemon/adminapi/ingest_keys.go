@@ -16,13 +16,13 @@ const (
 const pathIngestKeys = "/api/admin/ingest-keys"
 
 var ingestKeyOperations = []Operation{
-	{ID: OpIssueIngestKey, Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true,
+	{ID: OpIssueIngestKey, MCP: mcpNever("returns a fresh ingest key, a secret"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true,
 		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `issue a fresh ingest key: {"environmentSlug"}`},
-	{ID: OpRotateIngestKey, Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true, Action: "rotate",
+	{ID: OpRotateIngestKey, MCP: mcpNever("returns a fresh ingest key, a secret"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true, Action: "rotate",
 		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `rotate: {"action":"rotate","environmentSlug"}`},
-	{ID: OpRevokeIngestKey, Method: methodPost, Path: pathIngestKeys, Status: http.StatusOK, Mutates: true, Action: "revoke",
+	{ID: OpRevokeIngestKey, MCP: mcpDestructive("revoke key {keyId}"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusOK, Mutates: true, Action: "revoke",
 		Request: typeOf[IngestKeyRequest](), Response: typeOf[RevokedKey](),
 		Summary: `revoke: {"action":"revoke","keyId"}`},
 }

@@ -35,19 +35,19 @@ const (
 )
 
 var jobOperations = []Operation{
-	{ID: OpRunPulumiConverge, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
+	{ID: OpRunPulumiConverge, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_converge", Confirm: "{action} {scope.id}"}, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
 		Request: typeOf[ConvergeRequest](), Response: typeOf[Job](),
 		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required)`},
-	{ID: OpCancelPulumiState, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
+	{ID: OpCancelPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_cancel_state", Confirm: "cancel {scope.id}"}, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
 		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
-	{ID: OpClearPulumiState, Method: methodDelete, Path: pathStateCache, Status: http.StatusOK, Mutates: true,
+	{ID: OpClearPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_wipe_cache", Confirm: "wipe {box}"}, Method: methodDelete, Path: pathStateCache, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[ClearStateRequest](), Response: typeOf[ClearedState](),
 		Summary: `wipe the Pulumi state cache of one box (?box=) or of every box; the oracle stays and the next up adopts; refused (409) while a job of the scope is alive`},
-	{ID: OpListJobs, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
+	{ID: OpListJobs, MCP: mcpRead, Method: methodGet, Path: pathJobs, Status: http.StatusOK,
 		Request: typeOf[ListJobsRequest](), Response: typeOf[JobList](),
 		Summary: "list converge jobs, newest first, and the job runners seen"},
-	{ID: OpGetJob, Method: methodGet, Path: pathJob, Status: http.StatusOK,
+	{ID: OpGetJob, MCP: mcpRead, Method: methodGet, Path: pathJob, Status: http.StatusOK,
 		Request: typeOf[GetJobRequest](), Response: typeOf[Job](),
 		Summary: "one converge job with its latest progress and result"},
 }
@@ -93,7 +93,7 @@ func WipePhrase(box string) string { return "wipe " + box }
 // WipeAllPhrase for every box.
 type ClearStateRequest struct {
 	Box          string `query:"box" json:"-"`
-	Confirmation string `query:"confirm" json:"-"`
+	Confirmation string `query:"confirmation" json:"-"`
 }
 
 // ClearedState answers adminClearPulumiStateCache: the boxes whose stacks

@@ -34,7 +34,60 @@ type Operation struct {
 	// value that selects this one ("" for the operation taken when the body
 	// names none). Empty for operations with a route of their own.
 	Action string
+	// MCP is how `chalupa mcp` exposes the operation; every operation has
+	// one (the accounting test checks it).
+	MCP MCPPolicy
 }
+
+// MCPAccess is how the MCP server exposes an operation (docs/operations.md,
+// "MCP server").
+type MCPAccess string
+
+// MCP accesses.
+const (
+	// MCPRead: exposed, annotated read-only; only for operations that do
+	// not mutate.
+	MCPRead MCPAccess = "read"
+	// MCPMutate: exposed as an ordinary tool.
+	MCPMutate MCPAccess = "mutate"
+	// MCPDestructive: exposed, annotated destructive; a call must carry
+	// `confirm` holding the policy's phrase, else it is refused before the
+	// daemon is called.
+	MCPDestructive MCPAccess = "destructive"
+	// MCPNever: not exposed. Every operation that sets or returns a secret
+	// (console password, provider tokens, ingest keys) is never.
+	MCPNever MCPAccess = "never"
+)
+
+// MCPPolicy is one operation's MCP exposure.
+type MCPPolicy struct {
+	Access MCPAccess
+	// Tool is the tool's name when it is not the one derived from the id
+	// (chalupa_admin_<id without "admin", snake_case>): the seed's names
+	// for the converge tools.
+	Tool string
+	// Confirm, for MCPDestructive only, is the phrase template the call's
+	// `confirm` must equal once each {name} is replaced by that argument
+	// of the call ({scope.id}: the field id of the object argument scope),
+	// e.g. "erase telemetry {environmentSlug}".
+	Confirm string
+	// Reason, for MCPNever only, says why the operation is not exposed.
+	Reason string
+}
+
+// Policies of the table.
+var (
+	mcpRead   = MCPPolicy{Access: MCPRead}
+	mcpMutate = MCPPolicy{Access: MCPMutate}
+)
+
+// mcpDestructive is a destructive policy with its confirmation template.
+func mcpDestructive(confirm string) MCPPolicy {
+	return MCPPolicy{Access: MCPDestructive, Confirm: confirm}
+}
+
+// mcpNever is a never policy with its reason.
+func mcpNever(reason string) MCPPolicy { return MCPPolicy{Access: MCPNever, Reason: reason} }
 
 // Actioned is implemented by request bodies whose "action" field selects
 // among operations sharing one route (the ingest-keys endpoint).

@@ -21,16 +21,16 @@ const (
 )
 
 var organizationOperations = []Operation{
-	{ID: OpCreateOrganization, Method: methodPost, Path: pathOrganizations, Status: http.StatusCreated, Mutates: true,
+	{ID: OpCreateOrganization, MCP: mcpMutate, Method: methodPost, Path: pathOrganizations, Status: http.StatusCreated, Mutates: true,
 		Request: typeOf[CreateOrganizationRequest](), Response: typeOf[Organization](),
 		Summary: `create a customer organization: {"slug","name"}`},
-	{ID: OpListOrganizations, Method: methodGet, Path: pathOrganizations, Status: http.StatusOK,
+	{ID: OpListOrganizations, MCP: mcpRead, Method: methodGet, Path: pathOrganizations, Status: http.StatusOK,
 		Response: typeOf[OrganizationList](),
 		Summary:  "list organizations with their provider token's status (never the token)"},
-	{ID: OpSetProviderToken, Method: methodPut, Path: pathProviderToken, Status: http.StatusOK, Mutates: true,
+	{ID: OpSetProviderToken, MCP: mcpNever("sets a DigitalOcean token, a secret"), Method: methodPut, Path: pathProviderToken, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[SetProviderTokenRequest](), Response: typeOf[ProviderTokenStatus](),
 		Summary: `store or rotate a customer organization's DigitalOcean token (droplet:read + droplet:delete): {"token"}; never returned`},
-	{ID: OpRevokeProviderToken, Method: methodDelete, Path: pathProviderToken, Status: http.StatusOK, Mutates: true,
+	{ID: OpRevokeProviderToken, MCP: mcpNever("provider tokens are managed by the operator only"), Method: methodDelete, Path: pathProviderToken, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[RevokeProviderTokenRequest](), Response: typeOf[ProviderTokenStatus](),
 		Summary: "revoke a customer organization's stored DigitalOcean token"},
 }

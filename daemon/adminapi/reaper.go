@@ -17,9 +17,9 @@ const (
 )
 
 var reaperOperations = []Operation{
-	{ID: OpRunReaperTick, Method: methodPost, Path: pathReaperTick, Status: http.StatusOK, Mutates: true,
+	{ID: OpRunReaperTick, MCP: mcpMutate, Method: methodPost, Path: pathReaperTick, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[RunReaperTickRequest](), Response: typeOf[ReaperTick](), Summary: reaperTickSummary},
-	{ID: OpGetReaperStatus, Method: methodGet, Path: pathReaper, Status: http.StatusOK,
+	{ID: OpGetReaperStatus, MCP: mcpRead, Method: methodGet, Path: pathReaper, Status: http.StatusOK,
 		Response: typeOf[ReaperStatus](), Summary: reaperStatusSumary},
 }
 

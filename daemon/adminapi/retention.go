@@ -15,10 +15,10 @@ const (
 )
 
 var retentionOperations = []Operation{
-	{ID: OpRunRetention, Method: methodPost, Path: pathRetentionRun, Status: http.StatusOK, Mutates: true,
+	{ID: OpRunRetention, MCP: mcpMutate, Method: methodPost, Path: pathRetentionRun, Status: http.StatusOK, Mutates: true,
 		Response: typeOf[RetentionRun](),
 		Summary:  "run one retention pass now (fold, finalize, prune) and return its report"},
-	{ID: OpListRetentionRuns, Method: methodGet, Path: pathRetentionRunsList, Status: http.StatusOK,
+	{ID: OpListRetentionRuns, MCP: mcpRead, Method: methodGet, Path: pathRetentionRunsList, Status: http.StatusOK,
 		Response: typeOf[RetentionRunList](),
 		Summary:  "recent retention passes, newest first"},
 }

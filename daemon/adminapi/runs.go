@@ -15,7 +15,7 @@ const OpListRuns = "adminListRuns"
 const MaxRuns = 200
 
 var runOperations = []Operation{
-	{ID: OpListRuns, Method: methodGet, Path: "/api/admin/environments/:slug/runs", Status: http.StatusOK,
+	{ID: OpListRuns, MCP: mcpRead, Method: methodGet, Path: "/api/admin/environments/:slug/runs", Status: http.StatusOK,
 		Request: typeOf[ListRunsRequest](), Response: typeOf[RunList](),
 		Summary: "an environment's CI suite runs with their artifacts, most recently started first, at most 200"},
 }

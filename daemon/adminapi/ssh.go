@@ -9,7 +9,7 @@ import (
 const OpGetSSHKey = "adminGetSSHKey"
 
 var sshOperations = []Operation{
-	{ID: OpGetSSHKey, Method: methodGet, Path: "/api/admin/ssh-key", Status: http.StatusOK,
+	{ID: OpGetSSHKey, MCP: mcpRead, Method: methodGet, Path: "/api/admin/ssh-key", Status: http.StatusOK,
 		Response: typeOf[SSHKey](),
 		Summary:  "the public key converge's key delivery logs in with (generated once); add it to the boxes' SSH keys"},
 }

@@ -10,7 +10,7 @@ import (
 const OpGetStatus = "adminGetStatus"
 
 var statusOperations = []Operation{
-	{ID: OpGetStatus, Method: methodGet, Path: "/api/admin/status", Status: http.StatusOK,
+	{ID: OpGetStatus, MCP: mcpRead, Method: methodGet, Path: "/api/admin/status", Status: http.StatusOK,
 		Response: typeOf[Status](),
 		Summary:  "version, uptime, schema version, database size, replication health"},
 }

@@ -18,13 +18,13 @@ const (
 const eraseTelemetryPhrasePrefix = "erase telemetry "
 
 var telemetryOperations = []Operation{
-	{ID: OpEraseTelemetry, Method: methodPost, Path: "/api/admin/telemetry/erase", Status: http.StatusOK, Mutates: true,
+	{ID: OpEraseTelemetry, MCP: mcpDestructive("erase telemetry {environmentSlug}"), Method: methodPost, Path: "/api/admin/telemetry/erase", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[EraseTelemetryRequest](), Response: typeOf[TelemetryErasure](),
 		Summary: `erase one environment's telemetry: {"environmentSlug","confirmation":"erase telemetry <slug>"}`},
-	{ID: OpGetTelemetryAudit, Method: methodGet, Path: "/api/admin/telemetry/audit", Status: http.StatusOK,
+	{ID: OpGetTelemetryAudit, MCP: mcpRead, Method: methodGet, Path: "/api/admin/telemetry/audit", Status: http.StatusOK,
 		Response: typeOf[TelemetryAudit](),
 		Summary:  "row counts of the five telemetry tables, every environment"},
-	{ID: OpGetDeploymentPerformance, Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/performance", Status: http.StatusOK,
+	{ID: OpGetDeploymentPerformance, MCP: mcpRead, Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/performance", Status: http.StatusOK,
 		Request: typeOf[DeploymentPerformanceRequest](), Response: typeOf[DeploymentPerformance](),
 		Summary: "one deployment's telemetry series, sessions and anomalies (?from=&to=&step=)"},
 }

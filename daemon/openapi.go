@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/apischema"
+)
+
+// OpenAPIPath is the admin route serving the OpenAPI document
+// (docs/operations.md, "OpenAPI").
+const OpenAPIPath = "/api/admin/openapi.json"
+
+// Security scheme names of the document.
+const (
+	schemeAdmin = "adminBearer"
+	schemeReady = "readyBearer"
+	// The protocol-v1 signature is four headers, all required: one apiKey
+	// scheme each, listed together in one requirement (a logical AND).
+	schemeKeyID     = "v1KeyId"
+	schemeTimestamp = "v1Timestamp"
+	schemeNonce     = "v1Nonce"
+	schemeSignature = "v1Signature"
+)
+
+// ingestRoute is one signed ingest route as the document describes it;
+// server.go registers the same paths (TestOpenAPIMatchesRoutes).
+type ingestRoute struct {
+	path, summary string
+	body          reflect.Type
+	maxBody       int64
+}
+
+// ingestRoutes are the signed ingest routes (docs/operations.md, "Signed
+// ingest", "Telemetry", "Lifecycle events and runs").
+var ingestRoutes = []ingestRoute{
+	{"/api/ingest/heartbeat", "an agent's heartbeat (HeartbeatV1): records the deployment and moves its deadlines",
+		reflect.TypeFor[ingest.HeartbeatV1](), ingest.MaxHeartbeatBody},
+	{"/api/ingest/telemetry", "one minute window of one Monitor session (WindowV1)",
+		reflect.TypeFor[telemetry.WindowV1](), ingest.MaxTelemetryBody},
+	{"/api/ingest/lifecycle", "a lifecycle event of a deployment (LifecycleEventV1), stored once by its id",
+		reflect.TypeFor[ingest.LifecycleEventV1](), ingest.MaxLifecycleBody},
+	{"/api/ingest/runs", "a CI suite run with its artifacts (RunReportV1)",
+		reflect.TypeFor[ingest.RunReportV1](), ingest.MaxRunBody},
+}
+
+// OpenAPI returns the OpenAPI 3.1 document of the admin, ingest and
+// health APIs, generated from the admin operation table, the ingest routes
+// and the wire types; version is the build's. Console pages are HTML for a
+// browser and are not described.
+func OpenAPI(version string) ([]byte, error) {
+	return json.MarshalIndent(openAPIDocument(version), "", "  ")
+}
+
+type obj = map[string]any
+
+// jsonContent is a JSON body of schema s.
+func jsonContent(s any) obj { return obj{"application/json": obj{"schema": s}} }
+
+// errorResponse is a chalupa error body answer.
+func errorResponse(desc string) obj {
+	return obj{"description": desc, "content": jsonContent(obj{"$ref": "#/components/schemas/ErrorBody"})}
+}
+
+// statusBody is {"status": one of values}.
+func statusBody(values ...string) obj {
+	return obj{"type": "object", "required": []string{"status"},
+		"properties": obj{"status": obj{"type": "string", "enum": values}}}
+}
+
+func openAPIDocument(version string) obj {
+	paths := obj{}
+	add := func(path, method string, op obj) {
+		p := strings.ToLower(method)
+		item, _ := paths[path].(obj)
+		if item == nil {
+			item = obj{}
+			paths[path] = item
+		}
+		item[p] = op
+	}
+
+	add("/api/health", http.MethodGet, obj{"operationId": "health", "summary": "liveness: the process serves HTTP",
+		"security": []obj{}, "responses": obj{"200": obj{"description": "serving", "content": jsonContent(statusBody("ok"))}}})
+	add("/api/ready", http.MethodGet, obj{"operationId": "ready", "summary": "readiness: the database answers and replication is not failing",
+		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
+			"200": obj{"description": "ready", "content": jsonContent(statusBody("ready"))},
+			"503": obj{"description": "not ready (no detail)", "content": jsonContent(statusBody("unavailable"))},
+			"401": errorResponse("missing or wrong ready token")}})
+	add("/metrics", http.MethodGet, obj{"operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
+		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
+			"200": obj{"description": "metrics", "content": obj{"text/plain": obj{"schema": obj{"type": "string"}}}},
+			"401": errorResponse("missing or wrong ready token")}})
+
+	signed := []obj{{schemeKeyID: []string{}, schemeTimestamp: []string{}, schemeNonce: []string{}, schemeSignature: []string{}}}
+	for _, r := range ingestRoutes {
+		schema := apischema.For(r.body, apischema.Request)
+		add(r.path, http.MethodPost, obj{"operationId": "ingest" + strings.ToUpper(r.path[len("/api/ingest/"):][:1]) + r.path[len("/api/ingest/")+1:],
+			"summary": r.summary, "security": signed,
+			"requestBody": obj{"required": true, "description": "at most " + bytesText(r.maxBody), "content": jsonContent(schema)},
+			"responses": obj{
+				"202":     obj{"description": "accepted (or already stored)", "content": jsonContent(obj{"type": "object"})},
+				"default": errorResponse("refused: signature, body, quota or overload (docs/operations.md, \"Signed ingest\")")}})
+	}
+
+	add(OpenAPIPath, http.MethodGet, obj{"operationId": "adminGetOpenAPI", "summary": "this document",
+		"security": []obj{{schemeAdmin: []string{}}}, "responses": obj{
+			"200": obj{"description": "the OpenAPI 3.1 document", "content": jsonContent(obj{"type": "object"})},
+			"401": errorResponse("missing or wrong admin token")}})
+
+	// Admin operations; those sharing a route become one OpenAPI operation
+	// (the body's action selects), named by the default one.
+	type route struct{ method, path string }
+	shared := map[route][]adminapi.Operation{}
+	var order []route
+	for _, op := range adminapi.Operations {
+		r := route{op.Method, op.Path}
+		if _, seen := shared[r]; !seen {
+			order = append(order, r)
+		}
+		shared[r] = append(shared[r], op)
+	}
+	for _, r := range order {
+		ops := shared[r]
+		add(openAPIPath(r.path), r.method, adminOperation(ops))
+	}
+
+	errSchema := apischema.For(reflect.TypeFor[adminapi.ErrorBody](), apischema.Response)
+	return obj{
+		"openapi": "3.1.0",
+		"info": obj{"title": "chalupa", "version": version,
+			"description": "The control plane's admin, signed ingest and health APIs, generated from the admin operation table (docs/operations.md, \"OpenAPI\")."},
+		"paths": paths,
+		"components": obj{
+			"schemas": obj{"ErrorBody": errSchema},
+			"securitySchemes": obj{
+				schemeAdmin:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_ADMIN_TOKEN; cookies never authenticate"},
+				schemeReady:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_READY_TOKEN"},
+				schemeKeyID:     obj{"type": "apiKey", "in": "header", "name": signer.HeaderKeyID, "description": "protocol v1: the ingest key's id"},
+				schemeTimestamp: obj{"type": "apiKey", "in": "header", "name": signer.HeaderTimestamp, "description": "protocol v1: Unix seconds, within the skew window"},
+				schemeNonce:     obj{"type": "apiKey", "in": "header", "name": signer.HeaderNonce, "description": "protocol v1: single-use nonce"},
+				schemeSignature: obj{"type": "apiKey", "in": "header", "name": signer.HeaderSignature, "description": "protocol v1: v1=<hex HMAC-SHA256 of the canonical string>"},
+			},
+		},
+	}
+}
+
+// openAPIPath turns httprouter's ":name" segments into "{name}".
+func openAPIPath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, ":") {
+			segs[i] = "{" + s[1:] + "}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// bytesText is n bytes in KiB when whole.
+func bytesText(n int64) string {
+	if n%1024 == 0 {
+		return jsonNumber(n/1024) + " KiB"
+	}
+	return jsonNumber(n) + " bytes"
+}
+
+func jsonNumber(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// adminOperation describes ops, the operations of one admin route (one,
+// or several told apart by the body's action).
+func adminOperation(ops []adminapi.Operation) obj {
+	first := ops[0]
+	for _, op := range ops {
+		if op.Action == "" {
+			first = op
+		}
+	}
+	o := obj{"operationId": first.ID, "summary": first.Summary, "security": []obj{{schemeAdmin: []string{}}}}
+	responses := obj{
+		"401":     errorResponse("missing or wrong admin token"),
+		"default": errorResponse("refused (docs/operations.md, \"Admin API\")"),
+	}
+	if len(ops) > 1 {
+		var desc []string
+		for _, op := range ops {
+			a := op.Action
+			if a == "" {
+				a = "(none) or issue"
+			}
+			desc = append(desc, op.ID+": action "+a+" — "+op.Summary)
+		}
+		o["description"] = "Operations sharing this route, selected by the body's action: " + strings.Join(desc, "; ")
+		ids := make([]string, len(ops))
+		for i, op := range ops {
+			ids[i] = op.ID
+		}
+		o["x-chalupa-operations"] = ids
+	}
+	for _, op := range ops {
+		status := jsonNumber(int64(op.Status))
+		resp := apischema.For(op.Response, apischema.Response)
+		if prev, ok := responses[status].(obj); ok {
+			s := prev["content"].(obj)["application/json"].(obj)["schema"]
+			if !reflect.DeepEqual(s, resp) {
+				prev["content"] = jsonContent(obj{"oneOf": []any{s, resp}})
+			}
+			continue
+		}
+		responses[status] = obj{"description": "success", "content": jsonContent(resp)}
+	}
+	o["responses"] = responses
+	if params := adminParameters(first); len(params) > 0 {
+		o["parameters"] = params
+	}
+	if first.HasBody() {
+		o["requestBody"] = obj{"required": true, "description": "at most 64 KiB, decoded strictly",
+			"content": jsonContent(apischema.For(first.Request, apischema.Request))}
+	}
+	return o
+}
+
+// adminParameters are op's path and query parameters.
+func adminParameters(op adminapi.Operation) []obj {
+	if op.Request == nil {
+		return nil
+	}
+	var out []obj
+	for i := range op.Request.NumField() {
+		f := op.Request.Field(i)
+		for _, in := range []string{"path", "query"} {
+			name, ok := f.Tag.Lookup(in)
+			if !ok {
+				continue
+			}
+			s := obj{"type": "string"}
+			switch f.Type {
+			case reflect.TypeFor[time.Time]():
+				s["format"] = "date-time"
+			case reflect.TypeFor[time.Duration]():
+				s["description"] = "a Go duration: 90s, 5m, 24h"
+			default:
+				if f.Type.Kind() == reflect.Int64 {
+					s = obj{"type": "integer"}
+				}
+			}
+			out = append(out, obj{"name": name, "in": in, "required": in == "path", "schema": s})
+		}
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/mcpserver"
+)
+
+// TestMCPEndToEnd runs `chalupa mcp` from the built binary against a
+// running daemon, driven by the SDK's client over the command's standard
+// input and output: it lists one tool per exposed operation, a read tool
+// answers from the daemon, a destructive tool without its phrase is
+// refused, and the admin token never appears in what the server says.
+func TestMCPEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	d := daemontest.StartDaemon(t, bin, nil)
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mcp")
+	cmd.Env = append(os.Environ(), "CHALUPA_URL="+d.URL, "CHALUPA_ADMIN_TOKEN="+d.AdminToken())
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(mcpserver.Tools(adminapi.Operations)); len(tools.Tools) != want {
+		t.Errorf("%d tools; want %d", len(tools.Tools), want)
+	}
+	text := func(r *mcp.CallToolResult) string {
+		var b strings.Builder
+		for _, c := range r.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				b.WriteString(tc.Text)
+			}
+		}
+		return b.String()
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "chalupa_admin_list_fleet"})
+	if err != nil || res.IsError || !strings.Contains(text(res), `"demo-harbor"`) {
+		t.Fatalf("list fleet: %v %+v", err, res)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "chalupa_admin_erase_telemetry",
+		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor"}})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "refused") {
+		t.Fatalf("erase without confirm: %v %s", err, text(res))
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "chalupa_admin_erase_telemetry",
+		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor", "confirm": "erase telemetry demo-harbor"}})
+	if err != nil || res.IsError {
+		t.Fatalf("erase with confirm: %v %s", err, text(res))
+	}
+	if strings.Contains(text(res), d.AdminToken()) {
+		t.Errorf("the admin token appears in a tool result")
+	}
+}
+
+// TestOpenAPIEndToEnd: `chalupa admin api --openapi` prints, without a
+// daemon, the document the running daemon serves, and refuses to be
+// combined with an operation.
+func TestOpenAPIEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": "http://127.0.0.1:1"}, "admin", "api", "--openapi")
+	if code != 0 {
+		t.Fatalf("--openapi exited %d: %s", code, out)
+	}
+	var printed map[string]any
+	if err := json.Unmarshal([]byte(out), &printed); err != nil || printed["openapi"] != "3.1.0" {
+		t.Fatalf("--openapi printed no 3.1 document: %v", err)
+	}
+	d := daemontest.StartDaemon(t, bin, nil)
+	resp, err := d.Do(context.Background(), http.MethodGet, daemon.OpenAPIPath, daemontest.Bearer(d.AdminToken()), nil)
+	if err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("GET %s: %v %+v", daemon.OpenAPIPath, err, resp)
+	}
+	var servedDoc map[string]any
+	if err := json.Unmarshal(resp.Body, &servedDoc); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(printed)
+	b, _ := json.Marshal(servedDoc)
+	if string(a) != string(b) {
+		t.Errorf("the printed document differs from the served one")
+	}
+	if out, code := daemontest.RunCommand(t, bin, "", nil, "admin", "api", "--openapi", "adminGetStatus"); code != 2 {
+		t.Errorf("--openapi with an operation exited %d; want 2: %s", code, out)
+	}
+}

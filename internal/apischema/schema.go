@@ -1,0 +1,152 @@
+// Package apischema derives JSON Schema (draft 2020-12, the dialect of
+// OpenAPI 3.1 and of MCP tool schemas) from the admin API's wire types by
+// reflection, following encoding/json's rules for names, omitempty, "-"
+// and embedded structs (docs/operations.md, "MCP server"). It imports only
+// the standard library.
+package apischema
+
+import (
+	"encoding"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Schema is one JSON Schema object, ready to marshal.
+type Schema = map[string]any
+
+// Mode says which side of the wire a schema describes.
+type Mode int
+
+const (
+	// Request: what a client sends, decoded strictly by the daemon
+	// (docs/operations.md, "Admin API": unknown keys refused), so objects
+	// carry additionalProperties false; no field is required (an absent
+	// field is its zero value).
+	Request Mode = iota
+	// Response: what the daemon answers; every field without omitempty is
+	// always present, so it is required.
+	Response
+)
+
+var (
+	timeType      = reflect.TypeFor[time.Time]()
+	durationType  = reflect.TypeFor[time.Duration]()
+	rawType       = reflect.TypeFor[json.RawMessage]()
+	marshalerType = reflect.TypeFor[json.Marshaler]()
+	textType      = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// For returns the schema of t's JSON form in mode m. A recursive type is
+// cut at its second appearance on a path with an unconstrained schema.
+func For(t reflect.Type, m Mode) Schema {
+	return schemaOf(t, m, map[reflect.Type]bool{})
+}
+
+func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case timeType:
+		return Schema{"type": "string", "format": "date-time"}
+	case durationType:
+		return Schema{"type": "integer", "description": "nanoseconds"}
+	case rawType:
+		return Schema{}
+	}
+	if t.Implements(marshalerType) || reflect.PointerTo(t).Implements(marshalerType) {
+		return Schema{}
+	}
+	if t.Implements(textType) || reflect.PointerTo(t).Implements(textType) {
+		return Schema{"type": "string"}
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return Schema{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return Schema{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return Schema{"type": "number"}
+	case reflect.String:
+		return Schema{"type": "string"}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return Schema{"type": "string", "contentEncoding": "base64"}
+		}
+		return Schema{"type": "array", "items": schemaOf(t.Elem(), m, visiting)}
+	case reflect.Map:
+		return Schema{"type": "object", "additionalProperties": schemaOf(t.Elem(), m, visiting)}
+	case reflect.Struct:
+		if visiting[t] {
+			return Schema{}
+		}
+		visiting[t] = true
+		defer delete(visiting, t)
+		props := Schema{}
+		var required []string
+		for _, f := range Fields(t) {
+			props[f.Name] = schemaOf(f.Type, m, visiting)
+			if m == Response && !f.OmitEmpty {
+				required = append(required, f.Name)
+			}
+		}
+		s := Schema{"type": "object", "properties": props}
+		if len(required) > 0 {
+			s["required"] = required
+		}
+		if m == Request {
+			s["additionalProperties"] = false
+		}
+		return s
+	}
+	return Schema{}
+}
+
+// Field is one JSON field of a struct type.
+type Field struct {
+	// Name is the JSON key.
+	Name string
+	// Type is the field's Go type.
+	Type reflect.Type
+	// OmitEmpty is true when the key may be absent from the JSON.
+	OmitEmpty bool
+}
+
+// Fields lists the JSON fields of struct type t in declaration order, as
+// encoding/json sees them: unexported and `json:"-"` fields (path and
+// query parameters among them) are left out, untagged embedded structs are
+// flattened, and a pointer or omitempty field may be absent.
+func Fields(t reflect.Type) []Field {
+	var out []Field
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				out = append(out, Fields(ft)...)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,") ||
+			f.Type.Kind() == reflect.Pointer
+		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit})
+	}
+	return out
+}

@@ -1,0 +1,343 @@
+// Package mcpserver is `chalupa mcp`: a Model Context Protocol server whose
+// tools are generated from the admin operation table (daemon/adminapi) and
+// call the daemon through the typed admin client (docs/operations.md, "MCP
+// server"). Each operation's MCP policy decides its tool: read and mutate
+// operations are plain tools, destructive ones need a confirmation phrase,
+// and never operations (those that set or return a secret) have no tool.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/internal/strictjson"
+)
+
+// ServerName is the implementation name the server announces.
+const ServerName = "chalupa"
+
+// ConfirmArg is the argument a destructive tool's call must carry.
+const ConfirmArg = "confirm"
+
+// toolPrefix begins every derived tool name, in the seed's style
+// (chalupa_admin_pulumi_converge).
+const toolPrefix = "chalupa_admin_"
+
+// Tool is one exposed operation: its tool name and input schema.
+type Tool struct {
+	// Name is the MCP tool name.
+	Name string
+	// Op is the operation the tool calls.
+	Op adminapi.Operation
+	// Input is the tool's input schema (JSON Schema 2020-12).
+	Input apischema.Schema
+}
+
+// ToolName is op's tool name: the policy's Tool when set, else
+// chalupa_admin_ and the id without "admin" in snake_case
+// (adminListFleet → chalupa_admin_list_fleet).
+func ToolName(op adminapi.Operation) string {
+	if op.MCP.Tool != "" {
+		return op.MCP.Tool
+	}
+	var b strings.Builder
+	for i, r := range strings.TrimPrefix(op.ID, "admin") {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return toolPrefix + b.String()
+}
+
+// Tools lists the tools of ops (adminapi.Operations in the server): every
+// operation whose policy is not never, in table order. It panics on an
+// operation without a policy, or whose parameters and body fields share a
+// name: both are mistakes in the table the accounting test catches first.
+func Tools(ops []adminapi.Operation) []Tool {
+	var out []Tool
+	for _, op := range ops {
+		switch op.MCP.Access {
+		case adminapi.MCPNever:
+			continue
+		case adminapi.MCPRead, adminapi.MCPMutate, adminapi.MCPDestructive:
+		default:
+			panic(fmt.Sprintf("mcpserver: operation %s has no MCP policy", op.ID))
+		}
+		out = append(out, Tool{Name: ToolName(op), Op: op, Input: inputSchema(op)})
+	}
+	return out
+}
+
+// paramSchema is the schema of a path or query parameter's text form.
+func paramSchema(t reflect.Type, kind string) apischema.Schema {
+	s := apischema.Schema{"type": "string", "description": kind + " parameter"}
+	switch t {
+	case reflect.TypeFor[time.Time]():
+		s["format"] = "date-time"
+	case reflect.TypeFor[time.Duration]():
+		s["description"] = kind + " parameter, a Go duration such as 90s, 5m or 24h"
+	default:
+		if t.Kind() == reflect.Int64 {
+			s["type"] = "integer"
+		}
+	}
+	return s
+}
+
+// params maps op's parameter names to their field types and kinds.
+func params(op adminapi.Operation) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	if op.Request == nil {
+		return out
+	}
+	for i := range op.Request.NumField() {
+		f := op.Request.Field(i)
+		for _, kind := range []string{"path", "query"} {
+			if name, ok := f.Tag.Lookup(kind); ok {
+				out[name] = f
+			}
+		}
+	}
+	return out
+}
+
+// bodyFields is op's body schema's properties, without the action of a
+// shared route (the tool fills it in) or {} for an operation without a
+// body.
+func bodyFields(op adminapi.Operation) apischema.Schema {
+	if !op.HasBody() {
+		return apischema.Schema{}
+	}
+	props := apischema.For(op.Request, apischema.Request)["properties"].(apischema.Schema)
+	if op.SharesRoute() {
+		delete(props, "action")
+	}
+	return props
+}
+
+// inputSchema is op's tool input: its path and query parameters (the path
+// ones required), its body fields, and for a destructive operation the
+// required confirm.
+func inputSchema(op adminapi.Operation) apischema.Schema {
+	props := bodyFields(op)
+	var required []string
+	path, query := op.Parameters()
+	ps := params(op)
+	for _, n := range path {
+		if _, dup := props[n]; dup {
+			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
+		}
+		props[n] = paramSchema(ps[n].Type, "path")
+		required = append(required, n)
+	}
+	for _, n := range query {
+		if _, dup := props[n]; dup {
+			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
+		}
+		props[n] = paramSchema(ps[n].Type, "query")
+	}
+	if op.MCP.Access == adminapi.MCPDestructive {
+		if _, dup := props[ConfirmArg]; dup {
+			panic(fmt.Sprintf("mcpserver: %s: %q is also a body field", op.ID, ConfirmArg))
+		}
+		props[ConfirmArg] = apischema.Schema{"type": "string",
+			"description": "the exact phrase " + strconv.Quote(op.MCP.Confirm) + " with each {name} replaced by that argument of this call"}
+		required = append(required, ConfirmArg)
+	}
+	s := apischema.Schema{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+// description is the tool's description: the operation's summary, the
+// confirmation rule of a destructive tool, and the operation it calls.
+func description(op adminapi.Operation) string {
+	d := op.Summary
+	if op.MCP.Access == adminapi.MCPDestructive {
+		d += fmt.Sprintf(`. Destructive: refused unless confirm is exactly %q with each {name} replaced by that argument of this call`, op.MCP.Confirm)
+	}
+	return d + fmt.Sprintf(" (%s, %s %s)", op.ID, op.Method, op.Path)
+}
+
+// New returns the MCP server with one tool per exposed operation of the
+// table; each call goes to the daemon through cl (which holds the admin
+// token). version is the build's version, announced to clients.
+func New(cl *adminapi.Client, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: version}, nil)
+	for _, t := range Tools(adminapi.Operations) {
+		f := false
+		ann := &mcp.ToolAnnotations{DestructiveHint: &f}
+		switch t.Op.MCP.Access {
+		case adminapi.MCPRead:
+			ann.ReadOnlyHint = true
+		case adminapi.MCPDestructive:
+			tr := true
+			ann.DestructiveHint = &tr
+		}
+		s.AddTool(&mcp.Tool{Name: t.Name, Description: description(t.Op), InputSchema: t.Input, Annotations: ann},
+			handler(cl, t.Op))
+	}
+	return s
+}
+
+// Run serves the tools over standard input and output until ctx ends or
+// the client disconnects.
+func Run(ctx context.Context, cl *adminapi.Client, version string) error {
+	return New(cl, version).Run(ctx, &mcp.StdioTransport{})
+}
+
+// refused is a tool error the assistant sees (nothing was called).
+func refused(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// handler is the tool's call: split the arguments into parameters and
+// body, check the confirmation of a destructive operation, check the body
+// against the request type as strictly as the daemon will, then call.
+// Every refusal happens before the daemon is called.
+func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
+	ps := params(op)
+	body := bodyFields(op)
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := map[string]json.RawMessage{}
+		if raw := bytes.TrimSpace(req.Params.Arguments); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+			if err := json.Unmarshal(raw, &args); err != nil {
+				return refused("arguments must be a JSON object"), nil
+			}
+		}
+		if op.MCP.Access == adminapi.MCPDestructive {
+			want, err := confirmPhrase(op.MCP.Confirm, args)
+			if err != nil {
+				return refused("refused: %v", err), nil
+			}
+			var got string
+			if err := json.Unmarshal(args[ConfirmArg], &got); err != nil || got != want {
+				return refused("refused: this tool is destructive; confirm must be exactly %q with each {name} replaced by that argument of this call", op.MCP.Confirm), nil
+			}
+			delete(args, ConfirmArg)
+		}
+		var pv adminapi.Params
+		bodyArgs := map[string]json.RawMessage{}
+		for name, v := range args {
+			if f, ok := ps[name]; ok {
+				s, err := paramText(v, f.Type)
+				if err != nil {
+					return refused("argument %s: %v", name, err), nil
+				}
+				if pv == nil {
+					pv = adminapi.Params{}
+				}
+				pv[name] = s
+				continue
+			}
+			if _, ok := body[name]; !ok {
+				return refused("unknown argument %q", name), nil
+			}
+			bodyArgs[name] = v
+		}
+		var b []byte
+		if op.HasBody() {
+			var err error
+			if b, err = json.Marshal(bodyArgs); err != nil {
+				return refused("arguments cannot be encoded"), nil
+			}
+			if err := strictjson.Decode(b, reflect.New(op.Request).Interface()); err != nil {
+				return refused("arguments: %v", err), nil
+			}
+			if b, err = adminapi.BodyFor(op.ID, b); err != nil {
+				return refused("%v", err), nil
+			}
+		}
+		if err := adminapi.CheckParams(op.ID, pv); err != nil {
+			return refused("%v", err), nil
+		}
+		out, err := cl.Call(ctx, op.ID, pv, b)
+		if err != nil {
+			var ae *adminapi.APIError
+			if errors.As(err, &ae) && ae.Code != "" {
+				return refused("the daemon answered %d %s: %s", ae.Status, ae.Code, ae.Message), nil
+			}
+			return refused("%v", err), nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}, nil
+	}
+}
+
+// paramText is a parameter argument's text form: a JSON string as it is,
+// or for an integer parameter a JSON integer too.
+func paramText(v json.RawMessage, t reflect.Type) (string, error) {
+	var s string
+	if err := json.Unmarshal(v, &s); err == nil {
+		return s, nil
+	}
+	if t.Kind() == reflect.Int64 && t != reflect.TypeFor[time.Duration]() {
+		var n int64
+		if err := json.Unmarshal(v, &n); err == nil {
+			return strconv.FormatInt(n, 10), nil
+		}
+		return "", errors.New("must be an integer")
+	}
+	return "", errors.New("must be a string")
+}
+
+// placeholder is a {name} or {name.field} of a confirmation template.
+var placeholder = regexp.MustCompile(`\{([A-Za-z0-9_.]+)\}`)
+
+// Placeholders returns the argument paths a confirmation template names.
+func Placeholders(template string) []string {
+	var out []string
+	for _, m := range placeholder.FindAllStringSubmatch(template, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// confirmPhrase fills template from args; an argument it names that is
+// absent or not a string or number is an error naming it.
+func confirmPhrase(template string, args map[string]json.RawMessage) (string, error) {
+	var missing error
+	phrase := placeholder.ReplaceAllStringFunc(template, func(m string) string {
+		path := strings.Split(m[1:len(m)-1], ".")
+		cur, ok := args[path[0]]
+		for _, k := range path[1:] {
+			var obj map[string]json.RawMessage
+			if !ok || json.Unmarshal(cur, &obj) != nil {
+				ok = false
+				break
+			}
+			cur, ok = obj[k]
+		}
+		var s string
+		var n json.Number
+		switch {
+		case ok && json.Unmarshal(cur, &s) == nil && s != "":
+			return s
+		case ok && json.Unmarshal(cur, &n) == nil:
+			return n.String()
+		}
+		if missing == nil {
+			missing = fmt.Errorf("argument %s is required to form the confirmation phrase", m[1:len(m)-1])
+		}
+		return m
+	})
+	return phrase, missing
+}
