@@ -41,7 +41,8 @@ const CLIVersion = "3.274.1"
 // "Converge").
 const DefaultNice = 10
 
-// Action is one of the four converge verbs (seed 000's names).
+// Action is one of the four converge verbs (docs/operations.md,
+// "Converge").
 type Action string
 
 // The actions.

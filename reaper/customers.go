@@ -20,11 +20,11 @@ import (
 // Customer sweep bounds (docs/operations.md, "Customer organizations").
 const (
 	// MaxCustomerOrgsPerTick is the most customer organizations one tick
-	// sweeps (seed 002's five): one customer with a broken API cannot hold
+	// sweeps: one customer with a broken API cannot hold
 	// every other customer's droplets alive.
 	MaxCustomerOrgsPerTick = 5
 	// CustomerBudget is the provider work one tick's customer sweep may
-	// spend (seed 002's 22 seconds); the sweep stops once it is spent and
+	// spend; the sweep stops once it is spent and
 	// the rest waits for the next tick.
 	CustomerBudget = 22 * time.Second
 	// shuffleSalt mixes the minute into the sweep order's seed.

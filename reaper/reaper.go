@@ -36,7 +36,7 @@ const (
 	DefaultCIFreshness = 10 * time.Minute
 	// MaxSleep is the longest the reaper sleeps while any deployment is
 	// active: a safety net under the event-driven wake-ups (a clock step,
-	// a write that bypassed ingest), and the seeds' cron interval.
+	// a write that bypassed ingest), and the 5-minute sweep interval of docs/operations.md, "Reaper".
 	MaxSleep = 5 * time.Minute
 	// MaxPerTick caps the deployments one tick handles (each is up to
 	// three provider calls and one writer unit); the loop runs the next

@@ -35,8 +35,14 @@ func CreateOrganization(ctx context.Context, q Querier, slug, name string, now t
 // OrganizationBySlug returns the organization with slug. Errors:
 // ErrNotFound.
 func OrganizationBySlug(ctx context.Context, q Querier, slug string) (Organization, error) {
+	return organizationWhere(ctx, q, `slug = ?`, slug)
+}
+
+// organizationWhere returns the one organization matching cond. Errors:
+// ErrNotFound.
+func organizationWhere(ctx context.Context, q Querier, cond string, arg any) (Organization, error) {
 	var o Organization
-	if err := q.QueryRowContext(ctx, `SELECT id, slug, name, kind FROM organizations WHERE slug = ?`, slug).
+	if err := q.QueryRowContext(ctx, `SELECT id, slug, name, kind FROM organizations WHERE `+cond, arg).
 		Scan(&o.ID, &o.Slug, &o.Name, &o.Kind); err != nil {
 		return Organization{}, notFound(err)
 	}
@@ -116,10 +122,5 @@ func DeploymentOwnerOf(ctx context.Context, q Querier, environmentID int64, depl
 
 // OrganizationByID returns the organization with id. Errors: ErrNotFound.
 func OrganizationByID(ctx context.Context, q Querier, id int64) (Organization, error) {
-	var o Organization
-	if err := q.QueryRowContext(ctx, `SELECT id, slug, name, kind FROM organizations WHERE id = ?`, id).
-		Scan(&o.ID, &o.Slug, &o.Name, &o.Kind); err != nil {
-		return Organization{}, notFound(err)
-	}
-	return o, nil
+	return organizationWhere(ctx, q, `id = ?`, id)
 }

@@ -24,8 +24,8 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// MaxExportBytes is the largest export a checkpoint holds (4 MiB, seed 002's
-// cap): a box's two stacks export a few KiB, so a larger one is a runaway
+// MaxExportBytes is the largest export a checkpoint holds (4 MiB; docs/operations.md,
+// "Checkpoints"): a box's two stacks export a few KiB, so a larger one is a runaway
 // state, and SQLite keeps blobs this size in its pages without trouble.
 const MaxExportBytes = 4 << 20
 

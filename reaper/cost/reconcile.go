@@ -433,81 +433,18 @@ func (r *Reconciler) plan(ctx context.Context, a Account, envs []storage.Environ
 	return p, nil
 }
 
-// AdoptedID is the deployment id inventory gives an adopted droplet:
-// "droplet-<id>".
-func AdoptedID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
-
-// apply writes one account's plan in writer units of at most WriteBatch
-// changes; each change re-checks the state it changes inside its unit.
-func (r *Reconciler) apply(ctx context.Context, p plan, rep *Report, now time.Time) error {
-	w := r.cfg.DB.Writer
-	for i := 0; i < len(p.adopt); i += WriteBatch {
-		batch := p.adopt[i:min(i+WriteBatch, len(p.adopt))]
+// inBatches applies change to items in writer units of at most WriteBatch
+// items and returns how many changes took effect in the units that
+// committed (a failed unit undoes its own changes only).
+func inBatches[T any](ctx context.Context, w *storage.Writer, items []T, change func(storage.Tx, T) (bool, error)) (int, error) {
+	total := 0
+	for i := 0; i < len(items); i += WriteBatch {
+		batch := items[i:min(i+WriteBatch, len(items))]
 		n := 0
 		if err := w.Do(ctx, func(tx storage.Tx) error {
 			n = 0
-			for _, a := range batch {
-				ok, err := storage.AdoptDroplet(ctx, tx, a)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					continue // an agent reported it meanwhile
-				}
-				n++
-				if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
-					ID:            fmt.Sprintf("%s:%d:%d", EventAdopted, a.EnvironmentID, a.DropletID),
-					EnvironmentID: a.EnvironmentID, DeploymentID: a.DeploymentID, Kind: EventAdopted,
-					Message:    fmt.Sprintf("droplet %d carries the environment's tags and no agent reported it; adopted as %s", a.DropletID, a.DeploymentID),
-					OccurredAt: now,
-				}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		rep.Adopted += n
-	}
-	for i := 0; i < len(p.end); i += WriteBatch {
-		batch := p.end[i:min(i+WriteBatch, len(p.end))]
-		n := 0
-		if err := w.Do(ctx, func(tx storage.Tx) error {
-			n = 0
-			for _, d := range batch {
-				// storage.EndDeployment is the one path that ends a
-				// deployment; it ends only an active one.
-				ended, err := storage.EndDeployment(ctx, tx, d.EnvironmentID, d.ID, now)
-				if err != nil {
-					return err
-				}
-				if !ended {
-					continue
-				}
-				n++
-				if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
-					ID:            fmt.Sprintf("%s:%d:%s", EventEnded, d.EnvironmentID, d.ID),
-					EnvironmentID: d.EnvironmentID, DeploymentID: d.ID, Kind: EventEnded, Reason: "provider",
-					Message:    fmt.Sprintf("droplet %d no longer exists at DigitalOcean (404); deployment ended by inventory", d.DropletID),
-					OccurredAt: now,
-				}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		rep.Ended += n
-	}
-	for i := 0; i < len(p.rates); i += WriteBatch {
-		batch := p.rates[i:min(i+WriteBatch, len(p.rates))]
-		n := 0
-		if err := w.Do(ctx, func(tx storage.Tx) error {
-			n = 0
-			for _, c := range batch {
-				ok, err := storage.CaptureRate(ctx, tx, c.dep.EnvironmentID, c.dep.ID, c.hourly, c.monthly, c.created, now)
+			for _, it := range batch {
+				ok, err := change(tx, it)
 				if err != nil {
 					return err
 				}
@@ -517,9 +454,63 @@ func (r *Reconciler) apply(ctx context.Context, p plan, rep *Report, now time.Ti
 			}
 			return nil
 		}); err != nil {
-			return err
+			return total, err
 		}
-		rep.RatesCaptured += n
+		total += n
+	}
+	return total, nil
+}
+
+// AdoptedID is the deployment id inventory gives an adopted droplet:
+// "droplet-<id>".
+func AdoptedID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
+
+// apply writes one account's plan in writer units of at most WriteBatch
+// changes; each change re-checks the state it changes inside its unit.
+func (r *Reconciler) apply(ctx context.Context, p plan, rep *Report, now time.Time) error {
+	w := r.cfg.DB.Writer
+	n, err := inBatches(ctx, w, p.adopt, func(tx storage.Tx, a storage.AdoptedDroplet) (bool, error) {
+		ok, err := storage.AdoptDroplet(ctx, tx, a)
+		if err != nil || !ok {
+			return false, err // !ok: an agent reported it meanwhile
+		}
+		_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+			ID:            fmt.Sprintf("%s:%d:%d", EventAdopted, a.EnvironmentID, a.DropletID),
+			EnvironmentID: a.EnvironmentID, DeploymentID: a.DeploymentID, Kind: EventAdopted,
+			Message:    fmt.Sprintf("droplet %d carries the environment's tags and no agent reported it; adopted as %s", a.DropletID, a.DeploymentID),
+			OccurredAt: now,
+		})
+		return err == nil, err
+	})
+	rep.Adopted += n
+	if err != nil {
+		return err
+	}
+	n, err = inBatches(ctx, w, p.end, func(tx storage.Tx, d storage.CostDeployment) (bool, error) {
+		// storage.EndDeployment is the one path that ends a deployment;
+		// it ends only an active one.
+		ended, err := storage.EndDeployment(ctx, tx, d.EnvironmentID, d.ID, now)
+		if err != nil || !ended {
+			return false, err
+		}
+		_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+			ID:            fmt.Sprintf("%s:%d:%s", EventEnded, d.EnvironmentID, d.ID),
+			EnvironmentID: d.EnvironmentID, DeploymentID: d.ID, Kind: EventEnded, Reason: "provider",
+			Message:    fmt.Sprintf("droplet %d no longer exists at DigitalOcean (404); deployment ended by inventory", d.DropletID),
+			OccurredAt: now,
+		})
+		return err == nil, err
+	})
+	rep.Ended += n
+	if err != nil {
+		return err
+	}
+	n, err = inBatches(ctx, w, p.rates, func(tx storage.Tx, c rateCapture) (bool, error) {
+		return storage.CaptureRate(ctx, tx, c.dep.EnvironmentID, c.dep.ID, c.hourly, c.monthly, c.created, now)
+	})
+	rep.RatesCaptured += n
+	if err != nil {
+		return err
 	}
 	if p.listed {
 		present := make(map[string]bool, len(p.volumes))
