@@ -26,7 +26,9 @@ const (
 	// field is its zero value).
 	Request Mode = iota
 	// Response: what the daemon answers; every field without omitempty is
-	// always present, so it is required.
+	// always present, so it is required, and a pointer, slice, map or
+	// interface field without omitempty may be present as null (what
+	// encoding/json writes for nil), so its type admits "null".
 	Response
 )
 
@@ -88,7 +90,11 @@ func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
 		props := Schema{}
 		var required []string
 		for _, f := range Fields(t) {
-			props[f.Name] = schemaOf(f.Type, m, visiting)
+			fs := schemaOf(f.Type, m, visiting)
+			if m == Response && f.Nullable {
+				fs = orNull(fs)
+			}
+			props[f.Name] = fs
 			if m == Response && !f.OmitEmpty {
 				required = append(required, f.Name)
 			}
@@ -105,20 +111,41 @@ func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
 	return Schema{}
 }
 
+// orNull widens s to admit null: "type" becomes [type, "null"]. A schema
+// without a type (any value) already admits null.
+func orNull(s Schema) Schema {
+	t, ok := s["type"].(string)
+	if !ok {
+		return s
+	}
+	out := make(Schema, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	out["type"] = []string{t, "null"}
+	return out
+}
+
 // Field is one JSON field of a struct type.
 type Field struct {
 	// Name is the JSON key.
 	Name string
 	// Type is the field's Go type.
 	Type reflect.Type
-	// OmitEmpty is true when the key may be absent from the JSON.
+	// OmitEmpty is true when the key may be absent from the JSON: the tag
+	// says omitempty or omitzero. In a response a key without it is
+	// always present.
 	OmitEmpty bool
+	// Nullable is true when encoding/json writes null for the field's
+	// zero value and the tag does not omit it: a pointer, slice, map or
+	// interface without omitempty/omitzero.
+	Nullable bool
 }
 
 // Fields lists the JSON fields of struct type t in declaration order, as
 // encoding/json sees them: unexported and `json:"-"` fields (path and
 // query parameters among them) are left out, untagged embedded structs are
-// flattened, and a pointer or omitempty field may be absent.
+// flattened.
 func Fields(t reflect.Type) []Field {
 	var out []Field
 	for i := range t.NumField() {
@@ -144,9 +171,13 @@ func Fields(t reflect.Type) []Field {
 		if name == "" {
 			name = f.Name
 		}
-		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,") ||
-			f.Type.Kind() == reflect.Pointer
-		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit})
+		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,")
+		nullable := false
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			nullable = !omit && f.Type != rawType
+		}
+		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit, Nullable: nullable})
 	}
 	return out
 }

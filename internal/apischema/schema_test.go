@@ -67,9 +67,31 @@ func TestFor(t *testing.T) {
 		t.Errorf("response is closed")
 	}
 	got := resp["required"].([]string)
-	wantReq := []string{"a", "name", "list", "counts", "raw", "bytes", "nested", "float", "flag", "step"}
+	wantReq := []string{"a", "name", "ptr", "list", "counts", "raw", "bytes", "nested", "float", "flag", "step"}
 	if !reflect.DeepEqual(got, wantReq) {
 		t.Errorf("response required %v; want %v", got, wantReq)
+	}
+	// encoding/json writes null for a nil pointer, slice or map without
+	// omitempty: the response schema must admit it, the request schema
+	// stays as lean as MCP tool schemas want it.
+	rprops := resp["properties"].(Schema)
+	for _, name := range []string{"ptr", "list", "counts", "bytes"} {
+		t.Run("nullable "+name, func(t *testing.T) {
+			ty, ok := rprops[name].(Schema)["type"].([]string)
+			if !ok || len(ty) != 2 || ty[1] != "null" {
+				t.Errorf("response %s type %v; want [<type> null]", name, rprops[name].(Schema)["type"])
+			}
+			if _, ok := props[name].(Schema)["type"].(string); !ok {
+				t.Errorf("request %s type %v; want a single type", name, props[name].(Schema)["type"])
+			}
+		})
+	}
+	for _, name := range []string{"name", "opt", "zero", "nested"} {
+		t.Run("not nullable "+name, func(t *testing.T) {
+			if _, ok := rprops[name].(Schema)["type"].(string); !ok {
+				t.Errorf("response %s type %v; want a single type", name, rprops[name].(Schema)["type"])
+			}
+		})
 	}
 	if p := For(reflect.TypeFor[withPrivate](), Request)["properties"].(Schema); len(p) != 1 || p["shown"] == nil {
 		t.Errorf("unexported field described: %v", p)
