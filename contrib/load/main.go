@@ -193,6 +193,9 @@ type report struct {
 	// the run's directory (-disk-floor; nil when skipped): no durable
 	// heartbeat is faster, whatever chalupa does.
 	DiskFloor *harness.DiskFloor `json:"diskFloor,omitempty"`
+	// MachineFloor is this machine's cost of a system call and of a
+	// thread wake-up, measured with the disk floor.
+	MachineFloor *harness.MachineFloor `json:"machineFloor,omitempty"`
 }
 
 func main() {
@@ -214,7 +217,7 @@ func main() {
 	flag.StringVar(&cfg.EnvSlug, "env", "load-test", "environment slug the key is bound to")
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
-	flag.IntVar(&cfg.DiskFloor, "disk-floor", 1000, "before the first target, time this many write + fsync pairs in the run's directory and report the disk's floor for a durable commit (0: skip)")
+	flag.IntVar(&cfg.DiskFloor, "disk-floor", 1000, "before the first target, time this many write + fsync pairs in the run's directory and report the disk's floor for a durable commit, and the machine's cost of a system call and a thread wake-up (0: skip both)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
 	flag.StringVar(&cfg.phases, "phases", "max,steady", "phases to run against each target: max, steady, sweep (comma-separated)")
 	flag.BoolVar(&cfg.openLoop, "open-loop", false, "also run the open-loop rate sweep (adds sweep to -phases)")
@@ -439,6 +442,11 @@ func run(cfg config) (*report, error) {
 			return rep, err
 		}
 		rep.DiskFloor = &floor
+		mf, err := harness.MeasureMachineFloor(200_000, 20_000)
+		if err != nil {
+			return rep, err
+		}
+		rep.MachineFloor = &mf
 	}
 	for _, name := range targets {
 		res, batch, err := runTarget(ctx, cfg, name, filepath.Join(dir, name))
@@ -859,6 +867,9 @@ func printReport(out io.Writer, rep *report) {
 	printPlacement(out, rep)
 	if rep.DiskFloor != nil {
 		fmt.Fprintln(out, rep.DiskFloor.String())
+	}
+	if rep.MachineFloor != nil {
+		fmt.Fprintln(out, rep.MachineFloor.String())
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)

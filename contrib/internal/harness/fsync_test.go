@@ -42,3 +42,23 @@ func TestMeasureDiskFloorRefuses(t *testing.T) {
 		}
 	})
 }
+
+func TestMeasureMachineFloor(t *testing.T) {
+	m, err := MeasureMachineFloor(1000, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Syscall <= 0 || m.WakeRoundTrip <= 0 || m.SyscallSamples != 1000 || m.WakeSamples != 100 {
+		t.Fatalf("floor %+v", m)
+	}
+	// A round trip is two wake-ups, each at least a system call.
+	if m.WakeRoundTrip < m.Syscall {
+		t.Errorf("wake round trip %v cheaper than one syscall %v", m.WakeRoundTrip, m.Syscall)
+	}
+	if !strings.Contains(m.String(), "machine floor") {
+		t.Errorf("report line %q", m.String())
+	}
+	if _, err := MeasureMachineFloor(0, 1); err == nil {
+		t.Error("accepted zero syscall samples")
+	}
+}
