@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -271,4 +272,74 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 	if n := len(api.Droplets()); n != 1 {
 		t.Fatalf("%d droplets after the restored daemon's up, want exactly 1", n)
 	}
+}
+
+// TestConvergeSIGKILLFirewallRecovery: the daemon is SIGKILLed while the
+// firewall create of an up has reached the test server (the firewall
+// exists) but its answer is held back, so Pulumi's state holds only a
+// pending create. The restarted daemon's recovery finds the firewall by
+// the box's tag, records it and wipes the compute stack; the retried up
+// adopts it: exactly one firewall (and one droplet) exists, recorded on the
+// box.
+func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
+	bin := daemontest.BuildBinary(t)
+	api, droplet := e2eConvergeAPI(t)
+	api.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: e2eJobDeadline})
+	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	ctx := context.Background()
+	cl := d.Admin()
+	e2eAuthorize(t, cl, droplet)
+	e2eBox(t, cl, "box-1", 10)
+	job, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(e2eJobDeadline)
+	for len(api.Firewalls()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no firewall created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Kill()
+	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
+		t.Fatalf("job after SIGKILL is %s, want running", j)
+	}
+	fw := api.Firewalls()[0]
+	if !slices.Contains(fw.Tags, "chalupa:box:box-1") {
+		t.Fatalf("the firewall does not carry the box's tag: %v", fw.Tags)
+	}
+
+	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	cl = d2.Admin()
+	var j adminapi.Job
+	for {
+		if j, err = cl.GetJob(ctx, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		if j.Done() {
+			break
+		}
+		if time.Now().After(deadline.Add(e2eJobDeadline)) {
+			t.Fatalf("job still %s; log:\n%s", j.Status, d2.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
+		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d2.Logs())
+	}
+	if fs := api.Firewalls(); len(fs) != 1 || fs[0].ID != fw.ID {
+		t.Fatalf("firewalls after recovery: %+v, want exactly the one created before the kill (%s)", fs, fw.ID)
+	}
+	if n := len(api.Droplets()); n != 1 {
+		t.Fatalf("%d droplets after recovery, want 1", n)
+	}
+	box, err := cl.GetBox(ctx, "box-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if box.Resources.FirewallID != fw.ID {
+		t.Errorf("box firewall %q, want %q", box.Resources.FirewallID, fw.ID)
+	}
+	t.Logf("recovered up result: %s", j.Result)
 }

@@ -43,10 +43,10 @@ const (
 )
 
 // ErrRecoverAmbiguous: crash recovery found more than one droplet (or
-// volume) carrying the box's tag. Recovery refuses to guess which one the
+// volume, or firewall) carrying the box's tag. Recovery refuses to guess which one the
 // box owns; the lane stays closed until the operator removes the extra one
 // (docs/operations.md, "Jobs").
-var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet or volume carries the box's tag; remove the extra one at DigitalOcean")
+var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet, volume or firewall carries the box's tag; remove the extra one at DigitalOcean")
 
 // ConvergeExecutor runs converge jobs with the Pulumi engine (jobs.Executor,
 // docs/operations.md, "Converge" and "Jobs"). It alone holds the provision
@@ -437,8 +437,9 @@ func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
 
 // Recover settles a job a dead process left running (docs/operations.md,
 // "Jobs"): cancel the Pulumi lock the killed CLI left; look the box's
-// droplet and volume up at the provider by the box's tag (the firewall,
-// untagged, is kept as the state or the oracle records it); drop the
+// droplet, volume and firewall up at the provider by the box's tag (an
+// untagged firewall of an older up is kept as the state or the oracle
+// records it); drop the
 // stacks' pending operations; and where a stack's state disagrees with
 // what exists (a create that reached the provider but not the state, or a
 // resource gone), wipe that stack so the retried up imports what exists
@@ -461,16 +462,25 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 	if err != nil {
 		return nil, err
 	}
-	if len(droplets) > 1 || len(volumes) > 1 {
+	firewalls, err := x.API.ListFirewallsByTag(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	if len(droplets) > 1 || len(volumes) > 1 || len(firewalls) > 1 {
 		return nil, ErrRecoverAmbiguous
 	}
 	compute, data, err := x.Engine.ClearPending(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
+	// A firewall created before firewalls were tagged is found in the
+	// state or the oracle only; a tagged one is what exists.
 	found := storage.BoxResources{FirewallID: compute.FirewallID}
 	if found.FirewallID == "" {
 		found.FirewallID = box.Resources.FirewallID
+	}
+	if len(firewalls) == 1 {
+		found.FirewallID = firewalls[0].ID
 	}
 	dropletID := ""
 	if len(droplets) == 1 {
@@ -481,7 +491,7 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 		found.VolumeID = volumes[0].ID
 	}
 	wipe := map[string]bool{
-		spec.ComputeStack(): compute.DropletID != dropletID,
+		spec.ComputeStack(): compute.DropletID != dropletID || (len(firewalls) == 1 && compute.FirewallID != found.FirewallID),
 		spec.DataStack():    data.VolumeID != found.VolumeID,
 	}
 	for _, name := range []string{spec.ComputeStack(), spec.DataStack()} {

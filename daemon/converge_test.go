@@ -134,6 +134,7 @@ func waitJob(t *testing.T, cl *adminapi.Client, id string) adminapi.Job {
 // it returns the job and its summary.
 func converge(t *testing.T, cl *adminapi.Client, box, action string) (adminapi.Job, map[string]any) {
 	t.Helper()
+	start := time.Now()
 	j, err := cl.RunPulumiConverge(context.Background(), adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: box}, Action: action})
 	if err != nil {
 		t.Fatalf("%s: %v", action, err)
@@ -146,7 +147,9 @@ func converge(t *testing.T, cl *adminapi.Client, box, action string) (adminapi.J
 	if err := json.Unmarshal(j.Result, &sum); err != nil {
 		t.Fatalf("%s result: %v", action, err)
 	}
-	t.Logf("%s: %v in %v ms", action, sum["steps"], sum["elapsedMs"])
+	// A report for the figures, not an assertion: enqueue → succeeded
+	// includes the queue and the 100 ms poll.
+	t.Logf("%s: %v; engine %v ms; enqueue to succeeded %v", action, sum["steps"], sum["elapsedMs"], time.Since(start).Round(time.Millisecond))
 	return j, sum
 }
 

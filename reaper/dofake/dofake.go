@@ -355,6 +355,11 @@ type Fault struct {
 	// Latency is waited (in real time) before the request is answered;
 	// the wait ends early when the client gives up.
 	Latency time.Duration
+	// HoldAnswer is waited (in real time) after the route has acted and
+	// before its answer is written: the request took effect but the client
+	// has not heard (a create whose caller is killed while waiting). The
+	// wait ends early when the client gives up.
+	HoldAnswer time.Duration
 	// Status, when non-zero, is answered instead of the route's own
 	// answer: 429 (with Retry-After and the rate-limit headers), 5xx, or
 	// any other error status, in the API's error shape.
