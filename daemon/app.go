@@ -201,7 +201,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if exec == nil && cfg.provisionToken() != "" {
 		// The provision token reaches the executor alone
 		// (docs/operations.md, "Converge").
-		if exec, err = newConvergeExecutor(cfg, a.Clock, log); err != nil {
+		if exec, err = newConvergeExecutor(cfg, a.DB, keys, sealer, a.Clock, log); err != nil {
 			return err
 		}
 	}
