@@ -50,6 +50,7 @@ type adminCmd struct {
 	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
 	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
+	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 
@@ -163,6 +164,11 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
+		}
+		for _, l := range st.Loops {
+			if l.Paused {
+				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
+			}
 		}
 		return tw.Flush()
 	})

@@ -17,6 +17,8 @@ type statusHandlers struct {
 	repl    *storage.Replicator
 	clock   clockwork.Clock
 	started time.Time
+	// loops lists the loop switches (loopHandlers.wire).
+	loops func() []adminapi.LoopSwitch
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -36,6 +38,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		SchemaVersion: v,
 		DBSizeBytes:   h.db.Size(),
 		Replication:   toAPIReplication(h.repl.Health(now)),
+		Loops:         h.loops(),
 	}, nil
 }
 

@@ -29,6 +29,9 @@ type Status struct {
 	DBSizeBytes int64 `json:"dbSizeBytes"`
 	// Replication is the replica's health.
 	Replication ReplicationHealth `json:"replication"`
+	// Loops are the switchable background loops, paused or running
+	// (docs/operations.md, "Loop switches").
+	Loops []LoopSwitch `json:"loops"`
 }
 
 // ReplicationHealth is what the daemon knows of its replica
