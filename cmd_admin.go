@@ -156,6 +156,9 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		fmt.Fprintf(tw, "schema version\t%d\n", st.SchemaVersion)
 		fmt.Fprintf(tw, "database size\t%d bytes\n", st.DBSizeBytes)
 		fmt.Fprintf(tw, "replica\t%s, local txid %d, remote txid %d, lag %.1fs (limit %.0fs)\n", r.Kind, r.LocalTXID, r.RemoteTXID, r.LagSeconds, r.LagLimitSeconds)
+		if r.Generation != "" {
+			fmt.Fprintf(tw, "replica generation\t%s (a rollback started it: restore from the replica URL with /%s appended)\n", r.Generation, r.Generation)
+		}
 		if !r.LastSyncAt.IsZero() {
 			fmt.Fprintf(tw, "last sync\t%s\n", r.LastSyncAt.UTC().Format(time.RFC3339))
 		}

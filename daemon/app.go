@@ -182,8 +182,15 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if opt.Offline {
 		replLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// After a rollback the database names a replica generation of its own
+	// (docs/operations.md, "Rollback").
+	gen, err := storage.ReplicaGeneration(ctx, a.DB.Read)
+	if err != nil {
+		return err
+	}
 	if a.Replicator, err = storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
 		URL:             cfg.ReplicaURL,
+		Generation:      gen,
 		AccessKeyID:     cfg.SpacesKey.Reveal(),
 		SecretAccessKey: cfg.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,

@@ -45,7 +45,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 // toAPIReplication is the wire form of the replicator's health.
 func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
 	return adminapi.ReplicationHealth{
-		Kind: r.Kind, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
+		Kind: r.Kind, Generation: r.Generation, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
 		LagSeconds: r.LagSeconds, LastError: r.LastError, LastErrorAt: r.LastErrorAt,
 		SyncErrors: r.SyncErrors, FailingSince: r.FailingSince, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
 	}
