@@ -43,8 +43,8 @@ type LoopSwitch struct {
 	// ChangedAt is when it was last paused or resumed; absent if never.
 	ChangedAt time.Time `json:"changedAt,omitzero"`
 	// Configured is false when this daemon does not run the loop at all
-	// (the reaper without DIGITALOCEAN_WRITE_TOKEN, costs without
-	// DIGITALOCEAN_READ_TOKEN, jobs without a converge executor).
+	// (the reaper without the platform write token, costs without the
+	// read token, jobs without a converge executor).
 	Configured bool `json:"configured"`
 	// Changed, in a pause or resume answer, is false when the loop already
 	// was in the asked state (nothing was written).
