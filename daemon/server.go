@@ -17,6 +17,7 @@ import (
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -58,6 +59,9 @@ type Server struct {
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
+	// logs is the log broker (nil without CHALUPA_LOGS_URL).
+	logs *logs.Broker
+
 	ingestInFlight atomic.Int64
 	ingestLimit    int64
 }
@@ -113,8 +117,9 @@ func newServer(d serverDeps) (*Server, error) {
 		}
 		droplets = dropletLookup(d.DB, platform, customers)
 	}
+	s.logs = newLogBroker(d.Config, clock)
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
@@ -131,6 +136,10 @@ func newServer(d serverDeps) (*Server, error) {
 	s.signed("/api/ingest/telemetry", ingest.MaxTelemetryBody, s.ingest.Telemetry)
 	s.signed("/api/ingest/lifecycle", ingest.MaxLifecycleBody, s.ingest.Lifecycle)
 	s.signed("/api/ingest/runs", ingest.MaxRunBody, s.ingest.Runs)
+	s.signed("/api/ingest/logs/sessions", ingest.MaxLogBody, s.ingest.LogSessions)
+	s.signed("/api/ingest/logs/plan", ingest.MaxLogBody, s.ingest.LogPlan)
+	s.signed("/api/ingest/logs/commit", ingest.MaxLogBody, s.ingest.LogCommit)
+	s.signed("/api/ingest/logs/finish", ingest.MaxLogBody, s.ingest.LogFinish)
 
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
@@ -204,6 +213,16 @@ func newServer(d serverDeps) (*Server, error) {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}
 	return s, nil
+}
+
+// newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log
+// credentials alone, or nil when it is unset (docs/operations.md, "Logs").
+func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
+	if c.LogsURL == "" {
+		return nil
+	}
+	store := logs.NewS3(c.LogsLocation, c.LogsKey.Reveal(), c.LogsSecret.Reveal(), clock)
+	return logs.NewBroker(store, c.LogsLocation, logs.Limits{})
 }
 
 // Handler returns the root handler.
