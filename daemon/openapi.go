@@ -9,8 +9,8 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/apischema"
 )
