@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -418,4 +419,157 @@ func grepLines(b []byte, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// shipChunk plans, uploads and commits body as seq of session.
+func (h *logsHarness) shipChunk(t *testing.T, session string, seq int64, body []byte) {
+	t.Helper()
+	r, p := h.plan(session, seq, body)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("plan %s/%d: %s", session, seq, r)
+	}
+	if code := put(t, p.Upload, body); code != http.StatusOK {
+		t.Fatalf("PUT %s/%d: %d", session, seq, code)
+	}
+	if r := h.commit(session, seq, body); r.Status != http.StatusAccepted {
+		t.Fatalf("commit %s/%d: %s", session, seq, r)
+	}
+}
+
+func httpGet(t *testing.T, u string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestAdminLogs: listing, download grants that expire, erase with its
+// phrase and receipt, and retention — erase and retention remove objects
+// and rows.
+func TestAdminLogs(t *testing.T) {
+	h := newLogsHarness(t)
+	ctx := context.Background()
+	c := h.client()
+	one, two := []byte("first chunk\n"), []byte("second chunk\n")
+	if r := h.open(h.dep, "m1", "chalupa-agent.service"); r.Status != http.StatusAccepted {
+		t.Fatalf("open: %s", r)
+	}
+	h.shipChunk(t, "m1", 0, one)
+	h.shipChunk(t, "m1", 1, two)
+	if r, _ := h.plan("m1", 2, []byte("planned only")); r.Status != http.StatusAccepted {
+		t.Fatalf("plan: %s", r)
+	}
+
+	t.Run("list", func(t *testing.T) {
+		l, err := c.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Service: "chalupa-agent.service"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Sessions) != 1 || len(l.Sessions[0].Chunks) != 3 || l.ChunksPlanned != 3 || l.MaxChunks != 256 {
+			t.Fatalf("listing: %+v", l)
+		}
+		if ch := l.Sessions[0].Chunks; ch[0].State != "committed" || ch[2].State != "planned" || ch[1].SizeBytes != int64(len(two)) {
+			t.Fatalf("chunks: %+v", ch)
+		}
+		other, err := c.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Service: "cloud-init.service"})
+		if err != nil || len(other.Sessions) != 0 {
+			t.Fatalf("narrowed by service: %+v %v", other, err)
+		}
+		_, err = c.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: h.env, DeploymentID: "dep-none"})
+		var ae *adminapi.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+			t.Fatalf("unknown deployment: %v", err)
+		}
+	})
+	t.Run("download grant", func(t *testing.T) {
+		d, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.ExpiresAt.Sub(h.clock.Now()) > logs.MaxGrantTTL {
+			t.Fatalf("grant lives past %v: %v", logs.MaxGrantTTL, d.ExpiresAt)
+		}
+		if code, b := httpGet(t, d.URL); code != http.StatusOK || !bytes.Equal(b, two) {
+			t.Fatalf("GET with the grant: %d %q", code, b)
+		}
+		// A grant signed six minutes ago has expired: the store refuses it.
+		h.clock.Advance(-6 * time.Minute)
+		old, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 1})
+		h.clock.Advance(6 * time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := httpGet(t, old.URL); code != http.StatusForbidden {
+			t.Fatalf("GET with an expired grant: %d, want 403", code)
+		}
+		_, err = c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 2})
+		var ae *adminapi.APIError
+		if !errors.As(err, &ae) || ae.Code != "log_chunk_not_found" {
+			t.Fatalf("grant for a planned chunk: %v", err)
+		}
+	})
+	t.Run("retention", func(t *testing.T) {
+		if r := h.open(h.dep, "old", "cloud-init.service"); r.Status != http.StatusAccepted {
+			t.Fatalf("open: %s", r)
+		}
+		h.shipChunk(t, "old", 0, one)
+		h.shipChunk(t, "old", 1, two)
+		oldKey := h.store.Location().Key(fmt.Sprintf("e1/%s/old/%010d.chunk", h.dep, 0))
+		h.exec(`UPDATE log_chunks SET planned_at = planned_at - ? WHERE session_row = (SELECT id FROM log_sessions WHERE session_id = 'old')`,
+			(logs.DefaultRetention + time.Hour).Milliseconds())
+		h.exec(`UPDATE log_sessions SET finished_at = 1 WHERE session_id = 'old'`)
+		ret := &logs.Retention{DB: h.p.App.DB, Store: h.store, Clock: h.clock, Cap: 1}
+		res, err := ret.Tick(ctx)
+		if err != nil || res.Chunks != 1 || !res.Capped || res.Sessions != 0 {
+			t.Fatalf("first tick (cap 1): %+v %v", res, err)
+		}
+		res, err = ret.Tick(ctx)
+		if err != nil || res.Chunks != 1 || res.Capped || res.Sessions != 1 {
+			t.Fatalf("second tick: %+v %v", res, err)
+		}
+		if _, err := h.store.Head(ctx, oldKey); !errors.Is(err, logs.ErrObjectMissing) {
+			t.Fatalf("old object after retention: %v", err)
+		}
+		if n := h.count(`SELECT count(*) FROM log_chunks WHERE session_row NOT IN (SELECT id FROM log_sessions)`); n != 0 {
+			t.Fatalf("orphan chunks: %d", n)
+		}
+		if n := h.count(`SELECT count(*) FROM log_chunks`); n != 3 {
+			t.Fatalf("chunks of m1 left: %d, want 3", n)
+		}
+		if res, err := ret.Tick(ctx); err != nil || res != (logs.RetentionResult{}) {
+			t.Fatalf("idle tick: %+v %v", res, err)
+		}
+	})
+	t.Run("erase", func(t *testing.T) {
+		before := h.logRows()
+		_, err := c.EraseLogs(ctx, adminapi.EraseLogsRequest{EnvironmentSlug: h.env, Confirmation: "erase logs other"})
+		var ae *adminapi.APIError
+		if !errors.As(err, &ae) || ae.Code != "confirmation_mismatch" || h.logRows() != before {
+			t.Fatalf("wrong phrase: %v", err)
+		}
+		r, err := c.EraseLogs(ctx, adminapi.EraseLogsRequest{EnvironmentSlug: h.env, Confirmation: adminapi.EraseLogsPhrase(h.env)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ChunksRemoved != 3 || r.SessionsRemoved != 1 || r.RemainingChunks != 0 || r.RemainingSessions != 0 || r.Resumed || r.ErasureID == "" {
+			t.Fatalf("receipt: %+v", r)
+		}
+		if n := h.count(`SELECT count(*) FROM log_chunks`) + h.count(`SELECT count(*) FROM log_sessions`) +
+			h.count(`SELECT log_chunks + log_bytes FROM deployments WHERE id = ?`, h.dep); n != 0 {
+			t.Fatalf("rows or counters left: %d", n)
+		}
+		for seq := range 3 {
+			if _, err := h.store.Head(ctx, h.store.Location().Key(fmt.Sprintf("e1/%s/m1/%010d.chunk", h.dep, seq))); !errors.Is(err, logs.ErrObjectMissing) {
+				t.Fatalf("object %d after erase: %v", seq, err)
+			}
+		}
+		again, err := c.EraseLogs(ctx, adminapi.EraseLogsRequest{EnvironmentSlug: h.env, Confirmation: adminapi.EraseLogsPhrase(h.env)})
+		if err != nil || again.ChunksRemoved != 0 || again.SessionsRemoved != 0 {
+			t.Fatalf("second erase: %+v %v", again, err)
+		}
+	})
 }

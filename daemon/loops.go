@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -60,6 +61,9 @@ type LoopDeps struct {
 	// JobWatch warns when queued jobs find no worker (nil: not run).
 	Jobs     *jobs.Runner
 	JobWatch *jobs.Watch
+	// LogRetention removes old log chunks, objects and rows (nil without
+	// CHALUPA_LOGS_URL: not run; docs/operations.md, "Logs").
+	LogRetention *logs.Retention
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -106,6 +110,9 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	}
 	if d.JobWatch != nil {
 		loops = append(loops, d.JobWatch)
+	}
+	if d.LogRetention != nil {
+		loops = append(loops, d.LogRetention)
 	}
 	return loops, nil
 }

@@ -184,6 +184,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
@@ -223,6 +224,15 @@ func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
 	}
 	store := logs.NewS3(c.LogsLocation, c.LogsKey.Reveal(), c.LogsSecret.Reveal(), clock)
 	return logs.NewBroker(store, c.LogsLocation, logs.Limits{})
+}
+
+// logRetention is the log retention loop, holding only the log store
+// (nil without CHALUPA_LOGS_URL).
+func (s *Server) logRetention() *logs.Retention {
+	if s.logs == nil {
+		return nil
+	}
+	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.LogsRetention}
 }
 
 // Handler returns the root handler.

@@ -318,3 +318,50 @@ func LogRowCounts(ctx context.Context, q Querier, environmentID int64) (sessions
 	}
 	return sessions, chunks, nil
 }
+
+// StartLogErasure begins an erasure of the environment's logs, or resumes
+// the unfinished one (resumed true: its id and start are returned).
+func StartLogErasure(ctx context.Context, q Querier, environmentID int64, id string, now time.Time) (string, time.Time, bool, error) {
+	var prev string
+	var started int64
+	err := q.QueryRowContext(ctx, `SELECT id, started_at FROM log_erasures WHERE environment_id = ? AND finished_at IS NULL`, environmentID).Scan(&prev, &started)
+	if err == nil {
+		return prev, time.UnixMilli(started).UTC(), true, nil
+	}
+	if err = notFound(err); err != ErrNotFound {
+		return "", time.Time{}, false, fmt.Errorf("start log erasure: %w", err)
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO log_erasures (id, environment_id, started_at) VALUES (?, ?, ?)`, id, environmentID, ms(now)); err != nil {
+		return "", time.Time{}, false, fmt.Errorf("start log erasure: %w", err)
+	}
+	return id, now, false, nil
+}
+
+// CountLogErasure adds removed sessions and chunks to an erasure's record.
+func CountLogErasure(ctx context.Context, q Querier, id string, sessions, chunks int64) error {
+	if _, err := q.ExecContext(ctx, `UPDATE log_erasures SET sessions_removed = sessions_removed + ?, chunks_removed = chunks_removed + ?,
+		objects_deleted = objects_deleted + ? WHERE id = ?`, sessions, chunks, chunks, id); err != nil {
+		return fmt.Errorf("count log erasure: %w", err)
+	}
+	return nil
+}
+
+// LogErasure is a finished erasure's record.
+type LogErasure struct {
+	FinishedAt       time.Time
+	Sessions, Chunks int64
+}
+
+// FinishLogErasure marks an erasure finished and returns its counts.
+func FinishLogErasure(ctx context.Context, q Querier, id string, now time.Time) (LogErasure, error) {
+	var e LogErasure
+	if _, err := q.ExecContext(ctx, `UPDATE log_erasures SET finished_at = ? WHERE id = ?`, ms(now), id); err != nil {
+		return e, fmt.Errorf("finish log erasure: %w", err)
+	}
+	var fin int64
+	if err := q.QueryRowContext(ctx, `SELECT finished_at, sessions_removed, chunks_removed FROM log_erasures WHERE id = ?`, id).Scan(&fin, &e.Sessions, &e.Chunks); err != nil {
+		return e, fmt.Errorf("finish log erasure: %w", err)
+	}
+	e.FinishedAt = time.UnixMilli(fin).UTC()
+	return e, nil
+}
