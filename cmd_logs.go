@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
@@ -133,7 +134,7 @@ func (c *adminLogsGetCmd) Run(a *adminCmd) error {
 func (c *adminLogsGetCmd) fetch(cl *adminapi.Client, hc *http.Client, timeout time.Duration, session string, ch adminapi.LogChunk, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	d, err := cl.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: c.Env, DeploymentID: c.Deployment, Session: session, Seq: ch.Seq})
+	d, err := cl.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: c.Env, DeploymentID: c.Deployment, Session: session, Seq: strconv.FormatInt(ch.Seq, 10)})
 	if err != nil {
 		return apiFailure(err)
 	}

@@ -486,7 +486,7 @@ func TestAdminLogs(t *testing.T) {
 		}
 	})
 	t.Run("download grant", func(t *testing.T) {
-		d, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 1})
+		d, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +498,7 @@ func TestAdminLogs(t *testing.T) {
 		}
 		// A grant signed six minutes ago has expired: the store refuses it.
 		h.clock.Advance(-6 * time.Minute)
-		old, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 1})
+		old, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "1"})
 		h.clock.Advance(6 * time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -506,7 +506,7 @@ func TestAdminLogs(t *testing.T) {
 		if code, _ := httpGet(t, old.URL); code != http.StatusForbidden {
 			t.Fatalf("GET with an expired grant: %d, want 403", code)
 		}
-		_, err = c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: 2})
+		_, err = c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "2"})
 		var ae *adminapi.APIError
 		if !errors.As(err, &ae) || ae.Code != "log_chunk_not_found" {
 			t.Fatalf("grant for a planned chunk: %v", err)

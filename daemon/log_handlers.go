@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -113,7 +114,11 @@ func (h *logHandlers) download(ctx context.Context, req adminapi.LogDownloadRequ
 	} else if err != nil {
 		return adminapi.LogDownload{}, err
 	}
-	c, err := storage.LogChunkBySeq(ctx, tx, s.Row, req.Seq)
+	seq, err := strconv.ParseInt(req.Seq, 10, 64)
+	if err != nil || seq < 0 {
+		return adminapi.LogDownload{}, notFound
+	}
+	c, err := storage.LogChunkBySeq(ctx, tx, s.Row, seq)
 	if errors.Is(err, storage.ErrNotFound) || (err == nil && c.State != storage.LogChunkCommitted) {
 		return adminapi.LogDownload{}, notFound
 	} else if err != nil {

@@ -77,12 +77,13 @@ type LogChunk struct {
 	CommittedAt *time.Time `json:"committedAt,omitempty"`
 }
 
-// LogDownloadRequest names one chunk.
+// LogDownloadRequest names one chunk. Seq is its sequence number in
+// decimal ("0" is the first: a path parameter cannot be a zero value).
 type LogDownloadRequest struct {
 	EnvironmentSlug string `path:"slug" json:"-"`
 	DeploymentID    string `path:"id" json:"-"`
 	Session         string `path:"session" json:"-"`
-	Seq             int64  `path:"seq" json:"-"`
+	Seq             string `path:"seq" json:"-"`
 }
 
 // LogDownload answers adminGetLogDownload: GET URL before ExpiresAt (at
