@@ -42,6 +42,7 @@ type adminCmd struct {
 	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
 	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas, agents)."`
 	Runs        adminRunsCmd        `cmd:"" help:"List an environment's CI suite runs with their artifacts."`
+	Logs        adminLogsCmd        `cmd:"" help:"List, fetch (through short-lived grants) and erase deployments' service logs."`
 	Box         adminBoxCmd         `cmd:"" help:"Declare and show boxes (converge intent)."`
 	Converge    adminConvergeCmd    `cmd:"" help:"Enqueue preview, up, refresh or destroy for a box (--wait follows it)."`
 	State       adminStateCmd       `cmd:"" help:"Converge state: cancel a held lock."`

@@ -69,7 +69,7 @@ func confirmation(given, want string) (string, error) {
 	if !isatty.IsTerminal(os.Stdin.Fd()) && !isatty.IsCygwinTerminal(os.Stdin.Fd()) {
 		return "", &exitError{code: exitUsage, err: fmt.Errorf("stdin is not a terminal: pass --confirm '%s'", want)}
 	}
-	fmt.Fprintf(os.Stderr, "This removes telemetry for good. Type %q to go on: ", want)
+	fmt.Fprintf(os.Stderr, "This cannot be undone. Type %q to go on: ", want)
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 	if err != nil && line == "" {
 		return "", &exitError{code: 1, err: errors.New("no confirmation read; nothing was erased")}

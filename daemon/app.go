@@ -239,7 +239,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents(),
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
-		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches})
+		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention()})
 	if err != nil {
 		return err
 	}

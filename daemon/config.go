@@ -18,6 +18,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
@@ -79,6 +80,17 @@ type Config struct {
 	SpacesKey       Secret `json:"CHALUPA_SPACES_KEY"`
 	SpacesSecret    Secret `json:"CHALUPA_SPACES_SECRET"`
 	DOReadToken     Secret `json:"DIGITALOCEAN_READ_TOKEN"`
+	// LogsURL is the log broker's bucket and prefix (CHALUPA_LOGS_URL;
+	// "" leaves the log routes off: docs/operations.md, "Logs"), with
+	// its own credentials LogsKey and LogsSecret.
+	LogsURL    string `json:"CHALUPA_LOGS_URL"`
+	LogsKey    Secret `json:"CHALUPA_LOGS_KEY"`
+	LogsSecret Secret `json:"CHALUPA_LOGS_SECRET"`
+	// LogsLocation is LogsURL parsed (zero when unset).
+	LogsLocation logs.Location `json:"-"`
+	// LogsRetention is the age past which retention removes log chunks
+	// (CHALUPA_LOGS_RETENTION; logs.DefaultRetention).
+	LogsRetention time.Duration `json:"CHALUPA_LOGS_RETENTION"`
 	// DOAPIURL is the DigitalOcean API base URL, normalised to
 	// scheme://host/ (doclient.CheckBaseURL; docs/operations.md,
 	// "DigitalOcean API").
@@ -326,6 +338,8 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 	}
 
+	c.checkLogs(get, bad)
+
 	c.DOReadToken = Secret(get("DIGITALOCEAN_READ_TOKEN"))
 	write := Secret(get("DIGITALOCEAN_WRITE_TOKEN"))
 	c.doWriteToken = &write
@@ -456,6 +470,47 @@ func LoadConfig(env Getenv) (*Config, error) {
 	return c, nil
 }
 
+// checkLogs reads CHALUPA_LOGS_* (docs/operations.md, "Logs"). The log
+// broker deletes objects (retention, erase), so it must never hold the
+// replica's credentials nor write where the replica does: a mistake there
+// could delete the database's only off-site copy.
+func (c *Config) checkLogs(get func(string) string, bad func(string, ...any)) {
+	c.LogsURL = get("CHALUPA_LOGS_URL")
+	c.LogsKey = Secret(get("CHALUPA_LOGS_KEY"))
+	c.LogsSecret = Secret(get("CHALUPA_LOGS_SECRET"))
+	c.LogsRetention = logs.DefaultRetention
+	if v := get("CHALUPA_LOGS_RETENTION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Hour || d > logs.MaxRetention {
+			bad("CHALUPA_LOGS_RETENTION must be a duration between 1h and %s (such as 336h)", logs.MaxRetention)
+		} else {
+			c.LogsRetention = d
+		}
+	}
+	if c.LogsURL == "" {
+		if c.LogsKey != "" || c.LogsSecret != "" {
+			bad("CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET are set but CHALUPA_LOGS_URL is not")
+		}
+		return
+	}
+	loc, err := logs.ParseLocation(c.LogsURL)
+	if err != nil {
+		bad("CHALUPA_LOGS_URL: %v", err)
+		return
+	}
+	c.LogsLocation = loc
+	if c.LogsKey == "" || c.LogsSecret == "" {
+		bad("CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET are required with CHALUPA_LOGS_URL")
+		return
+	}
+	if (c.SpacesKey != "" && c.LogsKey == c.SpacesKey) || (c.SpacesSecret != "" && c.LogsSecret == c.SpacesSecret) {
+		bad("CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET must differ from CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET: log retention and erase delete objects and must never hold credentials that can delete the database replica")
+	}
+	if r, err := url.Parse(c.ReplicaURL); err == nil && r.Scheme == "s3" && loc.Overlaps(r.Host, r.Path) {
+		bad("CHALUPA_LOGS_URL overlaps CHALUPA_REPLICA_URL (same bucket, one path within the other): log retention and erase delete objects and must never reach the database replica")
+	}
+}
+
 // quotaField is one CHALUPA_QUOTA_* variable: its name, its field in
 // Config and its default.
 type quotaField struct {
@@ -556,6 +611,10 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_REPLICA_URL", redactURL(c.ReplicaURL)},
 		{"CHALUPA_SPACES_KEY", sec("CHALUPA_SPACES_KEY", c.SpacesKey)},
 		{"CHALUPA_SPACES_SECRET", sec("CHALUPA_SPACES_SECRET", c.SpacesSecret)},
+		{"CHALUPA_LOGS_URL", logsURLText(c.LogsURL)},
+		{"CHALUPA_LOGS_KEY", sec("CHALUPA_LOGS_KEY", c.LogsKey)},
+		{"CHALUPA_LOGS_SECRET", sec("CHALUPA_LOGS_SECRET", c.LogsSecret)},
+		{"CHALUPA_LOGS_RETENTION", c.LogsRetention.String()},
 		{"DIGITALOCEAN_READ_TOKEN", sec("DIGITALOCEAN_READ_TOKEN", c.DOReadToken)},
 		{"DIGITALOCEAN_WRITE_TOKEN", sec("DIGITALOCEAN_WRITE_TOKEN", c.writeToken())},
 		{"CHALUPA_DO_API_URL", c.DOAPIURL},
@@ -594,6 +653,14 @@ func redactURL(s string) string {
 		u.User = url.User("redacted")
 	}
 	return u.String()
+}
+
+// logsURLText prints CHALUPA_LOGS_URL, or says the log routes are off.
+func logsURLText(s string) string {
+	if s == "" {
+		return "(unset: log routes answer 503 logs_not_configured)"
+	}
+	return redactURL(s)
 }
 
 // ListensOnLoopback reports whether CHALUPA_LISTEN is a loopback address

@@ -40,6 +40,9 @@ func goodEnv(dataDir string) map[string]string {
 		"DO_VOLUME_USD_PER_GIB_MONTH": "0.10",
 		"CHALUPA_DO_API_URL":          "https://api.digitalocean.com",
 		"PULUMI_BACKEND_URL":          "file:///var/lib/chalupa/pulumi",
+		"CHALUPA_LOGS_URL":            "s3://chalupa-backups/logs?endpoint=https://nyc3.digitaloceanspaces.com",
+		"CHALUPA_LOGS_KEY":            "LOGSKEY" + daemontest.RandomToken(9),
+		"CHALUPA_LOGS_SECRET":         "logs-secret-" + daemontest.RandomToken(24),
 	} {
 		env[k] = v
 	}
@@ -50,6 +53,7 @@ func goodEnv(dataDir string) map[string]string {
 var secretVars = []string{
 	"CHALUPA_ADMIN_TOKEN", "CHALUPA_READY_TOKEN", "CHALUPA_INGEST_MASTER_KEY", "CHALUPA_INGEST_KEY",
 	"CHALUPA_SPACES_KEY", "CHALUPA_SPACES_SECRET", "DIGITALOCEAN_READ_TOKEN", "DIGITALOCEAN_WRITE_TOKEN",
+	"CHALUPA_LOGS_KEY", "CHALUPA_LOGS_SECRET",
 }
 
 func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
@@ -186,6 +190,30 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 			want: "PULUMI_BACKEND_URL", bad: []string{"pulumi-state-2a2a"}},
 		{name: "pulumi backend https", set: map[string]string{"PULUMI_BACKEND_URL": "https://api.pulumi-host-9d9d.example"},
 			want: "PULUMI_BACKEND_URL", bad: []string{"pulumi-host-9d9d"}},
+		{name: "logs key equals the replica's", set: map[string]string{"CHALUPA_SPACES_KEY": "SHAREDKEY" + sameToken, "CHALUPA_LOGS_KEY": "SHAREDKEY" + sameToken},
+			want: "must never hold credentials that can delete the database replica", bad: []string{sameToken}},
+		{name: "logs secret equals the replica's", set: map[string]string{"CHALUPA_SPACES_SECRET": sameToken, "CHALUPA_LOGS_SECRET": sameToken},
+			want: "CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET must differ", bad: []string{sameToken}},
+		{name: "logs inside the replica's path", set: map[string]string{"CHALUPA_LOGS_URL": "s3://chalupa-backups/prod/logs-7a7a"},
+			want: "CHALUPA_LOGS_URL overlaps CHALUPA_REPLICA_URL", bad: []string{"logs-7a7a"}},
+		{name: "logs over the whole replica bucket", set: map[string]string{"CHALUPA_LOGS_URL": "s3://chalupa-backups?region=nyc3"},
+			want: "CHALUPA_LOGS_URL overlaps CHALUPA_REPLICA_URL", bad: []string{"nyc3"}},
+		{name: "logs at the replica's path", set: map[string]string{"CHALUPA_LOGS_URL": "s3://chalupa-backups/prod/"},
+			want: "CHALUPA_LOGS_URL overlaps"},
+		{name: "logs URL not s3", set: map[string]string{"CHALUPA_LOGS_URL": "https://logs-host-3e3e/x"},
+			want: "CHALUPA_LOGS_URL", bad: []string{"logs-host-3e3e"}},
+		{name: "logs URL with credentials", set: map[string]string{"CHALUPA_LOGS_URL": "s3://AKIALOGS:logs-pw-4f4f@logs-bucket/x"},
+			want: "CHALUPA_LOGS_URL", bad: []string{"logs-pw-4f4f", "AKIALOGS"}},
+		{name: "logs URL endpoint not a URL", set: map[string]string{"CHALUPA_LOGS_URL": "s3://logs-bucket/x?endpoint=ep-5a5a"},
+			want: "CHALUPA_LOGS_URL", bad: []string{"ep-5a5a"}},
+		{name: "logs URL without key", set: map[string]string{"CHALUPA_LOGS_KEY": ""},
+			want: "CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET are required"},
+		{name: "logs URL without secret", set: map[string]string{"CHALUPA_LOGS_SECRET": ""},
+			want: "CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET are required"},
+		{name: "logs credentials without URL", set: map[string]string{"CHALUPA_LOGS_URL": ""},
+			want: "CHALUPA_LOGS_URL is not"},
+		{name: "logs retention too short", set: map[string]string{"CHALUPA_LOGS_RETENTION": "59m"},
+			want: "CHALUPA_LOGS_RETENTION"},
 		{name: "listen without port", set: map[string]string{"CHALUPA_LISTEN": "listen-host-1e1e"},
 			want: "CHALUPA_LISTEN", bad: []string{"listen-host-1e1e"}},
 		{name: "listen port out of range", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:98765"},

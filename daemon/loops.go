@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -64,6 +65,9 @@ type LoopDeps struct {
 	// does no work (docs/operations.md, "Loop switches"); nil runs them
 	// unswitched.
 	Switches *loopSwitches
+	// LogRetention removes old log chunks, objects and rows (nil without
+	// CHALUPA_LOGS_URL: not run; docs/operations.md, "Logs").
+	LogRetention *logs.Retention
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -118,6 +122,11 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	}
 	if d.JobWatch != nil {
 		loops = append(loops, d.JobWatch)
+	}
+	if d.LogRetention != nil {
+		// Under the retention switch with telemetry's: both delete on
+		// their own schedule (docs/operations.md, "Loop switches").
+		loops = append(loops, switched(LoopRetention, d.LogRetention))
 	}
 	return loops, nil
 }

@@ -91,6 +91,9 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_log_grants_total", Help: "Presigned log upload grants signed since start (docs/operations.md, \"Logs\").",
+		}, func() float64 { return float64(s.ingest.LogGrants()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_writer_commits_total", Help: "Write transactions committed by the single writer.",
 		}, func() float64 { c, _ := s.db.Writer.Stats(); return float64(c) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

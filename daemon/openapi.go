@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/apischema"
@@ -39,7 +40,7 @@ type ingestRoute struct {
 }
 
 // ingestRoutes are the signed ingest routes (docs/operations.md, "Signed
-// ingest", "Telemetry", "Lifecycle events and runs").
+// ingest", "Telemetry", "Lifecycle events and runs", "Logs").
 var ingestRoutes = []ingestRoute{
 	{"/api/ingest/heartbeat", "an agent's heartbeat (HeartbeatV1): records the deployment and moves its deadlines",
 		reflect.TypeFor[ingest.HeartbeatV1](), ingest.MaxHeartbeatBody},
@@ -49,6 +50,14 @@ var ingestRoutes = []ingestRoute{
 		reflect.TypeFor[ingest.LifecycleEventV1](), ingest.MaxLifecycleBody},
 	{"/api/ingest/runs", "a CI suite run with its artifacts (RunReportV1)",
 		reflect.TypeFor[ingest.RunReportV1](), ingest.MaxRunBody},
+	{"/api/ingest/logs/sessions", "open a log session for one service of a deployment (OpenV1); 503 logs_not_configured without CHALUPA_LOGS_URL",
+		reflect.TypeFor[logs.OpenV1](), ingest.MaxLogBody},
+	{"/api/ingest/logs/plan", "reserve a log chunk's seq and persist its plan; answers a presigned PUT (ChunkV1)",
+		reflect.TypeFor[logs.ChunkV1](), ingest.MaxLogBody},
+	{"/api/ingest/logs/commit", "verify an uploaded log chunk with the store and record it (ChunkV1)",
+		reflect.TypeFor[logs.ChunkV1](), ingest.MaxLogBody},
+	{"/api/ingest/logs/finish", "finish a log session with its one exact final payload (FinishV1)",
+		reflect.TypeFor[logs.FinishV1](), ingest.MaxLogBody},
 }
 
 // OpenAPI returns the OpenAPI 3.1 document of the admin, ingest and

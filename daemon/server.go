@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -62,6 +63,9 @@ type Server struct {
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
+	// logs is the log broker (nil without CHALUPA_LOGS_URL).
+	logs *logs.Broker
+
 	ingestInFlight atomic.Int64
 	ingestLimit    int64
 }
@@ -117,8 +121,9 @@ func newServer(d serverDeps) (*Server, error) {
 		}
 		droplets = dropletLookup(d.DB, platform, customers)
 	}
+	s.logs = newLogBroker(d.Config, clock)
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
 	if s.switches, err = newLoopSwitches(context.Background(), d.DB, clock, d.Log, s.m.reg); err != nil {
@@ -139,6 +144,10 @@ func newServer(d serverDeps) (*Server, error) {
 	s.signed("/api/ingest/telemetry", ingest.MaxTelemetryBody, s.ingest.Telemetry)
 	s.signed("/api/ingest/lifecycle", ingest.MaxLifecycleBody, s.ingest.Lifecycle)
 	s.signed("/api/ingest/runs", ingest.MaxRunBody, s.ingest.Runs)
+	s.signed("/api/ingest/logs/sessions", ingest.MaxLogBody, s.ingest.LogSessions)
+	s.signed("/api/ingest/logs/plan", ingest.MaxLogBody, s.ingest.LogPlan)
+	s.signed("/api/ingest/logs/commit", ingest.MaxLogBody, s.ingest.LogCommit)
+	s.signed("/api/ingest/logs/finish", ingest.MaxLogBody, s.ingest.LogFinish)
 
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
@@ -184,6 +193,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
@@ -229,6 +239,25 @@ func (s *Server) loopConfigured(name string) bool {
 		return s.jobRunner != nil
 	}
 	return false
+}
+
+// newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log
+// credentials alone, or nil when it is unset (docs/operations.md, "Logs").
+func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
+	if c.LogsURL == "" {
+		return nil
+	}
+	store := logs.NewS3(c.LogsLocation, c.LogsKey.Reveal(), c.LogsSecret.Reveal(), clock)
+	return logs.NewBroker(store, c.LogsLocation, logs.Limits{})
+}
+
+// logRetention is the log retention loop, holding only the log store
+// (nil without CHALUPA_LOGS_URL).
+func (s *Server) logRetention() *logs.Retention {
+	if s.logs == nil {
+		return nil
+	}
+	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.LogsRetention}
 }
 
 // Handler returns the root handler.

@@ -56,10 +56,17 @@ const (
 	// (20,160, docs/operations.md "Telemetry"); reaching it is permanent
 	// for the deployment, so it is the warning the operator most needs.
 	QuotaTelemetryReceipts = "telemetry_receipts"
+	// QuotaLogSessions is one deployment's open log sessions (8).
+	QuotaLogSessions = "log_sessions"
+	// QuotaLogChunks is the chunks one deployment may plan (256).
+	QuotaLogChunks = "log_chunks"
+	// QuotaLogBytes is the bytes one deployment may plan (64 MiB).
+	QuotaLogBytes = "log_bytes"
 )
 
 // QuotaNames lists every quota name, for metrics that start at zero.
-var QuotaNames = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments, QuotaOpenSessions, QuotaTelemetryReceipts}
+var QuotaNames = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments, QuotaOpenSessions, QuotaTelemetryReceipts,
+	QuotaLogSessions, QuotaLogChunks, QuotaLogBytes}
 
 // Quotas are the deployment- and environment-level ingest quotas
 // (CHALUPA_QUOTA_*; docs/operations.md, "Quotas"). Zero in any field means

@@ -123,6 +123,9 @@ func quotaMessage(quota string, q Quotas, dep string) string {
 	case QuotaTelemetryReceipts:
 		return fmt.Sprintf("deployment %s holds the maximum of telemetry windows (20,160 receipts) and can write no more telemetry; end it and start a new deployment id, or erase the environment's telemetry; later refusals this hour are counted, not recorded",
 			dep)
+	case QuotaLogSessions, QuotaLogChunks, QuotaLogBytes:
+		return fmt.Sprintf("deployment %s reached its %s quota (docs/operations.md, \"Logs\"); later refusals this hour are counted, not recorded",
+			dep, strings.ReplaceAll(quota, "_", " "))
 	}
 	return strings.ReplaceAll(quota, "_", " ") + " quota exceeded"
 }

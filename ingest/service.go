@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 	"github.com/chalupa-run/chalupa/internal/wake"
@@ -39,6 +41,10 @@ type Service struct {
 	// (nil without one); sunkChecks holds one slot per lookup running.
 	droplets   DropletLookup
 	sunkChecks chan struct{}
+	// logs is the log broker (nil without CHALUPA_LOGS_URL: the log
+	// routes answer 503); logGrants counts the upload grants signed.
+	logs      *logs.Broker
+	logGrants atomic.Int64
 }
 
 // Config configures a Service.
@@ -67,6 +73,9 @@ type Config struct {
 	// inventory reconciliation (docs/operations.md, "Lifecycle events and
 	// runs").
 	Droplets DropletLookup
+	// Logs is the log broker; nil leaves the log routes answering 503
+	// logs_not_configured (docs/operations.md, "Logs").
+	Logs *logs.Broker
 }
 
 // NewService returns a Service.
@@ -82,7 +91,7 @@ func NewService(c Config) *Service {
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1)}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs}
 }
 
 // Quotas returns the quotas the service enforces.
@@ -248,7 +257,7 @@ func (*noChange) Error() string { return "accepted without change" }
 // key's binding, which the body's environmentSlug must equal (403 naming both
 // slugs); on the shared-key path, the environment the body names, which must
 // exist (the shared key cannot bind one it does not name).
-func resolveEnvironment(ctx context.Context, tx storage.Tx, v Verified, slug string) (int64, error) {
+func resolveEnvironment(ctx context.Context, tx storage.Querier, v Verified, slug string) (int64, error) {
 	if v.key != nil {
 		if slug != v.key.EnvironmentSlug {
 			return 0, refuse(http.StatusForbidden, "environment_mismatch",

@@ -1,5 +1,7 @@
 package daemontest
+
 import "testing"
+
 func TestFreePortBelowEphemeral(t *testing.T) {
 	low := ephemeralLow()
 	for range 50 {

@@ -1,0 +1,154 @@
+package daemon
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// logHandlers list a deployment's logs, grant downloads and erase an
+// environment's logs (docs/operations.md, "Logs"). broker is nil without
+// CHALUPA_LOGS_URL: listing still works, downloads and erase answer 503.
+type logHandlers struct {
+	db     *storage.DB
+	broker *logs.Broker
+	clock  clockwork.Clock
+}
+
+func (h *logHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpListLogs, h.list)
+	handleOp(o, adminapi.OpGetLogDownload, h.download)
+	handleOp(o, adminapi.OpEraseLogs, h.erase)
+}
+
+var errLogsOff = fail(http.StatusServiceUnavailable, "logs_not_configured", "this chalupa has no log storage (CHALUPA_LOGS_URL)")
+
+// deployment resolves the environment and deployment of a request.
+func (h *logHandlers) deployment(ctx context.Context, q storage.Querier, envSlug, dep string) (int64, storage.LogDeployment, error) {
+	if !slug.Valid(envSlug) {
+		return 0, storage.LogDeployment{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	}
+	env, err := storage.EnvironmentBySlug(ctx, q, envSlug)
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, storage.LogDeployment{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	} else if err != nil {
+		return 0, storage.LogDeployment{}, err
+	}
+	d, err := storage.LogDeploymentState(ctx, q, env.ID, dep)
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, d, fail(http.StatusNotFound, "deployment_not_found", "no deployment with this id in the environment")
+	}
+	return env.ID, d, err
+}
+
+func (h *logHandlers) list(ctx context.Context, req adminapi.ListLogsRequest) (adminapi.LogListing, error) {
+	out := adminapi.LogListing{EnvironmentSlug: req.EnvironmentSlug, DeploymentID: req.DeploymentID, Sessions: []adminapi.LogSession{}}
+	tx, err := h.db.Read.BeginTx(ctx, nil)
+	if err != nil {
+		return out, err
+	}
+	defer tx.Rollback() // read-only
+	env, dep, err := h.deployment(ctx, tx, req.EnvironmentSlug, req.DeploymentID)
+	if err != nil {
+		return out, err
+	}
+	limits := logs.NewBroker(nil, logs.Location{}, logs.Limits{}).Limits()
+	if h.broker != nil {
+		limits = h.broker.Limits()
+	}
+	out.ChunksPlanned, out.BytesPlanned, out.MaxChunks, out.MaxBytes = dep.Chunks, dep.Bytes, limits.DeploymentChunks, limits.DeploymentBytes
+	sessions, err := storage.LogSessionsOf(ctx, tx, env, req.DeploymentID, req.Service, req.Session)
+	if err != nil {
+		return out, err
+	}
+	for _, s := range sessions {
+		as := adminapi.LogSession{SessionID: s.SessionID, Service: s.Service, OpenedAt: s.OpenedAt, ExpiresAt: s.ExpiresAt,
+			Final: string(s.FinalPayload), Chunks: []adminapi.LogChunk{}}
+		if !s.FinishedAt.IsZero() {
+			as.FinishedAt = &s.FinishedAt
+		}
+		chunks, err := storage.LogChunksOf(ctx, tx, s.Row)
+		if err != nil {
+			return out, err
+		}
+		for _, c := range chunks {
+			ac := adminapi.LogChunk{Seq: c.Seq, State: c.State, SizeBytes: c.Size, SHA256: hex.EncodeToString(c.SHA256), PlannedAt: c.PlannedAt}
+			if !c.CommittedAt.IsZero() {
+				t := c.CommittedAt
+				ac.CommittedAt = &t
+			}
+			as.Chunks = append(as.Chunks, ac)
+		}
+		out.Sessions = append(out.Sessions, as)
+	}
+	return out, nil
+}
+
+func (h *logHandlers) download(ctx context.Context, req adminapi.LogDownloadRequest) (adminapi.LogDownload, error) {
+	if h.broker == nil {
+		return adminapi.LogDownload{}, errLogsOff
+	}
+	tx, err := h.db.Read.BeginTx(ctx, nil)
+	if err != nil {
+		return adminapi.LogDownload{}, err
+	}
+	defer tx.Rollback() // read-only
+	env, _, err := h.deployment(ctx, tx, req.EnvironmentSlug, req.DeploymentID)
+	if err != nil {
+		return adminapi.LogDownload{}, err
+	}
+	notFound := fail(http.StatusNotFound, "log_chunk_not_found", "no committed chunk with this session and seq")
+	s, err := storage.LogSessionByID(ctx, tx, env, req.DeploymentID, req.Session)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.LogDownload{}, notFound
+	} else if err != nil {
+		return adminapi.LogDownload{}, err
+	}
+	seq, err := strconv.ParseInt(req.Seq, 10, 64)
+	if err != nil || seq < 0 {
+		return adminapi.LogDownload{}, notFound
+	}
+	c, err := storage.LogChunkBySeq(ctx, tx, s.Row, seq)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && c.State != storage.LogChunkCommitted) {
+		return adminapi.LogDownload{}, notFound
+	} else if err != nil {
+		return adminapi.LogDownload{}, err
+	}
+	g, err := h.broker.Store().PresignGet(ctx, c.ObjectKey, logs.DefaultGrantTTL)
+	if err != nil {
+		return adminapi.LogDownload{}, err
+	}
+	return adminapi.LogDownload{URL: g.URL, ExpiresAt: g.Expires.UTC().Truncate(time.Second), SizeBytes: c.Size, SHA256: hex.EncodeToString(c.SHA256)}, nil
+}
+
+func (h *logHandlers) erase(ctx context.Context, req adminapi.EraseLogsRequest) (adminapi.LogErasure, error) {
+	if !slug.Valid(req.EnvironmentSlug) {
+		return adminapi.LogErasure{}, fail(http.StatusBadRequest, "invalid_slug", "environmentSlug must match "+slug.Pattern)
+	}
+	if req.Confirmation != adminapi.EraseLogsPhrase(req.EnvironmentSlug) {
+		return adminapi.LogErasure{}, fail(http.StatusUnprocessableEntity, "confirmation_mismatch", `confirmation must be exactly "erase logs " followed by environmentSlug; nothing was erased`)
+	}
+	if h.broker == nil {
+		return adminapi.LogErasure{}, errLogsOff
+	}
+	e := &logs.Eraser{DB: h.db, Store: h.broker.Store(), Clock: h.clock}
+	r, err := e.Erase(ctx, req.EnvironmentSlug, logs.ErasePhrase(req.EnvironmentSlug))
+	if errors.Is(err, logs.ErrUnknownEnvironment) {
+		return adminapi.LogErasure{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	} else if err != nil {
+		return adminapi.LogErasure{}, err
+	}
+	return adminapi.LogErasure{EnvironmentSlug: r.EnvironmentSlug, ErasureID: r.ErasureID, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		Resumed: r.Resumed, SessionsRemoved: r.SessionsRemoved, ChunksRemoved: r.ChunksRemoved,
+		RemainingSessions: r.RemainingSessions, RemainingChunks: r.RemainingChunks}, nil
+}
