@@ -77,6 +77,8 @@ func statusBody(values ...string) obj {
 
 func openAPIDocument(version string) obj {
 	paths := obj{}
+	// Named wire types are described once, under components/schemas.
+	comps := apischema.NewComponents()
 	add := func(path, method string, op obj) {
 		p := strings.ToLower(method)
 		item, _ := paths[path].(obj)
@@ -101,7 +103,7 @@ func openAPIDocument(version string) obj {
 
 	signed := []obj{{schemeKeyID: []string{}, schemeTimestamp: []string{}, schemeNonce: []string{}, schemeSignature: []string{}}}
 	for _, r := range ingestRoutes {
-		schema := apischema.For(r.body, apischema.Request)
+		schema := comps.For(r.body, apischema.Request)
 		add(r.path, http.MethodPost, obj{"operationId": "ingest" + strings.ToUpper(r.path[len("/api/ingest/"):][:1]) + r.path[len("/api/ingest/")+1:],
 			"summary": r.summary, "security": signed,
 			"requestBody": obj{"required": true, "description": "at most " + bytesText(r.maxBody), "content": jsonContent(schema)},
@@ -129,17 +131,22 @@ func openAPIDocument(version string) obj {
 	}
 	for _, r := range order {
 		ops := shared[r]
-		add(openAPIPath(r.path), r.method, adminOperation(ops))
+		add(openAPIPath(r.path), r.method, adminOperation(comps, ops))
 	}
 
-	errSchema := apischema.For(reflect.TypeFor[adminapi.ErrorBody](), apischema.Response)
+	// errorResponse refers to ErrorBody by name.
+	comps.For(reflect.TypeFor[adminapi.ErrorBody](), apischema.Response)
+	schemas := obj{}
+	for name, s := range comps.Schemas {
+		schemas[name] = s
+	}
 	return obj{
 		"openapi": "3.1.0",
 		"info": obj{"title": "chalupa", "version": version,
 			"description": "The control plane's admin, signed ingest and health APIs, generated from the admin operation table (docs/operations.md, \"OpenAPI\")."},
 		"paths": paths,
 		"components": obj{
-			"schemas": obj{"ErrorBody": errSchema},
+			"schemas": schemas,
 			"securitySchemes": obj{
 				schemeAdmin:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_ADMIN_TOKEN; cookies never authenticate"},
 				schemeReady:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_READY_TOKEN"},
@@ -175,7 +182,7 @@ func jsonNumber(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 // adminOperation describes ops, the operations of one admin route (one,
 // or several told apart by the body's action).
-func adminOperation(ops []adminapi.Operation) obj {
+func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 	first := ops[0]
 	for _, op := range ops {
 		if op.Action == "" {
@@ -205,7 +212,7 @@ func adminOperation(ops []adminapi.Operation) obj {
 	}
 	for _, op := range ops {
 		status := jsonNumber(int64(op.Status))
-		resp := apischema.For(op.Response, apischema.Response)
+		resp := comps.For(op.Response, apischema.Response)
 		if prev, ok := responses[status].(obj); ok {
 			s := prev["content"].(obj)["application/json"].(obj)["schema"]
 			if !reflect.DeepEqual(s, resp) {
@@ -221,7 +228,7 @@ func adminOperation(ops []adminapi.Operation) obj {
 	}
 	if first.HasBody() {
 		o["requestBody"] = obj{"required": true, "description": "at most 64 KiB, decoded strictly",
-			"content": jsonContent(apischema.For(first.Request, apischema.Request))}
+			"content": jsonContent(comps.For(first.Request, apischema.Request))}
 	}
 	return o
 }

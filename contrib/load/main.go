@@ -92,7 +92,10 @@ type config struct {
 	TelemetryRatio float64 `json:"telemetryRatio,omitempty"`
 	// FoldRows is -fold-rows: source windows older than 7 days seeded into
 	// chalupa's database before it starts, folded during the fold phase.
-	FoldRows   int `json:"foldRows,omitempty"`
+	FoldRows int `json:"foldRows,omitempty"`
+	// DiskFloor is -disk-floor: write + fsync samples taken in the run's
+	// directory before the first target starts (0: not measured).
+	DiskFloor  int `json:"diskFloorSamples"`
 	serverCPUs []int
 	phases     string
 	sweep      string
@@ -186,6 +189,13 @@ type report struct {
 	P99Pass          *bool   `json:"p99Pass,omitempty"`
 	// Sweeps is each target's open-loop sweep outcome (-open-loop).
 	Sweeps []sweepSummary `json:"sweeps,omitempty"`
+	// DiskFloor is the disk's own latency and CPU for a write + fsync in
+	// the run's directory (-disk-floor; nil when skipped): no durable
+	// heartbeat is faster, whatever chalupa does.
+	DiskFloor *harness.DiskFloor `json:"diskFloor,omitempty"`
+	// MachineFloor is this machine's cost of a system call and of a
+	// thread wake-up, measured with the disk floor.
+	MachineFloor *harness.MachineFloor `json:"machineFloor,omitempty"`
 }
 
 func main() {
@@ -207,6 +217,7 @@ func main() {
 	flag.StringVar(&cfg.EnvSlug, "env", "load-test", "environment slug the key is bound to")
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (databases, logs)")
+	flag.IntVar(&cfg.DiskFloor, "disk-floor", 1000, "before the first target, time this many write + fsync pairs in the run's directory and report the disk's floor for a durable commit, and the machine's cost of a system call and a thread wake-up (0: skip both)")
 	flag.DurationVar(&cfg.WaitQuiet, "wait-quiet", 60*time.Second, "before each phase, wait up to this long for other processes to leave the CPU idle (0: don't)")
 	flag.StringVar(&cfg.phases, "phases", "max,steady", "phases to run against each target: max, steady, sweep (comma-separated)")
 	flag.BoolVar(&cfg.openLoop, "open-loop", false, "also run the open-loop rate sweep (adds sweep to -phases)")
@@ -286,6 +297,8 @@ func (c *config) validate() error {
 		return errors.New("-max-inflight must be in [1, 16384]")
 	case c.MaxRequests < 1:
 		return errors.New("-max-requests must be positive")
+	case c.DiskFloor < 0 || c.DiskFloor > 100_000:
+		return errors.New("-disk-floor must be in [0, 100000]")
 	case c.RefConns < 1 || c.RefConns > 1024:
 		return errors.New("-ref-conns must be in [1, 1024]")
 	case c.Only != "both" && c.Only != "chalupa" && c.Only != "reference":
@@ -422,6 +435,19 @@ func run(cfg config) (*report, error) {
 	}
 
 	rep := &report{Config: cfg}
+	if cfg.DiskFloor > 0 {
+		progress("measuring the disk floor: %d × write + fsync in %s", cfg.DiskFloor, dir)
+		floor, err := harness.MeasureDiskFloor(dir, cfg.DiskFloor)
+		if err != nil {
+			return rep, err
+		}
+		rep.DiskFloor = &floor
+		mf, err := harness.MeasureMachineFloor(200_000, 20_000)
+		if err != nil {
+			return rep, err
+		}
+		rep.MachineFloor = &mf
+	}
 	for _, name := range targets {
 		res, batch, err := runTarget(ctx, cfg, name, filepath.Join(dir, name))
 		rep.Results = append(rep.Results, res...)
@@ -839,6 +865,12 @@ func printReport(out io.Writer, rep *report) {
 	}
 	fmt.Fprintln(out)
 	printPlacement(out, rep)
+	if rep.DiskFloor != nil {
+		fmt.Fprintln(out, rep.DiskFloor.String())
+	}
+	if rep.MachineFloor != nil {
+		fmt.Fprintln(out, rep.MachineFloor.String())
+	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\tphase\treq/s\t2xx\tnon-2xx\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsend lag p99 ms\tserver CPU\tserver µs/req\tclient CPU\tother CPU\tbatch\t")

@@ -26,7 +26,9 @@ const (
 	// field is its zero value).
 	Request Mode = iota
 	// Response: what the daemon answers; every field without omitempty is
-	// always present, so it is required.
+	// always present, so it is required, and a pointer, slice, map or
+	// interface field without omitempty may be present as null (what
+	// encoding/json writes for nil), so its type admits "null".
 	Response
 )
 
@@ -38,13 +40,67 @@ var (
 	textType      = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
-// For returns the schema of t's JSON form in mode m. A recursive type is
-// cut at its second appearance on a path with an unconstrained schema.
+// For returns the schema of t's JSON form in mode m, every type inline (an
+// MCP tool's input schema stands alone). A recursive type is cut at its
+// second appearance on a path with an unconstrained schema.
 func For(t reflect.Type, m Mode) Schema {
-	return schemaOf(t, m, map[reflect.Type]bool{})
+	return schemaOf(t, m, map[reflect.Type]bool{}, nil)
 }
 
-func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
+// Components collects the schemas of named struct types so that a document
+// describing many operations (OpenAPI's components/schemas) holds each
+// once and refers to it with $ref. The zero value is not usable: use
+// NewComponents.
+type Components struct {
+	// Schemas maps a component name to its schema: the Go type's name for
+	// a response, with "Input" appended for a request (the two modes
+	// differ in required and additionalProperties).
+	Schemas map[string]Schema
+	names   map[componentKey]string
+	owner   map[string]componentKey
+}
+
+type componentKey struct {
+	t reflect.Type
+	m Mode
+}
+
+// NewComponents returns an empty collection.
+func NewComponents() *Components {
+	return &Components{Schemas: map[string]Schema{}, names: map[componentKey]string{}, owner: map[string]componentKey{}}
+}
+
+// For returns the schema of t's JSON form in mode m with every named
+// struct type replaced by {"$ref": "#/components/schemas/<name>"} and its
+// schema added to c.Schemas. Recursive types refer to themselves.
+func (c *Components) For(t reflect.Type, m Mode) Schema {
+	return schemaOf(t, m, map[reflect.Type]bool{}, c)
+}
+
+// ref returns the $ref for named struct type t in mode m, building its
+// component the first time.
+func (c *Components) ref(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
+	k := componentKey{t, m}
+	name, ok := c.names[k]
+	if !ok {
+		name = t.Name()
+		if m == Request {
+			name += "Input"
+		}
+		if _, taken := c.owner[name]; taken {
+			// Two packages with the same type name: qualify the later.
+			pkg := t.PkgPath()
+			pkg = pkg[strings.LastIndex(pkg, "/")+1:]
+			name = strings.ToUpper(pkg[:1]) + pkg[1:] + name
+		}
+		c.names[k], c.owner[name] = name, k
+		c.Schemas[name] = Schema{} // placeholder while a recursive type is built
+		c.Schemas[name] = structSchema(t, m, visiting, c)
+	}
+	return Schema{"$ref": "#/components/schemas/" + name}
+}
+
+func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Components) Schema {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -76,33 +132,64 @@ func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool) Schema {
 		if t.Elem().Kind() == reflect.Uint8 {
 			return Schema{"type": "string", "contentEncoding": "base64"}
 		}
-		return Schema{"type": "array", "items": schemaOf(t.Elem(), m, visiting)}
+		return Schema{"type": "array", "items": schemaOf(t.Elem(), m, visiting, c)}
 	case reflect.Map:
-		return Schema{"type": "object", "additionalProperties": schemaOf(t.Elem(), m, visiting)}
+		return Schema{"type": "object", "additionalProperties": schemaOf(t.Elem(), m, visiting, c)}
 	case reflect.Struct:
+		if c != nil && t.Name() != "" {
+			return c.ref(t, m, visiting)
+		}
 		if visiting[t] {
 			return Schema{}
 		}
-		visiting[t] = true
-		defer delete(visiting, t)
-		props := Schema{}
-		var required []string
-		for _, f := range Fields(t) {
-			props[f.Name] = schemaOf(f.Type, m, visiting)
-			if m == Response && !f.OmitEmpty {
-				required = append(required, f.Name)
-			}
-		}
-		s := Schema{"type": "object", "properties": props}
-		if len(required) > 0 {
-			s["required"] = required
-		}
-		if m == Request {
-			s["additionalProperties"] = false
-		}
-		return s
+		return structSchema(t, m, visiting, c)
 	}
 	return Schema{}
+}
+
+// structSchema is struct type t's object schema in mode m.
+func structSchema(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Components) Schema {
+	visiting[t] = true
+	defer delete(visiting, t)
+	props := Schema{}
+	var required []string
+	for _, f := range Fields(t) {
+		fs := schemaOf(f.Type, m, visiting, c)
+		if m == Response && f.Nullable {
+			fs = orNull(fs)
+		}
+		props[f.Name] = fs
+		if m == Response && !f.OmitEmpty {
+			required = append(required, f.Name)
+		}
+	}
+	s := Schema{"type": "object", "properties": props}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	if m == Request {
+		s["additionalProperties"] = false
+	}
+	return s
+}
+
+// orNull widens s to admit null: "type" becomes [type, "null"], a $ref
+// becomes anyOf the reference and null. A schema without a type (any
+// value) already admits null.
+func orNull(s Schema) Schema {
+	if _, ok := s["$ref"]; ok {
+		return Schema{"anyOf": []any{s, Schema{"type": "null"}}}
+	}
+	t, ok := s["type"].(string)
+	if !ok {
+		return s
+	}
+	out := make(Schema, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	out["type"] = []string{t, "null"}
+	return out
 }
 
 // Field is one JSON field of a struct type.
@@ -111,14 +198,20 @@ type Field struct {
 	Name string
 	// Type is the field's Go type.
 	Type reflect.Type
-	// OmitEmpty is true when the key may be absent from the JSON.
+	// OmitEmpty is true when the key may be absent from the JSON: the tag
+	// says omitempty or omitzero. In a response a key without it is
+	// always present.
 	OmitEmpty bool
+	// Nullable is true when encoding/json writes null for the field's
+	// zero value and the tag does not omit it: a pointer, slice, map or
+	// interface without omitempty/omitzero.
+	Nullable bool
 }
 
 // Fields lists the JSON fields of struct type t in declaration order, as
 // encoding/json sees them: unexported and `json:"-"` fields (path and
 // query parameters among them) are left out, untagged embedded structs are
-// flattened, and a pointer or omitempty field may be absent.
+// flattened.
 func Fields(t reflect.Type) []Field {
 	var out []Field
 	for i := range t.NumField() {
@@ -144,9 +237,13 @@ func Fields(t reflect.Type) []Field {
 		if name == "" {
 			name = f.Name
 		}
-		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,") ||
-			f.Type.Kind() == reflect.Pointer
-		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit})
+		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,")
+		nullable := false
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			nullable = !omit && f.Type != rawType
+		}
+		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit, Nullable: nullable})
 	}
 	return out
 }

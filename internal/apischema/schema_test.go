@@ -67,9 +67,31 @@ func TestFor(t *testing.T) {
 		t.Errorf("response is closed")
 	}
 	got := resp["required"].([]string)
-	wantReq := []string{"a", "name", "list", "counts", "raw", "bytes", "nested", "float", "flag", "step"}
+	wantReq := []string{"a", "name", "ptr", "list", "counts", "raw", "bytes", "nested", "float", "flag", "step"}
 	if !reflect.DeepEqual(got, wantReq) {
 		t.Errorf("response required %v; want %v", got, wantReq)
+	}
+	// encoding/json writes null for a nil pointer, slice or map without
+	// omitempty: the response schema must admit it, the request schema
+	// stays as lean as MCP tool schemas want it.
+	rprops := resp["properties"].(Schema)
+	for _, name := range []string{"ptr", "list", "counts", "bytes"} {
+		t.Run("nullable "+name, func(t *testing.T) {
+			ty, ok := rprops[name].(Schema)["type"].([]string)
+			if !ok || len(ty) != 2 || ty[1] != "null" {
+				t.Errorf("response %s type %v; want [<type> null]", name, rprops[name].(Schema)["type"])
+			}
+			if _, ok := props[name].(Schema)["type"].(string); !ok {
+				t.Errorf("request %s type %v; want a single type", name, props[name].(Schema)["type"])
+			}
+		})
+	}
+	for _, name := range []string{"name", "opt", "zero", "nested"} {
+		t.Run("not nullable "+name, func(t *testing.T) {
+			if _, ok := rprops[name].(Schema)["type"].(string); !ok {
+				t.Errorf("response %s type %v; want a single type", name, rprops[name].(Schema)["type"])
+			}
+		})
 	}
 	if p := For(reflect.TypeFor[withPrivate](), Request)["properties"].(Schema); len(p) != 1 || p["shown"] == nil {
 		t.Errorf("unexported field described: %v", p)
@@ -77,4 +99,57 @@ func TestFor(t *testing.T) {
 	if props["zero"].(Schema)["format"] != "date-time" {
 		t.Errorf("time is not a date-time string")
 	}
+}
+
+type node struct {
+	Name     string  `json:"name"`
+	Children []node  `json:"children"`
+	Parent   *node   `json:"parent"`
+	Sample   *sample `json:"sample,omitempty"`
+}
+
+// TestComponents: named structs become $refs into one collection, a
+// request and a response of the same type are two components, a
+// recursive type refers to itself, and a nullable reference admits null.
+func TestComponents(t *testing.T) {
+	c := NewComponents()
+	resp := c.For(reflect.TypeFor[node](), Response)
+	req := c.For(reflect.TypeFor[node](), Request)
+	if resp["$ref"] != "#/components/schemas/node" || req["$ref"] != "#/components/schemas/nodeInput" {
+		t.Fatalf("refs %v and %v", resp, req)
+	}
+	for _, name := range []string{"node", "nodeInput", "sample", "sampleInput", "inner", "innerInput"} {
+		t.Run(name, func(t *testing.T) {
+			if _, ok := c.Schemas[name]; !ok {
+				t.Errorf("component %s missing; have %v", name, keys(c.Schemas))
+			}
+		})
+	}
+	props := c.Schemas["node"]["properties"].(Schema)
+	if items := props["children"].(Schema)["items"].(Schema); items["$ref"] != "#/components/schemas/node" {
+		t.Errorf("recursive items %v", items)
+	}
+	parent := props["parent"].(Schema)
+	alts, ok := parent["anyOf"].([]any)
+	if !ok || len(alts) != 2 || alts[0].(Schema)["$ref"] != "#/components/schemas/node" || alts[1].(Schema)["type"] != "null" {
+		t.Errorf("nullable reference %v; want anyOf [$ref, null]", parent)
+	}
+	if _, ok := props["sample"].(Schema)["anyOf"]; ok {
+		t.Errorf("omitempty pointer admits null: %v", props["sample"])
+	}
+	if c.Schemas["nodeInput"]["additionalProperties"] != false {
+		t.Errorf("request component is open")
+	}
+	// The inline form is unchanged: For still describes everything in place.
+	if s := For(reflect.TypeFor[node](), Response); s["type"] != "object" {
+		t.Errorf("inline schema %v", s)
+	}
+}
+
+func keys(m map[string]Schema) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
