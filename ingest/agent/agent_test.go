@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -460,5 +461,93 @@ func TestAgentReportForUnknownDeployment(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM runs`); n != 1 {
 		t.Fatalf("%d runs stored, want 1", n)
+	}
+}
+
+// TestWaitForCredentialsSettles: key files that exist but are not usable
+// yet — a key half written, an empty key id, a key the agent cannot read
+// yet — are waited on (they are being copied into place), up to
+// KeySettleTime; a key still unusable after that fails.
+func TestWaitForCredentialsSettles(t *testing.T) {
+	good := func(t *testing.T, f *fleet, dir string) { f.writeKeys(dir) }
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, cfg *agent.Config)
+		fix     func(t *testing.T, f *fleet, dir string)
+	}{
+		{"half-written key", func(t *testing.T, cfg *agent.Config) {
+			b, _ := os.ReadFile(cfg.KeyFile)
+			if err := os.WriteFile(cfg.KeyFile, b[:len(b)/2], 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, good},
+		{"empty key id", func(t *testing.T, cfg *agent.Config) {
+			if err := os.WriteFile(filepath.Join(filepath.Dir(cfg.KeyFile), "key-id"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, good},
+		{"key not readable yet", func(t *testing.T, cfg *agent.Config) {
+			if os.Geteuid() == 0 {
+				t.Skip("root reads a mode-0000 file: the permission case needs an unprivileged user")
+			}
+			if err := os.Chmod(cfg.KeyFile, 0o000); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, f *fleet, dir string) { os.Chmod(filepath.Join(dir, "ingest.key"), 0o600) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, heals := range []bool{true, false} {
+				f := newFleet(t)
+				cfg := f.config()
+				dir := filepath.Join(f.root, "keys-"+strconv.FormatBool(heals))
+				cfg.KeyFile = filepath.Join(dir, "ingest.key")
+				f.writeKeys(dir)
+				tc.prepare(t, &cfg)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				done := make(chan error, 1)
+				go func() { _, err := agent.WaitForCredentials(ctx, &cfg, f.clock, nil); done <- err }()
+				if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("gave up at once on a key being put in place: %v", err)
+				default:
+				}
+				if heals {
+					tc.fix(t, f, dir)
+					f.clock.Advance(agent.KeyPollInterval)
+					if err := <-done; err != nil {
+						t.Fatalf("the key in place was not taken: %v", err)
+					}
+				} else {
+					polls := int(agent.KeySettleTime / agent.KeyPollInterval)
+					blocked := func() <-chan struct{} {
+						ch := make(chan struct{})
+						go func() { _ = f.clock.BlockUntilContext(ctx, 1); close(ch) }()
+						return ch
+					}
+				wait:
+					for i := 1; ; i++ {
+						if i > polls+1 {
+							t.Fatal("still waiting after KeySettleTime")
+						}
+						f.clock.Advance(agent.KeyPollInterval)
+						select {
+						case err := <-done:
+							if err == nil {
+								t.Fatal("an unusable key was accepted")
+							}
+							if i < polls {
+								t.Fatalf("gave up after %d polls, before KeySettleTime: %v", i, err)
+							}
+							break wait
+						case <-blocked():
+						}
+					}
+				}
+				cancel()
+			}
+		})
 	}
 }

@@ -64,6 +64,13 @@ const (
 	// files: they arrive over SSH minutes after boot, so a slow poll costs
 	// nothing and never fails the unit.
 	KeyPollInterval = 10 * time.Second
+	// KeySettleTime is how long a starting agent keeps waiting on key
+	// files that exist but are not usable yet — unreadable (copied as
+	// root, then chowned) or not a whole key (a copy in progress, an
+	// empty key-id) — before it gives up: long enough for any copy step of
+	// the install template, short enough that a key that is really broken
+	// fails the unit where systemd shows it.
+	KeySettleTime = 2 * time.Minute
 	// MetadataTimeout bounds one request to the metadata service (a
 	// link-local address that answers in milliseconds or not at all).
 	MetadataTimeout = 2 * time.Second

@@ -145,24 +145,37 @@ func ReadCredentials(cfg *Config) (Credentials, error) {
 		return Credentials{}, fmt.Errorf("key file: %w", err)
 	}
 	if keyID == "" {
-		return Credentials{}, fmt.Errorf("%w: the key id is empty", ErrBadConfig)
+		return Credentials{}, fmt.Errorf("%w: %w", ErrBadConfig, errEmptyKeyID)
 	}
 	return Credentials{KeyID: keyID, Key: key}, nil
 }
 
 // WaitForCredentials reads the credentials, polling every KeyPollInterval
 // (on clock) while a file does not exist yet: the key arrives over SSH
-// after boot, so a missing key is a wait, never a failure. waiting is called
-// once when the wait begins. Errors: ErrKeyExposed and other unusable keys
-// at once; ctx's error.
+// after boot, so a missing key is a wait, never a failure. Files that exist
+// but are not usable yet (unreadable, or not a whole key: notYet) are
+// waited on for at most KeySettleTime. waiting is called once when the
+// wait begins. Errors: ErrKeyExposed at once; a key still unusable after
+// KeySettleTime; ctx's error.
 func WaitForCredentials(ctx context.Context, cfg *Config, clock clockwork.Clock, waiting func(error)) (Credentials, error) {
 	announced := false
+	var unusableSince time.Time
 	for {
 		c, err := ReadCredentials(cfg)
 		if err == nil {
 			return c, nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			unusableSince = time.Time{}
+		case notYet(err):
+			if unusableSince.IsZero() {
+				unusableSince = clock.Now()
+			}
+			if clock.Since(unusableSince) >= KeySettleTime {
+				return Credentials{}, fmt.Errorf("%w (still unusable after %s)", err, KeySettleTime)
+			}
+		default:
 			return Credentials{}, err
 		}
 		if !announced && waiting != nil {
@@ -176,6 +189,17 @@ func WaitForCredentials(ctx context.Context, cfg *Config, clock clockwork.Clock,
 		}
 	}
 }
+
+// notYet reports whether err is what key files look like while they are
+// still being put in place: not readable by the agent's user yet, a key
+// that does not decode (partly written), an empty key id.
+func notYet(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, signer.ErrBadKeyMaterial) ||
+		errors.Is(err, errEmptyKeyID)
+}
+
+// errEmptyKeyID: the key-id file exists and holds nothing (yet).
+var errEmptyKeyID = errors.New("the key id is empty")
 
 // keyIDFile is the key-id file: KeyIDFile, else "key-id" beside the key
 // file (what `admin keys issue --out` writes).
