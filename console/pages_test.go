@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
@@ -158,6 +159,56 @@ func TestCostsByOrganization(t *testing.T) {
 	for _, want := range []string{`<a href="/app/env/acme-web">acme-web</a></th><td>acme</td>`, `<table id="org-costs">`, `<th scope="row">acme</th>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("costs page lacks %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestFleetLabelsAndDestruction: an empty fleet says so; an environment
+// whose slug starts with syntheticPrefix is labelled synthetic and no
+// other is; a deployment with a reaper-destroyed event shows "Destruction
+// reported" with the event's reason, and its sibling without one does not.
+func TestFleetLabelsAndDestruction(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	if code, body := pageOf(t, c.fleet, "/app"); code != http.StatusOK || !strings.Contains(body, `id="empty-fleet"`) {
+		t.Fatalf("empty fleet: %d, labelled %v", code, strings.Contains(body, `id="empty-fleet"`))
+	}
+	storagetest.Environment(t, db, storage.Environment{Slug: syntheticPrefix + "check"})
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	_, fleet := pageOf(t, c.fleet, "/app")
+	rowOf := func(slug string) string {
+		i := strings.Index(fleet, `<a href="/app/env/`+slug+`">`)
+		if i < 0 {
+			t.Fatalf("fleet lacks %s:\n%s", slug, fleet)
+		}
+		return fleet[i : i+strings.Index(fleet[i:], "</th>")]
+	}
+	if strings.Contains(fleet, `id="empty-fleet"`) {
+		t.Error("a fleet with environments is labelled empty")
+	}
+	for slug, want := range map[string]bool{syntheticPrefix + "check": true, "harbor": false} {
+		if got := strings.Contains(rowOf(slug), `class="tag">synthetic<`); got != want {
+			t.Errorf("%s labelled synthetic %v, want %v", slug, got, want)
+		}
+	}
+
+	gone := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-gone"})
+	storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-other"})
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: "ev-destroyed", EnvironmentID: e.ID, DeploymentID: gone.ID,
+			Kind: reaper.KindDestroyed, Reason: "idle", Message: "droplet 42 destroyed", OccurredAt: time.Now()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"dep-gone": true, "dep-other": false} {
+		code, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/"+id, "slug", "harbor", "id", id)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d", id, code)
+		}
+		got := strings.Contains(body, `id="destruction"><strong>Destruction reported</strong>`)
+		if got != want || (want && !strings.Contains(body, "idle — droplet 42 destroyed")) {
+			t.Errorf("%s: destruction shown %v, want %v:\n%s", id, got, want, body)
 		}
 	}
 }
