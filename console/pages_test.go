@@ -212,3 +212,40 @@ func TestFleetLabelsAndDestruction(t *testing.T) {
 		}
 	}
 }
+
+// TestDeploymentSessionsAndAnomalies: the deployment page lists its
+// telemetry sessions with their terminal summary ("not summarized yet"
+// before one exists) and the anomalies recorded for them.
+func TestDeploymentSessionsAndAnomalies(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	d := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-s"})
+	start := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+	for _, s := range []string{"sess-done", "sess-open"} {
+		storagetest.TelemetryWindow(t, db, storage.TelemetryWindow{EnvironmentID: e.ID, DeploymentID: d.ID, SessionID: s, WindowStart: start})
+	}
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE telemetry_sessions SET summary = ? WHERE id = ?`, `{"windows":1,"marker":"summary-of-done"}`, "sess-done"); err != nil {
+			return err
+		}
+		return storage.RecordTelemetryAnomaly(ctx, tx, storage.TelemetryAnomaly{EnvironmentID: e.ID, DeploymentID: d.ID, SessionID: "sess-done",
+			Kind: "gpu-idle", FirstSeenAt: start, LastSeenAt: start.Add(time.Minute)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/dep-s?range=1h", "slug", "harbor", "id", "dep-s")
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, body)
+	}
+	sessions := body[strings.Index(body, `<table id="sessions">`):]
+	sessions = sessions[:strings.Index(sessions, "</table>")]
+	for _, want := range []string{"<code>sess-done</code>", "summary-of-done", "<code>sess-open</code>", "not summarized yet"} {
+		if !strings.Contains(sessions, want) {
+			t.Errorf("sessions table lacks %q:\n%s", want, sessions)
+		}
+	}
+	if !strings.Contains(body, `<table id="anomalies">`) || !strings.Contains(body, "<td><code>sess-done</code></td><td>gpu-idle</td>") {
+		t.Errorf("anomalies table lacks sess-done's gpu-idle:\n%s", body)
+	}
+}
