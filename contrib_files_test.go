@@ -228,3 +228,30 @@ func TestBenchmarksSetEveryQuota(t *testing.T) {
 		t.Fatal("daemon.Config reads no CHALUPA_QUOTA_* variable")
 	}
 }
+
+// TestReadmeUsesNoRevokedKey: the README's walk-through revokes the first
+// key it issued; no later command of it may use that key's files, or a new
+// operator following it gets 401 key_revoked (the agent only spools).
+func TestReadmeUsesNoRevokedKey(t *testing.T) {
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	revokes := regexp.MustCompile(`keys revoke "\$\(cat ([A-Za-z0-9._-]+)/key-id\)"`).FindAllStringSubmatchIndex(readme, -1)
+	if len(revokes) == 0 {
+		t.Fatal("the README revokes no key: this test checks nothing")
+	}
+	for _, m := range revokes {
+		dir := readme[m[2]:m[3]]
+		t.Run(dir, func(t *testing.T) {
+			after := readme[m[1]:]
+			for _, use := range []string{dir + "/ingest.key", dir + "/key-id"} {
+				if i := strings.Index(after, use); i >= 0 {
+					line := 1 + strings.Count(readme[:m[1]+i], "\n")
+					t.Errorf("README.md:%d uses %s after the walk-through revoked that key", line, use)
+				}
+			}
+		})
+	}
+}

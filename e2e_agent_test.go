@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/agent"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // TestAgentRunCommandLine: `agent run` follows the admin CLI's URL rules
@@ -142,5 +143,92 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	out, code = daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor")
 	if code != 0 || !strings.Contains(out, "ci-1") || !strings.Contains(out, "junit.xml") {
 		t.Fatalf("admin runs: exit %d\n%s", code, out)
+	}
+}
+
+// TestAgentRunFindsNvidiaSMIOnPath: the built agent, as the unit runs it
+// (no --nvidia-smi, so the default name is looked up on PATH), finds a fake
+// nvidia-smi in a directory on its PATH, runs it with the documented query
+// and reports its GPU metrics: the final window SIGTERM delivers carries
+// them (docs/operations.md, "Agent").
+func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	d := daemontest.Start(t, bin, daemontest.Options{})
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := d.Admin().IssueIngestKey(ctx, "demo-harbor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.MkdirAll(keys, 0o700)
+	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
+	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	// The fake records the arguments of each run, then answers the query
+	// for two GPUs (one with fields the driver cannot read).
+	fakeBin := filepath.Join(dir, "bin")
+	os.MkdirAll(fakeBin, 0o755)
+	calls := filepath.Join(dir, "nvidia-smi.calls")
+	script := "#!/bin/sh\necho \"$*\" >> '" + calls + "'\nprintf '55, 2048, 16384, 65, 120.5\\n[N/A], 1024, 16384, 70, [N/A]\\n'\n"
+	if err := os.WriteFile(filepath.Join(fakeBin, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(bin, "agent", "run", "--run-root", filepath.Join(dir, "run"))
+	env := []string{"PATH=" + fakeBin + string(os.PathListSeparator) + os.Getenv("PATH")}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "CHALUPA_AGENT_NVIDIA_SMI=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env,
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_DEPLOYMENT=dep-gpu", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
+	logs := &daemontest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	daemontest.Poll(t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+		st, _ := agent.ReadState(state)
+		return st.LastHeartbeatStatus == 202, logs.String()
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agent exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
+		t.Fatalf("agent did not stop; log:\n%s", logs.String())
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatalf("the nvidia-smi on PATH never ran: %v\nagent log:\n%s", err, logs.String())
+	}
+	if got, want := strings.Split(strings.TrimSpace(string(b)), "\n")[0], strings.Join(agent.NvidiaSMIArgs, " "); got != want {
+		t.Errorf("nvidia-smi ran with %q, want %q", got, want)
+	}
+	db, err := storage.OpenReadOnly(ctx, d.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var util, mem, temp, power float64
+	err = db.Read.QueryRow(`SELECT gpu_util_pct_max, gpu_mem_used_bytes_last, gpu_temp_c_max, gpu_power_w_last
+		FROM telemetry_windows WHERE final = 1`).Scan(&util, &mem, &temp, &power)
+	if err != nil {
+		t.Fatalf("the final window's GPU metrics: %v\nagent log:\n%s", err, logs.String())
+	}
+	if util != 55 || mem != 3072<<20 || temp != 70 || power != 120.5 {
+		t.Errorf("GPU metrics util %v mem %v temp %v power %v, want 55, 3 GiB, 70, 120.5", util, mem, temp, power)
 	}
 }

@@ -34,7 +34,7 @@ const jobDeadline = 5 * time.Minute
 // test provider, and key delivery pointed at droplet's port (the test
 // server must report 127.0.0.1 as every droplet's address:
 // newConvergeAPI).
-func convergeEnv(t *testing.T, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
+func convergeEnv(t testing.TB, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
 	t.Helper()
 	cli := daemontest.ToolPath(t, "pulumi")
 	api.AddTokenValue("provision", convergeToken, dofake.FullAccess...)
@@ -45,13 +45,13 @@ func convergeEnv(t *testing.T, api *dofake.Server, droplet *sshdtest.Server) map
 
 // newConvergeAPI is the DigitalOcean API test server whose droplets all
 // answer SSH on loopback: the fake droplet newFakeDroplet starts.
-func newConvergeAPI(t *testing.T) *dofake.Server {
+func newConvergeAPI(t testing.TB) *dofake.Server {
 	return dofake.New(t, dofake.WithPublicIPv4("127.0.0.1"))
 }
 
 // newFakeDroplet starts the local SSH server that stands in for the
 // droplets' sshd, its agent directory under a temporary root.
-func newFakeDroplet(t *testing.T) *sshdtest.Server {
+func newFakeDroplet(t testing.TB) *sshdtest.Server {
 	s := sshdtest.New(t, sshdtest.NewSigner(t), nil)
 	s.Root = t.TempDir()
 	return s
@@ -59,7 +59,7 @@ func newFakeDroplet(t *testing.T) *sshdtest.Server {
 
 // authorize installs chalupa's SSH identity (adminGetSSHKey) in the fake
 // droplet's authorized keys, as the box's SSH keys do on a real one.
-func authorize(t *testing.T, cl *adminapi.Client, droplet *sshdtest.Server) {
+func authorize(t testing.TB, cl *adminapi.Client, droplet *sshdtest.Server) {
 	t.Helper()
 	k, err := cl.GetSSHKey(context.Background())
 	if err != nil {
@@ -112,7 +112,7 @@ func sendHeartbeat(t *testing.T, p *daemontest.InProcess, env, dep string, dropl
 }
 
 // waitJob polls the job until it is no longer queued or running.
-func waitJob(t *testing.T, cl *adminapi.Client, id string) adminapi.Job {
+func waitJob(t testing.TB, cl *adminapi.Client, id string) adminapi.Job {
 	t.Helper()
 	deadline := time.Now().Add(jobDeadline)
 	for {

@@ -53,7 +53,7 @@ func validBox(name, env string) adminapi.CreateBoxRequest {
 		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 20, Tags: []string{"team:ml"}}}
 }
 
-func newEnv(t *testing.T, cl *adminapi.Client, slug string) {
+func newEnv(t testing.TB, cl *adminapi.Client, slug string) {
 	t.Helper()
 	if _, err := cl.CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
 		t.Fatal(err)
