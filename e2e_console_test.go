@@ -28,7 +28,7 @@ const chromiumPath = "/usr/bin/chromium"
 // TestConsoleInChromium drives the built binary's console in Debian's
 // headless Chromium: /app sends a stranger to login; sign in; the fleet;
 // an environment whose deployment has 40 minutes of telemetry; its charts
-// with one vertex per point; events; costs; the box's Settings → Pulumi,
+// with one vertex per point; events (an ended deployment's); costs; the box's Settings → Pulumi,
 // whose preview form enqueues a job (the real pulumi CLI with the test
 // provider) and whose destroy form refuses a wrong phrase enqueuing
 // nothing; the oracle; every page at phone width (390 px: no sideways
@@ -96,6 +96,14 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 
 	admin := d.Admin()
+	// An ended deployment gives the events page a row to show.
+	if out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+		"--key-file", filepath.Join(keyDir, "ingest.key"), "--env", "demo-harbor", "--deployment", "dep-old"); code != 0 {
+		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
+	}
+	if _, err := admin.EndDeployment(context.Background(), "demo-harbor", "dep-old"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := admin.CreateBox(context.Background(), adminapi.CreateBoxRequest{Name: "box-web", Environment: "demo-harbor", BoxConfig: adminapi.BoxConfig{
 		Region: "nyc3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
 		SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
@@ -171,7 +179,11 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil || len(strings.Fields(line.Value)) != windows {
 		t.Fatalf("cpuPct polyline has %d vertices (%v), want %d", len(strings.Fields(line.Value)), err, windows)
 	}
-	visit("/app/events", "h1")
+	visit("/app/events", "#events")
+	evs, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#events tbody")))
+	if err != nil || !strings.Contains(evs, "deployment-ended") || !strings.Contains(evs, "dep-old") {
+		t.Fatalf("events page lists %q (%v), want dep-old's deployment-ended", evs, err)
+	}
 	shot("events")
 	visit("/app/costs", "h1")
 	shot("costs")

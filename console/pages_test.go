@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
@@ -159,5 +160,92 @@ func TestCostsByOrganization(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("costs page lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// TestFleetLabelsAndDestruction: an empty fleet says so; an environment
+// whose slug starts with syntheticPrefix is labelled synthetic and no
+// other is; a deployment with a reaper-destroyed event shows "Destruction
+// reported" with the event's reason, and its sibling without one does not.
+func TestFleetLabelsAndDestruction(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	if code, body := pageOf(t, c.fleet, "/app"); code != http.StatusOK || !strings.Contains(body, `id="empty-fleet"`) {
+		t.Fatalf("empty fleet: %d, labelled %v", code, strings.Contains(body, `id="empty-fleet"`))
+	}
+	storagetest.Environment(t, db, storage.Environment{Slug: syntheticPrefix + "check"})
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	_, fleet := pageOf(t, c.fleet, "/app")
+	rowOf := func(slug string) string {
+		i := strings.Index(fleet, `<a href="/app/env/`+slug+`">`)
+		if i < 0 {
+			t.Fatalf("fleet lacks %s:\n%s", slug, fleet)
+		}
+		return fleet[i : i+strings.Index(fleet[i:], "</th>")]
+	}
+	if strings.Contains(fleet, `id="empty-fleet"`) {
+		t.Error("a fleet with environments is labelled empty")
+	}
+	for slug, want := range map[string]bool{syntheticPrefix + "check": true, "harbor": false} {
+		if got := strings.Contains(rowOf(slug), `class="tag">synthetic<`); got != want {
+			t.Errorf("%s labelled synthetic %v, want %v", slug, got, want)
+		}
+	}
+
+	gone := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-gone"})
+	storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-other"})
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: "ev-destroyed", EnvironmentID: e.ID, DeploymentID: gone.ID,
+			Kind: reaper.KindDestroyed, Reason: "idle", Message: "droplet 42 destroyed", OccurredAt: time.Now()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"dep-gone": true, "dep-other": false} {
+		code, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/"+id, "slug", "harbor", "id", id)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d", id, code)
+		}
+		got := strings.Contains(body, `id="destruction"><strong>Destruction reported</strong>`)
+		if got != want || (want && !strings.Contains(body, "idle — droplet 42 destroyed")) {
+			t.Errorf("%s: destruction shown %v, want %v:\n%s", id, got, want, body)
+		}
+	}
+}
+
+// TestDeploymentSessionsAndAnomalies: the deployment page lists its
+// telemetry sessions with their terminal summary ("not summarized yet"
+// before one exists) and the anomalies recorded for them.
+func TestDeploymentSessionsAndAnomalies(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	d := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-s"})
+	start := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+	for _, s := range []string{"sess-done", "sess-open"} {
+		storagetest.TelemetryWindow(t, db, storage.TelemetryWindow{EnvironmentID: e.ID, DeploymentID: d.ID, SessionID: s, WindowStart: start})
+	}
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE telemetry_sessions SET summary = ? WHERE id = ?`, `{"windows":1,"marker":"summary-of-done"}`, "sess-done"); err != nil {
+			return err
+		}
+		return storage.RecordTelemetryAnomaly(ctx, tx, storage.TelemetryAnomaly{EnvironmentID: e.ID, DeploymentID: d.ID, SessionID: "sess-done",
+			Kind: "gpu-idle", FirstSeenAt: start, LastSeenAt: start.Add(time.Minute)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/dep-s?range=1h", "slug", "harbor", "id", "dep-s")
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, body)
+	}
+	sessions := body[strings.Index(body, `<table id="sessions">`):]
+	sessions = sessions[:strings.Index(sessions, "</table>")]
+	for _, want := range []string{"<code>sess-done</code>", "summary-of-done", "<code>sess-open</code>", "not summarized yet"} {
+		if !strings.Contains(sessions, want) {
+			t.Errorf("sessions table lacks %q:\n%s", want, sessions)
+		}
+	}
+	if !strings.Contains(body, `<table id="anomalies">`) || !strings.Contains(body, "<td><code>sess-done</code></td><td>gpu-idle</td>") {
+		t.Errorf("anomalies table lacks sess-done's gpu-idle:\n%s", body)
 	}
 }

@@ -266,6 +266,65 @@ func TestConsoleSessionAndCSRF(t *testing.T) {
 	})
 }
 
+// TestConsoleSessionExpiry: a session ends after SessionIdleTimeout without
+// a request, counted from its last request, not from sign-in; and after
+// SessionAbsoluteTimeout however busy it is; either way /app sends the
+// browser back to /login (docs/operations.md, "Console").
+func TestConsoleSessionExpiry(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Second))
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock})
+	setPassword(t, p)
+	signedIn := func(c *consoleClient) bool {
+		t.Helper()
+		r, _ := c.get(t, "/app")
+		switch {
+		case r.StatusCode == http.StatusOK:
+			return true
+		case r.StatusCode == http.StatusSeeOther && r.Header.Get("Location") == "/login":
+			return false
+		}
+		t.Fatalf("/app: %d %s", r.StatusCode, r.Header.Get("Location"))
+		return false
+	}
+	t.Run("idle", func(t *testing.T) {
+		c := newConsoleClient(t, p)
+		if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("login: %d", r.StatusCode)
+		}
+		// Two requests each just inside the idle timeout: the second
+		// is past it counted from sign-in, so the first moved it on.
+		for i := 0; i < 2; i++ {
+			clock.Advance(console.SessionIdleTimeout - time.Second)
+			if !signedIn(c) {
+				t.Fatalf("request %d, %s after the previous one: signed out", i+1, console.SessionIdleTimeout-time.Second)
+			}
+		}
+		clock.Advance(console.SessionIdleTimeout)
+		if signedIn(c) {
+			t.Fatalf("still signed in after %s without a request", console.SessionIdleTimeout)
+		}
+	})
+	t.Run("absolute", func(t *testing.T) {
+		c := newConsoleClient(t, p)
+		if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("login: %d", r.StatusCode)
+		}
+		const every = 50 * time.Minute // inside the idle timeout
+		var elapsed time.Duration
+		for elapsed+every < console.SessionAbsoluteTimeout {
+			clock.Advance(every)
+			elapsed += every
+			if !signedIn(c) {
+				t.Fatalf("signed out %s after sign-in, requests every %s", elapsed, every)
+			}
+		}
+		clock.Advance(console.SessionAbsoluteTimeout - elapsed)
+		if signedIn(c) {
+			t.Fatalf("still signed in %s after sign-in", console.SessionAbsoluteTimeout)
+		}
+	})
+}
+
 // TestConsoleHeaders: every console page and API answer carries the
 // security headers and noindex; robots.txt disallows /app and the APIs.
 func TestConsoleHeaders(t *testing.T) {
