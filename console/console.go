@@ -191,6 +191,11 @@ func (c *Console) robots(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 	SecurityHeaders(w.Header())
+	if strings.HasSuffix(r.URL.Path, "/") {
+		// Files only: the embedded directory is not listed.
+		http.NotFound(w, r)
+		return
+	}
 	w.Header().Set("Cache-Control", "public, max-age=3600")
 	c.static.ServeHTTP(w, r)
 }

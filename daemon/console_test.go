@@ -383,6 +383,24 @@ func TestConsoleHeaders(t *testing.T) {
 			}
 		})
 	}
+	// Answers the router gives itself, and the static directory, carry the
+	// same headers; the directory is not listed.
+	for _, path := range []string{"/app/nope", "/nope", "/static/"} {
+		t.Run("not found "+path, func(t *testing.T) {
+			r, body := c.get(t, path)
+			if r.StatusCode != http.StatusNotFound {
+				t.Errorf("status %d, want 404: %.200s", r.StatusCode, body)
+			}
+			for _, k := range []string{"Content-Security-Policy", "X-Content-Type-Options", "X-Robots-Tag"} {
+				if r.Header.Get(k) == "" {
+					t.Errorf("no %s", k)
+				}
+			}
+			if strings.Contains(body, "style.css") {
+				t.Errorf("lists the static files: %.200s", body)
+			}
+		})
+	}
 	t.Run("robots.txt", func(t *testing.T) {
 		_, body := c.get(t, "/robots.txt")
 		for _, want := range []string{"Disallow: /app", "Disallow: /api/"} {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/console"
+
 	"github.com/julienschmidt/httprouter"
 	"github.com/oklog/ulid/v2"
 
@@ -82,6 +84,9 @@ func newRouter(s *Server) *httprouter.Router {
 	// request id, log line or metric. Nothing here serves CORS.
 	r.HandleOPTIONS = false
 	r.NotFound = s.wrap("notfound", func(w http.ResponseWriter, r *http.Request) {
+		// A browser may land here from the console: the console's headers
+		// (CSP, nosniff, noindex) are harmless on the API's JSON.
+		console.SecurityHeaders(w.Header())
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
 	})
 	// A wrong method on a bearer-guarded route is answered only after the
