@@ -27,7 +27,7 @@ func (c *adminReportCmd) Run(a *adminCmd) error {
 
 // printOperationsReport prints the report as tables.
 func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
-	fmt.Fprintf(w, "Operations report from %s to %s (%d hours with traffic).\n\n", timeOrDash(r.Since), timeOrDash(r.Until), r.HoursWithTraffic)
+	fmt.Fprintf(w, "Operations report from %s to %s (hours with traffic: %d).\n\n", timeOrDash(r.Since), timeOrDash(r.Until), r.HoursWithTraffic)
 	tw := table(w)
 	fmt.Fprintln(tw, "ROUTE GROUP\tREQUESTS\t5XX\tP50\tP99")
 	for _, g := range r.Routes {
@@ -40,7 +40,7 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 		return err
 	}
 	p := r.Process
-	fmt.Fprintf(w, "\nProcess: %.0f s wall, %.1f s CPU (active %.2f%%, idle %.0f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
+	fmt.Fprintf(w, "\nProcess: %.1f s wall, %.1f s CPU (active %.2f%%, idle %.1f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
 	d := r.Database
 	fmt.Fprintf(w, "Database: %d bytes (%+d over the span), WAL %d bytes (%+d).\n", d.Bytes, d.GrowthBytes, d.WALBytes, d.WALGrowthBytes)
 	if r.Replica.Known {

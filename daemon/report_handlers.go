@@ -64,7 +64,13 @@ func (h *reportHandlers) get(ctx context.Context, req adminapi.OperationsReportR
 	if err != nil {
 		return adminapi.OperationsReport{}, err
 	}
-	reqs = append(reqs, h.stats.live()...)
+	for _, r := range h.stats.live() {
+		// The hour being counted is older than the span when the daemon
+		// idled longer than it since its last request.
+		if !r.HourStart.Before(since) {
+			reqs = append(reqs, r)
+		}
+	}
 	out := adminapi.OperationsReport{Since: since, Until: now, Replica: adminapi.ReportReplica{Note: replicaUnknownNote},
 		Routes: reportRoutes(reqs), Loops: []adminapi.ReportLoop{}, QuotaRefusals: []adminapi.ReportQuotaEvents{}}
 	hours := map[time.Time]bool{}

@@ -169,3 +169,36 @@ func TestIdleDaemonWritesNothing(t *testing.T) {
 		t.Errorf("after an idle run and shutdown: %+v; want no rows", r)
 	}
 }
+
+// TestOperationsReportStaleHour: requests of an hour before the span, still
+// counted in memory because the daemon idled since, are not reported in it;
+// the report's own request hands them to the writer, and a longer span
+// reports them.
+func TestOperationsReportStaleHour(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(reportDayStart)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock})
+	for range 5 {
+		daemon.ObserveRequest(p.App.Server, daemon.GroupIngest, http.StatusAccepted, time.Millisecond)
+	}
+	clock.Advance(30 * time.Hour)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		since time.Duration
+		want  int64
+	}{{24 * time.Hour, 0}, {48 * time.Hour, 5}} {
+		r, err := p.Admin.GetOperationsReport(ctx, tc.since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemon.WaitRequestStats(p.App.Server)
+		var got int64
+		for _, g := range r.Routes {
+			if g.Group == daemon.GroupIngest {
+				got = g.Requests
+			}
+		}
+		if got != tc.want {
+			t.Errorf("since %s: %d ingest requests; want %d", tc.since, got, tc.want)
+		}
+	}
+}
