@@ -247,8 +247,9 @@ func (a *App) StartLoops(ctx context.Context) error {
 	return nil
 }
 
-// Close shuts the App down in order: stop the background loops, close the
-// database's pools (the writer drains first), then close replication, which
+// Close shuts the App down in order: stop the background loops, write the
+// last hour's request statistics (docs/operations.md, "Operations report"),
+// close the database's pools (the writer drains first), then close replication, which
 // performs the final sync (bounded by finalSyncTimeout), and release the
 // data dir lock. The HTTP server must have stopped serving before (Run
 // drains it first). Errors are logged; Close always completes.
@@ -256,6 +257,9 @@ func (a *App) Close(ctx context.Context) {
 	if a.sup != nil {
 		a.sup.stop()
 		a.sup = nil
+	}
+	if a.Server != nil && a.DB != nil {
+		a.Server.stats.flush() // the last hour's request statistics, while the writer still runs
 	}
 	if a.DB != nil {
 		if err := a.DB.Close(); err != nil {

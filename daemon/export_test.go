@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"time"
+
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/wake"
 )
@@ -18,3 +20,20 @@ func QuotaEvents(s *Server) <-chan ingest.QuotaEvent { return s.ingest.QuotaEven
 
 // DeadlineActivity is s's heartbeat → reaper wake-up signal.
 func DeadlineActivity(s *Server) *wake.Threshold { return s.ingest.DeadlineActivity() }
+
+// ObserveRequest counts one request in s's hourly request statistics as
+// the request path does (group, status code, latency).
+func ObserveRequest(s *Server, group string, code int, d time.Duration) {
+	s.stats.observe(group, code, d)
+}
+
+// WaitRequestStats waits for s's request statistics hand-offs to the writer.
+func WaitRequestStats(s *Server) { s.stats.writes.Wait() }
+
+// SetProcessCPU replaces how s's request statistics read the process's CPU
+// time, starting the current interval at cpu()'s value.
+func SetProcessCPU(s *Server, cpu func() time.Duration) {
+	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
+	s.stats.cpu, s.stats.sinceCPU = cpu, cpu()
+}

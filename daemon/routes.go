@@ -40,6 +40,9 @@ const (
 	// GroupConsole is the web console: its pages check the console's own
 	// session cookie (console package); nothing else accepts that cookie.
 	GroupConsole = "console"
+	// groupUnrouted names, in the operations report, requests for paths
+	// no group owns (answered 404 or 405).
+	groupUnrouted = "unrouted"
 )
 
 // groupPrefixes maps each path prefix (or exact path, without a trailing
@@ -295,6 +298,11 @@ func (s *Server) wrap(pattern string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		d := time.Since(start)
 		s.m.observe(pattern, r.Method, rec.code, d)
+		group := groupOf(r.URL.Path)
+		if group == "" {
+			group = groupUnrouted
+		}
+		s.stats.observe(group, rec.code, d)
 		ev := s.log.Info()
 		if rec.code >= 500 {
 			ev = s.log.Warn()

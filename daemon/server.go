@@ -60,6 +60,9 @@ type Server struct {
 	// switches are the loop switches (docs/operations.md, "Loop
 	// switches"), shared by their admin operations and the loop registry.
 	switches *loopSwitches
+	// stats are the hourly request statistics (docs/operations.md,
+	// "Operations report"), written by App.Close at shutdown.
+	stats *requestStats
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -125,6 +128,7 @@ func newServer(d serverDeps) (*Server, error) {
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
 		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
 	s.m = newMetrics(s)
+	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
 	s.router = newRouter(s)
 	if s.switches, err = newLoopSwitches(context.Background(), d.DB, clock, d.Log, s.m.reg); err != nil {
 		return nil, err
@@ -194,6 +198,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
+	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,114 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Operations report operation id (docs/operations.md, "Operations report").
+const OpGetOperationsReport = "adminGetOperationsReport"
+
+var reportOperations = []Operation{
+	{ID: OpGetOperationsReport, MCP: mcpRead, Method: methodGet, Path: "/api/admin/report", Status: http.StatusOK,
+		Request: typeOf[OperationsReportRequest](), Response: typeOf[OperationsReport](),
+		Summary: "operations report from stored evidence (?since=24h, at most 2160h): requests and p50/p99 by route group, active time, database and WAL growth, loop runs, quota refusals"},
+}
+
+// OperationsReportRequest holds adminGetOperationsReport's query parameter.
+type OperationsReportRequest struct {
+	// Since is how far back the report reaches (Go duration, 1h to 2160h,
+	// i.e. 90 days); zero means 24h. Request figures cover the whole UTC
+	// hours starting at or after now−Since.
+	Since time.Duration `query:"since" json:"-"`
+}
+
+// OperationsReport answers adminGetOperationsReport: the before-and-after
+// evidence of the daemon over a span, read from stored rows (so it covers
+// the span across restarts) plus the hour being counted in memory.
+type OperationsReport struct {
+	// Since is the start of the first hour covered; Until is now.
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// HoursWithTraffic counts the hours in the span that had requests
+	// (only those hours store rows).
+	HoursWithTraffic int                 `json:"hoursWithTraffic"`
+	Routes           []ReportRouteGroup  `json:"routes"`
+	Process          ReportProcess       `json:"process"`
+	Database         ReportDatabase      `json:"database"`
+	Replica          ReportReplica       `json:"replica"`
+	Loops            []ReportLoop        `json:"loops"`
+	QuotaRefusals    []ReportQuotaEvents `json:"quotaRefusals"`
+}
+
+// ReportRouteGroup is one route group's requests over the span.
+// Quantiles are the upper bound of the latency bucket holding them (no
+// request in that bucket was slower), in milliseconds; a *Over flag means
+// the quantile is above the last bucket (5000 ms).
+type ReportRouteGroup struct {
+	// Group is public, probe, admin, ingest, console or unrouted.
+	Group        string  `json:"group"`
+	Requests     int64   `json:"requests"`
+	ServerErrors int64   `json:"serverErrors"`
+	P50Ms        float64 `json:"p50Ms"`
+	P50Over      bool    `json:"p50Over,omitempty"`
+	P99Ms        float64 `json:"p99Ms"`
+	P99Over      bool    `json:"p99Over,omitempty"`
+}
+
+// ReportProcess is the daemon's active vs idle time over the stored rows
+// of the span: wall and CPU seconds measured between successive rows.
+type ReportProcess struct {
+	WallSeconds float64 `json:"wallSeconds"`
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	// ActiveShare is CPUSeconds / WallSeconds (0 without wall time): the
+	// share of one core the daemon kept busy.
+	ActiveShare float64 `json:"activeShare"`
+	// IdleSeconds is WallSeconds − CPUSeconds, at least 0.
+	IdleSeconds float64 `json:"idleSeconds"`
+}
+
+// ReportDatabase is the database and WAL size now and their growth over
+// the span (now minus the first row's sizes; 0 without a row), in bytes.
+type ReportDatabase struct {
+	Bytes          int64 `json:"bytes"`
+	WALBytes       int64 `json:"walBytes"`
+	GrowthBytes    int64 `json:"growthBytes"`
+	WALGrowthBytes int64 `json:"walGrowthBytes"`
+	// FirstRecordedAt is when the sizes growth is measured from were
+	// recorded; absent without a row.
+	FirstRecordedAt *time.Time `json:"firstRecordedAt,omitempty"`
+}
+
+// ReportReplica is the replica's object count and bytes where known.
+// Known is false while the daemon has no stored evidence of them; Note
+// says why.
+type ReportReplica struct {
+	Known   bool   `json:"known"`
+	Objects int64  `json:"objects,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	Note    string `json:"note,omitempty"`
+}
+
+// ReportLoop is one background loop's stored evidence over the span;
+// Counts says what Runs, Failures and Backlog count for it.
+type ReportLoop struct {
+	Name     string `json:"name"`
+	Runs     int64  `json:"runs"`
+	Failures int64  `json:"failures"`
+	Backlog  int64  `json:"backlog"`
+	Counts   string `json:"counts"`
+}
+
+// ReportQuotaEvents counts one quota's quota-exceeded events over the span
+// (one per quota, deployment or environment and clock hour: refused
+// requests beyond the first of an hour are not counted).
+type ReportQuotaEvents struct {
+	Quota  string `json:"quota"`
+	Events int64  `json:"events"`
+}
+
+// GetOperationsReport calls adminGetOperationsReport; since 0 means 24h.
+func (c *Client) GetOperationsReport(ctx context.Context, since time.Duration) (OperationsReport, error) {
+	return call[OperationsReport](ctx, c, OpGetOperationsReport, OperationsReportRequest{Since: since})
+}

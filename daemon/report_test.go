@@ -1,0 +1,204 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// reportDayStart is the synthetic day's first hour.
+var reportDayStart = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// syntheticDay counts 24 hours of requests on p, one hour at a time on the
+// injected clock, with 36 s of CPU time per hour: each hour 100 ingest
+// requests (90 at 3 ms, 9 at 40 ms, 1 at 3 s) and 10 admin requests at
+// 0.8 ms, one of them a 500. The clock ends at the start of hour 24.
+func syntheticDay(t *testing.T, p *daemontest.InProcess, clock *clockwork.FakeClock) {
+	t.Helper()
+	var cpu atomic.Int64
+	daemon.SetProcessCPU(p.App.Server, func() time.Duration { return time.Duration(cpu.Load()) })
+	for range 24 {
+		s := p.App.Server
+		for i := range 100 {
+			d := 3 * time.Millisecond
+			switch {
+			case i >= 99:
+				d = 3 * time.Second
+			case i >= 90:
+				d = 40 * time.Millisecond
+			}
+			daemon.ObserveRequest(s, daemon.GroupIngest, http.StatusAccepted, d)
+		}
+		for i := range 10 {
+			code := http.StatusOK
+			if i == 0 {
+				code = http.StatusInternalServerError
+			}
+			daemon.ObserveRequest(s, daemon.GroupAdmin, code, 800*time.Microsecond)
+		}
+		cpu.Add(int64(36 * time.Second))
+		clock.Advance(time.Hour)
+	}
+	daemon.WaitRequestStats(p.App.Server)
+}
+
+func routeGroup(t *testing.T, r adminapi.OperationsReport, group string) adminapi.ReportRouteGroup {
+	t.Helper()
+	for _, g := range r.Routes {
+		if g.Group == group {
+			return g
+		}
+	}
+	t.Fatalf("report has no route group %q: %+v", group, r.Routes)
+	return adminapi.ReportRouteGroup{}
+}
+
+// TestOperationsReportSyntheticDay: 24 hours of counted requests give the
+// exact counts, 5xx and bucket quantiles by route group, the hours with
+// traffic, and wall and CPU time from the stored rows; a restart keeps it
+// all (the last hour is written at shutdown) and a report of a shorter span
+// counts only its hours (docs/operations.md, "Operations report").
+func TestOperationsReportSyntheticDay(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(reportDayStart)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock})
+	syntheticDay(t, p, clock)
+	ctx := context.Background()
+
+	check := func(t *testing.T, r adminapi.OperationsReport, adminExtra int64) {
+		t.Helper()
+		if !r.Since.Equal(reportDayStart) || r.HoursWithTraffic != 24 {
+			t.Errorf("since %s, %d hours with traffic; want %s, 24", r.Since, r.HoursWithTraffic, reportDayStart)
+		}
+		// Ingest: 2,400 requests; rank 1,200 is in the ≤5 ms bucket
+		// (2,160 at 3 ms), rank 2,376 the last of the ≤50 ms bucket.
+		if g := routeGroup(t, r, daemon.GroupIngest); g != (adminapi.ReportRouteGroup{Group: "ingest", Requests: 2400, P50Ms: 5, P99Ms: 50}) {
+			t.Errorf("ingest = %+v", g)
+		}
+		if g := routeGroup(t, r, daemon.GroupAdmin); g != (adminapi.ReportRouteGroup{Group: "admin", Requests: 240 + adminExtra, ServerErrors: 24, P50Ms: 1, P99Ms: 1}) {
+			t.Errorf("admin = %+v", g)
+		}
+	}
+	t.Run("day", func(t *testing.T) {
+		r, err := p.Admin.GetOperationsReport(ctx, 24*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, r, 0)
+		// 23 hours are stored (hour 23 is counted in memory until the
+		// next request): 23 h of wall time, 36 s of CPU each.
+		if r.Process.WallSeconds != 23*3600 || r.Process.CPUSeconds != 23*36 || r.Process.ActiveShare != 0.01 {
+			t.Errorf("process = %+v; want 82800 s wall, 828 s CPU, share 0.01", r.Process)
+		}
+		if len(r.Loops) != 4 || r.Replica.Known {
+			t.Errorf("loops %+v, replica %+v", r.Loops, r.Replica)
+		}
+	})
+	t.Run("restart keeps it", func(t *testing.T) {
+		// The report request above was the first of hour 24: it handed
+		// hour 23 to the writer, and shutdown writes hour 24 (itself).
+		p.Restart(daemontest.AppOptions{Clock: clock})
+		r, err := p.Admin.GetOperationsReport(ctx, 25*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Since.Equal(reportDayStart) {
+			t.Fatalf("since %s: a 25 h span should start an hour earlier", r.Since)
+		}
+		r.Since, r.HoursWithTraffic = reportDayStart, r.HoursWithTraffic-1 // hour 24 holds the first report only
+		check(t, r, 1)
+		if r.Process.WallSeconds != 24*3600 || r.Process.CPUSeconds != 24*36 {
+			t.Errorf("process = %+v; want 86400 s wall, 864 s CPU", r.Process)
+		}
+	})
+	t.Run("shorter span", func(t *testing.T) {
+		r, err := p.Admin.GetOperationsReport(ctx, 2*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hours 22, 23 and 24 (now−2h truncated to its hour).
+		if g := routeGroup(t, r, daemon.GroupIngest); g.Requests != 200 || r.HoursWithTraffic != 3 {
+			t.Errorf("ingest %+v over %d hours; want 200 over 3", g, r.HoursWithTraffic)
+		}
+	})
+	t.Run("bad since", func(t *testing.T) {
+		for _, since := range []time.Duration{time.Minute, 91 * 24 * time.Hour} {
+			_, err := p.Admin.GetOperationsReport(ctx, since)
+			var ae *adminapi.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != "bad_since" {
+				t.Errorf("since %s: err = %v; want 400 bad_since", since, err)
+			}
+		}
+	})
+}
+
+// TestIdleDaemonWritesNothing: a daemon that serves no request writes no
+// statistics however long it idles, has nothing scheduled on its clock, and
+// writes no row at shutdown (docs/operations.md, "Operations report").
+func TestIdleDaemonWritesNothing(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(reportDayStart)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock})
+	before, _ := p.App.DB.Writer.Stats()
+	for range 48 {
+		clock.Advance(time.Hour)
+	}
+	if after, _ := p.App.DB.Writer.Stats(); after != before {
+		t.Errorf("idle for 48 h: %d commits; want none", after-before)
+	}
+	// An already-cancelled context: BlockUntilContext answers at once,
+	// nil only if a timer or ticker waits on the clock.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := clock.BlockUntilContext(ctx, 1); err == nil {
+		t.Error("an idle daemon has a timer on its clock")
+	}
+	p.Restart(daemontest.AppOptions{Clock: clock})
+	r, err := p.Admin.GetOperationsReport(context.Background(), 72*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HoursWithTraffic != 0 || len(r.Routes) != 0 || r.Process.WallSeconds != 0 {
+		t.Errorf("after an idle run and shutdown: %+v; want no rows", r)
+	}
+}
+
+// TestOperationsReportStaleHour: requests of an hour before the span, still
+// counted in memory because the daemon idled since, are not reported in it;
+// the report's own request hands them to the writer, and a longer span
+// reports them.
+func TestOperationsReportStaleHour(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(reportDayStart)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Clock: clock})
+	for range 5 {
+		daemon.ObserveRequest(p.App.Server, daemon.GroupIngest, http.StatusAccepted, time.Millisecond)
+	}
+	clock.Advance(30 * time.Hour)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		since time.Duration
+		want  int64
+	}{{24 * time.Hour, 0}, {48 * time.Hour, 5}} {
+		r, err := p.Admin.GetOperationsReport(ctx, tc.since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemon.WaitRequestStats(p.App.Server)
+		var got int64
+		for _, g := range r.Routes {
+			if g.Group == daemon.GroupIngest {
+				got = g.Requests
+			}
+		}
+		if got != tc.want {
+			t.Errorf("since %s: %d ingest requests; want %d", tc.since, got, tc.want)
+		}
+	}
+}
