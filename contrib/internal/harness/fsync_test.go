@@ -51,10 +51,6 @@ func TestMeasureMachineFloor(t *testing.T) {
 	if m.Syscall <= 0 || m.WakeRoundTrip <= 0 || m.SyscallSamples != 1000 || m.WakeSamples != 100 {
 		t.Fatalf("floor %+v", m)
 	}
-	// A round trip is two wake-ups, each at least a system call.
-	if m.WakeRoundTrip < m.Syscall {
-		t.Errorf("wake round trip %v cheaper than one syscall %v", m.WakeRoundTrip, m.Syscall)
-	}
 	if !strings.Contains(m.String(), "machine floor") {
 		t.Errorf("report line %q", m.String())
 	}
