@@ -117,7 +117,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		if r.Action != adminapi.DoctorResumeLane || !slices.Equal(r.Commands, []string{"chalupa admin loops resume jobs"}) {
 			t.Errorf("recommendation %+v, want resume-lane with its command", r)
 		}
-		for _, want := range []string{"holder gone", "creating box-1", dropletID, "recommended: resume-lane", "  chalupa admin loops resume jobs"} {
+		for _, want := range []string{"holder gone", "creating droplet", dropletID, "recommended: resume-lane", "  chalupa admin loops resume jobs"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("the text output lacks %q", want)
 			}
