@@ -278,7 +278,132 @@ func printJobs(w io.Writer, l adminapi.JobList) error {
 }
 
 type adminJobCmd struct {
-	Show adminJobShowCmd `cmd:"" help:"Show one job: status, lease, attempts, latest progress, result."`
+	Show   adminJobShowCmd   `cmd:"" help:"Show one job: status, lease, attempts, latest progress, result."`
+	Doctor adminJobDoctorCmd `cmd:"" help:"Diagnose one job, read-only: lease, stack locks, pending operations, checkpoints and the provider's resources side by side, with one recommended next action."`
+}
+
+type adminJobDoctorCmd struct {
+	ID   string `arg:"" help:"Job id."`
+	JSON bool   `help:"Print JSON."`
+}
+
+func (*adminJobDoctorCmd) operation() string { return adminapi.OpDiagnoseJob }
+
+// Run prints the diagnosis (docs/operations.md, "Job doctor").
+func (c *adminJobDoctorCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.JobDiagnosis, error) {
+		return cl.DiagnoseJob(ctx, c.ID)
+	}, printDiagnosis)
+}
+
+// printDiagnosis renders a job diagnosis: the job and its lease, the ids
+// side by side (box, stacks, provider), each stack's lock, pending
+// operations and checkpoint, and the recommendation with its commands.
+func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
+	j := d.Job
+	tw := table(w)
+	fmt.Fprintf(tw, "job\t%s (%s %s)\n", j.ID, j.Action, j.Box)
+	fmt.Fprintf(tw, "status\t%s, attempt %d of %d\n", j.Status, j.Attempts, d.Lease.MaxAttempts)
+	switch {
+	case d.Lease.Holder == "":
+		fmt.Fprintf(tw, "lease\tnone\n")
+	default:
+		holder := "a process that is gone"
+		if d.Lease.HolderIsThisDaemon {
+			holder = "this daemon"
+		}
+		exp := "expires"
+		if d.Lease.Expired {
+			exp = "expired"
+		}
+		fmt.Fprintf(tw, "lease\t%s (%s), held %ds, %s %s\n", d.Lease.Holder, holder, d.Lease.AgeSeconds, exp, timeOrDash(d.Lease.ExpiresAt))
+	}
+	lane := "running"
+	if d.Lease.LanePaused {
+		lane = "paused"
+	}
+	fmt.Fprintf(tw, "job lane\t%s\n", lane)
+	if hasJSON(j.Progress) {
+		fmt.Fprintf(tw, "last step (#%d)\t%s\n", j.ProgressSeq, progressLine(j.Progress))
+	}
+	if j.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", displayText(j.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "RESOURCE\tBOX RECORDS\tSTACK STATE\tPROVIDER ("+d.Provider.Tag+")")
+	var st adminapi.ProviderIDs
+	for _, s := range d.Stacks {
+		st.DropletID = orElse(st.DropletID, s.State.DropletID)
+		st.FirewallID = orElse(st.FirewallID, s.State.FirewallID)
+		st.VolumeID = orElse(st.VolumeID, s.State.VolumeID)
+	}
+	for _, row := range []struct {
+		kind, box, state string
+		at               []adminapi.ProviderResource
+	}{
+		{"droplet", d.Recorded.DropletID, st.DropletID, d.Provider.Droplets},
+		{"volume", d.Recorded.VolumeID, st.VolumeID, d.Provider.Volumes},
+		{"firewall", d.Recorded.FirewallID, st.FirewallID, d.Provider.Firewalls},
+	} {
+		ids := make([]string, 0, len(row.at))
+		for _, r := range row.at {
+			ids = append(ids, strings.TrimSpace(r.ID+" "+r.Status))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, orElse(row.box, "-"), orElse(row.state, "-"), orElse(strings.Join(ids, ", "), "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "STACK\tEXISTS\tLOCK\tPENDING\tCHECKPOINT")
+	for _, s := range d.Stacks {
+		lock := "none"
+		if s.LocksUnknown {
+			lock = "unknown (not a file:// backend)"
+		}
+		var locks []string
+		for _, l := range s.Locks {
+			alive := "holder gone"
+			if l.HolderAlive {
+				alive = "holder alive"
+			}
+			locks = append(locks, fmt.Sprintf("pid %d on %s, %ds old, %s", l.PID, l.Hostname, l.AgeSeconds, alive))
+		}
+		if len(locks) > 0 {
+			lock = strings.Join(locks, "; ")
+		}
+		pending := make([]string, 0, len(s.Pending))
+		for _, p := range s.Pending {
+			pending = append(pending, strings.TrimSpace(p.Kind+" "+p.Name+" "+p.ID))
+		}
+		cp := "none"
+		if s.CheckpointVersion > 0 {
+			cp = fmt.Sprintf("v%d at %s", s.CheckpointVersion, timeOrDash(s.CheckpointAt))
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\n", s.Stack, s.Exists, lock, orElse(strings.Join(pending, ", "), "none"), cp)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	r := d.Recommendation
+	fmt.Fprintf(w, "\nsymptom: %s\nrecommended: %s — %s\n", r.Symptom, r.Action, r.Reason)
+	for _, c := range r.Commands {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+	return nil
+}
+
+// orElse is s, or def when s is empty.
+func orElse(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 type adminJobShowCmd struct {

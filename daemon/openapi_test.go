@@ -189,10 +189,11 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	params := map[string]string{"slug": env.Slug, "id": live.ID, "box": box.Name}
-	// Not fillable from this seed: a job needs the converge executor, the
-	// SSH identity a provision token, a log download CHALUPA_LOGS_URL and a
+	// Not fillable from this seed: a job (and its diagnosis) needs the
+	// converge executor (TestJobDoctorEndToEnd drives the doctor), the SSH
+	// identity a provision token, a log download CHALUPA_LOGS_URL and a
 	// committed chunk (TestAdminLogs covers it against versitygw).
-	unfilled := map[string]bool{"adminGetJob": true, "adminGetSSHKey": true, "adminGetLogDownload": true}
+	unfilled := map[string]bool{"adminGetJob": true, "adminDiagnoseJob": true, "adminGetSSHKey": true, "adminGetLogDownload": true}
 	checked := 0
 	for _, op := range adminapi.Operations {
 		if op.Method != http.MethodGet || unfilled[op.ID] {

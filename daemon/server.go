@@ -196,6 +196,12 @@ func newServer(d serverDeps) (*Server, error) {
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
+	doctor := &jobDoctor{db: d.DB, clock: clock, log: d.Log,
+		lanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}
+	if insp, ok := d.Executor.(stackInspector); ok && s.jobRunner != nil {
+		doctor.inspect, doctor.instance = insp, s.jobRunner.InstanceID()
+	}
+	doctor.register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats}).register(s.ops)

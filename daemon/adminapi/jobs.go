@@ -17,11 +17,13 @@ const (
 	OpClearPulumiState  = "adminClearPulumiStateCache"
 	OpListJobs          = "adminListJobs"
 	OpGetJob            = "adminGetJob"
+	OpDiagnoseJob       = "adminDiagnoseJob"
 	pathConverge        = "/admin-api/pulumi-state/converge"
 	pathCancelState     = "/admin-api/pulumi-state/cancel"
 	pathStateCache      = "/admin-api/pulumi-state/cache"
 	pathJobs            = "/api/admin/jobs"
 	pathJob             = "/api/admin/jobs/:id"
+	pathJobDoctor       = "/api/admin/jobs/:id/doctor"
 )
 
 // Error codes of the converge operations.
@@ -50,6 +52,9 @@ var jobOperations = []Operation{
 	{ID: OpGetJob, MCP: mcpRead, Method: methodGet, Path: pathJob, Status: http.StatusOK,
 		Request: typeOf[GetJobRequest](), Response: typeOf[Job](),
 		Summary: "one converge job with its latest progress and result"},
+	{ID: OpDiagnoseJob, MCP: mcpRead, Method: methodGet, Path: pathJobDoctor, Status: http.StatusOK,
+		Request: typeOf[DiagnoseJobRequest](), Response: typeOf[JobDiagnosis](),
+		Summary: "diagnose a converge job, read-only: job, lease, both stacks' locks, pending operations and checkpoints, the provider's resources by the box's tag, and one recommended next action"},
 }
 
 // Scope names what a job converges: Kind "box" and the box's ID (its

@@ -1,0 +1,318 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/converge"
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// stackInspector reads a box's stacks and provider inventory without
+// changing anything: what the job doctor needs from the executor beyond
+// jobs.Executor (docs/operations.md, "Job doctor").
+type stackInspector interface {
+	Inspect(ctx context.Context, box storage.Box) (boxInspection, error)
+}
+
+// boxInspection is a read of a box's two stacks (data, then compute) and
+// of what the provider holds under the box's tag.
+type boxInspection struct {
+	Stacks   []stackInspection
+	Provider adminapi.ProviderInventory
+}
+
+// stackInspection is one stack's state and locks.
+type stackInspection struct {
+	Name, Role   string
+	View         converge.StackView
+	Locks        []converge.StackLock
+	LocksUnknown bool
+}
+
+var _ stackInspector = (*ConvergeExecutor)(nil)
+
+// Inspect reads both of the box's stacks (an export each, and the
+// backend's lock files, never taking a lock) and lists the droplets,
+// volumes and firewalls carrying the box's tag with the executor's
+// provision token (list calls only). It does not take the executor's
+// mutex: a running job must be diagnosable. Errors: the engine's or the
+// provider's (they may name paths: the caller logs them).
+func (x *ConvergeExecutor) Inspect(ctx context.Context, box storage.Box) (boxInspection, error) {
+	spec := Spec(box, jobs.Job{})
+	var out boxInspection
+	for _, st := range []struct{ name, role string }{{spec.DataStack(), "data"}, {spec.ComputeStack(), "compute"}} {
+		si := stackInspection{Name: st.name, Role: st.role}
+		locks, err := x.Engine.StackLocks(st.name)
+		switch {
+		case errors.Is(err, converge.ErrLocksUnreadable):
+			si.LocksUnknown = true
+		case err != nil:
+			return boxInspection{}, err
+		}
+		si.Locks = locks
+		if si.View, err = x.Engine.ViewStack(ctx, st.name); err != nil {
+			return boxInspection{}, err
+		}
+		out.Stacks = append(out.Stacks, si)
+	}
+	tag := converge.BoxTag(box.Name)
+	out.Provider = adminapi.ProviderInventory{Tag: tag, Droplets: []adminapi.ProviderResource{},
+		Volumes: []adminapi.ProviderResource{}, Firewalls: []adminapi.ProviderResource{}}
+	droplets, err := x.API.ListDropletsByTag(ctx, tag)
+	if err != nil {
+		return boxInspection{}, err
+	}
+	for _, d := range droplets {
+		out.Provider.Droplets = append(out.Provider.Droplets, adminapi.ProviderResource{ID: strconv.Itoa(d.ID), Name: d.Name, Status: d.Status})
+	}
+	volumes, err := x.API.ListVolumesByTag(ctx, tag)
+	if err != nil {
+		return boxInspection{}, err
+	}
+	for _, v := range volumes {
+		out.Provider.Volumes = append(out.Provider.Volumes, adminapi.ProviderResource{ID: v.ID, Name: v.Name})
+	}
+	firewalls, err := x.API.ListFirewallsByTag(ctx, tag)
+	if err != nil {
+		return boxInspection{}, err
+	}
+	for _, f := range firewalls {
+		out.Provider.Firewalls = append(out.Provider.Firewalls, adminapi.ProviderResource{ID: f.ID, Name: f.Name})
+	}
+	return out, nil
+}
+
+// jobDoctor answers adminDiagnoseJob (docs/operations.md, "Job doctor"):
+// it reads and never writes.
+type jobDoctor struct {
+	db      *storage.DB
+	clock   clockwork.Clock
+	inspect stackInspector // nil: converge is not configured
+	// instance is this daemon's job lane instance id ("" without one).
+	instance string
+	// lanePaused reports whether the jobs loop is paused.
+	lanePaused func() bool
+	log        zerolog.Logger
+}
+
+func (h *jobDoctor) register(o *operations) {
+	handleOp(o, adminapi.OpDiagnoseJob, h.diagnose)
+}
+
+func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobRequest) (adminapi.JobDiagnosis, error) {
+	j, err := storage.JobByID(ctx, h.db.Read, req.ID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.JobDiagnosis{}, fail(http.StatusNotFound, "not_found", "no such job")
+	}
+	if err != nil {
+		return adminapi.JobDiagnosis{}, err
+	}
+	box, err := storage.BoxByRef(ctx, h.db.Read, j.ScopeID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.JobDiagnosis{}, fail(http.StatusNotFound, "not_found", "the job's box no longer exists")
+	}
+	if err != nil {
+		return adminapi.JobDiagnosis{}, err
+	}
+	if h.inspect == nil {
+		return adminapi.JobDiagnosis{}, jobError(jobs.ErrNotConfigured)
+	}
+	ins, err := h.inspect.Inspect(ctx, box)
+	if err != nil {
+		// The engine's and the provider's errors may name paths or
+		// backend details: logged, not returned.
+		h.log.Error().Err(err).Str("job", j.ID).Str("box", box.Name).Msg("job doctor: reading the stacks or the provider failed")
+		return adminapi.JobDiagnosis{}, fail(http.StatusBadGateway, "doctor_failed", "reading the stacks or the provider failed; the daemon log says why")
+	}
+	now := h.clock.Now()
+	d := adminapi.JobDiagnosis{Job: toAPIJob(j, box.Name), CheckedAt: now,
+		Lease:    adminapi.JobLease{LanePaused: h.lanePaused(), MaxAttempts: jobs.MaxAttempts},
+		Recorded: adminapi.ProviderIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
+		Provider: ins.Provider, Stacks: make([]adminapi.StackDiagnosis, 0, len(ins.Stacks))}
+	if box.Resources.DropletID != 0 {
+		d.Recorded.DropletID = strconv.FormatInt(box.Resources.DropletID, 10)
+	}
+	if j.Status == storage.JobRunning {
+		d.Lease.Holder = j.LockedBy
+		d.Lease.HolderIsThisDaemon = h.instance != "" && j.LockedBy == h.instance
+		d.Lease.AgeSeconds = int64(now.Sub(j.LockedAt) / time.Second)
+		d.Lease.ExpiresAt = j.LockedAt.Add(jobs.LeaseDuration)
+		d.Lease.Expired = !now.Before(d.Lease.ExpiresAt)
+	}
+	names := make([]string, 0, len(ins.Stacks))
+	for _, s := range ins.Stacks {
+		names = append(names, s.Name)
+	}
+	cps, err := storage.StackCheckpoints(ctx, h.db.Read, names, 1)
+	if err != nil {
+		return adminapi.JobDiagnosis{}, err
+	}
+	for _, s := range ins.Stacks {
+		sd := adminapi.StackDiagnosis{Stack: s.Name, Role: s.Role, Exists: s.View.Exists, LocksUnknown: s.LocksUnknown,
+			Locks: []adminapi.StackLockInfo{}, Pending: []adminapi.PendingOperation{},
+			State: adminapi.ProviderIDs{DropletID: s.View.IDs.DropletID, FirewallID: s.View.IDs.FirewallID, VolumeID: s.View.IDs.VolumeID}}
+		for _, l := range s.Locks {
+			sd.Locks = append(sd.Locks, adminapi.StackLockInfo{PID: l.PID, Hostname: l.Hostname, AcquiredAt: l.AcquiredAt,
+				AgeSeconds: int64(now.Sub(l.AcquiredAt) / time.Second), HolderAlive: l.HolderAlive})
+		}
+		for _, p := range s.View.Pending {
+			sd.Pending = append(sd.Pending, adminapi.PendingOperation{Kind: p.Kind, Type: p.Type, Name: p.Name, ID: p.ID})
+		}
+		for _, c := range cps {
+			if c.Stack == s.Name {
+				sd.CheckpointVersion, sd.CheckpointAt = c.Version, c.CreatedAt
+			}
+		}
+		d.Stacks = append(d.Stacks, sd)
+	}
+	d.Recommendation = recommend(d)
+	return d, nil
+}
+
+// Commands the doctor recommends (docs/operations.md, "Job doctor").
+func showJobCommand(id string) string     { return "chalupa admin job show " + id }
+func upCommand(box string) string         { return "chalupa admin converge " + box + " up --wait" }
+func refreshCommand(box string) string    { return "chalupa admin converge " + box + " refresh --wait" }
+func cancelLockCommand(box string) string { return "chalupa admin state cancel " + box }
+func wipeCommand(box string) string {
+	return "chalupa admin state wipe " + box + " --confirm '" + adminapi.WipePhrase(box) + "'"
+}
+func deleteAtProvider(kind, id string) string { return "doctl compute " + kind + " delete " + id }
+
+const resumeLaneCommand = "chalupa admin loops resume jobs"
+
+// recommend is the symptom table of docs/operations.md, "Job doctor": the
+// first row whose symptom the diagnosis shows gives the one next action.
+func recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
+	j, box := d.Job, d.Job.Box
+	rec := func(action, symptom, reason string, cmds ...string) adminapi.Recommendation {
+		if cmds == nil {
+			cmds = []string{}
+		}
+		return adminapi.Recommendation{Action: action, Symptom: symptom, Reason: reason, Commands: cmds}
+	}
+	if j.Status == storage.JobRunning && d.Lease.HolderIsThisDaemon {
+		return rec(adminapi.DoctorNothing, "running",
+			fmt.Sprintf("the job is running in this daemon's lane; its lease ends at %s", d.Lease.ExpiresAt.UTC().Format(time.RFC3339)),
+			showJobCommand(j.ID))
+	}
+	var stateDroplet, stateFirewall, stateVolume string
+	for _, s := range d.Stacks {
+		stateDroplet = firstNonEmpty(stateDroplet, s.State.DropletID)
+		stateFirewall = firstNonEmpty(stateFirewall, s.State.FirewallID)
+		stateVolume = firstNonEmpty(stateVolume, s.State.VolumeID)
+	}
+	known := func(id string) bool {
+		return id == d.Recorded.DropletID || id == d.Recorded.VolumeID || id == d.Recorded.FirewallID ||
+			id == stateDroplet || id == stateVolume || id == stateFirewall
+	}
+	// Extra resources: more than one of a kind (recovery refuses to
+	// guess), the ones neither recorded nor in a state.
+	kinds := []struct {
+		kind string
+		list []adminapi.ProviderResource
+	}{{"droplet", d.Provider.Droplets}, {"volume", d.Provider.Volumes}, {"firewall", d.Provider.Firewalls}}
+	for _, k := range kinds {
+		if len(k.list) < 2 {
+			continue
+		}
+		// Delete what neither the box nor a stack records; when nothing
+		// is recorded, keep the first listed.
+		var cmds []string
+		for i, r := range k.list {
+			if !known(r.ID) && (i > 0 || slices.ContainsFunc(k.list, func(o adminapi.ProviderResource) bool { return known(o.ID) })) {
+				cmds = append(cmds, deleteAtProvider(k.kind, r.ID))
+			}
+		}
+		return rec(adminapi.DoctorReconcileHost, "more than one "+k.kind+" carries the box's tag",
+			fmt.Sprintf("%d %ss carry %s; crash recovery and the next up refuse to guess which one is the box's: delete the extra one (the command names those neither the box nor a stack records; check it holds nothing you need), then converge", len(k.list), k.kind, d.Provider.Tag),
+			append(cmds, upCommand(box))...)
+	}
+	switch j.Status {
+	case storage.JobRunning:
+		if d.Lease.LanePaused {
+			return rec(adminapi.DoctorResumeLane, "left running by a stopped process, lane paused",
+				"the job's holder is gone and the jobs loop is paused, so crash recovery has not run: resuming it cancels the stack locks, clears pending operations, adopts what the provider holds and retries or fails the job by its attempts",
+				resumeLaneCommand)
+		}
+		return rec(adminapi.DoctorNothing, "left running by a stopped process",
+			"the job's holder is gone; crash recovery settles it before the lane claims anything and is retried every minute (the daemon log says why it has not yet)",
+			showJobCommand(j.ID))
+	case storage.JobQueued:
+		if d.Lease.LanePaused {
+			return rec(adminapi.DoctorResumeLane, "queued, lane paused", "the jobs loop is paused: the job waits until it is resumed", resumeLaneCommand)
+		}
+		return rec(adminapi.DoctorNothing, "queued", "the job waits its turn in the lane", showJobCommand(j.ID))
+	}
+	// The job has ended: what the stacks and the provider hold decides.
+	for _, k := range kinds[:2] { // a firewall is free: only billable hosts
+		for _, r := range k.list {
+			if !known(r.ID) {
+				return rec(adminapi.DoctorReconcileHost, "an unrecorded "+k.kind+" carries the box's tag",
+					fmt.Sprintf("%s %s carries %s but neither the box nor its stacks record it: it is billable and the next up would create another; delete it at DigitalOcean if nothing on it is needed", k.kind, r.ID, d.Provider.Tag),
+					deleteAtProvider(k.kind, r.ID))
+			}
+		}
+	}
+	for _, s := range d.Stacks {
+		for _, l := range s.Locks {
+			if l.HolderAlive {
+				return rec(adminapi.DoctorNothing, "stack locked by a live process",
+					fmt.Sprintf("process %d on this host holds the lock of %s: wait for it to end", l.PID, s.Stack))
+			}
+		}
+	}
+	for _, s := range d.Stacks {
+		if len(s.Locks) > 0 {
+			return rec(adminapi.DoctorCancelLock, "stack locked by a process that is gone",
+				fmt.Sprintf("the lock of %s is held by a process that no longer runs and no job is live: cancel it, then converge", s.Stack),
+				cancelLockCommand(box), upCommand(box))
+		}
+	}
+	for _, s := range d.Stacks {
+		if len(s.Pending) > 0 {
+			return rec(adminapi.DoctorWipeThenUp, "pending operations in a stack",
+				fmt.Sprintf("%s holds %d unfinished operation(s): a create may have reached the provider; wipe the state cache so the next up adopts what the box records", s.Stack, len(s.Pending)),
+				wipeCommand(box), upCommand(box))
+		}
+	}
+	gone := func(id string, list []adminapi.ProviderResource) bool {
+		return id != "" && !slices.ContainsFunc(list, func(r adminapi.ProviderResource) bool { return r.ID == id })
+	}
+	if gone(stateDroplet, d.Provider.Droplets) || gone(stateVolume, d.Provider.Volumes) ||
+		(len(d.Provider.Firewalls) > 0 && gone(stateFirewall, d.Provider.Firewalls)) {
+		return rec(adminapi.DoctorRefreshThenUp, "the state records a resource the provider no longer has",
+			"a refresh drops what is gone from the state; the up then recreates it", refreshCommand(box), upCommand(box))
+	}
+	missing := func(state string, list []adminapi.ProviderResource) bool {
+		return len(list) == 1 && list[0].ID != state
+	}
+	if missing(stateDroplet, d.Provider.Droplets) || missing(stateVolume, d.Provider.Volumes) || missing(stateFirewall, d.Provider.Firewalls) {
+		return rec(adminapi.DoctorWipeThenUp, "the provider holds a recorded resource the state lacks",
+			"the box records a resource the stacks do not: wipe the state cache so the next up adopts it instead of creating another",
+			wipeCommand(box), upCommand(box))
+	}
+	if j.Status == storage.JobFailed {
+		return rec(adminapi.DoctorRefreshThenUp, "failed, state and provider agree",
+			"read the job's error first; a refresh re-reads what exists, then the up retries", refreshCommand(box), upCommand(box))
+	}
+	return rec(adminapi.DoctorNothing, "ended, state and provider agree", "the stacks, the box and the provider agree; no lock is held")
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
