@@ -16,8 +16,8 @@ const JournalTimeout = 30 * time.Second
 var ErrNoJournalctl = errors.New("journalctl not found on PATH: --log-unit needs systemd's journal")
 
 // JournalSource reads one systemd unit's journal through `journalctl -u
-// UNIT -o short-iso --show-cursor`, after the saved cursor (the whole
-// boot's entries when there is none). Each run's output is handed out in
+// UNIT -o short-iso --show-cursor`, after the saved cursor (all the
+// unit's entries the journal keeps when there is none). Each run's output is handed out in
 // blocks; only its last block carries the new cursor, so a crash in the
 // middle re-reads (never skips) lines.
 type JournalSource struct {
@@ -44,8 +44,6 @@ func (s *JournalSource) Read(max int) ([]byte, string, error) {
 		args := []string{"-u", s.unit, "-o", "short-iso", "--no-pager", "--show-cursor", "-q"}
 		if s.cursor != "" {
 			args = append(args, "--after-cursor", s.cursor)
-		} else {
-			args = append(args, "-b")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), JournalTimeout)
 		out, err := exec.CommandContext(ctx, s.bin, args...).Output()
@@ -53,13 +51,7 @@ func (s *JournalSource) Read(max int) ([]byte, string, error) {
 		if err != nil {
 			return nil, s.cursor, fmt.Errorf("journalctl -u %s: %w", s.unit, err)
 		}
-		body, next := out, s.cursor
-		if i := bytes.LastIndex(out, cursorPrefix); i >= 0 && (i == 0 || out[i-1] == '\n') {
-			body, next = out[:i], string(bytes.TrimSpace(out[i+len(cursorPrefix):]))
-		}
-		if bytes.HasPrefix(body, []byte("-- No entries --")) {
-			body = nil
-		}
+		body, next := SplitJournal(out, s.cursor)
 		s.buf, s.next = body, next
 		if len(body) == 0 {
 			s.cursor = next
@@ -80,3 +72,17 @@ func (s *JournalSource) Read(max int) ([]byte, string, error) {
 
 // Close does nothing: no process outlives a Read.
 func (s *JournalSource) Close() error { return nil }
+
+// SplitJournal splits journalctl's output (`--show-cursor`) into the entries
+// and the cursor after them (prev when the output names none, as when there
+// are no entries).
+func SplitJournal(out []byte, prev string) ([]byte, string) {
+	body, next := out, prev
+	if i := bytes.LastIndex(out, cursorPrefix); i >= 0 && (i == 0 || out[i-1] == '\n') {
+		body, next = out[:i], string(bytes.TrimSpace(out[i+len(cursorPrefix):]))
+	}
+	if bytes.HasPrefix(body, []byte("-- No entries --")) {
+		body = nil
+	}
+	return body, next
+}

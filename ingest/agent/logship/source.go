@@ -126,10 +126,11 @@ func (s *FileSource) Read(max int) ([]byte, string, error) {
 		if m > 0 {
 			return tail[:m], s.Cursor(), nil
 		}
-		return nil, s.Cursor(), nil
+		return s.Read(max)
 	case fi.Size() < s.off:
 		// Truncated in place (copytruncate): start again.
 		s.off = 0
+		return s.Read(max)
 	}
 	return nil, s.Cursor(), nil
 }
