@@ -586,11 +586,23 @@ func (s *Shipper) Stop(ctx context.Context) (TickResult, error) {
 	return res, nil
 }
 
-// Run ticks every interval until ctx ends, then stops within stopTimeout.
+// Run ticks every interval (at once again while a backlog fills whole
+// ticks) until ctx ends, then stops within stopTimeout.
 func (s *Shipper) Run(ctx context.Context, interval, stopTimeout time.Duration) {
 	for {
-		if _, err := s.Tick(ctx); err != nil {
+		res, err := s.Tick(ctx)
+		if err != nil {
 			s.cfg.Log.Error().Err(err).Str("service", s.cfg.Service).Msg("log shipping")
+		}
+		var next <-chan time.Time
+		if err == nil && !res.Paused && res.Read >= maxReadPerTick {
+			// A backlog: read on at once rather than a tick's worth every
+			// interval.
+			c := make(chan time.Time)
+			close(c)
+			next = c
+		} else {
+			next = s.cfg.Clock.After(interval)
 		}
 		select {
 		case <-ctx.Done():
@@ -602,7 +614,7 @@ func (s *Shipper) Run(ctx context.Context, interval, stopTimeout time.Duration) 
 			n, b := s.Spooled()
 			s.cfg.Log.Info().Err(err).Str("service", s.cfg.Service).Int("committed", r.Committed).Int("spooled", n).Int64("spooledBytes", b).Msg("log shipping stopped")
 			return
-		case <-s.cfg.Clock.After(interval):
+		case <-next:
 		}
 	}
 }
