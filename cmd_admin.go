@@ -51,6 +51,7 @@ type adminCmd struct {
 	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
 	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
+	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
 
@@ -156,6 +157,9 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		fmt.Fprintf(tw, "schema version\t%d\n", st.SchemaVersion)
 		fmt.Fprintf(tw, "database size\t%d bytes\n", st.DBSizeBytes)
 		fmt.Fprintf(tw, "replica\t%s, local txid %d, remote txid %d, lag %.1fs (limit %.0fs)\n", r.Kind, r.LocalTXID, r.RemoteTXID, r.LagSeconds, r.LagLimitSeconds)
+		if r.Generation != "" {
+			fmt.Fprintf(tw, "replica generation\t%s (a rollback started it: restore from the replica URL with /%s appended)\n", r.Generation, r.Generation)
+		}
 		if !r.LastSyncAt.IsZero() {
 			fmt.Fprintf(tw, "last sync\t%s\n", r.LastSyncAt.UTC().Format(time.RFC3339))
 		}
@@ -164,6 +168,11 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
+		}
+		for _, l := range st.Loops {
+			if l.Paused {
+				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
+			}
 		}
 		return tw.Flush()
 	})

@@ -9,7 +9,7 @@ import (
 // install"), embedded so an installed binary always writes the unit that
 // matches its own flags.
 //
-//go:embed chalupa-agent.service
+//go:embed contrib/agent/chalupa-agent.service
 var agentUnit string
 
 type agentSystemdUnitCmd struct{}

@@ -14,7 +14,9 @@ import (
 )
 
 type migrateCmd struct {
-	Status migrateStatusCmd `cmd:"" help:"List applied and pending migrations of the database in CHALUPA_DATA_DIR."`
+	Status        migrateStatusCmd        `cmd:"" help:"List applied and pending migrations of the database in CHALUPA_DATA_DIR."`
+	RestorePoints migrateRestorePointsCmd `cmd:"" name:"restore-points" help:"List the restore points taken before migrations, newest first, each integrity-checked."`
+	Rollback      migrateRollbackCmd      `cmd:"" help:"Replace the database with a restore point (daemon stopped): says what is lost, asks for a typed confirmation, moves the current database aside."`
 }
 
 type migrateStatusCmd struct {

@@ -18,6 +18,7 @@ import (
 type serveCmd struct {
 	LagLimit       time.Duration `help:"How long replication may lag or fail before /api/ready answers 503." default:"2m"`
 	MaxConnections int           `help:"Most client connections open at once; more are answered 503 and closed at once." default:"4096"`
+	PauseLoops     string        `name:"pause-loops" placeholder:"LOOP,…" help:"Pause these background loops (reaper, retention, costs, jobs) until resumed with 'chalupa admin loops resume'; persisted across restarts. Ingest is never paused."`
 	// ClockOffset runs the daemon's clock ahead (tests of the built binary
 	// only; refused unless CHALUPA_LISTEN is loopback).
 	ClockOffset time.Duration `hidden:"" help:"Tests only: run the daemon's clock this far ahead (loopback listen only)."`
@@ -33,6 +34,10 @@ func (s *serveCmd) Run() error {
 	}
 	if s.MaxConnections < 1 {
 		return &exitError{code: exitUsage, err: errors.New("--max-connections must be at least 1")}
+	}
+	pause, err := daemon.ParseLoopNames(s.PauseLoops)
+	if err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("--pause-loops: %w", err)}
 	}
 	cfg, err := daemon.LoadConfig(os.LookupEnv)
 	if err != nil {
@@ -56,5 +61,5 @@ func (s *serveCmd) Run() error {
 		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
-	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock})
+	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock, PauseLoops: pause})
 }

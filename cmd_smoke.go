@@ -162,6 +162,7 @@ func (s *smoke) run(ctx context.Context) {
 	csrf := s.login(ctx)
 	if s.setup(ctx) {
 		s.ingest(ctx)
+		s.runReport(ctx)
 		s.views(ctx)
 	}
 	s.logout(ctx, csrf)
@@ -262,6 +263,41 @@ func (s *smoke) ingest(ctx context.Context) {
 	w.Metrics.CPUPct.Last = 11
 	code, body = post(w)
 	s.add("changed window retry", code == http.StatusConflict, "%d %s", code, strings.TrimSpace(body))
+}
+
+// runReport reports a CI run with one artifact for the synthetic
+// deployment, signed like the agent's report, and checks that the admin
+// API lists it with its artifact and that the environment's console page
+// shows both.
+func (s *smoke) runReport(ctx context.Context) {
+	const row = "run with artifact"
+	now := time.Now().UTC()
+	runID := "smoke-run-" + strings.TrimPrefix(s.deployment, "smoke-")
+	artifact := "smoke-report.txt"
+	rep := ingest.RunReportV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, RunID: runID, Suite: "smoke",
+		Status: "passed", StartedAt: now.Add(-time.Second), FinishedAt: now,
+		Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: artifact, MediaType: "text/plain", SizeBytes: 5,
+			SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Locator: ingest.LocalLocator("smoke-artifact-1")}}}
+	b, _ := json.Marshal(rep)
+	r, err := s.signer.Post(ctx, "/api/ingest/runs", b)
+	if err != nil || r.Status != http.StatusAccepted {
+		status := 0
+		if r != nil {
+			status = r.Status
+		}
+		s.add(row, false, "POST /api/ingest/runs: %d", status)
+		return
+	}
+	listed := false
+	if l, err := s.admin.ListRuns(ctx, s.env); err == nil {
+		for _, x := range l.Runs {
+			listed = listed || (x.RunID == runID && len(x.Artifacts) == 1 && x.Artifacts[0].Name == artifact)
+		}
+	}
+	code, _, page, _ := s.get(ctx, "/app/env/"+s.env, "")
+	shown := code == http.StatusOK && strings.Contains(page, runID) && strings.Contains(page, artifact)
+	s.add(row, listed && shown, "POST /api/ingest/runs: 202; %s with its artifact listed by the admin API: %v, on the console's environment page: %v",
+		runID, listed, shown)
 }
 
 func (s *smoke) views(ctx context.Context) {

@@ -14,9 +14,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
 )
 
 // chromiumPath is where Debian's chromium package (installed by
@@ -26,9 +28,13 @@ const chromiumPath = "/usr/bin/chromium"
 // TestConsoleInChromium drives the built binary's console in Debian's
 // headless Chromium: /app sends a stranger to login; sign in; the fleet;
 // an environment whose deployment has 40 minutes of telemetry; its charts
-// with one vertex per point; events; sign out; /app redirects again. A
-// screenshot of each page is written under the test's artifact directory
-// (go test -artifacts keeps them).
+// with one vertex per point; events; costs; the box's Settings → Pulumi,
+// whose preview form enqueues a job (the real pulumi CLI with the test
+// provider) and whose destroy form refuses a wrong phrase enqueuing
+// nothing; the oracle; every page at phone width (390 px: no sideways
+// scrolling, every input labelled, the skip link first in focus order);
+// sign out; /app redirects again. A screenshot of each page is written
+// under the test's artifact directory (go test -artifacts keeps them).
 func TestConsoleInChromium(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath(chromiumPath); err != nil {
@@ -38,7 +44,13 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Skipf("%s is missing: run contrib/install-test-tools.sh", chromiumPath)
 	}
 	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	// Converge runs with the real pulumi CLI and the test provider against
+	// the DigitalOcean API test server, as in the converge end-to-end test.
+	cli := daemontest.ToolPath(t, "pulumi")
+	api := dofake.New(t)
+	api.AddTokenValue("provision", convergeE2EToken, dofake.FullAccess...)
+	d := daemontest.StartDaemon(t, bin, map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli)})
 
 	const password = "a console password for the browser test"
 	pwFile := filepath.Join(t.TempDir(), "pw")
@@ -81,6 +93,22 @@ func TestConsoleInChromium(t *testing.T) {
 		if err != nil || r.Status != http.StatusAccepted {
 			t.Fatalf("window %d: %v %d %s", i, err, r.Status, r.Body)
 		}
+	}
+
+	admin := d.Admin()
+	if _, err := admin.CreateBox(context.Background(), adminapi.CreateBoxRequest{Name: "box-web", Environment: "demo-harbor", BoxConfig: adminapi.BoxConfig{
+		Region: "nyc3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
+		SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
+		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	jobsOf := func() []adminapi.Job {
+		t.Helper()
+		l, err := admin.ListJobs(context.Background(), adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Jobs
 	}
 
 	start := time.Now()
@@ -147,6 +175,117 @@ func TestConsoleInChromium(t *testing.T) {
 	shot("events")
 	visit("/app/costs", "h1")
 	shot("costs")
+
+	// Converge: the environment links the box's Settings → Pulumi; its
+	// preview form enqueues a job and lands on the job's page.
+	visit("/app/env/demo-harbor", "#boxes")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#boxes a[href="/app/boxes/box-web"]`)), chromedp.WaitVisible(chromedp.CSS("#converge-preview"))); err != nil {
+		t.Fatalf("box page: %v (at %s)", err, location())
+	}
+	shot("box")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#converge-preview")), chromedp.WaitVisible(chromedp.CSS("#job-status"))); err != nil {
+		t.Fatalf("preview form: %v (at %s)", err, location())
+	}
+	shot("job")
+	js := jobsOf()
+	if len(js) != 1 || js[0].Action != "preview" || js[0].Box != "box-web" || location() != d.URL+"/app/jobs/"+js[0].ID {
+		t.Fatalf("after the preview form: jobs %+v, at %s", js, location())
+	}
+	jobPath := "/app/jobs/" + js[0].ID
+	// The destroy form with a wrong phrase is refused and enqueues nothing.
+	visit("/app/boxes/box-web", "#confirmation")
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#confirmation"), "destroy box-wrong"), chromedp.Click(chromedp.CSS("#converge-destroy")),
+		chromedp.WaitVisible(chromedp.CSS("#converge-error"))); err != nil {
+		t.Fatalf("destroy form: %v (at %s)", err, location())
+	}
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#converge-error")))
+	if err != nil || !strings.Contains(msg, "confirmation did not match") {
+		t.Fatalf("destroy refusal says %q (%v)", msg, err)
+	}
+	shot("destroy-refused")
+	if n := len(jobsOf()); n != 1 {
+		t.Fatalf("a refused destroy left %d jobs, want 1", n)
+	}
+	// The preview runs to success (the job page reloads itself meanwhile)
+	// and its page then shows the outcome and the last progress report.
+	deadline := time.Now().Add(e2eJobDeadline)
+	for j, err := admin.GetJob(context.Background(), js[0].ID); !j.Done(); j, err = admin.GetJob(context.Background(), js[0].ID) {
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("preview job: %+v %v", j, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	visit(jobPath, "#job-status")
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#job-status")))
+	if err != nil || status != "succeeded" {
+		j, _ := admin.GetJob(context.Background(), js[0].ID)
+		t.Fatalf("preview job page says %q (%v): %s", status, err, j.Error)
+	}
+	if p, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#job-progress"))); err != nil || strings.HasPrefix(p, "none yet") {
+		t.Fatalf("a finished preview shows no progress: %q (%v)", p, err)
+	}
+	shot("job-done")
+	visit("/app/oracle?tab=cache", "#oracle-boxes")
+	shot("oracle")
+
+	// Phone width (phoneWidth CSS px): no page scrolls sideways, every
+	// input has a label, and the first Tab reaches the skip link. The
+	// width is compared with the emulated one, not innerWidth: a mobile
+	// viewport widens itself to fit content that overflows.
+	const phoneWidth = 390
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(phoneWidth, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	phone := func(name, path, mustSee string) {
+		t.Helper()
+		visit(path, mustSee)
+		type fitness struct {
+			Scroll, Inner int
+			Unlabelled    []string
+		}
+		fit, err := chromedp.Run(ctx, chromedp.Evaluate[fitness](`({
+			Scroll: document.scrollingElement.scrollWidth, Inner: window.innerWidth,
+			Unlabelled: [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+				.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.name || e.id),
+		})`))
+		if err != nil {
+			t.Fatalf("phone %s: %v", path, err)
+		}
+		shot("phone-" + name)
+		if err := chromedp.Do(ctx, chromedp.KeyEvent("\t")); err != nil {
+			t.Fatalf("phone %s: Tab: %v", path, err)
+		}
+		// A page with an autofocused field (login) starts there instead.
+		focus, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[autofocus]') ? 'skip' : document.activeElement.className`))
+		if err != nil {
+			t.Fatalf("phone %s: %v", path, err)
+		}
+		t.Logf("phone %s: %d px wide (innerWidth %d) at %d px", path, fit.Scroll, fit.Inner, phoneWidth)
+		if fit.Scroll > phoneWidth || fit.Inner > phoneWidth {
+			t.Errorf("phone %s: the page is %d px wide (innerWidth %d) in a %d px viewport", path, fit.Scroll, fit.Inner, phoneWidth)
+		}
+		if len(fit.Unlabelled) > 0 {
+			t.Errorf("phone %s: inputs without a label: %q", path, fit.Unlabelled)
+		}
+		if focus != "skip" {
+			t.Errorf("phone %s: the first Tab focused %q, want the skip link", path, focus)
+		}
+	}
+	for _, p := range []struct{ name, path, mustSee string }{
+		{"fleet", "/app", "#fleet"},
+		{"environment", "/app/env/demo-harbor", "#deployments"},
+		{"deployment", "/app/env/demo-harbor/deployments/dep-web?range=1h", "figure[data-metric=cpuPct]"},
+		{"events", "/app/events", "h1"},
+		{"costs", "/app/costs", "h1"},
+		{"oracle", "/app/oracle?tab=cache", "#oracle-boxes"},
+		{"box", "/app/boxes/box-web", "#confirmation"},
+		{"job", jobPath, "#job-status"},
+	} {
+		phone(p.name, p.path, p.mustSee)
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1100, 900)); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("header form button")), chromedp.WaitVisible(chromedp.CSS("#password"))); err != nil {
 		t.Fatalf("sign out: %v", err)
 	}
@@ -154,5 +293,10 @@ func TestConsoleInChromium(t *testing.T) {
 	if loc := location(); loc != d.URL+"/login" {
 		t.Fatalf("/app after sign-out landed on %s, want /login", loc)
 	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(phoneWidth, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	phone("login", "/login", "#password")
+	phone("landing", "/", "main")
 	t.Logf("browser suite: %s in Chromium; screenshots in %s", time.Since(start).Round(time.Millisecond), art)
 }

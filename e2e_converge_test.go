@@ -6,12 +6,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/converge/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/reaper/dofake"
@@ -35,14 +39,11 @@ const e2eJobDeadline = 5 * time.Minute
 // state file.
 func TestConvergeSIGKILLRecovery(t *testing.T) {
 	bin := daemontest.BuildBinary(t)
-	cli := daemontest.ToolPath(t, "pulumi")
-	api := dofake.New(t)
-	api.AddTokenValue("provision", convergeE2EToken, dofake.FullAccess...)
-	env := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli)}
-	d := daemontest.StartDaemon(t, bin, env)
+	api, droplet := e2eConvergeAPI(t)
+	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
 	ctx := context.Background()
 	cl := d.Admin()
+	e2eAuthorize(t, cl, droplet)
 	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo"}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +122,35 @@ func TestConvergeSIGKILLRecovery(t *testing.T) {
 	})
 }
 
+// e2eConvergeAPI starts the DigitalOcean API test server, every droplet
+// of which reports 127.0.0.1 as its public IPv4, and the local SSH server
+// standing in for the droplets' sshd (key delivery after each up).
+func e2eConvergeAPI(t *testing.T) (*dofake.Server, *sshdtest.Server) {
+	api := dofake.New(t, dofake.WithPublicIPv4("127.0.0.1"))
+	api.AddTokenValue("provision", convergeE2EToken, dofake.FullAccess...)
+	droplet := sshdtest.New(t, sshdtest.NewSigner(t), nil)
+	droplet.Root = t.TempDir()
+	return api, droplet
+}
+
+// e2eConvergeEnv is the built binary's configuration with converge on,
+// key delivery dialling the fake droplet's port.
+func e2eConvergeEnv(t *testing.T, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
+	cli := daemontest.ToolPath(t, "pulumi")
+	return map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli), "CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())}
+}
+
+// e2eAuthorize installs chalupa's SSH identity on the fake droplet.
+func e2eAuthorize(t *testing.T, cl *adminapi.Client, droplet *sshdtest.Server) {
+	t.Helper()
+	k, err := cl.GetSSHKey(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	droplet.Authorize(sshdtest.Authorized(t, k.PublicKey))
+}
+
 // jobStatus reads a job's status from the stopped daemon's database.
 func jobStatus(t *testing.T, dbPath, id string) string {
 	t.Helper()
@@ -134,4 +164,182 @@ func jobStatus(t *testing.T, dbPath, id string) string {
 		t.Fatal(err)
 	}
 	return j.Status
+}
+
+// e2eConverge enqueues action on box through the admin API, waits for the
+// job and requires success; it returns the job's summary.
+func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminapi.Job, map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	j, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: box}, Action: action})
+	if err != nil {
+		t.Fatalf("%s: %v", action, err)
+	}
+	deadline := time.Now().Add(e2eJobDeadline)
+	for !j.Done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s job %s still %s after %s", action, j.ID, j.Status, e2eJobDeadline)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if j, err = cl.GetJob(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j.Status != storage.JobSucceeded {
+		t.Fatalf("%s job %s: %s: %s", action, j.ID, j.Status, j.Error)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(j.Result, &sum); err != nil {
+		t.Fatalf("%s result: %v", action, err)
+	}
+	return j, sum
+}
+
+// e2eBox creates environment demo and its box name (10 GiB volume).
+func e2eBox(t *testing.T, cl *adminapi.Client, name string, volumeGiB int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: name, Environment: "demo", BoxConfig: adminapi.BoxConfig{
+		Region: "nyc3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
+		SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
+		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: volumeGiB}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConvergeCheckpointRestore: an up through the queue checkpoints both
+// stacks into the database; the embedded Litestream replicates it to
+// versitygw; the real `litestream restore` brings it into a fresh data dir
+// with an empty Pulumi backend; the built binary started there restores
+// both stacks from their checkpoints before its lane runs anything, so a
+// preview finds the three resources unchanged (no create) and an up
+// imports nothing and creates nothing: the test server still holds exactly
+// one droplet.
+func TestConvergeCheckpointRestore(t *testing.T) {
+	bin := daemontest.BuildBinary(t)
+	litestream := daemontest.ToolPath(t, "litestream")
+	s3 := daemontest.StartVersityGW(t)
+	api, droplet := e2eConvergeAPI(t)
+	env := e2eConvergeEnv(t, api, droplet)
+	for k, v := range s3.DaemonEnv("converge") {
+		env[k] = v
+	}
+	d := daemontest.StartDaemon(t, bin, env)
+	cl := d.Admin()
+	e2eAuthorize(t, cl, droplet)
+	e2eBox(t, cl, "box-1", 10)
+	if _, sum := e2eConverge(t, cl, "box-1", "up"); sum["create"] != 3.0 {
+		t.Fatalf("up: %v", sum["steps"])
+	}
+	e2eStop(t, d)
+
+	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("converge"), s3.Credentials())
+	db, err := storage.Open(context.Background(), restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := storage.LatestStackStates(context.Background(), db.Read)
+	db.Close()
+	if err != nil || len(states) != 2 {
+		t.Fatalf("the restored database holds %d stack checkpoints (%v), want both stacks'", len(states), err)
+	}
+
+	dataDir := t.TempDir()
+	e2eCopyFile(t, restored, filepath.Join(dataDir, "chalupa.db"))
+	env2 := e2eSecrets(d.Env)
+	for k, v := range e2eConvergeEnv(t, api, droplet) {
+		env2[k] = v
+	}
+	env2["CHALUPA_DATA_DIR"] = dataDir // its Pulumi backend, file://DATA_DIR/pulumi, is empty
+	if _, err := os.Stat(filepath.Join(dataDir, "pulumi")); !os.IsNotExist(err) {
+		t.Fatalf("the fresh data dir already has a Pulumi backend: %v", err)
+	}
+	d2 := daemontest.StartDaemon(t, bin, env2)
+	cl = d2.Admin()
+	pre, sum := e2eConverge(t, cl, "box-1", "preview")
+	if sum["same"] != 3.0 || sum["create"] != 0.0 || sum["import"] != 0.0 {
+		t.Fatalf("preview after restore (job %s): %v; log:\n%s", pre.ID, sum["steps"], d2.Logs())
+	}
+	if !strings.Contains(d2.Logs(), "restored stacks missing from the Pulumi backend") {
+		t.Error("the restored daemon did not log the stack restore")
+	}
+	if _, sum := e2eConverge(t, cl, "box-1", "up"); sum["same"] != 3.0 || sum["create"] != 0.0 || sum["import"] != 0.0 {
+		t.Fatalf("up after restore: %v", sum["steps"])
+	}
+	if n := len(api.Droplets()); n != 1 {
+		t.Fatalf("%d droplets after the restored daemon's up, want exactly 1", n)
+	}
+}
+
+// TestConvergeSIGKILLFirewallRecovery: the daemon is SIGKILLed while the
+// firewall create of an up has reached the test server (the firewall
+// exists) but its answer is held back, so Pulumi's state holds only a
+// pending create. The restarted daemon's recovery finds the firewall by
+// the box's tag, records it and wipes the compute stack; the retried up
+// adopts it: exactly one firewall (and one droplet) exists, recorded on the
+// box.
+func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
+	bin := daemontest.BuildBinary(t)
+	api, droplet := e2eConvergeAPI(t)
+	api.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: e2eJobDeadline})
+	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	ctx := context.Background()
+	cl := d.Admin()
+	e2eAuthorize(t, cl, droplet)
+	e2eBox(t, cl, "box-1", 10)
+	job, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(e2eJobDeadline)
+	for len(api.Firewalls()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no firewall created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Kill()
+	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
+		t.Fatalf("job after SIGKILL is %s, want running", j)
+	}
+	fw := api.Firewalls()[0]
+	if !slices.Contains(fw.Tags, "chalupa:box:box-1") {
+		t.Fatalf("the firewall does not carry the box's tag: %v", fw.Tags)
+	}
+
+	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	cl = d2.Admin()
+	var j adminapi.Job
+	for {
+		if j, err = cl.GetJob(ctx, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		if j.Done() {
+			break
+		}
+		if time.Now().After(deadline.Add(e2eJobDeadline)) {
+			t.Fatalf("job still %s; log:\n%s", j.Status, d2.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
+		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d2.Logs())
+	}
+	if fs := api.Firewalls(); len(fs) != 1 || fs[0].ID != fw.ID {
+		t.Fatalf("firewalls after recovery: %+v, want exactly the one created before the kill (%s)", fs, fw.ID)
+	}
+	if n := len(api.Droplets()); n != 1 {
+		t.Fatalf("%d droplets after recovery, want 1", n)
+	}
+	box, err := cl.GetBox(ctx, "box-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if box.Resources.FirewallID != fw.ID {
+		t.Errorf("box firewall %q, want %q", box.Resources.FirewallID, fw.ID)
+	}
+	t.Logf("recovered up result: %s", j.Result)
 }

@@ -32,7 +32,7 @@ func TestSmokeEndToEnd(t *testing.T) {
 			t.Fatalf("smoke exited %d:\n%s", code, out)
 		}
 		for _, row := range []string{"health", "readiness", "login", "signed heartbeat", "replayed nonce", "signed Monitor window",
-			"exact window retry", "changed window retry", "fleet", "performance", "landing page", "/app signed out", "logout", "cleanup"} {
+			"exact window retry", "changed window retry", "run with artifact", "fleet", "performance", "landing page", "/app signed out", "logout", "cleanup"} {
 			if !strings.Contains(out, row+" ") {
 				t.Errorf("no %q row:\n%s", row, out)
 			}

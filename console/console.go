@@ -24,6 +24,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
+	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -82,6 +83,9 @@ type Deps struct {
 	DB *storage.DB
 	// Perf is the performance read service the admin API also uses.
 	Perf *telemetry.PerformanceReader
+	// Jobs is the converge job service the admin API also calls (nil:
+	// converge forms say converge is not configured).
+	Jobs *jobs.Service
 	// Replication returns the replicator's health at now.
 	Replication func(now time.Time) storage.ReplicationHealth
 	// CostRule is the billing rule estimates apply.
@@ -153,6 +157,10 @@ func (c *Console) Routes() []Route {
 		{"GET", "/app/costs", c.page(c.authed(c.costs))},
 		{"GET", "/app/env/:slug", c.page(c.authed(c.environment))},
 		{"GET", "/app/env/:slug/deployments/:id", c.page(c.authed(c.deployment))},
+		{"GET", "/app/oracle", c.page(c.authed(c.oracle))},
+		{"GET", "/app/boxes/:name", c.page(c.authed(c.box))},
+		{"POST", "/app/boxes/:name/converge", c.page(c.authed(c.converge))},
+		{"GET", "/app/jobs/:id", c.page(c.authed(c.job))},
 	}
 }
 

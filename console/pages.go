@@ -33,6 +33,11 @@ const (
 	envEventsLimit = 30
 	// keysLimit is how many ingest keys an environment page lists.
 	keysLimit = 50
+	// envRunsLimit is how many CI runs (with their artifacts) an
+	// environment page lists, the most recently started.
+	envRunsLimit = 20
+	// envBoxesLimit is how many boxes an environment page lists.
+	envBoxesLimit = 50
 )
 
 // syntheticPrefix marks environments that exist for tests and the smoke
@@ -53,16 +58,19 @@ var ranges = []struct {
 }
 
 var funcs = template.FuncMap{
-	"ago":     ago,
-	"until":   until,
-	"usd":     func(f float64) string { return fmt.Sprintf("$%.2f", f) },
-	"ts":      func(t time.Time) string { return stamp(t) },
-	"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"notZero": func(t time.Time) bool { return !t.IsZero() },
+	"ago":      ago,
+	"until":    until,
+	"usd":      func(f float64) string { return fmt.Sprintf("$%.2f", f) },
+	"ts":       func(t time.Time) string { return stamp(t) },
+	"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"notZero":  func(t time.Time) bool { return !t.IsZero() },
+	"orgTotal": func(o cost.OrganizationCost) float64 { return o.ComputeUSD + o.StorageUSD },
 }
 
 func parseTemplates() map[string]*template.Template {
-	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	// The layout and the partials (templates/_*.html, shared definitions)
+	// are in every page.
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/_*.html"))
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		panic(err)
@@ -70,7 +78,7 @@ func parseTemplates() map[string]*template.Template {
 	out := map[string]*template.Template{}
 	for _, n := range names {
 		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if base == "layout" {
+		if base == "layout" || strings.HasPrefix(base, "_") {
 			continue
 		}
 		out[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFS, n))
@@ -215,7 +223,18 @@ type envView struct {
 	Deployments []storage.Deployment
 	Keys        []storage.IngestKeySummary
 	Events      []storage.LifecycleEventRow
-	Now         time.Time
+	Runs        []storage.Run
+	// RunsTotal and ArtifactsTotal count everything the environment
+	// holds (Runs shows the newest envRunsLimit).
+	RunsTotal, ArtifactsTotal int
+	Boxes                     []envBox
+	Now                       time.Time
+}
+
+// envBox is a box on its environment's page with its lock.
+type envBox struct {
+	Box  storage.Box
+	Lock lockView
 }
 
 func (c *Console) notFound(w http.ResponseWriter, r *http.Request, what string) {
@@ -249,6 +268,30 @@ func (c *Console) environment(w http.ResponseWriter, r *http.Request) {
 	if v.Events, err = storage.ListLifecycleEvents(ctx, c.d.DB.Read, storage.EventFilter{EnvironmentSlug: env.Slug, Limit: envEventsLimit}); err != nil {
 		c.internal(w, r, err)
 		return
+	}
+	if v.Runs, err = storage.ListRuns(ctx, c.d.DB.Read, env.ID, envRunsLimit); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	if v.RunsTotal, v.ArtifactsTotal, err = storage.CountRuns(ctx, c.d.DB.Read, env.ID); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	boxes, err := storage.ListBoxes(ctx, c.d.DB.Read, env.Slug)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	for i, b := range boxes {
+		if i == envBoxesLimit {
+			break
+		}
+		eb := envBox{Box: b}
+		if eb.Lock, err = c.lockOf(r, b.ID); err != nil {
+			c.internal(w, r, err)
+			return
+		}
+		v.Boxes = append(v.Boxes, eb)
 	}
 	c.render(w, r, http.StatusOK, "environment", v)
 }
@@ -345,6 +388,9 @@ type costsView struct {
 	Est  cost.Estimate
 	Note string
 	Last *storage.CostSnapshot
+	// Orgs maps an organization id to its slug, for the environment
+	// table's organization column.
+	Orgs map[int64]string
 }
 
 func (c *Console) costs(w http.ResponseWriter, r *http.Request) {
@@ -353,7 +399,10 @@ func (c *Console) costs(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, err)
 		return
 	}
-	v := costsView{Est: est, Note: adminapi.CostsEstimateNote}
+	v := costsView{Est: est, Note: adminapi.CostsEstimateNote, Orgs: map[int64]string{}}
+	for _, o := range est.Organizations {
+		v.Orgs[o.OrgID] = o.Slug
+	}
 	snap, err := storage.LatestCostSnapshot(r.Context(), c.d.DB.Read)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):

@@ -220,7 +220,9 @@ func (e *Engine) Run(ctx context.Context, spec BoxSpec, action Action, opts RunO
 		}
 	}
 	volumeID := spec.Known.VolumeID
-	if out, err := data.Outputs(ctx); err == nil {
+	if spec.VolumeGiB == 0 {
+		volumeID = "" // a box without a data volume attaches none
+	} else if out, err := data.Outputs(ctx); err == nil {
 		if v, ok := out[OutVolumeID].Value.(string); ok && v != "" {
 			volumeID = v
 		}

@@ -216,6 +216,35 @@ func TestAdoptAfterWipe(t *testing.T) {
 	wantSteps(t, "preview after adoption", r.run(t, spec, converge.ActionPreview, converge.RunOptions{}).Steps, converge.Steps{Same: 3})
 }
 
+// TestNoDataVolume: a box with volume size 0 converges without a volume:
+// preview and up create the droplet and firewall only, the droplet has no
+// volume attached, a second up changes nothing, a wipe then up adopts the
+// two, and destroy (with its data, which is nothing) deletes exactly two.
+func TestNoDataVolume(t *testing.T) {
+	t.Parallel() // each rig has its own backend, work dir and API server
+	r := newRig(t)
+	spec := r.spec
+	spec.VolumeGiB = 0
+	wantSteps(t, "preview", r.run(t, spec, converge.ActionPreview, converge.RunOptions{}).Steps, converge.Steps{Create: 2})
+	up := r.run(t, spec, converge.ActionUp, converge.RunOptions{})
+	wantSteps(t, "up", up.Steps, converge.Steps{Create: 2})
+	ds := r.api.Droplets()
+	if len(ds) != 1 || len(ds[0].VolumeIDs) != 0 || len(r.api.Volumes()) != 0 || len(r.api.Firewalls()) != 1 || up.VolumeID != "" {
+		t.Fatalf("after up: droplets %+v, %d volumes, %d firewalls, volume id %q", ds, len(r.api.Volumes()), len(r.api.Firewalls()), up.VolumeID)
+	}
+	wantSteps(t, "second up", r.run(t, spec, converge.ActionUp, converge.RunOptions{}).Steps, converge.Steps{Same: 2})
+	if err := r.eng.Wipe(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Known = converge.KnownIDs{DropletID: up.DropletID, FirewallID: up.FirewallID}
+	wantSteps(t, "up after wipe", r.run(t, spec, converge.ActionUp, converge.RunOptions{}).Steps, converge.Steps{Import: 2})
+	down := r.run(t, spec, converge.ActionDestroy, converge.RunOptions{IncludeData: true, Confirm: converge.DataConfirmPhrase(spec.Name)})
+	wantSteps(t, "destroy", down.Steps, converge.Steps{Delete: 2})
+	if len(r.api.Droplets()) != 0 || len(r.api.Firewalls()) != 0 {
+		t.Errorf("after destroy: %v %v", r.api.Droplets(), r.api.Firewalls())
+	}
+}
+
 // TestRefusals: what Run refuses before starting Pulumi.
 func TestRefusals(t *testing.T) {
 	eng := &converge.Engine{WorkDir: t.TempDir()}
@@ -233,6 +262,8 @@ func TestRefusals(t *testing.T) {
 		{"missing control-plane source", func(s *converge.BoxSpec) { s.ControlPlaneSource = "" }, converge.ActionUp, converge.ErrInvalidSpec},
 		{"wide source", func(s *converge.BoxSpec) { s.CustomerSource = "198.51.100.0/24" }, converge.ActionUp, converge.ErrInvalidSpec},
 		{"bad name", func(s *converge.BoxSpec) { s.Name = "Box_1" }, converge.ActionUp, converge.ErrInvalidSpec},
+		{"negative volume", func(s *converge.BoxSpec) { s.VolumeGiB = -1 }, converge.ActionUp, converge.ErrInvalidSpec},
+		{"volume too large", func(s *converge.BoxSpec) { s.VolumeGiB = 16385 }, converge.ActionUp, converge.ErrInvalidSpec},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok

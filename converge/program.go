@@ -45,9 +45,15 @@ func resourceOpts(known string, extra ...pulumi.ResourceOption) []pulumi.Resourc
 
 // dataProgram is the `<box>-data` stack: the volume, protected, so that no
 // destroy or replacement of it happens without unprotecting it first
-// (Engine.Run with IncludeData). adopt imports the known id.
+// (Engine.Run with IncludeData). adopt imports the known id. A box without
+// a data volume (VolumeGiB 0) registers nothing: an empty stack. (Setting
+// a box's volume to 0 after its volume exists is refused by the up, since
+// the volume is protected: data is never deleted as a side effect.)
 func dataProgram(spec BoxSpec, adopt bool, protect bool) pulumi.RunFunc {
 	return func(ctx *pulumi.Context) error {
+		if spec.VolumeGiB == 0 {
+			return nil
+		}
 		known := ""
 		if adopt {
 			known = spec.Known.VolumeID
@@ -110,8 +116,14 @@ func computeProgram(spec BoxSpec, volumeID string, adopt bool) pulumi.RunFunc {
 		}).(pulumi.IntArrayOutput)
 		var fw plainResource
 		everywhere := pulumi.ToStringArray([]string{"0.0.0.0/0", "::/0"})
+		// The firewall carries the box's tag so that crash recovery finds
+		// it as it finds the droplet. Only that tag: on DigitalOcean a
+		// firewall's tags select the droplets it applies to, so the
+		// chalupa or environment tag would open every chalupa droplet (or
+		// the environment's) to this box's SSH sources.
 		err = ctx.RegisterResource(typeFirewall, "firewall", pulumi.Map{
 			"name":       pulumi.String(spec.Name),
+			"tags":       pulumi.ToStringArray([]string{BoxTag(spec.Name)}),
 			"dropletIds": dropletIDs,
 			"inboundRules": pulumi.Array{pulumi.Map{
 				"protocol":        pulumi.String("tcp"),

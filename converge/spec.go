@@ -62,7 +62,8 @@ type BoxSpec struct {
 	// egress address, each an IPv4 /32 (a bare address is read as /32).
 	// Both are required.
 	CustomerSource, ControlPlaneSource string
-	// VolumeGiB is the data volume's size in GiB (1–16384).
+	// VolumeGiB is the data volume's size in GiB (1–16384), or 0 for a
+	// box without a data volume (its data stack then holds nothing).
 	VolumeGiB int
 	// Tags are extra droplet tags beyond chalupa's own.
 	Tags []string
@@ -112,8 +113,8 @@ func (s BoxSpec) Validate() error {
 		return bad("region, size and image are required")
 	case len(s.SSHKeyFingerprints) == 0:
 		return bad("at least one SSH key fingerprint is required")
-	case s.VolumeGiB < 1 || s.VolumeGiB > 16384:
-		return bad("volume size must be 1–16384 GiB")
+	case s.VolumeGiB < 0 || s.VolumeGiB > 16384:
+		return bad("volume size must be 0 (no data volume) to 16384 GiB")
 	}
 	for _, src := range []struct{ name, v string }{{"customer source", s.CustomerSource}, {"control-plane source", s.ControlPlaneSource}} {
 		if _, err := hostPrefix(src.v); err != nil {

@@ -49,6 +49,10 @@ type Options struct {
 	// Pulumi executor when DIGITALOCEAN_PROVISION_TOKEN is set, else converge
 	// answers 503 converge_not_configured and the job lane is not run.
 	Executor jobs.Executor
+	// PauseLoops are switch names (ParseLoopNames) to pause at start: the
+	// pause is persisted and lasts until resumed (docs/operations.md,
+	// "Loop switches").
+	PauseLoops []string
 }
 
 // App is an assembled daemon: the data dir lock, the open and migrated
@@ -178,8 +182,15 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if opt.Offline {
 		replLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// After a rollback the database names a replica generation of its own
+	// (docs/operations.md, "Rollback").
+	gen, err := storage.ReplicaGeneration(ctx, a.DB.Read)
+	if err != nil {
+		return err
+	}
 	if a.Replicator, err = storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
 		URL:             cfg.ReplicaURL,
+		Generation:      gen,
 		AccessKeyID:     cfg.SpacesKey.Reveal(),
 		SecretAccessKey: cfg.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,
@@ -201,13 +212,21 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if exec == nil && cfg.provisionToken() != "" {
 		// The provision token reaches the executor alone
 		// (docs/operations.md, "Converge").
-		if exec, err = newConvergeExecutor(cfg, a.Clock, log); err != nil {
+		if exec, err = newConvergeExecutor(cfg, a.DB, keys, sealer, a.Clock, log); err != nil {
 			return err
 		}
 	}
 	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,
 		Executor: exec})
-	return err
+	if err != nil {
+		return err
+	}
+	for _, name := range opt.PauseLoops {
+		if _, _, err := a.Server.switches.set(ctx, name, true, "serve --pause-loops"); err != nil {
+			return fmt.Errorf("pause loop %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // StartLoops starts every registered background loop (loops.go) under the
@@ -220,7 +239,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), QuotaEvents: a.Server.ingest.QuotaEvents(),
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
-		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, LogRetention: a.Server.logRetention()})
+		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention()})
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ const (
 	// DefaultListen is loopback so that nothing is exposed before the
 	// operator has set real secrets.
 	DefaultListen = "127.0.0.1:8080"
+	// DefaultSSHPort is the droplets' SSH port: DigitalOcean's images run
+	// sshd on 22.
+	DefaultSSHPort = 22
 	// SecretsFileName is the generated-secrets file in the data dir (0600).
 	SecretsFileName = "secrets.env"
 	// DatabaseFileName is the SQLite file in the data dir.
@@ -104,6 +107,10 @@ type Config struct {
 	// PulumiHome is PULUMI_HOME for Pulumi's child processes, where the
 	// DigitalOcean provider plugin is installed (default $HOME/.pulumi).
 	PulumiHome string `json:"PULUMI_HOME"`
+	// SSHPort is the TCP port converge's key delivery dials on a droplet's
+	// public IPv4 (CHALUPA_SSH_PORT, default DefaultSSHPort:
+	// docs/operations.md, "SSH key delivery").
+	SSHPort int `json:"CHALUPA_SSH_PORT"`
 
 	// TrustedProxies are the proxies whose X-Forwarded-For the console's
 	// login rate limit believes (CHALUPA_TRUSTED_PROXIES, comma-separated
@@ -426,6 +433,14 @@ func LoadConfig(env Getenv) (*Config, error) {
 			bad("CHALUPA_PULUMI_CLI is not an executable file")
 		}
 	}
+	c.SSHPort = DefaultSSHPort
+	if v := get("CHALUPA_SSH_PORT"); v != "" {
+		if p, err := strconv.Atoi(v); err != nil || p < 1 || p > 65535 {
+			bad("CHALUPA_SSH_PORT must be a port number in 1–65535")
+		} else {
+			c.SSHPort = p
+		}
+	}
 	c.PulumiHome = get("PULUMI_HOME")
 	if c.PulumiHome == "" {
 		if home, err := os.UserHomeDir(); err == nil {
@@ -612,6 +627,7 @@ func (c *Config) Redacted() [][2]string {
 		{"DIGITALOCEAN_PROVISION_TOKEN", sec("DIGITALOCEAN_PROVISION_TOKEN", c.provisionToken())},
 		{"CHALUPA_PULUMI_CLI", str(c.PulumiCLI)},
 		{"PULUMI_HOME", str(c.PulumiHome)},
+		{"CHALUPA_SSH_PORT", strconv.Itoa(c.SSHPort)},
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},

@@ -17,6 +17,8 @@ import (
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/jobs/jobstest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -279,7 +281,9 @@ func TestConsoleHeaders(t *testing.T) {
 	e := storagetest.Environment(t, p.App.DB, storage.Environment{Slug: "sunk-one"})
 	storagetest.EndDeployment(t, p.App.DB, e.ID, storagetest.Deployment(t, p.App.DB, storage.Deployment{EnvironmentID: e.ID}).ID, time.Now())
 	storagetest.Deployment(t, p.App.DB, storage.Deployment{EnvironmentID: e.ID, ID: "dep-live"})
+	storagetest.Box(t, p.App.DB, storage.Box{Name: "box-h", EnvironmentSlug: "harbor"})
 	pages := []string{"/", "/login", "/app", "/app/events", "/app/costs", "/app/env/harbor", "/app/env/sunk-one",
+		"/app/oracle?tab=cache", "/app/boxes/box-h",
 		"/app/env/sunk-one/deployments/dep-live", "/app/env/sunk-one/deployments/dep-live?range=30d", "/app/env/nope"}
 	for _, path := range pages {
 		t.Run(path, func(t *testing.T) {
@@ -326,6 +330,135 @@ func TestConsoleHeaders(t *testing.T) {
 			if !strings.Contains(body, want) {
 				t.Errorf("robots.txt lacks %q:\n%s", want, body)
 			}
+		}
+	})
+}
+
+// TestConsoleConvergeForms: the box page's forms enqueue through the job
+// service the admin API uses: a preview redirects to its job page (which
+// reloads itself while the job is live and shows its progress), a busy
+// box is refused 409 naming the live job, a destroy with a wrong phrase
+// or a cross-site post is refused and enqueues nothing, the right phrase
+// enqueues it; without an executor the page says converge is not
+// configured and a post enqueues nothing (docs/operations.md, "Console").
+func TestConsoleConvergeForms(t *testing.T) {
+	exec := &jobstest.Executor{Gate: make(chan struct{}), Progress: []jobs.Progress{{Message: "box-web-compute create droplet"}}}
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: exec, StartLoops: true})
+	setPassword(t, p)
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("box-web", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsoleClient(t, p)
+	if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	_, page := c.get(t, "/app/boxes/box-web")
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("box page has no csrf_token:\n%s", page)
+	}
+	csrf := m[1]
+	jobCount := func() int {
+		t.Helper()
+		l, err := p.Admin.ListJobs(ctx, adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Jobs)
+	}
+	post := func(form url.Values, hdr map[string]string) (*http.Response, string) {
+		return c.post(t, "/app/boxes/box-web/converge", form, hdr)
+	}
+
+	t.Run("cross-site post refused", func(t *testing.T) {
+		r, _ := post(url.Values{"csrf_token": {csrf}, "action": {"preview"}}, map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
+		if r.StatusCode != http.StatusForbidden || jobCount() != 0 {
+			t.Fatalf("got %d with %d job(s), want 403 and none", r.StatusCode, jobCount())
+		}
+		if r, _ := post(url.Values{"csrf_token": {"not-the-token"}, "action": {"preview"}}, nil); r.StatusCode != http.StatusForbidden || jobCount() != 0 {
+			t.Fatalf("wrong token: %d with %d job(s)", r.StatusCode, jobCount())
+		}
+	})
+	t.Run("destroy with a wrong phrase refused", func(t *testing.T) {
+		for _, phrase := range []string{"", "destroy", "destroy box-other", "DESTROY box-web"} {
+			r, body := post(url.Values{"csrf_token": {csrf}, "action": {"destroy"}, "confirmation": {phrase}}, nil)
+			if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "confirmation did not match") || jobCount() != 0 {
+				t.Fatalf("phrase %q: %d with %d job(s), want 422 and none", phrase, r.StatusCode, jobCount())
+			}
+		}
+	})
+	var jobURL string
+	t.Run("preview enqueues and shows the job", func(t *testing.T) {
+		r, _ := post(url.Values{"csrf_token": {csrf}, "action": {"preview"}}, nil)
+		jobURL = r.Header.Get("Location")
+		if r.StatusCode != http.StatusSeeOther || !strings.HasPrefix(jobURL, "/app/jobs/") || jobCount() != 1 {
+			t.Fatalf("got %d → %q with %d job(s)", r.StatusCode, jobURL, jobCount())
+		}
+		id := strings.TrimPrefix(jobURL, "/app/jobs/")
+		var body string
+		for { // the fake executor reports progress, then waits at its gate
+			_, body = c.get(t, jobURL)
+			if strings.Contains(body, "box-web-compute create droplet") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(body, `http-equiv="refresh"`) || !strings.Contains(body, id) || !strings.Contains(body, "running") {
+			t.Fatalf("live job page lacks its refresh, id or status:\n%s", body)
+		}
+		_, oracle := c.get(t, "/app/oracle?tab=cache")
+		if !strings.Contains(oracle, "<strong>held</strong> by job <a href=\"/app/jobs/"+id) {
+			t.Fatalf("the oracle does not show box-web's lock held by %s:\n%s", id, oracle)
+		}
+	})
+	t.Run("busy box refused with the live job", func(t *testing.T) {
+		r, body := post(url.Values{"csrf_token": {csrf}, "action": {"up"}}, nil)
+		if r.StatusCode != http.StatusConflict || !strings.Contains(body, jobURL) || jobCount() != 1 {
+			t.Fatalf("got %d with %d job(s), want 409 naming %s", r.StatusCode, jobCount(), jobURL)
+		}
+	})
+	t.Run("finished job stops reloading", func(t *testing.T) {
+		exec.Gate <- struct{}{}
+		var body string
+		for {
+			_, body = c.get(t, jobURL)
+			if strings.Contains(body, "succeeded") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if strings.Contains(body, `http-equiv="refresh"`) {
+			t.Fatalf("a finished job's page still reloads:\n%s", body)
+		}
+	})
+	t.Run("destroy with the phrase enqueues", func(t *testing.T) {
+		r, _ := post(url.Values{"csrf_token": {csrf}, "action": {"destroy"}, "confirmation": {adminapi.ConvergePhrase("destroy", "box-web")}}, nil)
+		if r.StatusCode != http.StatusSeeOther || jobCount() != 2 {
+			t.Fatalf("got %d with %d job(s), want 303 and 2", r.StatusCode, jobCount())
+		}
+		exec.Gate <- struct{}{}
+	})
+
+	t.Run("not configured", func(t *testing.T) {
+		q := daemontest.NewInProcess(t, daemontest.AppOptions{})
+		setPassword(t, q)
+		newEnv(t, q.Admin, "demo")
+		if _, err := q.Admin.CreateBox(ctx, validBox("box-off", "demo")); err != nil {
+			t.Fatal(err)
+		}
+		qc := newConsoleClient(t, q)
+		qc.login(t, consolePassword)
+		_, page := qc.get(t, "/app/boxes/box-off")
+		if !strings.Contains(page, "Converge is not configured") {
+			t.Fatalf("the box page does not say converge is not configured:\n%s", page)
+		}
+		tok := csrfRE.FindStringSubmatch(page)[1]
+		r, body := qc.post(t, "/app/boxes/box-off/converge", url.Values{"csrf_token": {tok}, "action": {"preview"}}, nil)
+		if l, _ := q.Admin.ListJobs(ctx, adminapi.ListJobsRequest{}); r.StatusCode != http.StatusServiceUnavailable || len(l.Jobs) != 0 ||
+			!strings.Contains(body, "converge is not configured") {
+			t.Fatalf("got %d with %d job(s), want 503 and none", r.StatusCode, len(l.Jobs))
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/converge"
+	"github.com/chalupa-run/chalupa/converge/checkpoint"
+	"github.com/chalupa-run/chalupa/converge/sshdeliver"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
@@ -39,10 +43,10 @@ const (
 )
 
 // ErrRecoverAmbiguous: crash recovery found more than one droplet (or
-// volume) carrying the box's tag. Recovery refuses to guess which one the
+// volume, or firewall) carrying the box's tag. Recovery refuses to guess which one the
 // box owns; the lane stays closed until the operator removes the extra one
 // (docs/operations.md, "Jobs").
-var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet or volume carries the box's tag; remove the extra one at DigitalOcean")
+var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet, volume or firewall carries the box's tag; remove the extra one at DigitalOcean")
 
 // ConvergeExecutor runs converge jobs with the Pulumi engine (jobs.Executor,
 // docs/operations.md, "Converge" and "Jobs"). It alone holds the provision
@@ -56,11 +60,20 @@ type ConvergeExecutor struct {
 	API doclient.API
 	// Log receives a line per recovery decision.
 	Log zerolog.Logger
-	// AfterUp, when set, runs after a successful up, before the job
-	// succeeds (key delivery over SSH plugs in here); its error fails the
-	// job, whose droplet then exists: its message must say so.
-	AfterUp func(ctx context.Context, box storage.Box, res converge.Result) error
+	// DeliverKey, when set, runs after a successful up that left the box a
+	// droplet without a delivered key (a new or replaced droplet, or one
+	// whose delivery failed before): it issues the environment's ingest
+	// key and writes it to the droplet over SSH, returning the pinned host
+	// key (authorized_keys form). Its error fails the job, whose droplet
+	// then exists and is billable; the job's message says so
+	// (docs/operations.md, "SSH key delivery").
+	DeliverKey func(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (hostKey string, err error)
+	// Checkpoints, when set, saves both of the box's stacks after every
+	// run into the database, and restores missing stacks from there
+	// before the lane's first claim (docs/operations.md, "Checkpoints").
+	Checkpoints *checkpoint.Store
 
+	db *storage.DB
 	mu sync.Mutex // one engine call at a time: the runner's lane, plus the admin API's wipe and cancel
 }
 
@@ -69,8 +82,10 @@ var _ jobs.Executor = (*ConvergeExecutor)(nil)
 // newConvergeExecutor builds the executor from the configuration: the
 // engine under CHALUPA_DATA_DIR with PULUMI_BACKEND_URL (an s3:// backend
 // gets CHALUPA_SPACES_KEY/SECRET as the AWS variables of Pulumi's child
-// processes only), and a doclient for the provision token.
-func newConvergeExecutor(cfg *Config, clock clockwork.Clock, log zerolog.Logger) (*ConvergeExecutor, error) {
+// processes only), a doclient for the provision token, checkpoints in db,
+// and key delivery with keys and sealer (chalupa's SSH identity) to
+// CHALUPA_SSH_PORT.
+func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, sealer *envelope.Sealer, clock clockwork.Clock, log zerolog.Logger) (*ConvergeExecutor, error) {
 	token := cfg.provisionToken().Reveal()
 	eng := &converge.Engine{
 		WorkDir: filepath.Join(cfg.DataDir, convergeWorkDir), BackendURL: cfg.PulumiBackendURL,
@@ -87,7 +102,64 @@ func newConvergeExecutor(cfg *Config, clock clockwork.Clock, log zerolog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &ConvergeExecutor{Engine: eng, API: api, Log: log.With().Str("component", "converge").Logger()}, nil
+	log = log.With().Str("component", "converge").Logger()
+	kd := &keyDelivery{db: db, keys: keys, sealer: sealer, clock: clock, port: cfg.SSHPort, log: log,
+		deliverer: sshdeliver.New(db, sealer, clock)}
+	return &ConvergeExecutor{Engine: eng, API: api, Log: log, DeliverKey: kd.deliver,
+		Checkpoints: checkpoint.New(db, clock), db: db}, nil
+}
+
+// keyDelivery issues an environment's ingest key for a new droplet and
+// writes it there over SSH (docs/operations.md, "SSH key delivery").
+type keyDelivery struct {
+	db        *storage.DB
+	keys      *ingest.Keyring
+	sealer    *envelope.Sealer
+	clock     clockwork.Clock
+	deliverer *sshdeliver.Deliverer
+	port      int
+	log       zerolog.Logger
+}
+
+// ErrNoPublicIPv4: the droplet reported no public IPv4 address to deliver
+// its key to.
+var ErrNoPublicIPv4 = errors.New("the droplet has no public IPv4 address")
+
+// deliver ensures chalupa's SSH identity, issues a fresh active key of the
+// box's environment (one key per droplet: existing keys are untouched),
+// and delivers it to ipv4:port, pinning the droplet's host key. A failed
+// delivery revokes the key it issued, so no key that no droplet holds
+// stays active. It returns the pinned host key. Errors: ErrNoPublicIPv4,
+// sshdeliver's (no key material, key id or address in them), the
+// keyring's.
+func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (string, error) {
+	if ipv4 == "" {
+		return "", ErrNoPublicIPv4
+	}
+	if _, err := sshdeliver.EnsureIdentity(ctx, k.db, k.sealer, k.clock.Now()); err != nil {
+		return "", err
+	}
+	issued, err := k.keys.Issue(ctx, box.EnvironmentSlug)
+	if err != nil {
+		return "", fmt.Errorf("issue the environment's ingest key: %w", err)
+	}
+	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.port))
+	res, err := k.deliverer.Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
+	if err != nil {
+		// The job's context may be the one that ended: the revocation
+		// must still happen.
+		if _, rerr := k.keys.Revoke(context.WithoutCancel(ctx), issued.KeyID); rerr != nil {
+			k.log.Error().Err(rerr).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("revoking the undelivered ingest key failed; revoke it with chalupa admin keys revoke")
+		}
+		return "", err
+	}
+	pin, err := storage.SSHHostKeyByDroplet(ctx, k.db.Read, dropletID)
+	if err != nil {
+		return "", fmt.Errorf("read the pinned host key: %w", err)
+	}
+	k.log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("hostKey", res.HostKeyFingerprint).
+		Bool("firstContact", res.FirstContact).Int("attempts", res.Attempts).Msg("delivered the ingest key over SSH")
+	return pin.HostKey, nil
 }
 
 // Spec maps a box of the oracle to the engine's input: the recorded
@@ -161,13 +233,19 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		p.Counts = maps(counts)
 		progress(p)
 	})
+	if action != converge.ActionPreview {
+		// Every run but a preview may have changed the state, a failed one
+		// too: save it before anything else can fail.
+		if cerr := x.checkpoint(ctx, box, spec); cerr != nil {
+			if err == nil {
+				err = cerr
+			} else {
+				x.Log.Error().Err(cerr).Str("job", job.ID).Str("box", box.Name).Msg("checkpoint after a failed run")
+			}
+		}
+	}
 	if err != nil {
 		return jobs.Outcome{}, err
-	}
-	if action == converge.ActionUp && x.AfterUp != nil {
-		if err := x.AfterUp(ctx, box, res); err != nil {
-			return jobs.Outcome{}, fmt.Errorf("the up succeeded (droplet %s exists and is billable) but what follows it failed: %w", res.DropletID, err)
-		}
 	}
 	sum, _ := json.Marshal(convergeSummary{Action: job.Action, Steps: res.Steps.String(), Create: res.Steps.Create,
 		Update: res.Steps.Update, Delete: res.Steps.Delete, Same: res.Steps.Same, Import: res.Steps.Import,
@@ -190,10 +268,65 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		}
 		out.Launch = &launch
 		out.Record = x.recordLaunch(box, job, found.DropletID, box.Launch.DropletID != found.DropletID)
+		if x.DeliverKey != nil && launch.HostKey == "" {
+			// A failed delivery still records the droplet, its launch
+			// (without a host key: the next up delivers again) and its
+			// deployment: it exists and is billable.
+			hostKey, err := x.DeliverKey(ctx, box, found.DropletID, res.IPv4)
+			if err != nil {
+				out.Summary = nil
+				return out, fmt.Errorf("the up succeeded (droplet %s exists and is billable) but delivering its ingest key failed: %w", res.DropletID, err)
+			}
+			launch.HostKey = hostKey
+		}
 	case action == converge.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
 		out.Record = x.recordSunk(box, job, box.Resources.DropletID)
 	}
 	return out, nil
+}
+
+// checkpoint saves both of the box's stacks as their next checkpoint
+// versions (docs/operations.md, "Checkpoints"). A stack that does not exist
+// has nothing to save. Errors: the store's (checkpoint.ErrTooLarge names the
+// limit and the size, never the content) or the engine's.
+func (x *ConvergeExecutor) checkpoint(ctx context.Context, box storage.Box, spec converge.BoxSpec) error {
+	if x.Checkpoints == nil {
+		return nil
+	}
+	env, err := storage.EnvironmentBySlug(ctx, x.db.Read, box.EnvironmentSlug)
+	if err != nil {
+		return fmt.Errorf("checkpoint: environment of box %s: %w", box.Name, err)
+	}
+	for _, name := range []string{spec.DataStack(), spec.ComputeStack()} {
+		_, err := x.Checkpoints.Checkpoint(ctx, x.Engine, checkpoint.Ref{OrganizationID: env.OrgID, EnvironmentID: env.ID, Stack: name})
+		if err != nil && !errors.Is(err, checkpoint.ErrMissingStack) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prepare restores every stack missing from the state backend from its
+// newest checkpoint (a database restored on a new machine brings its stack
+// states back), before the lane recovers or claims anything
+// (jobs.Preparer; docs/operations.md, "Checkpoints"). Existing stacks are
+// never touched. Errors: the store's; the lane stays closed and Prepare is
+// retried.
+func (x *ConvergeExecutor) Prepare(ctx context.Context) error {
+	if x.Checkpoints == nil {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	res, err := x.Checkpoints.RestoreMissing(ctx, x.Engine)
+	if err != nil {
+		return err
+	}
+	if len(res.Imported) > 0 {
+		x.Log.Warn().Strs("stacks", res.Imported).Int("kept", len(res.Kept)).
+			Msg("restored stacks missing from the Pulumi backend from their database checkpoints")
+	}
+	return nil
 }
 
 func maps(m map[string]int) map[string]int {
@@ -304,8 +437,9 @@ func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
 
 // Recover settles a job a dead process left running (docs/operations.md,
 // "Jobs"): cancel the Pulumi lock the killed CLI left; look the box's
-// droplet and volume up at the provider by the box's tag (the firewall,
-// untagged, is kept as the state or the oracle records it); drop the
+// droplet, volume and firewall up at the provider by the box's tag (an
+// untagged firewall of an older up is kept as the state or the oracle
+// records it); drop the
 // stacks' pending operations; and where a stack's state disagrees with
 // what exists (a create that reached the provider but not the state, or a
 // resource gone), wipe that stack so the retried up imports what exists
@@ -328,16 +462,25 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 	if err != nil {
 		return nil, err
 	}
-	if len(droplets) > 1 || len(volumes) > 1 {
+	firewalls, err := x.API.ListFirewallsByTag(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	if len(droplets) > 1 || len(volumes) > 1 || len(firewalls) > 1 {
 		return nil, ErrRecoverAmbiguous
 	}
 	compute, data, err := x.Engine.ClearPending(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
+	// A firewall created before firewalls were tagged is found in the
+	// state or the oracle only; a tagged one is what exists.
 	found := storage.BoxResources{FirewallID: compute.FirewallID}
 	if found.FirewallID == "" {
 		found.FirewallID = box.Resources.FirewallID
+	}
+	if len(firewalls) == 1 {
+		found.FirewallID = firewalls[0].ID
 	}
 	dropletID := ""
 	if len(droplets) == 1 {
@@ -348,7 +491,7 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 		found.VolumeID = volumes[0].ID
 	}
 	wipe := map[string]bool{
-		spec.ComputeStack(): compute.DropletID != dropletID,
+		spec.ComputeStack(): compute.DropletID != dropletID || (len(firewalls) == 1 && compute.FirewallID != found.FirewallID),
 		spec.DataStack():    data.VolumeID != found.VolumeID,
 	}
 	for _, name := range []string{spec.ComputeStack(), spec.DataStack()} {

@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -11,21 +13,92 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // maxEnvironmentName bounds an environment's display name (bytes).
 const maxEnvironmentName = 200
 
-// environmentHandlers create and list environments.
+// environmentHandlers create and list environments and set their session
+// policies.
 type environmentHandlers struct {
 	db    *storage.DB
 	clock clockwork.Clock
+	// deadlines wakes the reaper for an expiry a new policy brought
+	// forward.
+	deadlines *wake.Threshold
 }
 
 func (h *environmentHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpCreateEnvironment, h.create)
 	handleOp(o, adminapi.OpListEnvironments, h.list)
+	handleOp(o, adminapi.OpSetSessionPolicy, h.setPolicy)
+	handleOp(o, adminapi.OpClearSessionPolicy, h.clearPolicy)
+}
+
+// setPolicy sets an environment's session policy and applies it to its
+// active deployments in the same writer unit (docs/operations.md, "Session
+// policies"). Bad input is refused before the writer: nothing is written.
+func (h *environmentHandlers) setPolicy(ctx context.Context, req adminapi.SetSessionPolicyRequest) (adminapi.SessionPolicyResult, error) {
+	var out adminapi.SessionPolicyResult
+	if !slug.Valid(req.EnvironmentSlug) {
+		return out, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
+	}
+	if req.Kind != storage.SessionKindDemo && req.Kind != storage.SessionKindTest {
+		return out, fail(http.StatusBadRequest, "invalid_kind", "kind must be demo or test")
+	}
+	if req.MaxSessionSeconds < storage.MinSessionSeconds || req.MaxSessionSeconds > storage.MaxSessionSeconds {
+		return out, fail(http.StatusBadRequest, "invalid_max_session",
+			fmt.Sprintf("maxSessionSeconds must be %d..%d", storage.MinSessionSeconds, storage.MaxSessionSeconds))
+	}
+	now := h.clock.Now().UTC()
+	var earliest time.Time
+	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		env, err := storage.EnvironmentBySlug(ctx, tx, req.EnvironmentSlug)
+		if err != nil {
+			return err
+		}
+		out.Applied, earliest, err = storage.SetSessionPolicy(ctx, tx, storage.SessionPolicy{
+			EnvironmentID: env.ID, Kind: req.Kind, MaxSeconds: req.MaxSessionSeconds, UpdatedAt: now})
+		return err
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.SessionPolicyResult{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	}
+	if err != nil {
+		return adminapi.SessionPolicyResult{}, err
+	}
+	if !earliest.IsZero() && h.deadlines != nil {
+		h.deadlines.Notify(earliest)
+	}
+	out.Environment = req.EnvironmentSlug
+	out.Policy = &adminapi.SessionPolicy{Kind: req.Kind, MaxSessionSeconds: req.MaxSessionSeconds, UpdatedAt: now.Truncate(time.Millisecond)}
+	return out, nil
+}
+
+// clearPolicy removes an environment's session policy; expiries it gave
+// stay (docs/operations.md, "Session policies").
+func (h *environmentHandlers) clearPolicy(ctx context.Context, req adminapi.ClearSessionPolicyRequest) (adminapi.SessionPolicyResult, error) {
+	out := adminapi.SessionPolicyResult{Environment: req.EnvironmentSlug}
+	if !slug.Valid(req.EnvironmentSlug) {
+		return adminapi.SessionPolicyResult{}, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
+	}
+	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		env, err := storage.EnvironmentBySlug(ctx, tx, req.EnvironmentSlug)
+		if err != nil {
+			return err
+		}
+		out.Cleared, err = storage.ClearSessionPolicy(ctx, tx, env.ID)
+		return err
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.SessionPolicyResult{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	}
+	if err != nil {
+		return adminapi.SessionPolicyResult{}, err
+	}
+	return out, nil
 }
 
 func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnvironmentRequest) (adminapi.Environment, error) {
@@ -81,13 +154,21 @@ func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.Enviro
 	if err != nil {
 		return adminapi.EnvironmentList{}, err
 	}
+	policies, err := storage.ListSessionPolicies(ctx, h.db.Read)
+	if err != nil {
+		return adminapi.EnvironmentList{}, err
+	}
 	slugs := make(map[int64]string, len(orgs))
 	for _, o := range orgs {
 		slugs[o.ID] = o.Slug
 	}
 	out := adminapi.EnvironmentList{Environments: make([]adminapi.Environment, 0, len(envs))}
 	for _, e := range envs {
-		out.Environments = append(out.Environments, toAPIEnvironment(e, slugs[e.OrgID]))
+		env := toAPIEnvironment(e, slugs[e.OrgID])
+		if p, ok := policies[e.ID]; ok {
+			env.SessionPolicy = &adminapi.SessionPolicy{Kind: p.Kind, MaxSessionSeconds: p.MaxSeconds, UpdatedAt: p.UpdatedAt}
+		}
+		out.Environments = append(out.Environments, env)
 	}
 	return out, nil
 }

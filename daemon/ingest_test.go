@@ -531,10 +531,12 @@ func TestIngestHeartbeatSemantics(t *testing.T) {
 	if err := json.Unmarshal(resp.Body, &acc); err != nil {
 		t.Fatal(err)
 	}
-	if len(acc) != 3 || acc["accepted"] != true {
-		t.Fatalf("202 body %s: want exactly accepted/idleDeadlineAt/serverTime", resp.Body)
+	// No session policy: the expiry is the one sent, not clamped (no
+	// sessionExpiresAtClamped member).
+	if len(acc) != 4 || acc["accepted"] != true {
+		t.Fatalf("202 body %s: want exactly accepted/idleDeadlineAt/sessionExpiresAt/serverTime", resp.Body)
 	}
-	for field, want := range map[string]time.Time{"idleDeadlineAt": deadline, "serverTime": now} {
+	for field, want := range map[string]time.Time{"idleDeadlineAt": deadline, "sessionExpiresAt": session, "serverTime": now} {
 		s, _ := acc[field].(string)
 		got, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil || !got.Equal(want.Truncate(time.Millisecond)) {

@@ -61,6 +61,10 @@ type LoopDeps struct {
 	// JobWatch warns when queued jobs find no worker (nil: not run).
 	Jobs     *jobs.Runner
 	JobWatch *jobs.Watch
+	// Switches, when set, wrap the switchable loops so that a paused one
+	// does no work (docs/operations.md, "Loop switches"); nil runs them
+	// unswitched.
+	Switches *loopSwitches
 	// LogRetention removes old log chunks, objects and rows (nil without
 	// CHALUPA_LOGS_URL: not run; docs/operations.md, "Logs").
 	LogRetention *logs.Retention
@@ -89,30 +93,40 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Ingest's loops are never switched: pausing a loop must not stop
+	// ingest (docs/operations.md, "Loop switches").
+	switched := func(name string, l Loop) Loop {
+		if d.Switches == nil {
+			return l
+		}
+		return &pausable{Loop: l, name: name, sw: d.Switches, log: d.Log}
+	}
 	loops := []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
-		retention,
+		switched(LoopRetention, retention),
 	}
 	if d.Costs != nil {
 		// Only with DIGITALOCEAN_READ_TOKEN set: without it there is no
 		// inventory to reconcile (docs/operations.md, "Cost reconciliation").
 		d.Costs.SetMetrics(costMetrics)
-		loops = append(loops, d.Costs)
+		loops = append(loops, switched(LoopCosts, d.Costs))
 	}
 	if d.Reaper != nil && d.Reaper.Configured() {
-		loops = append(loops, d.Reaper)
+		loops = append(loops, switched(LoopReaper, d.Reaper))
 	}
 	if d.Jobs != nil {
 		// Event-driven: woken on enqueue; it recovers a previous
 		// instance's dead jobs before claiming (docs/operations.md, "Jobs").
-		loops = append(loops, d.Jobs)
+		loops = append(loops, switched(LoopJobs, d.Jobs))
 	}
 	if d.JobWatch != nil {
 		loops = append(loops, d.JobWatch)
 	}
 	if d.LogRetention != nil {
-		loops = append(loops, d.LogRetention)
+		// Under the retention switch with telemetry's: both delete on
+		// their own schedule (docs/operations.md, "Loop switches").
+		loops = append(loops, switched(LoopRetention, d.LogRetention))
 	}
 	return loops, nil
 }

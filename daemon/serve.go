@@ -76,6 +76,8 @@ type RunOptions struct {
 	// MaxConnections caps the client connections open at once; zero means
 	// DefaultMaxConnections.
 	MaxConnections int
+	// PauseLoops are loops to pause at start (Options.PauseLoops).
+	PauseLoops []string
 }
 
 // Run binds CHALUPA_LISTEN, opens the App, serves HTTP with the loops
@@ -93,7 +95,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen on CHALUPA_LISTEN: %w", err)
 	}
-	app, err := Open(ctx, cfg, Options{LagLimit: opt.LagLimit, Logs: opt.Logs, Clock: opt.Clock})
+	app, err := Open(ctx, cfg, Options{LagLimit: opt.LagLimit, Logs: opt.Logs, Clock: opt.Clock, PauseLoops: opt.PauseLoops})
 	if err != nil {
 		_ = ln.Close()
 		return err

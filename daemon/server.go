@@ -6,6 +6,7 @@
 package daemon
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 
@@ -56,6 +57,9 @@ type Server struct {
 	jobRunner *jobs.Runner
 	jobWatch  *jobs.Watch
 	jobs      *jobs.Service
+	// switches are the loop switches (docs/operations.md, "Loop
+	// switches"), shared by their admin operations and the loop registry.
+	switches *loopSwitches
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -122,6 +126,10 @@ func newServer(d serverDeps) (*Server, error) {
 		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
 	s.m = newMetrics(s)
 	s.router = newRouter(s)
+	if s.switches, err = newLoopSwitches(context.Background(), d.DB, clock, d.Log, s.m.reg); err != nil {
+		return nil, err
+	}
+	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}
@@ -144,8 +152,9 @@ func newServer(d serverDeps) (*Server, error) {
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now()}).register(s.ops)
-	(&environmentHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire}).register(s.ops)
+	loopsH.register(s.ops)
+	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity()}).register(s.ops)
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
@@ -207,13 +216,29 @@ func newServer(d serverDeps) (*Server, error) {
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}
-	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
+	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}
 	return s, nil
+}
+
+// loopConfigured reports whether this daemon runs the switchable loop name
+// at all (its credentials or executor are configured).
+func (s *Server) loopConfigured(name string) bool {
+	switch name {
+	case LoopReaper:
+		return s.reaper != nil && s.reaper.Configured()
+	case LoopRetention:
+		return true
+	case LoopCosts:
+		return s.costs != nil
+	case LoopJobs:
+		return s.jobRunner != nil
+	}
+	return false
 }
 
 // newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log

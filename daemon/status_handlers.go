@@ -17,6 +17,8 @@ type statusHandlers struct {
 	repl    *storage.Replicator
 	clock   clockwork.Clock
 	started time.Time
+	// loops lists the loop switches (loopHandlers.wire).
+	loops func() []adminapi.LoopSwitch
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -36,13 +38,14 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		SchemaVersion: v,
 		DBSizeBytes:   h.db.Size(),
 		Replication:   toAPIReplication(h.repl.Health(now)),
+		Loops:         h.loops(),
 	}, nil
 }
 
 // toAPIReplication is the wire form of the replicator's health.
 func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
 	return adminapi.ReplicationHealth{
-		Kind: r.Kind, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
+		Kind: r.Kind, Generation: r.Generation, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
 		LagSeconds: r.LagSeconds, LastError: r.LastError, LastErrorAt: r.LastErrorAt,
 		SyncErrors: r.SyncErrors, FailingSince: r.FailingSince, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
 	}

@@ -58,11 +58,17 @@ type ReaperObservation struct {
 	CIActive       bool      `json:"ciActive"`
 }
 
-// HeartbeatAccepted is the 202 body.
+// HeartbeatAccepted is the 202 body. SessionExpiresAt is the deployment's
+// session expiry as stored (absent: none); SessionExpiresAtClamped is true
+// when the heartbeat asked for a later one than its environment's session
+// policy allows (launch + maximum), and SessionExpiresAt is then the
+// applied bound (docs/operations.md, "Session policies").
 type HeartbeatAccepted struct {
-	Accepted       bool      `json:"accepted"`
-	IdleDeadlineAt time.Time `json:"idleDeadlineAt"`
-	ServerTime     time.Time `json:"serverTime"`
+	Accepted                bool      `json:"accepted"`
+	IdleDeadlineAt          time.Time `json:"idleDeadlineAt"`
+	SessionExpiresAt        time.Time `json:"sessionExpiresAt,omitzero"`
+	SessionExpiresAtClamped bool      `json:"sessionExpiresAtClamped,omitempty"`
+	ServerTime              time.Time `json:"serverTime"`
 }
 
 // validate checks field values (422 invalid_body). Messages name the field,
@@ -204,10 +210,15 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		decision = applied.IdleDeadlineAt
-		if !rec.SessionExpiresAt.IsZero() && rec.SessionExpiresAt.Before(decision) {
-			decision = rec.SessionExpiresAt
+		if !applied.SessionExpiresAt.IsZero() && applied.SessionExpiresAt.Before(decision) {
+			decision = applied.SessionExpiresAt
 		}
-		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, ServerTime: now.Truncate(time.Millisecond)}, nil
+		// The stored expiry is earlier than the one asked for (at the
+		// schema's millisecond resolution) only when the environment's
+		// session policy clamped it.
+		clamped := hb.SessionExpiresAt != nil && applied.SessionExpiresAt.Before(hb.SessionExpiresAt.Truncate(time.Millisecond))
+		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, SessionExpiresAt: applied.SessionExpiresAt,
+			SessionExpiresAtClamped: clamped, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 	if resp.Status == http.StatusAccepted {
 		s.deadlines.Notify(decision)

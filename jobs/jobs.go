@@ -128,7 +128,9 @@ type Outcome struct {
 	// nil for none), at most MaxResultBytes.
 	Summary json.RawMessage
 	// Resources, when set, are the provider ids the run found or created:
-	// recorded on the box (the oracle).
+	// recorded on the box (the oracle). Resources, Launch and Record are
+	// applied for a failed run too, when it sets them: what it left behind
+	// exists (an up whose key delivery failed leaves a billable droplet).
 	Resources *storage.BoxResources
 	// Launch, set by a successful up, is the launch result kept on the box
 	// after the droplet is gone.
@@ -140,6 +142,15 @@ type Outcome struct {
 	// database fault): the job stays running and is recovered like a dead
 	// one, so it must refuse only what cannot be written.
 	Record func(ctx context.Context, tx storage.Tx, now time.Time) error
+}
+
+// Preparer is an Executor that must set up before the lane's first
+// recovery or claim (the converge executor restores missing stacks from
+// their checkpoints). The runner calls Prepare at the start of each tick
+// until it succeeds; while it fails the lane stays closed.
+type Preparer interface {
+	// Prepare sets up; an error is retried after RecoverRetry.
+	Prepare(ctx context.Context) error
 }
 
 // Executor runs jobs: the converge engine behind the queue. The runner

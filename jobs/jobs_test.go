@@ -306,6 +306,72 @@ func TestRunRecordsOutcome(t *testing.T) {
 			t.Fatalf("launch lost: %+v", b.Launch)
 		}
 	})
+
+	t.Run("a failed run records what it reports it left behind", func(t *testing.T) {
+		recorded := false
+		r.exec.err = errors.New("the up succeeded (droplet 4343 exists and is billable) but delivering its ingest key failed")
+		r.exec.out = jobs.Outcome{
+			Resources: &storage.BoxResources{DropletID: 4343, FirewallID: "fw-1", VolumeID: "vol-1"},
+			Launch:    &storage.BoxLaunch{DropletID: 4343, IPv4: "192.0.2.11"},
+			Record:    func(context.Context, storage.Tx, time.Time) error { recorded = true; return nil },
+		}
+		job := r.enqueue(t, "up")
+		res := <-runTick(r)
+		<-r.exec.started
+		if j := r.job(t, job.ID); res.Ran.Status != storage.JobFailed || j.Status != storage.JobFailed {
+			t.Fatalf("job %+v", j)
+		}
+		b, _ := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID)
+		if b.Resources.DropletID != 4343 || b.Launch.DropletID != 4343 || b.Launch.HostKey != "" || !recorded {
+			t.Fatalf("the failed run's droplet is not recorded: %+v %+v (record ran: %v)", b.Resources, b.Launch, recorded)
+		}
+	})
+}
+
+// preparingExec is a fakeExec that must prepare before the lane works.
+type preparingExec struct {
+	*fakeExec
+	prepareErr error
+	prepares   int
+}
+
+func (p *preparingExec) Prepare(context.Context) error {
+	p.prepares++
+	p.record("prepare")
+	return p.prepareErr
+}
+
+// TestPrepareBeforeAnything: an executor's Prepare (the converge
+// executor's restore of missing stacks) runs before the first recovery or
+// claim; while it fails nothing is claimed; once it succeeded it is not
+// run again.
+func TestPrepareBeforeAnything(t *testing.T) {
+	r := newRig(t)
+	exec := &preparingExec{fakeExec: r.exec, prepareErr: errors.New("restore failed")}
+	runner := jobs.NewRunner(jobs.RunnerConfig{DB: r.db, Clock: r.clock, Log: zerolog.Nop(), Executor: exec, InstanceID: "instance-now", Version: "test"})
+	dead := deadJob(t, r, 1)
+	ctx := context.Background()
+	if _, err := runner.Tick(ctx); err == nil {
+		t.Fatal("a tick whose Prepare failed reported no error")
+	}
+	if c := exec.Calls(); len(c) != 1 || c[0] != "prepare" {
+		t.Fatalf("calls after a failed prepare: %v", c)
+	}
+	if j := r.job(t, dead.ID); j.Status != storage.JobRunning {
+		t.Fatalf("the dead job was touched while Prepare failed: %s", j.Status)
+	}
+	exec.prepareErr = nil
+	res, err := runner.Tick(ctx)
+	if err != nil || len(res.Recovered) != 1 {
+		t.Fatalf("tick after Prepare succeeded: %+v, %v", res, err)
+	}
+	<-r.exec.started
+	if c := exec.Calls(); len(c) < 3 || c[1] != "prepare" || c[2] != "recover:"+dead.ID {
+		t.Fatalf("calls: %v; want prepare before recover", c)
+	}
+	if _, err := runner.Tick(ctx); err != nil || exec.prepares != 2 {
+		t.Fatalf("a later tick: %v, %d prepares (want no third)", err, exec.prepares)
+	}
 }
 
 // deadJob leaves a job running under a previous instance's lock, as a

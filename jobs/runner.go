@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
@@ -46,6 +47,10 @@ type Runner struct {
 	// no job of that scope starts in between.
 	tickMu  sync.Mutex
 	claimMu sync.Mutex
+
+	// prepared is set once the executor's Prepare succeeded (or it has
+	// none); guarded by tickMu.
+	prepared bool
 
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
@@ -159,6 +164,14 @@ func (r *Runner) Tick(ctx context.Context) (TickResult, error) {
 	r.tickMu.Lock()
 	defer r.tickMu.Unlock()
 	var res TickResult
+	if !r.prepared {
+		if p, ok := r.exec.(Preparer); ok {
+			if err := p.Prepare(ctx); err != nil {
+				return res, fmt.Errorf("prepare the executor: %w", err)
+			}
+		}
+		r.prepared = true
+	}
 	more, err := r.recover(ctx, &res)
 	if err != nil || more {
 		res.More = more
@@ -304,33 +317,17 @@ wait:
 			}
 			return err
 		case d.err != nil:
+			if err := r.record(ctx, tx, job, box, d.out, now); err != nil {
+				return err
+			}
 			ran.Status, ran.Error = storage.JobFailed, truncate(d.err.Error(), MaxErrorBytes)
 			return storage.FinishJob(ctx, tx, job.ID, r.instance, storage.JobFailed, nil, ran.Error, now)
 		case len(d.out.Summary) > MaxResultBytes:
 			ran.Status, ran.Error = storage.JobFailed, fmt.Sprintf("the run succeeded but its result exceeds %d bytes", MaxResultBytes)
 			return storage.FinishJob(ctx, tx, job.ID, r.instance, storage.JobFailed, nil, ran.Error, now)
 		}
-		if d.out.Resources != nil {
-			if err := storage.RecordBoxResources(ctx, tx, box.ID, *d.out.Resources, now); err != nil {
-				return err
-			}
-		}
-		if d.out.Launch != nil {
-			l := *d.out.Launch
-			if l.JobID == "" {
-				l.JobID = job.ID
-			}
-			if l.LaunchedAt.IsZero() {
-				l.LaunchedAt = now
-			}
-			if err := storage.RecordBoxLaunch(ctx, tx, box.ID, l, now); err != nil {
-				return err
-			}
-		}
-		if d.out.Record != nil {
-			if err := d.out.Record(ctx, tx, now); err != nil {
-				return fmt.Errorf("record the run's outcome: %w", err)
-			}
+		if err := r.record(ctx, tx, job, box, d.out, now); err != nil {
+			return err
 		}
 		ran.Status = storage.JobSucceeded
 		return storage.FinishJob(ctx, tx, job.ID, r.instance, storage.JobSucceeded, d.out.Summary, "", now)
@@ -344,6 +341,34 @@ wait:
 	}
 	log.Info().Str("status", ran.Status).Str("error", ran.Error).Msg("job ended")
 	return ran
+}
+
+// record writes what a run reports it found or left behind: its provider
+// ids and launch on the box, and its Record.
+func (r *Runner) record(ctx context.Context, tx storage.Tx, job Job, box storage.Box, out Outcome, now time.Time) error {
+	if out.Resources != nil {
+		if err := storage.RecordBoxResources(ctx, tx, box.ID, *out.Resources, now); err != nil {
+			return err
+		}
+	}
+	if out.Launch != nil {
+		l := *out.Launch
+		if l.JobID == "" {
+			l.JobID = job.ID
+		}
+		if l.LaunchedAt.IsZero() {
+			l.LaunchedAt = now
+		}
+		if err := storage.RecordBoxLaunch(ctx, tx, box.ID, l, now); err != nil {
+			return err
+		}
+	}
+	if out.Record != nil {
+		if err := out.Record(ctx, tx, now); err != nil {
+			return fmt.Errorf("record the run's outcome: %w", err)
+		}
+	}
+	return nil
 }
 
 // progress stores p as the job's latest progress. Failures are logged:

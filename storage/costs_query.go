@@ -193,6 +193,9 @@ type AdoptedDroplet struct {
 // the droplet or the id is taken in the environment (adopted false,
 // nothing written). It does not touch the environment's status. Run it
 // inside a writer unit, so the check and the insert see the same state.
+// In an environment with a session policy the adopted deployment expires
+// at its droplet's creation + the maximum (docs/operations.md, "Session
+// policies").
 func AdoptDroplet(ctx context.Context, q Querier, a AdoptedDroplet) (adopted bool, err error) {
 	known, err := DropletKnown(ctx, q, a.DropletID)
 	if err != nil || known {
@@ -200,8 +203,8 @@ func AdoptDroplet(ctx context.Context, q Querier, a AdoptedDroplet) (adopted boo
 	}
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO deployments (environment_id, id, droplet_id, region, size, status, launched_at, source,
-		     hourly_rate_usd, monthly_rate_usd, rate_captured_at, droplet_created_at, agent_version)
-		 VALUES (?, ?, ?, ?, ?, 'active', ?, 'inventory', ?, ?, ?, ?, '')`,
+		     hourly_rate_usd, monthly_rate_usd, rate_captured_at, droplet_created_at, agent_version, session_expires_at)
+		 VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, 'inventory', ?7, ?8, ?9, ?10, '', `+sessionCapSQL("?1", "?6")+`)`,
 		a.EnvironmentID, a.DeploymentID, a.DropletID, a.Region, a.Size, ms(a.CreatedAt),
 		a.HourlyUSD, a.MonthlyUSD, ms(a.ObservedAt), ms(a.CreatedAt))
 	if err != nil {

@@ -67,11 +67,11 @@ type Heartbeat struct {
 // ErrDropletMismatch.
 func RecordHeartbeat(ctx context.Context, q Querier, hb Heartbeat, exists bool) (created bool, err error) {
 	if !exists {
-		if err := insertDeployment(ctx, q, hb); err != nil {
+		if _, err := insertDeployment(ctx, q, hb); err != nil {
 			return false, err
 		}
 		created = true
-	} else if _, ok, err := updateDeployment(ctx, q, hb); err != nil {
+	} else if _, _, ok, err := updateDeployment(ctx, q, hb); err != nil {
 		return false, err
 	} else if !ok {
 		return false, ErrDropletMismatch
@@ -95,6 +95,12 @@ type HeartbeatApplied struct {
 	// this heartbeat's limit (docs/operations.md, "Heartbeats and
 	// deadlines").
 	IdleDeadlineAt time.Time
+	// SessionExpiresAt is the deployment's session expiry as stored after
+	// the heartbeat (zero: none): the one it asked for, or an earlier one,
+	// clamped to launch + maximum by the environment's session policy, or
+	// given by that policy when none was ever asked for
+	// (docs/operations.md, "Session policies").
+	SessionExpiresAt time.Time
 }
 
 // ApplyHeartbeatWithin applies a heartbeat for a caller that has not read
@@ -108,11 +114,11 @@ type HeartbeatApplied struct {
 // ErrDeploymentQuota; 0 is unlimited. Run inside a writer unit, the count is
 // exact (docs/operations.md, "Quotas"). Every refusal writes nothing.
 func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActive int) (HeartbeatApplied, error) {
-	deadline, ok, err := updateDeployment(ctx, q, hb)
+	deadline, expiry, ok, err := updateDeployment(ctx, q, hb)
 	if err != nil {
 		return HeartbeatApplied{}, err
 	}
-	res := HeartbeatApplied{IdleDeadlineAt: deadline}
+	res := HeartbeatApplied{IdleDeadlineAt: deadline, SessionExpiresAt: expiry}
 	if !ok {
 		st, err := DeploymentStatus(ctx, q, hb.EnvironmentID, hb.DeploymentID)
 		switch {
@@ -126,10 +132,11 @@ func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActiv
 					return HeartbeatApplied{}, ErrDeploymentQuota
 				}
 			}
-			if err := insertDeployment(ctx, q, hb); err != nil {
+			expiry, err := insertDeployment(ctx, q, hb)
+			if err != nil {
 				return HeartbeatApplied{}, err
 			}
-			res = HeartbeatApplied{Created: true, IdleDeadlineAt: idleDeadline(hb.LastActivityAt, hb.LimitMinutes)}
+			res = HeartbeatApplied{Created: true, IdleDeadlineAt: idleDeadline(hb.LastActivityAt, hb.LimitMinutes), SessionExpiresAt: expiry}
 		case err != nil:
 			return HeartbeatApplied{}, err
 		case st == DeploymentEnded:
@@ -161,23 +168,27 @@ func CountActiveDeployments(ctx context.Context, q Querier, environmentID int64)
 }
 
 // insertDeployment creates the deployment of a first heartbeat (active,
-// launched now) and sets its environment back to active if it had sunk.
-func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
-	if _, err := q.ExecContext(ctx,
+// launched now) and sets its environment back to active if it had sunk. It
+// returns the session expiry it stored (zero: none): the heartbeat's, within
+// the environment's session policy (docs/operations.md, "Session policies").
+func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) (time.Time, error) {
+	var expiry sql.NullInt64
+	if err := q.QueryRowContext(ctx,
 		`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
 		     session_expires_at, last_activity_at, limit_minutes, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
-		 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?, ?, ?, ?)`,
+		 VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, `+clampedExpirySQL("?7", sessionCapSQL("?2", "?6"))+`, ?8, ?9, ?10, ?11, ?12, ?13)
+		 RETURNING session_expires_at`,
 		hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
 		msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes, ms(idleDeadline(hb.LastActivityAt, hb.LimitMinutes)),
-		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion); err != nil {
-		return fmt.Errorf("insert deployment: %w", err)
+		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion).Scan(&expiry); err != nil {
+		return time.Time{}, fmt.Errorf("insert deployment: %w", err)
 	}
 	if _, err := q.ExecContext(ctx,
 		`UPDATE environments SET status = 'active', updated_at = ? WHERE id = ? AND status = 'sunk'`,
 		ms(hb.ReceivedAt), hb.EnvironmentID); err != nil {
-		return fmt.Errorf("reactivate environment: %w", err)
+		return time.Time{}, fmt.Errorf("reactivate environment: %w", err)
 	}
-	return nil
+	return fromMS(expiry), nil
 }
 
 // updateDeployment applies a heartbeat to its deployment if it is active
@@ -187,41 +198,51 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) error {
 // carrying an older lastActivityAt cannot pull the deadline back — and the
 // deadline is that latest activity plus this heartbeat's limit, so a change
 // of limit applies to it (docs/operations.md, "Heartbeats and deadlines").
+// The session expiry is the heartbeat's (or, without one, the stored one)
+// within the environment's session policy: never later than launch +
+// maximum, and that when there is none (docs/operations.md, "Session
+// policies"); the stored expiry is returned (zero: none).
 // A heartbeat that changes what the reaper decides on (droplet id, idle
 // deadline, session expiry, CI flag) clears the reaper's hold, so a
 // deployment the reaper deferred is looked at again at once
 // (docs/operations.md, "Reaper"); a heartbeat that changes none of them
 // leaves the hold.
-func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline time.Time, ok bool, err error) {
+func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, expiry time.Time, ok bool, err error) {
 	var d int64
+	var e sql.NullInt64
 	err = q.QueryRowContext(ctx,
 		`UPDATE deployments SET
 		     droplet_id = coalesce(droplet_id, ?1),
 		     region = CASE WHEN ?2 = '' THEN region ELSE ?2 END,
 		     size = CASE WHEN ?3 = '' THEN size ELSE ?3 END,
-		     session_expires_at = coalesce(?4, session_expires_at),
+		     session_expires_at = `+heartbeatExpirySQL+`,
 		     last_activity_at = max(coalesce(last_activity_at, ?5), ?5),
 		     limit_minutes = ?6,
 		     idle_deadline_at = max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000,
 		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9,
 		     reaper_hold_until = CASE WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
-		             OR coalesce(?4, session_expires_at) IS NOT session_expires_at
+		             OR (`+heartbeatExpirySQL+`) IS NOT session_expires_at
 		             OR max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000 IS NOT idle_deadline_at
 		             OR ci_active != ?8
 		         THEN NULL ELSE reaper_hold_until END
 		 WHERE environment_id = ?10 AND id = ?11 AND status = 'active'
 		   AND (?1 IS NULL OR droplet_id IS NULL OR droplet_id = ?1)
-		 RETURNING idle_deadline_at`,
+		 RETURNING idle_deadline_at, session_expires_at`,
 		nullInt(hb.DropletID), hb.Region, hb.Size, msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes,
-		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion, hb.EnvironmentID, hb.DeploymentID).Scan(&d)
+		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion, hb.EnvironmentID, hb.DeploymentID).Scan(&d, &e)
 	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, false, nil
+		return time.Time{}, time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("update deployment: %w", err)
+		return time.Time{}, time.Time{}, false, fmt.Errorf("update deployment: %w", err)
 	}
-	return time.UnixMilli(d).UTC(), true, nil
+	return time.UnixMilli(d).UTC(), fromMS(e), true, nil
 }
+
+// heartbeatExpirySQL is updateDeployment's session expiry: the heartbeat's
+// (?4) or the stored one, within the policy of the environment (?10) for
+// the row's launch.
+var heartbeatExpirySQL = clampedExpirySQL("coalesce(?4, session_expires_at)", sessionCapSQL("?10", "launched_at"))
 
 // insertHeartbeat stores the heartbeat row.
 func insertHeartbeat(ctx context.Context, q Querier, hb Heartbeat) error {

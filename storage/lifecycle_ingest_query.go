@@ -73,7 +73,9 @@ type Launch struct {
 // ErrDeploymentEnded (the deployment has ended), ErrDropletMismatch (it
 // already has another droplet: a deployment's droplet never changes),
 // ErrDeploymentQuota (a new deployment beyond maxActive > 0 active ones).
-// Every refusal writes nothing.
+// Every refusal writes nothing. A deployment it creates in an environment
+// with a session policy expires at launch + the maximum
+// (docs/operations.md, "Session policies").
 func ApplyLaunch(ctx context.Context, q Querier, l Launch, maxActive int) (created bool, err error) {
 	res, err := q.ExecContext(ctx,
 		`UPDATE deployments SET
@@ -113,8 +115,8 @@ func ApplyLaunch(ctx context.Context, q Querier, l Launch, maxActive int) (creat
 	}
 	if _, err := q.ExecContext(ctx,
 		`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
-		     last_activity_at, limit_minutes, idle_deadline_at, managed)
-		 VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?)`,
+		     last_activity_at, limit_minutes, idle_deadline_at, managed, session_expires_at)
+		 VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, ?10, `+sessionCapSQL("?2", "?6")+`)`,
 		l.DeploymentID, l.EnvironmentID, nullInt(l.DropletID), l.Region, l.Size, ms(l.At),
 		ms(l.At), l.LimitMinutes, ms(idleDeadline(l.At, l.LimitMinutes)), boolInt(l.Managed)); err != nil {
 		return false, fmt.Errorf("insert deployment: %w", err)

@@ -111,6 +111,11 @@ var compactionLevels = litestream.CompactionLevels{
 type ReplicaConfig struct {
 	// URL is s3://BUCKET/PATH?endpoint=…&region=… or file:///ABS/DIR.
 	URL string
+	// Generation, when set, is the database's replica generation
+	// (ReplicaGeneration): replication goes to URL with it appended to the
+	// path, a history of its own after a rollback (docs/operations.md,
+	// "Rollback").
+	Generation string
 	// AccessKeyID and SecretAccessKey are the S3 (Spaces) credentials; they
 	// override AWS_* and LITESTREAM_* variables. Unused for file://.
 	AccessKeyID, SecretAccessKey string
@@ -133,6 +138,10 @@ type ReplicaConfig struct {
 type ReplicationHealth struct {
 	// Kind is "s3" or "file".
 	Kind string
+	// Generation is the replica generation replicated to ("" for the
+	// replica URL itself): after a rollback, restore from the replica URL
+	// with "/<generation>" appended.
+	Generation string
 	// LocalTXID is the newest local Litestream transaction; RemoteTXID the
 	// newest one chalupa saw confirmed in the replica.
 	LocalTXID  uint64
@@ -164,15 +173,17 @@ type ReplicationHealth struct {
 // its own account of which commits the replica holds, so lag and failure
 // are measured, not inferred from file ages.
 type Replicator struct {
-	db       *litestream.DB
-	store    *litestream.Store
-	replica  *litestream.Replica
-	kind     string
-	lagLimit time.Duration
-	gap      time.Duration
-	idle     time.Duration
-	clock    clockwork.Clock
-	log      *slog.Logger
+	db      *litestream.DB
+	store   *litestream.Store
+	replica *litestream.Replica
+	kind    string
+	// generation is ReplicaConfig.Generation, shown by Health.
+	generation string
+	lagLimit   time.Duration
+	gap        time.Duration
+	idle       time.Duration
+	clock      clockwork.Clock
+	log        *slog.Logger
 
 	notify chan struct{} // capacity 1: a pending "commits to sync"
 	// onReplicated, when set, hears the commit → replica delay of every
@@ -253,7 +264,11 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	raw, err := litestream.NewReplicaClientFromURL(cfg.URL)
+	target, err := ReplicaURLWithGeneration(cfg.URL, cfg.Generation)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := litestream.NewReplicaClientFromURL(target)
 	if err != nil {
 		// Litestream's parse errors can echo the URL; say only what kind failed.
 		return nil, fmt.Errorf("%w: %s replica URL not accepted", ErrBadReplicaURL, kind)
@@ -302,7 +317,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 		clock = clockwork.NewRealClock()
 	}
 	rep := &Replicator{
-		db: db, store: store, replica: r, kind: kind, clock: clock, log: logger,
+		db: db, store: store, replica: r, kind: kind, generation: cfg.Generation, clock: clock, log: logger,
 		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
 		notify: make(chan struct{}, 1), done: make(chan struct{}),
 		stampsFrom: 1, stampCap: maxCommitStamps, epoch: clock.Now(),
@@ -672,7 +687,7 @@ func (r *Replicator) Close(ctx context.Context) error {
 
 // Health reports the replication state without any network I/O.
 func (r *Replicator) Health(now time.Time) ReplicationHealth {
-	h := ReplicationHealth{Kind: r.kind, LagLimitSeconds: r.lagLimit.Seconds()}
+	h := ReplicationHealth{Kind: r.kind, Generation: r.generation, LagLimitSeconds: r.lagLimit.Seconds()}
 	if local, err := r.db.Pos(); err == nil {
 		h.LocalTXID = uint64(local.TXID)
 	}

@@ -141,3 +141,45 @@ func ClearStackImportMarker(ctx context.Context, q Querier, stack string) error 
 	}
 	return nil
 }
+
+// StackCheckpoint is a checkpoint's metadata: a stack_states row without
+// its export (docs/operations.md, "Checkpoints"), for pages that list
+// versions.
+type StackCheckpoint struct {
+	Stack   string
+	Version int64
+	// SHA256 is the export's digest; SizeBytes its length in bytes.
+	SHA256    []byte
+	SizeBytes int64
+	CreatedAt time.Time
+}
+
+// StackCheckpoints returns the newest perStack (> 0) checkpoints of each
+// of stacks, by stack name then newest version first, without their
+// exports. A stack with no checkpoint has no rows.
+func StackCheckpoints(ctx context.Context, q Querier, stacks []string, perStack int) ([]StackCheckpoint, error) {
+	out := []StackCheckpoint{}
+	for _, st := range stacks {
+		rows, err := q.QueryContext(ctx,
+			`SELECT stack, version, sha256, size_bytes, created_at FROM stack_states WHERE stack = ? ORDER BY version DESC LIMIT ?`,
+			st, perStack)
+		if err != nil {
+			return nil, fmt.Errorf("list stack checkpoints: %w", err)
+		}
+		for rows.Next() {
+			var c StackCheckpoint
+			var at sql.NullInt64
+			if err := rows.Scan(&c.Stack, &c.Version, &c.SHA256, &c.SizeBytes, &at); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list stack checkpoints: %w", err)
+			}
+			c.CreatedAt = fromMS(at)
+			out = append(out, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("list stack checkpoints: %w", err)
+		}
+	}
+	return out, nil
+}

@@ -3,16 +3,11 @@ package sshdeliver_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,118 +15,11 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/chalupa-run/chalupa/converge/sshdeliver"
+	"github.com/chalupa-run/chalupa/converge/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
-
-// sshd stands in for a droplet's sshd: it accepts one authorized public
-// key, presents hostKey, and runs each exec request with sh -c, stdin from
-// the client, as the droplet's root would (the delivery's files land in a
-// temporary directory given as Dir).
-type sshd struct {
-	addr     string
-	ln       net.Listener
-	mu       sync.Mutex
-	commands []string
-}
-
-func newSSHD(t *testing.T, hostKey ssh.Signer, authorized ssh.PublicKey) *sshd {
-	t.Helper()
-	cfg := &ssh.ServerConfig{
-		PublicKeyCallback: func(_ ssh.ConnMetadata, k ssh.PublicKey) (*ssh.Permissions, error) {
-			if bytes.Equal(k.Marshal(), authorized.Marshal()) {
-				return nil, nil
-			}
-			return nil, errors.New("unauthorized")
-		},
-	}
-	cfg.AddHostKey(hostKey)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sshd{addr: ln.Addr().String(), ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c, cfg)
-		}
-	}()
-	return s
-}
-
-// ran returns the commands received so far.
-func (s *sshd) ran() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.commands...)
-}
-
-func (s *sshd) serve(c net.Conn, cfg *ssh.ServerConfig) {
-	defer c.Close()
-	_, chans, reqs, err := ssh.NewServerConn(c, cfg)
-	if err != nil {
-		return
-	}
-	go ssh.DiscardRequests(reqs)
-	for nc := range chans {
-		if nc.ChannelType() != "session" {
-			_ = nc.Reject(ssh.UnknownChannelType, "only sessions")
-			continue
-		}
-		ch, creqs, err := nc.Accept()
-		if err != nil {
-			return
-		}
-		go s.session(ch, creqs)
-	}
-}
-
-func (s *sshd) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
-	defer ch.Close()
-	for req := range reqs {
-		if req.Type != "exec" || len(req.Payload) < 4 {
-			_ = req.Reply(false, nil)
-			continue
-		}
-		n := binary.BigEndian.Uint32(req.Payload)
-		command := string(req.Payload[4 : 4+n])
-		_ = req.Reply(true, nil)
-		s.mu.Lock()
-		s.commands = append(s.commands, command)
-		s.mu.Unlock()
-		cmd := exec.Command("sh", "-c", command)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = ch, ch, ch.Stderr()
-		status := uint32(0)
-		if err := cmd.Run(); err != nil {
-			status = 1
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				status = uint32(ee.ExitCode())
-			}
-		}
-		_, _ = ch.SendRequest("exit-status", false, binary.BigEndian.AppendUint32(nil, status))
-		return
-	}
-}
-
-func newSigner(t *testing.T) ssh.Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 type rig struct {
 	db      *storage.DB
@@ -170,9 +58,9 @@ var files = sshdeliver.Files{KeyID: "env_demo-harbor_0123456789abcdef", Key: []b
 func TestDeliverWritesKeyFiles(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	host := newSigner(t)
-	srv := newSSHD(t, host, r.pub)
-	res, err := r.deliver.Deliver(ctx, srv.addr, 42, files)
+	host := sshdtest.NewSigner(t)
+	srv := sshdtest.New(t, host, r.pub)
+	res, err := r.deliver.Deliver(ctx, srv.Addr, 42, files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +94,7 @@ func TestDeliverWritesKeyFiles(t *testing.T) {
 		t.Fatalf("directory mode %v (%v), want 0700", st.Mode().Perm(), err)
 	}
 	// The key only ever travels on stdin: no command line carries it.
-	for _, c := range srv.ran() {
+	for _, c := range srv.Ran() {
 		if strings.Contains(c, string(files.Key)) {
 			t.Fatalf("a remote command line carries the key: %q", c)
 		}
@@ -216,7 +104,7 @@ func TestDeliverWritesKeyFiles(t *testing.T) {
 		t.Fatalf("pin %+v, %v: want the host key recorded for droplet 42", pin, err)
 	}
 	// A second delivery to the same droplet and key is not a first contact.
-	res, err = r.deliver.Deliver(ctx, srv.addr, 42, files)
+	res, err = r.deliver.Deliver(ctx, srv.Addr, 42, files)
 	if err != nil || res.FirstContact {
 		t.Fatalf("second delivery: %+v, %v; want success without a new pin", res, err)
 	}
@@ -225,33 +113,33 @@ func TestDeliverWritesKeyFiles(t *testing.T) {
 func TestDeliverRefusesChangedHostKey(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	first := newSSHD(t, newSigner(t), r.pub)
-	if _, err := r.deliver.Deliver(ctx, first.addr, 42, files); err != nil {
+	first := sshdtest.New(t, sshdtest.NewSigner(t), r.pub)
+	if _, err := r.deliver.Deliver(ctx, first.Addr, 42, files); err != nil {
 		t.Fatal(err)
 	}
-	impostor := newSSHD(t, newSigner(t), r.pub)
+	impostor := sshdtest.New(t, sshdtest.NewSigner(t), r.pub)
 	other := sshdeliver.Files{KeyID: "env_demo-harbor_fedcba9876543210", Key: []byte("ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkj")}
-	_, err := r.deliver.Deliver(ctx, impostor.addr, 42, other)
+	_, err := r.deliver.Deliver(ctx, impostor.Addr, 42, other)
 	if !errors.Is(err, sshdeliver.ErrHostKeyChanged) {
 		t.Fatalf("delivery to a changed host key = %v, want ErrHostKeyChanged", err)
 	}
-	if len(impostor.ran()) != 0 {
-		t.Fatalf("the impostor received %d commands", len(impostor.ran()))
+	if len(impostor.Ran()) != 0 {
+		t.Fatalf("the impostor received %d commands", len(impostor.Ran()))
 	}
 	b, _ := os.ReadFile(filepath.Join(r.dir, "ingest.key"))
 	if string(b) != string(files.Key)+"\n" {
 		t.Fatal("a refused delivery changed ingest.key")
 	}
 	// Another droplet id is a first contact of its own.
-	if _, err := r.deliver.Deliver(ctx, impostor.addr, 43, other); err != nil {
+	if _, err := r.deliver.Deliver(ctx, impostor.Addr, 43, other); err != nil {
 		t.Fatalf("first contact with droplet 43: %v", err)
 	}
 }
 
 func TestDeliverRefusedIdentity(t *testing.T) {
 	r := newRig(t)
-	srv := newSSHD(t, newSigner(t), newSigner(t).PublicKey())
-	_, err := r.deliver.Deliver(context.Background(), srv.addr, 42, files)
+	srv := sshdtest.New(t, sshdtest.NewSigner(t), sshdtest.NewSigner(t).PublicKey())
+	_, err := r.deliver.Deliver(context.Background(), srv.Addr, 42, files)
 	if !errors.Is(err, sshdeliver.ErrAuth) {
 		t.Fatalf("delivery with an unauthorized identity = %v, want ErrAuth", err)
 	}

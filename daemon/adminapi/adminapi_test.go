@@ -199,3 +199,21 @@ func TestDeps(t *testing.T) {
 		})
 	}
 }
+
+// TestConvergePhrase: the console's typed confirmation is the MCP policy's
+// template of adminRunPulumiConverge filled in, so the two surfaces ask
+// for the same words.
+func TestConvergePhrase(t *testing.T) {
+	op, ok := Lookup(OpRunPulumiConverge)
+	if !ok {
+		t.Fatal("no converge operation")
+	}
+	for _, action := range []string{"preview", "destroy"} {
+		t.Run(action, func(t *testing.T) {
+			want := strings.NewReplacer("{action}", action, "{scope.id}", "box-1").Replace(op.MCP.Confirm)
+			if got := ConvergePhrase(action, "box-1"); got != want {
+				t.Errorf("ConvergePhrase = %q, want the MCP template's %q", got, want)
+			}
+		})
+	}
+}

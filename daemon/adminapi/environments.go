@@ -10,9 +10,17 @@ import (
 const (
 	OpCreateEnvironment = "adminCreateEnvironment"
 	OpListEnvironments  = "adminListEnvironments"
+	// OpSetSessionPolicy and OpClearSessionPolicy set and clear an
+	// environment's session policy (docs/operations.md, "Session
+	// policies").
+	OpSetSessionPolicy   = "adminSetSessionPolicy"
+	OpClearSessionPolicy = "adminClearSessionPolicy"
 )
 
-const pathEnvironments = "/api/admin/environments"
+const (
+	pathEnvironments  = "/api/admin/environments"
+	pathSessionPolicy = "/api/admin/environments/:slug/session-policy"
+)
 
 var environmentOperations = []Operation{
 	{ID: OpCreateEnvironment, MCP: mcpMutate, Method: methodPost, Path: pathEnvironments, Status: http.StatusCreated, Mutates: true,
@@ -20,7 +28,71 @@ var environmentOperations = []Operation{
 		Summary: `create an environment: {"slug","name","organization"} (organization: a customer's slug; default the platform)`},
 	{ID: OpListEnvironments, MCP: mcpRead, Method: methodGet, Path: pathEnvironments, Status: http.StatusOK,
 		Response: typeOf[EnvironmentList](),
-		Summary:  "list environments"},
+		Summary:  "list environments (with their session policies)"},
+	{ID: OpSetSessionPolicy, MCP: mcpMutate, Method: methodPut, Path: pathSessionPolicy, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[SetSessionPolicyRequest](), Response: typeOf[SessionPolicyResult](),
+		Summary: `bound an environment's sessions: {"kind":"demo"|"test","maxSessionSeconds":60..2592000}; every deployment then expires by launch + the maximum, active ones at once`},
+	{ID: OpClearSessionPolicy, MCP: mcpMutate, Method: methodDelete, Path: pathSessionPolicy, Status: http.StatusOK, Mutates: true,
+		Request: typeOf[ClearSessionPolicyRequest](), Response: typeOf[SessionPolicyResult](),
+		Summary: "remove an environment's session policy (expiries already given stay)"},
+}
+
+// Session policy kinds and bounds (docs/operations.md, "Session policies").
+const (
+	// SessionKindDemo and SessionKindTest are the policy kinds.
+	SessionKindDemo = "demo"
+	SessionKindTest = "test"
+	// MinSessionSeconds and MaxSessionSeconds bound maxSessionSeconds
+	// (one minute, 30 days).
+	MinSessionSeconds = 60
+	MaxSessionSeconds = 30 * 24 * 60 * 60
+)
+
+// SessionPolicy is an environment's session policy: Kind is demo or test,
+// MaxSessionSeconds the longest a deployment may live, in seconds from its
+// launch.
+type SessionPolicy struct {
+	Kind              string    `json:"kind"`
+	MaxSessionSeconds int64     `json:"maxSessionSeconds"`
+	UpdatedAt         time.Time `json:"updatedAt"`
+}
+
+// SetSessionPolicyRequest is adminSetSessionPolicy's request: the
+// environment in the path, the policy in the body.
+type SetSessionPolicyRequest struct {
+	EnvironmentSlug   string `path:"slug" json:"-"`
+	Kind              string `json:"kind"`
+	MaxSessionSeconds int64  `json:"maxSessionSeconds"`
+}
+
+// ClearSessionPolicyRequest names the environment whose policy
+// adminClearSessionPolicy removes.
+type ClearSessionPolicyRequest struct {
+	EnvironmentSlug string `path:"slug" json:"-"`
+}
+
+// SessionPolicyResult answers both session policy operations. Policy is
+// the policy now in force (absent after a clear). Applied counts the
+// active deployments whose session expiry a set gave or moved earlier;
+// Cleared is true when a clear removed a policy (false: there was none).
+type SessionPolicyResult struct {
+	Environment string         `json:"environment"`
+	Policy      *SessionPolicy `json:"policy,omitempty"`
+	Applied     int            `json:"applied"`
+	Cleared     bool           `json:"cleared"`
+}
+
+// SetSessionPolicy calls adminSetSessionPolicy. Errors: an *APIError with
+// 400 invalid_kind or invalid_max_session (nothing written), 404
+// environment_not_found.
+func (c *Client) SetSessionPolicy(ctx context.Context, req SetSessionPolicyRequest) (SessionPolicyResult, error) {
+	return call[SessionPolicyResult](ctx, c, OpSetSessionPolicy, req)
+}
+
+// ClearSessionPolicy calls adminClearSessionPolicy. Errors: an *APIError
+// with 404 environment_not_found.
+func (c *Client) ClearSessionPolicy(ctx context.Context, req ClearSessionPolicyRequest) (SessionPolicyResult, error) {
+	return call[SessionPolicyResult](ctx, c, OpClearSessionPolicy, req)
 }
 
 // CreateEnvironmentRequest is the body of adminCreateEnvironment. Slug
@@ -44,6 +116,9 @@ type Environment struct {
 	Name         string    `json:"name"`
 	Status       string    `json:"status"`
 	CreatedAt    time.Time `json:"createdAt"`
+	// SessionPolicy is the environment's session policy, absent when it
+	// has none.
+	SessionPolicy *SessionPolicy `json:"sessionPolicy,omitempty"`
 }
 
 // EnvironmentList is the answer of adminListEnvironments.

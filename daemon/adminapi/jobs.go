@@ -79,6 +79,12 @@ type CancelledState struct {
 	Box   string `json:"box"`
 }
 
+// ConvergePhrase is the typed confirmation of a converge action on a
+// box: "<action> <box>" (for example "destroy box-1"), the MCP policy's
+// template of adminRunPulumiConverge with the box's name as its scope id.
+// The console asks for it before a destroy (docs/operations.md, "Console").
+func ConvergePhrase(action, box string) string { return action + " " + box }
+
 // WipeAllPhrase is the confirmation adminClearPulumiStateCache requires
 // for every box; WipePhrase(box) the one for one box.
 const WipeAllPhrase = "wipe all"

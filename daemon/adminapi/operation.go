@@ -103,7 +103,7 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // share a route are adjacent and carry distinct Actions.
 var Operations = join(statusOperations, environmentOperations, organizationOperations, ingestKeyOperations, fleetOperations,
 	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations, runOperations, boxOperations, jobOperations,
-	consoleOperations, sshOperations, logOperations)
+	consoleOperations, sshOperations, loopOperations, logOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation

@@ -29,6 +29,9 @@ type Status struct {
 	DBSizeBytes int64 `json:"dbSizeBytes"`
 	// Replication is the replica's health.
 	Replication ReplicationHealth `json:"replication"`
+	// Loops are the switchable background loops, paused or running
+	// (docs/operations.md, "Loop switches").
+	Loops []LoopSwitch `json:"loops"`
 }
 
 // ReplicationHealth is what the daemon knows of its replica
@@ -37,6 +40,10 @@ type Status struct {
 type ReplicationHealth struct {
 	// Kind is "s3" or "file".
 	Kind string `json:"kind"`
+	// Generation is the replica generation after a rollback: replication
+	// goes to the replica URL with "/<generation>" appended (absent: the
+	// replica URL itself; docs/operations.md, "Rollback").
+	Generation string `json:"generation,omitempty"`
 	// LocalTXID is the newest local transaction; RemoteTXID the newest in
 	// the replica.
 	LocalTXID  uint64 `json:"localTxid"`

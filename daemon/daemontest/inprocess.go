@@ -37,6 +37,9 @@ type AppOptions struct {
 	// Executor runs converge jobs (a fake in tests); nil: converge is not
 	// configured.
 	Executor jobs.Executor
+	// PauseLoops are loop switch names to pause at open (serve
+	// --pause-loops).
+	PauseLoops []string
 }
 
 // InProcess is one daemon assembled in the test process.
@@ -99,7 +102,7 @@ func (p *InProcess) open(opt AppOptions) {
 	if err != nil {
 		t.Fatalf("daemontest: LoadConfig: %v", err)
 	}
-	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock, Executor: opt.Executor})
+	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock, Executor: opt.Executor, PauseLoops: opt.PauseLoops})
 	if err != nil {
 		t.Fatalf("daemontest: daemon.Open: %v", err)
 	}

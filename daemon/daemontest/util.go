@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,17 +39,46 @@ func Poll(t testing.TB, timeout time.Duration, what string, cond func() (ok bool
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (the
-// kernel picked it for a listener that is closed again before returning).
-// Errors fail the test.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// chosen at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range). A port the kernel picks for a
+// listener comes from that range, which every outgoing connection's source
+// port also comes from: a test that stops a daemon and restarts it on the
+// same port could find the port taken by some other test's client
+// connection in between ("address already in use"). Ports below the range
+// are never handed out that way. Errors fail the test.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	low := ephemeralLow()
+	for range 200 {
+		p := freePortFloor + mrand.IntN(low-freePortFloor)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("find a free port: none of 200 random ports in [%d, %d) was free", freePortFloor, low)
+	return 0
+}
+
+// freePortFloor is the lowest port FreePort picks: above the well-known and
+// most registered services' ports.
+const freePortFloor = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read, Linux's default).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > freePortFloor+1000 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // FreeAddr is FreePort as a "127.0.0.1:PORT" listen address.

@@ -311,6 +311,11 @@ func (a *Agent) spoolShutdown(now time.Time) error {
 // Deliver runs one delivery pass over the spool (see Deliverer.Pass).
 func (a *Agent) Deliver(ctx context.Context) PassResult { return a.deliver.Pass(ctx) }
 
+// NotUntil is when the delivery's back-off after a failed attempt ends
+// (zero: none); a pass before it sends nothing (docs/operations.md,
+// "Agent").
+func (a *Agent) NotUntil() time.Time { return a.deliver.NotUntil() }
+
 // Stop ends the session: one last sample, the current minute's window
 // spooled with final:true (with any window the last sample closed) and the
 // run's `shutdown` lifecycle event, then the spool delivered for at most ShutdownDeadline, ignoring a back-off

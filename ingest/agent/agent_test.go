@@ -1,10 +1,14 @@
 package agent_test
 
 // The agent against a real chalupa daemon assembled in process
-// (daemontest.NewInProcess), behind a proxy that can refuse (503), or
-// forward a request and lose its response; with a fake metadata service
-// and fake /proc, /dev and /run trees in t.TempDir(). The agent's and the
-// daemon's clocks are fake and advanced together: no test waits for time.
+// (daemontest.NewInProcess), behind a proxy that can refuse (503); with a
+// fake metadata service and fake /proc, /dev and /run trees in
+// t.TempDir(). The agent's and the daemon's clocks are fake and advanced
+// together: no test waits for time. These are the cases that need the
+// daemon's clock hours ahead (window age, report age) or a key file that
+// appears later; idle detection, the CI marker, window aggregates, an
+// outage and the lost final response run against the built `chalupa
+// serve` (e2e_agent_fleet_test.go in the repository root).
 
 import (
 	"bytes"
@@ -12,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,7 +44,6 @@ var fleetStart = time.Date(2026, 12, 1, 10, 41, 23, 0, time.UTC)
 const (
 	modeUp   = "up"   // forward
 	modeDown = "down" // answer 503 overloaded with Retry-After: 1
-	modeLose = "lose" // forward, then drop the connection without the answer
 )
 
 type fleet struct {
@@ -57,7 +59,6 @@ type fleet struct {
 	mu       sync.Mutex
 	mode     string
 	requests map[string]int // by path, every request the proxy saw
-	bodies   [][]byte       // telemetry bodies forwarded
 	// wireIn and wireOut count the bytes the proxy read and wrote.
 	wireIn, wireOut atomic.Int64
 	busy            uint64 // fake /proc/stat counters
@@ -122,19 +123,6 @@ func (f *fleet) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(resp.Body)
-	if r.URL.Path == agent.TelemetryRoute && resp.StatusCode/100 == 2 {
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.mu.Unlock()
-	}
-	if mode == modeLose {
-		// The control plane stored the request; its answer never arrives.
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-		return
-	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
@@ -244,223 +232,6 @@ func (f *fleet) heartbeat(a *agent.Agent) {
 	f.t.Helper()
 	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
 		f.t.Fatalf("heartbeat: %d %v", status, err)
-	}
-}
-
-// TestAgentWindowsArriveWithAggregates: an agent identified by the metadata
-// service sends one window a minute from its first whole minute, with the
-// aggregates of the fake /proc samples and, with nvidia-smi on PATH, the GPU
-// metrics; on stop the partial minute arrives final:true and ends the
-// session.
-func TestAgentWindowsArriveWithAggregates(t *testing.T) {
-	f := newFleet(t)
-	bin := t.TempDir()
-	script := "#!/bin/sh\nprintf '55, 2048, 16384, 65, 120.5\\n[N/A], 1024, 16384, 70, [N/A]\\n'\n"
-	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	cfg := f.config()
-	cfg.NvidiaSMI = "nvidia-smi"
-	a, err := agent.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := a.Identity(); got.DeploymentID != "droplet-4242" || got.DropletID != 4242 || got.Region != "nyc3" {
-		t.Fatalf("identity %+v, want droplet-4242 in nyc3 from the metadata service", got)
-	}
-	f.heartbeat(a)
-	// 10:41:23 → 10:44:03: the partial minute 10:41 is not sent; 10:42
-	// and 10:43 are.
-	for range 32 {
-		f.step(a)
-	}
-	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 2 {
-		t.Fatalf("%d windows stored, want 2 (10:42, 10:43)", n)
-	}
-	var first int64
-	var cpuN, memN, rxN int64
-	var cpuSum, cpuMin, cpuMax, memLast, memTotal, rxSum, load, gpuUtil, gpuMem, gpuTemp, gpuPower, diskTotal float64
-	err = f.d.App.DB.Read.QueryRow(`SELECT window_start, cpu_pct_n, cpu_pct_sum, cpu_pct_min, cpu_pct_max,
-		mem_used_bytes_n, mem_used_bytes_last, mem_total_bytes_max, net_rx_bytes_n, net_rx_bytes_sum, load1_last,
-		gpu_util_pct_max, gpu_mem_used_bytes_last, gpu_temp_c_max, gpu_power_w_last, disk_total_bytes_last
-		FROM telemetry_windows ORDER BY window_start LIMIT 1`).Scan(&first, &cpuN, &cpuSum, &cpuMin, &cpuMax,
-		&memN, &memLast, &memTotal, &rxN, &rxSum, &load, &gpuUtil, &gpuMem, &gpuTemp, &gpuPower, &diskTotal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := time.Date(2026, 12, 1, 10, 42, 0, 0, time.UTC).UnixMilli(); first != want {
-		t.Errorf("first window starts %s, want 10:42", time.UnixMilli(first).UTC())
-	}
-	checks := []struct {
-		name      string
-		got, want float64
-	}{
-		{"cpu n", float64(cpuN), 12}, {"cpu sum", cpuSum, 360}, {"cpu min", cpuMin, 30}, {"cpu max", cpuMax, 30},
-		{"mem n", float64(memN), 12}, {"mem used", memLast, 3 << 30}, {"mem total", memTotal, 4 << 30},
-		{"rx n", float64(rxN), 12}, {"rx sum", rxSum, 12000}, {"load", load, 0.5},
-		{"gpu util (busiest)", gpuUtil, 55}, {"gpu mem (summed)", gpuMem, 3072 << 20}, {"gpu temp (hottest)", gpuTemp, 70},
-		{"gpu power (N/A skipped)", gpuPower, 120.5},
-	}
-	for _, c := range checks {
-		if math.Abs(c.got-c.want) > 1e-6 {
-			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
-		}
-	}
-	if diskTotal <= 0 {
-		t.Errorf("disk total %v", diskTotal)
-	}
-	res := a.Stop()
-	if res.Delivered != 2 {
-		t.Fatalf("stop: %+v (want the final window and the shutdown event)", res)
-	}
-	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
-		t.Fatalf("%d final windows", n)
-	}
-	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
-		t.Fatalf("%d shutdown events, want 1", n)
-	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
-		t.Fatal("the final window did not end the session")
-	}
-	if n, _ := a.Spool().Depth(); n != 0 {
-		t.Fatalf("spool holds %d after a clean stop", n)
-	}
-}
-
-// TestAgentIdleDetection: through the daemon, heartbeats with no new
-// activity leave the stored idle deadline where it is; an SSH session
-// moves it; the CI marker sets ciActive.
-func TestAgentIdleDetection(t *testing.T) {
-	f := newFleet(t)
-	a := f.start()
-	deadline := func() (int64, int) {
-		var at int64
-		var ci int
-		if err := f.d.App.DB.Read.QueryRow(`SELECT idle_deadline_at, ci_active FROM deployments WHERE id = 'droplet-4242'`).Scan(&at, &ci); err != nil {
-			t.Fatal(err)
-		}
-		return at, ci
-	}
-	f.heartbeat(a)
-	d0, _ := deadline()
-	if want := fleetStart.Add(30 * time.Minute).Truncate(time.Second).UnixMilli(); d0 != want {
-		t.Fatalf("first deadline %s, want start + 30 min", time.UnixMilli(d0).UTC())
-	}
-	for range 3 {
-		f.advance(agent.HeartbeatInterval)
-		f.heartbeat(a)
-		if d, _ := deadline(); d != d0 {
-			t.Fatalf("deadline moved to %s with no activity", time.UnixMilli(d).UTC())
-		}
-	}
-	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n")
-	f.advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
-	d1, ci := deadline()
-	if want := f.clock.Now().Add(30 * time.Minute).UnixMilli(); d1 != want || ci != 0 {
-		t.Fatalf("with an SSH session: deadline %s ci %d, want now + 30 min, no CI", time.UnixMilli(d1).UTC(), ci)
-	}
-	f.write("run/chalupa/ci-active", "")
-	f.advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
-	if _, ci := deadline(); ci != 1 {
-		t.Fatal("ciActive not reported with the marker")
-	}
-	// agent status reports the same without sending.
-	before := f.seen(agent.HeartbeatRoute)
-	rep, err := agent.Status(f.config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.Reaper.CIActive || !rep.Reaper.LastActivityAt.Equal(f.clock.Now()) || rep.DeploymentID != "droplet-4242" || f.seen(agent.HeartbeatRoute) != before {
-		t.Fatalf("status %+v", rep)
-	}
-}
-
-// TestAgentOutageThenReplay: while the control plane answers 503 the
-// spool grows (nothing is lost), with the delivery backing off; on
-// recovery every window is replayed and stored exactly once.
-func TestAgentOutageThenReplay(t *testing.T) {
-	f := newFleet(t)
-	a := f.start()
-	f.heartbeat(a)
-	for range 12 { // into 10:42
-		f.step(a)
-	}
-	f.setMode(modeDown)
-	const outage = 10 // minutes
-	for range outage * 12 {
-		f.step(a)
-	}
-	held, _ := a.Spool().Depth()
-	if held < outage-1 {
-		t.Fatalf("spool holds %d windows after a %d-minute outage", held, outage)
-	}
-	sentDuringOutage := f.seen(agent.TelemetryRoute)
-	if sentDuringOutage > 3*outage {
-		t.Fatalf("%d telemetry requests during the outage: the back-off did not hold", sentDuringOutage)
-	}
-	f.setMode(modeUp)
-	f.advance(agent.RetryMax)
-	res := a.Deliver(context.Background())
-	if n, _ := a.Spool().Depth(); n != 0 || res.Delivered != held {
-		t.Fatalf("replay: %+v, %d left", res, n)
-	}
-	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != held || r != held {
-		t.Fatalf("stored %d windows, %d receipts, want %d each", w, r, held)
-	}
-	if st, _ := agent.ReadState(f.config().StateDir); st.Delivered != int64(held) || st.LastDeliveryAt.IsZero() {
-		t.Fatalf("state %+v", st)
-	}
-}
-
-// TestAgentLostFinalResponse is the seed's shutdown race: the final window
-// reaches the control plane but its answer is lost as the agent stops. It
-// stays spooled; the next start replays it byte-identical, and the control
-// plane deduplicates it — nothing lost, nothing doubled.
-func TestAgentLostFinalResponse(t *testing.T) {
-	f := newFleet(t)
-	a := f.start()
-	f.heartbeat(a)
-	for range 20 {
-		f.step(a)
-	}
-	f.setMode(modeLose)
-	res := a.Stop()
-	if res.Delivered != 0 {
-		t.Fatalf("stop with a lost answer: %+v", res)
-	}
-	if n, _ := a.Spool().Depth(); n != 2 {
-		t.Fatalf("spool holds %d, want the final window and the shutdown event", n)
-	}
-	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
-	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
-		t.Fatalf("%d windows stored before the restart", stored)
-	}
-	f.setMode(modeUp)
-	f.advance(time.Minute)
-	b := f.start()
-	if b.SessionID() == a.SessionID() {
-		t.Fatal("a restart reused the session id")
-	}
-	if res := b.Deliver(context.Background()); res.Delivered != 2 {
-		t.Fatalf("replay after restart: %+v", res)
-	}
-	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
-		t.Fatalf("%d shutdown events after the replay, want 1", n)
-	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
-		t.Fatalf("%d open sessions after a clean stop and a restart, want 0", n)
-	}
-	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
-		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
-	}
-	f.mu.Lock()
-	last, prev := f.bodies[len(f.bodies)-1], f.bodies[len(f.bodies)-2]
-	f.mu.Unlock()
-	if !bytes.Equal(last, prev) {
-		t.Fatalf("the replayed body differs:\n%s\n%s", prev, last)
 	}
 }
 

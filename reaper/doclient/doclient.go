@@ -154,6 +154,8 @@ type API interface {
 	DropletAPI
 	// ListVolumesByTag returns every volume carrying tag.
 	ListVolumesByTag(ctx context.Context, tag string) ([]Volume, error)
+	// ListFirewallsByTag returns every firewall carrying tag.
+	ListFirewallsByTag(ctx context.Context, tag string) ([]Firewall, error)
 	// Sizes returns the size catalogue with prices (cached).
 	Sizes(ctx context.Context) ([]Size, error)
 	// Account returns the token's account.
@@ -474,6 +476,41 @@ type Volume struct {
 	DropletIDs []int
 	// CreatedAt is when the volume was created.
 	CreatedAt time.Time
+}
+
+// Firewall is a cloud firewall as converge's crash recovery needs it.
+type Firewall struct {
+	// ID is the firewall id (a UUID).
+	ID string
+	// Name is the firewall's name.
+	Name string
+	// Tags are its tags (on DigitalOcean, the tags of the droplets it
+	// applies to).
+	Tags []string
+	// DropletIDs are the droplets it applies to by id.
+	DropletIDs []int
+}
+
+// ListFirewallsByTag returns every firewall carrying tag. The API has no
+// tag filter for firewalls, so this lists them all (all pages) and filters
+// here. Errors as GetDroplet.
+func (c *Client) ListFirewallsByTag(ctx context.Context, tag string) ([]Firewall, error) {
+	if !ValidTag(tag) {
+		return nil, fmt.Errorf("%w: invalid tag name", ErrBadArgument)
+	}
+	fs, err := listAll(ctx, c, "ListFirewallsByTag", func(ctx context.Context, opt *godo.ListOptions) ([]godo.Firewall, *godo.Response, error) {
+		return c.godo.Firewalls.List(ctx, opt)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Firewall
+	for _, f := range fs {
+		if slices.Contains(f.Tags, tag) {
+			out = append(out, Firewall{ID: f.ID, Name: f.Name, Tags: slices.Clone(f.Tags), DropletIDs: slices.Clone(f.DropletIDs)})
+		}
+	}
+	return out, nil
 }
 
 // ListVolumesByTag returns every volume carrying tag. The API has no tag

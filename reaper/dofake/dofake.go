@@ -97,6 +97,7 @@ type Server struct {
 	volumes   map[string]*Volume
 	firewalls map[string]*Firewall
 	tags      map[string]bool // created with POST /v2/tags
+	publicV4  string          // WithPublicIPv4; "" is 203.0.113.<n>
 	actionSeq int
 	sizes     map[string]Size
 	account   Account
@@ -112,6 +113,11 @@ type Option func(*Server)
 // RateLimit-Reset and the created_at of new droplets. Injected latency
 // always waits in real time (it exists to trip a client's deadline).
 func WithClock(clock clockwork.Clock) Option { return func(s *Server) { s.clock = clock } }
+
+// WithPublicIPv4 makes addr every droplet's public IPv4 address (instead
+// of 203.0.113.<n>, which reaches nothing): converge's key delivery then
+// dials a local SSH server standing in for the droplet's sshd.
+func WithPublicIPv4(addr string) Option { return func(s *Server) { s.publicV4 = addr } }
 
 // WithRateLimits sets every token's budgets: at most perMinute requests in
 // any 60 s and perHour in any hour. Zero keeps the default for that window.
@@ -349,6 +355,11 @@ type Fault struct {
 	// Latency is waited (in real time) before the request is answered;
 	// the wait ends early when the client gives up.
 	Latency time.Duration
+	// HoldAnswer is waited (in real time) after the route has acted and
+	// before its answer is written: the request took effect but the client
+	// has not heard (a create whose caller is killed while waiting). The
+	// wait ends early when the client gives up.
+	HoldAnswer time.Duration
 	// Status, when non-zero, is answered instead of the route's own
 	// answer: 429 (with Retry-After and the rate-limit headers), 5xx, or
 	// any other error status, in the API's error shape.

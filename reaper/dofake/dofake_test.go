@@ -460,6 +460,20 @@ func TestFaults(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	})
+	t.Run("a held answer: the create took effect, the client never heard", func(t *testing.T) {
+		s.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: time.Minute})
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		before := len(s.Firewalls())
+		_, _, err := c.Firewalls.Create(cctx, &godo.FirewallRequest{Name: "held", Tags: []string{"chalupa:box:held"},
+			InboundRules: []godo.InboundRule{{Protocol: "tcp", PortRange: "22", Sources: &godo.Sources{Addresses: []string{"198.51.100.9/32"}}}}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the deadline", err)
+		}
+		if n := len(s.Firewalls()); n != before+1 {
+			t.Fatalf("%d firewalls after the held create, want %d", n, before+1)
+		}
+	})
 	t.Run("short latency, then normal", func(t *testing.T) {
 		s.Inject(dofake.Fault{Route: dofake.RouteGetAccount, Latency: 5 * time.Millisecond})
 		t0 := time.Now()

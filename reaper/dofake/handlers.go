@@ -170,7 +170,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route Route, scop
 		finish(answer{status: http.StatusForbidden, body: apiError{ID: "Forbidden", Message: "You do not have access for the attempted action."}})
 		return
 	}
-	finish(h(r, ts))
+	a := h(r, ts)
+	if f != nil && f.HoldAnswer > 0 {
+		s.mu.Unlock()
+		t := time.NewTimer(f.HoldAnswer)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			s.mu.Lock()
+			s.log[idx].Status = statusClientGone
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+	}
+	finish(a)
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -222,6 +222,10 @@ func (s *Server) dropletWire(d *Droplet) dropletJSON {
 		sz.Slug = d.Size
 	}
 	created := d.CreatedAt.UTC().Format(time.RFC3339)
+	public := fmt.Sprintf("203.0.113.%d", d.ID%254+1)
+	if s.publicV4 != "" {
+		public = s.publicV4
+	}
 	return dropletJSON{
 		ID: d.ID, Name: d.Name, Memory: sz.MemoryMiB, Vcpus: sz.VCPUs, Disk: sz.DiskGiB,
 		Status: d.Status, CreatedAt: created,
@@ -238,7 +242,7 @@ func (s *Server) dropletWire(d *Droplet) dropletJSON {
 		Networks: networksJSON{
 			V4: []networkV4JSON{
 				{IPAddress: fmt.Sprintf("10.108.%d.%d", d.ID/256%256, d.ID%256), Netmask: "255.255.0.0", Gateway: "10.108.0.1", Type: "private"},
-				{IPAddress: fmt.Sprintf("203.0.113.%d", d.ID%254+1), Netmask: "255.255.255.0", Gateway: "203.0.113.254", Type: "public"},
+				{IPAddress: public, Netmask: "255.255.255.0", Gateway: "203.0.113.254", Type: "public"},
 			},
 			V6: []networkV6JSON{},
 		},

@@ -317,6 +317,11 @@ func (p *provider) read(ctx context.Context, typ, id string, old resource.Proper
 			ids = append(ids, float64(d))
 		}
 		in = map[string]any{"name": f.Name, "dropletIds": ids, "inboundRules": inbound, "outboundRules": outbound}
+		if len(f.Tags) > 0 {
+			tags := slices.Clone(f.Tags)
+			sort.Strings(tags)
+			in["tags"] = anys(tags)
+		}
 		out = map[string]any{"status": f.Status, "createdAt": f.Created}
 	case tokVolume:
 		v, resp, err := p.do.Storage.GetVolume(ctx, id)

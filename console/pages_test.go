@@ -1,0 +1,163 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/julienschmidt/httprouter"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/reaper/cost"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
+)
+
+// pageOf renders h for path with route params, signed in, and returns the
+// status and body.
+func pageOf(t *testing.T, h http.HandlerFunc, path string, params ...string) (int, string) {
+	t.Helper()
+	ctx := context.WithValue(context.Background(), ctxKey{}, session{storage.ConsoleSession{CSRFToken: "tok"}})
+	var ps httprouter.Params
+	for i := 0; i+1 < len(params); i += 2 {
+		ps = append(ps, httprouter.Param{Key: params[i], Value: params[i+1]})
+	}
+	ctx = context.WithValue(ctx, httprouter.ParamsKey, ps)
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequestWithContext(ctx, "GET", path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func testConsole(t *testing.T) (*Console, *storage.DB) {
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewRealClock()
+	return New(Deps{DB: db, Perf: &telemetry.PerformanceReader{DB: db, Clock: clock}, CostRule: cost.DefaultRule,
+		Version: "test", Origin: "http://127.0.0.1:8080", Clock: clock, Log: zerolog.Nop()}), db
+}
+
+// TestEnvironmentRunsAndBoxes: the environment page lists the runs with
+// their artifacts (an https one as a link, a local one by id) and the
+// boxes with a link to their Settings → Pulumi.
+func TestEnvironmentRunsAndBoxes(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	d := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-ci"})
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.RecordRun(ctx, tx, storage.Run{EnvironmentID: e.ID, RunID: "run-42", DeploymentID: d.ID, Suite: "integration",
+			Status: "passed", CommitSHA: "0123456789abcdef0123", StartedAt: now.Add(-time.Minute), FinishedAt: now, ReceivedAt: now,
+			Artifacts: []storage.Artifact{
+				{Name: "junit.xml", MediaType: "application/xml", SizeBytes: 2048, SHA256: strings.Repeat("a", 64), LocatorKind: "https", LocatorURL: "https://artifacts.example/run-42/junit.xml"},
+				{Name: "trace.zip", MediaType: "application/zip", SizeBytes: 9, SHA256: strings.Repeat("b", 64), LocatorKind: "local", LocatorID: "art-7"},
+			}}, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	storagetest.Box(t, db, storage.Box{Name: "box-gpu", EnvironmentSlug: "harbor"})
+	code, body := pageOf(t, c.environment, "/app/env/harbor", "slug", "harbor")
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, body)
+	}
+	for _, want := range []string{"1 runs, 2 artifacts", "run-42", "integration", "passed",
+		`<a href="https://artifacts.example/run-42/junit.xml" rel="noreferrer noopener">junit.xml</a>`, "trace.zip (local <code>art-7</code>)",
+		`<a href="/app/boxes/box-gpu">Settings → Pulumi</a>`, "free (no job queued or running)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("environment page lacks %q", want)
+		}
+	}
+}
+
+// TestOracleAndBoxCheckpoints: the oracle's cache tab shows each stack's
+// newest checkpoint and a pending import; the box page lists the newest
+// checkpointsPerStack versions, newest first, and never an export's bytes.
+func TestOracleAndBoxCheckpoints(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	b := storagetest.Box(t, db, storage.Box{Name: "box-cp"})
+	export := []byte(`{"secret-looking":"export body"}`)
+	sum := sha256.Sum256(export)
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		for i := 0; i < checkpointsPerStack+2; i++ {
+			if _, err := storage.InsertStackState(ctx, tx, storage.StackState{OrganizationID: storage.PlatformOrgID, EnvironmentID: b.EnvironmentID,
+				Stack: "box-cp-compute", Export: export, SHA256: sum[:], SizeBytes: int64(len(export))}, time.Now()); err != nil {
+				return err
+			}
+		}
+		return storage.PutStackImportMarker(ctx, tx, "box-cp-data", 3, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, oracle := pageOf(t, c.oracle, "/app/oracle?tab=cache")
+	if code != http.StatusOK {
+		t.Fatalf("oracle: %d", code)
+	}
+	for _, want := range []string{`<code>box-cp-compute</code>: v7 (`, `<code>box-cp-data</code>: no checkpoint · import of v3 pending`, "Converge is not configured"} {
+		if !strings.Contains(oracle, want) {
+			t.Errorf("oracle lacks %q:\n%s", want, oracle)
+		}
+	}
+	if code, _ := pageOf(t, c.oracle, "/app/oracle?tab=nope"); code != http.StatusNotFound {
+		t.Errorf("unknown tab: %d, want 404", code)
+	}
+	code, page := pageOf(t, c.box, "/app/boxes/box-cp", "name", "box-cp")
+	if code != http.StatusOK {
+		t.Fatalf("box page: %d", code)
+	}
+	for v := 1; v <= 7; v++ {
+		listed := strings.Contains(page, "<td>v"+strconv.Itoa(v)+"</td>")
+		if want := v > 7-checkpointsPerStack; listed != want {
+			t.Errorf("version %d listed %v, want %v", v, listed, want)
+		}
+	}
+	if strings.Index(page, "<td>v7</td>") > strings.Index(page, "<td>v3</td>") {
+		t.Error("checkpoints are not newest first")
+	}
+	if strings.Contains(page, "export body") || strings.Contains(oracle, "export body") {
+		t.Error("a page shows a stack export")
+	}
+	if !strings.Contains(page, `disabled`) || !strings.Contains(page, "destroy box-cp") {
+		t.Error("without converge the buttons are not disabled, or the destroy phrase is missing")
+	}
+	if code, _ := pageOf(t, c.box, "/app/boxes/"+b.ID, "name", b.ID); code != http.StatusNotFound {
+		t.Errorf("a box by its id: %d, want 404 (pages name boxes)", code)
+	}
+}
+
+// TestCostsByOrganization: /app/costs names each environment's
+// organization and sums each organization.
+func TestCostsByOrganization(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	var env storage.Environment
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		o, err := storage.CreateOrganization(ctx, tx, "acme", "Acme", time.Now())
+		if err != nil {
+			return err
+		}
+		env, err = storage.CreateEnvironmentInOrg(ctx, tx, o.ID, "acme-web", "acme web", time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: env.ID, LaunchedAt: time.Now().Add(-time.Hour)})
+	p := storagetest.Environment(t, db, storage.Environment{Slug: "platform-env"})
+	storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: p.ID, LaunchedAt: time.Now().Add(-time.Hour)})
+	code, body := pageOf(t, c.costs, "/app/costs")
+	if code != http.StatusOK {
+		t.Fatalf("costs: %d", code)
+	}
+	for _, want := range []string{`<a href="/app/env/acme-web">acme-web</a></th><td>acme</td>`, `<table id="org-costs">`, `<th scope="row">acme</th>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("costs page lacks %q:\n%s", want, body)
+		}
+	}
+}

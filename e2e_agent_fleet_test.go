@@ -1,0 +1,546 @@
+package main
+
+// The fleet agent against a real `chalupa serve` (the built binary), as
+// issue 10's tests ask: idle detection, the CI marker deferring a reap
+// (through the reaper and the DigitalOcean API test server), window
+// aggregates with a fake nvidia-smi, an outage and its replay, and the
+// final response lost at shutdown (docs/operations.md, "Agent").
+//
+// The agent runs in this test process (ingest/agent, the code `chalupa
+// agent run` runs) so that its clock can be injected: the tests step it
+// through minutes of sampling without waiting. The daemon's clock is the
+// real one and it checks every signed timestamp against it (±300 s,
+// docs/operations.md, "Signed ingest"), so each test starts the agent's
+// clock a few minutes in the past and keeps every signed request within
+// that window. Between the two sits a proxy that can refuse (503) or lose
+// an answer; fake /proc, /dev and /run trees and a fake metadata service
+// live in t.TempDir(). State is read from the daemon's admin API and, for
+// row counts, its database file opened read-only.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// agentFleetEnv is the environment every test here uses.
+const agentFleetEnv = "demo-harbor"
+
+// Proxy modes of agentFleet.
+const (
+	fleetUp   = "up"   // forward
+	fleetDown = "down" // answer 503 overloaded with Retry-After: 1
+	fleetLose = "lose" // forward, then drop the connection without the answer
+)
+
+type agentFleet struct {
+	t     *testing.T
+	bin   string
+	d     *daemontest.Daemon
+	db    *storage.DB
+	clock *clockwork.FakeClock // the agent's
+	proxy *httptest.Server
+	meta  *httptest.Server
+	key   adminapi.IssuedKey
+	root  string // fake /proc, /dev, /run, the keys and the state dir
+
+	mu       sync.Mutex
+	mode     string
+	requests map[string]int // by path, every request the proxy saw
+	bodies   [][]byte       // telemetry bodies the daemon accepted
+	busy     uint64         // fake /proc/stat counters
+	idle     uint64
+	rx       uint64
+}
+
+// newAgentFleet starts the built daemon with env, an environment and its
+// key, the proxy and a metadata service answering dropletID. The agent's
+// clock starts back before now, at 23 s into a minute (so its first window
+// is the next whole minute).
+func newAgentFleet(t *testing.T, env map[string]string, dropletID int, back time.Duration) *agentFleet {
+	t.Helper()
+	f := &agentFleet{t: t, bin: daemontest.BuildBinary(t), mode: fleetUp, requests: map[string]int{}, root: t.TempDir()}
+	f.d = daemontest.StartDaemon(t, f.bin, env)
+	ctx := context.Background()
+	if _, err := f.d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: agentFleetEnv}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := f.d.Admin().IssueIngestKey(ctx, agentFleetEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.key = k
+	db, err := storage.OpenReadOnly(ctx, f.d.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f.db = db
+	f.proxy = httptest.NewServer(http.HandlerFunc(f.forward))
+	t.Cleanup(f.proxy.Close)
+	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metadata/v1/id":
+			io.WriteString(w, strconv.Itoa(dropletID))
+		case "/metadata/v1/region":
+			io.WriteString(w, "nyc3\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.meta.Close)
+	f.write("keys/key-id", f.key.KeyID+"\n", 0o600)
+	f.write("keys/ingest.key", f.key.KeyMaterial+"\n", 0o600)
+	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n", 0o644)
+	f.setProc()
+	f.clock = clockwork.NewFakeClockAt(time.Now().UTC().Add(-back).Truncate(time.Minute).Add(23 * time.Second))
+	return f
+}
+
+// forward is the proxy in front of the daemon.
+func (f *agentFleet) forward(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	mode := f.mode
+	f.requests[r.URL.Path]++
+	f.mu.Unlock()
+	if mode == fleetDown {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"code":"overloaded","message":"down for the test"}}`)
+		return
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, f.d.URL+r.URL.Path, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if r.URL.Path == agent.TelemetryRoute && resp.StatusCode/100 == 2 {
+		f.mu.Lock()
+		f.bodies = append(f.bodies, body)
+		f.mu.Unlock()
+	}
+	if mode == fleetLose {
+		// The control plane stored the request; its answer never arrives.
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(answer)
+}
+
+func (f *agentFleet) setMode(m string) {
+	f.mu.Lock()
+	f.mode = m
+	f.mu.Unlock()
+}
+
+func (f *agentFleet) seen(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[path]
+}
+
+func (f *agentFleet) write(rel, content string, mode os.FileMode) {
+	f.t.Helper()
+	p := filepath.Join(f.root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// setProc writes the fake /proc: every 5 s step the CPU is 30 % busy,
+// eth0 receives 1,000 bytes, memory is 3 of 4 GiB used, load 0.5.
+func (f *agentFleet) setProc() {
+	f.write("proc/stat", fmt.Sprintf("cpu  %d 0 0 %d 0 0 0 0 0 0\n", f.busy, f.idle), 0o644)
+	f.write("proc/meminfo", "MemTotal:       4194304 kB\nMemAvailable:   1048576 kB\n", 0o644)
+	f.write("proc/loadavg", "0.50 0.40 0.30 1/99 100\n", 0o644)
+	f.write("proc/net/dev", fmt.Sprintf("Inter-|\n face |\n    lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0\n  eth0: %d 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0\n", f.rx), 0o644)
+}
+
+func (f *agentFleet) config() agent.Config {
+	return agent.Config{
+		URL: f.proxy.URL, KeyFile: filepath.Join(f.root, "keys", "ingest.key"), Environment: agentFleetEnv,
+		LimitMinutes: 30, StateDir: filepath.Join(f.root, "state"), MetadataURL: f.meta.URL + "/metadata/v1",
+		ProcRoot: filepath.Join(f.root, "proc"), DevRoot: filepath.Join(f.root, "dev"), RunRoot: filepath.Join(f.root, "run"),
+		DiskPath: f.root, Clock: f.clock, Log: zerolog.Nop(), ReplayRate: rate.Inf,
+	}
+}
+
+func (f *agentFleet) start(cfg agent.Config) *agent.Agent {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := agent.Start(ctx, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return a
+}
+
+// step is one sampling period: the fake /proc moves on, the agent's clock
+// advances 5 s, the agent samples; a window it closes is delivered at once.
+func (f *agentFleet) step(a *agent.Agent) {
+	f.t.Helper()
+	f.busy += 30
+	f.idle += 70
+	f.rx += 1000
+	f.setProc()
+	f.clock.Advance(agent.SampleInterval)
+	w, err := a.Sample(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if w != nil {
+		a.Deliver(context.Background())
+	}
+}
+
+func (f *agentFleet) heartbeat(a *agent.Agent) {
+	f.t.Helper()
+	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
+		f.t.Fatalf("heartbeat: %d %v\n%s", status, err, f.d.Logs())
+	}
+}
+
+func (f *agentFleet) count(query string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.Read.QueryRow(query, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// deployment is the deployment as `admin fleet` shows it.
+func (f *agentFleet) deployment(id string) adminapi.FleetDeployment {
+	f.t.Helper()
+	fl, err := f.d.Admin().ListFleet(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, e := range fl.Environments {
+		for _, d := range e.Deployments {
+			if e.Slug == agentFleetEnv && d.ID == id {
+				return d
+			}
+		}
+	}
+	f.t.Fatalf("admin fleet has no deployment %s", id)
+	return adminapi.FleetDeployment{}
+}
+
+// TestAgentE2EWindowsAndGPU: an agent identified by the metadata service
+// sends one window a minute from its first whole minute, with the
+// aggregates of the fake /proc samples and the GPU metrics of a fake
+// nvidia-smi; on stop the partial minute arrives final:true, ends the
+// session, and the shutdown event is stored once.
+func TestAgentE2EWindowsAndGPU(t *testing.T) {
+	t.Parallel()
+	f := newAgentFleet(t, nil, 4242, 200*time.Second)
+	bin := t.TempDir()
+	script := "#!/bin/sh\nprintf '55, 2048, 16384, 65, 120.5\\n[N/A], 1024, 16384, 70, [N/A]\\n'\n"
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.config()
+	cfg.NvidiaSMI = filepath.Join(bin, "nvidia-smi")
+	a := f.start(cfg)
+	if got := a.Identity(); got.DeploymentID != "droplet-4242" || got.DropletID != 4242 || got.Region != "nyc3" {
+		t.Fatalf("identity %+v, want droplet-4242 in nyc3 from the metadata service", got)
+	}
+	start := f.clock.Now()
+	f.heartbeat(a)
+	// :23 → +2:40: the partial first minute is not sent; the next two are.
+	for range 32 {
+		f.step(a)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 2 {
+		t.Fatalf("%d windows stored, want 2", n)
+	}
+	var first int64
+	var cpuN, memN, rxN int64
+	var cpuSum, cpuMin, cpuMax, memLast, memTotal, rxSum, load, gpuUtil, gpuMem, gpuTemp, gpuPower, diskTotal float64
+	err := f.db.Read.QueryRow(`SELECT window_start, cpu_pct_n, cpu_pct_sum, cpu_pct_min, cpu_pct_max,
+		mem_used_bytes_n, mem_used_bytes_last, mem_total_bytes_max, net_rx_bytes_n, net_rx_bytes_sum, load1_last,
+		gpu_util_pct_max, gpu_mem_used_bytes_last, gpu_temp_c_max, gpu_power_w_last, disk_total_bytes_last
+		FROM telemetry_windows ORDER BY window_start LIMIT 1`).Scan(&first, &cpuN, &cpuSum, &cpuMin, &cpuMax,
+		&memN, &memLast, &memTotal, &rxN, &rxSum, &load, &gpuUtil, &gpuMem, &gpuTemp, &gpuPower, &diskTotal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := start.Truncate(time.Minute).Add(time.Minute).UnixMilli(); first != want {
+		t.Errorf("first window starts %s, want %s", time.UnixMilli(first).UTC(), time.UnixMilli(want).UTC())
+	}
+	checks := []struct {
+		name      string
+		got, want float64
+	}{
+		{"cpu n", float64(cpuN), 12}, {"cpu sum", cpuSum, 360}, {"cpu min", cpuMin, 30}, {"cpu max", cpuMax, 30},
+		{"mem n", float64(memN), 12}, {"mem used", memLast, 3 << 30}, {"mem total", memTotal, 4 << 30},
+		{"rx n", float64(rxN), 12}, {"rx sum", rxSum, 12000}, {"load", load, 0.5},
+		{"gpu util (busiest)", gpuUtil, 55}, {"gpu mem (summed)", gpuMem, 3072 << 20}, {"gpu temp (hottest)", gpuTemp, 70},
+		{"gpu power (N/A skipped)", gpuPower, 120.5},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if math.Abs(c.got-c.want) > 1e-6 {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		})
+	}
+	if diskTotal <= 0 {
+		t.Errorf("disk total %v", diskTotal)
+	}
+	if res := a.Stop(); res.Delivered != 2 {
+		t.Fatalf("stop: %+v (want the final window and the shutdown event)", res)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
+		t.Fatalf("%d final windows", n)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
+		t.Fatalf("%d shutdown events, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
+		t.Fatal("the final window did not end the session")
+	}
+	if n, _ := a.Spool().Depth(); n != 0 {
+		t.Fatalf("spool holds %d after a clean stop", n)
+	}
+}
+
+// TestAgentE2EIdleDetection: heartbeats with no new activity leave the
+// daemon's idle deadline where it is; an SSH connection appearing in
+// /proc/net/tcp moves it; the CI marker sets ciActive; `agent status`
+// reports the same without sending.
+func TestAgentE2EIdleDetection(t *testing.T) {
+	t.Parallel()
+	f := newAgentFleet(t, nil, 4242, 200*time.Second)
+	a := f.start(f.config())
+	start := f.clock.Now()
+	f.heartbeat(a)
+	d0 := f.deployment("droplet-4242").IdleDeadlineAt
+	if want := start.Add(30 * time.Minute).Truncate(time.Second); !d0.Equal(want) {
+		t.Fatalf("first deadline %s, want the agent's start + 30 min (%s)", d0, want)
+	}
+	for range 3 {
+		f.clock.Advance(agent.HeartbeatInterval)
+		f.heartbeat(a)
+		if d := f.deployment("droplet-4242").IdleDeadlineAt; !d.Equal(d0) {
+			t.Fatalf("deadline moved to %s with no activity", d)
+		}
+	}
+	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n", 0o644)
+	f.clock.Advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	dep := f.deployment("droplet-4242")
+	if want := f.clock.Now().Add(30 * time.Minute); !dep.IdleDeadlineAt.Equal(want) || dep.CIActive {
+		t.Fatalf("with an SSH session: deadline %s ci %v, want %s, no CI", dep.IdleDeadlineAt, dep.CIActive, want)
+	}
+	f.write("run/chalupa/ci-active", "", 0o644)
+	f.clock.Advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	if !f.deployment("droplet-4242").CIActive {
+		t.Fatal("ciActive not reported with the marker")
+	}
+	before := f.seen(agent.HeartbeatRoute)
+	rep, err := agent.Status(f.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Reaper.CIActive || !rep.Reaper.LastActivityAt.Equal(f.clock.Now()) ||
+		rep.DeploymentID != "droplet-4242" || f.seen(agent.HeartbeatRoute) != before {
+		t.Fatalf("status %+v", rep)
+	}
+}
+
+// TestAgentE2ECIMarkerDefersTheReap: a deployment idle past its deadline
+// whose agent reports an active CI marker is not destroyed by a reaper
+// tick (the DigitalOcean API test server still has the droplet); once the
+// marker is gone, the next heartbeat lets the reaper destroy it.
+func TestAgentE2ECIMarkerDefersTheReap(t *testing.T) {
+	t.Parallel()
+	fake := dofake.New(t)
+	writeToken := fake.AddToken("write", dofake.FullAccess...)
+	readToken := fake.AddToken("read", dofake.ReadOnly...)
+	droplet := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags(agentFleetEnv)})
+	f := newAgentFleet(t, map[string]string{
+		"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken, "DIGITALOCEAN_READ_TOKEN": readToken,
+	}, droplet.ID, 4*time.Minute)
+	depID := "droplet-" + strconv.Itoa(droplet.ID)
+	f.write("run/chalupa/ci-active", "", 0o644)
+	cfg := f.config()
+	cfg.LimitMinutes = 1
+	a := f.start(cfg)
+	f.heartbeat(a)
+	dep := f.deployment(depID)
+	if !dep.CIActive || !dep.IdleDeadlineAt.Before(time.Now()) {
+		t.Fatalf("deployment %+v: want CI active and the idle deadline passed", dep)
+	}
+	admin := map[string]string{"CHALUPA_URL": f.d.URL, "CHALUPA_ADMIN_TOKEN": f.d.AdminToken()}
+	out, code := daemontest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick", "--json")
+	var tick adminapi.ReaperTick
+	if code != 0 || json.Unmarshal([]byte(out), &tick) != nil {
+		t.Fatalf("admin reaper tick: exit %d\n%s", code, out)
+	}
+	for _, o := range tick.Outcomes {
+		if o.Deployment == depID && o.Action == "destroyed" {
+			t.Fatalf("the tick destroyed a deployment running CI: %+v", o)
+		}
+	}
+	if _, ok := fake.Droplet(droplet.ID); !ok || len(fake.Deletes()) != 0 {
+		t.Fatalf("the droplet was destroyed while CI ran (deletes %v)", fake.Deletes())
+	}
+	if d := f.deployment(depID); d.Status != "active" {
+		t.Fatalf("deployment %s while CI ran", d.Status)
+	}
+
+	if err := os.Remove(filepath.Join(f.root, "run/chalupa/ci-active")); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	// The heartbeat wakes the reaper for a deadline already passed; the
+	// explicit tick only makes sure one runs.
+	if out, code := daemontest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick"); code != 0 {
+		t.Fatalf("admin reaper tick: exit %d\n%s", code, out)
+	}
+	daemontest.Poll(t, 30*time.Second, "the droplet destroyed", func() (bool, string) {
+		_, ok := fake.Droplet(droplet.ID)
+		return !ok, strconv.Itoa(len(fake.Deletes())) + " deletes"
+	})
+	if del := fake.Deletes(); len(del) != 1 || del[0].Token != "write" || del[0].Path != "/v2/droplets/"+strconv.Itoa(droplet.ID) {
+		t.Fatalf("DELETEs %v, want one of droplet %d with the write token", del, droplet.ID)
+	}
+	daemontest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
+		d := f.deployment(depID)
+		return d.Status == "ended", d.Status
+	})
+}
+
+// TestAgentE2EOutageThenReplay: while the control plane answers 503 for
+// four minutes the spool grows (nothing is lost) with the delivery backing
+// off; once it is back and the back-off has ended, every window is
+// replayed and stored exactly once.
+func TestAgentE2EOutageThenReplay(t *testing.T) {
+	t.Parallel()
+	// The outage, the back-off after it and the replay stay within the
+	// daemon's ±300 s of the agent's clock: start 4 min back.
+	f := newAgentFleet(t, nil, 4242, 4*time.Minute)
+	a := f.start(f.config())
+	f.heartbeat(a)
+	for range 12 { // into the first whole minute: nothing sent yet
+		f.step(a)
+	}
+	f.setMode(fleetDown)
+	const outage = 4 // minutes
+	for range outage * 12 {
+		f.step(a)
+	}
+	held, _ := a.Spool().Depth()
+	if held < outage-1 {
+		t.Fatalf("spool holds %d windows after a %d-minute outage", held, outage)
+	}
+	if n := f.seen(agent.TelemetryRoute); n > 3*outage {
+		t.Fatalf("%d telemetry requests during the outage: the back-off did not hold", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 0 {
+		t.Fatalf("%d windows stored during the outage", n)
+	}
+	f.setMode(fleetUp)
+	if wait := a.NotUntil().Sub(f.clock.Now()); wait > 0 {
+		f.clock.Advance(wait)
+	}
+	res := a.Deliver(context.Background())
+	if n, _ := a.Spool().Depth(); n != 0 || res.Delivered != held {
+		t.Fatalf("replay: %+v, %d left\n%s", res, n, f.d.Logs())
+	}
+	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != held || r != held {
+		t.Fatalf("stored %d windows, %d receipts, want %d each", w, r, held)
+	}
+	if st, _ := agent.ReadState(f.config().StateDir); st.Delivered != int64(held) || st.LastDeliveryAt.IsZero() {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestAgentE2ELostFinalResponse is the seed's shutdown race: the final
+// window reaches the control plane but its answer is lost as the agent
+// stops. It stays spooled; the next start replays it byte-identical, and
+// the daemon deduplicates it — nothing lost, nothing doubled.
+func TestAgentE2ELostFinalResponse(t *testing.T) {
+	t.Parallel()
+	f := newAgentFleet(t, nil, 4242, 200*time.Second)
+	a := f.start(f.config())
+	f.heartbeat(a)
+	for range 20 {
+		f.step(a)
+	}
+	f.setMode(fleetLose)
+	if res := a.Stop(); res.Delivered != 0 {
+		t.Fatalf("stop with a lost answer: %+v", res)
+	}
+	if n, _ := a.Spool().Depth(); n != 2 {
+		t.Fatalf("spool holds %d, want the final window and the shutdown event", n)
+	}
+	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
+	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
+		t.Fatalf("%d windows stored before the restart", stored)
+	}
+	f.setMode(fleetUp)
+	f.clock.Advance(time.Minute)
+	b := f.start(f.config())
+	if b.SessionID() == a.SessionID() {
+		t.Fatal("a restart reused the session id")
+	}
+	if res := b.Deliver(context.Background()); res.Delivered != 2 {
+		t.Fatalf("replay after restart: %+v", res)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
+		t.Fatalf("%d shutdown events after the replay, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
+		t.Fatalf("%d open sessions after a clean stop and a restart, want 0", n)
+	}
+	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
+		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
+	}
+	f.mu.Lock()
+	last, prev := f.bodies[len(f.bodies)-1], f.bodies[len(f.bodies)-2]
+	f.mu.Unlock()
+	if !bytes.Equal(last, prev) {
+		t.Fatalf("the replayed body differs:\n%s\n%s", prev, last)
+	}
+}
