@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -63,6 +64,24 @@ type agentRunCmd struct {
 	MetadataURL      string    `name:"metadata-url" env:"CHALUPA_AGENT_METADATA_URL" default:"http://169.254.169.254/metadata/v1" help:"DigitalOcean metadata service."`
 	DiskPath         string    `name:"disk-path" env:"CHALUPA_AGENT_DISK_PATH" default:"/" help:"Filesystem whose use is reported."`
 	NvidiaSMI        string    `name:"nvidia-smi" env:"CHALUPA_AGENT_NVIDIA_SMI" default:"nvidia-smi" help:"nvidia-smi executable (looked up on PATH; 'none' disables GPU metrics)."`
+	LogFile          []string  `name:"log-file" env:"CHALUPA_AGENT_LOG_FILES" sep:"," help:"Ship this file's lines as PATH[=SERVICE] (SERVICE: the file's base name by default; it must be on the environment's log allowlist). Repeatable."`
+	LogUnit          []string  `name:"log-unit" env:"CHALUPA_AGENT_LOG_UNITS" sep:"," help:"Ship this systemd unit's journal (through journalctl). Repeatable."`
+}
+
+// logConfigs turns --log-file and --log-unit into the agent's log services.
+func (c *agentRunCmd) logConfigs() []agent.LogConfig {
+	var out []agent.LogConfig
+	for _, f := range c.LogFile {
+		path, service, ok := strings.Cut(f, "=")
+		if !ok {
+			service = filepath.Base(path)
+		}
+		out = append(out, agent.LogConfig{Service: service, Path: path})
+	}
+	for _, u := range c.LogUnit {
+		out = append(out, agent.LogConfig{Service: u, Unit: u})
+	}
+	return out
 }
 
 // Run runs the agent until SIGTERM or SIGINT, then sends the final window
@@ -74,6 +93,7 @@ func (c *agentRunCmd) Run() error {
 	cfg.URL, cfg.KeyID, cfg.KeyIDFile, cfg.KeyFile, cfg.Environment = c.URL, c.KeyID, c.KeyIDFile, c.KeyFile, c.Env
 	cfg.DeploymentID, cfg.DropletID, cfg.Region, cfg.Size = c.Deployment, c.DropletID, c.Region, c.Size
 	cfg.SessionExpiresAt, cfg.MetadataURL, cfg.DiskPath, cfg.NvidiaSMI = c.SessionExpiresAt, c.MetadataURL, c.DiskPath, c.NvidiaSMI
+	cfg.Logs = c.logConfigs()
 	cfg.Log = zerolog.New(os.Stderr).With().Timestamp().Logger()
 	if d := cfg.WithDefaults(); d.Validate() != nil {
 		err := d.Validate()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
@@ -23,6 +24,7 @@ type adminLogsCmd struct {
 	List  adminLogsListCmd  `cmd:"" default:"withargs" help:"List a deployment's log sessions and chunks (the default)."`
 	Get   adminLogsGetCmd   `cmd:"" help:"Write a deployment's committed chunks to stdout (or --out) through short-lived grants; --follow waits for new ones."`
 	Erase adminLogsEraseCmd `cmd:"" help:"Erase an environment's logs: every chunk's object, then its rows."`
+	Allow adminLogsAllowCmd `cmd:"" help:"Replace an environment's log service allowlist (--reset: the default list)."`
 }
 
 type adminLogsListCmd struct {
@@ -190,6 +192,33 @@ func (c *adminLogsEraseCmd) Run(a *adminCmd) error {
 		if r.RemainingChunks > 0 || r.RemainingSessions > 0 {
 			fmt.Fprintf(w, "agents wrote during the erase: %d chunks, %d sessions remain\n", r.RemainingChunks, r.RemainingSessions)
 		}
+		return nil
+	})
+}
+
+type adminLogsAllowCmd struct {
+	Env      string   `arg:"" name:"slug" help:"Environment slug."`
+	Services []string `arg:"" optional:"" name:"service" help:"Unit names or file labels agents may ship logs for (the whole list)."`
+	Reset    bool     `help:"Restore the default list (chalupa-agent.service, cloud-init.service, cloud-final.service)."`
+	JSON     bool     `help:"Print JSON."`
+}
+
+func (*adminLogsAllowCmd) operation() string { return adminapi.OpSetLogServices }
+
+// Run replaces the allowlist and prints the list now in force. Names or
+// --reset, not both: a usage mistake exits 2 before anything is sent.
+func (c *adminLogsAllowCmd) Run(a *adminCmd) error {
+	if c.Reset == (len(c.Services) > 0) {
+		return &exitError{code: exitUsage, err: errors.New("give the services to allow, or --reset for the default list")}
+	}
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.LogServices, error) {
+		return cl.SetLogServices(ctx, adminapi.SetLogServicesRequest{EnvironmentSlug: c.Env, Services: c.Services, Reset: c.Reset})
+	}, func(w io.Writer, l adminapi.LogServices) error {
+		which := "its own list"
+		if l.Default {
+			which = "the default list"
+		}
+		fmt.Fprintf(w, "%s may ship logs for %s: %s\n", l.EnvironmentSlug, which, strings.Join(l.Services, " "))
 		return nil
 	})
 }

@@ -1,23 +1,31 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
@@ -162,4 +170,280 @@ func TestLogsEndToEnd(t *testing.T) {
 	if strings.Contains(d2.Logs(), gw.SecretKey) || strings.Contains(d.Logs(), gw.SecretKey) {
 		t.Fatal("a daemon logged the log store's secret")
 	}
+}
+
+// TestAgentShipsLogsEndToEnd: the built `chalupa agent run --log-file`
+// against the built `chalupa serve` with its log broker on versitygw. A
+// service off the allowlist is refused and nothing of it is stored; the
+// file's lines are shipped at SIGTERM (the final flush) and `admin logs get`
+// reads them back byte-exact (gunzipped: chunks are stored compressed);
+// every chunk is one object and one row.
+func TestAgentShipsLogsEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	gw := daemontest.StartVersityGW(t)
+	d := daemontest.Start(t, bin, daemontest.Options{Env: map[string]string{
+		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
+		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
+	}})
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "ship-demo"}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := d.Admin().IssueIngestKey(ctx, "ship-demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, args...)
+		if code != 0 {
+			t.Fatalf("chalupa %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	if out := cli("admin", "logs", "allow", "ship-demo", "app.log"); !strings.Contains(out, "app.log") {
+		t.Fatalf("admin logs allow:\n%s", out)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	os.MkdirAll(keys, 0o700)
+	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
+	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	appLog, otherLog := filepath.Join(dir, "app.log"), filepath.Join(dir, "nginx.log")
+	var want bytes.Buffer
+	for i := range 20000 {
+		fmt.Fprintf(&want, "2026-12-01T10:%02d:%02d app[42]: request %d served in %d ms\n", i/60%60, i%60, i, i%97)
+	}
+	os.WriteFile(appLog, want.Bytes(), 0o600)
+	os.WriteFile(otherLog, []byte("nginx: started\n"), 0o600)
+
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"),
+		"--log-file", appLog, "--log-file", otherLog+"=nginx.service")
+	cmd.Env = append(os.Environ(),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=ship-demo", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_DEPLOYMENT=dep-ship", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
+	alog := &daemontest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = alog, alog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := agent.ReadState(state)
+		if st.LastHeartbeatStatus == 202 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no accepted heartbeat; agent log:\n%s", alog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Lines wait up to a minute for a chunk; SIGTERM cuts and ships them.
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agent exit: %v\n%s", err, alog.String())
+		}
+	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
+		t.Fatalf("agent did not stop; log:\n%s", alog.String())
+	}
+
+	if !strings.Contains(alog.String(), `"service_not_allowed"`) {
+		t.Fatalf("nginx.service was not refused; agent log:\n%s", alog.String())
+	}
+	file := filepath.Join(t.TempDir(), "logs.gz")
+	cli("admin", "logs", "get", "ship-demo", "dep-ship", "--service", "app.log", "--out", file)
+	gz, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("read back %d bytes (%v), want the file's %d; agent log:\n%s", len(got), err, want.Len(), alog.String())
+	}
+	l, err := d.Admin().ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: "ship-demo", DeploymentID: "dep-ship"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	for _, s := range l.Sessions {
+		if s.Service != "app.log" || s.FinishedAt == nil || !strings.Contains(s.Final, `"reason":"shutdown"`) {
+			t.Fatalf("session %+v: want app.log's only, finished at shutdown", s)
+		}
+		for _, c := range s.Chunks {
+			if c.State != "committed" {
+				t.Fatalf("chunk %d is %s", c.Seq, c.State)
+			}
+			chunks++
+		}
+	}
+	objects := 0
+	filepath.WalkDir(filepath.Join(gw.Root, gw.Bucket), func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".chunk") {
+			objects++
+		}
+		return nil
+	})
+	if chunks == 0 || objects != chunks {
+		t.Fatalf("%d objects for %d committed chunks", objects, chunks)
+	}
+}
+
+// BenchmarkAgentShipLogs: the figures of docs/operations.md, "Logs": the
+// built agent ships a 100 MiB log file (made of varied request lines)
+// through the built daemon and versitygw. It reports the agent's
+// throughput (raw MiB/s, from start until its spool is empty and its
+// cursor at the file's end), its CPU seconds, and the bytes through the
+// daemon's process meanwhile: /proc/PID/io rchar+wchar (every read and
+// write, SQLite and the replica's included) and the log routes' request
+// and response bodies from its request log. Run:
+//
+//	go test -run '^$' -bench BenchmarkAgentShipLogs -benchtime 1x .
+func BenchmarkAgentShipLogs(b *testing.B) {
+	const size = 100 << 20
+	bin := daemontest.BuildBinary(b)
+	gw := daemontest.StartVersityGW(b)
+	d := daemontest.Start(b, bin, daemontest.Options{Env: map[string]string{
+		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
+		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
+	}})
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "bench-logs"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Admin().SetLogServices(ctx, adminapi.SetLogServicesRequest{EnvironmentSlug: "bench-logs", Services: []string{"app.log"}}); err != nil {
+		b.Fatal(err)
+	}
+	k, err := d.Admin().IssueIngestKey(ctx, "bench-logs")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	os.WriteFile(filepath.Join(dir, "ingest.key"), []byte(k.KeyMaterial), 0o600)
+	os.WriteFile(filepath.Join(dir, "key-id"), []byte(k.KeyID), 0o600)
+	appLog := filepath.Join(dir, "app.log")
+	f, err := os.Create(appLog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	written, seed := 0, uint64(1)
+	for i := 0; written < size; i++ {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		n, _ := fmt.Fprintf(w, "2026-12-01T10:%02d:%02d.%06dZ app[%d]: GET /api/items/%d?page=%d 200 %d bytes in %d us trace=%016x\n",
+			i/60%60, i%60, i%1000000, 4000+i%7, seed%100000, seed>>40%50, seed>>20%65536, seed>>8%9973, seed)
+		written += n
+	}
+	w.Flush()
+	f.Close()
+
+	ioNow := func() int64 {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", d.Pid))
+		if err != nil {
+			b.Skipf("no /proc/PID/io: %v", err)
+		}
+		var total int64
+		for _, line := range strings.Split(string(raw), "\n") {
+			var v int64
+			if _, err := fmt.Sscanf(line, "rchar: %d", &v); err == nil {
+				total += v
+			} else if _, err := fmt.Sscanf(line, "wchar: %d", &v); err == nil {
+				total += v
+			}
+		}
+		return total
+	}
+	logsBefore := len(d.Logs())
+	ioBefore := ioNow()
+	state := filepath.Join(dir, "state")
+	b.ResetTimer()
+	start := time.Now()
+	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"), "--log-file", appLog)
+	cmd.Env = append(os.Environ(),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=bench-logs", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(dir, "ingest.key"),
+		"CHALUPA_AGENT_DEPLOYMENT=dep-bench", "CHALUPA_AGENT_DROPLET_ID=9", "CHALUPA_AGENT_REGION=nyc3",
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
+	alog := &daemontest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = alog, alog
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill() })
+	// SIGTERM once every whole chunk is shipped: the cursor is within a
+	// chunk's target (4 MiB raw) of the file's end and the spool is empty.
+	// The rest waits for FlushInterval, which SIGTERM cuts short: Stop cuts
+	// and ships it, so the time until exit covers every byte.
+	spoolDir := filepath.Join(state, "logs", "app.log")
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var st struct {
+			Cursor string `json:"cursor"`
+		}
+		raw, _ := os.ReadFile(filepath.Join(spoolDir, "state.json"))
+		json.Unmarshal(raw, &st)
+		_, off, _ := strings.Cut(st.Cursor, ":")
+		n, _ := strconv.Atoi(off)
+		left, _ := filepath.Glob(filepath.Join(spoolDir, "*.chunk"))
+		if n > written-(4<<20) && len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not read within 5 minutes; agent log:\n%s", alog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("agent: %v\n%s", err, alog.String())
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	ioAfter := ioNow()
+	if left, _ := filepath.Glob(filepath.Join(spoolDir, "*.chunk")); len(left) > 0 {
+		b.Fatalf("%d chunks left in the spool; agent log:\n%s", len(left), alog.String())
+	}
+	l, err := d.Admin().ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: "bench-logs", DeploymentID: "dep-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var chunks, stored int64
+	for _, s := range l.Sessions {
+		for _, c := range s.Chunks {
+			if c.State == "committed" {
+				chunks++
+				stored += c.SizeBytes
+			}
+		}
+	}
+	// The request log: response bytes of the log routes.
+	var logRoutes, respBytes int64
+	for _, line := range strings.Split(d.Logs()[logsBefore:], "\n") {
+		var e struct {
+			Route string `json:"route"`
+			Bytes int64  `json:"bytes"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && strings.HasPrefix(e.Route, "/api/ingest/logs/") {
+			logRoutes++
+			respBytes += e.Bytes
+		}
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	b.ReportMetric(float64(written)/(1<<20)/elapsed.Seconds(), "MiB/s")
+	b.ReportMetric(cpu.Seconds(), "agent-cpu-s")
+	b.ReportMetric(float64(chunks), "chunks")
+	b.ReportMetric(float64(stored)/(1<<20), "stored-MiB")
+	b.ReportMetric(float64(ioAfter-ioBefore), "daemon-io-bytes")
+	b.ReportMetric(float64(logRoutes), "log-requests")
+	b.ReportMetric(float64(respBytes), "log-response-bytes")
 }

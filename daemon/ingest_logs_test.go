@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -570,6 +571,83 @@ func TestAdminLogs(t *testing.T) {
 		again, err := c.EraseLogs(ctx, adminapi.EraseLogsRequest{EnvironmentSlug: h.env, Confirmation: adminapi.EraseLogsPhrase(h.env)})
 		if err != nil || again.ChunksRemoved != 0 || again.SessionsRemoved != 0 {
 			t.Fatalf("second erase: %+v %v", again, err)
+		}
+	})
+}
+
+// TestAdminSetLogServices: adminSetLogServices replaces the allowlist the
+// broker checks at session open, --reset restores the default, and every
+// refusal leaves the stored list as it was.
+func TestAdminSetLogServices(t *testing.T) {
+	h := newLogsHarness(t)
+	ctx := context.Background()
+	c := h.client()
+	stored := func() string {
+		var v sql.NullString
+		if err := h.sqlConn().QueryRow(`SELECT log_services FROM environments WHERE slug = ?`, h.env).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if !v.Valid {
+			return "<default>"
+		}
+		return v.String
+	}
+
+	t.Run("set", func(t *testing.T) {
+		got, err := c.SetLogServices(ctx, adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Services: []string{"nginx.service", "app.log"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Default || strings.Join(got.Services, ",") != "nginx.service,app.log" || stored() != "nginx.service,app.log" {
+			t.Fatalf("answer %+v, stored %q", got, stored())
+		}
+		if r := h.open(h.dep, "svc-1", "app.log"); r.Status != http.StatusAccepted {
+			t.Fatalf("a service on the new list: %s", r)
+		}
+		before := h.logRows()
+		h.refused(t, "a default service off the new list", h.open(h.dep, "svc-2", "chalupa-agent.service"), http.StatusUnprocessableEntity, "service_not_allowed", before)
+	})
+	t.Run("refusals write nothing", func(t *testing.T) {
+		many := make([]string, adminapi.MaxLogServices+1)
+		for i := range many {
+			many[i] = fmt.Sprintf("s%d.service", i)
+		}
+		for _, tc := range []struct {
+			name   string
+			req    adminapi.SetLogServicesRequest
+			status int
+			code   string
+		}{
+			{"none", adminapi.SetLogServicesRequest{EnvironmentSlug: h.env}, http.StatusBadRequest, "invalid_services"},
+			{"services with reset", adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Services: []string{"a"}, Reset: true}, http.StatusBadRequest, "invalid_services"},
+			{"bad name", adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Services: []string{"a,b"}}, http.StatusBadRequest, "invalid_services"},
+			{"twice", adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Services: []string{"a", "a"}}, http.StatusBadRequest, "invalid_services"},
+			{"too many", adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Services: many}, http.StatusBadRequest, "invalid_services"},
+			{"unknown environment", adminapi.SetLogServicesRequest{EnvironmentSlug: "no-such-env", Services: []string{"a"}}, http.StatusNotFound, "environment_not_found"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				before := stored()
+				_, err := c.SetLogServices(ctx, tc.req)
+				var ae *adminapi.APIError
+				if !errors.As(err, &ae) || ae.Status != tc.status || ae.Code != tc.code {
+					t.Fatalf("got %v, want %d %s", err, tc.status, tc.code)
+				}
+				if after := stored(); after != before {
+					t.Fatalf("a refusal changed the list: %q -> %q", before, after)
+				}
+			})
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		got, err := c.SetLogServices(ctx, adminapi.SetLogServicesRequest{EnvironmentSlug: h.env, Reset: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Default || strings.Join(got.Services, ",") != strings.Join(logs.DefaultServices, ",") || stored() != "<default>" {
+			t.Fatalf("answer %+v, stored %q", got, stored())
+		}
+		if r := h.open(h.dep, "svc-3", "chalupa-agent.service"); r.Status != http.StatusAccepted {
+			t.Fatalf("a default service after reset: %s", r)
 		}
 	})
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -29,6 +31,7 @@ func (h *logHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpListLogs, h.list)
 	handleOp(o, adminapi.OpGetLogDownload, h.download)
 	handleOp(o, adminapi.OpEraseLogs, h.erase)
+	handleOp(o, adminapi.OpSetLogServices, h.setServices)
 }
 
 var errLogsOff = fail(http.StatusServiceUnavailable, "logs_not_configured", "this chalupa has no log storage (CHALUPA_LOGS_URL)")
@@ -49,6 +52,50 @@ func (h *logHandlers) deployment(ctx context.Context, q storage.Querier, envSlug
 		return 0, d, fail(http.StatusNotFound, "deployment_not_found", "no deployment with this id in the environment")
 	}
 	return env.ID, d, err
+}
+
+// setServices replaces an environment's allowlist (or restores the
+// default). It needs no log storage: the list is checked at session open.
+func (h *logHandlers) setServices(ctx context.Context, req adminapi.SetLogServicesRequest) (adminapi.LogServices, error) {
+	if !slug.Valid(req.EnvironmentSlug) {
+		return adminapi.LogServices{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	}
+	bad := func(msg string) error { return fail(http.StatusBadRequest, "invalid_services", msg) }
+	switch {
+	case req.Reset && len(req.Services) > 0:
+		return adminapi.LogServices{}, bad("give either services or reset, not both")
+	case !req.Reset && len(req.Services) == 0:
+		return adminapi.LogServices{}, bad("give at least one service, or reset for the default list")
+	case len(req.Services) > adminapi.MaxLogServices:
+		return adminapi.LogServices{}, bad(fmt.Sprintf("at most %d services", adminapi.MaxLogServices))
+	}
+	seen := map[string]bool{}
+	for _, s := range req.Services {
+		if !logs.ValidService(s) {
+			return adminapi.LogServices{}, bad("each service must be 1-128 characters of [A-Za-z0-9@._:-]")
+		}
+		if seen[s] {
+			return adminapi.LogServices{}, bad("a service is named twice")
+		}
+		seen[s] = true
+	}
+	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		env, err := storage.EnvironmentBySlug(ctx, tx, req.EnvironmentSlug)
+		if err != nil {
+			return err
+		}
+		return storage.SetEnvironmentLogServices(ctx, tx, env.ID, strings.Join(req.Services, ","))
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.LogServices{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
+	} else if err != nil {
+		return adminapi.LogServices{}, err
+	}
+	out := adminapi.LogServices{EnvironmentSlug: req.EnvironmentSlug, Services: req.Services, Default: req.Reset}
+	if req.Reset {
+		out.Services = append([]string(nil), logs.DefaultServices...)
+	}
+	return out, nil
 }
 
 func (h *logHandlers) list(ctx context.Context, req adminapi.ListLogsRequest) (adminapi.LogListing, error) {

@@ -11,7 +11,12 @@ const (
 	OpListLogs       = "adminListLogs"
 	OpGetLogDownload = "adminGetLogDownload"
 	OpEraseLogs      = "adminEraseLogs"
+	OpSetLogServices = "adminSetLogServices"
 )
+
+// MaxLogServices bounds an environment's log service allowlist: a droplet
+// ships a few units and files, and every name costs a check at each open.
+const MaxLogServices = 32
 
 const eraseLogsPhrasePrefix = "erase logs "
 
@@ -25,6 +30,9 @@ var logOperations = []Operation{
 	{ID: OpEraseLogs, MCP: mcpDestructive("erase logs {environmentSlug}"), Method: methodPost, Path: "/api/admin/logs/erase", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[EraseLogsRequest](), Response: typeOf[LogErasure](),
 		Summary: `erase one environment's logs, objects and rows: {"environmentSlug","confirmation":"erase logs <slug>"}`},
+	{ID: OpSetLogServices, MCP: mcpMutate, Method: methodPut, Path: "/api/admin/environments/:slug/log-services", Status: http.StatusOK, Mutates: true,
+		Request: typeOf[SetLogServicesRequest](), Response: typeOf[LogServices](),
+		Summary: `replace an environment's log service allowlist: {"services":[…]} or {"reset":true} for the default list`},
 }
 
 // EraseLogsPhrase is the confirmation adminEraseLogs requires for the
@@ -122,6 +130,24 @@ type LogErasure struct {
 	RemainingChunks   int64 `json:"remainingChunks"`
 }
 
+// SetLogServicesRequest is adminSetLogServices's request: the environment
+// in the path; Services (1..MaxLogServices distinct names of 1-128
+// [A-Za-z0-9@._:-]) replace its allowlist, or Reset (with no Services)
+// restores the default list.
+type SetLogServicesRequest struct {
+	EnvironmentSlug string   `path:"slug" json:"-"`
+	Services        []string `json:"services,omitempty"`
+	Reset           bool     `json:"reset,omitempty"`
+}
+
+// LogServices answers adminSetLogServices: the allowlist now in force, in
+// the order given; Default is true when it is the built-in list.
+type LogServices struct {
+	EnvironmentSlug string   `json:"environmentSlug"`
+	Services        []string `json:"services"`
+	Default         bool     `json:"default"`
+}
+
 // ListLogs calls adminListLogs.
 func (c *Client) ListLogs(ctx context.Context, req ListLogsRequest) (LogListing, error) {
 	return call[LogListing](ctx, c, OpListLogs, req)
@@ -138,4 +164,11 @@ func (c *Client) GetLogDownload(ctx context.Context, req LogDownloadRequest) (Lo
 // confirmation_mismatch; an unknown environment 404 environment_not_found.
 func (c *Client) EraseLogs(ctx context.Context, req EraseLogsRequest) (LogErasure, error) {
 	return call[LogErasure](ctx, c, OpEraseLogs, req)
+}
+
+// SetLogServices calls adminSetLogServices. Errors: *APIError 404
+// environment_not_found, 400 invalid_services (a bad, repeated or missing
+// name, too many, or names given with reset).
+func (c *Client) SetLogServices(ctx context.Context, req SetLogServicesRequest) (LogServices, error) {
+	return call[LogServices](ctx, c, OpSetLogServices, req)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/agent/logship"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
@@ -42,6 +43,7 @@ type Agent struct {
 	deliver  *Deliverer
 	state    *stateFile
 	started  time.Time
+	shippers []*logship.Shipper
 
 	hbMu       sync.Mutex
 	lastStatus int
@@ -141,10 +143,48 @@ func New(cfg Config, creds Credentials, id Identity) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state file: %w", err)
 	}
+	if err := a.openShippers(hc); err != nil {
+		return nil, err
+	}
 	a.log.Info().Str("deployment", id.DeploymentID).Int64("dropletId", id.DropletID).Str("region", id.Region).
 		Str("session", session).Bool("gpu", smi != "").Msg("agent started")
 	return a, nil
 }
+
+// LogTickInterval is how often each log shipper reads its source and
+// ships: a tail that keeps up with a busy service without spinning.
+const LogTickInterval = 5 * time.Second
+
+// openShippers opens a log shipper per configured service; a unit without
+// journalctl is skipped with a warning (the agent's heartbeats matter
+// more than one service's logs). Errors: a spool cannot be opened.
+func (a *Agent) openShippers(hc *http.Client) error {
+	for _, l := range a.cfg.Logs {
+		open := func(cursor string) logship.Source { return logship.OpenFileSource(l.Path, cursor) }
+		if l.Unit != "" {
+			if _, err := logship.OpenJournalSource(l.Unit, ""); err != nil {
+				a.log.Warn().Err(err).Str("service", l.Service).Msg("log unit not shipped")
+				continue
+			}
+			open = func(cursor string) logship.Source {
+				js, _ := logship.OpenJournalSource(l.Unit, cursor)
+				return js
+			}
+		}
+		cl := *a.client
+		sh, err := logship.Open(logship.Config{Service: l.Service, OpenSource: open, Dir: logship.DirFor(a.cfg.StateDir, l.Service),
+			Environment: a.cfg.Environment, Deployment: a.id.DeploymentID, Client: &cl, HTTP: &http.Client{Timeout: logship.UploadTimeout},
+			Clock: a.clock, Log: a.log})
+		if err != nil {
+			return fmt.Errorf("log spool %s: %w", l.Service, err)
+		}
+		a.shippers = append(a.shippers, sh)
+	}
+	return nil
+}
+
+// Shippers are the agent's log shippers, one per shipped service.
+func (a *Agent) Shippers() []*logship.Shipper { return a.shippers }
 
 // SessionID is this run's telemetry session.
 func (a *Agent) SessionID() string { return a.windower.SessionID }
@@ -329,7 +369,13 @@ func (a *Agent) Stop() PassResult {
 // multiples of 5 s, delivery whenever the spool has records; then Stop.
 func (a *Agent) Run(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	var wg, logs sync.WaitGroup
+	for _, sh := range a.shippers {
+		// Each shipper stops (its final payload, within ShutdownDeadline)
+		// as bg ends, beside the telemetry drain in Stop.
+		logs.Add(1)
+		go func() { defer logs.Done(); sh.Run(bg, LogTickInterval, ShutdownDeadline) }()
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); a.deliver.Run(bg) }()
 	go func() {
@@ -352,6 +398,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			cancel()
 			wg.Wait()
 			a.Stop()
+			logs.Wait()
 			return nil
 		case <-a.clock.After(next.Sub(now)):
 		}

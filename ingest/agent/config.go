@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/internal/slug"
 )
@@ -56,6 +57,10 @@ type Config struct {
 	// names (/proc/<pid>/comm): a match means a CI job runs.
 	CIProcessPattern string
 
+	// Logs are the services whose logs are shipped to the log broker
+	// (docs/operations.md, "Logs"): each a file or a journald unit.
+	Logs []LogConfig
+
 	// Clock is the clock (real when nil).
 	Clock clockwork.Clock
 	// HTTP is the client for signed requests (nil: RequestTimeout).
@@ -70,6 +75,15 @@ type Config struct {
 	// SpoolMaxRecords and SpoolMaxBytes override the spool caps (tests).
 	SpoolMaxRecords int
 	SpoolMaxBytes   int64
+}
+
+// LogConfig is one shipped service: Path (a file tailed) or Unit (a
+// journald unit read with journalctl), under the name Service, which must
+// be on the environment's log allowlist.
+type LogConfig struct {
+	Service string
+	Path    string
+	Unit    string
 }
 
 // WithDefaults returns c with every empty setting at its default.
@@ -126,6 +140,18 @@ func (c *Config) Validate() error {
 		return bad("--limit-minutes must be 1..%d", ingest.MaxLimitMinutes)
 	case c.SSHPort < 1 || c.SSHPort > 65535:
 		return bad("--ssh-port must be 1..65535")
+	}
+	seen := map[string]bool{}
+	for _, l := range c.Logs {
+		switch {
+		case !logs.ValidService(l.Service):
+			return bad("log service %q must be 1-128 characters of [A-Za-z0-9@._:-]", l.Service)
+		case seen[l.Service]:
+			return bad("log service %q is named twice", l.Service)
+		case (l.Path == "") == (l.Unit == ""):
+			return bad("log service %q needs a file or a unit", l.Service)
+		}
+		seen[l.Service] = true
 	}
 	if c.CIProcessPattern != "" {
 		if _, err := regexp.Compile(c.CIProcessPattern); err != nil {

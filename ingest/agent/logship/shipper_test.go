@@ -1,0 +1,369 @@
+package logship_test
+
+// The shipper against a real daemon assembled in process with its log
+// broker on versitygw, behind a proxy with a stable URL (the daemon
+// restarts under it) that can drop chosen answers. The shipper's clock is
+// fake: FlushInterval passes by Advance, never by waiting.
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest/agent/logship"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+)
+
+const (
+	envSlug = "log-ship"
+	depID   = "dep-ship"
+)
+
+type rig struct {
+	t     *testing.T
+	gw    *daemontest.S3
+	d     *daemontest.InProcess
+	proxy *httptest.Server
+	key   adminapi.IssuedKey
+	raw   []byte
+	clock *clockwork.FakeClock
+	dir   string // the agent's state dir
+	file  string // the file shipped
+
+	mu       sync.Mutex
+	loseNext string // a path whose next answer is replaced by a 502
+}
+
+// newRig starts versitygw and a daemon (with log storage when logsOn),
+// an environment, a key and a deployment.
+func newRig(t *testing.T, logsOn bool) *rig {
+	t.Helper()
+	r := &rig{t: t, gw: daemontest.StartVersityGW(t), clock: clockwork.NewFakeClockAt(time.Now().UTC()), dir: t.TempDir()}
+	r.file = filepath.Join(t.TempDir(), "app.log")
+	env := map[string]string{}
+	if logsOn {
+		env = r.logsEnv()
+	}
+	r.d = daemontest.NewInProcess(t, daemontest.AppOptions{Env: env})
+	r.proxy = httptest.NewServer(http.HandlerFunc(r.forward))
+	t.Cleanup(r.proxy.Close)
+	ctx := context.Background()
+	if _, err := r.d.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: envSlug}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := r.d.Admin.IssueIngestKey(ctx, envSlug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.key = k
+	if r.raw, err = signer.DecodeKeyMaterial(k.KeyMaterial); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	hb := fmt.Sprintf(`{"environmentSlug":%q,"deployment":{"id":%q},"agentVersion":"test/1","sentAt":%q,"reaper":{"idleChecks":0,"limitMinutes":30,"lastActivityAt":%q,"ciActive":false}}`,
+		envSlug, depID, now.Format(time.RFC3339), now.Format(time.RFC3339))
+	resp, err := r.client().Post(ctx, "/api/ingest/heartbeat", []byte(hb))
+	if err != nil || resp.Status != http.StatusAccepted {
+		t.Fatalf("heartbeat: %v %v", resp, err)
+	}
+	return r
+}
+
+func (r *rig) logsEnv() map[string]string {
+	return map[string]string{
+		"CHALUPA_LOGS_URL":    "s3://" + r.gw.Bucket + "/logs?endpoint=" + r.gw.Endpoint + "&region=us-east-1",
+		"CHALUPA_LOGS_KEY":    r.gw.AccessKey,
+		"CHALUPA_LOGS_SECRET": r.gw.SecretKey,
+	}
+}
+
+func (r *rig) forward(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	lose := r.loseNext != "" && req.URL.Path == r.loseNext
+	if lose {
+		r.loseNext = ""
+	}
+	target, _ := url.Parse(r.d.URL)
+	r.mu.Unlock()
+	if lose {
+		// Forwarded, then the answer lost: the daemon did the work.
+		rec := httptest.NewRecorder()
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(rec, req)
+		http.Error(w, `{"error":{"code":"bad_gateway"}}`, http.StatusBadGateway)
+		return
+	}
+	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, req)
+}
+
+func (r *rig) client() *signer.Client {
+	return &signer.Client{BaseURL: r.proxy.URL, KeyID: r.key.KeyID, Key: r.raw}
+}
+
+// open opens a shipper for service over the rig's file; put is the
+// upload client (nil: a working one).
+func (r *rig) open(service string, put *http.Client, maxBytes int64) *logship.Shipper {
+	r.t.Helper()
+	sh, err := logship.Open(logship.Config{Service: service, Dir: logship.DirFor(r.dir, service),
+		OpenSource:  func(c string) logship.Source { return logship.OpenFileSource(r.file, c) },
+		Environment: envSlug, Deployment: depID, Client: r.client(), HTTP: put, Clock: r.clock,
+		Log: zerolog.New(io.Discard), SpoolMaxBytes: maxBytes})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return sh
+}
+
+func (r *rig) appendLines(prefix string, n int) []byte {
+	r.t.Helper()
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, "%s line %05d: the quick brown fox jumps over the lazy dog\n", prefix, i)
+	}
+	f, err := os.OpenFile(r.file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b.Bytes()); err != nil {
+		r.t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// tick ticks (reading what is new), advances past FlushInterval (so the
+// lines read are cut) and any back-off, and ticks again; it returns the
+// second tick's result with both ticks' counts.
+func (r *rig) tick(sh *logship.Shipper) logship.TickResult {
+	r.t.Helper()
+	first, err := sh.Tick(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.clock.Advance(max(logship.FlushInterval, logship.RetryMax) + time.Second)
+	res, err := sh.Tick(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	res.Read += first.Read
+	res.Spooled += first.Spooled
+	res.Committed += first.Committed
+	res.Finished += first.Finished
+	res.Dropped += first.Dropped
+	return res
+}
+
+// stored reads back every committed chunk through download grants, in
+// session and seq order, and returns the chunks' count and their
+// decompressed concatenation.
+func (r *rig) stored() (int, []byte) {
+	r.t.Helper()
+	ctx := context.Background()
+	l, err := r.d.Admin.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: envSlug, DeploymentID: depID})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var all bytes.Buffer
+	n := 0
+	for _, s := range l.Sessions {
+		for _, c := range s.Chunks {
+			if c.State != "committed" {
+				continue
+			}
+			g, err := r.d.Admin.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: envSlug, DeploymentID: depID, Session: s.SessionID, Seq: fmt.Sprint(c.Seq)})
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			resp, err := http.Get(g.URL)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				r.t.Fatalf("chunk %s/%d: %v", s.SessionID, c.Seq, err)
+			}
+			plain, err := io.ReadAll(zr)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			all.Write(plain)
+			n++
+		}
+	}
+	return n, all.Bytes()
+}
+
+// objects counts the chunk objects in the bucket.
+func (r *rig) objects() int {
+	r.t.Helper()
+	n := 0
+	root := filepath.Join(r.gw.Root, r.gw.Bucket)
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".chunk") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func (r *rig) rows(query string) int {
+	r.t.Helper()
+	var n int
+	if err := r.d.App.DB.Read.QueryRow(query).Scan(&n); err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+// failingPut is an upload client whose every request fails in transport:
+// the agent dies (or loses its network) after the plan, before the PUT.
+var failingPut = &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+	return nil, errors.New("upload interrupted")
+})}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestShipper(t *testing.T) {
+	t.Run("a file shipped and read back byte-exact, across a rotation", func(t *testing.T) {
+		r := newRig(t, true)
+		if _, err := r.d.Admin.SetLogServices(context.Background(), adminapi.SetLogServicesRequest{EnvironmentSlug: envSlug, Services: []string{"app.log"}}); err != nil {
+			t.Fatal(err)
+		}
+		sh := r.open("app.log", nil, 0)
+		want := r.appendLines("first", 2000)
+		if res := r.tick(sh); res.Committed != 1 || res.Paused {
+			t.Fatalf("tick: %+v", res)
+		}
+		os.Rename(r.file, r.file+".1")
+		want = append(want, r.appendLines("rotated", 100)...)
+		r.tick(sh) // drains the old file, moves to the new one
+		r.tick(sh)
+		res, err := sh.Stop(context.Background())
+		if err != nil || res.Paused || res.Finished != 1 {
+			t.Fatalf("stop: %+v %v", res, err)
+		}
+		n, got := r.stored()
+		if !bytes.Equal(got, want) {
+			t.Fatalf("read back %d bytes in %d chunks, want the file's %d bytes", len(got), n, len(want))
+		}
+		if o := r.objects(); o != n {
+			t.Fatalf("%d objects for %d committed chunks", o, n)
+		}
+		if f := r.rows(`SELECT count(*) FROM log_sessions WHERE finished_at IS NOT NULL AND instr(CAST(final_payload AS TEXT), '"reason":"shutdown"') > 0`); f != 1 {
+			var got string
+			r.d.App.DB.Read.QueryRow(`SELECT group_concat(coalesce(final_payload, 'NULL'), ' | ') FROM log_sessions`).Scan(&got)
+			t.Fatalf("finished sessions with the shutdown payload: %d (%s)", f, got)
+		}
+	})
+
+	t.Run("replay after the agent dies before the PUT and the commit answer is lost", func(t *testing.T) {
+		r := newRig(t, true)
+		if _, err := r.d.Admin.SetLogServices(context.Background(), adminapi.SetLogServicesRequest{EnvironmentSlug: envSlug, Services: []string{"app.log"}}); err != nil {
+			t.Fatal(err)
+		}
+		want := r.appendLines("a", 500)
+		dead := r.open("app.log", failingPut, 0)
+		if res := r.tick(dead); !res.Paused || res.Committed != 0 {
+			t.Fatalf("tick with the upload failing: %+v", res)
+		}
+		if p := r.rows(`SELECT count(*) FROM log_chunks WHERE state = 'planned'`); p != 1 || r.objects() != 0 {
+			t.Fatalf("after plan, before PUT: %d planned rows, %d objects", p, r.objects())
+		}
+		// The agent restarts (no Stop: it died); the daemon restarts too.
+		r.d.Restart(daemontest.AppOptions{})
+		sh := r.open("app.log", nil, 0)
+		r.mu.Lock()
+		r.loseNext = "/api/ingest/logs/commit" // committed, answer lost
+		r.mu.Unlock()
+		if res, err := sh.Tick(context.Background()); err != nil || !res.Paused || res.Committed != 0 {
+			t.Fatalf("tick with the commit answer lost: %+v %v", res, err)
+		}
+		want = append(want, r.appendLines("b", 300)...)
+		r.tick(sh)
+		if _, err := sh.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		n, got := r.stored()
+		if !bytes.Equal(got, want) {
+			t.Fatalf("read back %d bytes in %d chunks, want %d", len(got), n, len(want))
+		}
+		chunks := r.rows(`SELECT count(*) FROM log_chunks`)
+		if o := r.objects(); o != n || chunks != n || n != 2 {
+			t.Fatalf("%d objects, %d chunk rows, %d committed: want each chunk once (2)", o, chunks, n)
+		}
+		if f := r.rows(`SELECT count(*) FROM log_sessions WHERE instr(CAST(final_payload AS TEXT), '"reason":"restart"') > 0`); f != 1 {
+			t.Fatalf("the dead run's session finished with reason restart: %d", f)
+		}
+	})
+
+	t.Run("503 without log storage keeps lines locally within the bound, shipped once configured", func(t *testing.T) {
+		r := newRig(t, false)
+		// About two chunks of 400 lines (~600 compressed bytes each).
+		const spoolBound = 1500
+		sh := r.open("cloud-init.service", nil, spoolBound)
+		var want []byte
+		for i := range 6 {
+			want = append(want, r.appendLines(fmt.Sprint("batch", i), 400)...)
+			if res := r.tick(sh); !res.Paused {
+				t.Fatalf("tick %d without log storage: %+v", i, res)
+			}
+		}
+		if sh.Dropped() == 0 {
+			t.Fatalf("six chunks over the bound: nothing dropped")
+		}
+		spooled, bytesHeld := sh.Spooled()
+		if bytesHeld > spoolBound || spooled == 0 {
+			t.Fatalf("spool holds %d chunks, %d bytes: want some, within the bound", spooled, bytesHeld)
+		}
+		for k, v := range r.logsEnv() {
+			r.d.Env[k] = v
+		}
+		r.d.Restart(daemontest.AppOptions{})
+		if res := r.tick(sh); res.Paused || res.Committed != spooled {
+			t.Fatalf("tick once configured: %+v, want %d committed", res, spooled)
+		}
+		n, got := r.stored()
+		if n != spooled || !bytes.HasSuffix(want, got) || len(got) == len(want) {
+			t.Fatalf("stored %d chunks, %d bytes: want the newest %d chunks (the oldest dropped) of %d bytes", n, len(got), spooled, len(want))
+		}
+	})
+
+	t.Run("a service off the allowlist is refused and nothing is stored", func(t *testing.T) {
+		r := newRig(t, true)
+		sh := r.open("nginx.service", nil, 0)
+		r.appendLines("x", 100)
+		res := r.tick(sh)
+		if !res.Paused || res.Committed != 0 {
+			t.Fatalf("tick: %+v", res)
+		}
+		if s, o := r.rows(`SELECT count(*) FROM log_sessions`)+r.rows(`SELECT count(*) FROM log_chunks`), r.objects(); s != 0 || o != 0 {
+			t.Fatalf("refused service stored %d rows, %d objects", s, o)
+		}
+		if n, _ := sh.Spooled(); n != 1 {
+			t.Fatalf("the refused chunk is kept for a later allowlist: %d spooled", n)
+		}
+	})
+}
