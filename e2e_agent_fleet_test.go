@@ -1,7 +1,7 @@
 package main
 
-// The fleet agent against a real `chalupa serve` (the built binary), as
-// issue 10's tests ask: idle detection, the CI marker deferring a reap
+// The fleet agent against a real `chalupa serve` (the built binary):
+// idle detection, the CI marker deferring a reap
 // (through the reaper and the DigitalOcean API test server), window
 // aggregates with a fake nvidia-smi, an outage and its replay, and the
 // final response lost at shutdown (docs/operations.md, "Agent").

@@ -38,56 +38,13 @@ const e2eJobDeadline = 5 * time.Minute
 // exactly one droplet. The provision token is in no log, database or
 // state file.
 func TestConvergeSIGKILLRecovery(t *testing.T) {
-	bin := daemontest.BuildBinary(t)
-	api, droplet := e2eConvergeAPI(t)
-	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	bin, api, d, job := e2eKilledMidUp(t, nil, func(api *dofake.Server) bool { return len(api.Droplets()) > 0 })
 	ctx := context.Background()
-	cl := d.Admin()
-	e2eAuthorize(t, cl, droplet)
-	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: "box-1", Environment: "demo", BoxConfig: adminapi.BoxConfig{
-		Region: "nyc3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
-		SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
-		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 10}}); err != nil {
-		t.Fatal(err)
-	}
-	job, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for len(api.Droplets()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no droplet created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	d.Kill()
-	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
-		t.Fatalf("job after SIGKILL is %s, want running (the kill came too late to test recovery)", j)
-	}
 	logs := d.Logs()
 
 	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
-	cl = d2.Admin()
-	var j adminapi.Job
-	for {
-		if j, err = cl.GetJob(ctx, job.ID); err != nil {
-			t.Fatal(err)
-		}
-		if j.Done() {
-			break
-		}
-		if time.Now().After(deadline.Add(e2eJobDeadline)) {
-			t.Fatalf("job still %s; log:\n%s", j.Status, d2.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
-		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d2.Logs())
-	}
+	cl := d2.Admin()
+	j := e2eRecovered(t, d2, job.ID)
 	if !strings.Contains(d2.Logs(), "recovered a job left running by a stopped process") {
 		t.Error("the restarted daemon did not log the recovery")
 	}
@@ -195,6 +152,65 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 	return j, sum
 }
 
+// e2eKilledMidUp starts the built daemon with converge on, creates box-1
+// (10 GiB volume), enqueues its up and SIGKILLs the daemon as soon as
+// created reports the resource at the DigitalOcean API test server (fault,
+// when set, is injected first: e.g. the create's answer held back). The
+// job must still be running: a kill that came too late tests no recovery.
+func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Server) bool) (bin string, api *dofake.Server, d *daemontest.Daemon, job adminapi.Job) {
+	t.Helper()
+	bin = daemontest.BuildBinary(t)
+	api, droplet := e2eConvergeAPI(t)
+	if fault != nil {
+		api.Inject(*fault)
+	}
+	d = daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	cl := d.Admin()
+	e2eAuthorize(t, cl, droplet)
+	e2eBox(t, cl, "box-1", 10)
+	job, err := cl.RunPulumiConverge(context.Background(), adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(e2eJobDeadline)
+	for !created(api) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resource was not created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Kill()
+	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
+		t.Fatalf("job after SIGKILL is %s, want running (the kill came too late to test recovery)", j)
+	}
+	return bin, api, d, job
+}
+
+// e2eRecovered waits (up to twice e2eJobDeadline) for the restarted
+// daemon d to finish job id, and requires it to have succeeded on its
+// second attempt: the first was killed, recovery requeued it.
+func e2eRecovered(t *testing.T, d *daemontest.Daemon, id string) adminapi.Job {
+	t.Helper()
+	cl := d.Admin()
+	deadline := time.Now().Add(2 * e2eJobDeadline)
+	for {
+		j, err := cl.GetJob(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Done() {
+			if j.Status != storage.JobSucceeded || j.Attempts != 2 {
+				t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d.Logs())
+			}
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job still %s; log:\n%s", j.Status, d.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // e2eBox creates environment demo and its box name (10 GiB volume).
 func e2eBox(t *testing.T, cl *adminapi.Client, name string, volumeGiB int64) {
 	t.Helper()
@@ -282,52 +298,17 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 // adopts it: exactly one firewall (and one droplet) exists, recorded on the
 // box.
 func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
-	bin := daemontest.BuildBinary(t)
-	api, droplet := e2eConvergeAPI(t)
-	api.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: e2eJobDeadline})
-	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	bin, api, d, job := e2eKilledMidUp(t, &dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: e2eJobDeadline},
+		func(api *dofake.Server) bool { return len(api.Firewalls()) > 0 })
 	ctx := context.Background()
-	cl := d.Admin()
-	e2eAuthorize(t, cl, droplet)
-	e2eBox(t, cl, "box-1", 10)
-	job, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for len(api.Firewalls()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no firewall created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	d.Kill()
-	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
-		t.Fatalf("job after SIGKILL is %s, want running", j)
-	}
 	fw := api.Firewalls()[0]
 	if !slices.Contains(fw.Tags, "chalupa:box:box-1") {
 		t.Fatalf("the firewall does not carry the box's tag: %v", fw.Tags)
 	}
 
 	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
-	cl = d2.Admin()
-	var j adminapi.Job
-	for {
-		if j, err = cl.GetJob(ctx, job.ID); err != nil {
-			t.Fatal(err)
-		}
-		if j.Done() {
-			break
-		}
-		if time.Now().After(deadline.Add(e2eJobDeadline)) {
-			t.Fatalf("job still %s; log:\n%s", j.Status, d2.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
-		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d2.Logs())
-	}
+	cl := d2.Admin()
+	j := e2eRecovered(t, d2, job.ID)
 	if fs := api.Firewalls(); len(fs) != 1 || fs[0].ID != fw.ID {
 		t.Fatalf("firewalls after recovery: %+v, want exactly the one created before the kill (%s)", fs, fw.ID)
 	}

@@ -35,34 +35,14 @@ import (
 // provider are unchanged by it (list calls only). Running the recommended
 // command lets recovery finish the job; the doctor then says nothing to do.
 func TestJobDoctorEndToEnd(t *testing.T) {
-	bin := daemontest.BuildBinary(t)
-	api, droplet := e2eConvergeAPI(t)
-	api.Inject(dofake.Fault{Route: dofake.RouteCreateDroplet, HoldAnswer: e2eJobDeadline})
-	d := daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	bin, api, d, job := e2eKilledMidUp(t, &dofake.Fault{Route: dofake.RouteCreateDroplet, HoldAnswer: e2eJobDeadline},
+		func(api *dofake.Server) bool { return len(api.Droplets()) > 0 })
 	ctx := context.Background()
-	cl := d.Admin()
-	e2eAuthorize(t, cl, droplet)
-	e2eBox(t, cl, "box-1", 10)
-	job, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: "up"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for len(api.Droplets()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no droplet created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	d.Kill()
-	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
-		t.Fatalf("job after SIGKILL is %s, want running", j)
-	}
 	checkpoints := stackCheckpointVersions(t, d.DatabasePath())
 	dropletID := strconv.Itoa(api.Droplets()[0].ID)
 
 	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy(), "--pause-loops", "jobs")
-	cl = d2.Admin()
+	cl := d2.Admin()
 	cliEnv := map[string]string{"CHALUPA_URL": d2.URL, "CHALUPA_ADMIN_TOKEN": d2.AdminToken()}
 	backend := filepath.Join(d2.DataDir, "pulumi")
 	jobBefore, err := cl.GetJob(ctx, job.ID)
@@ -154,6 +134,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		t.Fatalf("the recommended command failed: exit %d\n%s", code, out)
 	}
 	var j adminapi.Job
+	deadline := time.Now().Add(2 * e2eJobDeadline)
 	for {
 		if j, err = cl.GetJob(ctx, job.ID); err != nil {
 			t.Fatal(err)
@@ -161,7 +142,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		if j.Done() {
 			break
 		}
-		if time.Now().After(deadline.Add(e2eJobDeadline)) {
+		if time.Now().After(deadline) {
 			t.Fatalf("job still %s after resuming the lane; log:\n%s", j.Status, d2.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the operator's rollback tools (issue 13 §3): loop
+// End-to-end tests of the operator's rollback tools (docs/operations.md, "Loop switches" and "Rollback"): loop
 // switches and the restore-point rollback, with the built binary as daemon
 // and CLI, versitygw as S3 and the real `litestream restore`.
 

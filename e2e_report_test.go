@@ -1,6 +1,6 @@
 package main
 
-// End-to-end test of the operations report (issue 13 §5) with the built
+// End-to-end test of the operations report (docs/operations.md, "Operations report") with the built
 // binary as daemon and CLI.
 
 import (
