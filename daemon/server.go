@@ -227,7 +227,11 @@ func newServer(d serverDeps) (*Server, error) {
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}
-	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
+	var logStore logs.Store
+	if s.logs != nil {
+		logStore = s.logs.Store()
+	}
+	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
 	for _, rt := range con.Routes() {
