@@ -553,7 +553,9 @@ func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) er
 }
 
 // Stop cuts whatever is pending, spools this run's final payload
-// (reason "shutdown") and ships for as long as ctx lasts. What is not
+// (reason "shutdown") when the daemon accepted its session (else its
+// chunks stay unnumbered, for the next run's session) and ships for as
+// long as ctx lasts. What is not
 // answered stays spooled for the next start. It returns what it did.
 func (s *Shipper) Stop(ctx context.Context) (TickResult, error) {
 	var res TickResult
@@ -561,22 +563,40 @@ func (s *Shipper) Stop(ctx context.Context) (TickResult, error) {
 	if err := s.read(&res, true); err != nil {
 		return res, err
 	}
-	// Give every chunk of this run its seq first: the final payload counts
-	// them, and a plan after finish would be refused.
-	for i, c := range s.sp.chunks {
-		if c.Seq < 0 {
-			if err := s.sp.assign(i, s.sp.st.Session); err != nil {
-				return res, err
+	session := s.sp.st.Session
+	unnumbered := false
+	for _, c := range s.sp.chunks {
+		unnumbered = unnumbered || c.Seq < 0
+	}
+	accepted := s.opened[session] || (unnumbered && s.open(ctx, session) == nil)
+	if accepted {
+		// Give every chunk of this run its seq first: the final payload
+		// counts them, and a plan after finish would be refused.
+		for i, c := range s.sp.chunks {
+			if c.Seq < 0 {
+				if err := s.sp.assign(i, session); err != nil {
+					return res, err
+				}
 			}
 		}
+		if err := s.spoolFinish(session, "shutdown"); err != nil {
+			return res, err
+		}
 	}
-	session := s.sp.st.Session
-	if err := s.spoolFinish(session, "shutdown"); err != nil {
-		return res, err
-	}
+	// A session never opened (it is this process's own, so no one else
+	// opened it) has nothing to finish: while the daemon refuses, its
+	// chunks stay unnumbered, so the spool's bound can still drop them
+	// across restarts, and the next run's session takes them once
+	// accepted.
 	s.sp.st.Session = ""
 	if err := s.sp.save(); err != nil {
 		return res, err
+	}
+	if !accepted && unnumbered {
+		// The daemon refused this run's session just now: the rest waits
+		// for the next start.
+		res.Paused = true
+		return res, nil
 	}
 	if err := s.ship(ctx, &res); errors.Is(err, ErrPaused) {
 		res.Paused = true

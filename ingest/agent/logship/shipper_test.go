@@ -351,6 +351,52 @@ func TestShipper(t *testing.T) {
 		}
 	})
 
+	t.Run("restarts while the daemon refuses keep the spool within the bound", func(t *testing.T) {
+		r := newRig(t, false)
+		const spoolBound = 1500 // about two chunks of 400 lines
+		var want []byte
+		dropped := int64(0)
+		for i := range 6 {
+			// Each run reads a batch, is refused (503) and stops: SIGTERM's
+			// cut spools the batch as a chunk while the session is refused.
+			sh := r.open("cloud-init.service", nil, spoolBound)
+			want = append(want, r.appendLines(fmt.Sprint("run", i), 400)...)
+			if res, err := sh.Stop(context.Background()); err != nil || !res.Paused {
+				t.Fatalf("run %d: stop while refused: %+v %v", i, res, err)
+			}
+			n, held := sh.Spooled()
+			if held > spoolBound || n == 0 {
+				t.Fatalf("run %d: the spool holds %d chunks, %d bytes: want some, within %d", i, n, held, spoolBound)
+			}
+			dropped = sh.Dropped()
+		}
+		if dropped == 0 {
+			t.Fatal("six runs' chunks over the bound: nothing dropped")
+		}
+		for k, v := range r.logsEnv() {
+			r.d.Env[k] = v
+		}
+		r.d.Restart(daemontest.AppOptions{})
+		sh := r.open("cloud-init.service", nil, spoolBound)
+		spooled, _ := sh.Spooled()
+		res, err := sh.Stop(context.Background())
+		if err != nil || res.Paused || res.Committed != spooled || res.Finished != 1 {
+			t.Fatalf("stop once configured: %+v %v, want %d committed and this run's finish", res, err, spooled)
+		}
+		n, got := r.stored()
+		if n != spooled || !bytes.HasSuffix(want, got) || len(got) == len(want) {
+			t.Fatalf("stored %d chunks, %d bytes: want the newest %d chunks (the oldest dropped) of %d bytes", n, len(got), spooled, len(want))
+		}
+		// The refused runs told the daemon nothing: one session, finished
+		// with exactly the chunks it holds.
+		if s, c := r.rows(`SELECT count(*) FROM log_sessions`), r.rows(`SELECT count(*) FROM log_chunks`); s != 1 || c != n || r.objects() != n {
+			t.Fatalf("%d sessions, %d chunk rows, %d objects: want 1 session and %d chunks once", s, c, r.objects(), n)
+		}
+		if f := r.rows(fmt.Sprintf(`SELECT count(*) FROM log_sessions WHERE instr(CAST(final_payload AS TEXT), '"chunks":%d,') > 0`, n)); f != 1 {
+			t.Fatalf("the session's final payload does not count its %d chunks", n)
+		}
+	})
+
 	t.Run("a service off the allowlist is refused and nothing is stored", func(t *testing.T) {
 		r := newRig(t, true)
 		sh := r.open("nginx.service", nil, 0)
