@@ -200,7 +200,7 @@ type report struct {
 
 func main() {
 	var cfg config
-	var serveRef bool
+	var serveRef, serveFloor bool
 	var refDB string
 	flag.DurationVar(&cfg.Duration, "duration", 15*time.Second, "measured duration of each phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured warm-up before each phase")
@@ -212,7 +212,7 @@ func main() {
 	flag.IntVar(&cfg.MaxInflight, "max-inflight", 2048, "steady phase: most requests outstanding at once")
 	flag.Int64Var(&cfg.MaxRequests, "max-requests", 20_000_000, "max phase: most requests sent (a safety bound)")
 	flag.IntVar(&cfg.RefConns, "ref-conns", 64, "reference: SQLite pool size (concurrent transactions)")
-	flag.StringVar(&cfg.Only, "only", "both", "targets: chalupa, reference or both")
+	flag.StringVar(&cfg.Only, "only", "both", "targets, comma-separated: chalupa, reference, floor (net/http alone, README \"The net/http floor\"); both means chalupa,reference")
 	flag.StringVar(&cfg.ChalupaBin, "chalupa-bin", "", "use this chalupa binary instead of building tmp/chalupa")
 	flag.StringVar(&cfg.EnvSlug, "env", "load-test", "environment slug the key is bound to")
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
@@ -229,9 +229,17 @@ func main() {
 	flag.IntVar(&cfg.FoldRows, "fold-rows", 0, "seed chalupa's database with this many telemetry windows older than 7 days and add the fold phase: steady load while retention folds them (needs -only chalupa)")
 	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
+	flag.BoolVar(&serveFloor, "serve-floor", false, "internal: run as the floor server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
 	flag.Parse()
 
+	if serveFloor {
+		if err := runFloorServer(); err != nil {
+			fmt.Fprintln(os.Stderr, "floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if serveRef {
 		if err := runReferenceServer(refDB, cfg.RefConns); err != nil {
 			fmt.Fprintln(os.Stderr, "reference:", err)
@@ -275,6 +283,22 @@ func main() {
 	}
 }
 
+// targets returns -only as a list of target names, nil when it names an
+// unknown target or one twice.
+func (c *config) targets() []string {
+	if c.Only == "both" {
+		return []string{"chalupa", "reference"}
+	}
+	var ts []string
+	for _, t := range strings.Split(c.Only, ",") {
+		if !slices.Contains([]string{"chalupa", "reference", "floor"}, t) || slices.Contains(ts, t) {
+			return nil
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
 func (c *config) validate() error {
 	switch {
 	case c.Duration <= 0 || c.Duration > time.Hour:
@@ -301,8 +325,8 @@ func (c *config) validate() error {
 		return errors.New("-disk-floor must be in [0, 100000]")
 	case c.RefConns < 1 || c.RefConns > 1024:
 		return errors.New("-ref-conns must be in [1, 1024]")
-	case c.Only != "both" && c.Only != "chalupa" && c.Only != "reference":
-		return errors.New("-only must be chalupa, reference or both")
+	case c.targets() == nil:
+		return errors.New("-only must be both or a comma-separated list of chalupa, reference, floor")
 	case !signerSlugOK(c.EnvSlug):
 		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
 	}
@@ -406,10 +430,7 @@ func progress(format string, a ...any) {
 // run performs the whole measurement. It is bounded in time: every phase by
 // its own clock, and the whole by a deadline derived from the flags.
 func run(cfg config) (*report, error) {
-	targets := []string{"chalupa", "reference"}
-	if cfg.Only != "both" {
-		targets = []string{cfg.Only}
-	}
+	targets := cfg.targets()
 	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
 	if n := time.Duration(len(cfg.SweepRates)); slices.Contains(cfg.Phases, "sweep") {
 		perTarget += n * (cfg.StepWarmup + cfg.Step + cfg.WaitQuiet + cfg.Settle + cfg.Timeout)
@@ -685,6 +706,16 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		progress("reference: starting (pool of %d SQLite connections)", cfg.RefConns)
 		var err error
 		if srv, err = startReference(ctx, dir, cfg.serverCPUs, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
+			return nil, 0, err
+		}
+	case "floor":
+		// The floor checks no signature; the requests are signed all
+		// the same, so the client does the same work for every target.
+		key, _ = signer.DecodeKeyMaterial(signer.NewKeyMaterial())
+		keyID = "env_" + cfg.EnvSlug + "_floor"
+		progress("floor: starting (net/http alone)")
+		var err error
+		if srv, err = startFloor(ctx, dir, cfg.serverCPUs); err != nil {
 			return nil, 0, err
 		}
 	}
