@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,5 +84,58 @@ func TestDiagnoseJobRefusals(t *testing.T) {
 				t.Fatalf("the reason was not logged:\n%s", p.Logs.String())
 			}
 		})
+	}
+}
+
+// agreeingInspector is a converge executor whose stacks and provider hold
+// nothing, as for a box never converged.
+type agreeingInspector struct{ jobstest.Executor }
+
+func (*agreeingInspector) Inspect(context.Context, storage.Box) (daemon.BoxInspection, error) {
+	return daemon.BoxInspection{}, nil
+}
+
+// TestDiagnoseJobSteps: the doctor shows the job's step journal — the
+// claim, every progress report in order and the failed finish with its
+// error — not only the latest report (docs/operations.md, "Job doctor").
+func TestDiagnoseJobSteps(t *testing.T) {
+	exec := &agreeingInspector{Executor: jobstest.Executor{
+		Progress: []jobs.Progress{{Message: "creating volume", Op: "create"}, {Message: "creating droplet", Op: "create"}},
+		Fail:     map[string]error{"box-1": errors.New("droplet limit reached")},
+	}}
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: exec, StartLoops: true})
+	cl := p.Admin
+	newEnv(t, cl, "demo")
+	if _, err := cl.CreateBox(context.Background(), validBox("box-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := cl.RunPulumiConverge(context.Background(), adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "box-1"}, Action: jobs.ActionUp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j = waitJobDone(t, cl, j.ID); j.Status != storage.JobFailed {
+		t.Fatalf("job %s, want failed", j.Status)
+	}
+	d, err := cl.DiagnoseJob(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range d.Steps {
+		got = append(got, strings.TrimSpace(s.Kind+" "+s.Status+" "+string(s.Progress)+" "+s.Reason))
+	}
+	want := []string{
+		"claimed running",
+		`progress running {"message":"creating volume","op":"create"}`,
+		`progress running {"message":"creating droplet","op":"create"}`,
+		"finished failed  droplet limit reached",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i, s := range d.Steps {
+		if s.Seq != int64(i+1) || s.Attempt != 1 || s.Worker == "" {
+			t.Errorf("step %d: %+v", i, s)
+		}
 	}
 }
