@@ -269,3 +269,45 @@ func TestOperationsReportReplica(t *testing.T) {
 		}
 	})
 }
+
+// TestOperationsReportReplicaS3: against an S3 replica (versitygw) the
+// report counts the generation's LTX objects and bytes as the bucket holds
+// them; with the S3 server down it answers known false with the failure's
+// kind, never the endpoint (docs/operations.md, "Operations report").
+func TestOperationsReportReplicaS3(t *testing.T) {
+	gw := daemontest.StartVersityGW(t)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: gw.DaemonEnv("chalupa")})
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if err := p.App.Replicator.SyncAndWait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var files, bytes int64
+	err := filepath.WalkDir(filepath.Join(gw.Root, gw.Bucket, "chalupa"), func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || filepath.Ext(path) != ".ltx" {
+			return err
+		}
+		info, err := e.Info()
+		files, bytes = files+1, bytes+info.Size()
+		return err
+	})
+	if err != nil || files == 0 {
+		t.Fatalf("bucket: %d ltx objects, %v", files, err)
+	}
+	r, err := p.Admin.GetOperationsReport(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Replica != (adminapi.ReportReplica{Known: true, Objects: files, Bytes: bytes}) {
+		t.Fatalf("replica %+v, want %d objects, %d bytes", r.Replica, files, bytes)
+	}
+	gw.Stop()
+	if r, err = p.Admin.GetOperationsReport(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r.Replica.Known || !strings.HasPrefix(r.Replica.Note, storage.ErrReplicaListing.Error()) ||
+		strings.Contains(r.Replica.Note, gw.Addr) || strings.Contains(r.Replica.Note, gw.Bucket) {
+		t.Fatalf("replica with S3 down %+v: want unknown, the failure's kind only", r.Replica)
+	}
+	t.Logf("S3 down: %s", r.Replica.Note)
+}
