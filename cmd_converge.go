@@ -325,7 +325,7 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 	}
 	fmt.Fprintf(tw, "job lane\t%s\n", lane)
 	if hasJSON(j.Progress) {
-		fmt.Fprintf(tw, "last progress report (#%d of the reports)\t%s\n", j.ProgressSeq, progressLine(j.Progress))
+		fmt.Fprintf(tw, "latest report (#%d)\t%s\n", j.ProgressSeq, progressLine(j.Progress))
 	}
 	if j.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", displayText(j.Error))
