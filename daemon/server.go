@@ -204,7 +204,7 @@ func newServer(d serverDeps) (*Server, error) {
 	doctor.register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
-	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats}).register(s.ops)
+	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats, repl: d.Replicator}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
