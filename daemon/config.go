@@ -506,7 +506,7 @@ func (c *Config) checkLogs(get func(string) string, bad func(string, ...any)) {
 	if (c.SpacesKey != "" && c.LogsKey == c.SpacesKey) || (c.SpacesSecret != "" && c.LogsSecret == c.SpacesSecret) {
 		bad("CHALUPA_LOGS_KEY and CHALUPA_LOGS_SECRET must differ from CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET: log retention and erase delete objects and must never hold credentials that can delete the database replica")
 	}
-	if r, err := url.Parse(c.ReplicaURL); err == nil && r.Scheme == "s3" && loc.Overlaps(r.Host, r.Path) {
+	if bucket, p, ok := storage.ReplicaBucketPath(c.ReplicaURL); ok && loc.Overlaps(bucket, p) {
 		bad("CHALUPA_LOGS_URL overlaps CHALUPA_REPLICA_URL (same bucket, one path within the other): log retention and erase delete objects and must never reach the database replica")
 	}
 }

@@ -248,6 +248,26 @@ func ParseReplicaURL(u string) (string, error) {
 	return "", ErrBadReplicaURL
 }
 
+// ReplicaBucketPath returns the bucket and key path of an s3:// replica URL
+// as Litestream reads it: a host may name the bucket alone
+// (s3://bucket/path?endpoint=…) or the bucket and its endpoint
+// (s3://bucket.nyc3.digitaloceanspaces.com/path, s3://bucket.host:9000/path).
+// ok is false for any other URL. The log broker's configuration check
+// compares its location against this (docs/operations.md, "Logs").
+func ReplicaBucketPath(u string) (bucket, path string, ok bool) {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme != "s3" || p.Host == "" {
+		return "", "", false
+	}
+	bucket = p.Host
+	if !strings.HasPrefix(p.Host, "arn:") {
+		if b, _, _, _ := s3.ParseHost(p.Host); b != "" {
+			bucket = b
+		}
+	}
+	return bucket, p.Path, true
+}
+
 // StartReplication opens Litestream on the database at path and starts the
 // replication goroutine. It makes no network request: a replica that is down
 // at start-up is retried in the background (health says failing) and the
