@@ -102,10 +102,16 @@ func (c *adminLogsGetCmd) Run(a *adminCmd) error {
 		defer f.Close()
 		out = f
 	}
-	hc := &http.Client{Timeout: a.Timeout}
+	return c.get(cl, &http.Client{Timeout: a.Timeout}, a.Timeout, followInterval, out)
+}
+
+// get writes the committed chunks not yet written to out and, with
+// --follow, asks again every interval until every listed session is
+// finished. timeout bounds each request.
+func (c *adminLogsGetCmd) get(cl *adminapi.Client, hc *http.Client, timeout, interval time.Duration, out io.Writer) error {
 	done := map[string]bool{} // session/seq written
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), a.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		l, err := cl.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: c.Env, DeploymentID: c.Deployment, Service: c.Service, Session: c.Session})
 		cancel()
 		if err != nil {
@@ -119,7 +125,7 @@ func (c *adminLogsGetCmd) Run(a *adminCmd) error {
 				if ch.State != "committed" || done[id] {
 					continue
 				}
-				if err := c.fetch(cl, hc, a.Timeout, s.SessionID, ch, out); err != nil {
+				if err := c.fetch(cl, hc, timeout, s.SessionID, ch, out); err != nil {
 					return err
 				}
 				done[id] = true
@@ -128,7 +134,7 @@ func (c *adminLogsGetCmd) Run(a *adminCmd) error {
 		if !c.Follow || (!open && len(l.Sessions) > 0) {
 			return nil
 		}
-		time.Sleep(followInterval)
+		time.Sleep(interval)
 	}
 }
 
