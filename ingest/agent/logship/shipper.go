@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -568,12 +569,23 @@ func (s *Shipper) drop(why string) error {
 	return s.sp.save()
 }
 
+// withoutURL returns err without the request URL net/http wraps it in: a
+// grant's URL carries its signature, which is never logged or returned
+// (docs/operations.md, "Logs").
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
 // put uploads body with the grant: exactly its headers, to its URL, with
 // the shipper's own HTTP client (no chalupa credentials).
 func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%w: upload: %v", ErrPaused, err)
+		return fmt.Errorf("%w: upload: %v", ErrPaused, withoutURL(err))
 	}
 	for k, v := range up.Headers {
 		req.Header.Set(k, v)
@@ -586,7 +598,7 @@ func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) er
 	resp, err := hc.Do(req)
 	if err != nil {
 		s.why = "upload no answer"
-		return fmt.Errorf("%w: upload: %v", ErrPaused, err)
+		return fmt.Errorf("%w: upload: %v", ErrPaused, withoutURL(err))
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
