@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -85,13 +87,34 @@ func (e *Engine) StackLocks(name string) ([]StackLock, error) {
 }
 
 // processAlive reports whether process pid exists on this host (signal 0:
-// nothing is delivered).
+// nothing is delivered) and is not a zombie: a killed Pulumi CLI whose
+// parent died too stays a zombie until init reaps it, which some inits do
+// late, and a zombie holds no lock (docs/operations.md, "Job doctor").
 func processAlive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
 	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	return !zombie(pid)
+}
+
+// zombie reports whether /proc says pid has exited and waits to be reaped
+// (state Z, or X while it is being reaped); false where /proc cannot tell.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself hold ") ".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // PendingOperation is an operation a Pulumi update began and did not

@@ -104,3 +104,35 @@ func TestViewOf(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessAliveTreatsZombiesAsDead: a child that exited and was not yet
+// reaped (what a killed Pulumi CLI is until init reaps it) holds no lock;
+// a running child does; a reaped pid is gone.
+func TestProcessAliveTreatsZombiesAsDead(t *testing.T) {
+	live := exec.Command("sleep", "30")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Process.Kill(); _ = live.Wait() }()
+	if !processAlive(live.Process.Pid) {
+		t.Errorf("a running child (pid %d) reported dead", live.Process.Pid)
+	}
+
+	exited := exec.Command("true")
+	if err := exited.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := exited.Process.Pid
+	for deadline := time.Now().Add(30 * time.Second); !zombie(pid); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d did not exit within 30s", pid)
+		}
+	}
+	if processAlive(pid) {
+		t.Errorf("an exited, unreaped child (pid %d, a zombie) reported alive", pid)
+	}
+	_ = exited.Wait()
+	if processAlive(pid) {
+		t.Errorf("a reaped child (pid %d) reported alive", pid)
+	}
+}
