@@ -161,8 +161,9 @@ type Executor interface {
 	// stop promptly when ctx ends, and the runner waits for it to return.
 	// An error fails the job with the error's text (no secrets in it).
 	Execute(ctx context.Context, job Job, box storage.Box, progress func(Progress)) (Outcome, error)
-	// Recover settles a job whose process died while running it, before
-	// anything else runs: cancel the engine's lock for the scope and find
+	// Recover settles a job whose process died while running it, or whose
+	// run the lease deadline cancelled (it may have been killed
+	// mid-operation), before anything else runs: cancel the engine's lock for the scope and find
 	// what exists at the provider. The returned resources (nil: unknown)
 	// are recorded on the box; then the job is requeued or failed by the
 	// attempt rule. An error keeps the lane closed until it succeeds.

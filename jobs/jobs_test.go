@@ -237,6 +237,75 @@ func TestLeaseExpiryRequeuesThenWorkerLost(t *testing.T) {
 	if res := <-runTick(r); res.Ran != nil {
 		t.Fatalf("a failed job ran again: %+v", res.Ran)
 	}
+	// Each cancelled run was settled by Recover (it may have been killed
+	// mid-operation, leaving a lock and pending creates) before the next
+	// run of the scope.
+	want := []string{}
+	for attempt := 1; attempt <= jobs.MaxAttempts; attempt++ {
+		want = append(want, "execute:"+job.ID, "recover:"+job.ID)
+	}
+	if got := r.exec.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+}
+
+// TestLeaseExpirySettlesTheRunBeforeARetry: a run the lease deadline
+// cancelled is settled by the executor's Recover before the job is
+// requeued, with what it found recorded on the box; a failing Recover
+// leaves the job running, so the next tick recovers it before any run.
+func TestLeaseExpirySettlesTheRunBeforeARetry(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		recoverErr error
+	}{{"recovered, then requeued", nil}, {"a failed recovery keeps the job running", errors.New("provider unreachable")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.exec.block = true
+			r.exec.recovered = &storage.BoxResources{DropletID: 91}
+			r.exec.recoverErr = tc.recoverErr
+			job := r.enqueue(t, "up")
+			done := runTick(r)
+			<-r.exec.started
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := r.clock.BlockUntilContext(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			r.clock.Advance(jobs.LeaseDuration)
+			<-r.exec.cancelled
+			r.exec.release <- struct{}{}
+			res := <-done
+			if res.Ran == nil || !res.Ran.TimedOut {
+				t.Fatalf("tick %+v", res.Ran)
+			}
+			if got := r.exec.Calls(); len(got) != 2 || got[1] != "recover:"+job.ID {
+				t.Fatalf("calls %v: the cancelled run was not settled by Recover", got)
+			}
+			j := r.job(t, job.ID)
+			b, err := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.recoverErr == nil {
+				if j.Status != storage.JobQueued || b.Resources.DropletID != 91 {
+					t.Fatalf("job %s, box resources %+v; want queued with the recovered droplet", j.Status, b.Resources)
+				}
+				return
+			}
+			if j.Status != storage.JobRunning || j.LockedBy != "instance-now" {
+				t.Fatalf("job %s by %q after a failed recovery; want it left running", j.Status, j.LockedBy)
+			}
+			r.exec.recoverErr, r.exec.block = nil, false
+			next := <-runTick(r)
+			<-r.exec.started
+			if len(next.Recovered) != 1 || next.Recovered[0].JobID != job.ID || next.Ran == nil || next.Ran.JobID != job.ID {
+				t.Fatalf("next tick: recovered %+v, ran %+v", next.Recovered, next.Ran)
+			}
+			if got := r.exec.Calls(); len(got) != 4 || got[2] != "recover:"+job.ID || got[3] != "execute:"+job.ID {
+				t.Fatalf("calls %v: recovery must come before the retry", got)
+			}
+		})
+	}
 }
 
 func TestProgressDoesNotRenewTheLease(t *testing.T) {
