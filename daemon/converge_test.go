@@ -320,6 +320,10 @@ func noSecret(t *testing.T, p *daemontest.InProcess, secret string) {
 	if n != 0 {
 		t.Errorf("the secret is in %d job, event or checkpoint rows", n)
 	}
+	// The checkpoint search above proves nothing without checkpoints.
+	if err := p.App.DB.Read.QueryRow(`SELECT count(*) FROM stack_states`).Scan(&n); err != nil || n == 0 {
+		t.Errorf("no stack checkpoint was saved (%d, %v): the search for the secret in them checks nothing", n, err)
+	}
 	_ = filepath.WalkDir(p.Env["CHALUPA_DATA_DIR"], func(path string, de os.DirEntry, err error) error {
 		if err == nil && !de.IsDir() {
 			if b, _ := os.ReadFile(path); strings.Contains(string(b), secret) {
