@@ -128,6 +128,9 @@ func TestOracleAndBoxCheckpoints(t *testing.T) {
 	if !strings.Contains(page, `disabled`) || !strings.Contains(page, "destroy box-cp") {
 		t.Error("without converge the buttons are not disabled, or the destroy phrase is missing")
 	}
+	if !strings.Contains(page, `name="include_data"`) || !strings.Contains(page, "<code>destroy data box-cp</code>") {
+		t.Error("the destroy form does not offer to include the data volume with its phrase")
+	}
 	if code, _ := pageOf(t, c.box, "/app/boxes/"+b.ID, "name", b.ID); code != http.StatusNotFound {
 		t.Errorf("a box by its id: %d, want 404 (pages name boxes)", code)
 	}

@@ -222,7 +222,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 	}
 	spec := Spec(box, job)
 	counts := map[string]int{}
-	res, err := x.Engine.Run(ctx, spec, action, converge.RunOptions{}, func(ev converge.Event) {
+	var opts converge.RunOptions
+	if job.IncludeData {
+		// The admin API checked the typed phrase when it enqueued the job
+		// (jobs.Service.EnqueueRequest); the job keeps the decision.
+		opts = converge.RunOptions{IncludeData: true, Confirm: converge.DataConfirmPhrase(box.Name)}
+	}
+	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev converge.Event) {
 		p := jobs.Progress{Resource: ev.Name, Op: ev.Op}
 		if ev.Op == "done" {
 			p.Message = "stack " + ev.Stack + " done"

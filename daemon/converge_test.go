@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -393,6 +394,79 @@ func TestConvergeKeyDeliveryFailure(t *testing.T) {
 		t.Fatalf("heartbeat with the key the retried up (job %s) delivered: %d", up.ID, code)
 	}
 	noSecret(t, p, material)
+}
+
+// TestConvergeDestroyIncludeData: a destroy keeps the box's data volume;
+// includeData without its phrase is refused 422 and enqueues nothing; with
+// "destroy data <box>" the job carries includeData and removes the volume
+// at the provider (docs/operations.md, "Jobs" and "Converge").
+func TestConvergeDestroyIncludeData(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
+	cl, ctx := p.Admin, context.Background()
+	authorize(t, cl, droplet)
+	newEnv(t, cl, "demo")
+	if _, err := cl.CreateBox(ctx, validBox("data-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, cl, "data-1", "up")
+	if len(api.Droplets()) != 1 || len(api.Volumes()) != 1 {
+		t.Fatalf("after up: %d droplets, %d volumes", len(api.Droplets()), len(api.Volumes()))
+	}
+	scope := adminapi.Scope{Kind: "box", ID: "data-1"}
+
+	t.Run("without includeData the volume stays", func(t *testing.T) {
+		j, _ := converge(t, cl, "data-1", "destroy")
+		if len(api.Droplets()) != 0 || len(api.Volumes()) != 1 || j.IncludeData {
+			t.Fatalf("after a plain destroy: %d droplets, %d volumes, includeData %v", len(api.Droplets()), len(api.Volumes()), j.IncludeData)
+		}
+	})
+
+	t.Run("without the phrase: 422, nothing enqueued", func(t *testing.T) {
+		before, err := cl.ListJobs(ctx, adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, phrase := range []string{"", "destroy data-1", "destroy data other"} {
+			_, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: scope, Action: "destroy", IncludeData: true, Confirmation: phrase})
+			var ae *adminapi.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || ae.Code != "confirmation_mismatch" {
+				t.Fatalf("phrase %q: %v, want 422 confirmation_mismatch", phrase, err)
+			}
+		}
+		after, err := cl.ListJobs(ctx, adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Jobs) != len(before.Jobs) || len(api.Volumes()) != 1 {
+			t.Fatalf("a refused request enqueued: %d jobs before, %d after; %d volumes", len(before.Jobs), len(after.Jobs), len(api.Volumes()))
+		}
+	})
+
+	t.Run("with includeData and the phrase the volume is destroyed", func(t *testing.T) {
+		j, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: scope, Action: "destroy", IncludeData: true,
+			Confirmation: adminapi.DestroyDataPhrase("data-1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !j.IncludeData {
+			t.Errorf("the queued job does not carry includeData: %+v", j)
+		}
+		j = waitJob(t, cl, j.ID)
+		if j.Status != storage.JobSucceeded {
+			t.Fatalf("destroy with data: %s: %s", j.Status, j.Error)
+		}
+		if n := len(api.Volumes()); n != 0 {
+			t.Fatalf("%d volumes after destroying the data", n)
+		}
+		box, err := cl.GetBox(ctx, "data-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if box.Resources.VolumeID != "" {
+			t.Errorf("the box still records volume %q", box.Resources.VolumeID)
+		}
+	})
 }
 
 // noToken searches the job rows, events, the daemon log, the database

@@ -102,6 +102,13 @@ var (
 	ErrUnknownAction = errors.New("action must be one of preview, up, refresh, destroy")
 	// ErrUnknownScope: the scope kind is not "box".
 	ErrUnknownScope = errors.New(`scope kind must be "box"`)
+	// ErrIncludeDataAction: includeData was asked of an action other than
+	// destroy; nothing is enqueued.
+	ErrIncludeDataAction = errors.New("includeData applies to destroy only")
+	// ErrConfirmData: a destroy with includeData whose confirmation is not
+	// the phrase "destroy data <box>"; nothing is enqueued
+	// (docs/operations.md, "Converge").
+	ErrConfirmData = errors.New(`destroying a box's data needs the confirmation "destroy data <box>"; nothing was enqueued`)
 )
 
 // Job is a queued, running or finished job (a jobs row).

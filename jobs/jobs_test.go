@@ -23,6 +23,7 @@ import (
 type fakeExec struct {
 	mu         sync.Mutex
 	calls      []string
+	jobs       []jobs.Job // every job Execute was handed, in order
 	running    int
 	maxRunning int
 
@@ -59,6 +60,7 @@ func (f *fakeExec) Calls() []string {
 func (f *fakeExec) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, "execute:"+job.ID)
+	f.jobs = append(f.jobs, job)
 	f.running++
 	if f.running > f.maxRunning {
 		f.maxRunning = f.running
@@ -146,6 +148,30 @@ func TestEnqueueRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := r.svc.Enqueue(ctx, tc.kind, tc.ref, tc.action); !errors.Is(err, tc.want) {
 				t.Fatalf("Enqueue = %v, want %v", err, tc.want)
+			}
+			if js, _ := storage.ListJobs(ctx, r.db.Read, storage.JobFilter{Limit: 10}); len(js) != 0 {
+				t.Fatalf("a refused request wrote %d job(s)", len(js))
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		req  jobs.Request
+		want error
+	}{
+		{"includeData on an up", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.ID, Action: "up", IncludeData: true,
+			Confirmation: "destroy data " + r.box.Name}, jobs.ErrIncludeDataAction},
+		{"includeData without the phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true}, jobs.ErrConfirmData},
+		{"includeData with another box's phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true,
+			Confirmation: "destroy data other"}, jobs.ErrConfirmData},
+		{"includeData with the compute phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true,
+			Confirmation: "destroy " + r.box.Name}, jobs.ErrConfirmData},
+		{"includeData on an unknown box", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: "no-such-box", Action: "destroy", IncludeData: true,
+			Confirmation: "destroy data no-such-box"}, storage.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := r.svc.EnqueueRequest(ctx, tc.req); !errors.Is(err, tc.want) {
+				t.Fatalf("EnqueueRequest = %v, want %v", err, tc.want)
 			}
 			if js, _ := storage.ListJobs(ctx, r.db.Read, storage.JobFilter{Limit: 10}); len(js) != 0 {
 				t.Fatalf("a refused request wrote %d job(s)", len(js))
@@ -246,6 +272,61 @@ func TestLeaseExpiryRequeuesThenWorkerLost(t *testing.T) {
 	}
 	if got := r.exec.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("calls %v, want %v", got, want)
+	}
+}
+
+// TestIncludeDataSurvivesARequeue: a destroy enqueued with includeData
+// and its phrase keeps the flag on the
+// job, so the run after a lease expiry is handed it again; a plain destroy
+// never carries it (docs/operations.md, "Jobs").
+func TestIncludeDataSurvivesARequeue(t *testing.T) {
+	r := newRig(t)
+	plain := storagetest.Box(t, r.db, storage.Box{})
+	ctx := context.Background()
+	if _, err := r.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: jobs.ScopeBox, Ref: plain.ID, Action: "destroy",
+		Confirmation: "destroy data " + plain.Name}); err != nil {
+		t.Fatal(err)
+	}
+	// The phrase names the box as the request does: here by its id.
+	if _, err := r.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.ID, Action: "destroy",
+		IncludeData: true, Confirmation: "destroy data " + r.box.ID}); err != nil {
+		t.Fatalf("the phrase naming the box by its id: %v", err)
+	}
+	// The plain destroy runs first (oldest queued) and ends.
+	if res := <-runTick(r); res.Ran == nil || res.Ran.Status != storage.JobSucceeded {
+		t.Fatalf("plain destroy: %+v", res.Ran)
+	}
+	r.exec.block = true
+	done := runTick(r)
+	<-r.exec.started
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.clock.BlockUntilContext(tctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(jobs.LeaseDuration)
+	<-r.exec.cancelled
+	r.exec.release <- struct{}{}
+	if res := <-done; res.Ran == nil || res.Ran.Status != storage.JobQueued {
+		t.Fatalf("the expired run was not requeued: %+v", res.Ran)
+	}
+	r.exec.block = false
+	if res := <-runTick(r); res.Ran == nil || res.Ran.Status != storage.JobSucceeded {
+		t.Fatalf("the retry: %+v", res.Ran)
+	}
+	r.exec.mu.Lock()
+	seen := append([]jobs.Job(nil), r.exec.jobs...)
+	r.exec.mu.Unlock()
+	if len(seen) != 3 {
+		t.Fatalf("%d runs, want 3", len(seen))
+	}
+	for i, want := range []bool{false, true, true} {
+		if seen[i].IncludeData != want {
+			t.Errorf("run %d (%s of box %s): IncludeData %v, want %v", i+1, seen[i].Action, seen[i].ScopeID, seen[i].IncludeData, want)
+		}
+	}
+	if seen[1].ID != seen[2].ID || seen[2].Attempts != 2 {
+		t.Errorf("the retry is not the requeued job: %+v", seen[2])
 	}
 }
 
