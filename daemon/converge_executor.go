@@ -328,6 +328,9 @@ func (x *ConvergeExecutor) Prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(res.Wiped) > 0 {
+		x.Log.Info().Strs("stacks", res.Wiped).Msg("left wiped stacks missing from the Pulumi backend: the next up adopts")
+	}
 	if len(res.Imported) > 0 {
 		x.Log.Warn().Strs("stacks", res.Imported).Int("kept", len(res.Kept)).
 			Msg("restored stacks missing from the Pulumi backend from their database checkpoints")
@@ -434,11 +437,31 @@ func (x *ConvergeExecutor) CancelLock(ctx context.Context, box storage.Box) erro
 
 // Wipe removes the box's stacks from the state cache, with their backups
 // and history (adminClearPulumiStateCache; the caller has proved the scope
-// idle). The oracle stays: the next up adopts. Errors: the engine's.
+// idle). Their checkpoints record the wipe first, so a restart does not
+// restore them (docs/operations.md, "Checkpoints"). The oracle stays: the
+// next up adopts. Errors: the database's, the engine's.
 func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.Engine.Wipe(ctx, Spec(box, jobs.Job{}))
+	spec := Spec(box, jobs.Job{})
+	if err := x.markWiped(ctx, spec.ComputeStack(), spec.DataStack()); err != nil {
+		return err
+	}
+	return x.Engine.Wipe(ctx, spec)
+}
+
+// markWiped records in the stacks' checkpoints that they are about to be
+// removed from the state cache, so that restoring missing stacks at the
+// next start leaves them missing and the next up adopts (checkpoint.Store
+// MarkWiped). Without checkpoints there is nothing to restore from.
+func (x *ConvergeExecutor) markWiped(ctx context.Context, stacks ...string) error {
+	if x.Checkpoints == nil {
+		return nil
+	}
+	if _, err := x.Checkpoints.MarkWiped(ctx, stacks...); err != nil {
+		return fmt.Errorf("record the wipe in the checkpoints: %w", err)
+	}
+	return nil
 }
 
 // Recover settles a job a dead process left running (docs/operations.md,
@@ -506,6 +529,11 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 		}
 		x.Log.Warn().Str("job", job.ID).Str("box", box.Name).Str("stack", name).
 			Msg("recovery: the stack state disagrees with the provider; removing it so the retried up adopts what exists")
+		// Its checkpoints hold the same disagreeing state: a restart
+		// before the retried up must not bring it back.
+		if err := x.markWiped(ctx, name); err != nil {
+			return nil, err
+		}
 		if err := x.Engine.WipeStack(ctx, name); err != nil {
 			return nil, err
 		}

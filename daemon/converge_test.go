@@ -469,6 +469,40 @@ func TestConvergeDestroyIncludeData(t *testing.T) {
 	})
 }
 
+// TestConvergeWipeSurvivesRestart: a state wipe records itself in the
+// stacks' checkpoints, so the restore of missing stacks at the next start
+// leaves them gone: the preview after the restart adopts every resource
+// (imports, no creates, nothing "same"), and the up after it creates
+// nothing (docs/operations.md, "Checkpoints").
+func TestConvergeWipeSurvivesRestart(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
+	p := daemontest.NewInProcess(t, opt)
+	ctx := context.Background()
+	authorize(t, p.Admin, droplet)
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("wipe-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, p.Admin, "wipe-1", "up")
+	if _, err := p.Admin.ClearPulumiStateCache(ctx, adminapi.ClearStateRequest{Box: "wipe-1", Confirmation: adminapi.WipePhrase("wipe-1")}); err != nil {
+		t.Fatal(err)
+	}
+	p.Restart(opt)
+	// The preview runs only after the lane restored missing stacks.
+	_, sum := converge(t, p.Admin, "wipe-1", "preview")
+	if sum["import"] != 3.0 || sum["same"] != 0.0 || sum["create"] != 0.0 {
+		t.Fatalf("preview after wipe and restart: %v; the restart restored the wiped stacks", sum["steps"])
+	}
+	if !strings.Contains(p.Logs.String(), "left wiped stacks missing") {
+		t.Error("the start does not log the wiped stacks it left missing")
+	}
+	_, sum = converge(t, p.Admin, "wipe-1", "up")
+	if sum["import"] != 3.0 || sum["create"] != 0.0 || len(api.Droplets()) != 1 {
+		t.Fatalf("up after wipe and restart: %v, %d droplets", sum["steps"], len(api.Droplets()))
+	}
+}
+
 // noToken searches the job rows, events, the daemon log, the database
 // file and every file of the Pulumi state and workspaces for the token.
 func noToken(t *testing.T, p *daemontest.InProcess) {

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -47,6 +49,42 @@ func InsertStackState(ctx context.Context, q Querier, s StackState, now time.Tim
 		return 0, fmt.Errorf("insert stack state: %w", err)
 	}
 	return v, nil
+}
+
+// WipedStackExport is the export of a wiped checkpoint: the version a state
+// wipe (or crash recovery removing a stack) records, so that restoring
+// missing stacks from their newest checkpoint leaves a wiped stack gone and
+// the next up adopts what the oracle records instead (docs/operations.md,
+// "Checkpoints"). No Pulumi export is this document.
+var WipedStackExport = []byte(`{"chalupa":"stack wiped from the state cache; not restored"}`)
+
+// wipedStackSHA256 is WipedStackExport's digest.
+var wipedStackSHA256 = func() []byte { s := sha256.Sum256(WipedStackExport); return s[:] }()
+
+// IsWipedStackState reports whether a checkpoint's sha256 is that of
+// WipedStackExport.
+func IsWipedStackState(sum []byte) bool { return bytes.Equal(sum, wipedStackSHA256) }
+
+// MarkStackWiped records a wiped checkpoint (WipedStackExport) as stack's
+// next version, with the organization and environment of its newest
+// checkpoint, and clears its import marker: the stack is gone by the
+// operator's (or recovery's) decision. A stack without checkpoints, or
+// whose newest is wiped already, gets no row. It reports whether it
+// inserted one.
+func MarkStackWiped(ctx context.Context, q Querier, stack string, now time.Time) (bool, error) {
+	if err := ClearStackImportMarker(ctx, q, stack); err != nil {
+		return false, err
+	}
+	res, err := q.ExecContext(ctx,
+		`INSERT INTO stack_states (organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at)
+		 SELECT organization_id, environment_id, stack, version + 1, ?2, ?3, ?4, ?5 FROM stack_states
+		 WHERE stack = ?1 AND version = (SELECT max(version) FROM stack_states WHERE stack = ?1) AND sha256 <> ?3`,
+		stack, WipedStackExport, wipedStackSHA256, len(WipedStackExport), ms(now))
+	if err != nil {
+		return false, fmt.Errorf("mark stack wiped: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 const stackStateCols = `id, organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at`
@@ -152,6 +190,9 @@ type StackCheckpoint struct {
 	SHA256    []byte
 	SizeBytes int64
 	CreatedAt time.Time
+	// Wiped is true for the version a state wipe recorded
+	// (WipedStackExport).
+	Wiped bool
 }
 
 // StackCheckpoints returns the newest perStack (> 0) checkpoints of each
@@ -173,7 +214,7 @@ func StackCheckpoints(ctx context.Context, q Querier, stacks []string, perStack 
 				rows.Close()
 				return nil, fmt.Errorf("list stack checkpoints: %w", err)
 			}
-			c.CreatedAt = fromMS(at)
+			c.CreatedAt, c.Wiped = fromMS(at), IsWipedStackState(c.SHA256)
 			out = append(out, c)
 		}
 		rows.Close()
