@@ -42,6 +42,14 @@ const (
 	endedIDPrefix    = "converge-ended:"
 )
 
+// checkpointTimeout bounds the checkpoint after a run, which runs on a
+// context detached from the run's: a run cancelled by the lease deadline or
+// a shutdown changed the state too and must still be saved. Two stack
+// exports take a few seconds; the runner (and a shutdown) waits for the run,
+// so a stuck CLI must not hold them for long (docs/operations.md,
+// "Checkpoints").
+const checkpointTimeout = time.Minute
+
 // ErrRecoverAmbiguous: crash recovery found more than one droplet (or
 // volume, or firewall) carrying the box's tag. Recovery refuses to guess which one the
 // box owns; the lane stays closed until the operator removes the extra one
@@ -240,9 +248,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		progress(p)
 	})
 	if action != converge.ActionPreview {
-		// Every run but a preview may have changed the state, a failed one
-		// too: save it before anything else can fail.
-		if cerr := x.checkpoint(ctx, box, spec); cerr != nil {
+		// Every run but a preview may have changed the state, a failed or
+		// cancelled one too: save it before anything else can fail, on a
+		// context the run's cancellation does not end.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+		cerr := x.checkpoint(cctx, box, spec)
+		cancel()
+		if cerr != nil {
 			if err == nil {
 				err = cerr
 			} else {

@@ -503,6 +503,54 @@ func TestConvergeWipeSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestConvergeCheckpointAfterCancelledRun: a run cancelled mid-up (here
+// by stopping the daemon, as the lease deadline also does) still saves its
+// stacks' checkpoints, on a context the cancellation did not end; the job
+// is left running for crash recovery (docs/operations.md, "Checkpoints").
+func TestConvergeCheckpointAfterCancelledRun(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
+	p := daemontest.NewInProcess(t, opt)
+	ctx := context.Background()
+	authorize(t, p.Admin, droplet)
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("cp-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := p.Admin.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "cp-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop the daemon once the run has changed the state (the volume
+	// exists) and before it ended (the droplet comes after the volume).
+	deadline := time.Now().Add(jobDeadline)
+	for len(api.Volumes()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the up never created the volume")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Close()
+	p.Restart(daemontest.AppOptions{Env: opt.Env})
+	got, err := storage.JobByID(ctx, p.App.DB.Read, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != storage.JobRunning {
+		t.Fatalf("the job is %s: the run ended before the daemon stopped, so nothing was cancelled and the test proves nothing", got.Status)
+	}
+	var n int
+	if err := p.App.DB.Read.QueryRowContext(ctx, `SELECT count(*) FROM stack_states WHERE stack = 'cp-1-data'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("the cancelled run saved no checkpoint of the data stack it changed")
+	}
+	if strings.Contains(p.Logs.String(), "checkpoint after a failed run") {
+		t.Errorf("the checkpoint after the cancelled run failed:\n%s", p.Logs.String())
+	}
+}
+
 // noToken searches the job rows, events, the daemon log, the database
 // file and every file of the Pulumi state and workspaces for the token.
 func noToken(t *testing.T, p *daemontest.InProcess) {
