@@ -224,3 +224,48 @@ func StackCheckpoints(ctx context.Context, q Querier, stacks []string, perStack 
 	}
 	return out, nil
 }
+
+// Retention of checkpoints (docs/operations.md, "Retention").
+const (
+	// StackStatesKeep is how many checkpoints of each stack are kept: the
+	// newest is what a restore imports; the nine before it are history
+	// for an operator comparing states after a surprise (a box's stacks
+	// take a few per day, so ten cover days, not months).
+	StackStatesKeep = 10
+	// DestroyedBoxStackStateRetention is how long the checkpoints of a box
+	// with nothing left at the provider (no droplet, firewall or volume
+	// recorded) are kept after its resources were last recorded: a month
+	// to look back at what was destroyed, after which the stacks hold
+	// nothing worth restoring.
+	DestroyedBoxStackStateRetention = 30 * 24 * time.Hour
+	// StackStatePruneBatch bounds the checkpoints one writer unit deletes:
+	// an export is up to 4 MiB, so a unit frees at most 800 MiB of pages
+	// and usually a few MiB.
+	StackStatePruneBatch = 200
+)
+
+// PruneStackStates deletes up to limit checkpoints, oldest first, that
+// retention no longer keeps: every checkpoint of a stack older than its
+// StackStatesKeep newest, and every checkpoint of a stack of a box that
+// has no recorded droplet, firewall or volume since before
+// now − DestroyedBoxStackStateRetention and no queued or running job. A
+// checkpoint a pending import names (stack_state_imports) is never
+// deleted. A stack pruned whole starts again at version 1. It returns the
+// rows deleted; fewer than limit means none is left.
+func PruneStackStates(ctx context.Context, q Querier, now time.Time, limit int) (int64, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM stack_states WHERE id IN (
+		SELECT s.id FROM stack_states s
+		WHERE NOT EXISTS (SELECT 1 FROM stack_state_imports m WHERE m.stack = s.stack AND m.version = s.version)
+		  AND ((SELECT count(*) FROM stack_states n WHERE n.stack = s.stack AND n.version > s.version) >= ?1
+		    OR EXISTS (SELECT 1 FROM cloud_resource b
+		      WHERE s.stack IN (b.name || '-compute', b.name || '-data')
+		        AND b.droplet_id IS NULL AND b.firewall_id IS NULL AND b.volume_id IS NULL
+		        AND b.resources_at < ?2
+		        AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.scope_kind = 'box' AND j.scope_id = b.id AND j.status IN ('queued', 'running'))))
+		ORDER BY s.id LIMIT ?3)`,
+		StackStatesKeep, ms(now.Add(-DestroyedBoxStackStateRetention)), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune stack states: %w", err)
+	}
+	return res.RowsAffected()
+}
