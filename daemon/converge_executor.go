@@ -134,12 +134,15 @@ type keyDelivery struct {
 var ErrNoPublicIPv4 = errors.New("the droplet has no public IPv4 address")
 
 // deliver ensures chalupa's SSH identity, issues a fresh active key of the
-// box's environment (one key per droplet: existing keys are untouched),
-// and delivers it to ipv4:port, pinning the droplet's host key. A failed
-// delivery revokes the key it issued, so no key that no droplet holds
-// stays active. It returns the pinned host key. Errors: ErrNoPublicIPv4,
-// sshdeliver's (no key material, key id or address in them), the
-// keyring's.
+// box's environment (one key per droplet: other droplets' keys are
+// untouched), records it as issued for the box's droplet, and delivers it
+// to ipv4:port, pinning the droplet's host key. A failed delivery revokes
+// the key it issued; a successful one revokes every other active key
+// recorded for the same box's droplet (a key an earlier run delivered
+// before a crash lost its result: the droplet's files now hold the new
+// one), so no key that no droplet holds stays active. It returns the
+// pinned host key. Errors: ErrNoPublicIPv4, sshdeliver's (no key material,
+// key id or address in them), the keyring's, the database's.
 func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (string, error) {
 	if ipv4 == "" {
 		return "", ErrNoPublicIPv4
@@ -151,15 +154,37 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 	if err != nil {
 		return "", fmt.Errorf("issue the environment's ingest key: %w", err)
 	}
+	if err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.RecordKeyIssued(ctx, tx, issued.KeyID, box.ID, dropletID, k.clock.Now())
+	}); err != nil {
+		k.revoke(ctx, dropletID, issued.KeyID, "revoking the unrecorded ingest key failed")
+		return "", err
+	}
 	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.port))
 	res, err := k.deliverer.Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
 	if err != nil {
-		// The job's context may be the one that ended: the revocation
-		// must still happen.
-		if _, rerr := k.keys.Revoke(context.WithoutCancel(ctx), issued.KeyID); rerr != nil {
-			k.log.Error().Err(rerr).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("revoking the undelivered ingest key failed; revoke it with chalupa admin keys revoke")
-		}
+		k.revoke(ctx, dropletID, issued.KeyID, "revoking the undelivered ingest key failed")
 		return "", err
+	}
+	// The droplet holds the key now: record it even if the job's context
+	// ended meanwhile.
+	dctx := context.WithoutCancel(ctx)
+	var earlier []string
+	if err := k.db.Writer.Do(dctx, func(tx storage.Tx) error {
+		var err error
+		earlier, err = storage.MarkKeyDelivered(dctx, tx, issued.KeyID, k.clock.Now())
+		return err
+	}); err != nil {
+		// The run succeeded all the same; the earlier keys are revoked by
+		// the next delivery to this droplet.
+		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("recording the delivered ingest key failed")
+	}
+	for _, old := range earlier {
+		k.revoke(ctx, dropletID, old, "revoking an ingest key the droplet no longer holds failed")
+	}
+	if len(earlier) > 0 {
+		k.log.Warn().Str("box", box.Name).Int64("droplet", dropletID).Strs("revokedKeyIds", earlier).
+			Msg("revoked ingest keys an earlier delivery left on this droplet: its files now hold the new key")
 	}
 	pin, err := storage.SSHHostKeyByDroplet(ctx, k.db.Read, dropletID)
 	if err != nil {
@@ -168,6 +193,15 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 	k.log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("hostKey", res.HostKeyFingerprint).
 		Bool("firstContact", res.FirstContact).Int("attempts", res.Attempts).Msg("delivered the ingest key over SSH")
 	return pin.HostKey, nil
+}
+
+// revoke revokes keyID, on a context the job's end does not cancel (the
+// revocation must still happen), logging msg on failure: the operator
+// revokes it with chalupa admin keys revoke.
+func (k *keyDelivery) revoke(ctx context.Context, dropletID int64, keyID, msg string) {
+	if _, err := k.keys.Revoke(context.WithoutCancel(ctx), keyID); err != nil {
+		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", keyID).Msg(msg + "; revoke it with chalupa admin keys revoke")
+	}
 }
 
 // Spec maps a box of the oracle to the engine's input: the recorded
