@@ -159,6 +159,29 @@ func printAgentStatus(w io.Writer, r agent.StatusReport) {
 	fmt.Fprintf(w, "last delivery    %s (%d delivered)\n", ts(r.LastDeliveryAt), r.Delivered)
 	fmt.Fprintf(w, "spool            %d records, %d bytes, oldest %s\n", r.Spool.Records, r.Spool.Bytes, ts(r.Spool.Oldest))
 	fmt.Fprintf(w, "report spool     %d records, %d bytes, oldest %s\n", r.Reports.Records, r.Reports.Bytes, ts(r.Reports.Oldest))
+	if len(r.Logs) == 0 {
+		fmt.Fprintln(w, "log spools       none")
+	}
+	for _, l := range r.Logs {
+		fmt.Fprintf(w, "log spool        %s: %d chunks (%d numbered), %d bytes", l.Service, l.Chunks, l.Numbered, l.Bytes)
+		if l.Chunks > 0 {
+			fmt.Fprintf(w, ", oldest %s ago", time.Duration(l.OldestAgeSeconds)*time.Second)
+		}
+		fmt.Fprintf(w, ", dropped %d; session %s", l.Dropped, l.SessionState)
+		if l.Session != "" {
+			fmt.Fprintf(w, " (%s)", l.Session)
+		}
+		if l.Refusal != "" {
+			fmt.Fprintf(w, "; paused: %s", l.Refusal)
+		}
+		if l.Finishes > 0 {
+			fmt.Fprintf(w, "; %d final payloads waiting", l.Finishes)
+		}
+		if l.Error != "" {
+			fmt.Fprintf(w, "; error: %s", l.Error)
+		}
+		fmt.Fprintln(w)
+	}
 	keys := make([]string, 0, len(r.Dropped))
 	for k := range r.Dropped {
 		keys = append(keys, string(k))

@@ -312,7 +312,8 @@ func (c *adminJobDoctorCmd) Run(a *adminCmd) error {
 	}, printDiagnosis)
 }
 
-// printDiagnosis renders a job diagnosis: the job and its lease, the ids
+// printDiagnosis renders a job diagnosis: the job and its lease, its step
+// journal, the ids
 // side by side (box, stacks, provider), each stack's lock, pending
 // operations and checkpoint, and the recommendation with its commands.
 func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
@@ -340,13 +341,28 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 	}
 	fmt.Fprintf(tw, "job lane\t%s\n", lane)
 	if hasJSON(j.Progress) {
-		fmt.Fprintf(tw, "last step (#%d)\t%s\n", j.ProgressSeq, progressLine(j.Progress))
+		fmt.Fprintf(tw, "latest report (#%d)\t%s\n", j.ProgressSeq, progressLine(j.Progress))
 	}
 	if j.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", displayText(j.Error))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(d.Steps) > 0 {
+		fmt.Fprintln(w)
+		tw = table(w)
+		fmt.Fprintln(tw, "STEP\tAT\tATTEMPT\tWORKER\tKIND\tSTATUS\tDETAIL")
+		for _, s := range d.Steps {
+			detail := displayText(s.Reason)
+			if hasJSON(s.Progress) {
+				detail = progressLine(s.Progress)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Seq, timeOrDash(s.At), s.Attempt, orElse(s.Worker, "-"), s.Kind, s.Status, orElse(detail, "-"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(w)
 	tw = table(w)

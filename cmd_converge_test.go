@@ -182,3 +182,25 @@ func TestConvergeIncludeDataFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestPrintDiagnosisSteps: the doctor's table shows the step journal, one
+// line per step: a progress step's report and a release's reason
+// (docs/operations.md, "Job doctor").
+func TestPrintDiagnosisSteps(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	d := adminapi.JobDiagnosis{Job: adminapi.Job{ID: "J1", Box: "box-1", Action: "up", Status: "queued", Attempts: 1},
+		Steps: []adminapi.JobStep{
+			{Seq: 1, At: at, Kind: "claimed", Status: "running", Attempt: 1, Worker: "W1"},
+			{Seq: 2, At: at.Add(time.Second), Kind: "progress", Status: "running", Attempt: 1, Worker: "W1", Progress: []byte(`{"message":"creating droplet"}`)},
+			{Seq: 3, At: at.Add(time.Minute), Kind: "released", Status: "queued", Attempt: 1, Worker: "W1", Reason: "worker lost"},
+		}}
+	var b bytes.Buffer
+	if err := printDiagnosis(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STEP", "creating droplet", "released", "worker lost", "2026-12-01T12:01:00Z"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}

@@ -44,7 +44,11 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 	d := r.Database
 	fmt.Fprintf(w, "Database: %d bytes (%+d over the span), WAL %d bytes (%+d).\n", d.Bytes, d.GrowthBytes, d.WALBytes, d.WALGrowthBytes)
 	if r.Replica.Known {
-		fmt.Fprintf(w, "Replica: %d objects, %d bytes.\n", r.Replica.Objects, r.Replica.Bytes)
+		more := ""
+		if r.Replica.Truncated {
+			more = " at least"
+		}
+		fmt.Fprintf(w, "Replica:%s %d objects, %d bytes.\n", more, r.Replica.Objects, r.Replica.Bytes)
 	} else {
 		fmt.Fprintf(w, "Replica: %s.\n", r.Replica.Note)
 	}

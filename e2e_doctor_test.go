@@ -97,7 +97,13 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		if r.Action != adminapi.DoctorResumeLane || !slices.Equal(r.Commands, []string{"chalupa admin loops resume jobs"}) {
 			t.Errorf("recommendation %+v, want resume-lane with its command", r)
 		}
-		for _, want := range []string{"holder gone", "creating droplet", dropletID, "recommended: resume-lane", "  chalupa admin loops resume jobs"} {
+		// The step journal: attempt 1's claim and its progress, nothing
+		// after (the process died mid-run).
+		if len(diag.Steps) < 2 || diag.Steps[0].Kind != storage.JobStepClaimed || diag.Steps[0].Attempt != 1 ||
+			slices.ContainsFunc(diag.Steps[1:], func(s adminapi.JobStep) bool { return s.Kind != storage.JobStepProgress }) {
+			t.Errorf("steps %+v, want attempt 1's claim and progress only", diag.Steps)
+		}
+		for _, want := range []string{"holder gone", "creating droplet", dropletID, "STEP", "claimed", "recommended: resume-lane", "  chalupa admin loops resume jobs"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("the text output lacks %q", want)
 			}
@@ -155,6 +161,20 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		t.Fatalf("job doctor of the succeeded job: exit %d, want nothing to do:\n%s", code, text)
 	}
 	t.Logf("chalupa admin job doctor %s (succeeded):\n%s", job.ID, text)
+	out, code = daemontest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID, "--json")
+	if err := json.Unmarshal([]byte(out), &diag); code != 0 || err != nil {
+		t.Fatalf("job doctor --json: exit %d, %v\n%s", code, err, out)
+	}
+	// Recovery released attempt 1 (requeued), attempt 2 ran to success.
+	var kinds []string
+	for _, s := range diag.Steps {
+		if s.Kind != storage.JobStepProgress {
+			kinds = append(kinds, fmt.Sprintf("%s %s %d", s.Kind, s.Status, s.Attempt))
+		}
+	}
+	if want := []string{"claimed running 1", "released queued 1", "claimed running 2", "finished succeeded 2"}; !slices.Equal(kinds, want) {
+		t.Errorf("steps of the recovered job %v, want %v", kinds, want)
+	}
 	if n := len(api.Droplets()); n != 1 {
 		t.Fatalf("%d droplets, want 1", n)
 	}

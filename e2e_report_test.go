@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,7 +36,7 @@ func TestOperationsReportEndToEnd(t *testing.T) {
 	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
 	out, code := opsCLI(t, bin, d2, "admin", "report", "--since", "24h")
 	t.Logf("chalupa admin report --since 24h after a restart:\n%s", out)
-	if code != 0 || !strings.Contains(out, "ROUTE GROUP") || !strings.Contains(out, "LOOP") || !strings.Contains(out, "Replica: not recorded") {
+	if code != 0 || !strings.Contains(out, "ROUTE GROUP") || !strings.Contains(out, "LOOP") || !regexp.MustCompile(`Replica: [1-9][0-9]* objects, [1-9][0-9]* bytes`).MatchString(out) {
 		t.Fatalf("admin report: exit %d:\n%s", code, out)
 	}
 	out, code = opsCLI(t, bin, d2, "admin", "report", "--json")
@@ -49,7 +50,7 @@ func TestOperationsReportEndToEnd(t *testing.T) {
 	}
 	// Two signed heartbeats; the environment and two issued keys (at
 	// least: readiness probes and the first CLI call add to the others).
-	if groups["ingest"] != 2 || groups["admin"] < 3 || r.HoursWithTraffic < 1 || r.Process.WallSeconds <= 0 || r.Database.Bytes <= 0 {
+	if groups["ingest"] != 2 || groups["admin"] < 3 || r.HoursWithTraffic < 1 || r.Process.WallSeconds <= 0 || r.Database.Bytes <= 0 || !r.Replica.Known || r.Replica.Objects == 0 {
 		t.Fatalf("report after a restart: groups %v, %+v", groups, r)
 	}
 	if out, code = opsCLI(t, bin, d2, "admin", "report", "--since", "1m"); code != 1 || !strings.Contains(out, "bad_since") {

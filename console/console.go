@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
 	"github.com/chalupa-run/chalupa/jobs"
@@ -86,6 +87,10 @@ type Deps struct {
 	// Jobs is the converge job service the admin API also calls (nil:
 	// converge forms say converge is not configured).
 	Jobs *jobs.Service
+	// Logs is the log broker's store, for download grants (nil without
+	// CHALUPA_LOGS_URL: the deployment page lists log sessions without
+	// links; docs/operations.md, "Logs").
+	Logs logs.Store
 	// Replication returns the replicator's health at now.
 	Replication func(now time.Time) storage.ReplicationHealth
 	// CostRule is the billing rule estimates apply.
@@ -157,6 +162,7 @@ func (c *Console) Routes() []Route {
 		{"GET", "/app/costs", c.page(c.authed(c.costs))},
 		{"GET", "/app/env/:slug", c.page(c.authed(c.environment))},
 		{"GET", "/app/env/:slug/deployments/:id", c.page(c.authed(c.deployment))},
+		{"GET", "/app/env/:slug/deployments/:id/logs/:session/:seq", c.page(c.authed(c.logChunk))},
 		{"GET", "/app/oracle", c.page(c.authed(c.oracle))},
 		{"GET", "/app/boxes/:name", c.page(c.authed(c.box))},
 		{"POST", "/app/boxes/:name/converge", c.page(c.authed(c.converge))},

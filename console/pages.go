@@ -8,12 +8,14 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -314,6 +316,18 @@ type deploymentView struct {
 	Truncated   bool
 	Anomalies   []adminapi.PerformanceAnomaly
 	Destruction *storage.LifecycleEventRow
+	// LogSessions are the deployment's log sessions; LogsOn is set when
+	// committed chunks can be downloaded (CHALUPA_LOGS_URL).
+	LogSessions []logSessionRow
+	LogsOn      bool
+}
+
+// logSessionRow is one log session on the deployment page with its
+// chunks, committed ones linked to their download grant.
+type logSessionRow struct {
+	storage.LogSession
+	Chunks    []storage.LogChunk
+	Committed int
 }
 
 type sessionRow struct {
@@ -367,7 +381,86 @@ func (c *Console) deployment(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	if v.LogSessions, err = c.logSessions(r, sl, id); err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	v.LogsOn = c.d.Logs != nil
 	c.render(w, r, http.StatusOK, "deployment", v)
+}
+
+// logSessions reads the deployment's log sessions and their chunks (at most
+// the deployment's chunk quota, 256, in all).
+func (c *Console) logSessions(r *http.Request, sl, id string) ([]logSessionRow, error) {
+	ctx := r.Context()
+	env, err := storage.EnvironmentBySlug(ctx, c.d.DB.Read, sl)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := storage.LogSessionsOf(ctx, c.d.DB.Read, env.ID, id, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var out []logSessionRow
+	for _, s := range sessions {
+		chunks, err := storage.LogChunksOf(ctx, c.d.DB.Read, s.Row)
+		if err != nil {
+			return nil, err
+		}
+		row := logSessionRow{LogSession: s, Chunks: chunks}
+		for _, ch := range chunks {
+			if ch.State == storage.LogChunkCommitted {
+				row.Committed++
+			}
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// logChunk redirects (303) to a short-lived presigned GET of one committed
+// log chunk: the bytes go from the store to the browser, never through the
+// daemon (docs/operations.md, "Logs"). An unknown or uncommitted chunk is
+// 404; without log storage, 503.
+func (c *Console) logChunk(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sl, id, sess := param(r, "slug"), param(r, "id"), param(r, "session")
+	seq, err := strconv.ParseInt(param(r, "seq"), 10, 64)
+	if !slug.Valid(sl) || !slug.ValidID(id) || err != nil || seq < 0 {
+		c.notFound(w, r, "log chunk")
+		return
+	}
+	if c.d.Logs == nil {
+		c.fail(w, r, http.StatusServiceUnavailable, "Logs are not configured", "This chalupa has no log storage (CHALUPA_LOGS_URL).")
+		return
+	}
+	env, err := storage.EnvironmentBySlug(ctx, c.d.DB.Read, sl)
+	if errors.Is(err, storage.ErrNotFound) {
+		c.notFound(w, r, "log chunk")
+		return
+	} else if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	s, err := storage.LogSessionByID(ctx, c.d.DB.Read, env.ID, id, sess)
+	var ch storage.LogChunk
+	if err == nil {
+		ch, err = storage.LogChunkBySeq(ctx, c.d.DB.Read, s.Row, seq)
+	}
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && ch.State != storage.LogChunkCommitted) {
+		c.notFound(w, r, "log chunk")
+		return
+	} else if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	g, err := c.d.Logs.PresignGet(ctx, ch.ObjectKey, logs.DefaultGrantTTL)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, g.URL, http.StatusSeeOther)
 }
 
 type eventsView struct {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
@@ -264,4 +266,81 @@ func TestDeploymentSessionsAndAnomalies(t *testing.T) {
 	if !strings.Contains(body, `<table id="anomalies">`) || !strings.Contains(body, "<td><code>sess-done</code></td><td>gpu-idle</td>") {
 		t.Errorf("anomalies table lacks sess-done's gpu-idle:\n%s", body)
 	}
+}
+
+// TestDeploymentLinksLogs: the deployment page lists the deployment's log
+// sessions and links each committed chunk (not a planned one) to the
+// console's download route, which answers 303 to a presigned GET of that
+// chunk's object valid at most logs.MaxGrantTTL; a planned chunk is 404.
+// Without log storage the sessions are listed unlinked and the route is
+// 503.
+func TestDeploymentLinksLogs(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	d := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-l"})
+	now := time.Now().UTC()
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		row, err := storage.InsertLogSession(ctx, tx, storage.LogSession{EnvironmentID: e.ID, DeploymentID: d.ID, SessionID: "s-logs",
+			Service: "cloud-init.service", OpenedAt: now, ExpiresAt: now.Add(time.Hour)})
+		if err != nil {
+			return err
+		}
+		for seq := range int64(2) {
+			sum := sha256.Sum256([]byte{byte(seq)})
+			if err := storage.PlanLogChunk(ctx, tx, e.ID, d.ID, storage.LogChunk{SessionRow: row, Seq: seq, ObjectKey: "logs/e1/dep-l/s-logs/" + strconv.Itoa(int(seq)) + ".chunk",
+				Size: 10, SHA256: sum[:], PlannedAt: now, GrantExpiresAt: now.Add(time.Minute)}); err != nil {
+				return err
+			}
+		}
+		_, err = storage.CommitLogChunk(ctx, tx, row, 0, now)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	link := `href="/app/env/harbor/deployments/dep-l/logs/s-logs/0"`
+	route := func(c *Console, seq string) *httptest.ResponseRecorder {
+		t.Helper()
+		rctx := context.WithValue(context.Background(), ctxKey{}, session{storage.ConsoleSession{CSRFToken: "tok"}})
+		rctx = context.WithValue(rctx, httprouter.ParamsKey, httprouter.Params{{Key: "slug", Value: "harbor"}, {Key: "id", Value: "dep-l"},
+			{Key: "session", Value: "s-logs"}, {Key: "seq", Value: seq}})
+		rec := httptest.NewRecorder()
+		c.logChunk(rec, httptest.NewRequestWithContext(rctx, "GET", "/app/env/harbor/deployments/dep-l/logs/s-logs/"+seq, nil))
+		return rec
+	}
+	t.Run("without log storage", func(t *testing.T) {
+		code, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/dep-l", "slug", "harbor", "id", "dep-l")
+		if code != http.StatusOK || !strings.Contains(body, `<table id="logs">`) || !strings.Contains(body, "<code>s-logs</code>") ||
+			!strings.Contains(body, "1 of 2 committed") || strings.Contains(body, link) || !strings.Contains(body, "CHALUPA_LOGS_URL") {
+			t.Fatalf("status %d, want the session listed without links:\n%s", code, body)
+		}
+		if rec := route(c, "0"); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("download without log storage: %d, want 503", rec.Code)
+		}
+	})
+	t.Run("with log storage", func(t *testing.T) {
+		loc, err := logs.ParseLocation("s3://bucket/logs?endpoint=http://127.0.0.1:9&region=us-east-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		withLogs := New(Deps{DB: db, Logs: logs.NewS3(loc, "KEY", "SECRET", nil), Perf: c.d.Perf, CostRule: cost.DefaultRule,
+			Version: "test", Origin: "http://127.0.0.1:8080", Clock: clockwork.NewRealClock(), Log: zerolog.Nop()})
+		code, body := pageOf(t, withLogs.deployment, "/app/env/harbor/deployments/dep-l", "slug", "harbor", "id", "dep-l")
+		if code != http.StatusOK || !strings.Contains(body, link) || strings.Contains(body, `/logs/s-logs/1"`) || !strings.Contains(body, "1 (planned)") {
+			t.Fatalf("status %d, want chunk 0 linked and chunk 1 not:\n%s", code, body)
+		}
+		rec := route(withLogs, "0")
+		u, err := url.Parse(rec.Header().Get("Location"))
+		if rec.Code != http.StatusSeeOther || err != nil || u.Path != "/bucket/logs/e1/dep-l/s-logs/0.chunk" || u.Query().Get("X-Amz-Expires") == "" {
+			t.Fatalf("download: %d Location %q, want 303 to a presigned GET of the chunk's object", rec.Code, rec.Header().Get("Location"))
+		}
+		if ttl, _ := strconv.Atoi(u.Query().Get("X-Amz-Expires")); time.Duration(ttl)*time.Second > logs.MaxGrantTTL {
+			t.Fatalf("grant valid %ds, past %v", ttl, logs.MaxGrantTTL)
+		}
+		for _, seq := range []string{"1", "2", "-1", "x"} {
+			if rec := route(withLogs, seq); rec.Code != http.StatusNotFound {
+				t.Errorf("chunk %s: %d, want 404", seq, rec.Code)
+			}
+		}
+	})
 }

@@ -37,3 +37,7 @@ func SetProcessCPU(s *Server, cpu func() time.Duration) {
 	defer s.stats.mu.Unlock()
 	s.stats.cpu, s.stats.sinceCPU = cpu, cpu()
 }
+
+// BoxInspection is what a stack inspector returns (the job doctor's read
+// of a box's stacks and provider), so a test can fake one.
+type BoxInspection = boxInspection

@@ -568,9 +568,20 @@ func TestAdminLogs(t *testing.T) {
 				t.Fatalf("object %d after erase: %v", seq, err)
 			}
 		}
+		if n := h.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'logs-erased'`); n != 1 {
+			t.Fatalf("logs-erased events after one erase: %d, want 1", n)
+		}
+		var id, msg string
+		if err := h.sqlConn().QueryRow(`SELECT id, message FROM lifecycle_events WHERE kind = 'logs-erased'`).Scan(&id, &msg); err != nil ||
+			id != r.ErasureID || msg != "logs erased: 1 sessions, 3 chunks (objects and rows)" {
+			t.Fatalf("logs-erased event %q %q (%v), want id %s and the counts", id, msg, err, r.ErasureID)
+		}
 		again, err := c.EraseLogs(ctx, adminapi.EraseLogsRequest{EnvironmentSlug: h.env, Confirmation: adminapi.EraseLogsPhrase(h.env)})
 		if err != nil || again.ChunksRemoved != 0 || again.SessionsRemoved != 0 {
 			t.Fatalf("second erase: %+v %v", again, err)
+		}
+		if n := h.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'logs-erased' AND id = ?`, again.ErasureID); n != 1 {
+			t.Fatalf("the second erasure's event: %d rows, want 1", n)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -149,6 +150,20 @@ func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobReques
 		d.Lease.AgeSeconds = int64(now.Sub(j.LockedAt) / time.Second)
 		d.Lease.ExpiresAt = j.LockedAt.Add(jobs.LeaseDuration)
 		d.Lease.Expired = !now.Before(d.Lease.ExpiresAt)
+	}
+	steps, err := storage.JobSteps(ctx, h.db.Read, j.ID)
+	if err != nil {
+		return adminapi.JobDiagnosis{}, err
+	}
+	d.Steps = make([]adminapi.JobStep, 0, len(steps))
+	for _, s := range steps {
+		st := adminapi.JobStep{Seq: s.Seq, At: s.At, Kind: s.Kind, Status: s.Status, Attempt: s.Attempt, Worker: s.Worker}
+		if s.Kind == storage.JobStepProgress {
+			st.Progress = json.RawMessage(s.Detail)
+		} else {
+			st.Reason = s.Detail
+		}
+		d.Steps = append(d.Steps, st)
 	}
 	names := make([]string, 0, len(ins.Stacks))
 	for _, s := range ins.Stacks {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // metrics are the daemon's Prometheus series, served on GET /metrics
@@ -56,6 +57,23 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
 	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })
+	writerBuckets := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+	lockWait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chalupa_writer_lock_wait_seconds",
+		Help:    "Time a writer batch's BEGIN waited for the write lock held by another connection (Litestream sealing the WAL to checkpoint), in seconds; one observation per batch that waited.",
+		Buckets: writerBuckets,
+	})
+	commitTime := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chalupa_writer_commit_seconds",
+		Help:    "Time of each writer COMMIT (WAL append and fsync), in seconds.",
+		Buckets: writerBuckets,
+	})
+	s.db.Writer.SetTimingHook(func(t storage.BatchTiming) {
+		if t.LockWait > 0 {
+			lockWait.Observe(t.LockWait.Seconds())
+		}
+		commitTime.Observe(t.Commit.Seconds())
+	})
 	m.shed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chalupa_ingest_shed_total",
 		Help: "Signed ingest requests answered 503 overloaded because the in-flight bound was reached.",
@@ -67,7 +85,7 @@ func newMetrics(s *Server) *metrics {
 	for _, q := range ingest.QuotaNames {
 		m.quotaRefused.WithLabelValues(q) // every quota's series exists from the start, at 0
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, m.shed, m.quotaRefused,
+	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, lockWait, commitTime, m.shed, m.quotaRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),
 		}, func() float64 { return float64(s.ingestInFlight.Load()) }),

@@ -3,7 +3,12 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // reportDayStart is the synthetic day's first hour.
@@ -98,8 +104,8 @@ func TestOperationsReportSyntheticDay(t *testing.T) {
 		if r.Process.WallSeconds != 23*3600 || r.Process.CPUSeconds != 23*36 || r.Process.ActiveShare != 0.01 {
 			t.Errorf("process = %+v; want 82800 s wall, 828 s CPU, share 0.01", r.Process)
 		}
-		if len(r.Loops) != 4 || r.Replica.Known {
-			t.Errorf("loops %+v, replica %+v", r.Loops, r.Replica)
+		if len(r.Loops) != 4 {
+			t.Errorf("loops %+v", r.Loops)
 		}
 	})
 	t.Run("restart keeps it", func(t *testing.T) {
@@ -201,4 +207,110 @@ func TestOperationsReportStaleHour(t *testing.T) {
 			t.Errorf("since %s: %d ingest requests; want %d", tc.since, got, tc.want)
 		}
 	}
+}
+
+// TestOperationsReportReplica: the report lists the replica at report
+// time — its LTX objects and bytes, exactly what the replica directory
+// holds; a listing cut at its cap says the figures are lower bounds; a
+// replica that cannot be listed gives known false with the failure's kind
+// and never the replica's path (docs/operations.md, "Operations report").
+func TestOperationsReportReplica(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if err := p.App.Replicator.SyncAndWait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(p.Env["CHALUPA_REPLICA_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("listed", func(t *testing.T) { reportMatchesReplica(t, p.Admin, u.Path) })
+	t.Run("capped", func(t *testing.T) {
+		inv, err := p.App.Replicator.Inventory(ctx, 1)
+		if err != nil || inv.Objects != 1 || !inv.Truncated {
+			t.Fatalf("inventory capped at 1: %+v, %v", inv, err)
+		}
+	})
+	t.Run("unlistable", func(t *testing.T) {
+		// A file where the replica's directory was: reading it fails.
+		if err := os.RemoveAll(u.Path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(u.Path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Admin.GetOperationsReport(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Replica.Known || !strings.HasPrefix(r.Replica.Note, storage.ErrReplicaListing.Error()) || strings.Contains(r.Replica.Note, u.Path) {
+			t.Fatalf("replica %+v: want unknown, the failure's kind, no path", r.Replica)
+		}
+	})
+}
+
+// TestOperationsReportReplicaS3: against an S3 replica (versitygw) the
+// report counts the generation's LTX objects and bytes as the bucket holds
+// them; with the S3 server down it answers known false with the failure's
+// kind, never the endpoint (docs/operations.md, "Operations report").
+func TestOperationsReportReplicaS3(t *testing.T) {
+	gw := daemontest.StartVersityGW(t)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: gw.DaemonEnv("chalupa")})
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if err := p.App.Replicator.SyncAndWait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reportMatchesReplica(t, p.Admin, filepath.Join(gw.Root, gw.Bucket, "chalupa"))
+	gw.Stop()
+	r, err := p.Admin.GetOperationsReport(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Replica.Known || !strings.HasPrefix(r.Replica.Note, storage.ErrReplicaListing.Error()) ||
+		strings.Contains(r.Replica.Note, gw.Addr) || strings.Contains(r.Replica.Note, gw.Bucket) {
+		t.Fatalf("replica with S3 down %+v: want unknown, the failure's kind only", r.Replica)
+	}
+	t.Logf("S3 down: %s", r.Replica.Note)
+}
+
+// ltxFiles counts the .ltx files under dir and their bytes.
+func ltxFiles(t *testing.T, dir string) (files, bytes int64) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || filepath.Ext(path) != ".ltx" {
+			return err
+		}
+		info, err := e.Info()
+		files, bytes = files+1, bytes+info.Size()
+		return err
+	})
+	if err != nil || files == 0 {
+		t.Fatalf("replica %s: %d ltx files, %v", dir, files, err)
+	}
+	return files, bytes
+}
+
+// reportMatchesReplica requires the report's replica figures to be the
+// .ltx files under dir (the replica's storage). Replication may compact
+// meanwhile: a report is compared only when the files were the same
+// before and after it, and it is asked again (at most 20 times) otherwise.
+func reportMatchesReplica(t *testing.T, cl *adminapi.Client, dir string) {
+	t.Helper()
+	for range 20 {
+		files, bytes := ltxFiles(t, dir)
+		r, err := cl.GetOperationsReport(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, b := ltxFiles(t, dir); f != files || b != bytes {
+			continue
+		}
+		if r.Replica != (adminapi.ReportReplica{Known: true, Objects: files, Bytes: bytes}) {
+			t.Fatalf("replica %+v, want %d objects, %d bytes", r.Replica, files, bytes)
+		}
+		return
+	}
+	t.Fatal("the replica changed during every one of 20 reports")
 }

@@ -204,7 +204,7 @@ func newServer(d serverDeps) (*Server, error) {
 	doctor.register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
-	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats}).register(s.ops)
+	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats, repl: d.Replicator}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return nil, err
 	}
@@ -227,7 +227,11 @@ func newServer(d serverDeps) (*Server, error) {
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}
-	con := console.New(console.Deps{DB: d.DB, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
+	var logStore logs.Store
+	if s.logs != nil {
+		logStore = s.logs.Store()
+	}
+	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
 	for _, rt := range con.Routes() {

@@ -189,17 +189,24 @@ func ClaimNextJob(ctx context.Context, q Querier, worker string, now time.Time) 
 	if err != nil {
 		return Job{}, notFound(err)
 	}
+	if err := appendJobStep(ctx, q, j.ID, JobStepClaimed, worker, "", now); err != nil {
+		return Job{}, err
+	}
 	return j, nil
 }
 
-// SetJobProgress stores the running job's latest progress report. It does
+// SetJobProgress stores the running job's latest progress report and
+// journals it (JobSteps; so do ClaimNextJob, FinishJob and ReleaseJob). It does
 // not renew the lease (locked_at stays). Errors: ErrNotFound when the job
 // is no longer running under worker's lock.
 func SetJobProgress(ctx context.Context, q Querier, id, worker string, progress json.RawMessage, now time.Time) error {
 	res, err := q.ExecContext(ctx,
 		`UPDATE jobs SET progress = ?, progress_seq = progress_seq + 1, updated_at = ?
 		 WHERE id = ? AND status = 'running' AND locked_by = ?`, string(progress), ms(now), id, worker)
-	return oneRow(res, err, "job progress")
+	if err := oneRow(res, err, "job progress"); err != nil {
+		return err
+	}
+	return appendJobStep(ctx, q, id, JobStepProgress, worker, string(progress), now)
 }
 
 // FinishJob ends worker's running job as succeeded (with result) or failed
@@ -217,7 +224,10 @@ func FinishJob(ctx context.Context, q Querier, id, worker, status string, result
 		`UPDATE jobs SET status = ?, result = ?, error = ?, locked_by = NULL, finished_at = ?, updated_at = ?
 		 WHERE id = ? AND status = 'running' AND locked_by = ?`,
 		status, res, errMsg, ms(now), ms(now), id, worker)
-	return oneRow(r, err, "finish job")
+	if err := oneRow(r, err, "finish job"); err != nil {
+		return err
+	}
+	return appendJobStep(ctx, q, id, JobStepFinished, worker, errMsg, now)
 }
 
 // WorkerLost is the error of a job failed by the attempt rule.
@@ -242,6 +252,9 @@ func ReleaseJob(ctx context.Context, q Querier, id, lockedBy string, maxAttempts
 		maxAttempts, reason, WorkerLost, ms(now), id, lockedBy).Scan(&status)
 	if err != nil {
 		return "", notFound(err)
+	}
+	if err := appendJobStep(ctx, q, id, JobStepReleased, lockedBy, reason, now); err != nil {
+		return "", err
 	}
 	return status, nil
 }

@@ -494,6 +494,58 @@ func (r *Replicator) checkRemote(ctx context.Context) error {
 	return nil
 }
 
+// ErrReplicaListing is returned by Inventory when listing the replica
+// failed; the error's text adds the failure's kind only (timeout, s3 error
+// code, …), never an endpoint, bucket or path.
+var ErrReplicaListing = errors.New("listing the replica failed")
+
+// ReplicaInventory is what the replica's current generation holds: its LTX
+// objects at the levels this daemon writes, and their bytes.
+type ReplicaInventory struct {
+	Objects, Bytes int64
+	// Truncated is true when the listing stopped at its cap: Objects and
+	// Bytes are then lower bounds.
+	Truncated bool
+}
+
+// Inventory lists the replica's LTX files at L0, L1, L2 and the snapshot
+// level (docs/operations.md, "Operations report"): one listing per level,
+// paged by the replica (an S3 LIST returns at most 1,000 objects), stopping
+// once limit objects are counted (limit > 0). It runs beside replication
+// and changes nothing. Errors: ErrReplicaListing, with the failure's kind.
+func (r *Replicator) Inventory(ctx context.Context, limit int) (ReplicaInventory, error) {
+	var inv ReplicaInventory
+	levels := []int{litestream.SnapshotLevel}
+	for _, l := range compactionLevels {
+		levels = append(levels, l.Level)
+	}
+	for _, level := range levels {
+		it, err := r.replica.Client.LTXFiles(ctx, level, 0, false)
+		if err != nil {
+			return ReplicaInventory{}, fmt.Errorf("%w: %s", ErrReplicaListing, redactReplicaError(err))
+		}
+		for it.Next() {
+			if inv.Objects >= int64(limit) {
+				inv.Truncated = true
+				break
+			}
+			inv.Objects++
+			inv.Bytes += it.Item().Size
+		}
+		err = it.Err()
+		if cerr := it.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return ReplicaInventory{}, fmt.Errorf("%w: %s", ErrReplicaListing, redactReplicaError(err))
+		}
+		if inv.Truncated {
+			break
+		}
+	}
+	return inv, nil
+}
+
 // truncateQuietWAL shrinks the WAL file back to (nearly) zero at an idle
 // check: after a write storm the WAL keeps its size (SQLite reuses it), and
 // Litestream's own TRUNCATE checkpoint waits for ~500 MB. Idle means nothing

@@ -155,6 +155,33 @@ type Writer struct {
 	// onCommit, when set, is called after every successful COMMIT, before
 	// the batch's callers are answered (SetCommitHook).
 	onCommit atomic.Pointer[func()]
+	// onTiming, when set, is called after every successful COMMIT with
+	// how long the batch waited for the write lock and how long its
+	// COMMIT took (SetTimingHook).
+	onTiming atomic.Pointer[func(BatchTiming)]
+}
+
+// BatchTiming is where one committed batch spent its time outside its units
+// (docs/operations.md, "Storage and the writer").
+type BatchTiming struct {
+	// LockWait is how long BEGIN IMMEDIATE waited because another
+	// connection held the write lock (Litestream sealing the WAL for its
+	// checkpoint); zero when the lock was free.
+	LockWait time.Duration
+	// Commit is how long COMMIT took: appending the batch's pages to the
+	// WAL, the fsync (synchronous=FULL) and any automatic checkpoint.
+	Commit time.Duration
+}
+
+// SetTimingHook makes the writer call fn after every successful COMMIT, on
+// the writer's goroutine, with the batch's BatchTiming; fn must be quick
+// (it feeds histograms). nil removes the hook.
+func (w *Writer) SetTimingHook(fn func(BatchTiming)) {
+	if fn == nil {
+		w.onTiming.Store(nil)
+		return
+	}
+	w.onTiming.Store(&fn)
 }
 
 // SetCommitHook makes the writer call fn after every successful COMMIT, on
@@ -288,7 +315,7 @@ func (w *Writer) loop() {
 // run executes one batch in one transaction.
 func (w *Writer) run(batch []writeReq) {
 	results := make([]error, len(batch))
-	tx, err := w.begin()
+	tx, waited, err := w.begin()
 	if err != nil {
 		err = fmt.Errorf("begin write: %w", err)
 		for _, r := range batch {
@@ -308,6 +335,7 @@ func (w *Writer) run(batch []writeReq) {
 			units++
 		}
 	}
+	commitStart := time.Now()
 	if err := tx.Commit(); err != nil {
 		// SQLite leaves the transaction open after some COMMIT failures
 		// (SQLITE_BUSY); database/sql has let go of it either way. Roll it
@@ -327,6 +355,9 @@ func (w *Writer) run(batch []writeReq) {
 		if hook := w.onCommit.Load(); hook != nil {
 			(*hook)()
 		}
+		if hook := w.onTiming.Load(); hook != nil {
+			(*hook)(BatchTiming{LockWait: waited, Commit: time.Since(commitStart)})
+		}
 	}
 	for i, r := range batch {
 		r.done <- results[i]
@@ -336,13 +367,21 @@ func (w *Writer) run(batch []writeReq) {
 
 // begin starts the batch's transaction (BEGIN IMMEDIATE, from the DSN),
 // polling every busyPoll while the write lock is held elsewhere, for at most
-// DefaultBusyTimeout.
-func (w *Writer) begin() (*sql.Tx, error) {
-	deadline := time.Now().Add(DefaultBusyTimeout)
+// DefaultBusyTimeout. waited is how long it polled (zero when the first
+// BEGIN succeeded).
+func (w *Writer) begin() (tx *sql.Tx, waited time.Duration, err error) {
+	var start time.Time
 	for {
 		tx, err := w.db.BeginTx(context.Background(), nil)
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
-			return tx, err
+		if err == nil && start.IsZero() {
+			return tx, 0, nil
+		}
+		now := time.Now()
+		if start.IsZero() {
+			start = now
+		}
+		if err == nil || !isBusy(err) || now.Sub(start) > DefaultBusyTimeout {
+			return tx, now.Sub(start), err
 		}
 		time.Sleep(busyPoll)
 	}

@@ -182,6 +182,8 @@ func TestWriterReusesPreparedStatements(t *testing.T) {
 // connection has busy_timeout 0 and it polls BEGIN itself.
 func TestWriterWaitsForWriteLock(t *testing.T) {
 	db := openTestDB(t)
+	timings := make(chan BatchTiming, 4)
+	db.Writer.SetTimingHook(func(bt BatchTiming) { timings <- bt })
 	other, err := sql.Open("sqlite", dsn(db.Path, false))
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +216,19 @@ func TestWriterWaitsForWriteLock(t *testing.T) {
 	}
 	if n := count(t, db); n != 2 {
 		t.Fatalf("rows = %d, want 2", n)
+	}
+	// The timing hook saw the wait; a batch with the lock free waits 0.
+	if bt := <-timings; bt.LockWait <= 0 || bt.Commit <= 0 {
+		t.Errorf("timing of the batch that waited: %+v, want LockWait and Commit > 0", bt)
+	}
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+		_, err := tx.Exec(`INSERT INTO t (k) VALUES ('free')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if bt := <-timings; bt.LockWait != 0 || bt.Commit <= 0 {
+		t.Errorf("timing of a batch with the lock free: %+v, want LockWait 0 and Commit > 0", bt)
 	}
 }
 

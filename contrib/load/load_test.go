@@ -136,3 +136,29 @@ func TestMaxRequestsBoundsTheClosedLoop(t *testing.T) {
 		t.Errorf("stopping at the bound took %v (window %v); want it to end at once", took, measured)
 	}
 }
+
+// TestFloorServerAnswers checks the floor handler answers health with 200
+// and a heartbeat with 202 after reading its body, whatever the signature.
+func TestFloorServerAnswers(t *testing.T) {
+	ts := httptest.NewServer(floorServer{})
+	defer ts.Close()
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/api/health", http.StatusOK},
+		{"POST", harness.HeartbeatPath, http.StatusAccepted},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, ts.URL+tc.path, bytes.NewReader([]byte(`{"v":1}`)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
+			}
+		})
+	}
+}

@@ -170,6 +170,14 @@ type phaseResult struct {
 	ReplP50LeMs float64 `json:"replP50LeMs,omitempty"`
 	ReplP99Ms   float64 `json:"replP99Ms,omitempty"`
 	ReplP99LeMs float64 `json:"replP99LeMs,omitempty"`
+	// CommitP99LeMs bounds the p99 of chalupa_writer_commit_seconds in
+	// the window (the bucket holding it); LockWaits counts the batches
+	// whose BEGIN waited for the write lock (chalupa_writer_lock_wait_seconds)
+	// and LockWaitMaxLeMs bounds the longest such wait. They tell whether a
+	// latency tail is the fsync or Litestream's checkpoint lock.
+	CommitP99LeMs   float64 `json:"commitP99LeMs,omitempty"`
+	LockWaits       float64 `json:"lockWaits,omitempty"`
+	LockWaitMaxLeMs float64 `json:"lockWaitMaxLeMs,omitempty"`
 	// TelemetryWindows is how many of the phase's requests (warm-up
 	// included) were telemetry windows.
 	TelemetryWindows int64 `json:"telemetryWindows,omitempty"`
@@ -200,7 +208,7 @@ type report struct {
 
 func main() {
 	var cfg config
-	var serveRef bool
+	var serveRef, serveFloor bool
 	var refDB string
 	flag.DurationVar(&cfg.Duration, "duration", 15*time.Second, "measured duration of each phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured warm-up before each phase")
@@ -212,7 +220,7 @@ func main() {
 	flag.IntVar(&cfg.MaxInflight, "max-inflight", 2048, "steady phase: most requests outstanding at once")
 	flag.Int64Var(&cfg.MaxRequests, "max-requests", 20_000_000, "max phase: most requests sent (a safety bound)")
 	flag.IntVar(&cfg.RefConns, "ref-conns", 64, "reference: SQLite pool size (concurrent transactions)")
-	flag.StringVar(&cfg.Only, "only", "both", "targets: chalupa, reference or both")
+	flag.StringVar(&cfg.Only, "only", "both", "targets, comma-separated: chalupa, reference, floor (net/http alone, README \"The net/http floor\"); both means chalupa,reference")
 	flag.StringVar(&cfg.ChalupaBin, "chalupa-bin", "", "use this chalupa binary instead of building tmp/chalupa")
 	flag.StringVar(&cfg.EnvSlug, "env", "load-test", "environment slug the key is bound to")
 	flag.BoolVar(&cfg.JSON, "json", false, "print the report as JSON (progress still goes to stderr)")
@@ -229,9 +237,17 @@ func main() {
 	flag.IntVar(&cfg.FoldRows, "fold-rows", 0, "seed chalupa's database with this many telemetry windows older than 7 days and add the fold phase: steady load while retention folds them (needs -only chalupa)")
 	flag.StringVar(&cfg.ServerCPUs, "server-cpus", "", "run the servers under `taskset -c LIST` (e.g. 0 or 0,1) and keep this client on the other CPUs")
 	flag.BoolVar(&serveRef, "serve-reference", false, "internal: run as the reference server")
+	flag.BoolVar(&serveFloor, "serve-floor", false, "internal: run as the floor server")
 	flag.StringVar(&refDB, "ref-db", "", "internal: reference database path")
 	flag.Parse()
 
+	if serveFloor {
+		if err := runFloorServer(); err != nil {
+			fmt.Fprintln(os.Stderr, "floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if serveRef {
 		if err := runReferenceServer(refDB, cfg.RefConns); err != nil {
 			fmt.Fprintln(os.Stderr, "reference:", err)
@@ -275,6 +291,22 @@ func main() {
 	}
 }
 
+// targets returns -only as a list of target names, nil when it names an
+// unknown target or one twice.
+func (c *config) targets() []string {
+	if c.Only == "both" {
+		return []string{"chalupa", "reference"}
+	}
+	var ts []string
+	for _, t := range strings.Split(c.Only, ",") {
+		if !slices.Contains([]string{"chalupa", "reference", "floor"}, t) || slices.Contains(ts, t) {
+			return nil
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
 func (c *config) validate() error {
 	switch {
 	case c.Duration <= 0 || c.Duration > time.Hour:
@@ -301,8 +333,8 @@ func (c *config) validate() error {
 		return errors.New("-disk-floor must be in [0, 100000]")
 	case c.RefConns < 1 || c.RefConns > 1024:
 		return errors.New("-ref-conns must be in [1, 1024]")
-	case c.Only != "both" && c.Only != "chalupa" && c.Only != "reference":
-		return errors.New("-only must be chalupa, reference or both")
+	case c.targets() == nil:
+		return errors.New("-only must be both or a comma-separated list of chalupa, reference, floor")
 	case !signerSlugOK(c.EnvSlug):
 		return errors.New("-env must be a slug (^[a-z0-9][a-z0-9-]{1,62}$)")
 	}
@@ -406,10 +438,7 @@ func progress(format string, a ...any) {
 // run performs the whole measurement. It is bounded in time: every phase by
 // its own clock, and the whole by a deadline derived from the flags.
 func run(cfg config) (*report, error) {
-	targets := []string{"chalupa", "reference"}
-	if cfg.Only != "both" {
-		targets = []string{cfg.Only}
-	}
+	targets := cfg.targets()
 	perTarget := 2*(cfg.Warmup+cfg.Duration+cfg.WaitQuiet) + cfg.Settle + 2*cfg.Timeout + 3*time.Minute
 	if n := time.Duration(len(cfg.SweepRates)); slices.Contains(cfg.Phases, "sweep") {
 		perTarget += n * (cfg.StepWarmup + cfg.Step + cfg.WaitQuiet + cfg.Settle + cfg.Timeout)
@@ -506,9 +535,18 @@ type sampler struct {
 	commits1, units1     float64
 	statsErr0, statsErr1 error
 	// repl0 and repl1 are chalupa_replication_commit_delay_seconds at
-	// the window's edges (nil when it could not be read).
-	repl0, repl1 harness.PromHistogram
+	// the window's edges (nil when it could not be read); commit* and
+	// wait* the writer's commit and lock-wait histograms.
+	repl0, repl1     harness.PromHistogram
+	commit0, commit1 harness.PromHistogram
+	wait0, wait1     harness.PromHistogram
 }
+
+// Writer histograms (docs/operations.md, "Storage and the writer").
+const (
+	commitMetric   = "chalupa_writer_commit_seconds"
+	lockWaitMetric = "chalupa_writer_lock_wait_seconds"
+)
 
 // replDelayMetric is chalupa's commit → in-replica histogram: one
 // observation per writer COMMIT, from the commit to the end of the sync
@@ -522,28 +560,39 @@ const (
 	targetReplP99 = time.Second
 )
 
-// scrape reads chalupa's writer counters and the replication histogram
-// with one /metrics request.
-func (s *sampler) scrape() (commits, units float64, repl harness.PromHistogram, err error) {
+// scraped is one /metrics sample of chalupa's writer and replication.
+type scraped struct {
+	commits, units          float64
+	repl, commitT, lockWait harness.PromHistogram
+}
+
+// scrape reads chalupa's writer counters and the replication and writer
+// histograms with one /metrics request.
+func (s *sampler) scrape() (scraped, error) {
+	var sc scraped
 	text, err := s.chal.MetricsText(s.ctx)
 	if err != nil {
-		return 0, 0, nil, err
+		return sc, err
 	}
 	m, err := harness.ParseMetrics(text)
 	if err != nil {
-		return 0, 0, nil, err
+		return sc, err
 	}
-	if commits, units, err = harness.WriterStatsOf(m); err != nil {
-		return 0, 0, nil, err
+	if sc.commits, sc.units, err = harness.WriterStatsOf(m); err != nil {
+		return sc, err
 	}
-	repl, _ = harness.ParsePromHistogram(strings.NewReader(text), replDelayMetric)
-	return commits, units, repl, nil
+	sc.repl, _ = harness.ParsePromHistogram(strings.NewReader(text), replDelayMetric)
+	sc.commitT, _ = harness.ParsePromHistogram(strings.NewReader(text), commitMetric)
+	sc.lockWait, _ = harness.ParsePromHistogram(strings.NewReader(text), lockWaitMetric)
+	return sc, nil
 }
 
 // Start samples at the beginning of the window.
 func (s *sampler) Start() {
 	if s.chal != nil {
-		s.commits0, s.units0, s.repl0, s.statsErr0 = s.scrape()
+		var sc scraped
+		sc, s.statsErr0 = s.scrape()
+		s.commits0, s.units0, s.repl0, s.commit0, s.wait0 = sc.commits, sc.units, sc.repl, sc.commitT, sc.lockWait
 	}
 	s.t0, s.srv0, s.self0, s.mach0 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 }
@@ -552,7 +601,9 @@ func (s *sampler) Start() {
 func (s *sampler) End() {
 	s.t1, s.srv1, s.self1, s.mach1 = time.Now(), s.srv.CPUSeconds(), harness.ProcCPUSeconds("self"), harness.MachineCPUSeconds()
 	if s.chal != nil {
-		s.commits1, s.units1, s.repl1, s.statsErr1 = s.scrape()
+		var sc scraped
+		sc, s.statsErr1 = s.scrape()
+		s.commits1, s.units1, s.repl1, s.commit1, s.wait1 = sc.commits, sc.units, sc.repl, sc.commitT, sc.lockWait
 	}
 }
 
@@ -591,6 +642,19 @@ func (s *sampler) fill(r *phaseResult) {
 			r.ReplP50Ms, r.ReplP50LeMs = est*1000, boundMs(le)
 			est, le = d.Quantile(0.99)
 			r.ReplP99Ms, r.ReplP99LeMs = est*1000, boundMs(le)
+		}
+	}
+	if s.commit0 != nil && s.commit1 != nil {
+		if d, err := s.commit1.Sub(s.commit0); err == nil && d.Count() > 0 {
+			_, le := d.Quantile(0.99)
+			r.CommitP99LeMs = boundMs(le)
+		}
+	}
+	if s.wait0 != nil && s.wait1 != nil {
+		if d, err := s.wait1.Sub(s.wait0); err == nil && d.Count() > 0 {
+			r.LockWaits = d.Count()
+			_, le := d.Quantile(1)
+			r.LockWaitMaxLeMs = boundMs(le)
 		}
 	}
 }
@@ -685,6 +749,16 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 		progress("reference: starting (pool of %d SQLite connections)", cfg.RefConns)
 		var err error
 		if srv, err = startReference(ctx, dir, cfg.serverCPUs, cfg.RefConns, keyID, material, cfg.EnvSlug); err != nil {
+			return nil, 0, err
+		}
+	case "floor":
+		// The floor checks no signature; the requests are signed all
+		// the same, so the client does the same work for every target.
+		key, _ = signer.DecodeKeyMaterial(signer.NewKeyMaterial())
+		keyID = "env_" + cfg.EnvSlug + "_floor"
+		progress("floor: starting (net/http alone)")
+		var err error
+		if srv, err = startFloor(ctx, dir, cfg.serverCPUs); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -936,6 +1010,10 @@ func printReport(out io.Writer, rep *report) {
 			fmt.Fprintf(out, " (target median ≤ %d ms, p99 ≤ %d ms, by bucket bound: %s)", targetReplP50.Milliseconds(), targetReplP99.Milliseconds(), passFail(&pass))
 		}
 		fmt.Fprintln(out)
+		if r.CommitP99LeMs != 0 {
+			fmt.Fprintf(out, "chalupa writer in %s: COMMIT p99 ≤ %s (%s); %.0f batches waited for the write lock (%s), longest ≤ %s\n",
+				phase, leMs(r.CommitP99LeMs), commitMetric, r.LockWaits, lockWaitMetric, leMs(r.LockWaitMaxLeMs))
+		}
 	}
 	for _, sw := range rep.Sweeps {
 		fmt.Fprintf(out, "%s open-loop sweep (p99 ≤ %.0f ms from the scheduled send, no errors, ≥ %.0f%% of the rate answered): ",

@@ -240,8 +240,8 @@ const (
 	envRefEnv   = "CHALUPA_LOAD_REF_ENV"
 )
 
-// runReferenceServer is the child's main: listen on a loopback port, print
-// "LISTENING <addr>" on stdout, serve until SIGTERM/SIGINT.
+// runReferenceServer is the reference child's main: listen on a loopback
+// port, print "LISTENING <addr>" on stdout, serve until SIGTERM/SIGINT.
 func runReferenceServer(dbPath string, conns int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -254,7 +254,19 @@ func runReferenceServer(dbPath string, conns int) error {
 		return err
 	}
 	defer db.Close()
-	s := &refServer{db: db, keyID: os.Getenv(envRefKeyID), key: key, envSlug: os.Getenv(envRefEnv), now: time.Now}
+	return serveChild(ctx, &refServer{db: db, keyID: os.Getenv(envRefKeyID), key: key, envSlug: os.Getenv(envRefEnv), now: time.Now})
+}
+
+// runFloorServer is the floor child's main, like runReferenceServer.
+func runFloorServer() error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return serveChild(ctx, floorServer{})
+}
+
+// serveChild serves s on a loopback port with the reference's listener
+// settings, printing "LISTENING <addr>" on stdout, until ctx ends.
+func serveChild(ctx context.Context, s http.Handler) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -284,21 +296,36 @@ func runReferenceServer(dbPath string, conns int) error {
 // database in dir (under `taskset -c cpus` when cpus is not empty) and
 // returns it once it answers /api/health.
 func startReference(ctx context.Context, dir string, cpus []int, conns int, keyID, material, envSlug string) (*harness.Server, error) {
+	return startChild(ctx, "reference", dir, cpus,
+		[]string{"-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns)},
+		[]string{envRefKeyID + "=" + keyID, envRefKey + "=" + material, envRefEnv + "=" + envSlug})
+}
+
+// startFloor runs this executable as the floor server (floor.go), placed
+// like startReference.
+func startFloor(ctx context.Context, dir string, cpus []int) (*harness.Server, error) {
+	return startChild(ctx, "floor", dir, cpus, []string{"-serve-floor"}, nil)
+}
+
+// startChild runs this executable with args and env added to the base
+// environment, logging to dir/NAME.log, and returns it once it answers
+// /api/health.
+func startChild(ctx context.Context, name, dir string, cpus []int, args, env []string) (*harness.Server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	logPath := filepath.Join(dir, "reference.log")
+	logPath := filepath.Join(dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := harness.Command(cpus, exe, "-serve-reference", "-ref-db", filepath.Join(dir, "reference.db"), "-ref-conns", fmt.Sprint(conns))
+	cmd, err := harness.Command(cpus, exe, args...)
 	if err != nil {
 		logf.Close()
 		return nil, err
 	}
-	cmd.Env = append(harness.BaseEnv(), envRefKeyID+"="+keyID, envRefKey+"="+material, envRefEnv+"="+envSlug)
+	cmd.Env = append(harness.BaseEnv(), env...)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -307,9 +334,9 @@ func startReference(ctx context.Context, dir string, cpus []int, conns int, keyI
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start reference: %w", err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	srv := harness.NewServer("reference", cmd, logf, logPath)
+	srv := harness.NewServer(name, cmd, logf, logPath)
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -330,12 +357,12 @@ func startReference(ctx context.Context, dir string, cpus []int, conns int, keyI
 	case a, ok := <-addrc:
 		if !ok {
 			srv.Stop(5 * time.Second)
-			return nil, fmt.Errorf("reference server did not start: %s", srv.LogTail())
+			return nil, fmt.Errorf("%s server did not start: %s", name, srv.LogTail())
 		}
 		srv.URL = "http://" + a
 	case <-time.After(30 * time.Second):
 		srv.Stop(5 * time.Second)
-		return nil, errors.New("reference server did not report its address within 30s")
+		return nil, fmt.Errorf("%s server did not report its address within 30s", name)
 	case <-ctx.Done():
 		srv.Stop(5 * time.Second)
 		return nil, ctx.Err()

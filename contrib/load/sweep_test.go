@@ -148,3 +148,26 @@ func TestReportJSONHasTheNewFields(t *testing.T) {
 		}
 	}
 }
+
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"both", []string{"chalupa", "reference"}},
+		{"chalupa", []string{"chalupa"}},
+		{"floor,chalupa", []string{"floor", "chalupa"}},
+		{"chalupa,reference,floor", []string{"chalupa", "reference", "floor"}},
+		{"chalupa,chalupa", nil},
+		{"nginx", nil},
+		{"", nil},
+		{"chalupa,", nil},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			c := config{Only: tc.in}
+			if got := c.targets(); !slices.Equal(got, tc.want) {
+				t.Errorf("targets(%q) = %v, want %v", tc.in, got, tc.want)
+			}
+		})
+	}
+}

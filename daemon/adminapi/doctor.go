@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -43,6 +44,10 @@ const (
 type JobDiagnosis struct {
 	Job   Job      `json:"job"`
 	Lease JobLease `json:"lease"`
+	// Steps is the job's step journal, oldest first: every claim,
+	// progress report, release and finish, the newest 200 kept
+	// (docs/operations.md, "Jobs").
+	Steps []JobStep `json:"steps"`
 	// Recorded are the provider ids the box records (the oracle).
 	Recorded ProviderIDs `json:"recorded"`
 	// Stacks are the box's data and compute stacks, in that order.
@@ -54,6 +59,25 @@ type JobDiagnosis struct {
 	Recommendation Recommendation `json:"recommendation"`
 	// CheckedAt is when the daemon read all of this.
 	CheckedAt time.Time `json:"checkedAt"`
+}
+
+// JobStep is one entry of a job's step journal (docs/operations.md,
+// "Jobs"): Kind is claimed, progress, released (the attempt rule requeued
+// or failed a run that ended without an outcome) or finished; Status and
+// Attempt are the job's after the step; Worker is the instance id that
+// held it.
+type JobStep struct {
+	Seq     int64     `json:"seq"`
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"`
+	Status  string    `json:"status"`
+	Attempt int       `json:"attempt"`
+	Worker  string    `json:"worker"`
+	// Progress is a progress step's report (JSON); absent otherwise.
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// Reason is a release's reason or a failed finish's error; absent
+	// otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // JobLease is the job's lease as the daemon judges it.

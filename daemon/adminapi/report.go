@@ -12,7 +12,7 @@ const OpGetOperationsReport = "adminGetOperationsReport"
 var reportOperations = []Operation{
 	{ID: OpGetOperationsReport, MCP: mcpRead, Method: methodGet, Path: "/api/admin/report", Status: http.StatusOK,
 		Request: typeOf[OperationsReportRequest](), Response: typeOf[OperationsReport](),
-		Summary: "operations report from stored evidence (?since=24h, at most 2160h): requests and p50/p99 by route group, active time, database and WAL growth, loop runs, quota refusals"},
+		Summary: "operations report from stored evidence (?since=24h, at most 2160h): requests and p50/p99 by route group, active time, database and WAL growth, loop runs, quota refusals; the replica's objects and bytes by a bounded listing now"},
 }
 
 // OperationsReportRequest holds adminGetOperationsReport's query parameter.
@@ -80,14 +80,18 @@ type ReportDatabase struct {
 	FirstRecordedAt *time.Time `json:"firstRecordedAt,omitempty"`
 }
 
-// ReportReplica is the replica's object count and bytes where known.
-// Known is false while the daemon has no stored evidence of them; Note
-// says why.
+// ReportReplica is what the replica's current generation holds now, by a
+// bounded listing at report time (docs/operations.md, "Operations
+// report"): Objects LTX files of Bytes bytes. Known is false when the
+// listing failed or replication is off, and Note says why; Truncated is
+// true when the listing stopped at its cap (the figures are then lower
+// bounds).
 type ReportReplica struct {
-	Known   bool   `json:"known"`
-	Objects int64  `json:"objects,omitempty"`
-	Bytes   int64  `json:"bytes,omitempty"`
-	Note    string `json:"note,omitempty"`
+	Known     bool   `json:"known"`
+	Objects   int64  `json:"objects"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Note      string `json:"note,omitempty"`
 }
 
 // ReportLoop is one background loop's stored evidence over the span;

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/chalupa-run/chalupa/ingest/agent/logship"
 )
 
 // StatusReport is what `chalupa agent status` prints: the reaper
@@ -38,6 +40,18 @@ type StatusReport struct {
 	Reports StatusSpool `json:"reports"`
 	// Dropped counts records dropped undelivered, by reason.
 	Dropped map[DropReason]int64 `json:"dropped"`
+	// Logs is each shipped service's log spool, by service name.
+	Logs []StatusLogSpool `json:"logs"`
+}
+
+// StatusLogSpool is one service's log spool in a StatusReport: its
+// chunks, bytes, oldest chunk, dropped count and session state
+// (logship.SpoolStatus), and the oldest chunk's age.
+type StatusLogSpool struct {
+	logship.SpoolStatus
+	// OldestAgeSeconds is how long the oldest chunk has waited (seconds;
+	// 0 with no chunk).
+	OldestAgeSeconds int64 `json:"oldestAgeSeconds"`
 }
 
 // StatusReaper is the reaper observation in a StatusReport.
@@ -118,6 +132,14 @@ func Status(cfg Config) (StatusReport, error) {
 	}
 	rep.Spool = spoolDepth(filepath.Join(cfg.StateDir, SpoolDirName))
 	rep.Reports = spoolDepth(filepath.Join(cfg.StateDir, ReportsDirName))
+	rep.Logs = []StatusLogSpool{}
+	for _, l := range logship.Inspect(cfg.StateDir) {
+		ls := StatusLogSpool{SpoolStatus: l}
+		if !l.Oldest.IsZero() {
+			ls.OldestAgeSeconds = max(0, int64(now.Sub(l.Oldest)/time.Second))
+		}
+		rep.Logs = append(rep.Logs, ls)
+	}
 	return rep, nil
 }
 

@@ -160,6 +160,11 @@ func (r *Retention) Tick(ctx context.Context) (RetentionResult, error) {
 // ErasePhrase is the confirmation adminEraseLogs requires, exactly.
 func ErasePhrase(slug string) string { return "erase logs " + slug }
 
+// ErasedEventKind is the lifecycle event kind an erase records when it
+// finishes; the event's id is the erasure id and its message holds the
+// counts (docs/operations.md, "Logs").
+const ErasedEventKind = "logs-erased"
+
 // Eraser removes an environment's logs: every chunk's object and row, its
 // sessions, and its deployments' quota counters (docs/operations.md,
 // "Logs").
@@ -242,6 +247,13 @@ func (e *Eraser) Erase(ctx context.Context, slug, confirmation string) (Erasure,
 			return err
 		}
 		out.FinishedAt, out.SessionsRemoved, out.ChunksRemoved = rec.FinishedAt, rec.Sessions, rec.Chunks
+		// The erase itself is on record, once: the event's id is the
+		// erasure's, so a retried unit inserts nothing more.
+		if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: out.ErasureID, EnvironmentID: env.ID,
+			Kind: ErasedEventKind, OccurredAt: rec.FinishedAt,
+			Message: fmt.Sprintf("logs erased: %d sessions, %d chunks (objects and rows)", rec.Sessions, rec.Chunks)}); err != nil {
+			return err
+		}
 		out.RemainingSessions, out.RemainingChunks, err = storage.LogRowCounts(ctx, tx, env.ID)
 		return err
 	})

@@ -19,6 +19,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -99,6 +100,9 @@ type Shipper struct {
 	opened  map[string]bool
 	backoff time.Duration
 	until   time.Time
+	// why and code describe the last refusal of this pass (for Refusal
+	// and TickResult.Code).
+	why, code string
 }
 
 type segment struct {
@@ -198,16 +202,34 @@ func (s *Shipper) Tick(ctx context.Context) (TickResult, error) {
 		res.Paused = true
 		return res, nil
 	}
+	s.why, s.code = "", ""
 	err := s.ship(ctx, &res)
 	if errors.Is(err, ErrPaused) {
 		s.pause()
-		res.Paused = true
+		res.Paused, res.Code = true, s.code
+		if s.why == "" {
+			s.why = "no answer"
+		}
+		s.note(s.why)
 		return res, nil
 	}
 	if err == nil {
 		s.backoff, s.until = 0, time.Time{}
+		s.note("")
 	}
 	return res, err
+}
+
+// note keeps why shipping is paused ("" once a pass ships) in the state
+// file for `agent status`, written only when it changes.
+func (s *Shipper) note(why string) {
+	if s.sp.st.Refusal == why {
+		return
+	}
+	s.sp.st.Refusal = why
+	if err := s.sp.save(); err != nil {
+		s.cfg.Log.Warn().Err(err).Str("service", s.cfg.Service).Msg("log spool: save")
+	}
 }
 
 // read pulls from the source and cuts chunks (all: cut whatever is
@@ -281,7 +303,7 @@ func (s *Shipper) cut(res *TickResult) error {
 		// Aim the next chunk at 90 % of the bound at this ratio.
 		s.target = max(readBlock, int(float64(raw)*0.9*float64(s.maxSize)/float64(max(buf.Len(), 1))))
 		sum := sha256.Sum256(buf.Bytes())
-		if err := s.sp.add(buf.Bytes(), hex.EncodeToString(sum[:]), s.pending[n-1].cursor); err != nil {
+		if err := s.sp.add(buf.Bytes(), hex.EncodeToString(sum[:]), s.pending[n-1].cursor, s.cfg.Clock.Now()); err != nil {
 			return err
 		}
 		s.pending = append(s.pending[:0:0], s.pending[n:]...)
@@ -335,6 +357,7 @@ func (s *Shipper) postRaw(ctx context.Context, route string, body []byte) ([]byt
 	defer cancel()
 	resp, err := s.cfg.Client.Post(rctx, route, body)
 	if err != nil || resp == nil {
+		s.why = stepOf(route) + " no answer"
 		return nil, 0, "", fmt.Errorf("%w: %s: %v", ErrPaused, route, err)
 	}
 	var e struct {
@@ -348,6 +371,19 @@ func (s *Shipper) postRaw(ctx context.Context, route string, body []byte) ([]byt
 	return resp.Body, resp.Status, e.Error.Code, nil
 }
 
+// stepOf names a route's protocol step as refusals name it.
+func stepOf(route string) string {
+	switch route {
+	case openRoute:
+		return "open"
+	case planRoute:
+		return "plan"
+	case commitRoute:
+		return "commit"
+	}
+	return "finish"
+}
+
 // refused logs a refusal once per pause and returns ErrPaused.
 func (s *Shipper) refused(what string, status int, code string) error {
 	ev := s.cfg.Log.Warn()
@@ -355,6 +391,7 @@ func (s *Shipper) refused(what string, status int, code string) error {
 		ev = s.cfg.Log.Info()
 	}
 	ev.Str("service", s.cfg.Service).Str("step", what).Int("status", status).Str("code", code).Msg("log shipping paused; chunks stay spooled")
+	s.why, s.code = strings.TrimSpace(fmt.Sprintf("%s %d %s", what, status, code)), code
 	return fmt.Errorf("%w: %s %d %s", ErrPaused, what, status, code)
 }
 
@@ -430,6 +467,12 @@ func (s *Shipper) open(ctx context.Context, session string) error {
 		s.maxSize = o.MaxChunkBytes
 	}
 	s.opened[session] = true
+	if session == s.sp.st.Session && s.sp.st.Opened != session {
+		s.sp.st.Opened = session
+		if err := s.sp.save(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -542,6 +585,7 @@ func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) er
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		s.why = "upload no answer"
 		return fmt.Errorf("%w: upload: %v", ErrPaused, err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -553,7 +597,9 @@ func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) er
 }
 
 // Stop cuts whatever is pending, spools this run's final payload
-// (reason "shutdown") and ships for as long as ctx lasts. What is not
+// (reason "shutdown") when the daemon accepted its session (else its
+// chunks stay unnumbered, for the next run's session) and ships for as
+// long as ctx lasts. What is not
 // answered stays spooled for the next start. It returns what it did.
 func (s *Shipper) Stop(ctx context.Context) (TickResult, error) {
 	var res TickResult
@@ -561,27 +607,55 @@ func (s *Shipper) Stop(ctx context.Context) (TickResult, error) {
 	if err := s.read(&res, true); err != nil {
 		return res, err
 	}
-	// Give every chunk of this run its seq first: the final payload counts
-	// them, and a plan after finish would be refused.
-	for i, c := range s.sp.chunks {
-		if c.Seq < 0 {
-			if err := s.sp.assign(i, s.sp.st.Session); err != nil {
-				return res, err
-			}
+	s.why, s.code = "", ""
+	paused := func() {
+		res.Paused = true
+		if s.why == "" {
+			s.why = "no answer"
 		}
+		s.note(s.why)
 	}
 	session := s.sp.st.Session
-	if err := s.spoolFinish(session, "shutdown"); err != nil {
-		return res, err
+	unnumbered := false
+	for _, c := range s.sp.chunks {
+		unnumbered = unnumbered || c.Seq < 0
 	}
+	accepted := s.opened[session] || (unnumbered && s.open(ctx, session) == nil)
+	if accepted {
+		// Give every chunk of this run its seq first: the final payload
+		// counts them, and a plan after finish would be refused.
+		for i, c := range s.sp.chunks {
+			if c.Seq < 0 {
+				if err := s.sp.assign(i, session); err != nil {
+					return res, err
+				}
+			}
+		}
+		if err := s.spoolFinish(session, "shutdown"); err != nil {
+			return res, err
+		}
+	}
+	// A session never opened (it is this process's own, so no one else
+	// opened it) has nothing to finish: while the daemon refuses, its
+	// chunks stay unnumbered, so the spool's bound can still drop them
+	// across restarts, and the next run's session takes them once
+	// accepted.
 	s.sp.st.Session = ""
 	if err := s.sp.save(); err != nil {
 		return res, err
 	}
+	if !accepted && unnumbered {
+		// The daemon refused this run's session just now: the rest waits
+		// for the next start.
+		paused()
+		return res, nil
+	}
 	if err := s.ship(ctx, &res); errors.Is(err, ErrPaused) {
-		res.Paused = true
+		paused()
 	} else if err != nil {
 		return res, err
+	} else {
+		s.note("")
 	}
 	return res, nil
 }

@@ -351,6 +351,70 @@ func TestShipper(t *testing.T) {
 		}
 	})
 
+	t.Run("restarts while the daemon refuses keep the spool within the bound", func(t *testing.T) {
+		r := newRig(t, false)
+		const spoolBound = 1500 // about two chunks of 400 lines
+		var want []byte
+		dropped := int64(0)
+		for i := range 6 {
+			// Each run reads a batch, is refused (503) and stops: SIGTERM's
+			// cut spools the batch as a chunk while the session is refused.
+			sh := r.open("cloud-init.service", nil, spoolBound)
+			want = append(want, r.appendLines(fmt.Sprint("run", i), 400)...)
+			if i == 0 {
+				if res := r.tick(sh); !res.Paused || res.Code != "logs_not_configured" {
+					t.Fatalf("tick while refused: %+v", res)
+				}
+				if st := inspect(t, r.dir); st.SessionState != logship.SessionRefused || st.Session != sh.Session() || st.Refusal != "open 503 logs_not_configured" || st.Chunks != 1 {
+					t.Fatalf("status while refused: %+v", st)
+				}
+			}
+			if res, err := sh.Stop(context.Background()); err != nil || !res.Paused {
+				t.Fatalf("run %d: stop while refused: %+v %v", i, res, err)
+			}
+			n, held := sh.Spooled()
+			if held > spoolBound || n == 0 {
+				t.Fatalf("run %d: the spool holds %d chunks, %d bytes: want some, within %d", i, n, held, spoolBound)
+			}
+			dropped = sh.Dropped()
+			st := inspect(t, r.dir)
+			if st.Chunks != n || st.Bytes != held || st.Numbered != 0 || st.Dropped != dropped || st.SessionState != logship.SessionStopped ||
+				st.Finishes != 0 || st.Oldest.IsZero() || st.Oldest.After(r.clock.Now()) {
+				t.Fatalf("run %d: status %+v, want %d unnumbered chunks of %d bytes, %d dropped, stopped, no final payload", i, st, n, held, dropped)
+			}
+		}
+		if dropped == 0 {
+			t.Fatal("six runs' chunks over the bound: nothing dropped")
+		}
+		for k, v := range r.logsEnv() {
+			r.d.Env[k] = v
+		}
+		r.d.Restart(daemontest.AppOptions{})
+		sh := r.open("cloud-init.service", nil, spoolBound)
+		spooled, _ := sh.Spooled()
+		if res, err := sh.Tick(context.Background()); err != nil || res.Paused || res.Committed != spooled {
+			t.Fatalf("tick once configured: %+v %v, want %d committed", res, err, spooled)
+		}
+		if st := inspect(t, r.dir); st.SessionState != logship.SessionOpen || st.Refusal != "" || st.Chunks != 0 {
+			t.Fatalf("status once shipped: %+v", st)
+		}
+		if res, err := sh.Stop(context.Background()); err != nil || res.Paused || res.Finished != 1 {
+			t.Fatalf("stop once configured: %+v %v, want this run's finish", res, err)
+		}
+		n, got := r.stored()
+		if n != spooled || !bytes.HasSuffix(want, got) || len(got) == len(want) {
+			t.Fatalf("stored %d chunks, %d bytes: want the newest %d chunks (the oldest dropped) of %d bytes", n, len(got), spooled, len(want))
+		}
+		// The refused runs told the daemon nothing: one session, finished
+		// with exactly the chunks it holds.
+		if s, c := r.rows(`SELECT count(*) FROM log_sessions`), r.rows(`SELECT count(*) FROM log_chunks`); s != 1 || c != n || r.objects() != n {
+			t.Fatalf("%d sessions, %d chunk rows, %d objects: want 1 session and %d chunks once", s, c, r.objects(), n)
+		}
+		if f := r.rows(fmt.Sprintf(`SELECT count(*) FROM log_sessions WHERE instr(CAST(final_payload AS TEXT), '"chunks":%d,') > 0`, n)); f != 1 {
+			t.Fatalf("the session's final payload does not count its %d chunks", n)
+		}
+	})
+
 	t.Run("a service off the allowlist is refused and nothing is stored", func(t *testing.T) {
 		r := newRig(t, true)
 		sh := r.open("nginx.service", nil, 0)
@@ -366,4 +430,14 @@ func TestShipper(t *testing.T) {
 			t.Fatalf("the refused chunk is kept for a later allowlist: %d spooled", n)
 		}
 	})
+}
+
+// inspect is the one service spool under dir as `agent status` reads it.
+func inspect(t *testing.T, dir string) logship.SpoolStatus {
+	t.Helper()
+	all := logship.Inspect(dir)
+	if len(all) != 1 || all[0].Error != "" {
+		t.Fatalf("spools: %+v", all)
+	}
+	return all[0]
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // chunkSuffix names a complete chunk file; temporaries start with tmpPrefix
@@ -34,7 +35,9 @@ type chunk struct {
 	SHA256  string `json:"sha256"`
 	// Cursor is the source's position just after the chunk's lines.
 	Cursor string `json:"cursor"`
-	body   []byte
+	// Spooled is when the chunk was cut (zero in chunks of older agents).
+	Spooled time.Time `json:"spooled,omitzero"`
+	body    []byte
 }
 
 func chunkName(id uint64) string { return fmt.Sprintf("%020d%s", id, chunkSuffix) }
@@ -53,6 +56,11 @@ type state struct {
 	Finishes []finish `json:"finishes"`
 	// Dropped counts chunks dropped unsent (the local bound, a refusal).
 	Dropped int64 `json:"dropped"`
+	// Opened is the last session the daemon accepted; Refusal is why
+	// shipping is paused ("STEP STATUS CODE", or "STEP no answer"), ""
+	// once a pass ships. Both are for `agent status`.
+	Opened  string `json:"opened,omitempty"`
+	Refusal string `json:"refusal,omitempty"`
 }
 
 type sessionCount struct {
@@ -210,8 +218,8 @@ func (s *spool) writeChunk(c chunk, body []byte) error {
 }
 
 // add spools a new chunk (unassigned) durably, then the state's cursor.
-func (s *spool) add(body []byte, sha, cursor string) error {
-	c := chunk{ID: s.nextID, Seq: -1, Size: int64(len(body)), SHA256: sha, Cursor: cursor}
+func (s *spool) add(body []byte, sha, cursor string, now time.Time) error {
+	c := chunk{ID: s.nextID, Seq: -1, Size: int64(len(body)), SHA256: sha, Cursor: cursor, Spooled: now.UTC()}
 	if err := s.writeChunk(c, body); err != nil {
 		return err
 	}
@@ -258,4 +266,122 @@ func (s *spool) save() error {
 		return err
 	}
 	return writeAtomic(filepath.Join(s.dir, stateName), b)
+}
+
+// Session states in a SpoolStatus.
+const (
+	// SessionStopped: no run holds a session (the agent is stopped, or
+	// stopped cleanly and has not started since).
+	SessionStopped = "stopped"
+	// SessionOpen: the daemon accepted this run's session.
+	SessionOpen = "open"
+	// SessionRefused: shipping is paused (Refusal says why) and this
+	// run's session is not accepted.
+	SessionRefused = "refused"
+	// SessionPending: this run's session has not been asked for yet
+	// (nothing to ship so far).
+	SessionPending = "pending"
+)
+
+// SpoolStatus is one service's log spool as `chalupa agent status`
+// reports it (docs/operations.md, "Agent").
+type SpoolStatus struct {
+	// Service is the unit name or file label (the spool's directory).
+	Service string `json:"service"`
+	// Chunks and Bytes are the chunks waiting and their compressed size
+	// (bytes); Numbered counts those already given a seq.
+	Chunks   int   `json:"chunks"`
+	Bytes    int64 `json:"bytes"`
+	Numbered int   `json:"numbered"`
+	// Oldest is when the oldest waiting chunk was cut (its file's
+	// modification time for chunks of older agents).
+	Oldest time.Time `json:"oldest,omitzero"`
+	// Dropped counts chunks dropped unsent since the spool was made.
+	Dropped int64 `json:"dropped"`
+	// Session is the running (or last crashed) run's session, "" when
+	// stopped; SessionState one of the Session* states.
+	Session      string `json:"session,omitempty"`
+	SessionState string `json:"sessionState"`
+	// Refusal is why shipping is paused ("STEP STATUS CODE"), "" when not.
+	Refusal string `json:"refusal,omitempty"`
+	// Finishes counts final payloads waiting to be answered.
+	Finishes int `json:"finishes"`
+	// Error is why the spool could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Inspect reports every service spool under the agent's state dir, by
+// service name, reading only: nothing is created, removed or rewritten,
+// so it is safe beside a running agent. A missing logs directory is no
+// spool and no error.
+func Inspect(stateDir string) []SpoolStatus {
+	root := filepath.Join(stateDir, "logs")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []SpoolStatus
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, inspectOne(filepath.Join(root, e.Name()), e.Name()))
+		}
+	}
+	return out
+}
+
+func inspectOne(dir, service string) SpoolStatus {
+	out := SpoolStatus{Service: service, SessionState: SessionStopped}
+	var st state
+	if b, err := os.ReadFile(filepath.Join(dir, stateName)); err == nil {
+		if err := json.Unmarshal(b, &st); err != nil {
+			out.Error = "state.json: " + err.Error()
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		out.Error = err.Error()
+	}
+	out.Dropped, out.Session, out.Refusal, out.Finishes = st.Dropped, st.Session, st.Refusal, len(st.Finishes)
+	switch {
+	case st.Session == "":
+	case st.Opened == st.Session:
+		out.SessionState = SessionOpen
+	case st.Refusal != "":
+		out.SessionState = SessionRefused
+	default:
+		out.SessionState = SessionPending
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	sp := &spool{dir: dir}
+	for _, e := range entries {
+		digits, ok := strings.CutSuffix(e.Name(), chunkSuffix)
+		if !ok || strings.HasPrefix(e.Name(), tmpPrefix) {
+			continue
+		}
+		id, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil {
+			continue
+		}
+		c, err := sp.readChunk(id, false)
+		if err != nil {
+			continue // gone meanwhile (shipped), or unreadable: the next start drops it
+		}
+		at := c.Spooled
+		if at.IsZero() {
+			if fi, err := e.Info(); err == nil {
+				at = fi.ModTime().UTC()
+			}
+		}
+		if out.Oldest.IsZero() || at.Before(out.Oldest) {
+			out.Oldest = at
+		}
+		out.Chunks++
+		out.Bytes += c.Size
+		if c.Seq >= 0 {
+			out.Numbered++
+		}
+	}
+	return out
 }
