@@ -26,13 +26,29 @@ type adminConvergeCmd struct {
 	Action string `arg:"" enum:"preview,up,refresh,destroy" help:"preview, up, refresh or destroy (required)."`
 	Wait   bool   `help:"Follow the job's progress until it ends; exit 1 unless it succeeded."`
 	JSON   bool   `help:"Print JSON."`
+	// IncludeData and Confirm: destroying the data stack too
+	// (docs/operations.md, "Converge").
+	IncludeData bool   `name:"include-data" help:"With destroy: destroy the box's data stack (its volume) too. Asks for the phrase 'destroy data BOX'."`
+	Confirm     string `help:"The confirmation phrase of --include-data, for use without a terminal: 'destroy data BOX'."`
 }
 
 func (*adminConvergeCmd) operation() string { return adminapi.OpRunPulumiConverge }
 
-// Run enqueues the job and, with --wait, follows it.
+// Run enqueues the job and, with --wait, follows it. With --include-data
+// it asks for the typed phrase first; the daemon judges it (422
+// confirmation_mismatch, nothing enqueued).
 func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	req := adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: c.Box}, Action: c.Action}
+	if c.IncludeData {
+		if c.Action != "destroy" {
+			return &exitError{code: exitUsage, err: errors.New("--include-data goes with destroy only: nothing was enqueued")}
+		}
+		phrase, err := confirmation(c.Confirm, adminapi.DestroyDataPhrase(c.Box))
+		if err != nil {
+			return err
+		}
+		req.IncludeData, req.Confirmation = true, phrase
+	}
 	if !c.Wait {
 		return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Job, error) {
 			return cl.RunPulumiConverge(ctx, req)

@@ -139,6 +139,50 @@ func TestReroll(t *testing.T) {
 	})
 }
 
+// TestConvergeIncludeDataFlag: `admin converge BOX destroy --include-data`
+// sends includeData with the typed phrase (from --confirm); without a
+// terminal and without --confirm, or on another action, it exits 2 and
+// calls nothing; a plain destroy never sends includeData
+// (docs/operations.md, "Jobs").
+func TestConvergeIncludeDataFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		code        int
+		includeData any
+		phrase      any
+	}{
+		{"destroy with the data and its phrase", []string{"destroy", "--include-data", "--confirm", "destroy data gpu-1"}, 0, true, "destroy data gpu-1"},
+		{"a plain destroy", []string{"destroy"}, 0, nil, nil},
+		{"no phrase without a terminal", []string{"destroy", "--include-data"}, exitUsage, nil, nil},
+		{"include data on an up", []string{"up", "--include-data", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAdmin(t)
+			out, code := cliRun(t, f.URL, nil, append([]string{"admin", "converge", "gpu-1"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			reqs := f.requests()
+			if tc.code != 0 {
+				if len(reqs) != 0 {
+					t.Fatalf("a refused command called the daemon: %+v", reqs)
+				}
+				return
+			}
+			if len(reqs) != 1 || reqs[0].Path != "/admin-api/pulumi-state/converge" {
+				t.Fatalf("requests %+v", reqs)
+			}
+			if got := reqs[0].Body["includeData"]; got != tc.includeData {
+				t.Errorf("includeData = %v, want %v", got, tc.includeData)
+			}
+			if got := reqs[0].Body["confirmation"]; got != tc.phrase {
+				t.Errorf("confirmation = %v, want %v", got, tc.phrase)
+			}
+		})
+	}
+}
+
 // TestPrintDiagnosisSteps: the doctor's table shows the step journal, one
 // line per step: a progress step's report and a release's reason
 // (docs/operations.md, "Job doctor").

@@ -47,7 +47,7 @@ func (c *adminRetentionRunsCmd) Run(a *adminCmd) error {
 // incomplete pass (docs/operations.md, "Retention").
 func printRetentionRuns(w io.Writer, runs []adminapi.RetentionRun) error {
 	tw := table(w)
-	fmt.Fprintln(tw, "STARTED\tTRIGGER\tDURATION\tMINUTE ROLLUPS\tHOURLY ROLLUPS\tBATCHES\tBACKLOG\tSTOP\tHEARTBEATS PRUNED\tFINALIZED\tERROR")
+	fmt.Fprintln(tw, "STARTED\tTRIGGER\tDURATION\tMINUTE ROLLUPS\tHOURLY ROLLUPS\tBATCHES\tBACKLOG\tSTOP\tHEARTBEATS PRUNED\tFINALIZED\tCHECKPOINTS PRUNED\tERROR")
 	for _, r := range runs {
 		backlog := "no"
 		if r.TelemetryBacklogPending {
@@ -57,9 +57,10 @@ func printRetentionRuns(w io.Writer, runs []adminapi.RetentionRun) error {
 		if r.Error != "" {
 			errText = displayText(r.Error)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", timeOrDash(r.StartedAt), r.Trigger,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", timeOrDash(r.StartedAt), r.Trigger,
 			time.Duration(r.DurationMs)*time.Millisecond, r.TelemetryMinuteRollups, r.TelemetryHourlyRollups,
-			r.TelemetryBatches, backlog, r.TelemetryDrainStopReason, r.HeartbeatsPruned, r.SessionsFinalized, errText)
+			r.TelemetryBatches, backlog, r.TelemetryDrainStopReason, r.HeartbeatsPruned, r.SessionsFinalized,
+			r.StackStatesPruned, errText)
 	}
 	return tw.Flush()
 }

@@ -70,6 +70,10 @@ func newFakeAdmin(t *testing.T) *fakeAdmin {
 		switch req.Method + " " + req.Path {
 		case "GET /api/admin/status":
 			_ = json.NewEncoder(w).Encode(adminapi.Status{Version: "test"})
+		case "POST /admin-api/pulumi-state/converge":
+			w.WriteHeader(http.StatusAccepted)
+			action, _ := req.Body["action"].(string)
+			_ = json.NewEncoder(w).Encode(adminapi.Job{ID: "01JOBFAKE", Box: "gpu-1", Action: action, Status: "queued"})
 		case "GET /api/admin/environments":
 			_ = json.NewEncoder(w).Encode(adminapi.EnvironmentList{Environments: envs})
 		case "POST /api/admin/ingest-keys":

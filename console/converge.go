@@ -185,8 +185,10 @@ type boxView struct {
 	Lock       lockView
 	Jobs       []jobRow
 	Actions    []string
-	// DestroyPhrase is the typed confirmation a destroy needs.
-	DestroyPhrase string
+	// DestroyPhrase is the typed confirmation a destroy needs;
+	// DestroyDataPhrase the one a destroy that includes the data volume
+	// needs too.
+	DestroyPhrase, DestroyDataPhrase string
 	// Error is a refused converge request's explanation (fixed text).
 	Error string
 	// Busy links the live job that refused a request.
@@ -219,8 +221,8 @@ func (c *Console) boxPage(w http.ResponseWriter, r *http.Request, b storage.Box,
 		c.internal(w, r, err)
 		return
 	}
-	v := boxView{Box: b, Configured: c.configured(), Actions: jobs.Actions, DestroyPhrase: adminapi.ConvergePhrase(jobs.ActionDestroy, b.Name),
-		Error: errMsg, Busy: busy, CSRF: sessionOf(r).CSRFToken}
+	v := boxView{Box: b, Configured: c.configured(), Actions: jobs.Actions, Error: errMsg, Busy: busy, CSRF: sessionOf(r).CSRFToken,
+		DestroyPhrase: adminapi.ConvergePhrase(jobs.ActionDestroy, b.Name), DestroyDataPhrase: adminapi.DestroyDataPhrase(b.Name)}
 	if v.Stacks, err = c.stacksOf(r, b.Name, checkpointsPerStack, markers); err != nil {
 		c.internal(w, r, err)
 		return
@@ -252,7 +254,9 @@ func (c *Console) box(w http.ResponseWriter, r *http.Request) {
 // converge is POST /app/boxes/:name/converge: it enqueues the form's
 // action through the job service the admin API uses
 // (adminRunPulumiConverge's path, not its HTTP API). A destroy needs the
-// typed confirmation adminapi.ConvergePhrase. Every refusal writes
+// typed confirmation adminapi.ConvergePhrase; a destroy with "include
+// data" ticked also adminapi.DestroyDataPhrase in data_confirmation
+// (docs/operations.md, "Converge"). Every refusal writes
 // nothing: a foreign form 403, a wrong phrase or action 422, no executor
 // 503, a busy scope 409; success redirects to the job's page.
 func (c *Console) converge(w http.ResponseWriter, r *http.Request) {
@@ -276,11 +280,18 @@ func (c *Console) converge(w http.ResponseWriter, r *http.Request) {
 			"The confirmation did not match: type exactly “"+adminapi.ConvergePhrase(action, b.Name)+"” to destroy. Nothing was enqueued.", "")
 		return
 	}
+	includeData := action == jobs.ActionDestroy && r.PostForm.Get("include_data") != ""
+	if includeData && r.PostForm.Get("data_confirmation") != adminapi.DestroyDataPhrase(b.Name) {
+		c.boxPage(w, r, b, http.StatusUnprocessableEntity,
+			"The data confirmation did not match: type exactly “"+adminapi.DestroyDataPhrase(b.Name)+"” to destroy the volume too. Nothing was enqueued.", "")
+		return
+	}
 	if c.d.Jobs == nil {
 		c.boxPage(w, r, b, http.StatusServiceUnavailable, jobs.ErrNotConfigured.Error()+". Nothing was enqueued.", "")
 		return
 	}
-	job, err := c.d.Jobs.Enqueue(r.Context(), jobs.ScopeBox, b.ID, action)
+	job, err := c.d.Jobs.EnqueueRequest(r.Context(), jobs.Request{ScopeKind: jobs.ScopeBox, Ref: b.ID, Action: action,
+		IncludeData: includeData, Confirmation: r.PostForm.Get("data_confirmation")})
 	var busy *storage.ScopeBusyError
 	switch {
 	case err == nil:

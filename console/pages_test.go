@@ -130,6 +130,22 @@ func TestOracleAndBoxCheckpoints(t *testing.T) {
 	if !strings.Contains(page, `disabled`) || !strings.Contains(page, "destroy box-cp") {
 		t.Error("without converge the buttons are not disabled, or the destroy phrase is missing")
 	}
+	if !strings.Contains(page, `name="include_data"`) || !strings.Contains(page, "<code>destroy data box-cp</code>") {
+		t.Error("the destroy form does not offer to include the data volume with its phrase")
+	}
+	t.Run("a wiped checkpoint is marked", func(t *testing.T) {
+		if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+			_, err := storage.MarkStackWiped(ctx, tx, "box-cp-compute", time.Now())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_, page := pageOf(t, c.box, "/app/boxes/box-cp", "name", "box-cp")
+		_, oracle := pageOf(t, c.oracle, "/app/oracle?tab=cache")
+		if !strings.Contains(page, "<td>v8 (wiped)</td>") || !strings.Contains(page, "<td>v7</td>") || !strings.Contains(oracle, "<code>box-cp-compute</code>: v8 wiped (") {
+			t.Errorf("the wiped version is not marked:\n%s\n%s", page, oracle)
+		}
+	})
 	if code, _ := pageOf(t, c.box, "/app/boxes/"+b.ID, "name", b.ID); code != http.StatusNotFound {
 		t.Errorf("a box by its id: %d, want 404 (pages name boxes)", code)
 	}

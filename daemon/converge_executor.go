@@ -42,6 +42,14 @@ const (
 	endedIDPrefix    = "converge-ended:"
 )
 
+// checkpointTimeout bounds the checkpoint after a run, which runs on a
+// context detached from the run's: a run cancelled by the lease deadline or
+// a shutdown changed the state too and must still be saved. Two stack
+// exports take a few seconds; the runner (and a shutdown) waits for the run,
+// so a stuck CLI must not hold them for long (docs/operations.md,
+// "Checkpoints").
+const checkpointTimeout = time.Minute
+
 // ErrRecoverAmbiguous: crash recovery found more than one droplet (or
 // volume, or firewall) carrying the box's tag. Recovery refuses to guess which one the
 // box owns; the lane stays closed until the operator removes the extra one
@@ -126,12 +134,15 @@ type keyDelivery struct {
 var ErrNoPublicIPv4 = errors.New("the droplet has no public IPv4 address")
 
 // deliver ensures chalupa's SSH identity, issues a fresh active key of the
-// box's environment (one key per droplet: existing keys are untouched),
-// and delivers it to ipv4:port, pinning the droplet's host key. A failed
-// delivery revokes the key it issued, so no key that no droplet holds
-// stays active. It returns the pinned host key. Errors: ErrNoPublicIPv4,
-// sshdeliver's (no key material, key id or address in them), the
-// keyring's.
+// box's environment (one key per droplet: other droplets' keys are
+// untouched), records it as issued for the box's droplet, and delivers it
+// to ipv4:port, pinning the droplet's host key. A failed delivery revokes
+// the key it issued; a successful one revokes every other active key
+// recorded for the same box's droplet (a key an earlier run delivered
+// before a crash lost its result: the droplet's files now hold the new
+// one), so no key that no droplet holds stays active. It returns the
+// pinned host key. Errors: ErrNoPublicIPv4, sshdeliver's (no key material,
+// key id or address in them), the keyring's, the database's.
 func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (string, error) {
 	if ipv4 == "" {
 		return "", ErrNoPublicIPv4
@@ -143,15 +154,37 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 	if err != nil {
 		return "", fmt.Errorf("issue the environment's ingest key: %w", err)
 	}
+	if err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.RecordKeyIssued(ctx, tx, issued.KeyID, box.ID, dropletID, k.clock.Now())
+	}); err != nil {
+		k.revoke(ctx, dropletID, issued.KeyID, "revoking the unrecorded ingest key failed")
+		return "", err
+	}
 	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.port))
 	res, err := k.deliverer.Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
 	if err != nil {
-		// The job's context may be the one that ended: the revocation
-		// must still happen.
-		if _, rerr := k.keys.Revoke(context.WithoutCancel(ctx), issued.KeyID); rerr != nil {
-			k.log.Error().Err(rerr).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("revoking the undelivered ingest key failed; revoke it with chalupa admin keys revoke")
-		}
+		k.revoke(ctx, dropletID, issued.KeyID, "revoking the undelivered ingest key failed")
 		return "", err
+	}
+	// The droplet holds the key now: record it even if the job's context
+	// ended meanwhile.
+	dctx := context.WithoutCancel(ctx)
+	var earlier []string
+	if err := k.db.Writer.Do(dctx, func(tx storage.Tx) error {
+		var err error
+		earlier, err = storage.MarkKeyDelivered(dctx, tx, issued.KeyID, k.clock.Now())
+		return err
+	}); err != nil {
+		// The run succeeded all the same; the earlier keys are revoked by
+		// the next delivery to this droplet.
+		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("recording the delivered ingest key failed")
+	}
+	for _, old := range earlier {
+		k.revoke(ctx, dropletID, old, "revoking an ingest key the droplet no longer holds failed")
+	}
+	if len(earlier) > 0 {
+		k.log.Warn().Str("box", box.Name).Int64("droplet", dropletID).Strs("revokedKeyIds", earlier).
+			Msg("revoked ingest keys an earlier delivery left on this droplet: its files now hold the new key")
 	}
 	pin, err := storage.SSHHostKeyByDroplet(ctx, k.db.Read, dropletID)
 	if err != nil {
@@ -160,6 +193,15 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 	k.log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("hostKey", res.HostKeyFingerprint).
 		Bool("firstContact", res.FirstContact).Int("attempts", res.Attempts).Msg("delivered the ingest key over SSH")
 	return pin.HostKey, nil
+}
+
+// revoke revokes keyID, on a context the job's end does not cancel (the
+// revocation must still happen), logging msg on failure: the operator
+// revokes it with chalupa admin keys revoke.
+func (k *keyDelivery) revoke(ctx context.Context, dropletID int64, keyID, msg string) {
+	if _, err := k.keys.Revoke(context.WithoutCancel(ctx), keyID); err != nil {
+		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", keyID).Msg(msg + "; revoke it with chalupa admin keys revoke")
+	}
 }
 
 // Spec maps a box of the oracle to the engine's input: the recorded
@@ -222,7 +264,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 	}
 	spec := Spec(box, job)
 	counts := map[string]int{}
-	res, err := x.Engine.Run(ctx, spec, action, converge.RunOptions{}, func(ev converge.Event) {
+	var opts converge.RunOptions
+	if job.IncludeData {
+		// The admin API checked the typed phrase when it enqueued the job
+		// (jobs.Service.EnqueueRequest); the job keeps the decision.
+		opts = converge.RunOptions{IncludeData: true, Confirm: converge.DataConfirmPhrase(box.Name)}
+	}
+	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev converge.Event) {
 		p := jobs.Progress{Resource: ev.Name, Op: ev.Op}
 		if ev.Op == "done" {
 			p.Message = "stack " + ev.Stack + " done"
@@ -234,9 +282,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		progress(p)
 	})
 	if action != converge.ActionPreview {
-		// Every run but a preview may have changed the state, a failed one
-		// too: save it before anything else can fail.
-		if cerr := x.checkpoint(ctx, box, spec); cerr != nil {
+		// Every run but a preview may have changed the state, a failed or
+		// cancelled one too: save it before anything else can fail, on a
+		// context the run's cancellation does not end.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+		cerr := x.checkpoint(cctx, box, spec)
+		cancel()
+		if cerr != nil {
 			if err == nil {
 				err = cerr
 			} else {
@@ -321,6 +373,9 @@ func (x *ConvergeExecutor) Prepare(ctx context.Context) error {
 	res, err := x.Checkpoints.RestoreMissing(ctx, x.Engine)
 	if err != nil {
 		return err
+	}
+	if len(res.Wiped) > 0 {
+		x.Log.Info().Strs("stacks", res.Wiped).Msg("left wiped stacks missing from the Pulumi backend: the next up adopts")
 	}
 	if len(res.Imported) > 0 {
 		x.Log.Warn().Strs("stacks", res.Imported).Int("kept", len(res.Kept)).
@@ -428,11 +483,31 @@ func (x *ConvergeExecutor) CancelLock(ctx context.Context, box storage.Box) erro
 
 // Wipe removes the box's stacks from the state cache, with their backups
 // and history (adminClearPulumiStateCache; the caller has proved the scope
-// idle). The oracle stays: the next up adopts. Errors: the engine's.
+// idle). Their checkpoints record the wipe first, so a restart does not
+// restore them (docs/operations.md, "Checkpoints"). The oracle stays: the
+// next up adopts. Errors: the database's, the engine's.
 func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.Engine.Wipe(ctx, Spec(box, jobs.Job{}))
+	spec := Spec(box, jobs.Job{})
+	if err := x.markWiped(ctx, spec.ComputeStack(), spec.DataStack()); err != nil {
+		return err
+	}
+	return x.Engine.Wipe(ctx, spec)
+}
+
+// markWiped records in the stacks' checkpoints that they are about to be
+// removed from the state cache, so that restoring missing stacks at the
+// next start leaves them missing and the next up adopts (checkpoint.Store
+// MarkWiped). Without checkpoints there is nothing to restore from.
+func (x *ConvergeExecutor) markWiped(ctx context.Context, stacks ...string) error {
+	if x.Checkpoints == nil {
+		return nil
+	}
+	if _, err := x.Checkpoints.MarkWiped(ctx, stacks...); err != nil {
+		return fmt.Errorf("record the wipe in the checkpoints: %w", err)
+	}
+	return nil
 }
 
 // Recover settles a job a dead process left running (docs/operations.md,
@@ -500,6 +575,11 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 		}
 		x.Log.Warn().Str("job", job.ID).Str("box", box.Name).Str("stack", name).
 			Msg("recovery: the stack state disagrees with the provider; removing it so the retried up adopts what exists")
+		// Its checkpoints hold the same disagreeing state: a restart
+		// before the retried up must not bring it back.
+		if err := x.markWiped(ctx, name); err != nil {
+			return nil, err
+		}
 		if err := x.Engine.WipeStack(ctx, name); err != nil {
 			return nil, err
 		}

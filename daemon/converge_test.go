@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -320,6 +321,10 @@ func noSecret(t *testing.T, p *daemontest.InProcess, secret string) {
 	if n != 0 {
 		t.Errorf("the secret is in %d job, event or checkpoint rows", n)
 	}
+	// The checkpoint search above proves nothing without checkpoints.
+	if err := p.App.DB.Read.QueryRow(`SELECT count(*) FROM stack_states`).Scan(&n); err != nil || n == 0 {
+		t.Errorf("no stack checkpoint was saved (%d, %v): the search for the secret in them checks nothing", n, err)
+	}
 	_ = filepath.WalkDir(p.Env["CHALUPA_DATA_DIR"], func(path string, de os.DirEntry, err error) error {
 		if err == nil && !de.IsDir() {
 			if b, _ := os.ReadFile(path); strings.Contains(string(b), secret) {
@@ -389,6 +394,161 @@ func TestConvergeKeyDeliveryFailure(t *testing.T) {
 		t.Fatalf("heartbeat with the key the retried up (job %s) delivered: %d", up.ID, code)
 	}
 	noSecret(t, p, material)
+}
+
+// TestConvergeDestroyIncludeData: a destroy keeps the box's data volume;
+// includeData without its phrase is refused 422 and enqueues nothing; with
+// "destroy data <box>" the job carries includeData and removes the volume
+// at the provider (docs/operations.md, "Jobs" and "Converge").
+func TestConvergeDestroyIncludeData(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
+	cl, ctx := p.Admin, context.Background()
+	authorize(t, cl, droplet)
+	newEnv(t, cl, "demo")
+	if _, err := cl.CreateBox(ctx, validBox("data-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, cl, "data-1", "up")
+	if len(api.Droplets()) != 1 || len(api.Volumes()) != 1 {
+		t.Fatalf("after up: %d droplets, %d volumes", len(api.Droplets()), len(api.Volumes()))
+	}
+	scope := adminapi.Scope{Kind: "box", ID: "data-1"}
+
+	t.Run("without includeData the volume stays", func(t *testing.T) {
+		j, _ := converge(t, cl, "data-1", "destroy")
+		if len(api.Droplets()) != 0 || len(api.Volumes()) != 1 || j.IncludeData {
+			t.Fatalf("after a plain destroy: %d droplets, %d volumes, includeData %v", len(api.Droplets()), len(api.Volumes()), j.IncludeData)
+		}
+	})
+
+	t.Run("without the phrase: 422, nothing enqueued", func(t *testing.T) {
+		before, err := cl.ListJobs(ctx, adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, phrase := range []string{"", "destroy data-1", "destroy data other"} {
+			_, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: scope, Action: "destroy", IncludeData: true, Confirmation: phrase})
+			var ae *adminapi.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || ae.Code != "confirmation_mismatch" {
+				t.Fatalf("phrase %q: %v, want 422 confirmation_mismatch", phrase, err)
+			}
+		}
+		after, err := cl.ListJobs(ctx, adminapi.ListJobsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Jobs) != len(before.Jobs) || len(api.Volumes()) != 1 {
+			t.Fatalf("a refused request enqueued: %d jobs before, %d after; %d volumes", len(before.Jobs), len(after.Jobs), len(api.Volumes()))
+		}
+	})
+
+	t.Run("with includeData and the phrase the volume is destroyed", func(t *testing.T) {
+		j, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: scope, Action: "destroy", IncludeData: true,
+			Confirmation: adminapi.DestroyDataPhrase("data-1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !j.IncludeData {
+			t.Errorf("the queued job does not carry includeData: %+v", j)
+		}
+		j = waitJob(t, cl, j.ID)
+		if j.Status != storage.JobSucceeded {
+			t.Fatalf("destroy with data: %s: %s", j.Status, j.Error)
+		}
+		if n := len(api.Volumes()); n != 0 {
+			t.Fatalf("%d volumes after destroying the data", n)
+		}
+		box, err := cl.GetBox(ctx, "data-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if box.Resources.VolumeID != "" {
+			t.Errorf("the box still records volume %q", box.Resources.VolumeID)
+		}
+	})
+}
+
+// TestConvergeWipeSurvivesRestart: a state wipe records itself in the
+// stacks' checkpoints, so the restore of missing stacks at the next start
+// leaves them gone: the preview after the restart adopts every resource
+// (imports, no creates, nothing "same"), and the up after it creates
+// nothing (docs/operations.md, "Checkpoints").
+func TestConvergeWipeSurvivesRestart(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
+	p := daemontest.NewInProcess(t, opt)
+	ctx := context.Background()
+	authorize(t, p.Admin, droplet)
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("wipe-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, p.Admin, "wipe-1", "up")
+	if _, err := p.Admin.ClearPulumiStateCache(ctx, adminapi.ClearStateRequest{Box: "wipe-1", Confirmation: adminapi.WipePhrase("wipe-1")}); err != nil {
+		t.Fatal(err)
+	}
+	p.Restart(opt)
+	// The preview runs only after the lane restored missing stacks.
+	_, sum := converge(t, p.Admin, "wipe-1", "preview")
+	if sum["import"] != 3.0 || sum["same"] != 0.0 || sum["create"] != 0.0 {
+		t.Fatalf("preview after wipe and restart: %v; the restart restored the wiped stacks", sum["steps"])
+	}
+	if !strings.Contains(p.Logs.String(), "left wiped stacks missing") {
+		t.Error("the start does not log the wiped stacks it left missing")
+	}
+	_, sum = converge(t, p.Admin, "wipe-1", "up")
+	if sum["import"] != 3.0 || sum["create"] != 0.0 || len(api.Droplets()) != 1 {
+		t.Fatalf("up after wipe and restart: %v, %d droplets", sum["steps"], len(api.Droplets()))
+	}
+}
+
+// TestConvergeCheckpointAfterCancelledRun: a run cancelled mid-up (here
+// by stopping the daemon, as the lease deadline also does) still saves its
+// stacks' checkpoints, on a context the cancellation did not end; the job
+// is left running for crash recovery (docs/operations.md, "Checkpoints").
+func TestConvergeCheckpointAfterCancelledRun(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
+	p := daemontest.NewInProcess(t, opt)
+	ctx := context.Background()
+	authorize(t, p.Admin, droplet)
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("cp-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := p.Admin.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "cp-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop the daemon once the run has changed the state (the volume
+	// exists) and before it ended (the droplet comes after the volume).
+	deadline := time.Now().Add(jobDeadline)
+	for len(api.Volumes()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the up never created the volume")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Close()
+	p.Restart(daemontest.AppOptions{Env: opt.Env})
+	got, err := storage.JobByID(ctx, p.App.DB.Read, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != storage.JobRunning {
+		t.Fatalf("the job is %s: the run ended before the daemon stopped, so nothing was cancelled and the test proves nothing", got.Status)
+	}
+	var n int
+	if err := p.App.DB.Read.QueryRowContext(ctx, `SELECT count(*) FROM stack_states WHERE stack = 'cp-1-data'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("the cancelled run saved no checkpoint of the data stack it changed")
+	}
+	if strings.Contains(p.Logs.String(), "checkpoint after a failed run") {
+		t.Errorf("the checkpoint after the cancelled run failed:\n%s", p.Logs.String())
+	}
 }
 
 // noToken searches the job rows, events, the daemon log, the database

@@ -36,7 +36,7 @@ func enqueueDirect(t *testing.T, p *daemontest.InProcess, box string) string {
 		if err != nil {
 			return err
 		}
-		j, err := storage.EnqueueJob(t.Context(), tx, "01JDOCTORTEST0000000000000", "box", b.ID, jobs.ActionUp, p.App.Clock.Now())
+		j, err := storage.EnqueueJob(t.Context(), tx, "01JDOCTORTEST0000000000000", "box", b.ID, jobs.ActionUp, false, p.App.Clock.Now())
 		id = j.ID
 		return err
 	})

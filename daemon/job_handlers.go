@@ -51,6 +51,10 @@ func jobError(err error) error {
 		return fail(http.StatusUnprocessableEntity, "unknown_action", jobs.ErrUnknownAction.Error())
 	case errors.Is(err, jobs.ErrUnknownScope):
 		return fail(http.StatusUnprocessableEntity, "unknown_scope", jobs.ErrUnknownScope.Error())
+	case errors.Is(err, jobs.ErrIncludeDataAction):
+		return fail(http.StatusUnprocessableEntity, "include_data_not_destroy", jobs.ErrIncludeDataAction.Error()+"; nothing was enqueued")
+	case errors.Is(err, jobs.ErrConfirmData):
+		return fail(http.StatusUnprocessableEntity, "confirmation_mismatch", jobs.ErrConfirmData.Error())
 	case errors.Is(err, storage.ErrNotFound):
 		return errBoxNotFound
 	case errors.Is(err, jobs.ErrNotConfigured):
@@ -63,7 +67,8 @@ func (h *jobHandlers) converge(ctx context.Context, req adminapi.ConvergeRequest
 	if req.Action == "" {
 		return adminapi.Job{}, fail(http.StatusBadRequest, "missing_action", "action is required (preview, up, refresh or destroy); there is no default")
 	}
-	job, err := h.svc.Enqueue(ctx, req.Scope.Kind, req.Scope.ID, req.Action)
+	job, err := h.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: req.Scope.Kind, Ref: req.Scope.ID, Action: req.Action,
+		IncludeData: req.IncludeData, Confirmation: req.Confirmation})
 	if err != nil {
 		return adminapi.Job{}, jobError(err)
 	}
@@ -197,6 +202,6 @@ func boxNames(ctx context.Context, db *storage.DB) (map[string]string, error) {
 func toAPIJob(j storage.Job, box string) adminapi.Job {
 	return adminapi.Job{ID: j.ID, Scope: adminapi.Scope{Kind: j.ScopeKind, ID: j.ScopeID}, Box: box, Action: j.Action,
 		Status: j.Status, LockedBy: j.LockedBy, LockedAt: j.LockedAt, Attempts: j.Attempts, Progress: j.Progress,
-		ProgressSeq: j.ProgressSeq, Result: j.Result, Error: j.Error, CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt,
+		ProgressSeq: j.ProgressSeq, IncludeData: j.IncludeData, Result: j.Result, Error: j.Error, CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt,
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
 }

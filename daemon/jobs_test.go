@@ -199,6 +199,10 @@ func TestConvergeAnswers(t *testing.T) {
 		{"unknown scope kind", `{"scope":{"kind":"stack","id":"gpu-1"},"action":"up"}`, http.StatusUnprocessableEntity, "unknown_scope"},
 		{"unknown box", `{"scope":{"kind":"box","id":"nope"},"action":"up"}`, http.StatusNotFound, "not_found"},
 		{"unknown field", `{"scope":{"kind":"box","id":"gpu-1"},"action":"up","force":true}`, http.StatusBadRequest, "bad_body"},
+		{"includeData without the phrase", `{"scope":{"kind":"box","id":"gpu-1"},"action":"destroy","includeData":true}`, http.StatusUnprocessableEntity, "confirmation_mismatch"},
+		{"includeData with the compute phrase", `{"scope":{"kind":"box","id":"gpu-1"},"action":"destroy","includeData":true,"confirmation":"destroy gpu-1"}`, http.StatusUnprocessableEntity, "confirmation_mismatch"},
+		{"includeData on an up", `{"scope":{"kind":"box","id":"gpu-1"},"action":"up","includeData":true,"confirmation":"destroy data gpu-1"}`, http.StatusUnprocessableEntity, "include_data_not_destroy"},
+		{"includeData on an unknown box", `{"scope":{"kind":"box","id":"nope"},"action":"destroy","includeData":true,"confirmation":"destroy data nope"}`, http.StatusNotFound, "not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if a := callOp(t, cl, adminapi.OpRunPulumiConverge, nil, tc.body); a.status != tc.status || a.code != tc.code {

@@ -52,6 +52,6 @@ func toAPIRetentionRun(r storage.RetentionRun) adminapi.RetentionRun {
 		ID: r.ID, Trigger: r.Trigger, StartedAt: r.StartedAt, DurationMs: r.Duration.Milliseconds(),
 		TelemetryMinuteRollups: r.MinuteRollups, TelemetryHourlyRollups: r.HourlyRollups, TelemetryBatches: r.Batches,
 		TelemetryBacklogPending: r.BacklogPending, TelemetryDrainStopReason: r.DrainStopReason,
-		HeartbeatsPruned: r.HeartbeatsPruned, SessionsFinalized: r.SessionsFinalized, Error: r.Error,
+		HeartbeatsPruned: r.HeartbeatsPruned, SessionsFinalized: r.SessionsFinalized, StackStatesPruned: r.StackStatesPruned, Error: r.Error,
 	}
 }

@@ -102,6 +102,13 @@ var (
 	ErrUnknownAction = errors.New("action must be one of preview, up, refresh, destroy")
 	// ErrUnknownScope: the scope kind is not "box".
 	ErrUnknownScope = errors.New(`scope kind must be "box"`)
+	// ErrIncludeDataAction: includeData was asked of an action other than
+	// destroy; nothing is enqueued.
+	ErrIncludeDataAction = errors.New("includeData applies to destroy only")
+	// ErrConfirmData: a destroy with includeData whose confirmation is not
+	// the phrase "destroy data <box>"; nothing is enqueued
+	// (docs/operations.md, "Converge").
+	ErrConfirmData = errors.New(`destroying a box's data needs the confirmation "destroy data <box>"; nothing was enqueued`)
 )
 
 // Job is a queued, running or finished job (a jobs row).
@@ -161,8 +168,9 @@ type Executor interface {
 	// stop promptly when ctx ends, and the runner waits for it to return.
 	// An error fails the job with the error's text (no secrets in it).
 	Execute(ctx context.Context, job Job, box storage.Box, progress func(Progress)) (Outcome, error)
-	// Recover settles a job whose process died while running it, before
-	// anything else runs: cancel the engine's lock for the scope and find
+	// Recover settles a job whose process died while running it, or whose
+	// run the lease deadline cancelled (it may have been killed
+	// mid-operation), before anything else runs: cancel the engine's lock for the scope and find
 	// what exists at the provider. The returned resources (nil: unknown)
 	// are recorded on the box; then the job is requeued or failed by the
 	// attempt rule. An error keeps the lane closed until it succeeds.

@@ -23,6 +23,7 @@ import (
 type fakeExec struct {
 	mu         sync.Mutex
 	calls      []string
+	jobs       []jobs.Job // every job Execute was handed, in order
 	running    int
 	maxRunning int
 
@@ -59,6 +60,7 @@ func (f *fakeExec) Calls() []string {
 func (f *fakeExec) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, "execute:"+job.ID)
+	f.jobs = append(f.jobs, job)
 	f.running++
 	if f.running > f.maxRunning {
 		f.maxRunning = f.running
@@ -152,6 +154,30 @@ func TestEnqueueRules(t *testing.T) {
 			}
 		})
 	}
+	for _, tc := range []struct {
+		name string
+		req  jobs.Request
+		want error
+	}{
+		{"includeData on an up", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.ID, Action: "up", IncludeData: true,
+			Confirmation: "destroy data " + r.box.Name}, jobs.ErrIncludeDataAction},
+		{"includeData without the phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true}, jobs.ErrConfirmData},
+		{"includeData with another box's phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true,
+			Confirmation: "destroy data other"}, jobs.ErrConfirmData},
+		{"includeData with the compute phrase", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.Name, Action: "destroy", IncludeData: true,
+			Confirmation: "destroy " + r.box.Name}, jobs.ErrConfirmData},
+		{"includeData on an unknown box", jobs.Request{ScopeKind: jobs.ScopeBox, Ref: "no-such-box", Action: "destroy", IncludeData: true,
+			Confirmation: "destroy data no-such-box"}, storage.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := r.svc.EnqueueRequest(ctx, tc.req); !errors.Is(err, tc.want) {
+				t.Fatalf("EnqueueRequest = %v, want %v", err, tc.want)
+			}
+			if js, _ := storage.ListJobs(ctx, r.db.Read, storage.JobFilter{Limit: 10}); len(js) != 0 {
+				t.Fatalf("a refused request wrote %d job(s)", len(js))
+			}
+		})
+	}
 	t.Run("no executor: not configured, nothing enqueued", func(t *testing.T) {
 		svc := jobs.NewService(r.db, r.clock, nil, nil)
 		if _, err := svc.Enqueue(ctx, jobs.ScopeBox, r.box.Name, "up"); !errors.Is(err, jobs.ErrNotConfigured) {
@@ -236,6 +262,130 @@ func TestLeaseExpiryRequeuesThenWorkerLost(t *testing.T) {
 	}
 	if res := <-runTick(r); res.Ran != nil {
 		t.Fatalf("a failed job ran again: %+v", res.Ran)
+	}
+	// Each cancelled run was settled by Recover (it may have been killed
+	// mid-operation, leaving a lock and pending creates) before the next
+	// run of the scope.
+	want := []string{}
+	for attempt := 1; attempt <= jobs.MaxAttempts; attempt++ {
+		want = append(want, "execute:"+job.ID, "recover:"+job.ID)
+	}
+	if got := r.exec.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+}
+
+// TestIncludeDataSurvivesARequeue: a destroy enqueued with includeData
+// and its phrase keeps the flag on the
+// job, so the run after a lease expiry is handed it again; a plain destroy
+// never carries it (docs/operations.md, "Jobs").
+func TestIncludeDataSurvivesARequeue(t *testing.T) {
+	r := newRig(t)
+	plain := storagetest.Box(t, r.db, storage.Box{})
+	ctx := context.Background()
+	if _, err := r.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: jobs.ScopeBox, Ref: plain.ID, Action: "destroy",
+		Confirmation: "destroy data " + plain.Name}); err != nil {
+		t.Fatal(err)
+	}
+	// The phrase names the box as the request does: here by its id.
+	if _, err := r.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: jobs.ScopeBox, Ref: r.box.ID, Action: "destroy",
+		IncludeData: true, Confirmation: "destroy data " + r.box.ID}); err != nil {
+		t.Fatalf("the phrase naming the box by its id: %v", err)
+	}
+	// The plain destroy runs first (oldest queued) and ends.
+	if res := <-runTick(r); res.Ran == nil || res.Ran.Status != storage.JobSucceeded {
+		t.Fatalf("plain destroy: %+v", res.Ran)
+	}
+	r.exec.block = true
+	done := runTick(r)
+	<-r.exec.started
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.clock.BlockUntilContext(tctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(jobs.LeaseDuration)
+	<-r.exec.cancelled
+	r.exec.release <- struct{}{}
+	if res := <-done; res.Ran == nil || res.Ran.Status != storage.JobQueued {
+		t.Fatalf("the expired run was not requeued: %+v", res.Ran)
+	}
+	r.exec.block = false
+	if res := <-runTick(r); res.Ran == nil || res.Ran.Status != storage.JobSucceeded {
+		t.Fatalf("the retry: %+v", res.Ran)
+	}
+	r.exec.mu.Lock()
+	seen := append([]jobs.Job(nil), r.exec.jobs...)
+	r.exec.mu.Unlock()
+	if len(seen) != 3 {
+		t.Fatalf("%d runs, want 3", len(seen))
+	}
+	for i, want := range []bool{false, true, true} {
+		if seen[i].IncludeData != want {
+			t.Errorf("run %d (%s of box %s): IncludeData %v, want %v", i+1, seen[i].Action, seen[i].ScopeID, seen[i].IncludeData, want)
+		}
+	}
+	if seen[1].ID != seen[2].ID || seen[2].Attempts != 2 {
+		t.Errorf("the retry is not the requeued job: %+v", seen[2])
+	}
+}
+
+// TestLeaseExpirySettlesTheRunBeforeARetry: a run the lease deadline
+// cancelled is settled by the executor's Recover before the job is
+// requeued, with what it found recorded on the box; a failing Recover
+// leaves the job running, so the next tick recovers it before any run.
+func TestLeaseExpirySettlesTheRunBeforeARetry(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		recoverErr error
+	}{{"recovered, then requeued", nil}, {"a failed recovery keeps the job running", errors.New("provider unreachable")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.exec.block = true
+			r.exec.recovered = &storage.BoxResources{DropletID: 91}
+			r.exec.recoverErr = tc.recoverErr
+			job := r.enqueue(t, "up")
+			done := runTick(r)
+			<-r.exec.started
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := r.clock.BlockUntilContext(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			r.clock.Advance(jobs.LeaseDuration)
+			<-r.exec.cancelled
+			r.exec.release <- struct{}{}
+			res := <-done
+			if res.Ran == nil || !res.Ran.TimedOut {
+				t.Fatalf("tick %+v", res.Ran)
+			}
+			if got := r.exec.Calls(); len(got) != 2 || got[1] != "recover:"+job.ID {
+				t.Fatalf("calls %v: the cancelled run was not settled by Recover", got)
+			}
+			j := r.job(t, job.ID)
+			b, err := storage.BoxByRef(context.Background(), r.db.Read, r.box.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.recoverErr == nil {
+				if j.Status != storage.JobQueued || b.Resources.DropletID != 91 {
+					t.Fatalf("job %s, box resources %+v; want queued with the recovered droplet", j.Status, b.Resources)
+				}
+				return
+			}
+			if j.Status != storage.JobRunning || j.LockedBy != "instance-now" {
+				t.Fatalf("job %s by %q after a failed recovery; want it left running", j.Status, j.LockedBy)
+			}
+			r.exec.recoverErr, r.exec.block = nil, false
+			next := <-runTick(r)
+			<-r.exec.started
+			if len(next.Recovered) != 1 || next.Recovered[0].JobID != job.ID || next.Ran == nil || next.Ran.JobID != job.ID {
+				t.Fatalf("next tick: recovered %+v, ran %+v", next.Recovered, next.Ran)
+			}
+			if got := r.exec.Calls(); len(got) != 4 || got[2] != "recover:"+job.ID || got[3] != "execute:"+job.ID {
+				t.Fatalf("calls %v: recovery must come before the retry", got)
+			}
+		})
 	}
 }
 

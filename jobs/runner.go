@@ -248,7 +248,8 @@ func (r *Runner) recover(ctx context.Context, res *TickResult) (more bool, err e
 }
 
 // run executes a claimed job until it ends, its lease deadline passes (the
-// run is cancelled and waited for, then the attempt rule applies) or ctx
+// run is cancelled and waited for, settled by the executor's Recover as a
+// dead process's job is, then the attempt rule applies) or ctx
 // ends (the run is cancelled and waited for; the job stays running and is
 // recovered at the next start).
 func (r *Runner) run(ctx context.Context, job Job, box storage.Box) Ran {
@@ -302,6 +303,22 @@ wait:
 		}
 	}
 
+	// A cancelled run may have been killed mid-operation (the engine kills
+	// a run that does not stop in time): it leaves what a dead process
+	// leaves, a held lock and pending creates. It is settled as one
+	// (Recover) before the attempt rule may requeue it, or a retried up
+	// would fail on the lock or create a second droplet. A failed Recover
+	// leaves the job running: the next tick recovers it before anything
+	// else runs.
+	var found *storage.BoxResources
+	if ran.TimedOut {
+		var err error
+		if found, err = r.exec.Recover(ctx, job, box); err != nil {
+			log.Error().Err(err).Msg("settling the cancelled run failed; the job is recovered before anything else runs")
+			return ran
+		}
+	}
+
 	err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		now := r.clock.Now()
 		if err := storage.TouchWorker(ctx, tx, storage.Worker{WorkerID: r.instance, Version: r.version, LastSeenAt: now}); err != nil {
@@ -309,6 +326,11 @@ wait:
 		}
 		switch {
 		case ran.TimedOut:
+			if found != nil {
+				if err := storage.RecordBoxResources(ctx, tx, box.ID, *found, now); err != nil {
+					return err
+				}
+			}
 			ran.Error = fmt.Sprintf("lease expired after %s: the run was cancelled", LeaseDuration)
 			var err error
 			ran.Status, err = storage.ReleaseJob(ctx, tx, job.ID, r.instance, MaxAttempts, ran.Error, now)

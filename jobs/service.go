@@ -7,6 +7,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -38,21 +39,50 @@ func NewService(db *storage.DB, clock clockwork.Clock, runner *Runner, watch *Wa
 func (s *Service) Configured() bool { return s.runner != nil }
 
 // Enqueue queues action on the box of the scope (kind ScopeBox; ref the
-// box's id or name) and wakes the runner. The checks come in this order and
-// a refused request writes nothing: ErrUnknownScope; ErrUnknownAction;
-// storage.ErrNotFound (no such box); ErrNotConfigured; a
-// *storage.ScopeBusyError naming the scope's live job
-// (docs/operations.md, "Jobs").
+// box's id or name) and wakes the runner: EnqueueRequest without
+// includeData.
 func (s *Service) Enqueue(ctx context.Context, scopeKind, ref, action string) (Job, error) {
-	if scopeKind != ScopeBox {
+	return s.EnqueueRequest(ctx, Request{ScopeKind: scopeKind, Ref: ref, Action: action})
+}
+
+// Request is one converge request (adminRunPulumiConverge's body, or the
+// console's form).
+type Request struct {
+	// ScopeKind must be ScopeBox; Ref is the box's id or name.
+	ScopeKind, Ref string
+	// Action is one of Actions.
+	Action string
+	// IncludeData extends a destroy to the box's data stack (its volume);
+	// Confirmation must then be adminapi.DestroyDataPhrase of the box's
+	// name or of Ref. Confirmation is not read without IncludeData.
+	IncludeData  bool
+	Confirmation string
+}
+
+// EnqueueRequest queues req and wakes the runner; the job keeps
+// IncludeData, so a requeued or recovered job destroys what was confirmed
+// and nothing more. The checks come in this order and a refused request
+// writes nothing (docs/operations.md, "Jobs"): ErrUnknownScope;
+// ErrUnknownAction; ErrIncludeDataAction (includeData on an action other
+// than destroy); storage.ErrNotFound (no such box); ErrConfirmData (the
+// phrase does not match); ErrNotConfigured; a *storage.ScopeBusyError
+// naming the scope's live job.
+func (s *Service) EnqueueRequest(ctx context.Context, req Request) (Job, error) {
+	if req.ScopeKind != ScopeBox {
 		return Job{}, ErrUnknownScope
 	}
-	if !ValidAction(action) {
+	if !ValidAction(req.Action) {
 		return Job{}, ErrUnknownAction
 	}
-	box, err := storage.BoxByRef(ctx, s.db.Read, ref)
+	if req.IncludeData && req.Action != ActionDestroy {
+		return Job{}, ErrIncludeDataAction
+	}
+	box, err := storage.BoxByRef(ctx, s.db.Read, req.Ref)
 	if err != nil {
 		return Job{}, err
+	}
+	if req.IncludeData && req.Confirmation != adminapi.DestroyDataPhrase(box.Name) && req.Confirmation != adminapi.DestroyDataPhrase(req.Ref) {
+		return Job{}, ErrConfirmData
 	}
 	if s.runner == nil {
 		return Job{}, ErrNotConfigured
@@ -60,7 +90,7 @@ func (s *Service) Enqueue(ctx context.Context, scopeKind, ref, action string) (J
 	var job Job
 	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		var err error
-		job, err = storage.EnqueueJob(ctx, tx, ulid.Make().String(), ScopeBox, box.ID, action, s.clock.Now())
+		job, err = storage.EnqueueJob(ctx, tx, ulid.Make().String(), ScopeBox, box.ID, req.Action, req.IncludeData, s.clock.Now())
 		return err
 	})
 	if err != nil {

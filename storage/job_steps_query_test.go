@@ -33,7 +33,7 @@ func TestJobStepJournal(t *testing.T) {
 		return s
 	}
 	must(do(func(tx storage.Tx) error {
-		_, err := storage.EnqueueJob(t.Context(), tx, "J1", "box", box.ID, "up", at)
+		_, err := storage.EnqueueJob(t.Context(), tx, "J1", "box", box.ID, "up", false, at)
 		return err
 	}))
 	t.Run("lifecycle", func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestJobStepJournal(t *testing.T) {
 	})
 	t.Run("bounded", func(t *testing.T) {
 		must(do(func(tx storage.Tx) error {
-			_, err := storage.EnqueueJob(t.Context(), tx, "J2", "box", box.ID, "up", at)
+			_, err := storage.EnqueueJob(t.Context(), tx, "J2", "box", box.ID, "up", false, at)
 			if err != nil {
 				return err
 			}

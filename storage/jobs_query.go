@@ -42,6 +42,11 @@ type Job struct {
 	ScopeKind, ScopeID string
 	// Action is preview, up, refresh or destroy.
 	Action string
+	// IncludeData, on a destroy only, extends it to the box's data stack
+	// (its volume): the admin API checked the typed phrase before
+	// enqueueing, and a requeued or recovered job keeps it
+	// (docs/operations.md, "Converge").
+	IncludeData bool
 	// Status is one of the Job* constants.
 	Status string
 	// LockedBy is the instance id of the process running it ("" unless
@@ -68,14 +73,14 @@ type Job struct {
 func (j Job) Live() bool { return j.Status == JobQueued || j.Status == JobRunning }
 
 const jobCols = `id, scope_kind, scope_id, action, status, coalesce(locked_by, ''), locked_at, attempts,
-	progress, progress_seq, result, error, created_at, queued_at, started_at, finished_at, updated_at`
+	progress, progress_seq, result, error, created_at, queued_at, started_at, finished_at, updated_at, include_data`
 
 func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 	var j Job
 	var lockedAt, created, queued, started, finished, updated sql.NullInt64
 	var progress, result sql.NullString
 	if err := row.Scan(&j.ID, &j.ScopeKind, &j.ScopeID, &j.Action, &j.Status, &j.LockedBy, &lockedAt, &j.Attempts,
-		&progress, &j.ProgressSeq, &result, &j.Error, &created, &queued, &started, &finished, &updated); err != nil {
+		&progress, &j.ProgressSeq, &result, &j.Error, &created, &queued, &started, &finished, &updated, &j.IncludeData); err != nil {
 		return Job{}, err
 	}
 	if progress.Valid {
@@ -105,19 +110,21 @@ func scanJobs(rows *sql.Rows, err error, what string) ([]Job, error) {
 	return out, rows.Err()
 }
 
-// EnqueueJob inserts a queued job for the scope. Call it inside a writer
-// unit: the busy check and the insert are then one transaction. Errors: a
-// *ScopeBusyError (errors.Is ErrScopeBusy) naming the scope's live job.
-func EnqueueJob(ctx context.Context, q Querier, id, scopeKind, scopeID, action string, now time.Time) (Job, error) {
+// EnqueueJob inserts a queued job for the scope; includeData is stored as
+// the job's IncludeData (the caller has checked it belongs to a confirmed
+// destroy). Call it inside a writer unit: the busy check and the insert are
+// then one transaction. Errors: a *ScopeBusyError (errors.Is ErrScopeBusy)
+// naming the scope's live job.
+func EnqueueJob(ctx context.Context, q Querier, id, scopeKind, scopeID, action string, includeData bool, now time.Time) (Job, error) {
 	if live, err := LiveJob(ctx, q, scopeKind, scopeID); err == nil {
 		return Job{}, &ScopeBusyError{JobID: live.ID}
 	} else if !errors.Is(err, ErrNotFound) {
 		return Job{}, err
 	}
 	j, err := scanJob(q.QueryRowContext(ctx,
-		`INSERT INTO jobs (id, scope_kind, scope_id, action, status, created_at, queued_at, updated_at)
-		 VALUES (?, ?, ?, ?, 'queued', ?, ?, ?) RETURNING `+jobCols,
-		id, scopeKind, scopeID, action, ms(now), ms(now), ms(now)))
+		`INSERT INTO jobs (id, scope_kind, scope_id, action, include_data, status, created_at, queued_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?) RETURNING `+jobCols,
+		id, scopeKind, scopeID, action, includeData, ms(now), ms(now), ms(now)))
 	if isUniqueViolation(err) {
 		return Job{}, ErrConflict
 	}

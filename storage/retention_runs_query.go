@@ -26,6 +26,8 @@ type RetentionRun struct {
 	DrainStopReason string
 	// HeartbeatsPruned and SessionsFinalized count the pass's other steps.
 	HeartbeatsPruned, SessionsFinalized int64
+	// StackStatesPruned counts checkpoints (stack_states rows) deleted.
+	StackStatesPruned int64
 	// Error names the step that failed, "" for a complete pass; never SQL
 	// or data.
 	Error string
@@ -36,10 +38,10 @@ func InsertRetentionRun(ctx context.Context, q Querier, r RetentionRun) (int64, 
 	var id int64
 	if err := q.QueryRowContext(ctx,
 		`INSERT INTO retention_runs (trigger, started_at, duration_ms, minute_rollups, hourly_rollups, batches,
-		     backlog_pending, drain_stop_reason, heartbeats_pruned, sessions_finalized, error)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		     backlog_pending, drain_stop_reason, heartbeats_pruned, sessions_finalized, stack_states_pruned, error)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		r.Trigger, ms(r.StartedAt), r.Duration.Milliseconds(), r.MinuteRollups, r.HourlyRollups, r.Batches,
-		boolInt(r.BacklogPending), r.DrainStopReason, r.HeartbeatsPruned, r.SessionsFinalized, r.Error).Scan(&id); err != nil {
+		boolInt(r.BacklogPending), r.DrainStopReason, r.HeartbeatsPruned, r.SessionsFinalized, r.StackStatesPruned, r.Error).Scan(&id); err != nil {
 		return 0, fmt.Errorf("insert retention run: %w", err)
 	}
 	return id, nil
@@ -49,7 +51,7 @@ func InsertRetentionRun(ctx context.Context, q Querier, r RetentionRun) (int64, 
 func RecentRetentionRuns(ctx context.Context, q Querier, limit int) ([]RetentionRun, error) {
 	rows, err := q.QueryContext(ctx,
 		`SELECT id, trigger, started_at, duration_ms, minute_rollups, hourly_rollups, batches, backlog_pending,
-		     drain_stop_reason, heartbeats_pruned, sessions_finalized, error
+		     drain_stop_reason, heartbeats_pruned, sessions_finalized, stack_states_pruned, error
 		 FROM retention_runs ORDER BY started_at DESC, id DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read retention runs: %w", err)
@@ -60,7 +62,7 @@ func RecentRetentionRuns(ctx context.Context, q Querier, limit int) ([]Retention
 		var r RetentionRun
 		var started, dur, pending int64
 		if err := rows.Scan(&r.ID, &r.Trigger, &started, &dur, &r.MinuteRollups, &r.HourlyRollups, &r.Batches, &pending,
-			&r.DrainStopReason, &r.HeartbeatsPruned, &r.SessionsFinalized, &r.Error); err != nil {
+			&r.DrainStopReason, &r.HeartbeatsPruned, &r.SessionsFinalized, &r.StackStatesPruned, &r.Error); err != nil {
 			return nil, fmt.Errorf("read retention runs: %w", err)
 		}
 		r.StartedAt = time.UnixMilli(started).UTC()

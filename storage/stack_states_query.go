@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -47,6 +49,42 @@ func InsertStackState(ctx context.Context, q Querier, s StackState, now time.Tim
 		return 0, fmt.Errorf("insert stack state: %w", err)
 	}
 	return v, nil
+}
+
+// WipedStackExport is the export of a wiped checkpoint: the version a state
+// wipe (or crash recovery removing a stack) records, so that restoring
+// missing stacks from their newest checkpoint leaves a wiped stack gone and
+// the next up adopts what the oracle records instead (docs/operations.md,
+// "Checkpoints"). No Pulumi export is this document.
+var WipedStackExport = []byte(`{"chalupa":"stack wiped from the state cache; not restored"}`)
+
+// wipedStackSHA256 is WipedStackExport's digest.
+var wipedStackSHA256 = func() []byte { s := sha256.Sum256(WipedStackExport); return s[:] }()
+
+// IsWipedStackState reports whether a checkpoint's sha256 is that of
+// WipedStackExport.
+func IsWipedStackState(sum []byte) bool { return bytes.Equal(sum, wipedStackSHA256) }
+
+// MarkStackWiped records a wiped checkpoint (WipedStackExport) as stack's
+// next version, with the organization and environment of its newest
+// checkpoint, and clears its import marker: the stack is gone by the
+// operator's (or recovery's) decision. A stack without checkpoints, or
+// whose newest is wiped already, gets no row. It reports whether it
+// inserted one.
+func MarkStackWiped(ctx context.Context, q Querier, stack string, now time.Time) (bool, error) {
+	if err := ClearStackImportMarker(ctx, q, stack); err != nil {
+		return false, err
+	}
+	res, err := q.ExecContext(ctx,
+		`INSERT INTO stack_states (organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at)
+		 SELECT organization_id, environment_id, stack, version + 1, ?2, ?3, ?4, ?5 FROM stack_states
+		 WHERE stack = ?1 AND version = (SELECT max(version) FROM stack_states WHERE stack = ?1) AND sha256 <> ?3`,
+		stack, WipedStackExport, wipedStackSHA256, len(WipedStackExport), ms(now))
+	if err != nil {
+		return false, fmt.Errorf("mark stack wiped: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 const stackStateCols = `id, organization_id, environment_id, stack, version, export, sha256, size_bytes, created_at`
@@ -152,6 +190,9 @@ type StackCheckpoint struct {
 	SHA256    []byte
 	SizeBytes int64
 	CreatedAt time.Time
+	// Wiped is true for the version a state wipe recorded
+	// (WipedStackExport).
+	Wiped bool
 }
 
 // StackCheckpoints returns the newest perStack (> 0) checkpoints of each
@@ -173,7 +214,7 @@ func StackCheckpoints(ctx context.Context, q Querier, stacks []string, perStack 
 				rows.Close()
 				return nil, fmt.Errorf("list stack checkpoints: %w", err)
 			}
-			c.CreatedAt = fromMS(at)
+			c.CreatedAt, c.Wiped = fromMS(at), IsWipedStackState(c.SHA256)
 			out = append(out, c)
 		}
 		rows.Close()
@@ -182,4 +223,49 @@ func StackCheckpoints(ctx context.Context, q Querier, stacks []string, perStack 
 		}
 	}
 	return out, nil
+}
+
+// Retention of checkpoints (docs/operations.md, "Retention").
+const (
+	// StackStatesKeep is how many checkpoints of each stack are kept: the
+	// newest is what a restore imports; the nine before it are history
+	// for an operator comparing states after a surprise (a box's stacks
+	// take a few per day, so ten cover days, not months).
+	StackStatesKeep = 10
+	// DestroyedBoxStackStateRetention is how long the checkpoints of a box
+	// with nothing left at the provider (no droplet, firewall or volume
+	// recorded) are kept after its resources were last recorded: a month
+	// to look back at what was destroyed, after which the stacks hold
+	// nothing worth restoring.
+	DestroyedBoxStackStateRetention = 30 * 24 * time.Hour
+	// StackStatePruneBatch bounds the checkpoints one writer unit deletes:
+	// an export is up to 4 MiB, so a unit frees at most 800 MiB of pages
+	// and usually a few MiB.
+	StackStatePruneBatch = 200
+)
+
+// PruneStackStates deletes up to limit checkpoints, oldest first, that
+// retention no longer keeps: every checkpoint of a stack older than its
+// StackStatesKeep newest, and every checkpoint of a stack of a box that
+// has no recorded droplet, firewall or volume since before
+// now − DestroyedBoxStackStateRetention and no queued or running job. A
+// checkpoint a pending import names (stack_state_imports) is never
+// deleted. A stack pruned whole starts again at version 1. It returns the
+// rows deleted; fewer than limit means none is left.
+func PruneStackStates(ctx context.Context, q Querier, now time.Time, limit int) (int64, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM stack_states WHERE id IN (
+		SELECT s.id FROM stack_states s
+		WHERE NOT EXISTS (SELECT 1 FROM stack_state_imports m WHERE m.stack = s.stack AND m.version = s.version)
+		  AND ((SELECT count(*) FROM stack_states n WHERE n.stack = s.stack AND n.version > s.version) >= ?1
+		    OR EXISTS (SELECT 1 FROM cloud_resource b
+		      WHERE s.stack IN (b.name || '-compute', b.name || '-data')
+		        AND b.droplet_id IS NULL AND b.firewall_id IS NULL AND b.volume_id IS NULL
+		        AND b.resources_at < ?2
+		        AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.scope_kind = 'box' AND j.scope_id = b.id AND j.status IN ('queued', 'running'))))
+		ORDER BY s.id LIMIT ?3)`,
+		StackStatesKeep, ms(now.Add(-DestroyedBoxStackStateRetention)), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune stack states: %w", err)
+	}
+	return res.RowsAffected()
 }

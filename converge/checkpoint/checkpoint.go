@@ -120,13 +120,45 @@ type Restored struct {
 	Imported []string
 	// Kept are the stacks that exist in the backend and were left alone.
 	Kept []string
+	// Wiped are the missing stacks whose newest checkpoint records a wipe:
+	// they stay missing, so the next up adopts.
+	Wiped []string
+}
+
+// MarkWiped records, in one transaction, that each of stacks is being
+// removed from the state backend (a state wipe, or crash recovery removing
+// a stack that disagrees with the provider): a wiped checkpoint becomes
+// its newest version and its import marker is cleared, so RestoreMissing
+// leaves it missing and the next up adopts what the oracle records
+// (docs/operations.md, "Checkpoints"). Call it before removing the stacks:
+// a stack still in the backend is kept whatever its checkpoints say, and
+// its next checkpoint supersedes the mark. It returns the stacks marked (a
+// stack without checkpoints needs none). Errors: the database's.
+func (s *Store) MarkWiped(ctx context.Context, stacks ...string) ([]string, error) {
+	var marked []string
+	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		marked = marked[:0]
+		now := s.clock.Now()
+		for _, st := range stacks {
+			ok, err := storage.MarkStackWiped(ctx, tx, st, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				marked = append(marked, st)
+			}
+		}
+		return nil
+	})
+	return marked, err
 }
 
 // RestoreMissing imports every stack that has a checkpoint and is missing
 // from b (or whose earlier import was interrupted) from its newest
 // checkpoint, verifying each: the marker is set before the import and
 // cleared only when the export after the import matches the checkpoint.
-// Existing stacks are never touched. Run it before any job runs. Errors:
+// A stack whose newest checkpoint records a wipe (MarkWiped) stays
+// missing. Existing stacks are never touched. Run it before any job runs. Errors:
 // ErrVerify, the backend's (the marker stays; the next start retries).
 func (s *Store) RestoreMissing(ctx context.Context, b Backend) (Restored, error) {
 	var res Restored
@@ -139,6 +171,10 @@ func (s *Store) RestoreMissing(ctx context.Context, b Backend) (Restored, error)
 		return res, err
 	}
 	for _, cp := range latest {
+		if storage.IsWipedStackState(cp.SHA256) {
+			res.Wiped = append(res.Wiped, cp.Stack)
+			continue
+		}
 		if _, marked := pending[cp.Stack]; !marked {
 			_, exists, err := b.ExportStack(ctx, cp.Stack)
 			if err != nil {

@@ -189,3 +189,52 @@ func TestInterruptedImportBlocksUploads(t *testing.T) {
 		t.Fatalf("Save after the import = %d, %v; want version 2", v, err)
 	}
 }
+
+// TestWipedStackStaysMissing: after MarkWiped a stack missing from the
+// backend is not restored (a wipe is not undone by a restart), a pending
+// import marker is cleared with it, a stack without checkpoints gets no
+// row, a second mark adds none, and the stack's next real checkpoint is
+// restored again (docs/operations.md, "Checkpoints").
+func TestWipedStackStaysMissing(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	if _, err := r.store.Save(ctx, r.ref, []byte(exportV1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.PutStackImportMarker(ctx, tx, r.ref.Stack, 1, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := r.store.MarkWiped(ctx, r.ref.Stack, "box-1-data")
+	if err != nil || len(marked) != 1 || marked[0] != r.ref.Stack {
+		t.Fatalf("MarkWiped = %v, %v; want the compute stack only (the data stack has no checkpoint)", marked, err)
+	}
+	if again, err := r.store.MarkWiped(ctx, r.ref.Stack); err != nil || len(again) != 0 {
+		t.Fatalf("a second MarkWiped = %v, %v; want nothing new", again, err)
+	}
+	if _, err := storage.StackImportMarker(ctx, r.db.Read, r.ref.Stack); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("the import marker survived the wipe: %v", err)
+	}
+	cps, err := storage.StackCheckpoints(ctx, r.db.Read, []string{r.ref.Stack, "box-1-data"}, 5)
+	if err != nil || len(cps) != 2 || cps[0].Version != 2 || !cps[0].Wiped || cps[1].Wiped {
+		t.Fatalf("checkpoints after the wipe = %+v, %v; want v2 wiped over v1", cps, err)
+	}
+
+	empty := &memBackend{stacks: map[string][]byte{}}
+	res, err := r.store.RestoreMissing(ctx, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Imported) != 0 || len(empty.stacks) != 0 || len(res.Wiped) != 1 {
+		t.Fatalf("restore after the wipe: %+v, backend %v; want the stack left missing", res, empty.stacks)
+	}
+
+	if v, err := r.store.Save(ctx, r.ref, []byte(exportV1)); err != nil || v != 3 {
+		t.Fatalf("the checkpoint after the next up = %d, %v", v, err)
+	}
+	res, err = r.store.RestoreMissing(ctx, empty)
+	if err != nil || len(res.Imported) != 1 || string(empty.stacks[r.ref.Stack]) != exportV1 {
+		t.Fatalf("restore after a new checkpoint: %+v, %v", res, err)
+	}
+}

@@ -39,7 +39,7 @@ const (
 var jobOperations = []Operation{
 	{ID: OpRunPulumiConverge, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_converge", Confirm: "{action} {scope.id}"}, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
 		Request: typeOf[ConvergeRequest](), Response: typeOf[Job](),
-		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required)`},
+		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required); a destroy keeps the data volume unless "includeData":true with "confirmation":"destroy data <box>"`},
 	{ID: OpCancelPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_cancel_state", Confirm: "cancel {scope.id}"}, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
 		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
@@ -67,10 +67,22 @@ type Scope struct {
 // ConvergeRequest is the body of adminRunPulumiConverge. Action is
 // required, with no default: 400 missing_action when absent, 422
 // unknown_action when not one of preview, up, refresh, destroy.
+// IncludeData extends a destroy to the box's data stack (its volume, which
+// a destroy otherwise keeps); Confirmation must then be
+// DestroyDataPhrase of the box (by name, or as Scope.ID names it), else
+// 422 confirmation_mismatch, and on any other action 422
+// include_data_not_destroy; nothing is enqueued (docs/operations.md,
+// "Converge"). Confirmation is not read without IncludeData.
 type ConvergeRequest struct {
-	Scope  Scope  `json:"scope"`
-	Action string `json:"action"`
+	Scope        Scope  `json:"scope"`
+	Action       string `json:"action"`
+	IncludeData  bool   `json:"includeData,omitempty"`
+	Confirmation string `json:"confirmation,omitempty"`
 }
+
+// DestroyDataPhrase is the typed confirmation a destroy with includeData
+// requires: "destroy data <box>".
+func DestroyDataPhrase(box string) string { return "destroy data " + box }
 
 // CancelStateRequest is the body of adminCancelPulumiState.
 type CancelStateRequest struct {
@@ -142,6 +154,9 @@ type Job struct {
 	Attempts    int             `json:"attempts"`
 	Progress    json.RawMessage `json:"progress,omitempty"`
 	ProgressSeq int64           `json:"progressSeq"`
+	// IncludeData is true for a destroy that also destroys the box's data
+	// stack (confirmed when it was enqueued).
+	IncludeData bool            `json:"includeData"`
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error"`
 	CreatedAt   time.Time       `json:"createdAt"`
@@ -171,8 +186,9 @@ type JobList struct {
 }
 
 // RunPulumiConverge calls adminRunPulumiConverge and returns the queued
-// job. Errors: an *APIError with 400 missing_action, 422 unknown_action or
-// unknown_scope, 404 not_found, 503 converge_not_configured, or 409
+// job. Errors: an *APIError with 400 missing_action, 422 unknown_scope,
+// unknown_action, include_data_not_destroy or confirmation_mismatch, 404
+// not_found, 503 converge_not_configured, or 409
 // job_in_progress (JobID names the live job).
 func (c *Client) RunPulumiConverge(ctx context.Context, req ConvergeRequest) (Job, error) {
 	return call[Job](ctx, c, OpRunPulumiConverge, req)

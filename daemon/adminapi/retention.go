@@ -48,6 +48,10 @@ type RetentionRun struct {
 	HeartbeatsPruned int64 `json:"heartbeatsPruned"`
 	// SessionsFinalized counts terminal summaries written.
 	SessionsFinalized int64 `json:"sessionsFinalized"`
+	// StackStatesPruned counts converge checkpoints deleted: all but each
+	// stack's newest 10, and every one of a box destroyed more than 30 days
+	// ago.
+	StackStatesPruned int64 `json:"stackStatesPruned"`
 	// Error names the step that failed; absent for a complete pass.
 	Error string `json:"error,omitempty"`
 }

@@ -72,6 +72,11 @@ const (
 	// HeartbeatPruneBudget bounds the time a pass spends pruning
 	// heartbeats; a larger backlog continues at the next pass.
 	HeartbeatPruneBudget = 20 * time.Second
+	// StackStatePruneUnits caps the writer units of checkpoint pruning per
+	// pass (storage.StackStatePruneBatch rows each, 2,000 rows): a box's
+	// two stacks add a few checkpoints a day, so a pass normally needs one
+	// unit; a larger backlog continues at the next pass.
+	StackStatePruneUnits = 10
 )
 
 // Drain stop reasons (retention_runs.drain_stop_reason).
@@ -100,7 +105,8 @@ type Report = storage.RetentionRun
 // pass folds minute source windows older than DetailRetention into hourly
 // rollups, finalizes ended sessions' terminal summaries, prunes raw
 // heartbeats older than HeartbeatRetention (keeping each deployment's
-// latest) and stores its report. Lifecycle events are never pruned. The
+// latest), prunes converge checkpoints (pruneStackStates) and stores its
+// report. Lifecycle events are never pruned. The
 // loop and adminRunRetention share one Retention, whose passes never
 // overlap.
 type Retention struct {
@@ -245,6 +251,7 @@ func (r *Retention) Tick(ctx context.Context, trigger string) (Report, error) {
 	step("fold", func() error { return r.fold(ctx, start, &rep) })
 	step("finalize", func() error { return r.finalize(ctx, start, &rep) })
 	step("heartbeat prune", func() error { return r.pruneHeartbeats(ctx, start, &rep) })
+	step("checkpoint prune", func() error { return r.pruneStackStates(ctx, start, &rep) })
 	rep.Duration = r.Clock.Since(start)
 	// The report is evidence of the pass even when ctx ended mid-pass.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -284,7 +291,7 @@ func (r *Retention) record(rep Report, err error) {
 		}
 		m.Runs.WithLabelValues(result).Inc()
 	}
-	if err == nil && rep.MinuteRollups == 0 && rep.HeartbeatsPruned == 0 && rep.SessionsFinalized == 0 && !rep.BacklogPending {
+	if err == nil && rep.MinuteRollups == 0 && rep.HeartbeatsPruned == 0 && rep.SessionsFinalized == 0 && rep.StackStatesPruned == 0 && !rep.BacklogPending {
 		return
 	}
 	ev := r.Log.Info()
@@ -294,7 +301,8 @@ func (r *Retention) record(rep Report, err error) {
 	ev.Str("loop", r.Name()).Str("trigger", rep.Trigger).Int64("minuteRollups", rep.MinuteRollups).
 		Int64("hourlyRollups", rep.HourlyRollups).Int64("batches", rep.Batches).Bool("backlogPending", rep.BacklogPending).
 		Str("drainStopReason", rep.DrainStopReason).Int64("heartbeatsPruned", rep.HeartbeatsPruned).
-		Int64("sessionsFinalized", rep.SessionsFinalized).Dur("duration", rep.Duration).Msg("retention pass")
+		Int64("sessionsFinalized", rep.SessionsFinalized).Int64("stackStatesPruned", rep.StackStatesPruned).
+		Dur("duration", rep.Duration).Msg("retention pass")
 }
 
 // pruneHeartbeats deletes raw heartbeats older than HeartbeatRetention,
@@ -316,6 +324,31 @@ func (r *Retention) pruneHeartbeats(ctx context.Context, start time.Time, rep *R
 		}
 		rep.HeartbeatsPruned += n
 		if done {
+			return nil
+		}
+	}
+	return nil
+}
+
+// pruneStackStates deletes the converge checkpoints retention no longer
+// keeps (storage.PruneStackStates: each stack's newest
+// storage.StackStatesKeep stay; a box destroyed more than
+// storage.DestroyedBoxStackStateRetention ago keeps none), in
+// storage.StackStatePruneBatch-row writer units, at most
+// StackStatePruneUnits per pass.
+func (r *Retention) pruneStackStates(ctx context.Context, start time.Time, rep *Report) error {
+	for i := 0; i < StackStatePruneUnits; i++ {
+		var n int64
+		err := r.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+			var err error
+			n, err = storage.PruneStackStates(ctx, tx, start, storage.StackStatePruneBatch)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		rep.StackStatesPruned += n
+		if n < storage.StackStatePruneBatch {
 			return nil
 		}
 	}
