@@ -39,6 +39,12 @@ func (*adminConvergeCmd) operation() string { return adminapi.OpRunPulumiConverg
 // confirmation_mismatch, nothing enqueued).
 func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	req := adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: c.Box}, Action: c.Action}
+	if !c.IncludeData && c.Confirm != "" {
+		// The phrase confirms destroying the data: without --include-data
+		// it would be dropped and a plain destroy would keep the volume
+		// the operator meant to destroy.
+		return &exitError{code: exitUsage, err: errors.New("--confirm goes with --include-data only: nothing was enqueued")}
+	}
 	if c.IncludeData {
 		if c.Action != "destroy" {
 			return &exitError{code: exitUsage, err: errors.New("--include-data goes with destroy only: nothing was enqueued")}

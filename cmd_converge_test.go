@@ -141,8 +141,9 @@ func TestReroll(t *testing.T) {
 
 // TestConvergeIncludeDataFlag: `admin converge BOX destroy --include-data`
 // sends includeData with the typed phrase (from --confirm); without a
-// terminal and without --confirm, or on another action, it exits 2 and
-// calls nothing; a plain destroy never sends includeData
+// terminal and without --confirm, on another action, or --confirm without
+// --include-data, it exits 2 and calls nothing; a plain destroy never
+// sends includeData
 // (docs/operations.md, "Jobs").
 func TestConvergeIncludeDataFlag(t *testing.T) {
 	for _, tc := range []struct {
@@ -156,6 +157,7 @@ func TestConvergeIncludeDataFlag(t *testing.T) {
 		{"a plain destroy", []string{"destroy"}, 0, nil, nil},
 		{"no phrase without a terminal", []string{"destroy", "--include-data"}, exitUsage, nil, nil},
 		{"include data on an up", []string{"up", "--include-data", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil},
+		{"the data phrase without --include-data", []string{"destroy", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAdmin(t)
