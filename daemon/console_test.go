@@ -559,6 +559,9 @@ func TestConsoleConvergeForms(t *testing.T) {
 		if err != nil || !j.IncludeData || j.Action != "destroy" {
 			t.Fatalf("the job %+v (%v) is not a destroy that includes the data", j, err)
 		}
+		if _, page := c.get(t, r.Header.Get("Location")); !strings.Contains(page, "<h1>Job destroy with data on ") {
+			t.Errorf("the job page does not say the data goes too:\n%s", page)
+		}
 		exec.Gate <- struct{}{}
 	})
 
