@@ -39,6 +39,12 @@ func (*adminConvergeCmd) operation() string { return adminapi.OpRunPulumiConverg
 // confirmation_mismatch, nothing enqueued).
 func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	req := adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: c.Box}, Action: c.Action}
+	if !c.IncludeData && c.Confirm != "" {
+		// The phrase confirms destroying the data: without --include-data
+		// it would be dropped and a plain destroy would keep the volume
+		// the operator meant to destroy.
+		return &exitError{code: exitUsage, err: errors.New("--confirm goes with --include-data only: nothing was enqueued")}
+	}
 	if c.IncludeData {
 		if c.Action != "destroy" {
 			return &exitError{code: exitUsage, err: errors.New("--include-data goes with destroy only: nothing was enqueued")}
@@ -53,7 +59,7 @@ func (c *adminConvergeCmd) Run(a *adminCmd) error {
 		return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Job, error) {
 			return cl.RunPulumiConverge(ctx, req)
 		}, func(w io.Writer, j adminapi.Job) error {
-			_, err := fmt.Fprintf(w, "queued job %s: %s %s (follow it: chalupa admin job show %s)\n", j.ID, j.Action, j.Box, j.ID)
+			_, err := fmt.Fprintf(w, "queued job %s: %s %s (follow it: chalupa admin job show %s)\n", j.ID, jobAction(j), j.Box, j.ID)
 			return err
 		})
 	}
@@ -73,7 +79,7 @@ func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	if c.JSON {
 		out = io.Discard
 	}
-	fmt.Fprintf(out, "queued job %s: %s %s\n", job.ID, job.Action, job.Box)
+	fmt.Fprintf(out, "queued job %s: %s %s\n", job.ID, jobAction(job), job.Box)
 	job, err = waitJob(ctx, cl, job.ID, a.Timeout, jobPoll, out)
 	if err != nil {
 		return apiFailure(err)
@@ -270,6 +276,15 @@ func (c *adminJobsCmd) Run(a *adminCmd) error {
 	}
 }
 
+// jobAction is a job's action as the CLI prints it: a destroy that also
+// destroys the box's data volume says so (docs/operations.md, "Jobs").
+func jobAction(j adminapi.Job) string {
+	if j.IncludeData {
+		return j.Action + " with data"
+	}
+	return j.Action
+}
+
 func printJobs(w io.Writer, l adminapi.JobList) error {
 	if !l.Configured {
 		fmt.Fprintln(w, "converge is not configured (DIGITALOCEAN_PROVISION_TOKEN): queued jobs do not run")
@@ -277,7 +292,7 @@ func printJobs(w io.Writer, l adminapi.JobList) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "JOB\tBOX\tACTION\tSTATUS\tATTEMPTS\tCREATED\tFINISHED\tERROR")
 	for _, j := range l.Jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Box, j.Action, j.Status, j.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Box, jobAction(j), j.Status, j.Attempts,
 			timeOrDash(j.CreatedAt), timeOrDash(j.FinishedAt), displayText(j.Error))
 	}
 	if err := tw.Flush(); err != nil {
@@ -453,7 +468,7 @@ func (c *adminJobShowCmd) Run(a *adminCmd) error {
 		tw := table(w)
 		fmt.Fprintf(tw, "job\t%s\n", j.ID)
 		fmt.Fprintf(tw, "box\t%s (%s)\n", j.Box, j.Scope.ID)
-		fmt.Fprintf(tw, "action\t%s\n", j.Action)
+		fmt.Fprintf(tw, "action\t%s\n", jobAction(j))
 		fmt.Fprintf(tw, "status\t%s\n", j.Status)
 		fmt.Fprintf(tw, "attempts\t%d\n", j.Attempts)
 		if j.LockedBy != "" {

@@ -141,8 +141,9 @@ func TestReroll(t *testing.T) {
 
 // TestConvergeIncludeDataFlag: `admin converge BOX destroy --include-data`
 // sends includeData with the typed phrase (from --confirm); without a
-// terminal and without --confirm, or on another action, it exits 2 and
-// calls nothing; a plain destroy never sends includeData
+// terminal and without --confirm, on another action, or --confirm without
+// --include-data, it exits 2 and calls nothing; a plain destroy never
+// sends includeData; the queued line says whether the data goes too
 // (docs/operations.md, "Jobs").
 func TestConvergeIncludeDataFlag(t *testing.T) {
 	for _, tc := range []struct {
@@ -151,11 +152,13 @@ func TestConvergeIncludeDataFlag(t *testing.T) {
 		code        int
 		includeData any
 		phrase      any
+		printed     string // what the queued line says the job does
 	}{
-		{"destroy with the data and its phrase", []string{"destroy", "--include-data", "--confirm", "destroy data gpu-1"}, 0, true, "destroy data gpu-1"},
-		{"a plain destroy", []string{"destroy"}, 0, nil, nil},
-		{"no phrase without a terminal", []string{"destroy", "--include-data"}, exitUsage, nil, nil},
-		{"include data on an up", []string{"up", "--include-data", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil},
+		{"destroy with the data and its phrase", []string{"destroy", "--include-data", "--confirm", "destroy data gpu-1"}, 0, true, "destroy data gpu-1", ": destroy with data gpu-1 "},
+		{"a plain destroy", []string{"destroy"}, 0, nil, nil, ": destroy gpu-1 "},
+		{"no phrase without a terminal", []string{"destroy", "--include-data"}, exitUsage, nil, nil, ""},
+		{"include data on an up", []string{"up", "--include-data", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil, ""},
+		{"the data phrase without --include-data", []string{"destroy", "--confirm", "destroy data gpu-1"}, exitUsage, nil, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAdmin(t)
@@ -178,6 +181,9 @@ func TestConvergeIncludeDataFlag(t *testing.T) {
 			}
 			if got := reqs[0].Body["confirmation"]; got != tc.phrase {
 				t.Errorf("confirmation = %v, want %v", got, tc.phrase)
+			}
+			if !strings.Contains(out, tc.printed) {
+				t.Errorf("the output does not say %q:\n%s", tc.printed, out)
 			}
 		})
 	}

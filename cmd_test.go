@@ -73,7 +73,8 @@ func newFakeAdmin(t *testing.T) *fakeAdmin {
 		case "POST /admin-api/pulumi-state/converge":
 			w.WriteHeader(http.StatusAccepted)
 			action, _ := req.Body["action"].(string)
-			_ = json.NewEncoder(w).Encode(adminapi.Job{ID: "01JOBFAKE", Box: "gpu-1", Action: action, Status: "queued"})
+			includeData, _ := req.Body["includeData"].(bool)
+			_ = json.NewEncoder(w).Encode(adminapi.Job{ID: "01JOBFAKE", Box: "gpu-1", Action: action, IncludeData: includeData, Status: "queued"})
 		case "GET /api/admin/environments":
 			_ = json.NewEncoder(w).Encode(adminapi.EnvironmentList{Environments: envs})
 		case "POST /api/admin/ingest-keys":

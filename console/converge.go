@@ -255,7 +255,8 @@ func (c *Console) box(w http.ResponseWriter, r *http.Request) {
 // action through the job service the admin API uses
 // (adminRunPulumiConverge's path, not its HTTP API). A destroy needs the
 // typed confirmation adminapi.ConvergePhrase; a destroy with "include
-// data" ticked also adminapi.DestroyDataPhrase in data_confirmation
+// data" ticked also adminapi.DestroyDataPhrase in data_confirmation, and
+// a data_confirmation without "include data" is refused
 // (docs/operations.md, "Converge"). Every refusal writes
 // nothing: a foreign form 403, a wrong phrase or action 422, no executor
 // 503, a busy scope 409; success redirects to the job's page.
@@ -281,6 +282,13 @@ func (c *Console) converge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	includeData := action == jobs.ActionDestroy && r.PostForm.Get("include_data") != ""
+	if action == jobs.ActionDestroy && !includeData && r.PostForm.Get("data_confirmation") != "" {
+		// A typed data phrase says the operator means to destroy the
+		// volume: a plain destroy would keep it.
+		c.boxPage(w, r, b, http.StatusUnprocessableEntity,
+			"A data confirmation was typed but “include data” is not ticked: tick it to destroy the volume too, or clear the data phrase to keep it. Nothing was enqueued.", "")
+		return
+	}
 	if includeData && r.PostForm.Get("data_confirmation") != adminapi.DestroyDataPhrase(b.Name) {
 		c.boxPage(w, r, b, http.StatusUnprocessableEntity,
 			"The data confirmation did not match: type exactly “"+adminapi.DestroyDataPhrase(b.Name)+"” to destroy the volume too. Nothing was enqueued.", "")

@@ -517,6 +517,53 @@ func TestConsoleConvergeForms(t *testing.T) {
 		}
 		exec.Gate <- struct{}{}
 	})
+	t.Run("destroy with the data volume", func(t *testing.T) {
+		for { // the destroy above ends first
+			l, err := p.Admin.ListJobs(ctx, adminapi.ListJobsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := false
+			for _, j := range l.Jobs {
+				live = live || j.Status == storage.JobQueued || j.Status == storage.JobRunning
+			}
+			if !live {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		phrase := adminapi.ConvergePhrase("destroy", "box-web")
+		for _, tc := range []struct {
+			name string
+			form url.Values
+			want string
+		}{
+			{"include data without its phrase", url.Values{"include_data": {"1"}}, "data confirmation did not match"},
+			{"include data with the compute phrase", url.Values{"include_data": {"1"}, "data_confirmation": {phrase}}, "data confirmation did not match"},
+			{"the data phrase without include data", url.Values{"data_confirmation": {adminapi.DestroyDataPhrase("box-web")}}, "is not ticked"},
+		} {
+			tc.form.Set("csrf_token", csrf)
+			tc.form.Set("action", "destroy")
+			tc.form.Set("confirmation", phrase)
+			r, body := post(tc.form, nil)
+			if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, tc.want) || jobCount() != 2 {
+				t.Fatalf("%s: %d with %d job(s), want 422 %q and none new", tc.name, r.StatusCode, jobCount(), tc.want)
+			}
+		}
+		r, _ := post(url.Values{"csrf_token": {csrf}, "action": {"destroy"}, "confirmation": {phrase},
+			"include_data": {"1"}, "data_confirmation": {adminapi.DestroyDataPhrase("box-web")}}, nil)
+		if r.StatusCode != http.StatusSeeOther || jobCount() != 3 {
+			t.Fatalf("got %d with %d job(s), want 303 and 3", r.StatusCode, jobCount())
+		}
+		j, err := p.Admin.GetJob(ctx, strings.TrimPrefix(r.Header.Get("Location"), "/app/jobs/"))
+		if err != nil || !j.IncludeData || j.Action != "destroy" {
+			t.Fatalf("the job %+v (%v) is not a destroy that includes the data", j, err)
+		}
+		if _, page := c.get(t, r.Header.Get("Location")); !strings.Contains(page, "<h1>Job destroy with data on ") {
+			t.Errorf("the job page does not say the data goes too:\n%s", page)
+		}
+		exec.Gate <- struct{}{}
+	})
 
 	t.Run("not configured", func(t *testing.T) {
 		q := daemontest.NewInProcess(t, daemontest.AppOptions{})
