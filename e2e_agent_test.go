@@ -70,14 +70,11 @@ func TestAgentRunSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	os.MkdirAll(keys, 0o700)
-	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
-	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	state := filepath.Join(dir, "state")
 	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"))
 	cmd.Env = append(os.Environ(),
-		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-e2e", "CHALUPA_AGENT_DROPLET_ID=7", "CHALUPA_AGENT_REGION=nyc3",
 		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
 	logs := &daemontest.SyncBuffer{}
@@ -125,7 +122,7 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	}
 
 	agentEnv := map[string]string{"CHALUPA_AGENT_URL": d.URL, "CHALUPA_AGENT_ENV": "demo-harbor",
-		"CHALUPA_AGENT_KEY_FILE": filepath.Join(keys, "ingest.key"), "CHALUPA_AGENT_STATE_DIR": state}
+		"CHALUPA_AGENT_KEY_FILE": keyFile, "CHALUPA_AGENT_STATE_DIR": state}
 	artifact := `{"v":1,"name":"junit.xml","mediaType":"application/xml","sizeBytes":42,"sha256":"` + strings.Repeat("0a", 32) +
 		`","locator":{"kind":"https","url":"https://ci.example.com/1/junit.xml"}}`
 	started := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339)
@@ -164,10 +161,7 @@ func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	os.MkdirAll(keys, 0o700)
-	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
-	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	// The fake records the arguments of each run, then answers the query
 	// for two GPUs (one with fields the driver cannot read).
 	fakeBin := filepath.Join(dir, "bin")
@@ -186,7 +180,7 @@ func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 		}
 	}
 	cmd.Env = append(env,
-		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-gpu", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
 		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
 	logs := &daemontest.SyncBuffer{}
@@ -231,4 +225,22 @@ func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 	if util != 55 || mem != 3072<<20 || temp != 70 || power != 120.5 {
 		t.Errorf("GPU metrics util %v mem %v temp %v power %v, want 55, 3 GiB, 70, 120.5", util, mem, temp, power)
 	}
+}
+
+// e2eAgentKey writes k as an agent's key files — dir/ingest.key (the key
+// material) and dir/key-id beside it, both 0600 — and returns the key
+// file's path, what CHALUPA_AGENT_KEY_FILE names.
+func e2eAgentKey(t *testing.T, dir string, k adminapi.IssuedKey) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(keyFile, []byte(k.KeyMaterial), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key-id"), []byte(k.KeyID), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,12 +47,11 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 	}
 	bin := daemontest.BuildBinary(b)
 	gw := daemontest.StartVersityGW(b)
-	env := map[string]string{
-		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
-		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey, "GOMAXPROCS": "1",
+	env := e2eLogsEnv(gw, gw.Endpoint)
+	maps.Copy(env, map[string]string{"GOMAXPROCS": "1",
 		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "0", "CHALUPA_QUOTA_HEARTBEAT_BURST": "0", "CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "0",
 		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
-	}
+	})
 	d := daemontest.Start(b, bin, daemontest.Options{Env: env})
 	if out, err := exec.Command(taskset, "-a", "-p", "-c", "0", strconv.Itoa(d.Pid)).CombinedOutput(); err != nil {
 		b.Fatalf("taskset: %v\n%s", err, out)

@@ -111,10 +111,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
 	gw := daemontest.StartVersityGW(t)
-	d := daemontest.Start(t, bin, daemontest.Options{Env: map[string]string{
-		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
-		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
-	}})
+	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "journal-demo"}); err != nil {
 		t.Fatal(err)
@@ -124,10 +121,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	os.MkdirAll(keys, 0o700)
-	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
-	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	journal, calls := filepath.Join(dir, "journal.tsv"), filepath.Join(dir, "journalctl.calls")
 	fakeBin := filepath.Join(dir, "bin")
 	os.MkdirAll(fakeBin, 0o755)
@@ -157,7 +151,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 	}
 	state := filepath.Join(dir, "state")
 	settings := map[string]string{"CHALUPA_AGENT_URL": d.URL, "CHALUPA_AGENT_ENV": "journal-demo",
-		"CHALUPA_AGENT_KEY_FILE": filepath.Join(keys, "ingest.key"), "CHALUPA_AGENT_DEPLOYMENT": "dep-journal",
+		"CHALUPA_AGENT_KEY_FILE": keyFile, "CHALUPA_AGENT_DEPLOYMENT": "dep-journal",
 		"CHALUPA_AGENT_DROPLET_ID": "11", "CHALUPA_AGENT_REGION": "nyc3", "CHALUPA_AGENT_STATE_DIR": state, "CHALUPA_AGENT_DISK_PATH": dir}
 	withFake := agentEnv(fakeBin+string(os.PathListSeparator)+os.Getenv("PATH"), settings)
 	run := func(env []string) *agentProc {

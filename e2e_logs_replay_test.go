@@ -111,10 +111,7 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			gw := daemontest.StartVersityGW(t)
 			store := newHoldProxy(t, gw.Endpoint, tc.store)
-			d := daemontest.Start(t, bin, daemontest.Options{Env: map[string]string{
-				"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + store.URL + "&region=us-east-1",
-				"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
-			}})
+			d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, store.URL)})
 			front := newHoldProxy(t, d.URL, tc.daemon)
 			ctx := context.Background()
 			if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "replay-demo"}); err != nil {
@@ -128,14 +125,13 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			os.WriteFile(filepath.Join(dir, "ingest.key"), []byte(k.KeyMaterial), 0o600)
-			os.WriteFile(filepath.Join(dir, "key-id"), []byte(k.KeyID), 0o600)
+			keyFile := e2eAgentKey(t, dir, k)
 			appLog := filepath.Join(dir, "app.log")
 			want := replayLines(t, appLog, 10<<20)
 			state := filepath.Join(dir, "state")
 			spoolDir := logship.DirFor(state, "app.log")
 			env := agentEnv(os.Getenv("PATH"), map[string]string{"CHALUPA_AGENT_URL": front.URL, "CHALUPA_AGENT_ENV": "replay-demo",
-				"CHALUPA_AGENT_KEY_FILE": filepath.Join(dir, "ingest.key"), "CHALUPA_AGENT_DEPLOYMENT": "dep-replay",
+				"CHALUPA_AGENT_KEY_FILE": keyFile, "CHALUPA_AGENT_DEPLOYMENT": "dep-replay",
 				"CHALUPA_AGENT_DROPLET_ID": "12", "CHALUPA_AGENT_REGION": "nyc3", "CHALUPA_AGENT_STATE_DIR": state, "CHALUPA_AGENT_DISK_PATH": dir})
 			args := []string{"--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"), "--log-file", appLog}
 

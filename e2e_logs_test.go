@@ -182,10 +182,7 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := daemontest.BuildBinary(t)
 	gw := daemontest.StartVersityGW(t)
-	d := daemontest.Start(t, bin, daemontest.Options{Env: map[string]string{
-		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
-		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
-	}})
+	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "ship-demo"}); err != nil {
 		t.Fatal(err)
@@ -206,10 +203,7 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 		t.Fatalf("admin logs allow:\n%s", out)
 	}
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	os.MkdirAll(keys, 0o700)
-	os.WriteFile(filepath.Join(keys, "ingest.key"), []byte(k.KeyMaterial), 0o600)
-	os.WriteFile(filepath.Join(keys, "key-id"), []byte(k.KeyID), 0o600)
+	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	appLog, otherLog := filepath.Join(dir, "app.log"), filepath.Join(dir, "nginx.log")
 	var want bytes.Buffer
 	for i := range 20000 {
@@ -222,7 +216,7 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"),
 		"--log-file", appLog, "--log-file", otherLog+"=nginx.service")
 	cmd.Env = append(os.Environ(),
-		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=ship-demo", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(keys, "ingest.key"),
+		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=ship-demo", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-ship", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
 		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
 	alog := &daemontest.SyncBuffer{}
@@ -314,10 +308,7 @@ func BenchmarkAgentShipLogs(b *testing.B) {
 	const size = 100 << 20
 	bin := daemontest.BuildBinary(b)
 	gw := daemontest.StartVersityGW(b)
-	d := daemontest.Start(b, bin, daemontest.Options{Env: map[string]string{
-		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
-		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
-	}})
+	d := daemontest.Start(b, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "bench-logs"}); err != nil {
 		b.Fatal(err)
@@ -446,4 +437,14 @@ func BenchmarkAgentShipLogs(b *testing.B) {
 	b.ReportMetric(float64(ioAfter-ioBefore), "daemon-io-bytes")
 	b.ReportMetric(float64(logRoutes), "log-requests")
 	b.ReportMetric(float64(respBytes), "log-response-bytes")
+}
+
+// e2eLogsEnv is the daemon environment that points its log broker at gw,
+// reached through endpoint (gw.Endpoint, or a proxy in front of it), with
+// the log store's own credentials (docs/operations.md, "Logs").
+func e2eLogsEnv(gw *daemontest.S3, endpoint string) map[string]string {
+	return map[string]string{
+		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + endpoint + "&region=us-east-1",
+		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
+	}
 }
