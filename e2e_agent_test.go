@@ -8,10 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,39 +70,14 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	state := filepath.Join(dir, "state")
-	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"))
-	cmd.Env = append(os.Environ(),
+	p := startAgent(t, bin, append(os.Environ(),
 		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-e2e", "CHALUPA_AGENT_DROPLET_ID=7", "CHALUPA_AGENT_REGION=nyc3",
-		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
-	logs := &daemontest.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, _ := agent.ReadState(state)
-		if st.LastHeartbeatStatus == 202 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no accepted heartbeat; agent log:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("agent exit: %v\n%s", err, logs.String())
-		}
-	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
-		t.Fatalf("agent did not stop; log:\n%s", logs.String())
-	}
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir),
+		"--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"))
+	logs := p.log
+	p.waitAccepted(state)
+	p.stop()
 	out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
 	if code != 0 {
 		t.Fatalf("status: exit %d\n%s", code, out)
@@ -172,38 +145,20 @@ func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	cmd := exec.Command(bin, "agent", "run", "--run-root", filepath.Join(dir, "run"))
 	env := []string{"PATH=" + fakeBin + string(os.PathListSeparator) + os.Getenv("PATH")}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "CHALUPA_AGENT_NVIDIA_SMI=") {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env,
+	p := startAgent(t, bin, append(env,
 		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=demo-harbor", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-gpu", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
-		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
-	logs := &daemontest.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	daemontest.Poll(t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
-		st, _ := agent.ReadState(state)
-		return st.LastHeartbeatStatus == 202, logs.String()
-	})
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("agent exit: %v\n%s", err, logs.String())
-		}
-	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
-		t.Fatalf("agent did not stop; log:\n%s", logs.String())
-	}
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir),
+		"--run-root", filepath.Join(dir, "run"))
+	logs := p.log
+	p.waitAccepted(state)
+	p.stop()
 	b, err := os.ReadFile(calls)
 	if err != nil {
 		t.Fatalf("the nvidia-smi on PATH never ran: %v\nagent log:\n%s", err, logs.String())

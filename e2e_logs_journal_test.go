@@ -69,6 +69,16 @@ func startAgent(t *testing.T, bin string, env []string, args ...string) *agentPr
 	return p
 }
 
+// waitAccepted waits (up to 30 s) until the agent's state in stateDir
+// records an accepted (202) heartbeat.
+func (p *agentProc) waitAccepted(stateDir string) {
+	p.t.Helper()
+	daemontest.Poll(p.t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+		st, _ := agent.ReadState(stateDir)
+		return st.LastHeartbeatStatus == 202, p.log.String()
+	})
+}
+
 // stop sends SIGTERM and waits for exit 0.
 func (p *agentProc) stop() {
 	p.t.Helper()

@@ -25,7 +25,6 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
@@ -213,41 +212,16 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	os.WriteFile(otherLog, []byte("nginx: started\n"), 0o600)
 
 	state := filepath.Join(dir, "state")
-	cmd := exec.Command(bin, "agent", "run", "--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"),
-		"--log-file", appLog, "--log-file", otherLog+"=nginx.service")
-	cmd.Env = append(os.Environ(),
+	p := startAgent(t, bin, append(os.Environ(),
 		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=ship-demo", "CHALUPA_AGENT_KEY_FILE="+keyFile,
 		"CHALUPA_AGENT_DEPLOYMENT=dep-ship", "CHALUPA_AGENT_DROPLET_ID=8", "CHALUPA_AGENT_REGION=nyc3",
-		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
-	alog := &daemontest.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = alog, alog
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, _ := agent.ReadState(state)
-		if st.LastHeartbeatStatus == 202 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no accepted heartbeat; agent log:\n%s", alog.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir),
+		"--nvidia-smi", "none", "--run-root", filepath.Join(dir, "run"),
+		"--log-file", appLog, "--log-file", otherLog+"=nginx.service")
+	alog := p.log
+	p.waitAccepted(state)
 	// Lines wait up to a minute for a chunk; SIGTERM cuts and ships them.
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("agent exit: %v\n%s", err, alog.String())
-		}
-	case <-time.After(agent.ShutdownDeadline + 20*time.Second):
-		t.Fatalf("agent did not stop; log:\n%s", alog.String())
-	}
+	p.stop()
 
 	if !strings.Contains(alog.String(), `"service_not_allowed"`) {
 		t.Fatalf("nginx.service was not refused; agent log:\n%s", alog.String())
