@@ -34,7 +34,24 @@ if [[ ! -x "$bin/staticcheck" ]]; then
 fi
 "$bin/staticcheck" ./...
 
+# gotest runs go test with its output also kept in a file; when it fails,
+# the failures' own lines (--- FAIL, each t.Error's first line, panics) are
+# printed again at the very end, where a log viewer that shows only the tail
+# of a run still finds them: a failing end-to-end test prints up to 32 KiB of
+# each daemon's log after its message.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+gotest() {
+	if go test "$@" 2>&1 | tee "$out"; then
+		return 0
+	fi
+	echo
+	echo "test.sh: go test $* failed; its failures (the full output is above):"
+	grep -E '^[[:space:]]*--- FAIL|^    [[:space:]]*[A-Za-z0-9_]+\.go:[0-9]+: |^(FAIL|panic:)|^[[:space:]]+Test[A-Za-z0-9_/]+ \(' "$out" | cut -c1-400 || true
+	return 1
+}
+
 start=$(date +%s)
-go test -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/... ./reaper/... ./jobs/... ./boxes/... ./console/... ./mcpserver/...
-go test -timeout 45m -count=1 . ./internal/... ./contrib/... ./converge/...
+gotest -race -timeout 20m -count=1 ./storage/... ./ingest/... ./daemon/... ./reaper/... ./jobs/... ./boxes/... ./console/... ./mcpserver/...
+gotest -timeout 45m -count=1 . ./internal/... ./contrib/... ./converge/...
 echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
