@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,7 +136,7 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 	deadline := time.Now().Add(e2eJobDeadline)
 	for !j.Done() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s job %s still %s after %s", action, j.ID, j.Status, e2eJobDeadline)
+			t.Fatalf("%s job still %s after %s; %s", action, j.Status, e2eJobDeadline, e2eJobState(t, cl, j.ID, nil))
 		}
 		time.Sleep(100 * time.Millisecond)
 		if j, err = cl.GetJob(ctx, j.ID); err != nil {
@@ -175,13 +176,13 @@ func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Serv
 	deadline := time.Now().Add(e2eJobDeadline)
 	for !created(api) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the resource was not created within %s; daemon log:\n%s", e2eJobDeadline, d.Logs())
+			t.Fatalf("the resource was not created within %s; %s\ndaemon log:\n%s", e2eJobDeadline, e2eJobState(t, cl, job.ID, api), d.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	d.Kill()
 	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
-		t.Fatalf("job after SIGKILL is %s, want running (the kill came too late to test recovery)", j)
+		t.Fatalf("job after SIGKILL is %s, want running (the kill came too late to test recovery); provider requests:\n%s", j, e2eRequests(api))
 	}
 	return bin, api, d, job
 }
@@ -205,10 +206,38 @@ func e2eRecovered(t *testing.T, d *daemontest.Daemon, id string) adminapi.Job {
 			return j
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job still %s; log:\n%s", j.Status, d.Logs())
+			t.Fatalf("job still %s after %s; %s\nlog:\n%s", j.Status, 2*e2eJobDeadline, e2eJobState(t, cl, id, nil), d.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// e2eJobState describes where a job that has not got far enough stands,
+// for a failure message: its status, attempts, error and last progress
+// report, and (api non-nil) every request the DigitalOcean API test server
+// received, so a stalled run shows how far Pulumi reached.
+func e2eJobState(t *testing.T, cl *adminapi.Client, id string, api *dofake.Server) string {
+	t.Helper()
+	var b strings.Builder
+	if j, err := cl.GetJob(context.Background(), id); err != nil {
+		fmt.Fprintf(&b, "job %s: %v", id, err)
+	} else {
+		fmt.Fprintf(&b, "job %s: %s, attempt %d, error %q, progress #%d %s", id, j.Status, j.Attempts, j.Error, j.ProgressSeq, j.Progress)
+	}
+	if api != nil {
+		fmt.Fprintf(&b, "\nprovider requests:\n%s", e2eRequests(api))
+	}
+	return b.String()
+}
+
+// e2eRequests lists the requests the DigitalOcean API test server
+// received, oldest first, one a line.
+func e2eRequests(api *dofake.Server) string {
+	var b strings.Builder
+	for _, r := range api.Requests() {
+		fmt.Fprintf(&b, "  %s\n", r)
+	}
+	return b.String()
 }
 
 // e2eBox creates environment demo and its box name (10 GiB volume).
