@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -30,13 +29,7 @@ func TestLogsGetFollow(t *testing.T) {
 		"CHALUPA_LOGS_SECRET": gw.SecretKey,
 	}})
 	ctx := context.Background()
-	if _, err := p.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "follow-env"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := p.Admin.IssueIngestKey(ctx, "follow-env")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, p.Admin, "follow-env")
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)

@@ -83,13 +83,7 @@ func newAgentFleet(t *testing.T, env map[string]string, dropletID int, back time
 	f := &agentFleet{t: t, bin: daemontest.BuildBinary(t), mode: fleetUp, requests: map[string]int{}, root: t.TempDir()}
 	f.d = daemontest.StartDaemon(t, f.bin, env)
 	ctx := context.Background()
-	if _, err := f.d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: agentFleetEnv}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := f.d.Admin().IssueIngestKey(ctx, agentFleetEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, f.d.Admin(), agentFleetEnv)
 	f.key = k
 	db, err := storage.OpenReadOnly(ctx, f.d.DatabasePath())
 	if err != nil {

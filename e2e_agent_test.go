@@ -60,13 +60,7 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	bin := daemontest.BuildBinary(t)
 	d := daemontest.Start(t, bin, daemontest.Options{})
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "demo-harbor")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-harbor")
 	dir := t.TempDir()
 	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	state := filepath.Join(dir, "state")
@@ -126,13 +120,7 @@ func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 	bin := daemontest.BuildBinary(t)
 	d := daemontest.Start(t, bin, daemontest.Options{})
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "demo-harbor")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-harbor")
 	dir := t.TempDir()
 	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	// The fake records the arguments of each run, then answers the query

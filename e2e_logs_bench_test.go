@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -57,13 +56,7 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 		b.Fatalf("taskset: %v\n%s", err, out)
 	}
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "bench-plan"}); err != nil {
-		b.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "bench-plan")
-	if err != nil {
-		b.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(b, d.Admin(), "bench-plan")
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		b.Fatal(err)

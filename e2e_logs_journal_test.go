@@ -6,11 +6,9 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,13 +121,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 	gw := daemontest.StartVersityGW(t)
 	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "journal-demo"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "journal-demo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, d.Admin(), "journal-demo")
 	dir := t.TempDir()
 	keyFile := e2eAgentKey(t, filepath.Join(dir, "keys"), k)
 	journal, calls := filepath.Join(dir, "journal.tsv"), filepath.Join(dir, "journalctl.calls")
@@ -234,18 +226,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 		t.Errorf("no journalctl run resumed after the kept cursor; runs:\n%s", b)
 	}
 
-	file := filepath.Join(t.TempDir(), "journal.gz")
-	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL},
-		"admin", "logs", "get", "journal-demo", "dep-journal", "--service", "cloud-init.service", "--out", file)
-	if code != 0 {
-		t.Fatalf("admin logs get: exit %d\n%s", code, out)
-	}
-	gz, _ := os.ReadFile(file)
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(zr)
+	got, err := e2eLogsGet(t, bin, d, "journal-demo", "dep-journal", "--service", "cloud-init.service")
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes (%v), want the unit's %d, each line once; agent logs:\n%s\n%s", len(got), err, len(want), first.log.String(), second.log.String())
 	}

@@ -11,7 +11,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -171,18 +170,7 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 			if objects := countObjects(gw); planned != 0 || committed < 3 || objects != committed {
 				t.Fatalf("%d planned and %d committed rows, %d objects: want every chunk committed once", planned, committed, objects)
 			}
-			file := filepath.Join(t.TempDir(), "logs.gz")
-			out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d2.AdminToken(), "CHALUPA_URL": d2.URL},
-				"admin", "logs", "get", "replay-demo", "dep-replay", "--out", file)
-			if code != 0 {
-				t.Fatalf("admin logs get: exit %d\n%s", code, out)
-			}
-			gz, _ := os.ReadFile(file)
-			zr, err := gzip.NewReader(bytes.NewReader(gz))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(zr)
+			got, err := e2eLogsGet(t, bin, d2, "replay-demo", "dep-replay")
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("read back %d bytes (%v), want the file's %d exactly once", len(got), err, len(want))
 			}

@@ -77,13 +77,7 @@ func TestLogsEndToEnd(t *testing.T) {
 		"CHALUPA_LOGS_URL": logsURL, "CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
 	}})
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "log-demo"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "log-demo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, d.Admin(), "log-demo")
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
@@ -183,13 +177,7 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	gw := daemontest.StartVersityGW(t)
 	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
-	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "ship-demo"}); err != nil {
-		t.Fatal(err)
-	}
-	k, err := d.Admin().IssueIngestKey(ctx, "ship-demo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := daemontest.EnvironmentKey(t, d.Admin(), "ship-demo")
 	cli := func(args ...string) string {
 		t.Helper()
 		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, args...)
@@ -226,17 +214,7 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	if !strings.Contains(alog.String(), `"service_not_allowed"`) {
 		t.Fatalf("nginx.service was not refused; agent log:\n%s", alog.String())
 	}
-	file := filepath.Join(t.TempDir(), "logs.gz")
-	cli("admin", "logs", "get", "ship-demo", "dep-ship", "--service", "app.log", "--out", file)
-	gz, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(zr)
+	got, err := e2eLogsGet(t, bin, d, "ship-demo", "dep-ship", "--service", "app.log")
 	if err != nil || !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("read back %d bytes (%v), want the file's %d; agent log:\n%s", len(got), err, want.Len(), alog.String())
 	}
@@ -416,6 +394,29 @@ func BenchmarkAgentShipLogs(b *testing.B) {
 // e2eLogsEnv is the daemon environment that points its log broker at gw,
 // reached through endpoint (gw.Endpoint, or a proxy in front of it), with
 // the log store's own credentials (docs/operations.md, "Logs").
+// e2eLogsGet runs the built `chalupa admin logs get ARGS --out FILE`
+// against d (a non-zero exit fails the test) and returns the file
+// gunzipped: what the operator reads back. The error is the gunzip's, for
+// the caller's own message.
+func e2eLogsGet(t *testing.T, bin string, d *daemontest.Daemon, args ...string) ([]byte, error) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "logs.gz")
+	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL},
+		append(append([]string{"admin", "logs", "get"}, args...), "--out", file)...)
+	if code != 0 {
+		t.Fatalf("admin logs get: exit %d\n%s", code, out)
+	}
+	gz, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
+}
+
 func e2eLogsEnv(gw *daemontest.S3, endpoint string) map[string]string {
 	return map[string]string{
 		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + endpoint + "&region=us-east-1",

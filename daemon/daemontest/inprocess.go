@@ -143,3 +143,19 @@ func (p *InProcess) Restart(opt AppOptions) {
 	p.Close()
 	p.open(opt)
 }
+
+// EnvironmentKey creates environment slug through cl and issues its first
+// ingest key: the start of every test that sends signed requests. Errors
+// fail the test.
+func EnvironmentKey(t testing.TB, cl *adminapi.Client, slug string) adminapi.IssuedKey {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := cl.IssueIngestKey(ctx, slug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
