@@ -35,18 +35,21 @@ type agentCmd struct {
 // also read from its CHALUPA_AGENT_* variable (an EnvironmentFile under
 // systemd; docs/operations.md, "Agent").
 type agentFlags struct {
-	LimitMinutes     int64  `name:"limit-minutes" env:"CHALUPA_AGENT_LIMIT_MINUTES" default:"30" help:"Idle limit in minutes (1..10080)."`
-	StateDir         string `name:"state-dir" env:"CHALUPA_AGENT_STATE_DIR" default:"/var/lib/chalupa-agent" help:"Spool and state file."`
-	ProcRoot         string `name:"proc-root" env:"CHALUPA_AGENT_PROC_ROOT" default:"/proc" help:"Where /proc is (tests)."`
-	DevRoot          string `name:"dev-root" env:"CHALUPA_AGENT_DEV_ROOT" default:"/dev" help:"Where /dev is (terminal input: pts/*)."`
-	RunRoot          string `name:"run-root" env:"CHALUPA_AGENT_RUN_ROOT" default:"/run" help:"Where /run is (CI marker: chalupa/ci-active)."`
-	SSHPort          int    `name:"ssh-port" env:"CHALUPA_AGENT_SSH_PORT" default:"22" help:"Port whose established connections are SSH sessions."`
+	LimitMinutes int64  `name:"limit-minutes" env:"CHALUPA_AGENT_LIMIT_MINUTES" default:"30" help:"Idle limit in minutes (1..10080)."`
+	StateDir     string `name:"state-dir" env:"CHALUPA_AGENT_STATE_DIR" default:"/var/lib/chalupa-agent" help:"Spool and state file."`
+	ProcRoot     string `name:"proc-root" env:"CHALUPA_AGENT_PROC_ROOT" default:"/proc" help:"Where /proc is (tests)."`
+	DevRoot      string `name:"dev-root" env:"CHALUPA_AGENT_DEV_ROOT" default:"/dev" help:"Where /dev is (terminal input: pts/*)."`
+	RunRoot      string `name:"run-root" env:"CHALUPA_AGENT_RUN_ROOT" default:"/run" help:"Where /run is (CI marker: chalupa/ci-active)."`
+	// SSHPort is accepted and ignored for one release: SSH sessions are
+	// authenticated sshd session processes now, not connections to a port
+	// (docs/operations.md, "Agent"); set, it logs a warning.
+	SSHPort          int    `name:"ssh-port" env:"CHALUPA_AGENT_SSH_PORT" hidden:"" help:"Deprecated and ignored: SSH sessions are seen as sshd session processes."`
 	CIProcessPattern string `name:"ci-process" env:"CHALUPA_AGENT_CI_PROCESS" help:"Regular expression over process names: a match means a CI job runs."`
 }
 
 func (f *agentFlags) config() agent.Config {
 	return agent.Config{LimitMinutes: f.LimitMinutes, StateDir: f.StateDir, ProcRoot: f.ProcRoot, DevRoot: f.DevRoot,
-		RunRoot: f.RunRoot, SSHPort: f.SSHPort, CIProcessPattern: f.CIProcessPattern}
+		RunRoot: f.RunRoot, CIProcessPattern: f.CIProcessPattern}
 }
 
 type agentRunCmd struct {
@@ -95,6 +98,9 @@ func (c *agentRunCmd) Run() error {
 	cfg.SessionExpiresAt, cfg.MetadataURL, cfg.DiskPath, cfg.NvidiaSMI = c.SessionExpiresAt, c.MetadataURL, c.DiskPath, c.NvidiaSMI
 	cfg.Logs = c.logConfigs()
 	cfg.Log = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	if c.SSHPort != 0 {
+		cfg.Log.Warn().Msg("--ssh-port / CHALUPA_AGENT_SSH_PORT is ignored and will be removed: SSH sessions are seen as authenticated sshd session processes, whatever the port")
+	}
 	if d := cfg.WithDefaults(); d.Validate() != nil {
 		err := d.Validate()
 		return &exitError{code: exitUsage, err: err}

@@ -337,8 +337,8 @@ func TestAgentE2EWindowsAndGPU(t *testing.T) {
 }
 
 // TestAgentE2EIdleDetection: heartbeats with no new activity leave the
-// daemon's idle deadline where it is; an SSH connection appearing in
-// /proc/net/tcp moves it; the CI marker sets ciActive; `agent status`
+// daemon's idle deadline where it is, as does a connection to the SSH port
+// that never authenticated; an authenticated SSH session process moves it; the CI marker sets ciActive; `agent status`
 // reports the same without sending.
 func TestAgentE2EIdleDetection(t *testing.T) {
 	t.Parallel()
@@ -357,7 +357,19 @@ func TestAgentE2EIdleDetection(t *testing.T) {
 			t.Fatalf("deadline moved to %s with no activity", d)
 		}
 	}
+	// A connection that never authenticated (a scanner) is not a person:
+	// the deadline stays.
 	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n", 0o644)
+	f.write("proc/900/comm", "sshd\n", 0o644)
+	f.write("proc/900/cmdline", "sshd: unknown [preauth]\x00", 0o644)
+	f.clock.Advance(agent.HeartbeatInterval)
+	f.heartbeat(a)
+	if d := f.deployment("droplet-4242").IdleDeadlineAt; !d.Equal(d0) {
+		t.Fatalf("deadline moved to %s for a connection that never authenticated", d)
+	}
+	// An authenticated session (sshd's per-session process) is.
+	f.write("proc/901/comm", "sshd\n", 0o644)
+	f.write("proc/901/cmdline", "sshd: dev@pts/0\x00", 0o644)
 	f.clock.Advance(agent.HeartbeatInterval)
 	f.heartbeat(a)
 	dep := f.deployment("droplet-4242")

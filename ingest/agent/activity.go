@@ -1,12 +1,12 @@
 package agent
 
 import (
-	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,69 +23,90 @@ type ActivitySource interface {
 	LastActivity(now time.Time) (time.Time, error)
 }
 
-// SSHSessions sees established TCP connections to the SSH port in
-// <ProcRoot>/net/tcp and tcp6: an open session counts as activity now, at
-// every check, for as long as it stays open.
+// SSHSessions sees authenticated SSH sessions: the per-session processes
+// OpenSSH's sshd starts after authentication, which it titles
+// `sshd: USER@TTYS` (`sshd-session: USER@TTYS` from OpenSSH 9.8), TTYS being
+// `pts/N[,pts/M…]` or `notty` (a command or a port-forward with -N). Such a
+// process lives as long as its session, children included, so an open
+// session counts as activity now, at every check. Pre-authentication and
+// privilege-separation processes (`[preauth]`, `[net]`, `[priv]`, the
+// listener) do not count, nor does a TCP connection to the SSH port that
+// never authenticated: a scanner or a half-open connection is not a person
+// (docs/operations.md, "Agent").
 type SSHSessions struct {
 	// ProcRoot is /proc (tests use a fake tree).
 	ProcRoot string
-	// Port is the SSH port (DefaultSSHPort).
-	Port int
 }
 
 // Name implements ActivitySource.
 func (s SSHSessions) Name() string { return "ssh" }
 
-// LastActivity implements ActivitySource: now when a connection to the SSH
-// port is established, else zero. A missing tcp6 table (IPv6 off) is not an
-// error; a missing tcp table is.
+// sshSessionTitle matches the title sshd gives an authenticated session's
+// process: a user, "@", and the session's terminals or "notty".
+var sshSessionTitle = regexp.MustCompile(`^(sshd|sshd-session): [^\s@\[\]]+@(notty|[a-z]+/[0-9]+(,[a-z]+/[0-9]+)*)$`)
+
+// sshdComm holds the executable names an sshd session process can have
+// (<proc>/<pid>/comm): setting a title does not change it, so another
+// program titled like a session is not one.
+var sshdComm = map[string]bool{"sshd": true, "sshd-session": true}
+
+// maxTitle bounds how much of a process's command line is read: a session
+// title is a user name and a few terminals.
+const maxTitle = 512
+
+// LastActivity implements ActivitySource: now when an authenticated session
+// process exists, else zero. An unreadable process (gone between the listing
+// and the read, or another user's under hidepid) is skipped; an unreadable
+// process table is an error.
 func (s SSHSessions) LastActivity(now time.Time) (time.Time, error) {
-	n, err := countEstablished(filepath.Join(s.ProcRoot, "net", "tcp"), s.Port)
+	entries, err := os.ReadDir(s.ProcRoot)
 	if err != nil {
 		return time.Time{}, err
 	}
-	n6, err := countEstablished(filepath.Join(s.ProcRoot, "net", "tcp6"), s.Port)
-	if err != nil && !os.IsNotExist(err) {
-		return time.Time{}, err
-	}
-	if n+n6 > 0 {
-		return now, nil
+	for _, e := range entries {
+		if !isPID(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(s.ProcRoot, e.Name())
+		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+		if err != nil || !sshdComm[strings.TrimSpace(string(comm))] {
+			continue
+		}
+		if title, ok := processTitle(filepath.Join(dir, "cmdline")); ok && sshSessionTitle.MatchString(title) {
+			return now, nil
+		}
 	}
 	return time.Time{}, nil
 }
 
-// tcpEstablished is the kernel's TCP_ESTABLISHED state in /proc/net/tcp.
-const tcpEstablished = "01"
+// isPID reports whether a /proc entry names a process.
+func isPID(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
-// countEstablished counts the established connections in a /proc/net/tcp
-// style table whose local port is port.
-func countEstablished(path string, port int) (int, error) {
+// processTitle reads a process's title: its command line up to the first
+// NUL, without the padding a rewritten title leaves.
+func processTitle(path string) (string, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return "", false
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	n := 0
-	for first := true; sc.Scan(); first = false {
-		if first {
-			continue // the header line
-		}
-		// sl local_address rem_address st ...
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 4 || fields[3] != tcpEstablished {
-			continue
-		}
-		i := strings.LastIndexByte(fields[1], ':')
-		if i < 0 {
-			continue
-		}
-		p, err := strconv.ParseUint(fields[1][i+1:], 16, 16)
-		if err == nil && int(p) == port {
-			n++
-		}
+	buf := make([]byte, maxTitle)
+	n, _ := io.ReadFull(f, buf)
+	b := buf[:n]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
 	}
-	return n, sc.Err()
+	return strings.TrimRight(string(b), " "), n > 0
 }
 
 // TerminalInput sees terminal input: the latest access time of the pseudo

@@ -18,36 +18,50 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
-// tcpHeader is /proc/net/tcp's first line.
-const tcpHeader = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-
-// tcpRow is one /proc/net/tcp row: local port, state.
-func tcpRow(localPort int, state string) string {
-	return fmt.Sprintf("   0: 0100007F:%04X 0200007F:D431 %s 00000000:00000000 00:00000000 00000000     0        0 1 1 0 10 0\n", localPort, state)
+// writeProc writes a fake process: its comm and its command line (a
+// title as sshd sets it: the text, then NUL padding).
+func writeProc(t *testing.T, proc string, pid int, comm, title string) {
+	t.Helper()
+	dir := filepath.Join(proc, fmt.Sprint(pid))
+	writeFile(t, filepath.Join(dir, "comm"), comm+"\n")
+	writeFile(t, filepath.Join(dir, "cmdline"), title+"\x00\x00\x00")
 }
 
+// TestSSHSessions: an authenticated session's process is activity; the
+// listener, pre-authentication and privilege-separation processes, a
+// connection that never authenticated, and another program titled like a
+// session are not.
 func TestSSHSessions(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	type proc struct{ comm, title string }
+	listener := proc{"sshd", "sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups"}
 	for _, tc := range []struct {
-		name      string
-		tcp, tcp6 string
-		want      bool
+		name  string
+		procs []proc
+		tcp   string // a /proc/net/tcp row: connections alone never count
+		want  bool
 	}{
-		{"no connections", tcpHeader, tcpHeader, false},
-		{"listening only", tcpHeader + tcpRow(22, "0A"), tcpHeader, false},
-		{"established to 22", tcpHeader + tcpRow(22, "01"), tcpHeader, true},
-		{"established from 22 elsewhere (outgoing ssh) is not a session", tcpHeader + tcpRow(40000, "01"), tcpHeader, false},
-		{"time-wait", tcpHeader + tcpRow(22, "06"), tcpHeader, false},
-		{"ipv6 session", tcpHeader, tcpHeader + "   0: 00000000000000000000000001000000:0016 00000000000000000000000001000000:D431 01 0:0 0:0 0 0 0 1 1\n", true},
-		{"no tcp6 table", tcpHeader + tcpRow(22, "01"), "", true},
+		{"nothing", nil, "", false},
+		{"the listener only", []proc{listener}, "", false},
+		{"a connection that never authenticated (scanner, held open)", []proc{listener, {"sshd", "sshd: unknown [preauth]"}, {"sshd", "sshd: root [net]"}},
+			"   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n", false},
+		{"authenticating, privilege separation", []proc{listener, {"sshd", "sshd: dev [priv]"}}, "", false},
+		{"interactive session", []proc{listener, {"sshd", "sshd: dev [priv]"}, {"sshd", "sshd: dev@pts/0"}, {"bash", "-bash"}}, "", true},
+		{"two terminals on one connection", []proc{{"sshd", "sshd: dev@pts/0,pts/3"}}, "", true},
+		{"port-forward with -N, no pty", []proc{{"sshd", "sshd: dev@notty"}}, "", true},
+		{"OpenSSH 9.8+ session process", []proc{{"sshd", "sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups"}, {"sshd-session", "sshd-session: dev [priv]"}, {"sshd-session", "sshd-session: dev@pts/1"}}, "", true},
+		{"OpenSSH 9.8+ pre-authentication", []proc{{"sshd-session", "sshd-session: dev [net]"}, {"sshd-auth", "sshd-auth: dev [preauth]"}}, "", false},
+		{"another program titled like a session", []proc{{"python3", "sshd: dev@pts/0"}}, "", false},
+		{"a title with something after the terminal", []proc{{"sshd", "sshd: dev@pts/0 [priv]"}}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			writeFile(t, filepath.Join(root, "net", "tcp"), tc.tcp)
-			if tc.tcp6 != "" {
-				writeFile(t, filepath.Join(root, "net", "tcp6"), tc.tcp6)
+			writeFile(t, filepath.Join(root, "net", "tcp"), "  sl  local_address rem_address   st\n"+tc.tcp)
+			writeFile(t, filepath.Join(root, "self", "comm"), "sshd\n") // not a pid: skipped
+			for i, p := range tc.procs {
+				writeProc(t, root, 100+i, p.comm, p.title)
 			}
-			got, err := SSHSessions{ProcRoot: root, Port: 22}.LastActivity(now)
+			got, err := SSHSessions{ProcRoot: root}.LastActivity(now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,8 +70,8 @@ func TestSSHSessions(t *testing.T) {
 			}
 		})
 	}
-	if _, err := (SSHSessions{ProcRoot: t.TempDir(), Port: 22}).LastActivity(now); err == nil {
-		t.Error("a missing net/tcp is not an error")
+	if _, err := (SSHSessions{ProcRoot: filepath.Join(t.TempDir(), "missing")}).LastActivity(now); err == nil {
+		t.Error("a missing process table is not an error")
 	}
 }
 
@@ -67,13 +81,12 @@ func TestSSHSessions(t *testing.T) {
 func TestIdleTracker(t *testing.T) {
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	proc, dev, run := t.TempDir(), t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(proc, "net", "tcp"), tcpHeader)
 	pts := filepath.Join(dev, "pts", "0")
 	writeFile(t, pts, "")
 	writeFile(t, filepath.Join(dev, "pts", "ptmx"), "")
 	setAtime(t, pts, start.Add(-time.Hour))
 	setAtime(t, filepath.Join(dev, "pts", "ptmx"), start.Add(time.Hour)) // the multiplexer is ignored
-	tr := NewIdleTracker(start, &CIProbe{RunRoot: run, ProcRoot: proc}, SSHSessions{ProcRoot: proc, Port: 22}, TerminalInput{DevRoot: dev})
+	tr := NewIdleTracker(start, &CIProbe{RunRoot: run, ProcRoot: proc}, SSHSessions{ProcRoot: proc}, TerminalInput{DevRoot: dev})
 
 	step := func(at time.Time, wantLast time.Time, wantChecks int64) {
 		t.Helper()
@@ -85,10 +98,12 @@ func TestIdleTracker(t *testing.T) {
 	step(start.Add(30*time.Second), start, 1)
 	step(start.Add(60*time.Second), start, 2)
 	// An SSH session opens: activity now, at every check while it lasts.
-	writeFile(t, filepath.Join(proc, "net", "tcp"), tcpHeader+tcpRow(22, "01"))
+	writeProc(t, proc, 4321, "sshd", "sshd: dev@pts/0")
 	step(start.Add(90*time.Second), start.Add(90*time.Second), 0)
 	step(start.Add(120*time.Second), start.Add(120*time.Second), 0)
-	writeFile(t, filepath.Join(proc, "net", "tcp"), tcpHeader)
+	if err := os.RemoveAll(filepath.Join(proc, "4321")); err != nil {
+		t.Fatal(err)
+	}
 	step(start.Add(150*time.Second), start.Add(120*time.Second), 1)
 	// Terminal input (atime) after the last activity moves it.
 	setAtime(t, pts, start.Add(170*time.Second))

@@ -51,8 +51,6 @@ type Config struct {
 	// NvidiaSMI is the nvidia-smi executable, looked up on PATH when it
 	// has no slash; empty or "none" disables GPU metrics.
 	NvidiaSMI string
-	// SSHPort is the port whose established connections are SSH sessions.
-	SSHPort int
 	// CIProcessPattern, when set, is a regular expression over process
 	// names (/proc/<pid>/comm): a match means a CI job runs.
 	CIProcessPattern string
@@ -106,9 +104,6 @@ func (c Config) WithDefaults() Config {
 	if c.DiskPath == "" {
 		c.DiskPath = "/"
 	}
-	if c.SSHPort == 0 {
-		c.SSHPort = DefaultSSHPort
-	}
 	if c.LimitMinutes == 0 {
 		c.LimitMinutes = DefaultLimitMinutes
 	}
@@ -138,8 +133,6 @@ func (c *Config) Validate() error {
 		return bad("--droplet-id must not be negative")
 	case c.LimitMinutes < 1 || c.LimitMinutes > ingest.MaxLimitMinutes:
 		return bad("--limit-minutes must be 1..%d", ingest.MaxLimitMinutes)
-	case c.SSHPort < 1 || c.SSHPort > 65535:
-		return bad("--ssh-port must be 1..65535")
 	}
 	seen := map[string]bool{}
 	for _, l := range c.Logs {
@@ -172,5 +165,5 @@ func (c *Config) ciProbe() *CIProbe {
 
 // sources are the activity sources of the configuration.
 func (c *Config) sources() []ActivitySource {
-	return []ActivitySource{SSHSessions{ProcRoot: c.ProcRoot, Port: c.SSHPort}, TerminalInput{DevRoot: c.DevRoot}}
+	return []ActivitySource{SSHSessions{ProcRoot: c.ProcRoot}, TerminalInput{DevRoot: c.DevRoot}}
 }

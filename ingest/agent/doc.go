@@ -87,9 +87,6 @@ const (
 	DefaultStateDir = "/var/lib/chalupa-agent"
 	// DefaultMetadataURL is DigitalOcean's droplet metadata service.
 	DefaultMetadataURL = "http://169.254.169.254/metadata/v1"
-	// DefaultSSHPort is the port whose established connections are SSH
-	// sessions.
-	DefaultSSHPort = 22
 	// DefaultLimitMinutes is the idle limit sent when none is configured.
 	DefaultLimitMinutes = 30
 	// CIMarker is the file, under the run root, whose existence means a CI
