@@ -40,6 +40,13 @@ const (
 	// while a job runs (the seed's worker heartbeat), so a long run does not
 	// look like an offline worker to the Watch.
 	WorkerHeartbeat = 30 * time.Second
+	// IdleWorkerHeartbeat is how often an idle runner records that it is
+	// alive (and once when it starts), so the lane's availability is
+	// visible with an empty queue: a worker row older than OfflineAfter
+	// means the lane is gone, whatever the queue holds. Under OfflineAfter
+	// with a minute to spare; one timer every 4 minutes keeps an idle
+	// daemon quiet (docs/operations.md, "Background loops").
+	IdleWorkerHeartbeat = 4 * time.Minute
 	// RecoverRetry is the pause before a failed crash recovery (or a
 	// database fault) is tried again: the lane stays closed meanwhile.
 	RecoverRetry = time.Minute
@@ -83,7 +90,9 @@ const ScopeBox = "box"
 
 // Lifecycle event of the offline warning (docs/operations.md, "Jobs").
 const (
-	// OfflineKind and OfflineReason are the warning's kind and reason.
+	// OfflineKind and OfflineReason are the warning's kind and reason. It is
+	// a platform event (no environment): the lane is the platform's, not a
+	// box's environment's.
 	OfflineKind   = "reaper-warning"
 	OfflineReason = "provider"
 	// OfflineMessage is its message.

@@ -684,7 +684,9 @@ func offlineEvents(t *testing.T, r *rig) int {
 	}
 	n := 0
 	for _, e := range evs {
-		if e.Message != jobs.OfflineMessage || e.Reason != jobs.OfflineReason || e.EnvironmentSlug != r.box.EnvironmentSlug {
+		// A platform event: the lane is the platform's, not the box's
+		// environment's.
+		if e.Message != jobs.OfflineMessage || e.Reason != jobs.OfflineReason || e.EnvironmentSlug != "" || e.DeploymentID != "" {
 			t.Fatalf("event %+v", e)
 		}
 		n++
@@ -753,11 +755,40 @@ func TestRunnerIsEventDriven(t *testing.T) {
 	go func() { _ = r.runner.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, func() bool { return r.runner.IdleWaits() >= 1 })
-	// Idle with an empty queue: no timer of any kind.
+	// Idle with an empty queue: one timer, the idle worker heartbeat, and
+	// the worker row recorded at start and at each of its beats.
+	if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer wcancel()
-	if err := r.clock.BlockUntilContext(wctx, 1); err == nil {
-		t.Fatal("the idle runner holds a timer")
+	if err := r.clock.BlockUntilContext(wctx, 2); err == nil {
+		t.Fatal("the idle runner holds more than the heartbeat timer")
+	}
+	seen := func() time.Time {
+		t.Helper()
+		ws, err := storage.ListWorkers(ctx, r.db.Read)
+		if err != nil || len(ws) != 1 || ws[0].WorkerID != r.runner.InstanceID() || ws[0].CurrentJobID != "" {
+			t.Fatalf("workers %+v (%v), want this idle runner", ws, err)
+		}
+		return ws[0].LastSeenAt
+	}
+	if at := seen(); !at.Equal(r.clock.Now().Truncate(time.Millisecond)) {
+		t.Fatalf("worker seen at %s, want the start %s", at, r.clock.Now())
+	}
+	for i := 1; i <= 2; i++ {
+		r.clock.Advance(jobs.IdleWorkerHeartbeat)
+		want := r.clock.Now().Truncate(time.Millisecond)
+		waitFor(t, func() bool { return seen().Equal(want) })
+		if err := r.clock.BlockUntilContext(ctx, 1); err != nil { // the next beat is scheduled
+			t.Fatal(err)
+		}
+	}
+	if n := r.runner.IdleWaits(); n != 1 {
+		t.Fatalf("idle waits %d after two beats, want 1: a beat is not a pass", n)
+	}
+	if jobs.IdleWorkerHeartbeat >= jobs.OfflineAfter || jobs.IdleWorkerHeartbeat < time.Minute {
+		t.Fatalf("IdleWorkerHeartbeat %s must be under OfflineAfter and at least a minute", jobs.IdleWorkerHeartbeat)
 	}
 	job := r.enqueue(t, "preview")
 	if id := <-r.exec.started; id != job.ID {

@@ -84,14 +84,16 @@ func (r *Runner) Notify() {
 	}
 }
 
-// IdleWaits counts the times Run waited with no timer (an empty queue).
+// IdleWaits counts the times Run waited for an enqueue (an empty queue).
 func (r *Runner) IdleWaits() int64 { return r.idleWaits.Load() }
 
-// Run works until ctx ends, then returns nil. Each pass recovers dead jobs
-// and runs at most one job; with nothing queued it waits for Notify with no
-// timer at all; after a failed recovery or a database fault it waits
-// RecoverRetry (or a Notify).
+// Run works until ctx ends, then returns nil. It records the worker row at
+// start; each pass recovers dead jobs and runs at most one job; with nothing
+// queued it waits for Notify, recording the worker row every
+// IdleWorkerHeartbeat meanwhile (its only timer); after a failed recovery or
+// a database fault it waits RecoverRetry (or a Notify).
 func (r *Runner) Run(ctx context.Context) error {
+	r.touch(ctx, "")
 	for {
 		res, err := r.Tick(ctx)
 		if ctx.Err() != nil {
@@ -113,11 +115,27 @@ func (r *Runner) Run(ctx context.Context) error {
 		if res.Ran != nil || res.More {
 			continue
 		}
-		r.idleWaits.Add(1)
+		if !r.idle(ctx) {
+			return nil
+		}
+	}
+}
+
+// idle waits for a Notify, recording the worker row every
+// IdleWorkerHeartbeat; false when ctx ended.
+func (r *Runner) idle(ctx context.Context) bool {
+	r.idleWaits.Add(1)
+	for {
+		t := r.clock.NewTimer(IdleWorkerHeartbeat)
 		select {
 		case <-ctx.Done():
-			return nil
+			t.Stop()
+			return false
 		case <-r.wake:
+			t.Stop()
+			return true
+		case <-t.Chan():
+			r.touch(ctx, "")
 		}
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// Watch records one platform reaper-warning (reason provider, "managed
-// worker offline") when jobs have waited queued for OfflineAfter with no
+// Watch records one platform event (kind reaper-warning, reason provider,
+// "managed worker offline", no environment) when jobs have waited queued for OfflineAfter with no
 // worker seen for as long, repeats suppressed for OfflineRepeat
 // (docs/operations.md, "Jobs"). It runs with or without an executor: jobs
 // left queued by an earlier configuration are exactly what it reports.
@@ -94,12 +94,8 @@ func (w *Watch) Tick(ctx context.Context) (WatchResult, error) {
 			res.Suppressed, res.NextCheck = true, last.Add(OfflineRepeat)
 			return nil
 		}
-		box, err := storage.BoxByRef(ctx, tx, st.OldestScopeID)
-		if err != nil {
-			return fmt.Errorf("offline warning: box: %w", err)
-		}
-		if _, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
-			ID: fmt.Sprintf("%s%d", OfflineIDPrefix, now.UnixMilli()), EnvironmentID: box.EnvironmentID,
+		if _, err := storage.InsertPlatformEvent(ctx, tx, storage.LifecycleEvent{
+			ID:   fmt.Sprintf("%s%d", OfflineIDPrefix, now.UnixMilli()),
 			Kind: OfflineKind, Reason: OfflineReason, Message: OfflineMessage, OccurredAt: now,
 		}); err != nil {
 			return err
