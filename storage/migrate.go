@@ -17,8 +17,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/pressly/goose/v3"
 	"github.com/rs/zerolog"
-
-	"github.com/chalupa-run/chalupa/schema"
 )
 
 // ErrMigrationEdited is returned when a migration file's content differs from
@@ -42,7 +40,8 @@ const checksumTable = `CREATE TABLE IF NOT EXISTS chalupa_migration_checksums (
 // MigrateOptions configures Migrate. The zero value uses the embedded schema
 // and takes restore points in the database's directory.
 type MigrateOptions struct {
-	// FS holds the migration files; nil means schema.FS.
+	// FS holds the migration files; nil means the set this binary ships
+	// (schema.FS).
 	FS fs.FS
 	// RestorePointDir is where VACUUM INTO restore points are written; empty
 	// means "<dir of the database>/restore-points".
@@ -78,7 +77,7 @@ func (o *MigrateOptions) fsys() fs.FS {
 	if o.FS != nil {
 		return o.FS
 	}
-	return schema.FS
+	return migrationsFS()
 }
 
 func (o *MigrateOptions) clock() clockwork.Clock {
@@ -94,6 +93,15 @@ func newProvider(db *sql.DB, fsys fs.FS) (*goose.Provider, error) {
 		return nil, fmt.Errorf("load migrations: %w", err)
 	}
 	return p, nil
+}
+
+// sourcePaths returns every migration file's path, by version.
+func sourcePaths(p *goose.Provider) map[int64]string {
+	out := map[int64]string{}
+	for _, s := range p.ListSources() {
+		out[s.Version] = s.Path
+	}
+	return out
 }
 
 // fileSums returns the SHA-256 of every migration file in fsys, by version.
@@ -170,7 +178,12 @@ func recordChecksum(ctx context.Context, db *sql.DB, version int64, name, sum st
 // on it, and refuses to migrate if that fails. It must run before the writer
 // is used: it borrows the write connection.
 //
-// Errors: ErrMigrationEdited (naming the file), ErrSchemaTooNew, a failed
+// A database a newer release migrated is used as it is when every migration
+// above this binary's newest is an expand and this binary is at or above the
+// database's floor (docs/operations.md, "Migrations and restore points").
+//
+// Errors: ErrMigrationEdited (naming the file), ErrSchemaIncompatible (which
+// wraps ErrSchemaTooNew, naming the migration), a failed
 // restore point or integrity check, or the failing migration's error.
 func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, error) {
 	var res MigrateResult
@@ -178,6 +191,9 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 	clock := opt.clock()
 	if _, err := db.write.ExecContext(ctx, checksumTable); err != nil {
 		return res, fmt.Errorf("create checksum table: %w", err)
+	}
+	if _, err := db.write.ExecContext(ctx, kindsTable); err != nil {
+		return res, fmt.Errorf("create migration kinds table: %w", err)
 	}
 	p, err := newProvider(db.write, fsys)
 	if err != nil {
@@ -187,13 +203,21 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 	if err != nil {
 		return res, err
 	}
+	kinds, err := fileKinds(fsys, sourcePaths(p))
+	if err != nil {
+		return res, err
+	}
 	current, target, err := p.GetVersions(ctx)
 	if err != nil {
 		return res, fmt.Errorf("read schema version: %w", err)
 	}
 	res.From, res.To = current, current
 	if current > target {
-		return res, fmt.Errorf("%w: database at version %d, binary knows up to %d", ErrSchemaTooNew, current, target)
+		// A newer release migrated this database: run on it only when
+		// everything above this binary only expanded the schema.
+		if err := checkCompatible(ctx, db.write, target); err != nil {
+			return res, err
+		}
 	}
 	statuses, err := p.Status(ctx)
 	if err != nil {
@@ -201,6 +225,17 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 	}
 	if err := verifyApplied(ctx, db.write, clock, statuses, sums, names); err != nil {
 		return res, err
+	}
+	for _, st := range statuses {
+		// A crash between goose's commit and ours leaves a kind unrecorded.
+		if v := st.Source.Version; st.State == goose.StateApplied && v > LastLegacyMigration {
+			if err := recordKind(ctx, db.write, v, kinds[v]); err != nil {
+				return res, err
+			}
+		}
+	}
+	if current > target {
+		return res, nil
 	}
 	pending, err := p.HasPending(ctx)
 	if err != nil {
@@ -227,6 +262,11 @@ func (db *DB) Migrate(ctx context.Context, opt MigrateOptions) (MigrateResult, e
 		opt.Logger.Info().Str("migration", name).Dur("took", r.Duration).Msg("migration applied")
 		if rerr := recordChecksum(ctx, db.write, r.Source.Version, name, sums[r.Source.Version], clock.Now()); rerr != nil {
 			return res, rerr
+		}
+		if v := r.Source.Version; v > LastLegacyMigration {
+			if rerr := recordKind(ctx, db.write, v, kinds[v]); rerr != nil {
+				return res, rerr
+			}
 		}
 	}
 	if err != nil {
@@ -265,7 +305,7 @@ func (db *DB) restorePoint(ctx context.Context, opt MigrateOptions, version int6
 // version order. It reads only; it never applies anything.
 func (db *DB) MigrationStatuses(ctx context.Context, fsys fs.FS) ([]MigrationStatus, error) {
 	if fsys == nil {
-		fsys = schema.FS
+		fsys = migrationsFS()
 	}
 	p, err := newProvider(db.Read, fsys)
 	if err != nil {
@@ -315,12 +355,13 @@ func (db *DB) SchemaVersion(ctx context.Context) (int64, error) {
 
 // CheckApplied verifies, without writing, what Migrate would refuse: an
 // applied migration whose file changed since (ErrMigrationEdited, naming the
-// file) or a schema newer than fsys knows (ErrSchemaTooNew). fsys nil means
-// schema.FS. `chalupa config check` and `migrate status` use it so that they
+// file) or a schema newer than fsys knows that this binary cannot run on
+// (ErrSchemaIncompatible, see checkCompatible). fsys nil means the set this
+// binary ships. `chalupa config check` and `migrate status` use it so that they
 // fail whenever serve would.
 func (db *DB) CheckApplied(ctx context.Context, fsys fs.FS) error {
 	if fsys == nil {
-		fsys = schema.FS
+		fsys = migrationsFS()
 	}
 	sts, err := db.MigrationStatuses(ctx, fsys)
 	if err != nil {
@@ -339,7 +380,9 @@ func (db *DB) CheckApplied(ctx context.Context, fsys fs.FS) error {
 	if v, err := db.SchemaVersion(ctx); err != nil {
 		return err
 	} else if v > known {
-		return fmt.Errorf("%w: database at version %d, binary knows up to %d", ErrSchemaTooNew, v, known)
+		if err := checkCompatible(ctx, db.Read, known); err != nil {
+			return err
+		}
 	}
 	if err := db.Read.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'chalupa_migration_checksums'").Scan(&n); err != nil || n == 0 {
 		return err

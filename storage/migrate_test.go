@@ -319,6 +319,82 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	}
 }
 
+// TestMigrateRunsOnAnExpandedSchema: a database a newer release migrated
+// with expand-only migrations is used as it is by this binary (no restore,
+// every row kept); a contract above it, or a floor above this binary, is
+// refused naming the migration (docs/operations.md, "Migrations and restore
+// points").
+func TestMigrateRunsOnAnExpandedSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mig := func(kind, table string) []byte {
+		return []byte("-- chalupa:migration " + kind + "\n-- +goose Up\nCREATE TABLE " + table + " (id INTEGER PRIMARY KEY) STRICT;\nINSERT INTO " + table + " (id) VALUES (1);\n-- +goose Down\nDROP TABLE " + table + ";\n")
+	}
+	with := func(files map[string][]byte) fstest.MapFS {
+		m := schemaCopy(t, nil)
+		for n, b := range files {
+			m[n] = &fstest.MapFile{Data: b, Mode: 0o444}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		newer   map[string][]byte // what the newer release applied
+		older   map[string][]byte // what the older binary ships beyond schema.FS
+		refused string            // the migration the refusal names; "" = runs
+	}{
+		{"one expand above", map[string][]byte{"9998_a.sql": mig("expand", "compat_a")}, nil, ""},
+		{"two expands above", map[string][]byte{"9997_a.sql": mig("expand", "compat_a"), "9998_b.sql": mig("expand", "compat_b")}, nil, ""},
+		{"a contract above", map[string][]byte{"9997_a.sql": mig("expand", "compat_a"), "9998_b.sql": mig("contract", "compat_b")}, nil, "9998_b.sql"},
+		{"an undeclared migration above is a contract", map[string][]byte{"9998_a.sql": []byte(extraMigration)}, nil, "9998_a.sql"},
+		{"a floor above this binary", map[string][]byte{"9997_a.sql": []byte("-- chalupa:migration contract floor=9998\n-- +goose Up\nSELECT 1;\n"), "9998_b.sql": mig("expand", "compat_b")},
+			map[string][]byte{"9997_a.sql": []byte("-- chalupa:migration contract floor=9998\n-- +goose Up\nSELECT 1;\n")}, "9997_a.sql"},
+		{"a contract this binary knows", map[string][]byte{"9997_a.sql": mig("contract", "compat_a"), "9998_b.sql": mig("expand", "compat_b")},
+			map[string][]byte{"9997_a.sql": mig("contract", "compat_a")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := openDB(t, filepath.Join(t.TempDir(), "chalupa.db"))
+			newer := with(tc.newer)
+			for n, b := range tc.older {
+				if string(b) != string(tc.newer[n]) {
+					t.Fatalf("the older binary's %s differs from the newer's", n)
+				}
+			}
+			if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: newer}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+				_, err := storage.CreateEnvironment(ctx, tx, "compat-env", "compat-env", time.Now())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			older := with(tc.older)
+			res, err := db.Migrate(ctx, storage.MigrateOptions{FS: older})
+			cerr := db.CheckApplied(ctx, older)
+			if tc.refused != "" {
+				if !errors.Is(err, storage.ErrSchemaIncompatible) || !errors.Is(err, storage.ErrSchemaTooNew) || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("Migrate: err = %v, want ErrSchemaIncompatible naming %s", err, tc.refused)
+				}
+				if cerr == nil || cerr.Error() != err.Error() {
+					t.Fatalf("CheckApplied: %v, want the same refusal as Migrate", cerr)
+				}
+				return
+			}
+			if err != nil || cerr != nil {
+				t.Fatalf("Migrate: %v, CheckApplied: %v; want the older binary to run", err, cerr)
+			}
+			if res.RestorePoint != "" || len(res.Applied) != 0 {
+				t.Fatalf("the older binary changed the database: %+v", res)
+			}
+			if _, err := storage.EnvironmentBySlug(ctx, db.Read, "compat-env"); err != nil {
+				t.Fatalf("a row written on the newer schema is gone: %v", err)
+			}
+		})
+	}
+}
+
 // TestMigrateStatusBinary runs the built `chalupa migrate status` against a
 // data dir with no database, a partly migrated one and a fully migrated one.
 func TestMigrateStatusBinary(t *testing.T) {

@@ -98,9 +98,38 @@ func BuildBinary(t testing.TB) string {
 	return buildPath
 }
 
+// withheldBuilds caches BuildWithheld's binaries, by the number withheld.
+var withheldBuilds struct {
+	sync.Mutex
+	path map[int]string
+}
+
+// BuildWithheld builds the binary like BuildBinary but leaving out its
+// newest n migrations (the test-only build setting
+// storage.withheldMigrations): a stand-in for the previous release, for
+// rollback tests. Built once per n per test process.
+func BuildWithheld(t testing.TB, n int) string {
+	t.Helper()
+	root := RepoRoot(t)
+	withheldBuilds.Lock()
+	defer withheldBuilds.Unlock()
+	if p, ok := withheldBuilds.path[n]; ok {
+		return p
+	}
+	p, err := build(root, "-ldflags", fmt.Sprintf("-X %s/storage.withheldMigrations=%d", ModulePath, n))
+	if err != nil {
+		t.Fatalf("daemontest: %v", err)
+	}
+	if withheldBuilds.path == nil {
+		withheldBuilds.path = map[int]string{}
+	}
+	withheldBuilds.path[n] = p
+	return p
+}
+
 const binDirPrefix = "chalupa-testbin-"
 
-func build(root string) (string, error) {
+func build(root string, flags ...string) (string, error) {
 	pruneOldBinDirs()
 	dir, err := os.MkdirTemp("", binDirPrefix)
 	if err != nil {
@@ -109,7 +138,7 @@ func build(root string) (string, error) {
 	out := filepath.Join(dir, "chalupa")
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build", "-o", out}, flags...), ".")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

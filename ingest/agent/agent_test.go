@@ -13,6 +13,7 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,9 @@ type fleet struct {
 	mu       sync.Mutex
 	mode     string
 	requests map[string]int // by path, every request the proxy saw
+	// sent keeps every signed request the proxy forwarded, in order, with
+	// the daemon's clock when it arrived (TestAgentRequestsAreRecorded).
+	sent []recordedRequest
 	// wireIn and wireOut count the bytes the proxy read and wrote.
 	wireIn, wireOut atomic.Int64
 	busy            uint64 // fake /proc/stat counters
@@ -108,6 +112,9 @@ func (f *fleet) forward(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	mode := f.mode
 	f.requests[r.URL.Path]++
+	if mode == modeUp && json.Valid(body) {
+		f.sent = append(f.sent, recordedRequest{Path: r.URL.Path, At: f.daemonClock.Now().UTC(), Body: json.RawMessage(body)})
+	}
 	f.mu.Unlock()
 	if mode == modeDown {
 		w.Header().Set("Retry-After", "1")
