@@ -511,6 +511,26 @@ func TestAdminLogs(t *testing.T) {
 			t.Fatalf("unknown deployment: %v", err)
 		}
 	})
+	t.Run("chunk metadata", func(t *testing.T) {
+		for _, tc := range []struct {
+			seq, state string
+			size       int
+		}{{"1", "committed", len(two)}, {"2", "planned", len("planned only")}} {
+			ch, err := c.GetLogChunk(ctx, adminapi.LogChunkRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: tc.seq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.State != tc.state || ch.SizeBytes != int64(tc.size) || ch.Service != "chalupa-agent.service" || ch.SessionFinished ||
+				(ch.CommittedAt != nil) != (tc.state == "committed") || len(ch.SHA256) != 64 {
+				t.Fatalf("chunk %s: %+v", tc.seq, ch)
+			}
+		}
+		_, err := c.GetLogChunk(ctx, adminapi.LogChunkRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "3"})
+		var ae *adminapi.APIError
+		if !errors.As(err, &ae) || ae.Code != "log_chunk_not_found" {
+			t.Fatalf("metadata of a chunk never planned: %v", err)
+		}
+	})
 	t.Run("download grant", func(t *testing.T) {
 		d, err := c.GetLogDownload(ctx, adminapi.LogDownloadRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "1"})
 		if err != nil {
