@@ -173,7 +173,7 @@ func (h *logHandlers) chunk(ctx context.Context, req adminapi.LogChunkRequest) (
 	}
 	out := adminapi.LogChunkInfo{EnvironmentSlug: req.EnvironmentSlug, DeploymentID: req.DeploymentID, SessionID: s.SessionID, Service: s.Service,
 		SessionFinished: !s.FinishedAt.IsZero(),
-		LogChunk: adminapi.LogChunk{Seq: c.Seq, State: c.State, SizeBytes: c.Size, SHA256: hex.EncodeToString(c.SHA256), PlannedAt: c.PlannedAt}}
+		LogChunk:        adminapi.LogChunk{Seq: c.Seq, State: c.State, SizeBytes: c.Size, SHA256: hex.EncodeToString(c.SHA256), PlannedAt: c.PlannedAt}}
 	if !c.CommittedAt.IsZero() {
 		t := c.CommittedAt
 		out.CommittedAt = &t
