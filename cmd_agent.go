@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/agent"
+	"github.com/chalupa-run/chalupa/ingest/agent/logship"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )
@@ -173,7 +174,11 @@ func printAgentStatus(w io.Writer, r agent.StatusReport) {
 		if l.Chunks > 0 {
 			fmt.Fprintf(w, ", oldest %s ago", time.Duration(l.OldestAgeSeconds)*time.Second)
 		}
-		fmt.Fprintf(w, ", dropped %d; session %s", l.Dropped, l.SessionState)
+		fmt.Fprintf(w, ", dropped %d", l.Dropped)
+		if l.Mismatched > 0 {
+			fmt.Fprintf(w, " (%d stored as other bytes %d times)", l.Mismatched, logship.MaxUploads)
+		}
+		fmt.Fprintf(w, "; session %s", l.SessionState)
 		if l.Session != "" {
 			fmt.Fprintf(w, " (%s)", l.Session)
 		}

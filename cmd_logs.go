@@ -23,6 +23,7 @@ import (
 type adminLogsCmd struct {
 	List  adminLogsListCmd  `cmd:"" default:"withargs" help:"List a deployment's log sessions and chunks (the default)."`
 	Get   adminLogsGetCmd   `cmd:"" help:"Write a deployment's committed chunks to stdout (or --out) through short-lived grants; --follow waits for new ones."`
+	Chunk adminLogsChunkCmd `cmd:"" help:"Show one chunk's metadata (state, size, SHA-256, times)."`
 	Erase adminLogsEraseCmd `cmd:"" help:"Erase an environment's logs: every chunk's object, then its rows."`
 	Allow adminLogsAllowCmd `cmd:"" help:"Replace an environment's log service allowlist (--reset: the default list)."`
 }
@@ -66,6 +67,31 @@ func (c *adminLogsListCmd) Run(a *adminCmd) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.SessionID, s.Service, timeOrDash(s.OpenedAt), timeOrDash(s.ExpiresAt), fin, committed, planned, size)
 		}
 		return tw.Flush()
+	})
+}
+
+type adminLogsChunkCmd struct {
+	Env        string `arg:"" name:"slug" help:"Environment slug."`
+	Deployment string `arg:"" name:"deployment" help:"Deployment id."`
+	Session    string `arg:"" name:"session" help:"Session id."`
+	Seq        int64  `arg:"" name:"seq" help:"Sequence number (0 is the first)."`
+	JSON       bool   `help:"Print JSON."`
+}
+
+func (*adminLogsChunkCmd) operation() string { return adminapi.OpGetLogChunk }
+
+// Run prints one chunk's metadata.
+func (c *adminLogsChunkCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.LogChunkInfo, error) {
+		return cl.GetLogChunk(ctx, adminapi.LogChunkRequest{EnvironmentSlug: c.Env, DeploymentID: c.Deployment, Session: c.Session, Seq: strconv.FormatInt(c.Seq, 10)})
+	}, func(w io.Writer, ch adminapi.LogChunkInfo) error {
+		committed := "-"
+		if ch.CommittedAt != nil {
+			committed = timeOrDash(*ch.CommittedAt)
+		}
+		fmt.Fprintf(w, "%s/%s %s (%s) seq %d: %s, %d bytes, sha256 %s, planned %s, committed %s\n", ch.EnvironmentSlug, ch.DeploymentID,
+			ch.SessionID, ch.Service, ch.Seq, ch.State, ch.SizeBytes, ch.SHA256, timeOrDash(ch.PlannedAt), committed)
+		return nil
 	})
 }
 

@@ -44,6 +44,11 @@ func TestMCPEndToEnd(t *testing.T) {
 	if want := len(mcpserver.Tools(adminapi.Operations)); len(tools.Tools) != want {
 		t.Errorf("%d tools; want %d", len(tools.Tools), want)
 	}
+	for _, tl := range tools.Tools {
+		if tl.Name == "chalupa_admin_get_log_download" {
+			t.Errorf("the download grant's tool is listed: a presigned URL is a credential")
+		}
+	}
 	text := func(r *mcp.CallToolResult) string {
 		var b strings.Builder
 		for _, c := range r.Content {

@@ -335,9 +335,12 @@ func TestIngestLogsBoundaries(t *testing.T) {
 	})
 }
 
-// TestIngestLogsCommitVerifies: commit checks the stored object with HEAD;
-// an object of another size is refused and deleted, and the plan stays so
-// the chunk can be uploaded again.
+// TestIngestLogsCommitVerifies: commit reads the stored object back and
+// hashes it; an object of another size, or of the planned size with other
+// bytes (PUT with the chunk's own grant: not every store enforces the
+// grant's checksum), is refused 422 object_mismatch with nothing written,
+// the object is deleted, and the plan stays so the chunk can be uploaded
+// again under a renewed grant for the same key.
 func TestIngestLogsCommitVerifies(t *testing.T) {
 	h := newLogsHarness(t)
 	ctx := context.Background()
@@ -345,37 +348,59 @@ func TestIngestLogsCommitVerifies(t *testing.T) {
 	if r := h.open(h.dep, "v1", "chalupa-agent.service"); r.Status != http.StatusAccepted {
 		t.Fatalf("open: %s", r)
 	}
-	r, p := h.plan("v1", 0, chunk)
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("plan: %s", r)
-	}
-	u, _ := url.Parse(p.Upload.URL)
-	key := strings.TrimPrefix(u.Path, "/"+h.gw.Bucket+"/")
-	// A store that did not enforce the signed length: put another body
-	// at the planned key with the bucket's own credentials.
-	wrong := append([]byte("tampered "), chunk...)
-	g, err := h.store.PresignPut(ctx, key, int64(len(wrong)), sha256.Sum256(wrong), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := put(t, &ingest.LogUpload{Method: g.Method, URL: g.URL, Headers: g.Headers}, wrong); code != http.StatusOK {
-		t.Fatalf("tampered PUT: %d", code)
-	}
-	before := h.logRows()
-	h.refused(t, "commit of an object of another size", h.commit("v1", 0, chunk), http.StatusUnprocessableEntity, "object_mismatch", before)
-	if _, err := h.store.Head(ctx, key); !errors.Is(err, logs.ErrObjectMissing) {
-		t.Fatalf("mismatching object not deleted: %v", err)
-	}
-	// Planned again: the grant is renewed for the same key.
-	r, p2 := h.plan("v1", 0, chunk)
-	if u2, _ := url.Parse(p2.Upload.URL); r.Status != http.StatusAccepted || !p2.Renewed || u2.Path != u.Path {
-		t.Fatalf("renewal: %s", r)
-	}
-	if code := put(t, p2.Upload, chunk); code != http.StatusOK {
-		t.Fatalf("PUT: %d", code)
-	}
-	if r := h.commit("v1", 0, chunk); r.Status != http.StatusAccepted {
-		t.Fatalf("commit: %s", r)
+	for i, tc := range []struct {
+		name string
+		// upload puts other bytes at the planned key and returns them.
+		upload func(t *testing.T, key string, grant *ingest.LogUpload) []byte
+	}{
+		{"another size, with the bucket's own credentials", func(t *testing.T, key string, _ *ingest.LogUpload) []byte {
+			wrong := append([]byte("tampered "), chunk...)
+			g, err := h.store.PresignPut(ctx, key, int64(len(wrong)), sha256.Sum256(wrong), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := put(t, &ingest.LogUpload{Method: g.Method, URL: g.URL, Headers: g.Headers}, wrong); code != http.StatusOK {
+				t.Fatalf("tampered PUT: %d", code)
+			}
+			return wrong
+		}},
+		{"the planned size, other bytes, with the chunk's grant", func(t *testing.T, _ string, grant *ingest.LogUpload) []byte {
+			wrong := bytes.ToUpper(chunk)
+			if code := put(t, grant, wrong); code != http.StatusOK {
+				t.Fatalf("versitygw refused other bytes under the grant (%d): it now enforces the checksum; say so in docs/operations.md, \"Logs\"", code)
+			}
+			return wrong
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := int64(i)
+			r, p := h.plan("v1", seq, chunk)
+			if r.Status != http.StatusAccepted {
+				t.Fatalf("plan: %s", r)
+			}
+			u, _ := url.Parse(p.Upload.URL)
+			key := strings.TrimPrefix(u.Path, "/"+h.gw.Bucket+"/")
+			wrong := tc.upload(t, key, p.Upload)
+			if o, err := h.store.Head(ctx, key); err != nil || o.Size != int64(len(wrong)) {
+				t.Fatalf("the other bytes are not stored: %+v %v", o, err)
+			}
+			before := h.logRows()
+			h.refused(t, "commit of other bytes", h.commit("v1", seq, chunk), http.StatusUnprocessableEntity, "object_mismatch", before)
+			if _, err := h.store.Head(ctx, key); !errors.Is(err, logs.ErrObjectMissing) {
+				t.Fatalf("mismatching object not deleted: %v", err)
+			}
+			// Planned again: the grant is renewed for the same key.
+			r, p2 := h.plan("v1", seq, chunk)
+			if u2, _ := url.Parse(p2.Upload.URL); r.Status != http.StatusAccepted || !p2.Renewed || u2.Path != u.Path {
+				t.Fatalf("renewal: %s", r)
+			}
+			if code := put(t, p2.Upload, chunk); code != http.StatusOK {
+				t.Fatalf("PUT: %d", code)
+			}
+			if r := h.commit("v1", seq, chunk); r.Status != http.StatusAccepted {
+				t.Fatalf("commit: %s", r)
+			}
+		})
 	}
 }
 
@@ -484,6 +509,26 @@ func TestAdminLogs(t *testing.T) {
 		var ae *adminapi.APIError
 		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 			t.Fatalf("unknown deployment: %v", err)
+		}
+	})
+	t.Run("chunk metadata", func(t *testing.T) {
+		for _, tc := range []struct {
+			seq, state string
+			size       int
+		}{{"1", "committed", len(two)}, {"2", "planned", len("planned only")}} {
+			ch, err := c.GetLogChunk(ctx, adminapi.LogChunkRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: tc.seq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.State != tc.state || ch.SizeBytes != int64(tc.size) || ch.Service != "chalupa-agent.service" || ch.SessionFinished ||
+				(ch.CommittedAt != nil) != (tc.state == "committed") || len(ch.SHA256) != 64 {
+				t.Fatalf("chunk %s: %+v", tc.seq, ch)
+			}
+		}
+		_, err := c.GetLogChunk(ctx, adminapi.LogChunkRequest{EnvironmentSlug: h.env, DeploymentID: h.dep, Session: "m1", Seq: "3"})
+		var ae *adminapi.APIError
+		if !errors.As(err, &ae) || ae.Code != "log_chunk_not_found" {
+			t.Fatalf("metadata of a chunk never planned: %v", err)
 		}
 	})
 	t.Run("download grant", func(t *testing.T) {

@@ -30,6 +30,7 @@ type logHandlers struct {
 func (h *logHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpListLogs, h.list)
 	handleOp(o, adminapi.OpGetLogDownload, h.download)
+	handleOp(o, adminapi.OpGetLogChunk, h.chunk)
 	handleOp(o, adminapi.OpEraseLogs, h.erase)
 	handleOp(o, adminapi.OpSetLogServices, h.setServices)
 }
@@ -137,6 +138,45 @@ func (h *logHandlers) list(ctx context.Context, req adminapi.ListLogsRequest) (a
 			as.Chunks = append(as.Chunks, ac)
 		}
 		out.Sessions = append(out.Sessions, as)
+	}
+	return out, nil
+}
+
+// chunk answers one chunk's metadata from the database: no store request,
+// no grant, so it works without log storage too.
+func (h *logHandlers) chunk(ctx context.Context, req adminapi.LogChunkRequest) (adminapi.LogChunkInfo, error) {
+	tx, err := h.db.Read.BeginTx(ctx, nil)
+	if err != nil {
+		return adminapi.LogChunkInfo{}, err
+	}
+	defer tx.Rollback() // read-only
+	env, _, err := h.deployment(ctx, tx, req.EnvironmentSlug, req.DeploymentID)
+	if err != nil {
+		return adminapi.LogChunkInfo{}, err
+	}
+	notFound := fail(http.StatusNotFound, "log_chunk_not_found", "no chunk with this session and seq")
+	s, err := storage.LogSessionByID(ctx, tx, env, req.DeploymentID, req.Session)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.LogChunkInfo{}, notFound
+	} else if err != nil {
+		return adminapi.LogChunkInfo{}, err
+	}
+	seq, err := strconv.ParseInt(req.Seq, 10, 64)
+	if err != nil || seq < 0 {
+		return adminapi.LogChunkInfo{}, notFound
+	}
+	c, err := storage.LogChunkBySeq(ctx, tx, s.Row, seq)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.LogChunkInfo{}, notFound
+	} else if err != nil {
+		return adminapi.LogChunkInfo{}, err
+	}
+	out := adminapi.LogChunkInfo{EnvironmentSlug: req.EnvironmentSlug, DeploymentID: req.DeploymentID, SessionID: s.SessionID, Service: s.Service,
+		SessionFinished: !s.FinishedAt.IsZero(),
+		LogChunk:        adminapi.LogChunk{Seq: c.Seq, State: c.State, SizeBytes: c.Size, SHA256: hex.EncodeToString(c.SHA256), PlannedAt: c.PlannedAt}}
+	if !c.CommittedAt.IsZero() {
+		t := c.CommittedAt
+		out.CommittedAt = &t
 	}
 	return out, nil
 }

@@ -43,6 +43,9 @@ type LoopDeps struct {
 	// NonceActivity signals stored nonces (ingest.Service.NonceActivity);
 	// the pruner sleeps on it while there is nothing to prune.
 	NonceActivity <-chan struct{}
+	// NonceLedger is ingest's record of claimed nonces
+	// (ingest.Service.NonceLedger), which the pruner holds.
+	NonceLedger *ingest.NonceLedger
 	// QuotaEvents are the quota warnings the ingest service queued
 	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
 	QuotaEvents <-chan ingest.QuotaEvent
@@ -102,7 +105,7 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		return &pausable{Loop: l, name: name, sw: d.Switches, log: d.Log}
 	}
 	loops := []Loop{
-		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity},
+		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity, Ledger: d.NonceLedger},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
 		switched(LoopRetention, retention),
 	}

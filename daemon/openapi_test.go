@@ -192,8 +192,9 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	// Not fillable from this seed: a job (and its diagnosis) needs the
 	// converge executor (TestJobDoctorEndToEnd drives the doctor), the SSH
 	// identity a provision token, a log download CHALUPA_LOGS_URL and a
-	// committed chunk (TestAdminLogs covers it against versitygw).
-	unfilled := map[string]bool{"adminGetJob": true, "adminDiagnoseJob": true, "adminGetSSHKey": true, "adminGetLogDownload": true}
+	// committed chunk, a chunk's metadata a chunk (TestAdminLogs covers
+	// both against versitygw).
+	unfilled := map[string]bool{"adminGetJob": true, "adminDiagnoseJob": true, "adminGetSSHKey": true, "adminGetLogDownload": true, "adminGetLogChunk": true}
 	checked := 0
 	for _, op := range adminapi.Operations {
 		if op.Method != http.MethodGet || unfilled[op.ID] {

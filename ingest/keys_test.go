@@ -244,7 +244,7 @@ func TestNoncePrunerKeepsTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &ingest.NoncePruner{DB: db, Clock: clock, Log: zerolog.Nop()}
+	p := &ingest.NoncePruner{DB: db, Clock: clock, Log: zerolog.Nop(), Ledger: heldLedger()}
 	n, err := p.Tick(ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("Tick deleted %d, %v; want 4 (two old nonces in two partitions)", n, err)
@@ -259,6 +259,15 @@ func TestNoncePrunerKeepsTheWindow(t *testing.T) {
 	if n, err := p.Tick(ctx); err != nil || n != 0 {
 		t.Fatalf("second Tick deleted %d, %v", n, err)
 	}
+}
+
+// heldLedger is a nonce ledger of a process that has run NonceHold and
+// recorded no claim: only the wall rule decides.
+func heldLedger() *ingest.NonceLedger {
+	mono := clockwork.NewFakeClock()
+	l := ingest.NewNonceLedger(mono)
+	mono.Advance(ingest.NonceHold)
+	return l
 }
 
 // One tick drains a backlog larger than many batches (a busy fleet expires
@@ -279,7 +288,7 @@ func TestNoncePrunerDrainsBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &ingest.NoncePruner{DB: db, Clock: clockwork.NewFakeClockAt(now), Log: zerolog.Nop()}
+	p := &ingest.NoncePruner{DB: db, Clock: clockwork.NewFakeClockAt(now), Log: zerolog.Nop(), Ledger: heldLedger()}
 	if n, err := p.Tick(ctx); err != nil || n != old {
 		t.Fatalf("Tick deleted %d, %v; want %d", n, err, old)
 	}

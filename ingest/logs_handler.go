@@ -195,8 +195,8 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 }
 
 // LogCommit handles POST /api/ingest/logs/commit (MaxLogBody): reads the
-// plan and verifies the object with the store (HEAD; a mismatching object
-// is deleted) before the writer unit, whose refusals are answered with
+// plan and verifies the object (read back and hashed; a mismatching
+// object is deleted) before the writer unit, whose refusals are answered with
 // nothing written; then records the chunk committed, re-checking the plan
 // inside the unit. An exact repeat writes nothing.
 func (s *Service) LogCommit(ctx context.Context, v Verified) Response {

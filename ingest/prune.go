@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -38,9 +39,12 @@ const (
 // and a slow tick pushes the next one back rather than queueing it.
 var pruneSchedule = schedule.Every(PruneInterval)
 
-// NoncePruner deletes nonces whose signed timestamp is older than the skew
-// window: such requests are refused by the timestamp check before the nonce
-// is consulted, so forgetting them cannot admit a replay.
+// NoncePruner deletes nonces held at least NonceHold on both clocks: signed
+// more than NonceHold before wall time (such requests are refused by the
+// timestamp check before the nonce is consulted) and claimed more than
+// NonceHold ago by the monotonic clock, so a wall-clock step either way
+// cannot forget a nonce whose request could pass the check again
+// (docs/operations.md, "Signed ingest").
 type NoncePruner struct {
 	// DB is the migrated database; pruning goes through its writer.
 	DB *storage.DB
@@ -54,6 +58,23 @@ type NoncePruner struct {
 	// (Service.NonceActivity). While the nonces table is empty the pruner
 	// waits on it with no timer at all; nil keeps the plain schedule.
 	Activity <-chan struct{}
+	// Ledger is ingest's record of claims (Service.NonceLedger), which
+	// holds every nonce NonceHold by the monotonic clock. nil: a ledger
+	// of the pruner's own, started at its first Run or Tick, that knows no
+	// claims (tests that claim nonces directly).
+	Ledger *NonceLedger
+
+	ledgerOnce sync.Once
+}
+
+// ledger returns p.Ledger, or the pruner's own started now.
+func (p *NoncePruner) ledger() *NonceLedger {
+	p.ledgerOnce.Do(func() {
+		if p.Ledger == nil {
+			p.Ledger = NewNonceLedger(p.Clock)
+		}
+	})
+	return p.Ledger
 }
 
 // PruneMetrics are the nonce pruner's Prometheus series.
@@ -108,6 +129,7 @@ func (p *NoncePruner) Name() string { return "nonce-prune" }
 // fleet) it waits for the next stored nonce without any timer: the first
 // prune comes PruneInterval after activity resumes.
 func (p *NoncePruner) Run(ctx context.Context) error {
+	p.ledger()
 	for {
 		if p.Activity != nil {
 			if any, err := storage.AnyNonces(ctx, p.DB.Read); err == nil && !any {
@@ -127,7 +149,8 @@ func (p *NoncePruner) Run(ctx context.Context) error {
 	}
 }
 
-// Tick deletes expired nonces in PruneBatch-row transactions until none is
+// Tick deletes expired nonces (held NonceHold on both clocks; none in the
+// process's first NonceHold) in PruneBatch-row transactions until none is
 // left or PruneBudget has passed, and returns how many rows it deleted. The
 // count covers batches committed before an error.
 func (p *NoncePruner) Tick(ctx context.Context) (int64, error) {
@@ -149,11 +172,17 @@ func (p *NoncePruner) Tick(ctx context.Context) (int64, error) {
 }
 
 func (p *NoncePruner) prune(ctx context.Context, start time.Time) (int64, error) {
-	cutoff := start.Add(-SkewWindow - pruneMargin)
+	ledger := p.ledger()
 	var total int64
 	for p.Clock.Since(start) < PruneBudget {
 		var n int64
 		err := p.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+			// The bound is taken inside the unit: claims run in writer
+			// units too, so none comes between it and the delete.
+			cutoff, ok := ledger.Cutoff(p.Clock.Now())
+			if !ok {
+				return nil
+			}
 			var err error
 			n, err = storage.PruneNonces(ctx, tx, cutoff, PruneBatch)
 			return err

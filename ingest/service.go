@@ -45,6 +45,8 @@ type Service struct {
 	// routes answer 503); logGrants counts the upload grants signed.
 	logs      *logs.Broker
 	logGrants atomic.Int64
+	// nonces records claims for the nonce pruner (NonceLedger).
+	nonces *NonceLedger
 }
 
 // Config configures a Service.
@@ -59,6 +61,9 @@ type Config struct {
 	// Clock judges X-Chalupa-Timestamp skew and stamps writes; nil means
 	// the real clock.
 	Clock clockwork.Clock
+	// Monotonic measures how long nonces are held (NonceLedger); nil
+	// means Clock. It must not follow wall-clock steps.
+	Monotonic clockwork.Clock
 	// Log receives internal faults (never request bodies or key material).
 	Log zerolog.Logger
 	// Telemetry bounds telemetry per deployment; nil means
@@ -84,6 +89,10 @@ func NewService(c Config) *Service {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
+	mono := c.Monotonic
+	if mono == nil {
+		mono = clock
+	}
 	limits := telemetry.DefaultLimits()
 	limits.OpenSessions = int64(c.Quotas.OpenSessions)
 	if c.Telemetry != nil {
@@ -91,8 +100,12 @@ func NewService(c Config) *Service {
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono)}
 }
+
+// NonceLedger is the record of claimed nonces the nonce pruner must hold
+// (NoncePruner.Ledger).
+func (s *Service) NonceLedger() *NonceLedger { return s.nonces }
 
 // Quotas returns the quotas the service enforces.
 func (s *Service) Quotas() Quotas { return s.quotas }

@@ -142,6 +142,7 @@ func (s *Service) claim(ctx context.Context, tx storage.Tx, v Verified) error {
 	if err != nil {
 		return err
 	}
+	s.nonces.Claimed(v.signedAt)
 	if v.key == nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 const (
 	OpListLogs       = "adminListLogs"
 	OpGetLogDownload = "adminGetLogDownload"
+	OpGetLogChunk    = "adminGetLogChunk"
 	OpEraseLogs      = "adminEraseLogs"
 	OpSetLogServices = "adminSetLogServices"
 )
@@ -24,7 +25,10 @@ var logOperations = []Operation{
 	{ID: OpListLogs, MCP: mcpRead, Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/logs", Status: http.StatusOK,
 		Request: typeOf[ListLogsRequest](), Response: typeOf[LogListing](),
 		Summary: "one deployment's log sessions with their chunks (?service=&session=)"},
-	{ID: OpGetLogDownload, MCP: mcpRead, Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/logs/:session/chunks/:seq", Status: http.StatusOK,
+	{ID: OpGetLogChunk, MCP: mcpRead, Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/logs/:session/chunks/:seq/metadata", Status: http.StatusOK,
+		Request: typeOf[LogChunkRequest](), Response: typeOf[LogChunkInfo](),
+		Summary: "one log chunk's metadata (state, size, SHA-256, times) without a URL; the operator fetches the bytes with `chalupa admin logs get`"},
+	{ID: OpGetLogDownload, MCP: mcpNever("answers a presigned GET URL: whoever holds it reads the chunk for 5 minutes, a credential"), Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/logs/:session/chunks/:seq", Status: http.StatusOK,
 		Request: typeOf[LogDownloadRequest](), Response: typeOf[LogDownload](),
 		Summary: "a short-lived presigned GET of one committed log chunk; the bytes never pass through chalupa"},
 	{ID: OpEraseLogs, MCP: mcpDestructive("erase logs {environmentSlug}"), Method: methodPost, Path: "/api/admin/logs/erase", Status: http.StatusOK, Mutates: true,
@@ -94,6 +98,29 @@ type LogDownloadRequest struct {
 	Seq             string `path:"seq" json:"-"`
 }
 
+// LogChunkRequest names one chunk for adminGetLogChunk. Seq is its
+// sequence number in decimal ("0" is the first).
+type LogChunkRequest struct {
+	EnvironmentSlug string `path:"slug" json:"-"`
+	DeploymentID    string `path:"id" json:"-"`
+	Session         string `path:"session" json:"-"`
+	Seq             string `path:"seq" json:"-"`
+}
+
+// LogChunkInfo answers adminGetLogChunk: a planned or committed chunk as
+// the database holds it, with its session's service and state. It holds
+// no URL and no credential, so MCP may read it (docs/operations.md, "MCP
+// server").
+type LogChunkInfo struct {
+	EnvironmentSlug string `json:"environmentSlug"`
+	DeploymentID    string `json:"deploymentId"`
+	SessionID       string `json:"sessionId"`
+	Service         string `json:"service"`
+	// SessionFinished is true once the session's final payload is stored.
+	SessionFinished bool `json:"sessionFinished"`
+	LogChunk
+}
+
 // LogDownload answers adminGetLogDownload: GET URL before ExpiresAt (at
 // most 5 minutes away) for the chunk's SizeBytes of compressed bytes with
 // SHA-256 SHA256.
@@ -158,6 +185,12 @@ func (c *Client) ListLogs(ctx context.Context, req ListLogsRequest) (LogListing,
 // logs_not_configured.
 func (c *Client) GetLogDownload(ctx context.Context, req LogDownloadRequest) (LogDownload, error) {
 	return call[LogDownload](ctx, c, OpGetLogDownload, req)
+}
+
+// GetLogChunk calls adminGetLogChunk. An unknown chunk is 404
+// log_chunk_not_found; it needs no log storage.
+func (c *Client) GetLogChunk(ctx context.Context, req LogChunkRequest) (LogChunkInfo, error) {
+	return call[LogChunkInfo](ctx, c, OpGetLogChunk, req)
 }
 
 // EraseLogs calls adminEraseLogs. A wrong phrase is 422

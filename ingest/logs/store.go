@@ -6,9 +6,11 @@ package logs
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -138,6 +140,11 @@ type Store interface {
 	PresignGet(ctx context.Context, key string, ttl time.Duration) (Signed, error)
 	// Head returns the object at key, or ErrObjectMissing.
 	Head(ctx context.Context, key string) (Object, error)
+	// Digest reads the object at key and returns its size and the
+	// SHA-256 of its bytes as read, reading at most limit+1 bytes (an
+	// object longer than limit reports a Size above it and no SHA256).
+	// Errors: ErrObjectMissing, or the store's.
+	Digest(ctx context.Context, key string, limit int64) (Object, error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
 }
@@ -259,6 +266,35 @@ func (s *S3) Head(ctx context.Context, key string) (Object, error) {
 		}
 	}
 	return o, nil
+}
+
+// Digest implements Store with one GET. The SHA-256 is computed here, from
+// the bytes the store returns: S3-compatible stores differ in whether they
+// check or keep an x-amz-checksum-sha256 (docs/operations.md, "Logs").
+func (s *S3) Digest(ctx context.Context, key string, limit int64) (Object, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(key)})
+	if err != nil {
+		var ae smithy.APIError
+		if errors.As(err, &ae) && (ae.ErrorCode() == "NotFound" || ae.ErrorCode() == "NoSuchKey") {
+			return Object{}, ErrObjectMissing
+		}
+		return Object{}, fmt.Errorf("get log object: %s", errorCode(err))
+	}
+	defer out.Body.Close()
+	if n := aws.ToInt64(out.ContentLength); n > limit {
+		return Object{Size: n}, nil // not read: it cannot be the chunk
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(out.Body, limit+1))
+	if err != nil {
+		return Object{}, fmt.Errorf("read log object: %s", errorCode(err))
+	}
+	if n > limit {
+		return Object{Size: n}, nil
+	}
+	return Object{Size: n, SHA256: h.Sum(nil)}, nil
 }
 
 // Delete implements Store.

@@ -172,3 +172,86 @@ func TestLocationOverlaps(t *testing.T) {
 		})
 	}
 }
+
+// TestS3Digest: Digest reads an object back and hashes what it read, at
+// most limit+1 bytes; a missing object is ErrObjectMissing.
+func TestS3Digest(t *testing.T) {
+	_, st := newStore(t, nil)
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("journal line\n"), 1000)
+	sum := sha256.Sum256(body)
+	key := st.Location().Key("digest/one")
+	g, err := st.PresignPut(ctx, key, int64(len(body)), sum, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := send(t, g, body); code != http.StatusOK {
+		t.Fatalf("PUT: %d", code)
+	}
+	for _, tc := range []struct {
+		name  string
+		key   string
+		limit int64
+		size  int64
+		sum   []byte
+		err   error
+	}{
+		{"the planned size", key, int64(len(body)), int64(len(body)), sum[:], nil},
+		{"longer than the limit", key, int64(len(body)) - 1, int64(len(body)), nil, nil},
+		{"missing", st.Location().Key("digest/none"), 10, 0, nil, logs.ErrObjectMissing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := st.Digest(ctx, tc.key, tc.limit)
+			if !errors.Is(err, tc.err) || o.Size != tc.size || !bytes.Equal(o.SHA256, tc.sum) {
+				t.Fatalf("Digest = %+v, %v; want size %d, sum %x, %v", o, err, tc.size, tc.sum, tc.err)
+			}
+		})
+	}
+}
+
+// BenchmarkDigestChunk is what commit's verification costs per chunk of
+// the largest size (1 MiB): one GET from versitygw on loopback and the
+// SHA-256 of the bytes (docs/operations.md, "Logs"). Run with -cpu 1.
+func BenchmarkDigestChunk(b *testing.B) {
+	gw := daemontest.StartVersityGW(b)
+	loc, err := logs.ParseLocation("s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := logs.NewS3(loc, gw.AccessKey, gw.SecretKey, nil)
+	ctx := context.Background()
+	body := make([]byte, logs.DefaultMaxChunkBytes)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	sum := sha256.Sum256(body)
+	key := loc.Key("bench/chunk")
+	g, err := st.PresignPut(ctx, key, int64(len(body)), sum, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req, _ := http.NewRequest(g.Method, g.URL, bytes.NewReader(body))
+	for k, v := range g.Headers {
+		req.Header.Set(k, v)
+	}
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("PUT: %v %v", resp, err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		o, err := st.Digest(ctx, key, int64(len(body)))
+		if err != nil || !bytes.Equal(o.SHA256, sum[:]) {
+			b.Fatalf("Digest: %+v %v", o, err)
+		}
+	}
+}
+
+// BenchmarkSHA256Chunk is the hashing alone of one 1 MiB chunk.
+func BenchmarkSHA256Chunk(b *testing.B) {
+	body := make([]byte, logs.DefaultMaxChunkBytes)
+	b.SetBytes(int64(len(body)))
+	for range b.N {
+		sha256.Sum256(body)
+	}
+}

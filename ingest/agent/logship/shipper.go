@@ -51,6 +51,15 @@ const (
 	// maxReadPerTick bounds what one tick reads from its source (bytes), so
 	// a huge backlog is cut and shipped in steps.
 	maxReadPerTick = 16 << 20
+	// MaxUploads bounds the uploads of one chunk the daemon refuses 422
+	// object_mismatch in one pass (the stored object was not the chunk:
+	// another upload with the grant raced it, or the store changed it):
+	// the chunk is planned again (the grant renewed for the same key) and
+	// uploaded again at once, and after the third mismatch it is dropped,
+	// counted in Mismatched and Dropped — a store that keeps other bytes
+	// must not stop the service's shipping behind one chunk
+	// (docs/operations.md, "Agent").
+	MaxUploads = 3
 	// UploadTimeout bounds one PUT of at most a chunk's megabyte.
 	UploadTimeout = 60 * time.Second
 	// RetryMin and RetryMax bound the back-off after a failed or refused
@@ -161,6 +170,10 @@ func (s *Shipper) Session() string { return s.sp.st.Session }
 
 // Dropped counts chunks dropped unsent since the spool was made.
 func (s *Shipper) Dropped() int64 { return s.sp.st.Dropped }
+
+// Mismatched counts chunks dropped after MaxUploads object_mismatch
+// refusals since the spool was made (also counted in Dropped).
+func (s *Shipper) Mismatched() int64 { return s.sp.st.Mismatched }
 
 // Spooled is how many chunks wait in the spool and their bytes.
 func (s *Shipper) Spooled() (int, int64) { return len(s.sp.chunks), s.sp.bytes }
@@ -529,11 +542,14 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 	default:
 		return false, s.refused("plan", status, code)
 	}
-	var p ingest.LogChunkPlanned
-	if err := json.Unmarshal(b, &p); err != nil {
-		return false, fmt.Errorf("%w: plan answer: %v", ErrPaused, err)
-	}
-	if !p.Committed {
+	for uploads := 1; ; uploads++ {
+		var p ingest.LogChunkPlanned
+		if err := json.Unmarshal(b, &p); err != nil {
+			return false, fmt.Errorf("%w: plan answer: %v", ErrPaused, err)
+		}
+		if p.Committed {
+			break
+		}
 		if p.Upload == nil {
 			return false, fmt.Errorf("%w: plan answer without a grant", ErrPaused)
 		}
@@ -548,10 +564,28 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if status/100 != 2 {
-			// object_missing, object_mismatch: the next pass plans again
-			// (renewing the grant for the same key) and uploads again.
+		if status/100 == 2 {
+			break
+		}
+		if status != http.StatusUnprocessableEntity || code != "object_mismatch" {
+			// object_missing: the next pass plans again (renewing the
+			// grant for the same key) and uploads again.
 			return false, s.refused("commit", status, code)
+		}
+		// The daemon deleted the other bytes; the plan stays.
+		if uploads == MaxUploads {
+			s.sp.st.Mismatched++
+			s.cfg.Log.Error().Str("service", s.cfg.Service).Str("session", c.Session).Int64("seq", c.Seq).Int("uploads", uploads).
+				Int64("mismatched", s.sp.st.Mismatched).Msg("log chunk stored as other bytes every time: dropped")
+			return false, s.drop(code)
+		}
+		s.cfg.Log.Warn().Str("service", s.cfg.Service).Str("session", c.Session).Int64("seq", c.Seq).Int("uploads", uploads).
+			Msg("log chunk stored as other bytes: uploading it again under a renewed grant")
+		if b, status, code, err = s.post(ctx, planRoute, wire); err != nil {
+			return false, err
+		}
+		if status/100 != 2 {
+			return false, s.refused("plan", status, code)
 		}
 	}
 	if err := s.sp.remove(0); err != nil {

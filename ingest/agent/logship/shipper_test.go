@@ -242,6 +242,33 @@ var failingPut = &http.Client{Transport: roundTripFunc(func(*http.Request) (*htt
 	return nil, errors.New("upload interrupted")
 })}
 
+// tamperingPut is an upload client that stores other bytes of the same
+// size for its first n PUTs (another upload with the chunk's grant won the
+// race, or the store changed the bytes), then uploads faithfully; it
+// counts the PUTs.
+func tamperingPut(n int) (*http.Client, *int) {
+	var mu sync.Mutex
+	puts := 0
+	return &http.Client{Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		mu.Lock()
+		puts++
+		tamper := puts <= n
+		mu.Unlock()
+		if tamper {
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			for i := range body {
+				body[i] ^= 0xff
+			}
+			req = req.Clone(req.Context())
+			req.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return http.DefaultTransport.RoundTrip(req)
+	})}, &puts
+}
+
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
@@ -412,6 +439,52 @@ func TestShipper(t *testing.T) {
 		}
 		if f := r.rows(fmt.Sprintf(`SELECT count(*) FROM log_sessions WHERE instr(CAST(final_payload AS TEXT), '"chunks":%d,') > 0`, n)); f != 1 {
 			t.Fatalf("the session's final payload does not count its %d chunks", n)
+		}
+	})
+
+	t.Run("a chunk stored as other bytes is uploaded again under a renewed grant", func(t *testing.T) {
+		r := newRig(t, true)
+		if _, err := r.d.Admin.SetLogServices(context.Background(), adminapi.SetLogServicesRequest{EnvironmentSlug: envSlug, Services: []string{"app.log"}}); err != nil {
+			t.Fatal(err)
+		}
+		hc, puts := tamperingPut(1)
+		sh := r.open("app.log", hc, 0)
+		want := r.appendLines("a", 500)
+		if res := r.tick(sh); res.Paused || res.Committed != 1 || res.Dropped != 0 {
+			t.Fatalf("tick: %+v", res)
+		}
+		if *puts != 2 {
+			t.Fatalf("%d PUTs, want 2 (the tampered one, then the chunk again)", *puts)
+		}
+		n, got := r.stored()
+		if n != 1 || !bytes.Equal(got, want) || r.objects() != 1 {
+			t.Fatalf("stored %d chunks (%d objects), %d bytes: want the file's %d bytes once", n, r.objects(), len(got), len(want))
+		}
+	})
+
+	t.Run("a chunk stored as other bytes every time is dropped after MaxUploads, and shipping goes on", func(t *testing.T) {
+		r := newRig(t, true)
+		if _, err := r.d.Admin.SetLogServices(context.Background(), adminapi.SetLogServicesRequest{EnvironmentSlug: envSlug, Services: []string{"app.log"}}); err != nil {
+			t.Fatal(err)
+		}
+		hc, puts := tamperingPut(logship.MaxUploads)
+		sh := r.open("app.log", hc, 0)
+		r.appendLines("lost", 500)
+		if res := r.tick(sh); res.Paused || res.Committed != 0 || res.Dropped != 1 {
+			t.Fatalf("tick: %+v", res)
+		}
+		if *puts != logship.MaxUploads || sh.Mismatched() != 1 || sh.Dropped() != 1 || r.objects() != 0 {
+			t.Fatalf("%d PUTs, %d mismatched, %d dropped, %d objects: want %d, 1, 1, 0", *puts, sh.Mismatched(), sh.Dropped(), r.objects(), logship.MaxUploads)
+		}
+		if st := inspect(t, r.dir); st.Mismatched != 1 || st.Dropped != 1 || st.Chunks != 0 {
+			t.Fatalf("status: %+v", st)
+		}
+		want := r.appendLines("kept", 300)
+		if res := r.tick(sh); res.Paused || res.Committed != 1 {
+			t.Fatalf("tick after the drop: %+v", res)
+		}
+		if n, got := r.stored(); n != 1 || !bytes.Equal(got, want) {
+			t.Fatalf("stored %d chunks, %d bytes: want the next chunk's %d bytes", n, len(got), len(want))
 		}
 	})
 

@@ -56,6 +56,9 @@ type state struct {
 	Finishes []finish `json:"finishes"`
 	// Dropped counts chunks dropped unsent (the local bound, a refusal).
 	Dropped int64 `json:"dropped"`
+	// Mismatched counts the dropped chunks the daemon refused
+	// object_mismatch MaxUploads times.
+	Mismatched int64 `json:"mismatched,omitempty"`
 	// Opened is the last session the daemon accepted; Refusal is why
 	// shipping is paused ("STEP STATUS CODE", or "STEP no answer"), ""
 	// once a pass ships. Both are for `agent status`.
@@ -298,6 +301,9 @@ type SpoolStatus struct {
 	Oldest time.Time `json:"oldest,omitzero"`
 	// Dropped counts chunks dropped unsent since the spool was made.
 	Dropped int64 `json:"dropped"`
+	// Mismatched counts the dropped chunks whose upload was stored as
+	// other bytes MaxUploads times (object_mismatch).
+	Mismatched int64 `json:"mismatched"`
 	// Session is the running (or last crashed) run's session, "" when
 	// stopped; SessionState one of the Session* states.
 	Session      string `json:"session,omitempty"`
@@ -339,7 +345,7 @@ func inspectOne(dir, service string) SpoolStatus {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		out.Error = err.Error()
 	}
-	out.Dropped, out.Session, out.Refusal, out.Finishes = st.Dropped, st.Session, st.Refusal, len(st.Finishes)
+	out.Dropped, out.Mismatched, out.Session, out.Refusal, out.Finishes = st.Dropped, st.Mismatched, st.Session, st.Refusal, len(st.Finishes)
 	switch {
 	case st.Session == "":
 	case st.Opened == st.Session:
