@@ -158,7 +158,8 @@ func newServer(d serverDeps) (*Server, error) {
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire}).register(s.ops)
 	loopsH.register(s.ops)
-	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity()}).register(s.ops)
+	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
+		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
