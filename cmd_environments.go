@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 )
 
 type adminEnvironmentCmd struct {
@@ -48,34 +49,10 @@ func (c *adminEnvironmentListCmd) Run(a *adminCmd) error {
 		fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY\tSTORAGE")
 		for _, e := range l.Environments {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, e.Organization, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
-				policyText(e.SessionPolicy), storageText(e.StorageBytes, e.StorageBudgetBytes))
+				policyText(e.SessionPolicy), bytesize.Budget(e.StorageBytes, e.StorageBudgetBytes))
 		}
 		return tw.Flush()
 	})
-}
-
-// storageText is an environment's storage against its budget as the CLI
-// prints it: "1.2 MiB / 4.0 GiB (0%)", or "1.2 MiB / unlimited"
-// (docs/operations.md, "Quotas").
-func storageText(used, budget int64) string {
-	if budget <= 0 {
-		return byteSize(used) + " / unlimited"
-	}
-	return fmt.Sprintf("%s / %s (%d%%)", byteSize(used), byteSize(budget), used*100/budget)
-}
-
-// byteSize is n bytes in binary units with one decimal ("512 B", "1.5 MiB").
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // policyText is a session policy as the CLI prints it ("-": none).

@@ -233,7 +233,7 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)

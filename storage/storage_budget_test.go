@@ -303,3 +303,75 @@ func TestChargedBytesTrackTheFile(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrationBackfillsStorageCounter: migration 0019 counts the rows a
+// database already holds once, with the same charges the writer units add
+// (docs/operations.md, "Quotas"): each environment's counter equals its
+// rows' sum after the migration, chalupa's own events uncounted.
+func TestMigrationBackfillsStorageCounter(t *testing.T) {
+	ctx := context.Background()
+	var before []string
+	for _, n := range schemaFiles(t) {
+		if version(t, n) < 19 {
+			before = append(before, n)
+		}
+	}
+	db := openDB(t, t.TempDir()+"/chalupa.db")
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: schemaCopy(t, before)}); err != nil {
+		t.Fatal(err)
+	}
+	hash := strings.Repeat("ab", 32)
+	stmts := []string{
+		`INSERT INTO environments (id, org_id, slug, name, created_at, updated_at) VALUES (1, 1, 'demo-harbor', 'd', 0, 0), (2, 1, 'quiet', 'q', 0, 0), (3, 1, 'empty', 'e', 0, 0)`,
+		`INSERT INTO deployments (environment_id, id, launched_at) VALUES (1, 'droplet-1', 0), (2, 'dep-2', 0)`,
+		`INSERT INTO telemetry_sessions (environment_id, deployment_id, id, created_at, first_window_at, last_window_at, windows, summary)
+		 VALUES (1, 'droplet-1', '01JDSESSION', 0, 0, 60000, 2, '{"windowsSeen":2}'), (2, 'dep-2', 's', 0, 0, 0, 1, NULL)`,
+		`INSERT INTO telemetry_windows (environment_id, deployment_id, session_id, window_start, received_at, final, cpu_pct_n, cpu_pct_sum, cpu_pct_min, cpu_pct_max, cpu_pct_last)
+		 VALUES (1, 'droplet-1', '01JDSESSION', 0, 1, 0, 12, 1.5, 0.1, 0.2, 0.15), (1, 'droplet-1', '01JDSESSION', 60000, 1, 0, NULL, NULL, NULL, NULL, NULL),
+		        (2, 'dep-2', 's', 0, 1, 1, NULL, NULL, NULL, NULL, NULL)`,
+		`INSERT INTO telemetry_receipts (environment_id, deployment_id, session_id, window_start, body_hash, received_at)
+		 VALUES (1, 'droplet-1', '01JDSESSION', 0, x'` + hash + `', 1), (1, 'droplet-1', '01JDSESSION', 60000, x'` + hash + `', 1), (2, 'dep-2', 's', 0, x'` + hash + `', 1)`,
+		`INSERT INTO telemetry_hourly (environment_id, deployment_id, session_id, hour_start, windows, first_window_at, last_window_at) VALUES (1, 'droplet-1', 'old', 0, 60, 0, 1)`,
+		`INSERT INTO telemetry_anomalies (environment_id, deployment_id, session_id, kind, first_seen_at, last_seen_at, windows) VALUES (1, 'droplet-1', '01JDSESSION', 'gpu-idle', 0, 1, 2)`,
+		`INSERT INTO runs (environment_id, run_id, deployment_id, suite, status, commit_sha, started_at, finished_at, fingerprint, received_at)
+		 VALUES (1, 'gh-1', 'droplet-1', 'unit/go', 'passed', '` + strings.Repeat("a", 40) + `', 0, 1, x'` + hash + `', 1)`,
+		`INSERT INTO run_artifacts (environment_id, run_id, ordinal, name, media_type, size_bytes, sha256, locator_kind, locator_url, locator_id)
+		 VALUES (1, 'gh-1', 0, 'junit.xml', 'application/xml', 1, '` + hash + `', 'https', 'https://ci.example.com/junit.xml', NULL),
+		        (1, 'gh-1', 1, 'cover', 'text/plain', 1, '` + hash + `', 'local', NULL, 'cover-1.out')`,
+		`INSERT INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, message, occurred_at, body_sha256)
+		 VALUES ('agent:1:boot', 1, 1, 'droplet-1', 'booted', 'reported by the agent', 0, x'` + hash + `'),
+		        ('quota:x', 1, 1, NULL, 'quota-exceeded', 'chalupa''s own warning', 0, NULL)`,
+	}
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.ExecContext(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s[:40], err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx, storage.MigrateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []struct {
+		id   int64
+		rows bool
+	}{{1, true}, {2, true}, {3, false}} {
+		t.Run(fmt.Sprint(env.id), func(t *testing.T) {
+			got := requireCounterExact(t, db, env.id, "after the migration")
+			if (got > 0) != env.rows {
+				t.Fatalf("environment %d: counter %d after the backfill", env.id, got)
+			}
+		})
+	}
+	// The producer event counts, chalupa's own does not.
+	var events int64
+	if err := db.Read.QueryRow(`SELECT sum(` + storage.ChargeSQL("lifecycle_events") + `) FROM lifecycle_events WHERE environment_id = 1 AND body_sha256 IS NOT NULL`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if want := storage.ProducerEventCharge(storage.LifecycleEvent{ID: "agent:1:boot", DeploymentID: "droplet-1", Kind: "booted", Message: "reported by the agent"}); events != want {
+		t.Fatalf("the producer event is charged %d in SQL, %d in Go", events, want)
+	}
+}
