@@ -40,7 +40,9 @@ const (
 	// RunRowBytes is one runs row with its two index entries.
 	RunRowBytes = 160
 	// ArtifactRowBytes is one run_artifacts row with its unique index
-	// entry (which repeats the run id and name: charged twice below).
+	// entry (which repeats the run id and name: charged twice below); a
+	// row of more than a quarter page is charged its page share
+	// (pageShare).
 	ArtifactRowBytes = 64
 	// EventRowBytes is one producer lifecycle_events row (a 32-byte body
 	// hash, its index entries).
@@ -60,8 +62,8 @@ var chargeSQL = []struct {
 	{"telemetry_hourly", charge(HourlyRowBytes, "deployment_id", "session_id"), ""},
 	{"telemetry_anomalies", charge(AnomalyRowBytes, "deployment_id", "session_id", "kind"), ""},
 	{"runs", charge(RunRowBytes, "run_id", "deployment_id", "suite", "status", "commit_sha"), ""},
-	{"run_artifacts", charge(ArtifactRowBytes, "run_id", "run_id", "name", "name", "media_type", "sha256", "locator_kind",
-		"coalesce(locator_url, '')", "coalesce(locator_id, '')"), ""},
+	{"run_artifacts", pageShareSQL(charge(ArtifactRowBytes, "run_id", "run_id", "name", "name", "media_type", "sha256", "locator_kind",
+		"coalesce(locator_url, '')", "coalesce(locator_id, '')")), ""},
 	{"lifecycle_events", charge(EventRowBytes, "id", "coalesce(deployment_id, '')", "kind", "reason", "message"), "body_sha256 IS NOT NULL"},
 }
 
@@ -73,6 +75,30 @@ func charge(constant int, cols ...string) string {
 		fmt.Fprintf(&b, " + length(CAST(%s AS BLOB))", c)
 	}
 	return b.String()
+}
+
+// Page packing of large rows (bytes): SQLite stores whole rows in a
+// 4,096-byte page (4,000 of it for rows, headers aside), so a row of more
+// than a quarter page takes the share of the page it leaves no room beside:
+// a 2,100-byte artifact row (a 2,000-character URL) takes a page of its own.
+// Artifacts are the one counted row whose text can be that long.
+const (
+	pageBytes      = 4096
+	pageRowBytes   = 4000
+	pageShareAbove = pageBytes / 4
+)
+
+// pageShare is the bytes a row of b bytes takes with its page's unused rest.
+func pageShare(b int64) int64 {
+	if b <= pageShareAbove {
+		return b
+	}
+	return pageBytes / max(1, pageRowBytes/b)
+}
+
+// pageShareSQL is pageShare of the SQL expression expr.
+func pageShareSQL(expr string) string {
+	return fmt.Sprintf("(CASE WHEN (%[1]s) <= %[2]d THEN (%[1]s) ELSE %[3]d / max(1, %[4]d / (%[1]s)) END)", expr, pageShareAbove, pageBytes, pageRowBytes)
 }
 
 // chargeExpr returns the charge expression of table (one of chargeSQL's).
@@ -103,8 +129,8 @@ func anomalyCharge(dep, sess, kind string) int64 {
 func RunCharge(r Run) int64 {
 	n := int64(RunRowBytes + len(r.RunID) + len(r.DeploymentID) + len(r.Suite) + len(r.Status) + len(r.CommitSHA))
 	for _, a := range r.Artifacts {
-		n += int64(ArtifactRowBytes + 2*len(r.RunID) + 2*len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(a.LocatorKind) +
-			len(a.LocatorURL) + len(a.LocatorID))
+		n += pageShare(int64(ArtifactRowBytes + 2*len(r.RunID) + 2*len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(a.LocatorKind) +
+			len(a.LocatorURL) + len(a.LocatorID)))
 	}
 	return n
 }

@@ -375,3 +375,41 @@ func TestMigrationBackfillsStorageCounter(t *testing.T) {
 		t.Fatalf("the producer event is charged %d in SQL, %d in Go", events, want)
 	}
 }
+
+// TestChargedBytesTrackLargeArtifacts: the largest run a report may carry
+// (64 artifacts with 2,000-character URLs) is charged within [0.8, 1.6] of
+// the pages its rows take: each such row fills a page alone.
+func TestChargedBytesTrackLargeArtifacts(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	dep := storagetest.Deployment(t, db, storage.Deployment{})
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		for r := range 100 {
+			run := storage.Run{EnvironmentID: dep.EnvironmentID, RunID: fmt.Sprintf("run-%012d", r), DeploymentID: dep.ID, Suite: "unit/go",
+				Status: "passed", StartedAt: start, FinishedAt: start, ReceivedAt: start}
+			for a := range 64 {
+				u := fmt.Sprintf("https://ci.example.com/%d/%d/", r, a)
+				run.Artifacts = append(run.Artifacts, storage.Artifact{Name: fmt.Sprintf("artifact-%02d.xml", a), MediaType: "application/xml",
+					SHA256: strings.Repeat("0f", 32), LocatorKind: "https", LocatorURL: u + strings.Repeat("a", 2000-len(u))})
+			}
+			if _, err := storage.RecordRun(ctx, tx, run, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	requireCounterExact(t, db, dep.EnvironmentID, "after the runs")
+	var charged int64
+	if err := db.Read.QueryRow(`SELECT sum(` + storage.ChargeSQL("run_artifacts") + `) FROM run_artifacts`).Scan(&charged); err != nil {
+		t.Fatal(err)
+	}
+	file := tableBytes(t, db, "run_artifacts")
+	ratio := float64(charged) / float64(file)
+	t.Logf("run_artifacts: 6,400 rows, %d bytes of pages, charged %d, charge/file %.2f", file, charged, ratio)
+	if ratio < 0.8 || ratio > 1.6 {
+		t.Errorf("charged %d bytes for %d bytes of pages (%.2f), want 0.8–1.6", charged, file, ratio)
+	}
+}

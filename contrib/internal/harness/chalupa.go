@@ -75,6 +75,9 @@ type StartOptions struct {
 	// Env is added to the server's environment (after the generated
 	// secrets and BenchmarkQuotaEnv, so it may override them).
 	Env []string
+	// DefaultQuotas leaves out BenchmarkQuotaEnv: the server runs with
+	// the documented quotas, as an operator's does (contrib/diskfill).
+	DefaultQuotas bool
 }
 
 // BenchmarkQuotaEnv sets every ingest quota to 0 (unlimited): the servers
@@ -144,7 +147,9 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 		"CHALUPA_READY_TOKEN="+readyToken,
 		"CHALUPA_INGEST_MASTER_KEY="+base64.StdEncoding.EncodeToString(master),
 	)
-	cmd.Env = append(cmd.Env, BenchmarkQuotaEnv...)
+	if !opt.DefaultQuotas {
+		cmd.Env = append(cmd.Env, BenchmarkQuotaEnv...)
+	}
 	cmd.Env = append(cmd.Env, opt.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
