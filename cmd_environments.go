@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 )
 
 type adminEnvironmentCmd struct {
@@ -45,10 +46,10 @@ func (*adminEnvironmentListCmd) operation() string { return adminapi.OpListEnvir
 func (c *adminEnvironmentListCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, (*adminapi.Client).ListEnvironments, func(w io.Writer, l adminapi.EnvironmentList) error {
 		tw := table(w)
-		fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY")
+		fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY\tSTORAGE")
 		for _, e := range l.Environments {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, e.Organization, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
-				policyText(e.SessionPolicy))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, e.Organization, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
+				policyText(e.SessionPolicy), bytesize.Budget(e.StorageBytes, e.StorageBudgetBytes))
 		}
 		return tw.Flush()
 	})

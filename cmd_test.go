@@ -359,6 +359,31 @@ func TestAdminEnvListEscapesControlBytes(t *testing.T) {
 	}
 }
 
+// TestAdminEnvListShowsStorage: admin env list prints each environment's
+// storage against its budget (docs/operations.md, "Quotas").
+func TestAdminEnvListShowsStorage(t *testing.T) {
+	t.Parallel()
+	f := newFakeAdmin(t)
+	f.envs = []adminapi.Environment{
+		{Slug: "full", Name: "full", Status: "active", StorageBytes: 3 << 30, StorageBudgetBytes: 4 << 30},
+		{Slug: "small", Name: "small", Status: "active", StorageBytes: 1536 << 10, StorageBudgetBytes: 4 << 30},
+		{Slug: "bench", Name: "bench", Status: "active", StorageBytes: 512},
+	}
+	out, code := cliRun(t, f.URL, nil, "admin", "env", "list")
+	if code != 0 {
+		t.Fatalf("admin env list: exit %d:\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "STORAGE") {
+		t.Fatalf("admin env list has no STORAGE column:\n%s", out)
+	}
+	for i, want := range []string{"3.0 GiB / 4.0 GiB (75%)", "1.5 MiB / 4.0 GiB (0%)", "512 B / unlimited"} {
+		if !strings.HasSuffix(strings.TrimSpace(lines[i+1]), want) {
+			t.Errorf("line %d: %q, want it to end %q", i+1, lines[i+1], want)
+		}
+	}
+}
+
 // TestAgentRefusesUnsafeURLAndKeyFile: the agent sends fleet data, so the
 // daemon URL follows the admin CLI's rules (an origin; https unless
 // loopback; exit 2 with the usage line, as for admin), and a key file that

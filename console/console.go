@@ -95,6 +95,10 @@ type Deps struct {
 	Replication func(now time.Time) storage.ReplicationHealth
 	// CostRule is the billing rule estimates apply.
 	CostRule cost.Rule
+	// StorageBudget is every environment's storage budget
+	// (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES, bytes; 0 unlimited), shown
+	// on its page beside what it holds (docs/operations.md, "Quotas").
+	StorageBudget int64
 	// Version is the build version shown on every page.
 	Version string
 	// Origin is the daemon's public origin (CHALUPA_ORIGIN): state-changing

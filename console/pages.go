@@ -17,6 +17,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
@@ -231,6 +232,9 @@ type envView struct {
 	RunsTotal, ArtifactsTotal int
 	Boxes                     []envBox
 	Now                       time.Time
+	// Storage is the environment's charged bytes against its storage
+	// budget, as text ("1.5 MiB / 4.0 GiB (0%)").
+	Storage string
 }
 
 // envBox is a box on its environment's page with its lock.
@@ -258,7 +262,7 @@ func (c *Console) environment(w http.ResponseWriter, r *http.Request) {
 		c.internal(w, r, err)
 		return
 	}
-	v := envView{Env: env, Now: c.d.Clock.Now()}
+	v := envView{Env: env, Now: c.d.Clock.Now(), Storage: bytesize.Budget(env.StorageBytes, c.d.StorageBudget)}
 	if v.Deployments, err = storage.DeploymentsOf(ctx, c.d.DB.Read, env.ID, fleetEndedLimit); err != nil {
 		c.internal(w, r, err)
 		return

@@ -79,6 +79,35 @@ func TestEnvironmentRunsAndBoxes(t *testing.T) {
 	}
 }
 
+// TestEnvironmentStorage: the environment page shows what the environment
+// holds against its storage budget (docs/operations.md, "Quotas").
+func TestEnvironmentStorage(t *testing.T) {
+	c, db := testConsole(t)
+	c.d.StorageBudget = 4 << 30
+	ctx := context.Background()
+	e := storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
+	d := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: e.ID, ID: "dep-ci"})
+	run := storage.Run{EnvironmentID: e.ID, RunID: "run-42", DeploymentID: d.ID, Suite: "integration", Status: "passed",
+		StartedAt: time.Now(), FinishedAt: time.Now(), ReceivedAt: time.Now()}
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.RecordRun(ctx, tx, run, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := pageOf(t, c.environment, "/app/env/harbor", "slug", "harbor")
+	if code != http.StatusOK {
+		t.Fatalf("status %d:\n%s", code, body)
+	}
+	if want := `storage <strong id="storage">` + strconv.FormatInt(storage.RunCharge(run), 10) + ` B / 4.0 GiB (0%)</strong>`; !strings.Contains(body, want) {
+		t.Errorf("environment page lacks %q", want)
+	}
+	c.d.StorageBudget = 0
+	if _, body := pageOf(t, c.environment, "/app/env/harbor", "slug", "harbor"); !strings.Contains(body, "B / unlimited</strong>") {
+		t.Errorf("environment page without a budget does not say unlimited")
+	}
+}
+
 // TestOracleAndBoxCheckpoints: the oracle's cache tab shows each stack's
 // newest checkpoint and a pending import; the box page lists the newest
 // checkpointsPerStack versions, newest first, and never an export's bytes.

@@ -131,6 +131,9 @@ type Config struct {
 	QuotaOpenSessions                   int `json:"CHALUPA_QUOTA_OPEN_SESSIONS"`
 	QuotaActiveDeployments              int `json:"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS"`
 	QuotaEnvironmentHeartbeatsPerMinute int `json:"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE"`
+	// QuotaEnvironmentStorageBytes is an environment's storage budget
+	// (bytes; 0 is unlimited, benchmarks only).
+	QuotaEnvironmentStorageBytes int64 `json:"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES"`
 
 	// Generated lists the secrets taken from the generated-secrets file (the
 	// embedded default) rather than the environment.
@@ -463,6 +466,16 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 		*q.value = n
 	}
+	// The storage budget is bytes, beyond MaxQuota: its own bound.
+	c.QuotaEnvironmentStorageBytes = ingest.DefaultEnvironmentStorageBytes
+	if v := get("CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > ingest.MaxEnvironmentStorageBytes {
+			bad("CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES must be a whole number of bytes between 0 (unlimited, for benchmarks only) and %d", ingest.MaxEnvironmentStorageBytes)
+		} else {
+			c.QuotaEnvironmentStorageBytes = n
+		}
+	}
 
 	if len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
@@ -538,6 +551,7 @@ func (c *Config) IngestQuotas() ingest.Quotas {
 		OpenSessions:                   c.QuotaOpenSessions,
 		ActiveDeployments:              c.QuotaActiveDeployments,
 		EnvironmentHeartbeatsPerMinute: c.QuotaEnvironmentHeartbeatsPerMinute,
+		EnvironmentStorageBytes:        c.QuotaEnvironmentStorageBytes,
 	}
 }
 
@@ -549,6 +563,9 @@ func (c *Config) UnlimitedQuotas() []string {
 		if *q.value == 0 {
 			off = append(off, q.name)
 		}
+	}
+	if c.QuotaEnvironmentStorageBytes == 0 {
+		off = append(off, "CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES")
 	}
 	return off
 }
@@ -639,6 +656,11 @@ func (c *Config) Redacted() [][2]string {
 		}
 		out = append(out, [2]string{q.name, v})
 	}
+	storageBudget := strconv.FormatInt(c.QuotaEnvironmentStorageBytes, 10)
+	if c.QuotaEnvironmentStorageBytes == 0 {
+		storageBudget = "0 (unlimited: benchmarks only)"
+	}
+	out = append(out, [2]string{"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES", storageBudget})
 	return out
 }
 

@@ -28,6 +28,9 @@ type environmentHandlers struct {
 	// deadlines wakes the reaper for an expiry a new policy brought
 	// forward.
 	deadlines *wake.Threshold
+	// storageBudget is CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES (bytes; 0
+	// unlimited), shown beside each environment's storage.
+	storageBudget int64
 }
 
 func (h *environmentHandlers) register(o *operations) {
@@ -142,7 +145,9 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 	if err != nil {
 		return adminapi.Environment{}, err
 	}
-	return toAPIEnvironment(environment, orgSlug), nil
+	out := toAPIEnvironment(environment, orgSlug)
+	out.StorageBudgetBytes = h.storageBudget
+	return out, nil
 }
 
 func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.EnvironmentList, error) {
@@ -165,6 +170,7 @@ func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.Enviro
 	out := adminapi.EnvironmentList{Environments: make([]adminapi.Environment, 0, len(envs))}
 	for _, e := range envs {
 		env := toAPIEnvironment(e, slugs[e.OrgID])
+		env.StorageBudgetBytes = h.storageBudget
 		if p, ok := policies[e.ID]; ok {
 			env.SessionPolicy = &adminapi.SessionPolicy{Kind: p.Kind, MaxSessionSeconds: p.MaxSeconds, UpdatedAt: p.UpdatedAt}
 		}
@@ -174,7 +180,8 @@ func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.Enviro
 }
 
 func toAPIEnvironment(e storage.Environment, orgSlug string) adminapi.Environment {
-	return adminapi.Environment{Organization: orgSlug, Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt}
+	return adminapi.Environment{Organization: orgSlug, Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt,
+		StorageBytes: e.StorageBytes}
 }
 
 // displayableName reports whether name is safe to print on an operator's

@@ -23,6 +23,7 @@ var unlimitedQuotas = map[string]string{
 	"CHALUPA_QUOTA_OPEN_SESSIONS":                     "0",
 	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                "0",
 	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":         "0",
 }
 
 // quotaHarness is an ingest harness with one environment and its key.

@@ -158,7 +158,8 @@ func newServer(d serverDeps) (*Server, error) {
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire}).register(s.ops)
 	loopsH.register(s.ops)
-	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity()}).register(s.ops)
+	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
+		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
 	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
@@ -232,7 +233,7 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)

@@ -192,7 +192,8 @@ func storedEventID(environmentID int64, id string) string {
 // creates the deployment if no heartbeat did (409 droplet_mismatch,
 // deployment_ended; 429 deployment_quota); other kinds need the deployment
 // (404 deployment_not_found) and, for launched, booted and ci-started, an
-// active one (409 deployment_ended). A `sunk` event for an active
+// active one (409 deployment_ended); beyond the environment's storage
+// budget an event is 429 storage_quota ("Quotas"). A `sunk` event for an active
 // deployment is recorded, then checked with the provider (SunkCheckTimeout,
 // one check at a time): only a droplet that is gone ends the deployment,
 // through storage.EndDeployment (docs/operations.md, "Lifecycle events and
@@ -214,7 +215,12 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 	var checkDroplet int64
 	var check bool
 	var created bool
-	resp := s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// The storage budget, before the writer (docs/operations.md, "Quotas").
+	admit := func() *Refusal {
+		return s.admitStorage(v, ev.EnvironmentSlug, storage.ProducerEventCharge(storage.LifecycleEvent{
+			ID: ev.ID, DeploymentID: ev.Deployment.ID, Kind: ev.Kind, Message: eventMessage(&ev)}))
+	}
+	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		var err error
 		environmentID, err = resolveEnvironment(ctx, tx, v, ev.EnvironmentSlug)
 		if err != nil {
@@ -272,12 +278,16 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 				check, checkDroplet = true, dropletID
 			}
 		}
-		if _, err := storage.RecordProducerEvent(ctx, tx, storage.LifecycleEvent{
+		rec := storage.LifecycleEvent{
 			ID: id, EnvironmentID: environmentID, DeploymentID: ev.Deployment.ID, Kind: ev.Kind,
 			Message: eventMessage(&ev), OccurredAt: ev.OccurredAt,
-		}, hash, MaxEventsPerDeployment); errors.Is(err, storage.ErrEventQuota) {
+		}
+		if _, err := storage.RecordProducerEvent(ctx, tx, rec, hash, MaxEventsPerDeployment); errors.Is(err, storage.ErrEventQuota) {
 			return nil, refuse(http.StatusTooManyRequests, "event_quota", "the deployment holds the maximum number of lifecycle events (%d)", MaxEventsPerDeployment)
 		} else if err != nil {
+			return nil, err
+		}
+		if err := s.checkStorage(ctx, tx, environmentID, ev.EnvironmentSlug, storage.ProducerEventCharge(rec)); err != nil {
 			return nil, err
 		}
 		return LifecycleAccepted{Accepted: true, Created: created}, nil

@@ -62,11 +62,14 @@ const (
 	QuotaLogChunks = "log_chunks"
 	// QuotaLogBytes is the bytes one deployment may plan (64 MiB).
 	QuotaLogBytes = "log_bytes"
+	// QuotaEnvironmentStorage is one environment's storage budget
+	// (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES).
+	QuotaEnvironmentStorage = "environment_storage"
 )
 
 // QuotaNames lists every quota name, for metrics that start at zero.
 var QuotaNames = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments, QuotaOpenSessions, QuotaTelemetryReceipts,
-	QuotaLogSessions, QuotaLogChunks, QuotaLogBytes}
+	QuotaLogSessions, QuotaLogChunks, QuotaLogBytes, QuotaEnvironmentStorage}
 
 // Quotas are the deployment- and environment-level ingest quotas
 // (CHALUPA_QUOTA_*; docs/operations.md, "Quotas"). Zero in any field means
@@ -88,6 +91,11 @@ type Quotas struct {
 	// per minute (a one-minute bucket refilled continuously); 0 is
 	// unlimited.
 	EnvironmentHeartbeatsPerMinute int
+	// EnvironmentStorageBytes bounds the bytes an environment's runs,
+	// telemetry and producer lifecycle events are charged (bytes); beyond
+	// it those writes are 429 storage_quota, heartbeats never. 0 is
+	// unlimited.
+	EnvironmentStorageBytes int64
 }
 
 // DefaultQuotas returns the documented defaults.
@@ -98,6 +106,7 @@ func DefaultQuotas() Quotas {
 		OpenSessions:                   DefaultOpenSessions,
 		ActiveDeployments:              DefaultActiveDeployments,
 		EnvironmentHeartbeatsPerMinute: DefaultEnvironmentHeartbeatsPerMinute,
+		EnvironmentStorageBytes:        DefaultEnvironmentStorageBytes,
 	}
 }
 

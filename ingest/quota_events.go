@@ -98,7 +98,7 @@ func (s *Service) noteQuota(rf *Refusal, env, dep string) {
 	if rf == nil || rf.Quota == "" {
 		return
 	}
-	if rf.Quota == QuotaEnvironmentHeartbeats || rf.Quota == QuotaActiveDeployments {
+	if rf.Quota == QuotaEnvironmentHeartbeats || rf.Quota == QuotaActiveDeployments || rf.Quota == QuotaEnvironmentStorage {
 		dep = ""
 	}
 	s.notes.note(s.clock.Now(), rf.Quota, env, dep, quotaMessage(rf.Quota, s.quotas, dep))
@@ -123,6 +123,9 @@ func quotaMessage(quota string, q Quotas, dep string) string {
 	case QuotaTelemetryReceipts:
 		return fmt.Sprintf("deployment %s holds the maximum of telemetry windows (20,160 receipts) and can write no more telemetry; end it and start a new deployment id, or erase the environment's telemetry; later refusals this hour are counted, not recorded",
 			dep)
+	case QuotaEnvironmentStorage:
+		return fmt.Sprintf("environment reached its storage budget (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES=%d); runs, telemetry and producer events answered 429 storage_quota, heartbeats still accepted; retention or an erase frees it; later refusals this hour are counted, not recorded",
+			q.EnvironmentStorageBytes)
 	case QuotaLogSessions, QuotaLogChunks, QuotaLogBytes:
 		return fmt.Sprintf("deployment %s reached its %s quota (docs/operations.md, \"Logs\"); later refusals this hour are counted, not recorded",
 			dep, strings.ReplaceAll(quota, "_", " "))

@@ -267,7 +267,8 @@ func (r *RunReportV1) fingerprint() [32]byte {
 // the stored run of its runId is 202 deduplicated with nothing written
 // (not even the nonce); another fingerprint is 409 run_conflict. An unknown
 // deployment is 404 deployment_not_found; a deployment at
-// MaxRunsPerDeployment is 429 run_quota. Every refusal writes nothing
+// MaxRunsPerDeployment is 429 run_quota; a run beyond the environment's
+// storage budget is 429 storage_quota ("Quotas"). Every refusal writes nothing
 // (docs/operations.md, "Lifecycle events and runs").
 func (s *Service) Runs(ctx context.Context, v Verified) Response {
 	var run RunReportV1
@@ -282,11 +283,7 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		fp = run.fingerprint()
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
-		environmentID, err := resolveEnvironment(ctx, tx, v, run.EnvironmentSlug)
-		if err != nil {
-			return nil, err
-		}
+	record := func(environmentID int64) storage.Run {
 		rec := storage.Run{
 			EnvironmentID: environmentID, RunID: run.RunID, DeploymentID: run.DeploymentID, Suite: run.Suite,
 			Status: run.Status, CommitSHA: run.Commit, StartedAt: run.StartedAt, FinishedAt: run.FinishedAt,
@@ -296,6 +293,16 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 			rec.Artifacts[i] = storage.Artifact{Name: a.Name, MediaType: a.MediaType, SizeBytes: a.SizeBytes, SHA256: a.SHA256,
 				LocatorKind: a.Locator.Kind, LocatorURL: deref(a.Locator.URL), LocatorID: deref(a.Locator.ID)}
 		}
+		return rec
+	}
+	// The storage budget, before the writer (docs/operations.md, "Quotas").
+	admit := func() *Refusal { return s.admitStorage(v, run.EnvironmentSlug, storage.RunCharge(record(0))) }
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+		environmentID, err := resolveEnvironment(ctx, tx, v, run.EnvironmentSlug)
+		if err != nil {
+			return nil, err
+		}
+		rec := record(environmentID)
 		res, err := storage.RecordRun(ctx, tx, rec, MaxRunsPerDeployment)
 		switch {
 		case errors.Is(err, storage.ErrConflict):
@@ -309,6 +316,9 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		}
 		if res.Deduplicated {
 			return nil, &noChange{body: RunAccepted{Accepted: true, Deduplicated: true}}
+		}
+		if err := s.checkStorage(ctx, tx, environmentID, run.EnvironmentSlug, storage.RunCharge(rec)); err != nil {
+			return nil, err
 		}
 		return RunAccepted{Accepted: true}, nil
 	})

@@ -37,6 +37,9 @@ type Service struct {
 	quotas     Quotas
 	heartbeats *heartbeatLimiter
 	notes      *quotaNotes
+	// storage holds the environments' storage counters as last read in a
+	// writer unit, for the budget check before the writer.
+	storage *storageHints
 	// droplets looks a sunk deployment's droplet up with the read token
 	// (nil without one); sunkChecks holds one slot per lookup running.
 	droplets   DropletLookup
@@ -99,7 +102,7 @@ func NewService(c Config) *Service {
 		limits = *c.Telemetry
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
-		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(), storage: newStorageHints(),
 		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono)}
 }
 

@@ -41,7 +41,8 @@ var telemetryRefusals = []struct {
 // verified (with MaxTelemetryBody): one minute window of one telemetry
 // session, admitted by telemetry.Accept in the same writer unit as the
 // nonce claim. Success is 202 TelemetryAccepted (an exact retry included);
-// every refusal writes nothing.
+// beyond the environment's storage budget a window is 429 storage_quota
+// (docs/operations.md, "Quotas"); every refusal writes nothing.
 func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 	var w telemetry.WindowV1
 	var hash [32]byte
@@ -59,7 +60,11 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		_, hash = w.Canonical()
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// The storage budget, before the writer (docs/operations.md, "Quotas").
+	admit := func() *Refusal {
+		return s.admitStorage(v, w.EnvironmentSlug, storage.WindowCharge(w.DeploymentID, w.SessionID))
+	}
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, w.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -89,6 +94,9 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		if res.Deduplicated {
 			// Nothing to write: not even the nonce (see noChange).
 			return nil, &noChange{body: TelemetryAccepted{Accepted: true, Deduplicated: true}}
+		}
+		if err := s.checkStorage(ctx, tx, environmentID, w.EnvironmentSlug, storage.WindowCharge(w.DeploymentID, w.SessionID)); err != nil {
+			return nil, err
 		}
 		return TelemetryAccepted{Accepted: true}, nil
 	})

@@ -19,14 +19,18 @@ type Environment struct {
 	OrgID     int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// StorageBytes is the charged bytes of the environment's runs,
+	// telemetry and producer lifecycle events, counted in the writer unit
+	// that writes or deletes them (docs/operations.md, "Quotas").
+	StorageBytes int64
 }
 
-const environmentCols = `id, org_id, slug, name, status, created_at, updated_at`
+const environmentCols = `id, org_id, slug, name, status, created_at, updated_at, storage_bytes`
 
 func scanEnvironment(row interface{ Scan(...any) error }) (Environment, error) {
 	var e Environment
 	var c, u sql.NullInt64
-	if err := row.Scan(&e.ID, &e.OrgID, &e.Slug, &e.Name, &e.Status, &c, &u); err != nil {
+	if err := row.Scan(&e.ID, &e.OrgID, &e.Slug, &e.Name, &e.Status, &c, &u, &e.StorageBytes); err != nil {
 		return Environment{}, err
 	}
 	e.CreatedAt, e.UpdatedAt = fromMS(c), fromMS(u)

@@ -47,7 +47,7 @@ func RecordProducerEvent(ctx context.Context, q Querier, ev LifecycleEvent, hash
 		ev.EnvironmentID, ev.DeploymentID); err != nil {
 		return false, fmt.Errorf("count lifecycle event: %w", err)
 	}
-	return false, nil
+	return false, addEnvironmentStorage(ctx, q, ev.EnvironmentID, ProducerEventCharge(ev))
 }
 
 // Launch is what a `launched` lifecycle event says about its deployment.

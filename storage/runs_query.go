@@ -95,7 +95,7 @@ func RecordRun(ctx context.Context, q Querier, r Run, maxRuns int) (RunRecorded,
 		r.EnvironmentID, r.DeploymentID); err != nil {
 		return RunRecorded{}, fmt.Errorf("count run: %w", err)
 	}
-	return RunRecorded{}, nil
+	return RunRecorded{}, addEnvironmentStorage(ctx, q, r.EnvironmentID, RunCharge(r))
 }
 
 func nullString(s string) any {

@@ -26,15 +26,21 @@ type TelemetryAnomaly struct {
 // the session's row for the rule or widens its bounds and counts the
 // window. One row per (session, rule) keeps anomalies bounded per session.
 func RecordTelemetryAnomaly(ctx context.Context, q Querier, a TelemetryAnomaly) error {
-	if _, err := q.ExecContext(ctx,
+	var windows int64
+	if err := q.QueryRowContext(ctx,
 		`INSERT INTO telemetry_anomalies (environment_id, deployment_id, session_id, kind, first_seen_at, last_seen_at, windows)
 		 VALUES (?, ?, ?, ?, ?, ?, 1)
 		 ON CONFLICT (environment_id, deployment_id, session_id, kind) DO UPDATE SET
 		     first_seen_at = min(first_seen_at, excluded.first_seen_at),
 		     last_seen_at = max(last_seen_at, excluded.last_seen_at),
-		     windows = windows + 1`,
-		a.EnvironmentID, a.DeploymentID, a.SessionID, a.Kind, ms(a.FirstSeenAt), ms(a.LastSeenAt)); err != nil {
+		     windows = windows + 1
+		 RETURNING windows`,
+		a.EnvironmentID, a.DeploymentID, a.SessionID, a.Kind, ms(a.FirstSeenAt), ms(a.LastSeenAt)).Scan(&windows); err != nil {
 		return fmt.Errorf("record telemetry anomaly: %w", err)
+	}
+	// One window is a row this call created (an update counts up).
+	if windows == 1 {
+		return addEnvironmentStorage(ctx, q, a.EnvironmentID, anomalyCharge(a.DeploymentID, a.SessionID, a.Kind))
 	}
 	return nil
 }

@@ -147,21 +147,25 @@ func EraseTelemetryBatch(ctx context.Context, q Querier, table TelemetryTable, e
 	case !errors.Is(err, sql.ErrNoRows):
 		return 0, fmt.Errorf("erase %s: %w", table, err)
 	}
-	var n int64
+	// Every deleted row returns its charge, taken off the environment's
+	// storage counter in this unit (docs/operations.md, "Quotas").
+	var n, freed int64
 	if table == TableTelemetryReceipts {
-		rows, err := q.QueryContext(ctx, del+` RETURNING deployment_id`, args...)
+		rows, err := q.QueryContext(ctx, del+` RETURNING deployment_id, `+chargeExpr(string(table)), args...)
 		if err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
 		touched := map[string]int64{}
 		for rows.Next() {
 			var d string
-			if err := rows.Scan(&d); err != nil {
+			var c int64
+			if err := rows.Scan(&d, &c); err != nil {
 				rows.Close()
 				return 0, fmt.Errorf("erase %s: %w", table, err)
 			}
 			touched[d]++
 			n++
+			freed += c
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -175,13 +179,26 @@ func EraseTelemetryBatch(ctx context.Context, q Querier, table TelemetryTable, e
 			}
 		}
 	} else {
-		res, err := q.ExecContext(ctx, del, args...)
+		rows, err := q.QueryContext(ctx, del+` RETURNING `+chargeExpr(string(table)), args...)
 		if err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
-		if n, err = res.RowsAffected(); err != nil {
+		for rows.Next() {
+			var c int64
+			if err := rows.Scan(&c); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("erase %s: %w", table, err)
+			}
+			n++
+			freed += c
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return 0, fmt.Errorf("erase %s: %w", table, err)
 		}
+	}
+	if err := addEnvironmentStorage(ctx, q, environmentID, -freed); err != nil {
+		return 0, err
 	}
 	if n > 0 {
 		if _, err := q.ExecContext(ctx,

@@ -57,7 +57,7 @@ func InsertTelemetryReceipt(ctx context.Context, q Querier, r TelemetryReceipt) 
 		r.EnvironmentID, r.DeploymentID); err != nil {
 		return fmt.Errorf("count telemetry receipt: %w", err)
 	}
-	return nil
+	return addEnvironmentStorage(ctx, q, r.EnvironmentID, receiptCharge(r.DeploymentID, r.SessionID))
 }
 
 // DeploymentTelemetryState is what window admission reads of a deployment.

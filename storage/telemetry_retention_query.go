@@ -187,6 +187,22 @@ func FoldTelemetryWindows(ctx context.Context, q Querier, s TelemetrySessionRef,
 	if ms(to)%hourMS != 0 {
 		return f, fmt.Errorf("fold telemetry windows: bound %v is not hour-aligned", to)
 	}
+	// The session's hourly rows before and after the fold say how many it
+	// created (a primary-key range): each is charged, each folded window
+	// uncharged, in this unit (docs/operations.md, "Quotas").
+	hourly := func() (int64, error) {
+		var n int64
+		err := q.QueryRowContext(ctx, `SELECT count(*) FROM telemetry_hourly WHERE environment_id = ? AND deployment_id = ? AND session_id = ?`,
+			s.EnvironmentID, s.DeploymentID, s.ID).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("count telemetry hourly rows: %w", err)
+		}
+		return n, nil
+	}
+	hourlyBefore, err := hourly()
+	if err != nil {
+		return f, err
+	}
 	res, err := q.ExecContext(ctx, foldSQL, s.EnvironmentID, s.DeploymentID, s.ID, ms(to))
 	if err != nil {
 		return f, fmt.Errorf("fold telemetry windows: %w", err)
@@ -211,7 +227,12 @@ func FoldTelemetryWindows(ctx context.Context, q Querier, s TelemetrySessionRef,
 		s.EnvironmentID, s.DeploymentID, s.ID); err != nil {
 		return f, fmt.Errorf("update telemetry detail_from: %w", err)
 	}
-	return f, nil
+	hourlyAfter, err := hourly()
+	if err != nil {
+		return f, err
+	}
+	delta := (hourlyAfter-hourlyBefore)*hourlyCharge(s.DeploymentID, s.ID) - f.SourceRows*windowRowCharge(s.DeploymentID, s.ID)
+	return f, addEnvironmentStorage(ctx, q, s.EnvironmentID, delta)
 }
 
 // TelemetrySessionsToFinalize returns up to limit ended sessions without a

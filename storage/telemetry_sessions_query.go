@@ -136,6 +136,13 @@ func RecordSessionWindow(ctx context.Context, q Querier, environmentID int64, de
 	if err != nil {
 		return 0, fmt.Errorf("record telemetry session: %w", err)
 	}
+	// Version 1 is a session this window created (an update increments
+	// it): its row is charged once, summary included.
+	if version == 1 {
+		if err := addEnvironmentStorage(ctx, q, environmentID, sessionCharge(deploymentID, sessionID)); err != nil {
+			return 0, err
+		}
+	}
 	return version, nil
 }
 

@@ -55,7 +55,7 @@ func InsertTelemetryWindow(ctx context.Context, q Querier, w TelemetryWindow) er
 		}
 		return fmt.Errorf("insert telemetry window: %w", err)
 	}
-	return nil
+	return addEnvironmentStorage(ctx, q, w.EnvironmentID, windowRowCharge(w.DeploymentID, w.SessionID))
 }
 
 func appendMetricArgs(args []any, set *TelemetryMetricSet) []any {

@@ -28,7 +28,7 @@ var environmentOperations = []Operation{
 		Summary: `create an environment: {"slug","name","organization"} (organization: a customer's slug; default the platform)`},
 	{ID: OpListEnvironments, MCP: mcpRead, Method: methodGet, Path: pathEnvironments, Status: http.StatusOK,
 		Response: typeOf[EnvironmentList](),
-		Summary:  "list environments (with their session policies)"},
+		Summary:  "list environments (with their session policies and storage used against the budget)"},
 	{ID: OpSetSessionPolicy, MCP: mcpMutate, Method: methodPut, Path: pathSessionPolicy, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[SetSessionPolicyRequest](), Response: typeOf[SessionPolicyResult](),
 		Summary: `bound an environment's sessions: {"kind":"demo"|"test","maxSessionSeconds":60..2592000}; every deployment then expires by launch + the maximum, active ones at once`},
@@ -119,6 +119,13 @@ type Environment struct {
 	// SessionPolicy is the environment's session policy, absent when it
 	// has none.
 	SessionPolicy *SessionPolicy `json:"sessionPolicy,omitempty"`
+	// StorageBytes is what the environment's runs, telemetry and producer
+	// lifecycle events are charged against its storage budget (bytes;
+	// docs/operations.md, "Quotas").
+	StorageBytes int64 `json:"storageBytes"`
+	// StorageBudgetBytes is the budget (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES,
+	// bytes); 0 is unlimited.
+	StorageBudgetBytes int64 `json:"storageBudgetBytes"`
 }
 
 // EnvironmentList is the answer of adminListEnvironments.

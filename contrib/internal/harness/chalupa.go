@@ -75,6 +75,9 @@ type StartOptions struct {
 	// Env is added to the server's environment (after the generated
 	// secrets and BenchmarkQuotaEnv, so it may override them).
 	Env []string
+	// DefaultQuotas leaves out BenchmarkQuotaEnv: the server runs with
+	// the documented quotas, as an operator's does (contrib/diskfill).
+	DefaultQuotas bool
 }
 
 // BenchmarkQuotaEnv sets every ingest quota to 0 (unlimited): the servers
@@ -87,6 +90,7 @@ var BenchmarkQuotaEnv = []string{
 	"CHALUPA_QUOTA_OPEN_SESSIONS=0",
 	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS=0",
 	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE=0",
+	"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES=0",
 }
 
 // ChalupaDataDirName is the CHALUPA_DATA_DIR StartChalupa gives the
@@ -143,7 +147,9 @@ func StartChalupa(ctx context.Context, bin, dir string, opt StartOptions) (*Chal
 		"CHALUPA_READY_TOKEN="+readyToken,
 		"CHALUPA_INGEST_MASTER_KEY="+base64.StdEncoding.EncodeToString(master),
 	)
-	cmd.Env = append(cmd.Env, BenchmarkQuotaEnv...)
+	if !opt.DefaultQuotas {
+		cmd.Env = append(cmd.Env, BenchmarkQuotaEnv...)
+	}
 	cmd.Env = append(cmd.Env, opt.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
