@@ -2,14 +2,19 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -102,5 +107,79 @@ func TestDiskLowGuard(t *testing.T) {
 		if err != nil || len(ev.Events) != 1 || !strings.Contains(ev.Events[0].Message, "CHALUPA_MIN_FREE_BYTES") && kind == daemon.DiskLowKind {
 			t.Fatalf("%s events: %+v, %v; want one", kind, ev, err)
 		}
+	}
+}
+
+// TestStorageFailingReadinessAndProbe: a storage fault in a writer unit
+// (ENOSPC) turns the writer failing: /api/ready answers its redacted 503,
+// /metrics and admin status give the cause. The storage-health loop, woken
+// by the fault without any timer, does not probe while less than 1 MiB is
+// free; once space returns its 10 s probe (on the injected clock) writes the
+// storage_probe row and readiness is green again with no request sent
+// (docs/operations.md, "Storage and the writer").
+func TestStorageFailingReadinessAndProbe(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(512 << 10)
+	h := newIngestHarness(t, harnessOptions{Statfs: func(string) (storage.DiskSpace, error) {
+		return storage.DiskSpace{Free: free.Load(), Total: 64 << 20}, nil
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := func() apiResponse {
+		return h.do("GET", "/api/ready", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+	}
+	if r := ready(); r.Status != http.StatusOK {
+		t.Fatalf("ready before the fault: %s", r)
+	}
+	loop := daemon.NewStorageHealth(h.p.App)
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+
+	w := h.p.App.DB.Writer
+	enospc := &os.PathError{Op: "write", Path: "chalupa.db-wal", Err: syscall.ENOSPC}
+	if err := w.Do(ctx, func(storage.Tx) error { return enospc }); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("unit error: %v", err)
+	}
+	if r := ready(); r.Status != http.StatusServiceUnavailable || strings.TrimSpace(string(r.Body)) != `{"status":"unavailable"}` {
+		t.Fatalf("ready while failing: %s", r)
+	}
+	m := h.do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+	if !strings.Contains(string(m.Body), "chalupa_storage_failing 1") || !strings.Contains(string(m.Body), "chalupa_storage_faults_total 1") {
+		t.Fatalf("/metrics lacks the failing state")
+	}
+	st, err := h.client().GetStatus(ctx)
+	if err != nil || !st.Storage.Failing || st.Storage.LastFault != storage.FaultDiskFull || st.Storage.FailingSince.IsZero() {
+		t.Fatalf("status while failing: %+v, %v", st.Storage, err)
+	}
+	// The loop wakes on the fault itself and logs it once; with 512 KiB
+	// free it does not probe.
+	daemontest.Poll(t, 10*time.Second, "the loop to log the fault", func() (bool, string) {
+		return strings.Contains(h.logs.String(), "storage failing"), "no log line"
+	})
+	if got := h.count(`SELECT count(*) FROM storage_probe`); got != 0 {
+		t.Fatalf("probed with 512 KiB free: %d rows", got)
+	}
+	if _, failing := w.Failing(); !failing {
+		t.Fatal("recovered without a write")
+	}
+
+	free.Store(1 << 30)
+	daemontest.Poll(t, 10*time.Second, "the probe to clear the failing state", func() (bool, string) {
+		h.clock.Advance(10 * time.Second)
+		_, failing := w.Failing()
+		return !failing, "still failing"
+	})
+	if r := ready(); r.Status != http.StatusOK {
+		t.Fatalf("ready after the probe: %s", r)
+	}
+	if got := h.count(`SELECT count(*) FROM storage_probe`); got != 1 {
+		t.Fatalf("storage_probe rows = %d, want 1", got)
+	}
+	if !strings.Contains(h.logs.String(), "storage works again") {
+		t.Fatal("recovery not logged")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
