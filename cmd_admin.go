@@ -29,7 +29,7 @@ type adminCmd struct {
 	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 
-	Status      adminStatusCmd      `cmd:"" help:"Show version, uptime, schema, database size and replication health."`
+	Status      adminStatusCmd      `cmd:"" help:"Show version, uptime, schema, database size, replication and storage health."`
 	Environment adminEnvironmentCmd `cmd:"" name:"environment" aliases:"env" help:"Manage environments (alias: env)."`
 	Org         adminOrgCmd         `cmd:"" name:"org" help:"Manage customer organizations and their DigitalOcean tokens."`
 	Deployment  adminDeploymentCmd  `cmd:"" name:"deployment" help:"Manage deployment records."`
@@ -169,6 +169,19 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
+		}
+		sh := st.Storage
+		fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		if sh.DiskLow {
+			fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
+		}
+		if sh.DiskError != "" {
+			fmt.Fprintf(tw, "disk\tfree space not measured (%s): the guard refuses nothing\n", sh.DiskError)
+		}
+		if sh.Failing {
+			fmt.Fprintf(tw, "storage\tFAILING since %s (%s): writes are answered 503 storage_unavailable\n", timeOrDash(sh.FailingSince), sh.LastFault)
+		} else if sh.LastFault != "" {
+			fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
 		}
 		for _, l := range st.Loops {
 			if l.Paused {

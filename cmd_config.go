@@ -28,10 +28,19 @@ func (c *configCheckCmd) Run() error {
 		return &exitError{code: 1, err: err}
 	}
 	rows := cfg.Redacted()
+	// The embedded default's file replica lives on the data disk
+	// (docs/operations.md, "Replication").
+	note := ""
+	if cfg.ReplicaSharesDataDisk() {
+		note = replicaSharesDiskNote
+	}
 	if c.JSON {
 		m := map[string]string{}
 		for _, r := range rows {
 			m[r[0]] = r[1]
+		}
+		if note != "" {
+			m["note"] = note
 		}
 		return json.NewEncoder(os.Stdout).Encode(m)
 	}
@@ -39,9 +48,16 @@ func (c *configCheckCmd) Run() error {
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
+	if note != "" {
+		fmt.Fprintf(tw, "note\t%s\n", note)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Println("configuration ok")
 	return nil
 }
+
+// replicaSharesDiskNote is what `config check` says when the replica is a
+// file:// replica on the data directory's filesystem.
+const replicaSharesDiskNote = "CHALUPA_REPLICA_URL is a file:// replica on the data directory's filesystem: it takes space from the same disk (counted by CHALUPA_MIN_FREE_BYTES) and is lost with it; set an s3:// replica to survive the disk"

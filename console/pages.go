@@ -147,8 +147,21 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, headi
 	c.render(w, r, status, "error", failView{heading, msg})
 }
 
-// internal logs err against the request id and answers a bare 500.
+// storageRetryAfter is the Retry-After of a console page answered 503
+// because a write met a storage fault, in seconds (docs/operations.md,
+// "HTTP surface and errors").
+const storageRetryAfter = "5"
+
+// internal logs err against the request id and answers a bare 500; a
+// storage fault (disk full, I/O error, read-only file system) is a 503 with
+// Retry-After instead, since nothing was kept and a retry is safe.
 func (c *Console) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if kind := storage.FaultKind(err); kind != "" {
+		c.d.Log.Warn().Str("fault", kind).Str("request_id", w.Header().Get("X-Request-Id")).Msg("console: storage unavailable")
+		w.Header().Set("Retry-After", storageRetryAfter)
+		c.fail(w, r, http.StatusServiceUnavailable, "Storage unavailable", "The server cannot store changes right now; nothing was saved. Try again in a few seconds.")
+		return
+	}
 	c.d.Log.Error().Err(err).Str("request_id", w.Header().Get("X-Request-Id")).Msg("console: internal error")
 	c.fail(w, r, http.StatusInternalServerError, "Internal error", "Something went wrong; the server log has the details.")
 }

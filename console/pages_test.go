@@ -3,11 +3,15 @@ package console
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -372,4 +376,31 @@ func TestDeploymentLinksLogs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInternalStorageFault: a console write that met a storage fault is a
+// 503 with Retry-After that says nothing was saved; any other fault stays a
+// bare 500 (docs/operations.md, "HTTP surface and errors").
+func TestInternalStorageFault(t *testing.T) {
+	c, _ := testConsole(t)
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		retry  string
+	}{
+		{"disk full", fmt.Errorf("commit write: %w", &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}), http.StatusServiceUnavailable, "5"},
+		{"other fault", errors.New("boom"), http.StatusInternalServerError, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			c.internal(rec, httptest.NewRequest("POST", "/app/password", nil), tc.err)
+			if rec.Code != tc.status || rec.Header().Get("Retry-After") != tc.retry {
+				t.Fatalf("got %d (Retry-After %q), want %d (%q)", rec.Code, rec.Header().Get("Retry-After"), tc.status, tc.retry)
+			}
+			if tc.retry != "" && !strings.Contains(rec.Body.String(), "nothing was saved") {
+				t.Fatalf("body does not say nothing was saved:\n%s", rec.Body.String())
+			}
+		})
+	}
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// pause is persisted and lasts until resumed (docs/operations.md,
 	// "Loop switches").
 	PauseLoops []string
+	// Statfs measures the data directory's filesystem for the free-space
+	// guard (docs/operations.md, "Quotas"); nil means storage.Statfs.
+	// Tests inject a full disk with it.
+	Statfs storage.StatfsFunc
 }
 
 // App is an assembled daemon: the data dir lock, the open and migrated
@@ -217,7 +221,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		}
 	}
 	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,
-		Executor: exec})
+		Executor: exec, Statfs: opt.Statfs})
 	if err != nil {
 		return err
 	}
@@ -239,7 +243,8 @@ func (a *App) StartLoops(ctx context.Context) error {
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), NonceLedger: a.Server.ingest.NonceLedger(), QuotaEvents: a.Server.ingest.QuotaEvents(),
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
-		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention()})
+		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention(),
+		Disk: a.Server.disk})
 	if err != nil {
 		return err
 	}

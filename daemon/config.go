@@ -135,6 +135,13 @@ type Config struct {
 	// (bytes; 0 is unlimited, benchmarks only).
 	QuotaEnvironmentStorageBytes int64 `json:"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES"`
 
+	// MinFreeBytes is CHALUPA_MIN_FREE_BYTES: the free space in bytes the
+	// data directory's filesystem keeps before signed ingest other than
+	// heartbeats is refused 503 disk_low; storage.MinFreeAuto (unset) is
+	// the larger of 1 GiB and 5 % of the filesystem, 0 turns the guard off
+	// (docs/operations.md, "Quotas").
+	MinFreeBytes int64 `json:"CHALUPA_MIN_FREE_BYTES"`
+
 	// Generated lists the secrets taken from the generated-secrets file (the
 	// embedded default) rather than the environment.
 	Generated []string `json:"generated,omitempty"`
@@ -477,10 +484,55 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 	}
 
+	c.MinFreeBytes = storage.MinFreeAuto
+	if v := get("CHALUPA_MIN_FREE_BYTES"); v != "" {
+		// Whole bytes up to 1 PiB: a typo must not silently turn the
+		// guard off or make it refuse forever.
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > maxMinFreeBytes {
+			bad("CHALUPA_MIN_FREE_BYTES must be a whole number of bytes between 0 (guard off, for tests only) and %d", int64(maxMinFreeBytes))
+		} else {
+			c.MinFreeBytes = n
+		}
+	}
+
 	if len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
 	}
 	return c, nil
+}
+
+// maxMinFreeBytes bounds CHALUPA_MIN_FREE_BYTES: 1 PiB, beyond any disk a
+// control plane runs on.
+const maxMinFreeBytes = 1 << 50
+
+// minFreeText prints CHALUPA_MIN_FREE_BYTES as configured.
+func minFreeText(n int64) string {
+	switch n {
+	case storage.MinFreeAuto:
+		return "(default: the larger of 1 GiB and 5 % of the filesystem)"
+	case 0:
+		return "0 (free-space guard off: tests only)"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ReplicaSharesDataDisk reports whether the replica is a file:// replica on
+// the data directory's filesystem (the embedded default is): it then fills
+// the same disk as the database and is lost with it, so it is no backup
+// against the disk's loss (docs/operations.md, "Replication"). Paths that
+// do not exist yet are judged by their nearest existing parent.
+func (c *Config) ReplicaSharesDataDisk() bool {
+	if c.replicaKind != "file" {
+		return false
+	}
+	u, err := url.Parse(c.ReplicaURL)
+	if err != nil {
+		return false
+	}
+	a, aok := deviceOf(c.DataDir)
+	b, bok := deviceOf(u.Path)
+	return aok && bok && a == b
 }
 
 // checkLogs reads CHALUPA_LOGS_* (docs/operations.md, "Logs"). The log
@@ -648,6 +700,7 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
+		{"CHALUPA_MIN_FREE_BYTES", minFreeText(c.MinFreeBytes)},
 	}
 	for _, q := range c.quotaFields() {
 		v := strconv.Itoa(*q.value)

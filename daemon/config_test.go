@@ -17,6 +17,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/reaper/cost"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // envFunc adapts a map to daemon.Getenv.
@@ -224,6 +225,12 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 			want: "CHALUPA_LISTEN", bad: []string{"98765"}},
 		{name: "listen port not numeric", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:port-3c3c"},
 			want: "CHALUPA_LISTEN", bad: []string{"port-3c3c"}},
+		{name: "min free bytes with a unit", set: map[string]string{"CHALUPA_MIN_FREE_BYTES": "1GiB-7d7d"},
+			want: "CHALUPA_MIN_FREE_BYTES", bad: []string{"7d7d"}},
+		{name: "min free bytes negative", set: map[string]string{"CHALUPA_MIN_FREE_BYTES": "-1"},
+			want: "CHALUPA_MIN_FREE_BYTES"},
+		{name: "min free bytes beyond any disk", set: map[string]string{"CHALUPA_MIN_FREE_BYTES": "1125899906842625"},
+			want: "CHALUPA_MIN_FREE_BYTES", bad: []string{"1125899906842625"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -517,5 +524,32 @@ func TestBillingRuleFromEnvironment(t *testing.T) {
 	want := cost.Rule{Granularity: time.Hour, MinimumBilled: time.Hour, MinimumChargeUSD: cost.DefaultRule.MinimumChargeUSD, CapHours: 730}
 	if cfg.BillingRule != want {
 		t.Fatalf("rule = %+v, want %+v", cfg.BillingRule, want)
+	}
+}
+
+// CHALUPA_MIN_FREE_BYTES: unset is the default rule, 0 turns the guard off,
+// a number of bytes is taken as it is (docs/operations.md, "Quotas").
+func TestLoadConfigMinFreeBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		want        int64
+	}{
+		{"unset", "", storage.MinFreeAuto},
+		{"off", "0", 0},
+		{"bytes", "5368709120", 5 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := goodEnv(t.TempDir())
+			if tc.value != "" {
+				env["CHALUPA_MIN_FREE_BYTES"] = tc.value
+			}
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.MinFreeBytes != tc.want {
+				t.Fatalf("MinFreeBytes = %d, want %d", cfg.MinFreeBytes, tc.want)
+			}
+		})
 	}
 }

@@ -41,3 +41,12 @@ func SetProcessCPU(s *Server, cpu func() time.Duration) {
 // BoxInspection is what a stack inspector returns (the job doctor's read
 // of a box's stacks and provider), so a test can fake one.
 type BoxInspection = boxInspection
+
+// StorageHealth is the storage-health loop, for tests that tick it.
+type StorageHealth = storageHealth
+
+// NewStorageHealth returns a storage-health loop over a's database and
+// free-space guard (the one StartLoops runs, built apart so a test ticks it).
+func NewStorageHealth(a *App) *StorageHealth {
+	return &storageHealth{db: a.DB, disk: a.Server.disk, clock: a.Clock, log: a.Log}
+}

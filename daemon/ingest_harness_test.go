@@ -31,6 +31,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/storage"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -92,6 +93,8 @@ type harnessOptions struct {
 	Epoch time.Time
 	// Env adds variables to the daemon's environment (CHALUPA_QUOTA_*).
 	Env map[string]string
+	// Statfs measures the data dir's filesystem (a test's full disk).
+	Statfs storage.StatfsFunc
 }
 
 // ingestHarness is one in-process daemon over a real database.
@@ -158,7 +161,7 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 }
 
 func (h *ingestHarness) appOptions(env map[string]string) daemontest.AppOptions {
-	return daemontest.AppOptions{Env: env, Clock: h.clock, Logs: h.logs, HTTP: h.hc}
+	return daemontest.AppOptions{Env: env, Clock: h.clock, Logs: h.logs, HTTP: h.hc, Statfs: h.opt.Statfs}
 }
 
 // started records what a (re)start of the daemon changed.

@@ -71,6 +71,9 @@ type LoopDeps struct {
 	// LogRetention removes old log chunks, objects and rows (nil without
 	// CHALUPA_LOGS_URL: not run; docs/operations.md, "Logs").
 	LogRetention *logs.Retention
+	// Disk is the free-space guard the storage-health loop measures and
+	// records events for (nil: the loop is not run).
+	Disk *storage.DiskGuard
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -125,6 +128,11 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	}
 	if d.JobWatch != nil {
 		loops = append(loops, d.JobWatch)
+	}
+	if d.Disk != nil {
+		// Never switched: it keeps readiness and the disk_low guard
+		// honest (docs/operations.md, "Storage and the writer").
+		loops = append(loops, &storageHealth{db: d.DB, disk: d.Disk, clock: d.Clock, log: d.Log})
 	}
 	if d.LogRetention != nil {
 		// Under the retention switch with telemetry's: both delete on

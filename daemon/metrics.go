@@ -111,6 +111,31 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_log_grants_total", Help: "Presigned log upload grants signed since start (docs/operations.md, \"Logs\").",
 		}, func() float64 { return float64(s.ingest.LogGrants()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_storage_failing", Help: "1 while the writer's commits fail for storage reasons (disk full, I/O error, read-only file system); /api/ready answers 503 then.",
+		}, func() float64 {
+			if _, failing := s.db.Writer.Failing(); failing {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_storage_faults_total", Help: "Writer batches that met a storage fault since start.",
+		}, func() float64 { return float64(s.db.Writer.StorageHealth().Faults) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_disk_free_bytes", Help: "Free space on the data directory's filesystem, in bytes (measured at most every 5 s).",
+		}, func() float64 { return float64(s.disk.Check().FreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_disk_min_free_bytes", Help: "The free-space floor in force (CHALUPA_MIN_FREE_BYTES), in bytes; 0 is off.",
+		}, func() float64 { return float64(s.disk.Check().MinFreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_disk_low", Help: "1 while free space is below the floor: signed ingest other than heartbeats is refused 503 disk_low.",
+		}, func() float64 {
+			if s.disk.Check().Low {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_writer_commits_total", Help: "Write transactions committed by the single writer.",
 		}, func() float64 { c, _ := s.db.Writer.Stats(); return float64(c) }),

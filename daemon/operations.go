@@ -14,6 +14,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // apiError is a refusal an operation handler returns: the status and the
@@ -233,7 +234,17 @@ func actionHint(rt opRoute) string {
 
 // internal logs err server-side (it may hold SQL text) and answers a
 // redacted 500.
+//
+// A storage fault (disk full, I/O error, read-only file system:
+// storage.FaultKind) is answered 503 storage_unavailable with Retry-After
+// instead, logged with its kind only (docs/operations.md, "HTTP surface and
+// errors").
 func (s *Server) internal(w http.ResponseWriter, op string, err error) {
+	if kind := storage.FaultKind(err); kind != "" {
+		s.log.Warn().Str("request_id", w.Header().Get("X-Request-Id")).Str("op", op).Str("fault", kind).Msg("request failed: storage unavailable")
+		writeStorageUnavailable(w)
+		return
+	}
 	s.log.Error().Str("request_id", w.Header().Get("X-Request-Id")).Str("op", op).Err(err).Msg("request failed")
 	writeError(w, http.StatusInternalServerError, "internal", "internal error")
 }

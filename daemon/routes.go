@@ -208,9 +208,16 @@ func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Conte
 		defer s.ingestInFlight.Add(-1)
 		v, refusal := s.ingest.Authenticate(r, maxBody)
 		var resp ingest.Response
-		if refusal != nil {
+		switch {
+		case refusal != nil:
 			resp = *refusal
-		} else {
+		case pattern != heartbeatRoute && s.disk.Check().Low:
+			// The free-space guard (docs/operations.md, "Quotas"):
+			// heartbeats are small and keep deadlines true; everything
+			// else waits until the operator makes room.
+			resp = diskLowRefusal()
+			resp.Shared = v.Shared()
+		default:
 			resp = fn(r.Context(), v)
 		}
 		s.m.ingest.WithLabelValues(pattern, resp.Result()).Inc()

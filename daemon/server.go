@@ -71,6 +71,11 @@ type Server struct {
 
 	ingestInFlight atomic.Int64
 	ingestLimit    int64
+
+	// disk is the free-space guard on the data directory's filesystem
+	// (docs/operations.md, "Quotas"): signed ingest other than heartbeats
+	// is refused 503 disk_low while it holds.
+	disk *storage.DiskGuard
 }
 
 // serverDeps are what a Server serves: an opened, migrated database, its running
@@ -92,6 +97,9 @@ type serverDeps struct {
 	Clock clockwork.Clock
 	// Executor runs converge jobs; nil: converge is not configured.
 	Executor jobs.Executor
+	// Statfs measures the data directory's filesystem for the free-space
+	// guard; nil means storage.Statfs.
+	Statfs storage.StatfsFunc
 }
 
 // newServer builds the server: every route group with its authentication,
@@ -103,7 +111,8 @@ func newServer(d serverDeps) (*Server, error) {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock, ingestLimit: maxIngestInFlight}
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock, ingestLimit: maxIngestInFlight,
+		disk: storage.NewDiskGuard(storage.DiskGuardConfig{Path: d.Config.DataDir, MinFreeBytes: d.Config.MinFreeBytes, Statfs: d.Statfs})}
 	var shared []byte
 	if d.Config.IngestKey != "" {
 		shared = []byte(d.Config.IngestKey.Reveal())
@@ -156,7 +165,7 @@ func newServer(d serverDeps) (*Server, error) {
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)

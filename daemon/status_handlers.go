@@ -19,6 +19,8 @@ type statusHandlers struct {
 	started time.Time
 	// loops lists the loop switches (loopHandlers.wire).
 	loops func() []adminapi.LoopSwitch
+	// disk is the free-space guard.
+	disk *storage.DiskGuard
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -39,7 +41,17 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		DBSizeBytes:   h.db.Size(),
 		Replication:   toAPIReplication(h.repl.Health(now)),
 		Loops:         h.loops(),
+		Storage:       toAPIStorage(h.db.Writer.StorageHealth(), h.disk.Check()),
 	}, nil
+}
+
+// toAPIStorage is the wire form of the writer's storage health and the
+// free-space guard's state.
+func toAPIStorage(w storage.StorageHealth, d storage.DiskState) adminapi.StorageHealth {
+	return adminapi.StorageHealth{
+		Failing: w.Failing, FailingSince: w.Since, LastFault: w.LastFault, LastFaultAt: w.LastFaultAt, Faults: w.Faults,
+		FreeBytes: d.FreeBytes, TotalBytes: d.TotalBytes, MinFreeBytes: d.MinFreeBytes, DiskLow: d.Low, DiskLowSince: d.LowSince, DiskError: d.Err,
+	}
 }
 
 // toAPIReplication is the wire form of the replicator's health.

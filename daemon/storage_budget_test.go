@@ -48,7 +48,7 @@ func wantStorageQuota(t *testing.T, r apiResponse, what string) {
 	if r.Status != http.StatusTooManyRequests || r.Code != "storage_quota" {
 		t.Fatalf("%s: got %s, want 429 storage_quota", what, r)
 	}
-	if got, want := r.Header.Get("Retry-After"), fmt.Sprint(int(ingest.StorageRetryAfter/time.Second)); got != want {
+	if got, want := r.Header.Get("Retry-After"), fmt.Sprint(int(ingest.StorageQuotaRetryAfter/time.Second)); got != want {
 		t.Fatalf("%s: Retry-After = %q, want %q", what, got, want)
 	}
 }

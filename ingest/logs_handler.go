@@ -186,7 +186,7 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 	if err != nil {
 		// The plan is durable: planning again renews it.
 		s.log.Error().Err(err).Msg("log grant fault")
-		return internal()
+		return fault(err)
 	}
 	s.logGrants.Add(1)
 	body.Upload = &LogUpload{Method: up.Method, URL: up.URL, Headers: up.Headers, ExpiresAt: up.Expires.UTC()}
@@ -212,7 +212,7 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 				return rf
 			}
 			s.log.Error().Err(err).Msg("log commit read fault")
-			return internal().Refusal
+			return fault(err).Refusal
 		}
 		c, err := s.logs.Lookup(ctx, s.db.Read, env, &b)
 		if err == nil && c.State == storage.LogChunkPlanned {
@@ -222,7 +222,7 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 			return rf
 		} else if err != nil {
 			s.log.Error().Err(err).Msg("log commit verification fault")
-			return internal().Refusal
+			return fault(err).Refusal
 		}
 		return nil
 	}

@@ -152,7 +152,22 @@ func refused(rf *Refusal, shared bool) Response {
 	return Response{Status: rf.Status, Refusal: rf, Shared: shared}
 }
 
-func internal() Response {
+// StorageRetryAfter is the Retry-After of a 503 storage_unavailable, in
+// seconds: the storage-health loop probes every 10 s while commits fail and
+// any commit that succeeds clears the state, so writes recover within
+// seconds of space returning (docs/operations.md, "Storage and the
+// writer").
+const StorageRetryAfter = 5
+
+// fault is the answer to a fault that is not the request's: 503
+// storage_unavailable with Retry-After when err is a storage fault (disk
+// full, I/O error, read-only file system: storage.FaultKind), else a
+// redacted 500 internal. Nothing of the request was kept in either case.
+func fault(err error) Response {
+	if storage.IsStorageFault(err) {
+		return refused(&Refusal{Status: http.StatusServiceUnavailable, Code: "storage_unavailable",
+			Message: "the server cannot store writes right now; retry later", RetryAfter: StorageRetryAfter}, false)
+	}
 	return refused(&Refusal{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}, false)
 }
 
@@ -192,7 +207,7 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 	v, rf, err := s.verify(r.Context(), r, maxBody)
 	if err != nil {
 		s.log.Error().Err(err).Msg("ingest verification fault")
-		resp := internal()
+		resp := fault(err)
 		return v, &resp
 	}
 	if rf != nil {
@@ -246,10 +261,14 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 		return Response{Status: http.StatusAccepted, Body: nc.body, Shared: shared}
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		// A storage fault is logged once, by the storage-health loop, not
+		// per request: a full disk refuses every write.
+		if ctx.Err() == nil && !storage.IsStorageFault(err) {
 			s.log.Error().Err(err).Msg("ingest write fault")
 		}
-		return internal()
+		resp := fault(err)
+		resp.Shared = shared
+		return resp
 	}
 	select {
 	case s.activity <- struct{}{}:

@@ -23,12 +23,12 @@ const (
 	// MaxEnvironmentStorageBytes is the largest budget accepted: 1 TiB
 	// (larger is unlimited in all but name; 0 is unlimited).
 	MaxEnvironmentStorageBytes int64 = 1 << 40
-	// StorageRetryAfter is the Retry-After of a storage_quota refusal (10
+	// StorageQuotaRetryAfter is the Retry-After of a storage_quota refusal (10
 	// minutes). The budget frees only when retention folds detail (hourly)
 	// or the operator erases telemetry (any moment): ten minutes keeps a
 	// spooling agent from waiting an hour after the operator made room,
 	// and a retry refused again costs no write.
-	StorageRetryAfter = 10 * time.Minute
+	StorageQuotaRetryAfter = 10 * time.Minute
 	// storageHintTTL is how long a counter value read in a writer unit
 	// may refuse later requests before the writer (the counter only falls
 	// through retention and erase, which do not tell the hints): after
@@ -78,7 +78,7 @@ func (h *storageHints) full(environmentID, charge, budget int64, now time.Time) 
 func (s *Service) storageRefusal() *Refusal {
 	rf := refuse(http.StatusTooManyRequests, "storage_quota",
 		"environment storage budget reached (%d bytes); retention or an erase frees it", s.quotas.EnvironmentStorageBytes)
-	rf.RetryAfter, rf.Quota = int(StorageRetryAfter/time.Second), QuotaEnvironmentStorage
+	rf.RetryAfter, rf.Quota = int(StorageQuotaRetryAfter/time.Second), QuotaEnvironmentStorage
 	return rf
 }
 

@@ -159,6 +159,9 @@ type Writer struct {
 	// how long the batch waited for the write lock and how long its
 	// COMMIT took (SetTimingHook).
 	onTiming atomic.Pointer[func(BatchTiming)]
+
+	// health is whether commits fail for storage reasons (Failing).
+	health writerHealth
 }
 
 // BatchTiming is where one committed batch spent its time outside its units
@@ -205,6 +208,7 @@ func newWriter(db *sql.DB) *Writer {
 		window: DefaultGroupWindow,
 		stmts:  map[string]*sql.Stmt{},
 		want:   map[string]struct{}{},
+		health: writerHealth{failing: make(chan struct{}, 1)},
 	}
 	w.wg.Add(1)
 	go w.loop()
@@ -318,6 +322,7 @@ func (w *Writer) run(batch []writeReq) {
 	tx, waited, err := w.begin()
 	if err != nil {
 		err = fmt.Errorf("begin write: %w", err)
+		w.noteBatch([]error{err}, false, 0)
 		for _, r := range batch {
 			r.done <- err
 		}
@@ -336,6 +341,7 @@ func (w *Writer) run(batch []writeReq) {
 		}
 	}
 	commitStart := time.Now()
+	committed := false
 	if err := tx.Commit(); err != nil {
 		// SQLite leaves the transaction open after some COMMIT failures
 		// (SQLITE_BUSY); database/sql has let go of it either way. Roll it
@@ -348,6 +354,7 @@ func (w *Writer) run(batch []writeReq) {
 			}
 		}
 	} else {
+		committed = true
 		w.mu.Lock()
 		w.commits++
 		w.units += int64(units)
@@ -359,6 +366,7 @@ func (w *Writer) run(batch []writeReq) {
 			(*hook)(BatchTiming{LockWait: waited, Commit: time.Since(commitStart)})
 		}
 	}
+	w.noteBatch(results, committed, units)
 	for i, r := range batch {
 		r.done <- results[i]
 	}

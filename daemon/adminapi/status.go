@@ -12,7 +12,7 @@ const OpGetStatus = "adminGetStatus"
 var statusOperations = []Operation{
 	{ID: OpGetStatus, MCP: mcpRead, Method: methodGet, Path: "/api/admin/status", Status: http.StatusOK,
 		Response: typeOf[Status](),
-		Summary:  "version, uptime, schema version, database size, replication health"},
+		Summary:  "version, uptime, schema version, database size, replication and storage health"},
 }
 
 // Status is the answer of adminGetStatus.
@@ -32,6 +32,41 @@ type Status struct {
 	// Loops are the switchable background loops, paused or running
 	// (docs/operations.md, "Loop switches").
 	Loops []LoopSwitch `json:"loops"`
+	// Storage is whether writes reach the disk and how much room is left
+	// (docs/operations.md, "Storage and the writer").
+	Storage StorageHealth `json:"storage"`
+}
+
+// StorageHealth is the writer's storage health and the free-space guard
+// (docs/operations.md, "Storage and the writer" and "Quotas"). No path
+// appears.
+type StorageHealth struct {
+	// Failing is true while commits fail for storage reasons; writes are
+	// answered 503 storage_unavailable and /api/ready 503 then.
+	Failing bool `json:"failing"`
+	// FailingSince is when the current run of faults began.
+	FailingSince time.Time `json:"failingSince,omitzero"`
+	// LastFault is the kind of the last storage fault ("disk full", "i/o
+	// error", "read-only"), and LastFaultAt its time.
+	LastFault   string    `json:"lastFault,omitempty"`
+	LastFaultAt time.Time `json:"lastFaultAt,omitzero"`
+	// Faults counts writer batches that met a storage fault since start.
+	Faults int64 `json:"faults"`
+	// FreeBytes and TotalBytes measure the data directory's filesystem,
+	// in bytes.
+	FreeBytes  uint64 `json:"freeBytes"`
+	TotalBytes uint64 `json:"totalBytes"`
+	// MinFreeBytes is the free-space floor in force (CHALUPA_MIN_FREE_BYTES),
+	// in bytes; 0 is off.
+	MinFreeBytes uint64 `json:"minFreeBytes"`
+	// DiskLow is true while FreeBytes is below MinFreeBytes: signed ingest
+	// other than heartbeats is refused 503 disk_low. DiskLowSince is when
+	// it began.
+	DiskLow      bool      `json:"diskLow"`
+	DiskLowSince time.Time `json:"diskLowSince,omitzero"`
+	// DiskError is why free space could not be measured ("" when it
+	// was); the guard refuses nothing then.
+	DiskError string `json:"diskError,omitempty"`
 }
 
 // ReplicationHealth is what the daemon knows of its replica

@@ -26,6 +26,9 @@ const (
 	SecretsFileName = daemon.SecretsFileName
 	// DatabaseFileName is the SQLite file in the data dir.
 	DatabaseFileName = daemon.DatabaseFileName
+	// MinFreeBytesVar is the free-space guard's variable; Start and New
+	// set it to 0 (off) unless the test sets it.
+	MinFreeBytesVar = "CHALUPA_MIN_FREE_BYTES"
 )
 
 // Daemon timeouts.
@@ -56,7 +59,8 @@ type Options struct {
 	// CHALUPA_LISTEN (serve then listens on DefaultListen) and no
 	// CHALUPA_DATA_DIR (serve then uses Dir/chalupa-data). This is the
 	// embedded default. When false, Start fills in what Env lacks: the
-	// secrets of NewSecrets, a free loopback port and a t.TempDir() data dir.
+	// secrets of NewSecrets, a free loopback port, a t.TempDir() data dir
+	// and CHALUPA_MIN_FREE_BYTES=0 (the free-space guard off).
 	NoDefaults bool
 	// ReadyTimeout overrides DefaultReadyTimeout when non-zero.
 	ReadyTimeout time.Duration
@@ -106,6 +110,9 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 		env = NewSecrets()
 		env["CHALUPA_LISTEN"] = FreeAddr(t)
 		env["CHALUPA_DATA_DIR"] = t.TempDir()
+		// The free-space guard off: the test machine's disk must not
+		// decide a test (docs/operations.md, "Quotas").
+		env[MinFreeBytesVar] = "0"
 	}
 	for k, v := range opt.Env {
 		if v == "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // AppOptions configures New. Zero fields take defaults.
@@ -40,6 +41,9 @@ type AppOptions struct {
 	// PauseLoops are loop switch names to pause at open (serve
 	// --pause-loops).
 	PauseLoops []string
+	// Statfs measures the data dir's filesystem for the free-space guard
+	// (a test's full disk); nil means the real one.
+	Statfs storage.StatfsFunc
 }
 
 // InProcess is one daemon assembled in the test process.
@@ -79,6 +83,9 @@ func NewInProcess(t testing.TB, opt AppOptions) *InProcess {
 	env["CHALUPA_DATA_DIR"] = t.TempDir()
 	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
 	env["CHALUPA_REPLICA_URL"] = (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String()
+	// The free-space guard off: the test machine's disk must not decide
+	// a test (docs/operations.md, "Quotas").
+	env[MinFreeBytesVar] = "0"
 	for k, v := range opt.Env {
 		if v == "" {
 			delete(env, k)
@@ -102,7 +109,7 @@ func (p *InProcess) open(opt AppOptions) {
 	if err != nil {
 		t.Fatalf("daemontest: LoadConfig: %v", err)
 	}
-	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock, Executor: opt.Executor, PauseLoops: opt.PauseLoops})
+	app, err := daemon.Open(context.Background(), cfg, daemon.Options{Logs: p.Logs, Clock: opt.Clock, Executor: opt.Executor, PauseLoops: opt.PauseLoops, Statfs: opt.Statfs})
 	if err != nil {
 		t.Fatalf("daemontest: daemon.Open: %v", err)
 	}

@@ -1,0 +1,291 @@
+package main
+
+// End-to-end tests of a failed write answered honestly and of the
+// free-space guard (docs/operations.md, "Storage and the writer" and
+// "Quotas"), with the built binary on a small tmpfs.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// storageE2ETmpfs mounts a tmpfs of sizeMiB under a fresh directory and
+// unmounts it at cleanup (registered first, so it runs after the daemon's
+// own cleanup has stopped the process). Where mounting is impossible (not
+// root, no mount permission) the test is skipped, except under CI=true,
+// where it fails.
+func storageE2ETmpfs(t *testing.T, sizeMiB int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "disk")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", sizeMiB), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("cannot mount a tmpfs (%v): %s", err, strings.TrimSpace(string(out)))
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// storageE2EFill writes path until the filesystem is full (ENOSPC),
+// in 1 MiB and then 4 KiB pieces; it returns the bytes written.
+func storageE2EFill(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n int64
+	for _, size := range []int{1 << 20, 4 << 10} {
+		buf := make([]byte, size)
+		for {
+			w, err := f.Write(buf)
+			n += int64(w)
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return n
+}
+
+// storageE2ESender sends signed heartbeats for environment slug.
+type storageE2ESender struct {
+	t      *testing.T
+	client *signer.Client
+	slug   string
+	n      int
+}
+
+// heartbeat sends one heartbeat for one of ten deployments and returns the
+// answer (never a transport error: that fails the test).
+func (s *storageE2ESender) heartbeat() *signer.Response {
+	s.t.Helper()
+	now := time.Now().UTC()
+	body, _ := json.Marshal(ingest.HeartbeatV1{
+		EnvironmentSlug: s.slug, Deployment: ingest.HeartbeatDeploy{ID: fmt.Sprintf("dep-%d", s.n%10)}, AgentVersion: "e2e/1",
+		SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
+	})
+	s.n++
+	resp, err := s.client.Post(context.Background(), "/api/ingest/heartbeat", body)
+	if err != nil {
+		s.t.Fatalf("heartbeat: %v", err)
+	}
+	return resp
+}
+
+// TestDiskFullEndToEnd: the built binary with its data dir on a 64 MiB
+// tmpfs and the free-space guard off (CHALUPA_MIN_FREE_BYTES=0), so a
+// filler file drives it to ENOSPC. Writes are answered 503
+// storage_unavailable with Retry-After, never 500, on ingest and admin;
+// /api/ready is 503 with its redacted body while admin status and /metrics
+// give the cause; after the filler is deleted, with no write sent, the
+// probe turns readiness green again; writes succeed; after a clean stop
+// every acknowledged heartbeat is in the database.
+func TestDiskFullEndToEnd(t *testing.T) {
+	t.Parallel()
+	disk := storageE2ETmpfs(t, 64)
+	bin := daemontest.BuildBinary(t)
+	d := daemontest.StartDaemon(t, bin, map[string]string{
+		"CHALUPA_DATA_DIR":       filepath.Join(disk, "data"),
+		"CHALUPA_REPLICA_URL":    (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String(),
+		"CHALUPA_MIN_FREE_BYTES": "0",
+		// Only the disk may refuse here.
+		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "0", "CHALUPA_QUOTA_HEARTBEAT_BURST": "0", "CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
+	})
+	ctx := context.Background()
+	k := daemontest.EnvironmentKey(t, d.Admin(), "disk-full")
+	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := &storageE2ESender{t: t, client: &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}, slug: "disk-full"}
+	acked := 0
+	for range 20 {
+		if r := send.heartbeat(); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat before the disk filled: %d %s", r.Status, r.Body)
+		}
+		acked++
+	}
+	ready := func() *daemontest.Response {
+		r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := ready(); r.Status != http.StatusOK {
+		t.Fatalf("ready before the disk filled: %d %s", r.Status, r.Body)
+	}
+
+	filler := filepath.Join(disk, "filler")
+	t.Logf("filler: %d bytes", storageE2EFill(t, filler))
+	refused := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for refused < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no storage_unavailable within 60 s of a full disk (%d heartbeats accepted)", acked)
+		}
+		r := send.heartbeat()
+		switch {
+		case r.Status == http.StatusAccepted:
+			acked++ // the WAL still had room
+		case r.Status == http.StatusServiceUnavailable && strings.Contains(string(r.Body), `"code":"storage_unavailable"`):
+			if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 {
+				t.Fatalf("storage_unavailable without a Retry-After: %q", r.Header.Get("Retry-After"))
+			}
+			refused++
+		default:
+			t.Fatalf("heartbeat on a full disk: %d %s, want 202 or 503 storage_unavailable", r.Status, r.Body)
+		}
+	}
+	if r := ready(); r.Status != http.StatusServiceUnavailable || strings.TrimSpace(string(r.Body)) != `{"status":"unavailable"}` {
+		t.Fatalf("ready while commits fail: %d %s, want 503 {\"status\":\"unavailable\"}", r.Status, r.Body)
+	}
+	// An admin write on the full disk: 503 too, never 500.
+	body, _ := json.Marshal(adminapi.CreateEnvironmentRequest{Slug: "second-env"})
+	r, err := d.Do(ctx, "POST", "/api/admin/environments", daemontest.Bearer(d.AdminToken()), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), `"code":"storage_unavailable"`) || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("admin write on a full disk: %d %s (Retry-After %q), want 503 storage_unavailable", r.Status, r.Body, r.Header.Get("Retry-After"))
+	}
+	// The cause: admin status (a read, which works) and /metrics.
+	st, err := d.Admin().GetStatus(ctx)
+	if err != nil || !st.Storage.Failing || st.Storage.LastFault != storage.FaultDiskFull || st.Storage.FailingSince.IsZero() {
+		t.Fatalf("admin status while commits fail: %+v, %v", st.Storage, err)
+	}
+	m, err := d.Do(ctx, "GET", "/metrics", daemontest.Bearer(d.ReadyToken()), nil)
+	if err != nil || !strings.Contains(string(m.Body), "chalupa_storage_failing 1") {
+		t.Fatalf("/metrics while commits fail lacks chalupa_storage_failing 1 (%v)", err)
+	}
+	if strings.Contains(d.Logs(), `"status":500`) {
+		t.Fatalf("a request was answered 500 on a full disk:\n%s", d.Logs())
+	}
+
+	// Space returns; nothing is written: the probe alone turns ready green.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	daemontest.Poll(t, 30*time.Second, "ready 200 after space returned, with no write sent", func() (bool, string) {
+		r := ready()
+		return r.Status == http.StatusOK, fmt.Sprintf("%d %s", r.Status, r.Body)
+	})
+	for range 10 {
+		if r := send.heartbeat(); r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat after space returned: %d %s", r.Status, r.Body)
+		}
+		acked++
+	}
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "second-env"}); err != nil {
+		t.Fatalf("admin write after space returned: %v", err)
+	}
+	if st, err := d.Admin().GetStatus(ctx); err != nil || st.Storage.Failing || st.Storage.Faults == 0 {
+		t.Fatalf("admin status after recovery: %+v, %v", st.Storage, err)
+	}
+	e2eStop(t, d)
+
+	db, err := storage.OpenReadOnly(ctx, d.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows int
+	if err := db.Read.QueryRow(`SELECT count(*) FROM heartbeats WHERE key_id = ?`, k.KeyID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != acked {
+		t.Fatalf("database holds %d heartbeats, want every acknowledged one (%d)", rows, acked)
+	}
+	if err := storage.IntegrityCheck(ctx, d.DatabasePath()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d heartbeats acknowledged and stored; %d refused 503 storage_unavailable", acked, refused)
+}
+
+// TestDiskLowEndToEnd: the built binary with a free-space floor no disk
+// meets (1 PiB): a heartbeat is accepted, a lifecycle event is refused 503
+// disk_low with Retry-After, admin reads and writes work, admin status
+// and the disk-low event say so, and `config check` says the default file
+// replica shares the data disk.
+func TestDiskLowEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	env := map[string]string{"CHALUPA_MIN_FREE_BYTES": strconv.Itoa(1 << 50)}
+	d := daemontest.StartDaemon(t, bin, env)
+	ctx := context.Background()
+	k := daemontest.EnvironmentKey(t, d.Admin(), "disk-low")
+	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
+	send := &storageE2ESender{t: t, client: client, slug: "disk-low"}
+	if r := send.heartbeat(); r.Status != http.StatusAccepted {
+		t.Fatalf("heartbeat below the floor: %d %s, want 202", r.Status, r.Body)
+	}
+	ev, _ := json.Marshal(ingest.LifecycleEventV1{EnvironmentSlug: "disk-low", ID: "boot-1", Kind: ingest.EventBooted,
+		OccurredAt: time.Now().UTC(), Deployment: ingest.LifecycleDeploy{ID: "dep-0"}})
+	r, err := client.Post(ctx, "/api/ingest/lifecycle", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), `"code":"disk_low"`) || r.Header.Get("Retry-After") != "60" {
+		t.Fatalf("lifecycle below the floor: %d %s (Retry-After %q), want 503 disk_low", r.Status, r.Body, r.Header.Get("Retry-After"))
+	}
+	if _, err := d.Admin().ListFleet(ctx); err != nil {
+		t.Fatalf("admin read below the floor: %v", err)
+	}
+	st, err := d.Admin().GetStatus(ctx)
+	if err != nil || !st.Storage.DiskLow || st.Storage.MinFreeBytes != 1<<50 {
+		t.Fatalf("admin status below the floor: %+v, %v", st.Storage, err)
+	}
+	daemontest.Poll(t, 30*time.Second, "a disk-low event", func() (bool, string) {
+		l, err := d.Admin().ListEvents(ctx, adminapi.ListEventsRequest{Kind: "disk-low"})
+		return err == nil && len(l.Events) == 1, fmt.Sprintf("%+v %v", l, err)
+	})
+	out, code := opsCLI(t, bin, d, "admin", "status")
+	if code != 0 || !strings.Contains(out, "disk low") {
+		t.Fatalf("admin status (CLI): exit %d:\n%s", code, out)
+	}
+	e2eStop(t, d)
+
+	cfgEnv := d.EnvCopy()
+	delete(cfgEnv, "CHALUPA_REPLICA_URL") // the default: file:// in the data dir
+	out, code = daemontest.RunCommand(t, bin, "", cfgEnv, "config", "check")
+	if code != 0 || !strings.Contains(out, "file:// replica on the data directory's filesystem") {
+		t.Fatalf("config check with the default replica: exit %d, want a note that it shares the disk:\n%s", code, out)
+	}
+}
