@@ -227,7 +227,7 @@ func (r *Replicator) verify(ctx context.Context) error {
 		if !ours {
 			if _, any, err := r.replicaBase(ctx); err != nil {
 				return err
-			} else if any && r.fresh {
+			} else if any && r.isFresh() {
 				return r.refuse("it holds a history and this database was created by this start")
 			}
 			if err := r.writeMarker(ctx); err != nil {
@@ -249,7 +249,9 @@ func (r *Replicator) verify(ctx context.Context) error {
 		}
 	}
 	r.mu.Lock()
-	r.verified, r.refused = true, ""
+	// Claimed: a marker that goes missing later means the replica was
+	// emptied or replaced, not that this database is new.
+	r.verified, r.refused, r.fresh = true, "", false
 	r.mu.Unlock()
 	return nil
 }
@@ -375,4 +377,12 @@ func CheckReplicaUnused(ctx context.Context, replicaURL, key, secret string) err
 		}
 	}
 	return nil
+}
+
+// isFresh reports whether this database was created by this start and has
+// not claimed a replica yet.
+func (r *Replicator) isFresh() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fresh
 }
