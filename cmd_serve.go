@@ -13,6 +13,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/internal/schedule"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 type serveCmd struct {
@@ -61,5 +62,14 @@ func (s *serveCmd) Run() error {
 		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
-	return daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock, PauseLoops: pause})
+	err = daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock, PauseLoops: pause})
+	if errors.Is(err, storage.ErrReplicaBehind) {
+		return &exitError{code: exitReplicaBehind, err: err}
+	}
+	return err
 }
+
+// exitReplicaBehind is serve's exit status when it stopped with
+// acknowledged commits missing from the replica (docs/operations.md, "Exit
+// codes"): not a success, so systemd restarts it and replication resumes.
+const exitReplicaBehind = 3

@@ -127,11 +127,21 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	}
 	a.unlock = unlock
 
+	_, statErr := os.Stat(cfg.DatabasePath())
+	fresh := errors.Is(statErr, os.ErrNotExist)
 	if opt.Offline {
-		if _, err := os.Stat(cfg.DatabasePath()); errors.Is(err, os.ErrNotExist) {
+		if fresh {
 			return ErrNoDatabase
 		}
 	} else {
+		// A new database never joins a replica that holds a history
+		// (docs/operations.md, "Backup and restore"): refused before
+		// anything is created in the data dir.
+		if fresh {
+			if err := a.checkReplicaUnused(ctx); err != nil {
+				return err
+			}
+		}
 		// Prove an existing database's master key (and schema) read-only
 		// before the first write: a refusal must leave the data dir as it
 		// was, without a secrets.env generated for a daemon that never ran.
@@ -192,7 +202,14 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if err != nil {
 		return err
 	}
+	identity, err := storage.DatabaseIdentity(ctx, a.DB.Read)
+	if err != nil {
+		return err
+	}
 	if a.Replicator, err = storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
+		Identity:        identity,
+		Fresh:           fresh || res.From == 0,
+		OnEvent:         a.replicaEventRecorder(a.DB),
 		URL:             cfg.ReplicaURL,
 		Generation:      gen,
 		AccessKeyID:     cfg.SpacesKey.Reveal(),
@@ -257,8 +274,12 @@ func (a *App) StartLoops(ctx context.Context) error {
 // close the database's pools (the writer drains first), then close replication, which
 // performs the final sync (bounded by finalSyncTimeout), and release the
 // data dir lock. The HTTP server must have stopped serving before (Run
-// drains it first). Errors are logged; Close always completes.
-func (a *App) Close(ctx context.Context) {
+// drains it first). Close always completes; it logs what fails. Errors: a
+// *storage.FinalSyncError (storage.ErrReplicaBehind) when the replica lacks
+// acknowledged commits after the final sync (docs/operations.md, "Exit
+// codes"); nothing else is returned.
+func (a *App) Close(ctx context.Context) error {
+	var err error
 	if a.sup != nil {
 		a.sup.stop()
 		a.sup = nil
@@ -274,9 +295,13 @@ func (a *App) Close(ctx context.Context) {
 	}
 	if a.Replicator != nil {
 		sctx, cancel := context.WithTimeout(ctx, finalSyncTimeout)
-		if err := a.Replicator.Close(sctx); err != nil {
-			a.Log.Error().Err(err).Msg("final replica sync")
-		} else {
+		cerr := a.Replicator.Close(sctx)
+		switch {
+		case errors.Is(cerr, storage.ErrReplicaBehind):
+			err = cerr
+		case cerr != nil:
+			a.Log.Error().Err(cerr).Msg("final replica sync")
+		default:
 			a.Log.Info().Msg("replication closed after final sync")
 		}
 		cancel()
@@ -285,6 +310,53 @@ func (a *App) Close(ctx context.Context) {
 	if a.unlock != nil {
 		a.unlock()
 		a.unlock = nil
+	}
+	return err
+}
+
+// replicaCheckTimeout bounds the start-up look at the replica of a new
+// database: a replica that does not answer is checked again before the
+// first upload (storage.ReplicaConfig.Fresh).
+const replicaCheckTimeout = 15 * time.Second
+
+// checkReplicaUnused refuses to create a database whose replica already
+// holds a history (ErrReplicaForeign with the cure). A replica that cannot
+// be listed now is left to the replicator, which refuses it before
+// writing anything.
+func (a *App) checkReplicaUnused(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, replicaCheckTimeout)
+	defer cancel()
+	err := storage.CheckReplicaUnused(cctx, a.Config.ReplicaURL, a.Config.SpacesKey.Reveal(), a.Config.SpacesSecret.Reveal())
+	switch {
+	case errors.Is(err, storage.ErrReplicaForeign):
+		return fmt.Errorf("CHALUPA_DATA_DIR holds no database, and CHALUPA_REPLICA_URL already holds a database's history: "+
+			"a new database there would make two histories on one replica. To continue that history, `litestream restore` it "+
+			"into %s and start serve again; to start a new database, point CHALUPA_REPLICA_URL at a new, empty path (%w)",
+			a.Config.DatabasePath(), err)
+	case err != nil:
+		a.Log.Warn().Str("error", err.Error()).Msg("replica not checked at start; it is checked again before the first upload")
+	}
+	return nil
+}
+
+// replicaEventRecorder returns the hook that records a replication event
+// (replica-reseeded, replica-refused) in db as a platform lifecycle event.
+// It runs on the replication goroutine, bounded; a failure (the database is
+// closing) is logged.
+func (a *App) replicaEventRecorder(db *storage.DB) func(storage.ReplicaEvent) {
+	log := a.Log
+	return func(ev storage.ReplicaEvent) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+			_, err := storage.InsertPlatformEvent(ctx, tx, storage.LifecycleEvent{
+				ID: fmt.Sprintf("%s:%d", ev.Kind, ev.At.UnixMilli()), Kind: ev.Kind, Message: ev.Message, OccurredAt: ev.At,
+			})
+			return err
+		})
+		if err != nil {
+			log.Warn().Str("kind", ev.Kind).Err(err).Msg("replication event not recorded")
+		}
 	}
 }
 

@@ -108,6 +108,17 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_refused", Help: "1 while the replica path holds another database's history and nothing is written to it (docs/operations.md, \"Replication\").",
+		}, func() float64 {
+			if s.repl.Health(s.clock.Now()).Refused != "" {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_replication_reseeds_total", Help: "Times since start a replica with no restorable history was re-seeded with a fresh snapshot.",
+		}, func() float64 { return float64(s.repl.Health(s.clock.Now()).Reseeds) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_log_grants_total", Help: "Presigned log upload grants signed since start (docs/operations.md, \"Logs\").",
 		}, func() float64 { return float64(s.ingest.LogGrants()) }),

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // DefaultDrainTimeout bounds how long in-flight requests may finish after
@@ -84,7 +86,8 @@ type RunOptions struct {
 // running, and blocks until ctx is cancelled, then shuts down in order: stop
 // accepting and drain in-flight requests (bounded by DefaultDrainTimeout),
 // then App.Close (loops, database, final replica sync). It returns nil
-// after a clean shutdown. The port is bound first so that a daemon that
+// after a clean shutdown, and an error wrapping storage.ErrReplicaBehind
+// when the final sync left acknowledged commits out of the replica. The port is bound first so that a daemon that
 // cannot serve (the port is taken) fails before it generates secrets,
 // migrates or replicates anything.
 func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
@@ -146,7 +149,17 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		_ = hs.Close()
 	}
 	cancel()
-	app.Close(context.Background())
+	if err := app.Close(context.Background()); err != nil {
+		// The last line says what the replica lacks and what to do
+		// (docs/operations.md, "Start-up and shutdown").
+		var fe *storage.FinalSyncError
+		ev := log.Error().Err(err)
+		if errors.As(err, &fe) {
+			ev = ev.Uint64("missing_commits", fe.Missing).Uint64("local_txid", fe.LocalTXID).Uint64("replica_txid", fe.RemoteTXID)
+		}
+		ev.Msg("shutdown complete, but the replica lacks acknowledged commits: fix the replica and start serve again, which resumes replicating them")
+		return errors.Join(runErr, err)
+	}
 	log.Info().Msg("shutdown complete")
 	return runErr
 }

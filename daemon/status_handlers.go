@@ -60,5 +60,6 @@ func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
 		Kind: r.Kind, Generation: r.Generation, LocalTXID: r.LocalTXID, RemoteTXID: r.RemoteTXID, LastSyncAt: r.LastSyncAt,
 		LagSeconds: r.LagSeconds, LastError: r.LastError, LastErrorAt: r.LastErrorAt,
 		SyncErrors: r.SyncErrors, FailingSince: r.FailingSince, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
+		Refused: r.Refused, Reseeds: r.Reseeds,
 	}
 }

@@ -1,3 +1,4 @@
+-- chalupa:migration expand
 -- +goose Up
 -- The storage probe (docs/operations.md, "Storage and the writer"): while
 -- commits fail for storage reasons (disk full, I/O error, read-only file

@@ -22,6 +22,7 @@ import (
 	"github.com/benbjohnson/litestream/file"
 	"github.com/benbjohnson/litestream/s3"
 	"github.com/jonboulle/clockwork"
+	"github.com/superfly/ltx"
 )
 
 // Replication defaults (docs/operations.md, "Replication"). Litestream's
@@ -131,6 +132,16 @@ type ReplicaConfig struct {
 	// Logger receives Litestream's own logs and chalupa's replication
 	// events; nil discards them.
 	Logger *slog.Logger
+	// Identity is the database's identity (DatabaseIdentity): the replica's
+	// marker must name it or the replica is refused (ErrReplicaForeign). ""
+	// skips the marker (a schema without one); re-seeding still runs.
+	Identity string
+	// Fresh says this start created the database: a replica that already
+	// holds a history is then another database's and is refused.
+	Fresh bool
+	// OnEvent, when set, hears replica-reseeded and replica-refused events
+	// on the replication goroutine; it must return within seconds.
+	OnEvent func(ReplicaEvent)
 }
 
 // ReplicationHealth is the replication state reported by /api/admin/status,
@@ -165,6 +176,13 @@ type ReplicationHealth struct {
 	Failing bool
 	// LagLimitSeconds is that limit.
 	LagLimitSeconds float64
+	// Refused is set while the replica path holds another database's
+	// history: the reason and the cure. Nothing is written to the replica
+	// then, and Failing is true.
+	Refused string
+	// Reseeds counts re-seedings since start: a replica that held no
+	// restorable history got a fresh snapshot.
+	Reseeds int64
 }
 
 // Replicator drives embedded Litestream for one database file: after every
@@ -176,7 +194,13 @@ type Replicator struct {
 	db      *litestream.DB
 	store   *litestream.Store
 	replica *litestream.Replica
-	kind    string
+	// marker is the client of the identity marker's folder (nil without
+	// an identity), identity the marker's name for this database.
+	marker   litestream.ReplicaClient
+	identity ltx.TXID
+	fresh    bool
+	onEvent  func(ReplicaEvent)
+	kind     string
 	// generation is ReplicaConfig.Generation, shown by Health.
 	generation string
 	lagLimit   time.Duration
@@ -210,6 +234,14 @@ type Replicator struct {
 	failingSince time.Time
 	syncErrors   int64
 	remoteTXID   uint64
+	// confirmed is the last commit seq a sync put in the replica.
+	confirmed uint64
+	// verified is true once verify allowed this database to write the
+	// replica; refused holds the refusal while it lasts; reseeds counts
+	// re-seedings.
+	verified     bool
+	refused      string
+	reseeds      int64
 	uploads      uint64    // successful syncs that moved the replica forward
 	lastUploadAt time.Time // the last of them
 }
@@ -268,6 +300,29 @@ func ReplicaBucketPath(u string) (bucket, path string, ok bool) {
 	return bucket, p.Path, true
 }
 
+// newReplicaClient builds Litestream's client for the replica URL u (of
+// kind) with cfg's credentials. Errors: ErrBadReplicaURL, naming the kind
+// only (Litestream's parse errors can echo the URL).
+func newReplicaClient(u, kind string, cfg ReplicaConfig) (litestream.ReplicaClient, error) {
+	raw, err := litestream.NewReplicaClientFromURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s replica URL not accepted", ErrBadReplicaURL, kind)
+	}
+	if c, ok := raw.(*s3.ReplicaClient); ok {
+		if cfg.AccessKeyID != "" {
+			c.AccessKeyID = cfg.AccessKeyID
+			c.SecretAccessKey = cfg.SecretAccessKey
+		}
+		if c.Region == "" {
+			// Spaces ignores the region in signing; a fixed value avoids
+			// Litestream probing for one (a request that cannot succeed
+			// against a custom endpoint).
+			c.Region = "us-east-1"
+		}
+	}
+	return raw, nil
+}
+
 // StartReplication opens Litestream on the database at path and starts the
 // replication goroutine. It makes no network request: a replica that is down
 // at start-up is retried in the background (health says failing) and the
@@ -288,21 +343,22 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	if err != nil {
 		return nil, err
 	}
-	raw, err := litestream.NewReplicaClientFromURL(target)
+	raw, err := newReplicaClient(target, kind, cfg)
 	if err != nil {
-		// Litestream's parse errors can echo the URL; say only what kind failed.
-		return nil, fmt.Errorf("%w: %s replica URL not accepted", ErrBadReplicaURL, kind)
+		return nil, err
 	}
-	if c, ok := raw.(*s3.ReplicaClient); ok {
-		if cfg.AccessKeyID != "" {
-			c.AccessKeyID = cfg.AccessKeyID
-			c.SecretAccessKey = cfg.SecretAccessKey
+	var marker litestream.ReplicaClient
+	var identity ltx.TXID
+	if cfg.Identity != "" {
+		if identity, err = parseIdentity(cfg.Identity); err != nil {
+			return nil, err
 		}
-		if c.Region == "" {
-			// Spaces ignores the region in signing; a fixed value avoids
-			// Litestream probing for one (a request that cannot succeed
-			// against a custom endpoint).
-			c.Region = "us-east-1"
+		mu, err := markerURL(target)
+		if err != nil {
+			return nil, err
+		}
+		if marker, err = newReplicaClient(mu, kind, cfg); err != nil {
+			return nil, err
 		}
 	}
 
@@ -324,7 +380,9 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	store := litestream.NewStore([]*litestream.DB{db}, compactionLevels)
 	store.Logger = logger
 	db.SetLogger(logger)
-	store.SetShutdownSyncTimeout(DefaultShutdownSyncTimeout)
+	// Close runs the final sync itself (bounded, counting what the replica
+	// lacks); Litestream's own shutdown sync is then one attempt.
+	store.SetShutdownSyncTimeout(0)
 	// Compaction, snapshots and L0 retention run from the replication
 	// goroutine when it is awake anyway, not on their own tickers.
 	store.CompactionMonitorEnabled = false
@@ -338,6 +396,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	}
 	rep := &Replicator{
 		db: db, store: store, replica: r, kind: kind, generation: cfg.Generation, clock: clock, log: logger,
+		marker: marker, identity: identity, fresh: cfg.Fresh, onEvent: cfg.OnEvent,
 		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
 		notify: make(chan struct{}, 1), done: make(chan struct{}),
 		stampsFrom: 1, stampCap: maxCommitStamps, epoch: clock.Now(),
@@ -392,13 +451,36 @@ func (r *Replicator) run(ctx context.Context) {
 	defer close(r.done)
 	var backoff time.Duration
 	housekeeping := newHousekeeping(r.clock.Now(), r.store.SnapshotLevel())
+	// The marker is checked once an idle interval even under a steady
+	// stream of commits (syncs never list the replica): an emptied replica
+	// is re-seeded within about a minute.
+	var presenceDue time.Time
 	for {
 		started := r.clock.Now()
 		pending := r.drainNotify()
 		var err error
-		if pending {
+		if !started.Before(presenceDue) && r.isVerified() {
+			presenceDue = started.Add(r.idle)
+			var present bool
+			if present, err = r.markerPresent(ctx); err == nil && !present {
+				r.log.Warn("replica marker missing: the replica was emptied or replaced; verifying it again")
+				r.mu.Lock()
+				r.verified = false
+				r.mu.Unlock()
+			}
+		}
+		if err == nil && !r.isVerified() {
+			err = r.verify(ctx)
+			presenceDue = r.clock.Now().Add(r.idle)
+		}
+		switch {
+		case errors.Is(err, ErrReplicaForeign):
+			// Refused: nothing is synced; look again at the next idle check.
+		case err != nil:
+			r.failed(ctx, err)
+		case pending:
 			err = r.syncOnce(ctx)
-		} else {
+		default:
 			err = r.checkRemote(ctx)
 		}
 		if ctx.Err() != nil {
@@ -419,7 +501,9 @@ func (r *Replicator) run(ctx context.Context) {
 
 		var wake <-chan struct{} = r.notify
 		wait := r.idle
-		if backoff > 0 {
+		if errors.Is(err, ErrReplicaForeign) {
+			wake, backoff = nil, 0
+		} else if backoff > 0 {
 			wake, wait = nil, backoff // a dead replica is not hammered by commits
 		}
 		t := r.clock.NewTimer(wait)
@@ -606,6 +690,7 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 		r.log.Info("replica sync recovered", "failed_for", now.Sub(r.failingSince).Round(time.Second).String())
 	}
 	r.lastSyncAt, r.failingSince = now, time.Time{}
+	r.confirmed = max(r.confirmed, upTo)
 	if remote > r.remoteTXID {
 		r.uploads++
 		r.lastUploadAt = now
@@ -729,32 +814,119 @@ func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 	}
 }
 
+// isVerified reports whether verify allowed writing the replica.
+func (r *Replicator) isVerified() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verified
+}
+
 // SyncAndWait blocks until every committed transaction is in the replica.
+// Errors: ErrReplicaForeign (nothing written), or the sync's failure kind.
 func (r *Replicator) SyncAndWait(ctx context.Context) error {
+	if !r.isVerified() {
+		if err := r.verify(ctx); err != nil {
+			if errors.Is(err, ErrReplicaForeign) {
+				return err
+			}
+			return fmt.Errorf("verify replica: %s", redactReplicaError(err))
+		}
+	}
 	if err := r.syncOnce(ctx); err != nil {
 		return fmt.Errorf("sync replica: %s", redactReplicaError(err))
 	}
 	return nil
 }
 
-// Close stops the replication goroutine, then Litestream after a final sync
-// (bounded by DefaultShutdownSyncTimeout). Close the application's database
-// pools first: Litestream cannot finish while other connections hold the
-// file.
+// Close stops the replication goroutine, then makes the final sync: it
+// retries for up to DefaultShutdownSyncTimeout (or until ctx ends) until
+// every acknowledged commit is confirmed in the replica, then closes
+// Litestream. Close the application's database pools first: Litestream
+// cannot finish while other connections hold the file. A replica that was
+// refused (ErrReplicaForeign), or never verified, is not written.
+// Errors: a *FinalSyncError (ErrReplicaBehind) saying how many
+// acknowledged commits the replica lacks (docs/operations.md, "Start-up
+// and shutdown"); otherwise Litestream's close error, redacted.
 func (r *Replicator) Close(ctx context.Context) error {
 	var err error
 	r.closed.Do(func() {
 		r.cancel()
 		<-r.done
-		// A database Litestream never got to initialise (the replica was
-		// down since start) gets one local sync, so the final sync below
-		// has its acknowledged writes to upload if the replica is back.
-		_ = r.db.Sync(ctx)
-		if cerr := r.store.Close(ctx); cerr != nil {
+		ferr := r.finalSync(ctx)
+		if ferr != nil {
+			// Litestream's own final sync would write an unverified
+			// replica, or only fail again.
+			_ = r.replica.Stop(true)
+			r.db.Replica = nil
+		}
+		if cerr := r.store.Close(ctx); cerr != nil && ferr == nil {
 			err = fmt.Errorf("close replication: %s", redactReplicaError(cerr))
+		}
+		if ferr != nil {
+			err = ferr
 		}
 	})
 	return err
+}
+
+// finalSync is Close's last sync: verify the replica if that never
+// succeeded, then sync until every commit recorded by Committed is
+// confirmed, retrying after a pause (real time: shutdown does not follow
+// the injected clock) within DefaultShutdownSyncTimeout. A database
+// Litestream never got to initialise (the replica was down since start) is
+// initialised here, so its acknowledged writes are uploaded if the replica
+// is back.
+func (r *Replicator) finalSync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultShutdownSyncTimeout)
+	defer cancel()
+	var last error
+	pause := retryBackoffMin
+	for {
+		last = nil
+		if !r.isVerified() {
+			last = r.verify(ctx)
+		}
+		if last == nil {
+			if last = r.db.Sync(ctx); last == nil {
+				if last = r.replica.Sync(ctx); last == nil {
+					r.mu.Lock()
+					upTo := r.seq
+					r.mu.Unlock()
+					r.succeeded(upTo, uint64(r.replica.Pos().TXID))
+					return nil
+				}
+			}
+		}
+		if errors.Is(last, ErrReplicaForeign) {
+			break
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+			pause = nextRetry(pause)
+			continue
+		}
+		break
+	}
+	e := &FinalSyncError{Cause: redactReplicaError(last)}
+	if errors.Is(last, ErrReplicaForeign) {
+		e.Cause = r.Health(r.clock.Now()).Refused
+	}
+	if local, err := r.db.Pos(); err == nil {
+		e.LocalTXID = uint64(local.TXID)
+	}
+	r.mu.Lock()
+	e.Missing, e.RemoteTXID = r.seq-r.confirmed, r.remoteTXID
+	r.mu.Unlock()
+	if e.Missing == 0 && !errors.Is(last, ErrReplicaForeign) {
+		// Every acknowledged commit was confirmed before; only the
+		// last check failed.
+		r.log.Warn("final replica sync failed after every commit was confirmed", "error", e.Cause)
+		return nil
+	}
+	return e
 }
 
 // Health reports the replication state without any network I/O.
@@ -772,8 +944,12 @@ func (r *Replicator) Health(now time.Time) ReplicationHealth {
 	if len(r.markers) > 0 && now.After(r.markers[0].at) {
 		h.LagSeconds = now.Sub(r.markers[0].at).Seconds()
 	}
+	h.Refused, h.Reseeds = r.refused, r.reseeds
 	h.Failing = h.LagSeconds > r.lagLimit.Seconds() ||
-		(!r.failingSince.IsZero() && now.Sub(r.failingSince) > r.lagLimit)
+		(!r.failingSince.IsZero() && now.Sub(r.failingSince) > r.lagLimit) || r.refused != ""
+	if r.refused != "" {
+		h.LastError = ErrReplicaForeign.Error()
+	}
 	return h
 }
 

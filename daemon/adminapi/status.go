@@ -102,6 +102,13 @@ type ReplicationHealth struct {
 	Failing bool `json:"failing"`
 	// LagLimitSeconds is that limit, in seconds.
 	LagLimitSeconds float64 `json:"lagLimitSeconds"`
+	// Refused is set while the replica path holds another database's
+	// history: why, and the cure. Nothing is written to it then and Failing
+	// is true (docs/operations.md, "Replication").
+	Refused string `json:"refused,omitempty"`
+	// Reseeds counts re-seedings since start: the replica held no
+	// restorable history and got a fresh snapshot.
+	Reseeds int64 `json:"reseeds,omitempty"`
 }
 
 // GetStatus calls adminGetStatus.
