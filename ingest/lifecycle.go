@@ -196,7 +196,8 @@ func storedEventID(environmentID int64, id string) string {
 // deployment is recorded, then checked with the provider (SunkCheckTimeout,
 // one check at a time): only a droplet that is gone ends the deployment,
 // through storage.EndDeployment (docs/operations.md, "Lifecycle events and
-// runs").
+// runs"). Before the unit, the lifecycle rate quotas may refuse it 429
+// rate_limited with Retry-After (docs/operations.md, "Quotas").
 func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 	var ev LifecycleEventV1
 	var hash [32]byte
@@ -214,7 +215,8 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 	var checkDroplet int64
 	var check bool
 	var created bool
-	resp := s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.lifecycleRate, v, ev.EnvironmentSlug, ev.Deployment.ID) }
+	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		var err error
 		environmentID, err = resolveEnvironment(ctx, tx, v, ev.EnvironmentSlug)
 		if err != nil {

@@ -133,7 +133,8 @@ func (s *Service) LogSessions(ctx context.Context, v Verified) Response {
 		return logsOff(v)
 	}
 	var b logs.OpenV1
-	return s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -162,7 +163,8 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 	}
 	var b logs.ChunkV1
 	var planned logs.Planned
-	resp := s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	resp := s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -205,6 +207,10 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 	}
 	var b logs.ChunkV1
 	admit := func() *Refusal {
+		// The rate quota first: a flood never reaches the store's HEAD.
+		if rf := s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID); rf != nil {
+			return rf
+		}
 		env, err := s.readEnvironment(ctx, v, b.EnvironmentSlug)
 		if err != nil {
 			var rf *Refusal
@@ -251,7 +257,8 @@ func (s *Service) LogFinish(ctx context.Context, v Verified) Response {
 		return logsOff(v)
 	}
 	var b logs.FinishV1
-	return s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err

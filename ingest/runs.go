@@ -33,6 +33,12 @@ const (
 	maxArtifactURL = 2048
 	// maxArtifactName is the longest artifact name (bytes).
 	maxArtifactName = 255
+	// maxMediaType is the longest media type mediaTypeRE admits (bytes).
+	maxMediaType = 255
+	// MaxRunArtifactBytes is the most ArtifactBytes one report can carry:
+	// MaxArtifactsPerRun artifacts of the longest name, media type and
+	// locator (167,808 bytes, 164 KiB).
+	MaxRunArtifactBytes = MaxArtifactsPerRun * (maxArtifactName + maxMediaType + maxArtifactURL + 64)
 )
 
 // Run statuses a report may carry: a report is sent once the run finished.
@@ -253,6 +259,18 @@ func hasControl(s string) bool {
 	return false
 }
 
+// ArtifactBytes is what the run's artifact references take as text: each
+// artifact's name, media type, sha256 and locator (URL or id), in bytes.
+// The artifact-bytes rate quotas count it (docs/operations.md, "Quotas"):
+// it is what a run report stores beyond its few bounded fields.
+func (r *RunReportV1) ArtifactBytes() int {
+	n := 0
+	for _, a := range r.Artifacts {
+		n += len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(deref(a.Locator.URL)) + len(deref(a.Locator.ID))
+	}
+	return n
+}
+
 // fingerprint is the SHA-256 of the normalized run: its fields and its
 // artifact array (sorted by name), re-encoded in a fixed order. The
 // environment is the key's, so it is not part of it.
@@ -267,7 +285,10 @@ func (r *RunReportV1) fingerprint() [32]byte {
 // the stored run of its runId is 202 deduplicated with nothing written
 // (not even the nonce); another fingerprint is 409 run_conflict. An unknown
 // deployment is 404 deployment_not_found; a deployment at
-// MaxRunsPerDeployment is 429 run_quota. Every refusal writes nothing
+// MaxRunsPerDeployment is 429 run_quota. Before the unit, the run rate
+// quotas (reports, and their ArtifactBytes, per deployment and per
+// environment) may refuse it 429 rate_limited with Retry-After
+// (docs/operations.md, "Quotas"). Every refusal writes nothing
 // (docs/operations.md, "Lifecycle events and runs").
 func (s *Service) Runs(ctx context.Context, v Verified) Response {
 	var run RunReportV1
@@ -282,7 +303,11 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		fp = run.fingerprint()
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	// A report costs one run and its artifact bytes.
+	admit := func() *Refusal {
+		return s.admitRate(s.runRate, v, run.EnvironmentSlug, run.DeploymentID, 1, run.ArtifactBytes())
+	}
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, run.EnvironmentSlug)
 		if err != nil {
 			return nil, err

@@ -31,12 +31,17 @@ type Service struct {
 	sharedKey []byte
 	log       zerolog.Logger
 	telemetry telemetry.Limits
-	// quotas are the configured ingest quotas; heartbeats holds the
-	// heartbeat rate buckets and notes the quota warnings waiting for the
-	// QuotaEventWriter (docs/operations.md, "Quotas").
-	quotas     Quotas
-	heartbeats *heartbeatLimiter
-	notes      *quotaNotes
+	// quotas are the configured ingest quotas; heartbeats, telemetryRate,
+	// lifecycleRate, runRate and logRate hold each route's rate buckets,
+	// and notes the quota warnings waiting for the QuotaEventWriter
+	// (docs/operations.md, "Quotas").
+	quotas        Quotas
+	heartbeats    *rateLimiter
+	telemetryRate *rateLimiter
+	lifecycleRate *rateLimiter
+	runRate       *rateLimiter
+	logRate       *rateLimiter
+	notes         *quotaNotes
 	// droplets looks a sunk deployment's droplet up with the read token
 	// (nil without one); sunkChecks holds one slot per lookup running.
 	droplets   DropletLookup
@@ -86,11 +91,14 @@ func NewService(c Config) *Service {
 	}
 	limits := telemetry.DefaultLimits()
 	limits.OpenSessions = int64(c.Quotas.OpenSessions)
+	limits.OpeningWindow = SessionOpeningWindow
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
-		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
+		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
+		notes:    newQuotaNotes(),
 		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs}
 }
 
@@ -273,4 +281,18 @@ func resolveEnvironment(ctx context.Context, tx storage.Querier, v Verified, slu
 		return 0, fmt.Errorf("resolve environment: %w", err)
 	}
 	return environment.ID, nil
+}
+
+// admitRate is the rate quota check of a signed write route (the admit of
+// handleAdmitted): it spends cost from lim for the deployment and
+// environment the parsed body names, or answers the refusal, noted as a
+// quota warning. A body naming another environment than the key's is not
+// counted: the writer unit refuses it 403 (docs/operations.md, "Quotas").
+func (s *Service) admitRate(lim *rateLimiter, v Verified, env, dep string, cost ...int) *Refusal {
+	if v.key != nil && env != v.key.EnvironmentSlug {
+		return nil
+	}
+	rf := lim.allowN(s.clock.Now(), env, dep, cost...)
+	s.noteQuota(rf, env, dep)
+	return rf
 }

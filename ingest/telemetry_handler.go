@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -40,8 +41,10 @@ var telemetryRefusals = []struct {
 // Telemetry handles POST /api/ingest/telemetry for a request Authenticate
 // verified (with MaxTelemetryBody): one minute window of one telemetry
 // session, admitted by telemetry.Accept in the same writer unit as the
-// nonce claim. Success is 202 TelemetryAccepted (an exact retry included);
-// every refusal writes nothing.
+// nonce claim. Before the unit, the telemetry rate quotas (per deployment
+// and per environment) may refuse it 429 rate_limited with Retry-After
+// (docs/operations.md, "Quotas"). Success is 202 TelemetryAccepted (an
+// exact retry included); every refusal writes nothing.
 func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 	var w telemetry.WindowV1
 	var hash [32]byte
@@ -59,7 +62,8 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		_, hash = w.Canonical()
 		return nil
 	}
-	return s.handle(ctx, v, parse, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.telemetryRate, v, w.EnvironmentSlug, w.DeploymentID) }
+	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, w.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -74,6 +78,11 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 				switch r.err {
 				case telemetry.ErrSessionQuota:
 					rf.Quota = QuotaOpenSessions
+					var sq *telemetry.SessionQuotaError
+					if errors.As(err, &sq) {
+						rf.Message = "the deployment opened the maximum number of telemetry sessions in the last hour"
+						rf.RetryAfter = max(1, int(math.Ceil(sq.RetryAfter.Seconds())))
+					}
 				case telemetry.ErrTelemetryQuota:
 					rf.Quota = QuotaTelemetryReceipts
 				}

@@ -345,7 +345,9 @@ func TestAgentRun(t *testing.T) {
 // TestAgentClosesCrashedSessions: an agent that stops without its final
 // window (a crash or a kill) leaves its telemetry session open; the next
 // start closes it first, so any number of crashes leaves one session open
-// (the running one) and the open-session quota (8) is never met.
+// (the running one) and the open-session quota (8) is never met. The runs
+// are 8 minutes apart: every start opens a session, and a deployment may
+// open at most 8 in an hour (docs/operations.md, "Quotas").
 func TestAgentClosesCrashedSessions(t *testing.T) {
 	f := newFleet(t)
 	const crashes = 10
@@ -366,7 +368,8 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 		if n, _ := a.Spool().Depth(); n != 0 {
 			t.Fatalf("run %d: %d records undelivered", i, n)
 		}
-		// No Stop: the process dies here.
+		// No Stop: the process dies here; the next start is 6 minutes later.
+		f.advance(6 * time.Minute)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
 		t.Fatalf("%d open sessions after %d crashes, want 1", n, crashes)
