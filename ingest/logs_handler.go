@@ -105,6 +105,11 @@ func (s *Service) logRefusal(err error, env, dep string) *Refusal {
 	return nil
 }
 
+// Every log route's request, once its body parsed, is counted by the log
+// rate quotas (per deployment and per environment, the four routes
+// together) before the writer unit: a refusal is 429 rate_limited with
+// Retry-After and writes nothing (docs/operations.md, "Quotas").
+
 // logsOff is the answer of every log route without CHALUPA_LOGS_URL.
 func logsOff(v Verified) Response {
 	return refused(refuse(http.StatusServiceUnavailable, "logs_not_configured", "this chalupa has no log storage (CHALUPA_LOGS_URL); keep logs locally"), v.Shared())
