@@ -194,21 +194,16 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 	return v, nil
 }
 
-// handle runs parse on the verified body (outside the writer, so JSON
-// decoding never occupies the single write connection), then one writer
-// unit that claims the nonce and either returns parse's refusal (so a replay
-// is 409 before any 400/422, the order in docs/operations.md) or calls
-// write. write returns the success body or an error (a *Refusal, or an
-// internal fault). Nothing is written unless write succeeds.
-func (s *Service) handle(ctx context.Context, v Verified, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
-	return s.handleAdmitted(ctx, v, parse, nil, write)
-}
-
-// handleAdmitted is handle with an admission check: when parse accepted the
-// body, admit (if not nil) runs before the writer unit, and its refusal (a
-// quota) is answered at once, with nothing written, not even the nonce, and
-// without waiting for the single writer (docs/operations.md, "Signed
-// ingest" and "Quotas").
+// handleAdmitted runs parse on the verified body (outside the writer, so
+// JSON decoding never occupies the single write connection); when parse
+// accepted the body, admit (if not nil: the route's rate quotas) runs before
+// the writer unit, and its refusal is answered at once, with nothing
+// written, not even the nonce, and without waiting for the single writer
+// (docs/operations.md, "Signed ingest" and "Quotas"). Then one writer unit
+// claims the nonce and either returns parse's refusal (so a replay is 409
+// before any 400/422, the order in docs/operations.md) or calls write.
+// write returns the success body or an error (a *Refusal, or an internal
+// fault). Nothing is written unless write succeeds.
 func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(body []byte) *Refusal, admit func() *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
 	shared := v.Shared()
 	bodyRefusal := parse(v.body)
