@@ -50,6 +50,7 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 	maps.Copy(env, map[string]string{"GOMAXPROCS": "1",
 		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "0", "CHALUPA_QUOTA_HEARTBEAT_BURST": "0", "CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "0",
 		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
+		"CHALUPA_QUOTA_LOG_BURST":                         "0", "CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
 	})
 	d := daemontest.Start(b, bin, daemontest.Options{Env: env})
 	if out, err := exec.Command(taskset, "-a", "-p", "-c", "0", strconv.Itoa(d.Pid)).CombinedOutput(); err != nil {

@@ -141,6 +141,23 @@ type Config struct {
 	// the larger of 1 GiB and 5 % of the filesystem, 0 turns the guard off
 	// (docs/operations.md, "Quotas").
 	MinFreeBytes int64 `json:"CHALUPA_MIN_FREE_BYTES"`
+	// Rate quotas of the other signed write routes (docs/operations.md,
+	// "Quotas"); 0 is unlimited.
+	QuotaTelemetryPerMinute              int `json:"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE"`
+	QuotaTelemetryBurst                  int `json:"CHALUPA_QUOTA_TELEMETRY_BURST"`
+	QuotaEnvironmentTelemetryPerMinute   int `json:"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE"`
+	QuotaLifecyclePerMinute              int `json:"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE"`
+	QuotaLifecycleBurst                  int `json:"CHALUPA_QUOTA_LIFECYCLE_BURST"`
+	QuotaEnvironmentLifecyclePerMinute   int `json:"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE"`
+	QuotaRunsPerMinute                   int `json:"CHALUPA_QUOTA_RUNS_PER_MINUTE"`
+	QuotaRunBurst                        int `json:"CHALUPA_QUOTA_RUN_BURST"`
+	QuotaEnvironmentRunsPerMinute        int `json:"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE"`
+	QuotaArtifactKiBPerMinute            int `json:"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE"`
+	QuotaArtifactKiBBurst                int `json:"CHALUPA_QUOTA_ARTIFACT_KIB_BURST"`
+	QuotaEnvironmentArtifactKiBPerMinute int `json:"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE"`
+	QuotaLogRequestsPerMinute            int `json:"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE"`
+	QuotaLogBurst                        int `json:"CHALUPA_QUOTA_LOG_BURST"`
+	QuotaEnvironmentLogRequestsPerMinute int `json:"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE"`
 
 	// Generated lists the secrets taken from the generated-secrets file (the
 	// embedded default) rather than the environment.
@@ -473,6 +490,17 @@ func LoadConfig(env Getenv) (*Config, error) {
 		}
 		*q.value = n
 	}
+	// A bucket smaller than the largest run report's artifacts would hold
+	// such a report back for good.
+	for _, q := range []quotaField{
+		{"CHALUPA_QUOTA_ARTIFACT_KIB_BURST", &c.QuotaArtifactKiBBurst, 0},
+		{"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE", &c.QuotaEnvironmentArtifactKiBPerMinute, 0},
+	} {
+		if n := *q.value; n != 0 && n*1024 < ingest.MaxRunArtifactBytes {
+			bad("%s must be 0 (unlimited) or at least %d: the artifacts of the largest run report (KiB)", q.name, minArtifactKiB)
+		}
+	}
+
 	// The storage budget is bytes, beyond MaxQuota: its own bound.
 	c.QuotaEnvironmentStorageBytes = ingest.DefaultEnvironmentStorageBytes
 	if v := get("CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES"); v != "" {
@@ -592,18 +620,52 @@ func (c *Config) quotaFields() []quotaField {
 		{"CHALUPA_QUOTA_OPEN_SESSIONS", &c.QuotaOpenSessions, ingest.DefaultOpenSessions},
 		{"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS", &c.QuotaActiveDeployments, ingest.DefaultActiveDeployments},
 		{"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE", &c.QuotaEnvironmentHeartbeatsPerMinute, ingest.DefaultEnvironmentHeartbeatsPerMinute},
+		{"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE", &c.QuotaTelemetryPerMinute, ingest.DefaultTelemetryPerMinute},
+		{"CHALUPA_QUOTA_TELEMETRY_BURST", &c.QuotaTelemetryBurst, ingest.DefaultTelemetryBurst},
+		{"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE", &c.QuotaEnvironmentTelemetryPerMinute, ingest.DefaultEnvironmentTelemetryPerMinute},
+		{"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE", &c.QuotaLifecyclePerMinute, ingest.DefaultLifecyclePerMinute},
+		{"CHALUPA_QUOTA_LIFECYCLE_BURST", &c.QuotaLifecycleBurst, ingest.DefaultLifecycleBurst},
+		{"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE", &c.QuotaEnvironmentLifecyclePerMinute, ingest.DefaultEnvironmentLifecyclePerMinute},
+		{"CHALUPA_QUOTA_RUNS_PER_MINUTE", &c.QuotaRunsPerMinute, ingest.DefaultRunsPerMinute},
+		{"CHALUPA_QUOTA_RUN_BURST", &c.QuotaRunBurst, ingest.DefaultRunBurst},
+		{"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE", &c.QuotaEnvironmentRunsPerMinute, ingest.DefaultEnvironmentRunsPerMinute},
+		{"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE", &c.QuotaArtifactKiBPerMinute, ingest.DefaultArtifactKiBPerMinute},
+		{"CHALUPA_QUOTA_ARTIFACT_KIB_BURST", &c.QuotaArtifactKiBBurst, ingest.DefaultArtifactKiBBurst},
+		{"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE", &c.QuotaEnvironmentArtifactKiBPerMinute, ingest.DefaultEnvironmentArtifactKiBPerMinute},
+		{"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE", &c.QuotaLogRequestsPerMinute, ingest.DefaultLogRequestsPerMinute},
+		{"CHALUPA_QUOTA_LOG_BURST", &c.QuotaLogBurst, ingest.DefaultLogBurst},
+		{"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE", &c.QuotaEnvironmentLogRequestsPerMinute, ingest.DefaultEnvironmentLogRequestsPerMinute},
 	}
 }
+
+// minArtifactKiB is the smallest non-zero artifact bucket (KiB): the
+// artifacts of the largest run report, rounded up.
+const minArtifactKiB = (ingest.MaxRunArtifactBytes + 1023) / 1024
 
 // IngestQuotas returns the configured quotas for the ingest service.
 func (c *Config) IngestQuotas() ingest.Quotas {
 	return ingest.Quotas{
-		HeartbeatsPerMinute:            c.QuotaHeartbeatsPerMinute,
-		HeartbeatBurst:                 c.QuotaHeartbeatBurst,
-		OpenSessions:                   c.QuotaOpenSessions,
-		ActiveDeployments:              c.QuotaActiveDeployments,
-		EnvironmentHeartbeatsPerMinute: c.QuotaEnvironmentHeartbeatsPerMinute,
-		EnvironmentStorageBytes:        c.QuotaEnvironmentStorageBytes,
+		HeartbeatsPerMinute:             c.QuotaHeartbeatsPerMinute,
+		HeartbeatBurst:                  c.QuotaHeartbeatBurst,
+		OpenSessions:                    c.QuotaOpenSessions,
+		ActiveDeployments:               c.QuotaActiveDeployments,
+		EnvironmentHeartbeatsPerMinute:  c.QuotaEnvironmentHeartbeatsPerMinute,
+		EnvironmentStorageBytes:         c.QuotaEnvironmentStorageBytes,
+		TelemetryPerMinute:              c.QuotaTelemetryPerMinute,
+		TelemetryBurst:                  c.QuotaTelemetryBurst,
+		EnvironmentTelemetryPerMinute:   c.QuotaEnvironmentTelemetryPerMinute,
+		LifecyclePerMinute:              c.QuotaLifecyclePerMinute,
+		LifecycleBurst:                  c.QuotaLifecycleBurst,
+		EnvironmentLifecyclePerMinute:   c.QuotaEnvironmentLifecyclePerMinute,
+		RunsPerMinute:                   c.QuotaRunsPerMinute,
+		RunBurst:                        c.QuotaRunBurst,
+		EnvironmentRunsPerMinute:        c.QuotaEnvironmentRunsPerMinute,
+		ArtifactKiBPerMinute:            c.QuotaArtifactKiBPerMinute,
+		ArtifactKiBBurst:                c.QuotaArtifactKiBBurst,
+		EnvironmentArtifactKiBPerMinute: c.QuotaEnvironmentArtifactKiBPerMinute,
+		LogRequestsPerMinute:            c.QuotaLogRequestsPerMinute,
+		LogBurst:                        c.QuotaLogBurst,
+		EnvironmentLogRequestsPerMinute: c.QuotaEnvironmentLogRequestsPerMinute,
 	}
 }
 

@@ -33,13 +33,19 @@ type logsHarness struct {
 	dep   string
 }
 
-func newLogsHarness(t *testing.T) *logsHarness {
+func newLogsHarness(t *testing.T) *logsHarness { return newLogsHarnessEnv(t, nil) }
+
+// newLogsHarnessEnv is newLogsHarness with more daemon variables
+// (CHALUPA_QUOTA_*).
+func newLogsHarnessEnv(t *testing.T, extra map[string]string) *logsHarness {
 	t.Helper()
 	gw := daemontest.StartVersityGW(t)
 	url := "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1"
-	h := newIngestHarness(t, harnessOptions{Env: map[string]string{
-		"CHALUPA_LOGS_URL": url, "CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
-	}})
+	env := map[string]string{"CHALUPA_LOGS_URL": url, "CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey}
+	for k, v := range extra {
+		env[k] = v
+	}
+	h := newIngestHarness(t, harnessOptions{Env: env})
 	loc, err := logs.ParseLocation(url)
 	if err != nil {
 		t.Fatal(err)

@@ -18,12 +18,27 @@ import (
 // unlimitedQuotas sets every CHALUPA_QUOTA_* to 0 (unlimited): for tests and
 // benchmarks that measure something else and send far beyond a quota.
 var unlimitedQuotas = map[string]string{
-	"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE":             "0",
-	"CHALUPA_QUOTA_HEARTBEAT_BURST":                   "0",
-	"CHALUPA_QUOTA_OPEN_SESSIONS":                     "0",
-	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":         "0",
+	"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE":               "0",
+	"CHALUPA_QUOTA_HEARTBEAT_BURST":                     "0",
+	"CHALUPA_QUOTA_OPEN_SESSIONS":                       "0",
+	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                  "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE":   "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":           "0",
+	"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE":                "0",
+	"CHALUPA_QUOTA_TELEMETRY_BURST":                     "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE":    "0",
+	"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE":                "0",
+	"CHALUPA_QUOTA_LIFECYCLE_BURST":                     "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE":    "0",
+	"CHALUPA_QUOTA_RUNS_PER_MINUTE":                     "0",
+	"CHALUPA_QUOTA_RUN_BURST":                           "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE":         "0",
+	"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE":             "0",
+	"CHALUPA_QUOTA_ARTIFACT_KIB_BURST":                  "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE": "0",
+	"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE":             "0",
+	"CHALUPA_QUOTA_LOG_BURST":                           "0",
+	"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
 }
 
 // quotaHarness is an ingest harness with one environment and its key.

@@ -153,14 +153,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	// names the deployment) and before the writer unit: a flood never
 	// reaches the single writer. A body naming another environment than
 	// the key's is not counted: the unit refuses it 403.
-	admit := func() *Refusal {
-		if v.key != nil && hb.EnvironmentSlug != v.key.EnvironmentSlug {
-			return nil
-		}
-		rf := s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID)
-		s.noteQuota(rf, hb.EnvironmentSlug, hb.Deployment.ID)
-		return rf
-	}
+	admit := func() *Refusal { return s.admitRate(s.heartbeats, v, hb.EnvironmentSlug, hb.Deployment.ID) }
 	// decision is the earliest deadline the heartbeat stored, for the
 	// reaper's wake-up once the unit committed.
 	var decision time.Time

@@ -197,7 +197,8 @@ func storedEventID(environmentID int64, id string) string {
 // deployment is recorded, then checked with the provider (SunkCheckTimeout,
 // one check at a time): only a droplet that is gone ends the deployment,
 // through storage.EndDeployment (docs/operations.md, "Lifecycle events and
-// runs").
+// runs"). Before the unit, the lifecycle rate quotas may refuse it 429
+// rate_limited with Retry-After (docs/operations.md, "Quotas").
 func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 	var ev LifecycleEventV1
 	var hash [32]byte
@@ -215,8 +216,12 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 	var checkDroplet int64
 	var check bool
 	var created bool
-	// The storage budget, before the writer (docs/operations.md, "Quotas").
+	// Before the writer (docs/operations.md, "Quotas"): the lifecycle rates,
+	// then the storage budget.
 	admit := func() *Refusal {
+		if rf := s.admitRate(s.lifecycleRate, v, ev.EnvironmentSlug, ev.Deployment.ID); rf != nil {
+			return rf
+		}
 		return s.admitStorage(v, ev.EnvironmentSlug, storage.ProducerEventCharge(storage.LifecycleEvent{
 			ID: ev.ID, DeploymentID: ev.Deployment.ID, Kind: ev.Kind, Message: eventMessage(&ev)}))
 	}

@@ -105,6 +105,11 @@ func (s *Service) logRefusal(err error, env, dep string) *Refusal {
 	return nil
 }
 
+// Every log route's request, once its body parsed, is counted by the log
+// rate quotas (per deployment and per environment, the four routes
+// together) before the writer unit: a refusal is 429 rate_limited with
+// Retry-After and writes nothing (docs/operations.md, "Quotas").
+
 // logsOff is the answer of every log route without CHALUPA_LOGS_URL.
 func logsOff(v Verified) Response {
 	return refused(refuse(http.StatusServiceUnavailable, "logs_not_configured", "this chalupa has no log storage (CHALUPA_LOGS_URL); keep logs locally"), v.Shared())
@@ -133,7 +138,8 @@ func (s *Service) LogSessions(ctx context.Context, v Verified) Response {
 		return logsOff(v)
 	}
 	var b logs.OpenV1
-	return s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -162,7 +168,8 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 	}
 	var b logs.ChunkV1
 	var planned logs.Planned
-	resp := s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	resp := s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -205,6 +212,10 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 	}
 	var b logs.ChunkV1
 	admit := func() *Refusal {
+		// The rate quota first: a flood never reaches the store's HEAD.
+		if rf := s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID); rf != nil {
+			return rf
+		}
 		env, err := s.readEnvironment(ctx, v, b.EnvironmentSlug)
 		if err != nil {
 			var rf *Refusal
@@ -251,7 +262,8 @@ func (s *Service) LogFinish(ctx context.Context, v Verified) Response {
 		return logsOff(v)
 	}
 	var b logs.FinishV1
-	return s.handle(ctx, v, logBody(&b), func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
+	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err

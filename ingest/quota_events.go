@@ -98,7 +98,7 @@ func (s *Service) noteQuota(rf *Refusal, env, dep string) {
 	if rf == nil || rf.Quota == "" {
 		return
 	}
-	if rf.Quota == QuotaEnvironmentHeartbeats || rf.Quota == QuotaActiveDeployments || rf.Quota == QuotaEnvironmentStorage {
+	if environmentQuotas[rf.Quota] {
 		dep = ""
 	}
 	s.notes.note(s.clock.Now(), rf.Quota, env, dep, quotaMessage(rf.Quota, s.quotas, dep))
@@ -118,7 +118,7 @@ func quotaMessage(quota string, q Quotas, dep string) string {
 		return fmt.Sprintf("environment reached its active deployment quota (CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS=%d); new deployments answered 429 deployment_quota; later ones this hour are counted, not recorded",
 			q.ActiveDeployments)
 	case QuotaOpenSessions:
-		return fmt.Sprintf("deployment %s reached its open telemetry session quota (CHALUPA_QUOTA_OPEN_SESSIONS=%d); later refusals this hour are counted, not recorded",
+		return fmt.Sprintf("deployment %s reached its telemetry session quota (CHALUPA_QUOTA_OPEN_SESSIONS=%d open, or opened in the last hour); later refusals this hour are counted, not recorded",
 			dep, q.OpenSessions)
 	case QuotaTelemetryReceipts:
 		return fmt.Sprintf("deployment %s holds the maximum of telemetry windows (20,160 receipts) and can write no more telemetry; end it and start a new deployment id, or erase the environment's telemetry; later refusals this hour are counted, not recorded",
@@ -126,11 +126,46 @@ func quotaMessage(quota string, q Quotas, dep string) string {
 	case QuotaEnvironmentStorage:
 		return fmt.Sprintf("environment reached its storage budget (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES=%d); runs, telemetry and producer events answered 429 storage_quota, heartbeats still accepted; retention or an erase frees it; later refusals this hour are counted, not recorded",
 			q.EnvironmentStorageBytes)
+	case QuotaDeploymentTelemetry, QuotaDeploymentLifecycle, QuotaDeploymentRuns, QuotaDeploymentArtifactBytes, QuotaDeploymentLogRequests:
+		v := rateVariables[quota]
+		return fmt.Sprintf("deployment %s exceeded the %s quota (%s=%d, %s=%d); refusals answered 429 rate_limited; later ones this hour are counted, not recorded",
+			dep, strings.ReplaceAll(strings.TrimPrefix(quota, "deployment_"), "_", " "), v.rate, v.r(q), v.burst, v.b(q))
+	case QuotaEnvironmentTelemetry, QuotaEnvironmentLifecycle, QuotaEnvironmentRuns, QuotaEnvironmentArtifactBytes, QuotaEnvironmentLogRequests:
+		v := rateVariables[quota]
+		return fmt.Sprintf("environment exceeded its %s quota (%s=%d); refusals answered 429 rate_limited; later ones this hour are counted, not recorded",
+			strings.ReplaceAll(strings.TrimPrefix(quota, "environment_"), "_", " "), v.rate, v.r(q))
 	case QuotaLogSessions, QuotaLogChunks, QuotaLogBytes:
 		return fmt.Sprintf("deployment %s reached its %s quota (docs/operations.md, \"Logs\"); later refusals this hour are counted, not recorded",
 			dep, strings.ReplaceAll(quota, "_", " "))
 	}
 	return strings.ReplaceAll(quota, "_", " ") + " quota exceeded"
+}
+
+// rateVar is a rate quota's variables and their values: the rate (and,
+// for a deployment quota, the burst).
+type rateVar struct {
+	rate, burst string
+	r, b        func(Quotas) int
+}
+
+// rateVariables maps each rate quota of the routes other than heartbeats to
+// its variables (docs/operations.md, "Quotas").
+var rateVariables = map[string]rateVar{
+	QuotaDeploymentTelemetry: {"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE", "CHALUPA_QUOTA_TELEMETRY_BURST",
+		func(q Quotas) int { return q.TelemetryPerMinute }, func(q Quotas) int { return q.TelemetryBurst }},
+	QuotaEnvironmentTelemetry: {"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE", "", func(q Quotas) int { return q.EnvironmentTelemetryPerMinute }, nil},
+	QuotaDeploymentLifecycle: {"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE", "CHALUPA_QUOTA_LIFECYCLE_BURST",
+		func(q Quotas) int { return q.LifecyclePerMinute }, func(q Quotas) int { return q.LifecycleBurst }},
+	QuotaEnvironmentLifecycle: {"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE", "", func(q Quotas) int { return q.EnvironmentLifecyclePerMinute }, nil},
+	QuotaDeploymentRuns: {"CHALUPA_QUOTA_RUNS_PER_MINUTE", "CHALUPA_QUOTA_RUN_BURST",
+		func(q Quotas) int { return q.RunsPerMinute }, func(q Quotas) int { return q.RunBurst }},
+	QuotaEnvironmentRuns: {"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE", "", func(q Quotas) int { return q.EnvironmentRunsPerMinute }, nil},
+	QuotaDeploymentArtifactBytes: {"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE", "CHALUPA_QUOTA_ARTIFACT_KIB_BURST",
+		func(q Quotas) int { return q.ArtifactKiBPerMinute }, func(q Quotas) int { return q.ArtifactKiBBurst }},
+	QuotaEnvironmentArtifactBytes: {"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE", "", func(q Quotas) int { return q.EnvironmentArtifactKiBPerMinute }, nil},
+	QuotaDeploymentLogRequests: {"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE", "CHALUPA_QUOTA_LOG_BURST",
+		func(q Quotas) int { return q.LogRequestsPerMinute }, func(q Quotas) int { return q.LogBurst }},
+	QuotaEnvironmentLogRequests: {"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE", "", func(q Quotas) int { return q.EnvironmentLogRequestsPerMinute }, nil},
 }
 
 // QuotaEventWriter is the background loop that records queued quota

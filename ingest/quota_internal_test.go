@@ -186,3 +186,53 @@ func BenchmarkHeartbeatLimiterAllow(b *testing.B) {
 		}
 	}
 }
+
+// TestRateLimiterCosts: a run report costs one request and its artifact
+// bytes; either bucket refuses with its own quota and Retry-After for the
+// whole cost, and a refusal spends nothing from any bucket; a cost above a
+// bucket's size costs the whole bucket instead of being refused forever.
+func TestRateLimiterCosts(t *testing.T) {
+	q := Quotas{RunsPerMinute: 6, RunBurst: 3, ArtifactKiBPerMinute: 60, ArtifactKiBBurst: 2, EnvironmentArtifactKiBPerMinute: 4}
+	for _, tc := range []struct {
+		name       string
+		costs      []int // artifact bytes of the admitted reports
+		cost       int   // of the refused one
+		quota      string
+		retryAfter int
+	}{
+		{"request bucket", []int{0, 0, 0}, 0, QuotaDeploymentRuns, 10},
+		{"deployment bytes: 1 KiB a second", []int{2048}, 1024, QuotaDeploymentArtifactBytes, 1},
+		{"deployment bytes: the whole cost", []int{1024, 1024}, 2048, QuotaDeploymentArtifactBytes, 2},
+		{"over the bucket costs the bucket", []int{100_000}, 100_000, QuotaDeploymentArtifactBytes, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newRateLimiter(q.runDims())
+			for i, c := range tc.costs {
+				if rf := l.allowN(quotaEpoch, "demo-harbor", "dep-1", 1, c); rf != nil {
+					t.Fatalf("report %d: %v", i+1, rf)
+				}
+			}
+			rf := l.allowN(quotaEpoch, "demo-harbor", "dep-1", 1, tc.cost)
+			if rf == nil || rf.Quota != tc.quota || rf.RetryAfter != tc.retryAfter || rf.Code != "rate_limited" {
+				t.Fatalf("refusal %+v, want %s Retry-After %d", rf, tc.quota, tc.retryAfter)
+			}
+		})
+	}
+	t.Run("a refusal spends nothing", func(t *testing.T) {
+		l := newRateLimiter(q.runDims())
+		if rf := l.allowN(quotaEpoch, "demo-harbor", "dep-1", 1, 2048); rf != nil {
+			t.Fatal(rf)
+		}
+		for range 10 { // refused by the deployment's bytes: the environment keeps 2 KiB
+			if rf := l.allowN(quotaEpoch, "demo-harbor", "dep-1", 1, 1024); rf == nil || rf.Quota != QuotaDeploymentArtifactBytes {
+				t.Fatalf("refusal %v", rf)
+			}
+		}
+		if rf := l.allowN(quotaEpoch, "demo-harbor", "dep-2", 1, 2048); rf != nil {
+			t.Fatalf("another deployment within the environment's 4 KiB: %v", rf)
+		}
+		if rf := l.allowN(quotaEpoch, "demo-harbor", "dep-3", 1, 1); rf == nil || rf.Quota != QuotaEnvironmentArtifactBytes {
+			t.Fatalf("the environment's 4 KiB spent: %v", rf)
+		}
+	})
+}

@@ -33,6 +33,12 @@ const (
 	maxArtifactURL = 2048
 	// maxArtifactName is the longest artifact name (bytes).
 	maxArtifactName = 255
+	// maxMediaType is the longest media type mediaTypeRE admits (bytes).
+	maxMediaType = 255
+	// MaxRunArtifactBytes is the most ArtifactBytes one report can carry:
+	// MaxArtifactsPerRun artifacts of the longest name, media type and
+	// locator (167,808 bytes, 164 KiB).
+	MaxRunArtifactBytes = MaxArtifactsPerRun * (maxArtifactName + maxMediaType + maxArtifactURL + 64)
 )
 
 // Run statuses a report may carry: a report is sent once the run finished.
@@ -253,6 +259,18 @@ func hasControl(s string) bool {
 	return false
 }
 
+// ArtifactBytes is what the run's artifact references take as text: each
+// artifact's name, media type, sha256 and locator (URL or id), in bytes.
+// The artifact-bytes rate quotas count it (docs/operations.md, "Quotas"):
+// it is what a run report stores beyond its few bounded fields.
+func (r *RunReportV1) ArtifactBytes() int {
+	n := 0
+	for _, a := range r.Artifacts {
+		n += len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(deref(a.Locator.URL)) + len(deref(a.Locator.ID))
+	}
+	return n
+}
+
 // fingerprint is the SHA-256 of the normalized run: its fields and its
 // artifact array (sorted by name), re-encoded in a fixed order. The
 // environment is the key's, so it is not part of it.
@@ -267,8 +285,11 @@ func (r *RunReportV1) fingerprint() [32]byte {
 // the stored run of its runId is 202 deduplicated with nothing written
 // (not even the nonce); another fingerprint is 409 run_conflict. An unknown
 // deployment is 404 deployment_not_found; a deployment at
-// MaxRunsPerDeployment is 429 run_quota; a run beyond the environment's
-// storage budget is 429 storage_quota ("Quotas"). Every refusal writes nothing
+// MaxRunsPerDeployment is 429 run_quota. Before the unit, the run rate
+// quotas (reports, and their ArtifactBytes, per deployment and per
+// environment) may refuse it 429 rate_limited with Retry-After, and a run
+// beyond the environment's storage budget is 429 storage_quota
+// (docs/operations.md, "Quotas"). Every refusal writes nothing
 // (docs/operations.md, "Lifecycle events and runs").
 func (s *Service) Runs(ctx context.Context, v Verified) Response {
 	var run RunReportV1
@@ -295,8 +316,14 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		}
 		return rec
 	}
-	// The storage budget, before the writer (docs/operations.md, "Quotas").
-	admit := func() *Refusal { return s.admitStorage(v, run.EnvironmentSlug, storage.RunCharge(record(0))) }
+	// Before the writer (docs/operations.md, "Quotas"): the run rates — a
+	// report costs one run and its artifact bytes — then the storage budget.
+	admit := func() *Refusal {
+		if rf := s.admitRate(s.runRate, v, run.EnvironmentSlug, run.DeploymentID, 1, run.ArtifactBytes()); rf != nil {
+			return rf
+		}
+		return s.admitStorage(v, run.EnvironmentSlug, storage.RunCharge(record(0)))
+	}
 	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, run.EnvironmentSlug)
 		if err != nil {

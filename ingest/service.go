@@ -31,12 +31,17 @@ type Service struct {
 	sharedKey []byte
 	log       zerolog.Logger
 	telemetry telemetry.Limits
-	// quotas are the configured ingest quotas; heartbeats holds the
-	// heartbeat rate buckets and notes the quota warnings waiting for the
-	// QuotaEventWriter (docs/operations.md, "Quotas").
-	quotas     Quotas
-	heartbeats *heartbeatLimiter
-	notes      *quotaNotes
+	// quotas are the configured ingest quotas; heartbeats, telemetryRate,
+	// lifecycleRate, runRate and logRate hold each route's rate buckets,
+	// and notes the quota warnings waiting for the QuotaEventWriter
+	// (docs/operations.md, "Quotas").
+	quotas        Quotas
+	heartbeats    *rateLimiter
+	telemetryRate *rateLimiter
+	lifecycleRate *rateLimiter
+	runRate       *rateLimiter
+	logRate       *rateLimiter
+	notes         *quotaNotes
 	// storage holds the environments' storage counters as last read in a
 	// writer unit, for the budget check before the writer.
 	storage *storageHints
@@ -98,11 +103,14 @@ func NewService(c Config) *Service {
 	}
 	limits := telemetry.DefaultLimits()
 	limits.OpenSessions = int64(c.Quotas.OpenSessions)
+	limits.OpeningWindow = SessionOpeningWindow
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
-		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(), storage: newStorageHints(),
+		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
+		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
+		notes: newQuotaNotes(), storage: newStorageHints(),
 		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono)}
 }
 
@@ -217,21 +225,16 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 	return v, nil
 }
 
-// handle runs parse on the verified body (outside the writer, so JSON
-// decoding never occupies the single write connection), then one writer
-// unit that claims the nonce and either returns parse's refusal (so a replay
-// is 409 before any 400/422, the order in docs/operations.md) or calls
-// write. write returns the success body or an error (a *Refusal, or an
-// internal fault). Nothing is written unless write succeeds.
-func (s *Service) handle(ctx context.Context, v Verified, parse func(body []byte) *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
-	return s.handleAdmitted(ctx, v, parse, nil, write)
-}
-
-// handleAdmitted is handle with an admission check: when parse accepted the
-// body, admit (if not nil) runs before the writer unit, and its refusal (a
-// quota) is answered at once, with nothing written, not even the nonce, and
-// without waiting for the single writer (docs/operations.md, "Signed
-// ingest" and "Quotas").
+// handleAdmitted runs parse on the verified body (outside the writer, so
+// JSON decoding never occupies the single write connection); when parse
+// accepted the body, admit (if not nil: the route's rate quotas) runs before
+// the writer unit, and its refusal is answered at once, with nothing
+// written, not even the nonce, and without waiting for the single writer
+// (docs/operations.md, "Signed ingest" and "Quotas"). Then one writer unit
+// claims the nonce and either returns parse's refusal (so a replay is 409
+// before any 400/422, the order in docs/operations.md) or calls write.
+// write returns the success body or an error (a *Refusal, or an internal
+// fault). Nothing is written unless write succeeds.
 func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(body []byte) *Refusal, admit func() *Refusal, write func(ctx context.Context, tx storage.Tx, v Verified) (any, error)) Response {
 	shared := v.Shared()
 	bodyRefusal := parse(v.body)
@@ -308,4 +311,18 @@ func resolveEnvironment(ctx context.Context, tx storage.Querier, v Verified, slu
 		return 0, fmt.Errorf("resolve environment: %w", err)
 	}
 	return environment.ID, nil
+}
+
+// admitRate is the rate quota check of a signed write route (the admit of
+// handleAdmitted): it spends cost from lim for the deployment and
+// environment the parsed body names, or answers the refusal, noted as a
+// quota warning. A body naming another environment than the key's is not
+// counted: the writer unit refuses it 403 (docs/operations.md, "Quotas").
+func (s *Service) admitRate(lim *rateLimiter, v Verified, env, dep string, cost ...int) *Refusal {
+	if v.key != nil && env != v.key.EnvironmentSlug {
+		return nil
+	}
+	rf := lim.allowN(s.clock.Now(), env, dep, cost...)
+	s.noteQuota(rf, env, dep)
+	return rf
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -40,9 +41,11 @@ var telemetryRefusals = []struct {
 // Telemetry handles POST /api/ingest/telemetry for a request Authenticate
 // verified (with MaxTelemetryBody): one minute window of one telemetry
 // session, admitted by telemetry.Accept in the same writer unit as the
-// nonce claim. Success is 202 TelemetryAccepted (an exact retry included);
+// nonce claim. Before the unit, the telemetry rate quotas (per deployment
+// and per environment) may refuse it 429 rate_limited with Retry-After, and
 // beyond the environment's storage budget a window is 429 storage_quota
-// (docs/operations.md, "Quotas"); every refusal writes nothing.
+// (docs/operations.md, "Quotas"). Success is 202 TelemetryAccepted (an
+// exact retry included); every refusal writes nothing.
 func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 	var w telemetry.WindowV1
 	var hash [32]byte
@@ -60,8 +63,12 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 		_, hash = w.Canonical()
 		return nil
 	}
-	// The storage budget, before the writer (docs/operations.md, "Quotas").
+	// Before the writer (docs/operations.md, "Quotas"): the telemetry
+	// rates, then the storage budget.
 	admit := func() *Refusal {
+		if rf := s.admitRate(s.telemetryRate, v, w.EnvironmentSlug, w.DeploymentID); rf != nil {
+			return rf
+		}
 		return s.admitStorage(v, w.EnvironmentSlug, storage.WindowCharge(w.DeploymentID, w.SessionID))
 	}
 	return s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
@@ -79,6 +86,11 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 				switch r.err {
 				case telemetry.ErrSessionQuota:
 					rf.Quota = QuotaOpenSessions
+					var sq *telemetry.SessionQuotaError
+					if errors.As(err, &sq) {
+						rf.Message = "the deployment opened the maximum number of telemetry sessions in the last hour"
+						rf.RetryAfter = max(1, int(math.Ceil(sq.RetryAfter.Seconds())))
+					}
 				case telemetry.ErrTelemetryQuota:
 					rf.Quota = QuotaTelemetryReceipts
 				}

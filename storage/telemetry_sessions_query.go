@@ -105,6 +105,34 @@ func OpenTelemetrySessions(ctx context.Context, q Querier, environmentID int64, 
 	return n, nil
 }
 
+// SessionCounts are a deployment's telemetry sessions as the open-session
+// quota counts them (docs/operations.md, "Quotas").
+type SessionCounts struct {
+	// Open counts the sessions that have not ended.
+	Open int64
+	// Opened counts the sessions created at or after the given time,
+	// ended or not.
+	Opened int64
+	// OldestOpened is the earliest creation among those (zero when none).
+	OldestOpened time.Time
+}
+
+// CountTelemetrySessions counts the deployment's open sessions and those
+// created at or after since, in one pass over the deployment's sessions
+// (its primary-key range).
+func CountTelemetrySessions(ctx context.Context, q Querier, environmentID int64, deploymentID string, since time.Time) (SessionCounts, error) {
+	var c SessionCounts
+	var oldest sql.NullInt64
+	if err := q.QueryRowContext(ctx,
+		`SELECT count(*) FILTER (WHERE ended_at IS NULL), count(*) FILTER (WHERE created_at >= ?3), min(created_at) FILTER (WHERE created_at >= ?3)
+		 FROM telemetry_sessions WHERE environment_id = ?1 AND deployment_id = ?2`,
+		environmentID, deploymentID, ms(since)).Scan(&c.Open, &c.Opened, &oldest); err != nil {
+		return SessionCounts{}, fmt.Errorf("count telemetry sessions: %w", err)
+	}
+	c.OldestOpened = fromMS(oldest)
+	return c, nil
+}
+
 // RecordSessionWindow applies one accepted window to its session: it
 // creates the session on its first window; otherwise it counts the window,
 // widens the window bounds and detail_from, increments version, and clears

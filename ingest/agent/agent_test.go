@@ -352,7 +352,9 @@ func TestAgentRun(t *testing.T) {
 // TestAgentClosesCrashedSessions: an agent that stops without its final
 // window (a crash or a kill) leaves its telemetry session open; the next
 // start closes it first, so any number of crashes leaves one session open
-// (the running one) and the open-session quota (8) is never met.
+// (the running one) and the open-session quota (8) is never met. The runs
+// are 8 minutes apart: every start opens a session, and a deployment may
+// open at most 8 in an hour (docs/operations.md, "Quotas").
 func TestAgentClosesCrashedSessions(t *testing.T) {
 	f := newFleet(t)
 	const crashes = 10
@@ -373,7 +375,8 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 		if n, _ := a.Spool().Depth(); n != 0 {
 			t.Fatalf("run %d: %d records undelivered", i, n)
 		}
-		// No Stop: the process dies here.
+		// No Stop: the process dies here; the next start is 6 minutes later.
+		f.advance(6 * time.Minute)
 	}
 	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
 		t.Fatalf("%d open sessions after %d crashes, want 1", n, crashes)
@@ -557,4 +560,89 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// drive runs pass (a delivery pass paced at agent.ReplayRate on the fake
+// clock) to its end, advancing both clocks by one pacing interval each time
+// the pass waits on them, and returns its result.
+func (f *fleet) drive(pass func() agent.PassResult) agent.PassResult {
+	f.t.Helper()
+	done := make(chan agent.PassResult, 1)
+	go func() { done <- pass() }()
+	for {
+		select {
+		case res := <-done:
+			return res
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := f.clock.BlockUntilContext(ctx, 1)
+		cancel()
+		if err == nil {
+			f.advance(time.Second / agent.ReplayRate)
+		}
+	}
+}
+
+// TestAgentSpoolDrainUnderDefaultQuotas: the spool of a one-hour outage
+// (60 telemetry windows, and 12 run reports of a CI job every five minutes)
+// is delivered against a daemon with the default quotas at the agent's
+// pace of 5 a second without one 429: delivery resumes when the back-off
+// of the outage ends (at most RetryMax, 5 minutes), then the windows take
+// 12 s and the reports 2.4 s (docs/operations.md, "Quotas").
+func TestAgentSpoolDrainUnderDefaultQuotas(t *testing.T) {
+	f := newFleet(t)
+	cfg := f.config()
+	cfg.ReplayRate = agent.ReplayRate
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := agent.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.heartbeat(a)
+	creds, err := agent.ReadCredentials(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setMode(modeDown)
+	for i := range 720 { // one hour of 5 s samples
+		f.step(a)
+		if i%60 == 59 { // a CI job's report every five minutes
+			now := f.clock.Now().UTC()
+			if _, err := agent.ReportRun(context.Background(), cfg, creds, ingest.RunReportV1{RunID: fmt.Sprintf("run-%d", i), Suite: "e2e", Status: "passed",
+				StartedAt: now.Add(-4 * time.Minute), FinishedAt: now, Artifacts: []ingest.ArtifactRefV1{}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	spooled, _ := a.Spool().Depth()
+	if spooled < 59 { // the first minute began 23 s into the hour
+		t.Fatalf("%d records spooled in an hour, want an hour of windows", spooled)
+	}
+	f.setMode(modeUp)
+	resume := a.NotUntil().Sub(f.clock.Now())
+	if resume > agent.RetryMax {
+		t.Fatalf("delivery resumes %s after the outage, more than RetryMax", resume)
+	}
+	f.advance(max(resume, 0))
+	began := f.clock.Now()
+	windows := f.drive(func() agent.PassResult { return a.Deliver(context.Background()) })
+	tookWindows := f.clock.Now().Sub(began)
+	began = f.clock.Now()
+	reports := f.drive(func() agent.PassResult { return a.DeliverReports(context.Background()) })
+	tookReports := f.clock.Now().Sub(began)
+	if windows.Paused || windows.Delivered != spooled || reports.Paused || reports.Delivered != 12 {
+		t.Fatalf("drain: windows %+v, reports %+v; want %d and 12 delivered without a pause", windows, reports, spooled)
+	}
+	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'quota-exceeded'`); n != 0 {
+		t.Fatalf("%d quota warnings during the drain", n)
+	}
+	if n := f.count(`SELECT count(*) FROM runs`); n != 12 {
+		t.Fatalf("%d runs stored, want 12", n)
+	}
+	if tookWindows > 12*time.Second || tookReports > 3*time.Second {
+		t.Fatalf("drain took %s (windows) and %s (reports)", tookWindows, tookReports)
+	}
+	t.Logf("one-hour outage: delivery resumed %s after it, %d windows drained in %s, 12 reports in %s, no refusal", resume, spooled, tookWindows, tookReports)
 }

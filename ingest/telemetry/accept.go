@@ -17,10 +17,14 @@ type Limits struct {
 	// removed except by erase, so the cap bounds what one deployment can
 	// ever write.
 	MaxReceipts int64
-	// OpenSessions caps the sessions of one deployment that have not ended;
-	// a window that would open one more is refused (ErrSessionQuota).
-	// 0 means unlimited.
+	// OpenSessions caps the sessions of one deployment that have not ended,
+	// and the sessions it opened in the last OpeningWindow, ended or not;
+	// a window that would open one more is refused (ErrSessionQuota). 0
+	// means unlimited.
 	OpenSessions int64
+	// OpeningWindow is how far back opened sessions are counted against
+	// OpenSessions (DefaultOpeningWindow); 0 counts open sessions only.
+	OpeningWindow time.Duration
 }
 
 // DefaultMaxReceipts is 14 days of minute windows (20,160): an agent that
@@ -33,10 +37,32 @@ const DefaultMaxReceipts = 14 * 24 * 60
 // leave a few unfinished ones behind until the deployment ends.
 const DefaultOpenSessions = 8
 
+// DefaultOpeningWindow is how far back the sessions a deployment opened
+// are counted against OpenSessions: an honest agent opens one session per
+// start, so OpenSessions starts in an hour is already a crash loop, while
+// windows that each open and close their own session (final: true) can no
+// longer multiply sessions (docs/operations.md, "Quotas").
+const DefaultOpeningWindow = time.Hour
+
 // DefaultLimits returns the documented defaults.
 func DefaultLimits() Limits {
-	return Limits{MaxReceipts: DefaultMaxReceipts, OpenSessions: DefaultOpenSessions}
+	return Limits{MaxReceipts: DefaultMaxReceipts, OpenSessions: DefaultOpenSessions, OpeningWindow: DefaultOpeningWindow}
 }
+
+// SessionQuotaError is ErrSessionQuota for a deployment that opened
+// OpenSessions sessions within OpeningWindow: RetryAfter is when the
+// oldest of them leaves the window. errors.Is(err, ErrSessionQuota) holds.
+type SessionQuotaError struct {
+	// RetryAfter is the time until a window may open a session again.
+	RetryAfter time.Duration
+}
+
+func (e *SessionQuotaError) Error() string {
+	return ErrSessionQuota.Error() + " (sessions opened in the last hour)"
+}
+
+// Is makes errors.Is(e, ErrSessionQuota) hold.
+func (e *SessionQuotaError) Is(target error) bool { return target == ErrSessionQuota }
 
 // Refusals of Accept. Each is a documented ingest answer
 // (docs/operations.md, "Telemetry"); nothing is written when one is
@@ -60,8 +86,9 @@ var (
 	// ErrTelemetryQuota: the deployment holds MaxReceipts receipts.
 	// 429 telemetry_quota.
 	ErrTelemetryQuota = errors.New("deployment reached its telemetry window quota")
-	// ErrSessionQuota: the window would open more than OpenSessions
-	// sessions. 429 session_quota.
+	// ErrSessionQuota: the window would open more than OpenSessions open
+	// sessions, or the OpenSessions+1st session within OpeningWindow
+	// (then as a *SessionQuotaError). 429 session_quota.
 	ErrSessionQuota = errors.New("deployment reached its open telemetry session quota")
 )
 
@@ -145,13 +172,20 @@ func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		res.SessionCreated = true
-		if a.Limits.OpenSessions > 0 && !ended {
-			open, err := storage.OpenTelemetrySessions(ctx, q, env, dep)
+		if a.Limits.OpenSessions > 0 {
+			// Sessions opened recently count whether or not they ended,
+			// and also for an ended deployment (whose new sessions are
+			// born ended): a window that opens and closes its own session
+			// cannot multiply sessions.
+			c, err := storage.CountTelemetrySessions(ctx, q, env, dep, a.Now.Add(-a.Limits.OpeningWindow))
 			if err != nil {
 				return Result{}, err
 			}
-			if open >= a.Limits.OpenSessions {
+			if !ended && c.Open >= a.Limits.OpenSessions {
 				return Result{}, ErrSessionQuota
+			}
+			if a.Limits.OpeningWindow > 0 && c.Opened >= a.Limits.OpenSessions {
+				return Result{}, &SessionQuotaError{RetryAfter: c.OldestOpened.Add(a.Limits.OpeningWindow).Sub(a.Now)}
 			}
 		}
 	case err != nil:

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,10 @@ const (
 	// request; a daemon without log storage is asked again every RetryMax.
 	RetryMin = 5 * time.Second
 	RetryMax = 5 * time.Minute
+	// RetryAfterMax caps a server's Retry-After (a 429 of the rate quotas,
+	// a 503), so a bogus header cannot park shipping for days; a longer
+	// Retry-After than the back-off is honoured up to it.
+	RetryAfterMax = time.Hour
 	// Routes of the protocol.
 	openRoute   = "/api/ingest/logs/sessions"
 	planRoute   = "/api/ingest/logs/plan"
@@ -110,6 +115,8 @@ type Shipper struct {
 	opened  map[string]bool
 	backoff time.Duration
 	until   time.Time
+	// retryAfter is the last refusal's Retry-After (0: none).
+	retryAfter time.Duration
 	// why and code describe the last refusal of this pass (for Refusal
 	// and TickResult.Code).
 	why, code string
@@ -216,7 +223,7 @@ func (s *Shipper) Tick(ctx context.Context) (TickResult, error) {
 		res.Paused = true
 		return res, nil
 	}
-	s.why, s.code = "", ""
+	s.why, s.code, s.retryAfter = "", "", 0
 	err := s.ship(ctx, &res)
 	if errors.Is(err, ErrPaused) {
 		s.pause()
@@ -348,13 +355,16 @@ func (s *Shipper) bound(res *TickResult) {
 	}
 }
 
+// pause sets the back-off: doubled from RetryMin to RetryMax, or the
+// refusal's Retry-After when longer (a 429 of the rate quotas says when
+// the bucket holds a token again; docs/operations.md, "Quotas").
 func (s *Shipper) pause() {
 	if s.backoff == 0 {
 		s.backoff = RetryMin
 	} else {
 		s.backoff = min(2*s.backoff, RetryMax)
 	}
-	s.until = s.cfg.Clock.Now().Add(s.backoff)
+	s.until = s.cfg.Clock.Now().Add(max(s.backoff, s.retryAfter))
 }
 
 // post sends one signed request; a 2xx answer's body is returned.
@@ -381,6 +391,11 @@ func (s *Shipper) postRaw(ctx context.Context, route string, body []byte) ([]byt
 	}
 	if resp.Status/100 != 2 {
 		_ = json.Unmarshal(resp.Body, &e)
+		if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
+			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+				s.retryAfter = min(time.Duration(n)*time.Second, RetryAfterMax)
+			}
+		}
 	}
 	return resp.Body, resp.Status, e.Error.Code, nil
 }

@@ -51,6 +51,11 @@ type rig struct {
 
 	mu       sync.Mutex
 	loseNext string // a path whose next answer is replaced by a 502
+	// limited is a path answered 429 rate_limited with Retry-After
+	// retryAfter (seconds) instead of being forwarded; seen counts every
+	// request by path.
+	limited, retryAfter string
+	seen                map[string]int
 }
 
 // newRig starts versitygw and a daemon (with log storage when logsOn),
@@ -98,6 +103,17 @@ func (r *rig) logsEnv() map[string]string {
 
 func (r *rig) forward(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
+	if r.seen == nil {
+		r.seen = map[string]int{}
+	}
+	r.seen[req.URL.Path]++
+	if r.limited != "" && req.URL.Path == r.limited {
+		r.mu.Unlock()
+		w.Header().Set("Retry-After", r.retryAfter)
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"error":{"code":"rate_limited","message":"deployment log request quota exceeded"}}`)
+		return
+	}
 	lose := r.loseNext != "" && req.URL.Path == r.loseNext
 	if lose {
 		r.loseNext = ""
@@ -272,6 +288,48 @@ func tamperingPut(n int) (*http.Client, *int) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestShipperHonoursRetryAfter: a 429 of the rate quotas pauses shipping
+// for its Retry-After when that is longer than the back-off (5 s), so a
+// spooled chunk is not sent again before the bucket holds a token
+// (docs/operations.md, "Quotas"); then it ships.
+func TestShipperHonoursRetryAfter(t *testing.T) {
+	r := newRig(t, true)
+	if _, err := r.d.Admin.SetLogServices(context.Background(), adminapi.SetLogServicesRequest{EnvironmentSlug: envSlug, Services: []string{"app.log"}}); err != nil {
+		t.Fatal(err)
+	}
+	const plan = "/api/ingest/logs/plan"
+	r.mu.Lock()
+	r.limited, r.retryAfter = plan, "120"
+	r.mu.Unlock()
+	seen := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.seen[plan]
+	}
+	sh := r.open("app.log", nil, 0)
+	r.appendLines("a", 100)
+	if _, err := sh.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(logship.FlushInterval + time.Second)
+	if res, err := sh.Tick(context.Background()); err != nil || !res.Paused || res.Code != "rate_limited" || seen() != 1 {
+		t.Fatalf("first plan: %+v %v, %d plans sent", res, err, seen())
+	}
+	r.mu.Lock()
+	r.limited = ""
+	r.mu.Unlock()
+	for _, step := range []time.Duration{logship.RetryMin + time.Second, 60 * time.Second, 50 * time.Second} { // 116 s in all
+		r.clock.Advance(step)
+		if res, err := sh.Tick(context.Background()); err != nil || !res.Paused || seen() != 1 {
+			t.Fatalf("%s into a Retry-After of 120 s: %+v %v, %d plans sent", step, res, err, seen())
+		}
+	}
+	r.clock.Advance(5 * time.Second)
+	if res, err := sh.Tick(context.Background()); err != nil || res.Paused || res.Committed != 1 {
+		t.Fatalf("past the Retry-After: %+v %v", res, err)
+	}
+}
 
 func TestShipper(t *testing.T) {
 	t.Run("a file shipped and read back byte-exact, across a rotation", func(t *testing.T) {
