@@ -12,6 +12,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -24,14 +25,18 @@ import (
 //
 // customers opens customer organizations' own tokens for the customer
 // sweep (docs/operations.md, "Customer organizations").
-func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer,
-	customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
+//
+// guard is the clock guard ingest feeds. The storage-fault hold
+// (reaper.Config.StorageFault) is not wired: the writer exposes no
+// commit-failure signal yet, so it stays nil (docs/operations.md, "Reaper").
+func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockguard.Guard, clock clockwork.Clock, log zerolog.Logger,
+	reg prometheus.Registerer, customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
 	m, err := reaper.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
-		Wake: svc.DeadlineActivity(), Metrics: m}
+		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.ReaperMaxDestroy}
 	if customers != nil {
 		rc.Customers = customers
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
@@ -125,8 +126,11 @@ func newServer(d serverDeps) (*Server, error) {
 		droplets = dropletLookup(d.DB, platform, customers)
 	}
 	s.logs = newLogBroker(d.Config, clock)
+	// One clock guard hears ingest's contact and holds the reaper
+	// (docs/operations.md, "Reaper"); ingest never imports the reaper.
+	guard := clockguard.New(clock)
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard})
 	s.m = newMetrics(s)
 	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
 	s.router = newRouter(s)
@@ -134,7 +138,7 @@ func newServer(d serverDeps) (*Server, error) {
 		return nil, err
 	}
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
-	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
+	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, guard, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}
 

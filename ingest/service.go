@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
@@ -45,6 +46,8 @@ type Service struct {
 	// routes answer 503); logGrants counts the upload grants signed.
 	logs      *logs.Broker
 	logGrants atomic.Int64
+	// contact hears the fleet's contact (nil: nobody listens).
+	contact ContactRecorder
 }
 
 // Config configures a Service.
@@ -76,7 +79,27 @@ type Config struct {
 	// Logs is the log broker; nil leaves the log routes answering 503
 	// logs_not_configured (docs/operations.md, "Logs").
 	Logs *logs.Broker
+	// Contact hears accepted heartbeats and heartbeats refused only for
+	// their timestamp (the reaper's clock guard, wired by the daemon);
+	// nil: nobody listens.
+	Contact ContactRecorder
 }
+
+// ContactRecorder hears what the reaper's clock guard needs from ingest
+// (docs/operations.md, "Reaper"); it must be quick and never block.
+type ContactRecorder interface {
+	// SkewRefused is a heartbeat of deployment in environment refused
+	// only for its signed timestamp signedAt: known usable key, valid
+	// signature, a valid body naming the key's environment, admitted by
+	// the heartbeat rate quotas. Nothing of it was written.
+	SkewRefused(environment, deployment string, signedAt time.Time)
+	// HeartbeatAccepted is a heartbeat of environment that was stored.
+	HeartbeatAccepted(environment string)
+}
+
+// HeartbeatRoute is the heartbeat's path: only its skew refusals are
+// contact.
+const HeartbeatRoute = "/api/ingest/heartbeat"
 
 // NewService returns a Service.
 func NewService(c Config) *Service {
@@ -91,7 +114,7 @@ func NewService(c Config) *Service {
 	}
 	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), notes: newQuotaNotes(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, contact: c.Contact}
 }
 
 // Quotas returns the quotas the service enforces.
@@ -180,10 +203,32 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 		return v, &resp
 	}
 	if rf != nil {
+		if v.skewSigned && r.URL.Path == HeartbeatRoute {
+			s.skewContact(v)
+		}
 		resp := refused(rf, v.Shared())
 		return v, &resp
 	}
 	return v, nil
+}
+
+// skewContact tells the contact recorder about a heartbeat refused only
+// for its timestamp: its signature verified (Verified.skewSigned), its
+// body is a valid heartbeat naming the key's environment, and the
+// heartbeat rate quotas admit it. It writes nothing; the answer stays
+// 401 timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
+func (s *Service) skewContact(v Verified) {
+	if s.contact == nil || v.key == nil {
+		return
+	}
+	var hb HeartbeatV1
+	if DecodeBody(v.body, &hb) != nil || hb.validate() != nil || hb.EnvironmentSlug != v.key.EnvironmentSlug {
+		return
+	}
+	if s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID) != nil {
+		return
+	}
+	s.contact.SkewRefused(hb.EnvironmentSlug, hb.Deployment.ID, v.signedAt)
 }
 
 // handle runs parse on the verified body (outside the writer, so JSON
