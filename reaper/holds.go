@@ -49,7 +49,8 @@ const (
 const (
 	// KindClockSuspect: the clock guard holds the fleet (organization-level
 	// event) or one environment; recorded when the hold begins and every
-	// hour it lasts.
+	// hour it lasts. Its reason is empty (the schema's reasons are the
+	// destroy reasons); the message names the trigger.
 	KindClockSuspect = "clock-suspect"
 	// KindMassDue: more than half of an environment's active deployments
 	// (and at least MassDueMin) fell due in one tick. Nothing is held for it.
@@ -87,11 +88,15 @@ type held struct {
 // storage hook: the tick's judgement.
 func (r *Reaper) openGate(ctx context.Context, now time.Time) gate {
 	st := r.clockGuard.Evaluate()
-	r.mu.Lock()
 	if st.Step != 0 {
-		r.graceFrom = now
 		r.log.Warn().Dur("step", st.Step).Msg("the wall clock stepped against the monotonic clock: the reaper holds until the fleet agrees again")
 	}
+	r.mu.Lock()
+	if st.LastStep.After(r.graceFrom) || (!st.LastStep.IsZero() && st.LastStep.Before(r.stepSeen)) {
+		// A step (either way) restarts the grace.
+		r.graceFrom = st.LastStep
+	}
+	r.stepSeen = st.LastStep
 	g := gate{now: now, clock: st, graceFrom: r.graceFrom, graceUntil: r.graceFrom.Add(r.grace)}
 	r.mu.Unlock()
 	if r.storageFault != nil {
@@ -162,7 +167,7 @@ func (r *Reaper) raise(ctx context.Context, g gate) {
 		err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
 			if env == "" {
 				_, err := storage.InsertOrgEvent(ctx, tx, storage.OrgEvent{ID: id, OrgID: storage.PlatformOrgID, Kind: KindClockSuspect,
-					Reason: h.Reason, Message: msg, OccurredAt: g.now})
+					Message: msg, OccurredAt: g.now})
 				return err
 			}
 			e, err := storage.EnvironmentBySlug(ctx, tx, env)
@@ -170,7 +175,7 @@ func (r *Reaper) raise(ctx context.Context, g gate) {
 				return err
 			}
 			_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: id, EnvironmentID: e.ID, Kind: KindClockSuspect,
-				Reason: h.Reason, Message: msg, OccurredAt: g.now})
+				Message: msg, OccurredAt: g.now})
 			return err
 		})
 		if err != nil {

@@ -205,8 +205,9 @@ type Reaper struct {
 	notBefore time.Time      // the write token is rate-limited until then
 	nextWake  time.Time
 	lastTick  *TickResult
-	// graceFrom is when the grace began: the start, or the last step.
-	graceFrom time.Time
+	// graceFrom is when the grace began: the start, or the last step;
+	// stepSeen is the guard's LastStep at the last tick.
+	graceFrom, stepSeen time.Time
 	// destroys are the monotonic times of the DELETEs in the last
 	// PaceWindow.
 	destroys []time.Duration
@@ -883,17 +884,40 @@ type Status struct {
 	Due    []storage.ReaperCandidate
 	// LastTick is the last tick's result (nil before the first).
 	LastTick *TickResult
+	// Clock is the clock guard's judgement now: the fleet or single
+	// environments held, and why.
+	Clock clockguard.State
+	// GraceUntil is when the start-up (or clock-step) grace ends for
+	// deployments that have not heartbeated since it began (zero: over).
+	GraceUntil time.Time
+	// StorageHeldUntil is set while a storage fault holds idle
+	// destruction.
+	StorageHeldUntil time.Time
+	// MaxDestroy is the destroy pace: DELETEs per PaceWindow.
+	MaxDestroy int
 }
 
 // Status reads the reaper's state. Errors: database faults.
 func (r *Reaper) Status(ctx context.Context) (Status, error) {
 	now := r.clock.Now()
 	r.mu.Lock()
-	st := Status{Configured: r.creds != nil, DryRun: r.dryRun, CIFreshness: r.fresh, NextWake: r.nextWake, LastTick: r.lastTick}
+	st := Status{Configured: r.creds != nil, DryRun: r.dryRun, CIFreshness: r.fresh, NextWake: r.nextWake, LastTick: r.lastTick,
+		MaxDestroy: r.maxDestroy}
 	if now.Before(r.notBefore) {
 		st.RateLimitedUntil = r.notBefore
 	}
+	if until := r.graceFrom.Add(r.grace); now.Before(until) {
+		st.GraceUntil = until
+	}
 	r.mu.Unlock()
+	st.Clock = r.clockGuard.Evaluate()
+	if r.storageFault != nil {
+		if failing, last := r.storageFault(); failing {
+			st.StorageHeldUntil = now.Add(holdRecheck)
+		} else if !last.IsZero() && now.Before(last.Add(StorageGrace)) {
+			st.StorageHeldUntil = last.Add(StorageGrace)
+		}
+	}
 	sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
 	if err != nil {
 		return Status{}, err

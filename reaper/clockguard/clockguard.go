@@ -133,6 +133,9 @@ type State struct {
 	Environments map[string]Hold
 	// Step is the wall-clock step this evaluation detected (0: none).
 	Step time.Duration
+	// LastStep is the wall time (after the step) when the last step was
+	// detected, by this evaluation or an earlier one (zero: never).
+	LastStep time.Time
 }
 
 // Held returns the hold that applies to environment slug: the global one
@@ -191,6 +194,7 @@ type Guard struct {
 	lastMono     time.Duration
 	accepted     bool
 	acceptedMono time.Duration
+	lastStep     time.Time
 	global       *hold
 	envs         map[string]*envState
 }
@@ -328,11 +332,12 @@ func (g *Guard) Evaluate() State {
 		dm := mono - g.lastMono
 		diff := wall.Sub(g.lastWall) - dm
 		if abs(diff) > StepThreshold+dm*slewPerMille/1000 {
-			st.Step = diff
+			st.Step, g.lastStep = diff, wall
 			g.trigger(&g.global, ReasonStep, diff, wall, mono)
 		}
 	}
 	g.checked, g.lastWall, g.lastMono = true, wall, mono
+	st.LastStep = g.lastStep
 
 	// The fleet rule: the largest group of recently skew-refused
 	// environments whose offsets lie within ±ClusterTolerance of a common

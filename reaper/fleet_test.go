@@ -1,0 +1,300 @@
+package reaper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/agent"
+	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
+	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
+)
+
+// steppedClock is the server's clock in these tests: the fleet's fake
+// clock plus a wall offset the test steps, while timers and the monotonic
+// time (clockguard.Monotonic) follow the fake clock alone — what a
+// wall-clock step does to a real server.
+type steppedClock struct {
+	*clockwork.FakeClock
+	origin time.Time
+	offset atomic.Int64
+}
+
+func newSteppedClock(base *clockwork.FakeClock) *steppedClock {
+	return &steppedClock{FakeClock: base, origin: base.Now()}
+}
+
+func (s *steppedClock) step(d time.Duration)               { s.offset.Add(int64(d)) }
+func (s *steppedClock) Now() time.Time                     { return s.FakeClock.Now().Add(time.Duration(s.offset.Load())) }
+func (s *steppedClock) Since(t time.Time) time.Duration    { return s.Now().Sub(t) }
+func (s *steppedClock) Until(t time.Time) time.Duration    { return t.Sub(s.Now()) }
+func (s *steppedClock) Monotonic() time.Duration           { return s.FakeClock.Now().Sub(s.origin) }
+func (s *steppedClock) After(d time.Duration) <-chan time.Time { return s.FakeClock.After(d) }
+
+// fleetRig is a server (ingest and reaper sharing one clock guard, on a
+// steppedClock) and a fleet of agents on the fake clock, with the
+// DigitalOcean test server.
+type fleetRig struct {
+	t      *testing.T
+	base   *clockwork.FakeClock
+	server *steppedClock
+	db     *storage.DB
+	fake   *dofake.Server
+	client *doclient.Client
+	guard  *clockguard.Guard
+	svc    *ingest.Service
+	r      *reaper.Reaper
+	keys   map[string]adminKey
+	agents []*fleetAgent
+}
+
+type adminKey struct {
+	id  string
+	key []byte
+}
+
+// fleetAgent is one droplet's agent: alive ones heartbeat every
+// HeartbeatInterval with activity a minute old (someone works on it).
+type fleetAgent struct {
+	env, id string
+	droplet int64
+	limit   int64
+	alive   bool
+}
+
+func newFleetRig(t *testing.T, tweak ...func(*reaper.Config)) *fleetRig {
+	t.Helper()
+	base := clockwork.NewFakeClockAt(t0)
+	rig := &fleetRig{t: t, base: base, server: newSteppedClock(base), db: storagetest.NewDB(t), keys: map[string]adminKey{}}
+	rig.fake = dofake.New(t, dofake.WithClock(base))
+	tok := rig.fake.AddToken("write", dofake.FullAccess...)
+	c, err := doclient.New(doclient.Config{BaseURL: rig.fake.URL, Token: doclient.Token(tok), Label: "write", Clock: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.client = c
+	rig.guard = clockguard.New(rig.server)
+	sealer, err := envelope.New(bytes.Repeat([]byte{9}, envelope.KeySize), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr := ingest.NewKeyring(rig.db, sealer, rig.server)
+	rig.svc = ingest.NewService(ingest.Config{DB: rig.db, Keys: kr, Clock: rig.server, Quotas: ingest.DefaultQuotas(), Contact: rig.guard})
+	for _, slug := range []string{"harbor", "quay", "wharf"} {
+		storagetest.Environment(t, rig.db, storage.Environment{Slug: slug})
+		k, err := kr.Issue(context.Background(), slug)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rig.keys[slug] = adminKey{id: k.KeyID, key: raw}
+	}
+	rig.r = rig.newReaper(tweak...)
+	return rig
+}
+
+// newReaper starts a reaper process on the rig: a restart of the daemon.
+func (rig *fleetRig) newReaper(tweak ...func(*reaper.Config)) *reaper.Reaper {
+	m, err := reaper.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	cfg := reaper.Config{DB: rig.db, Clock: rig.server, Credentials: reaper.Platform{Write: rig.client}, Metrics: m, Guard: rig.guard, Log: zerolog.New(zerolog.NewTestWriter(rig.t))}
+	for _, tw := range tweak {
+		tw(&cfg)
+	}
+	return reaper.New(cfg)
+}
+
+// agent adds a live agent with a droplet tagged for env and limit minutes.
+func (rig *fleetRig) agent(env string, limit int64) *fleetAgent {
+	d := rig.fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags(env), CreatedAt: t0.Add(-2 * time.Hour)})
+	a := &fleetAgent{env: env, id: fmt.Sprintf("dep-%s-%d", env, len(rig.agents)+1), droplet: int64(d.ID), limit: limit, alive: true}
+	rig.agents = append(rig.agents, a)
+	return a
+}
+
+// heartbeat sends a's heartbeat signed at the fleet's time (the fake
+// clock) and returns the status and refusal code.
+func (rig *fleetRig) heartbeat(a *fleetAgent, signedAt time.Time) (int, string) {
+	rig.t.Helper()
+	body, err := json.Marshal(map[string]any{
+		"environmentSlug": a.env, "agentVersion": "fleet-test/1", "sentAt": signedAt.UTC(),
+		"deployment": map[string]any{"id": a.id, "dropletId": a.droplet},
+		"reaper":     map[string]any{"idleChecks": 1, "limitMinutes": a.limit, "lastActivityAt": signedAt.Add(-time.Minute).UTC(), "ciActive": false},
+	})
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://chalupa.test"+ingest.HeartbeatRoute, bytes.NewReader(body))
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	k := rig.keys[a.env]
+	signer.Attach(req.Header, k.id, k.key, strconv.FormatInt(signedAt.Unix(), 10), signer.NewNonce(), http.MethodPost, ingest.HeartbeatRoute, body)
+	v, refusal := rig.svc.Authenticate(req, ingest.MaxHeartbeatBody)
+	resp := refusal
+	if resp == nil {
+		r := rig.svc.Heartbeat(context.Background(), v)
+		resp = &r
+	}
+	return resp.Status, resp.Result()
+}
+
+// beat has every live agent heartbeat now (fleet time).
+func (rig *fleetRig) beat() {
+	rig.t.Helper()
+	for _, a := range rig.agents {
+		if a.alive {
+			if status, code := rig.heartbeat(a, rig.base.Now()); status != http.StatusAccepted && code != "timestamp_skew" {
+				rig.t.Fatalf("heartbeat of %s: %d %s", a.id, status, code)
+			}
+		}
+	}
+}
+
+func (rig *fleetRig) tick() reaper.TickResult {
+	rig.t.Helper()
+	res, err := rig.r.Tick(context.Background())
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	return res
+}
+
+// run lets d of fleet time pass in heartbeat intervals: the live agents
+// heartbeat, then the reaper ticks (as often as it would: the loop runs
+// every tick that is due).
+func (rig *fleetRig) run(d time.Duration) {
+	rig.t.Helper()
+	for end := rig.base.Now().Add(d); rig.base.Now().Before(end); {
+		rig.base.Advance(agent.HeartbeatInterval)
+		rig.beat()
+		for range 3 {
+			rig.tick()
+		}
+	}
+}
+
+func (rig *fleetRig) events(kind string) []storage.LifecycleEventRow {
+	rig.t.Helper()
+	ev, err := storage.ListLifecycleEvents(context.Background(), rig.db.Read, storage.EventFilter{Kind: kind, Limit: 1000})
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	return ev
+}
+
+// TestHeartbeatIntervalMatchesTheAgent: the guard's waits are counted in
+// the agent's real cadence.
+func TestHeartbeatIntervalMatchesTheAgent(t *testing.T) {
+	if clockguard.HeartbeatInterval != agent.HeartbeatInterval {
+		t.Fatalf("clockguard.HeartbeatInterval %v, agent.HeartbeatInterval %v", clockguard.HeartbeatInterval, agent.HeartbeatInterval)
+	}
+	if clockguard.SkewWindow != ingest.SkewWindow {
+		t.Fatalf("clockguard.SkewWindow %v, ingest.SkewWindow %v", clockguard.SkewWindow, ingest.SkewWindow)
+	}
+	if clockguard.SettleMax != agent.DefaultLimitMinutes*time.Minute {
+		t.Fatalf("clockguard.SettleMax %v, the agent's default limit %d minutes", clockguard.SettleMax, agent.DefaultLimitMinutes)
+	}
+}
+
+// TestLiveClockStepsDestroyNothing: agents in three environments heartbeat
+// with five-minute limits while the server's wall clock steps +10 min,
+// +2 h or −10 min: for 40 minutes after the step, zero DELETEs; the step is
+// recorded once as clock-suspect and the gauge shows it.
+func TestLiveClockStepsDestroyNothing(t *testing.T) {
+	for _, step := range []time.Duration{10 * time.Minute, 2 * time.Hour, -10 * time.Minute} {
+		t.Run(step.String(), func(t *testing.T) {
+			rig := newFleetRig(t)
+			for _, env := range []string{"harbor", "harbor", "quay", "wharf"} {
+				rig.agent(env, 5)
+			}
+			rig.beat()
+			rig.run(5 * time.Minute)
+			rig.server.step(step)
+			rig.run(40 * time.Minute)
+			if d := rig.fake.Deletes(); len(d) != 0 {
+				t.Fatalf("%d DELETEs after a %v step of the server clock, want 0: %v", len(d), step, d)
+			}
+			ev := rig.events(reaper.KindClockSuspect)
+			fleet := 0
+			for _, e := range ev {
+				if e.EnvironmentSlug == "" {
+					fleet++
+				}
+			}
+			if fleet != 1 {
+				t.Fatalf("clock-suspect events %+v, want one for the fleet", ev)
+			}
+			st, err := rig.r.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Clock.Global == nil || st.Clock.Global.Reason != clockguard.ReasonStep {
+				t.Fatalf("status clock %+v, want the fleet held for the step", st.Clock)
+			}
+		})
+	}
+}
+
+// TestDowntimeDestroysNoLiveDroplet: chalupa was down 45 minutes with
+// 30-minute limits, so every stored deadline passed; after the restart
+// the live agents report within the grace and keep their droplets, and
+// the one whose agent really stopped is reaped once the grace is over.
+func TestDowntimeDestroysNoLiveDroplet(t *testing.T) {
+	rig := newFleetRig(t)
+	live := []*fleetAgent{rig.agent("harbor", 30), rig.agent("harbor", 30), rig.agent("quay", 30)}
+	dead := rig.agent("quay", 30)
+	// Before the downtime: every agent heartbeated 45 minutes ago.
+	rig.base.Advance(-45 * time.Minute)
+	rig.beat()
+	rig.base.Advance(45 * time.Minute)
+	dead.alive = false
+
+	rig.r = rig.newReaper() // the restart, with the default grace
+	if res := rig.tick(); res.Count(reaper.ActionHeld) != 4 || len(rig.fake.Deletes()) != 0 {
+		t.Fatalf("first tick after the restart %+v, want all four held", res.Outcomes)
+	}
+	rig.base.Advance(10 * time.Second)
+	rig.beat()
+	for range 3 {
+		rig.tick()
+	}
+	if d := rig.fake.Deletes(); len(d) != 0 {
+		t.Fatalf("DELETEs within the grace: %v", d)
+	}
+	rig.base.Advance(reaper.DefaultGrace)
+	rig.beat()
+	for range 3 {
+		rig.tick()
+	}
+	d := rig.fake.Deletes()
+	if len(d) != 1 || d[0].Path != "/v2/droplets/"+strconv.FormatInt(dead.droplet, 10) {
+		t.Fatalf("DELETEs %v, want only the dead agent's droplet %d", d, dead.droplet)
+	}
+	rig.run(10 * time.Minute)
+	if n := len(rig.fake.Deletes()); n != 1 {
+		t.Fatalf("%d DELETEs after ten more minutes, want still 1 (live: %v)", n, live)
+	}
+}
