@@ -41,11 +41,11 @@ func newSteppedClock(base *clockwork.FakeClock) *steppedClock {
 	return &steppedClock{FakeClock: base, origin: base.Now()}
 }
 
-func (s *steppedClock) step(d time.Duration)               { s.offset.Add(int64(d)) }
-func (s *steppedClock) Now() time.Time                     { return s.FakeClock.Now().Add(time.Duration(s.offset.Load())) }
-func (s *steppedClock) Since(t time.Time) time.Duration    { return s.Now().Sub(t) }
-func (s *steppedClock) Until(t time.Time) time.Duration    { return t.Sub(s.Now()) }
-func (s *steppedClock) Monotonic() time.Duration           { return s.FakeClock.Now().Sub(s.origin) }
+func (s *steppedClock) step(d time.Duration)                   { s.offset.Add(int64(d)) }
+func (s *steppedClock) Now() time.Time                         { return s.FakeClock.Now().Add(time.Duration(s.offset.Load())) }
+func (s *steppedClock) Since(t time.Time) time.Duration        { return s.Now().Sub(t) }
+func (s *steppedClock) Until(t time.Time) time.Duration        { return t.Sub(s.Now()) }
+func (s *steppedClock) Monotonic() time.Duration               { return s.FakeClock.Now().Sub(s.origin) }
 func (s *steppedClock) After(d time.Duration) <-chan time.Time { return s.FakeClock.After(d) }
 
 // fleetRig is a server (ingest and reaper sharing one clock guard, on a
@@ -296,5 +296,132 @@ func TestDowntimeDestroysNoLiveDroplet(t *testing.T) {
 	rig.run(10 * time.Minute)
 	if n := len(rig.fake.Deletes()); n != 1 {
 		t.Fatalf("%d DELETEs after ten more minutes, want still 1 (live: %v)", n, live)
+	}
+}
+
+// TestSessionExpiryAndTheHolds: a passed session expiry is not held by
+// the start-up grace; the clock guard holds it for SessionHoldMax at most,
+// then it is enforced.
+func TestSessionExpiryAndTheHolds(t *testing.T) {
+	t.Run("grace", func(t *testing.T) {
+		rig := newFleetRig(t)
+		d := rig.fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("harbor"), CreatedAt: t0.Add(-2 * time.Hour)})
+		env, _ := storage.EnvironmentBySlug(context.Background(), rig.db.Read, "harbor")
+		storagetest.Deployment(t, rig.db, storage.Deployment{EnvironmentID: env.ID, ID: "dep-s", DropletID: int64(d.ID),
+			LaunchedAt: t0.Add(-time.Hour), IdleDeadlineAt: t0.Add(time.Hour), SessionExpiresAt: t0.Add(-time.Minute)})
+		if res := rig.tick(); res.Count(reaper.ActionDestroyed) != 1 {
+			t.Fatalf("%+v, want the expired session destroyed within the grace", res.Outcomes)
+		}
+	})
+	t.Run("clock guard", func(t *testing.T) {
+		rig := newFleetRig(t)
+		a := rig.agent("harbor", 60)
+		rig.beat()
+		env, _ := storage.EnvironmentBySlug(context.Background(), rig.db.Read, "harbor")
+		if err := rig.db.Writer.Do(context.Background(), func(tx storage.Tx) error {
+			_, err := tx.ExecContext(context.Background(), `UPDATE deployments SET session_expires_at = ? WHERE environment_id = ? AND id = ?`,
+				t0.Add(20*time.Minute).UnixMilli(), env.ID, a.id)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rig.run(time.Minute)
+		rig.server.step(30 * time.Minute) // the expiry seems 10 minutes past
+		rig.run(clockguard.SessionHoldMax - 2*time.Minute)
+		if d := rig.fake.Deletes(); len(d) != 0 {
+			t.Fatalf("DELETEs %v within the session hold's cap", d)
+		}
+		rig.run(5 * time.Minute)
+		if d := rig.fake.Deletes(); len(d) != 1 {
+			t.Fatalf("DELETEs %v, want the expired session destroyed once the cap passed", d)
+		}
+	})
+}
+
+// TestPacedDestroys: ten deployments due at once with a pace of three a
+// minute are destroyed three a minute, oldest deadline first, all of them
+// in the end; one reaper-mass-due event says so; dry run reports all ten
+// in one tick.
+func TestPacedDestroys(t *testing.T) {
+	pace := func(c *reaper.Config) { c.MaxDestroy = 3 }
+	f := newFixture(t, pace)
+	env := f.env("harbor")
+	var want []string
+	for i := range 10 {
+		id := f.droplet(dofake.EnvTags("harbor"))
+		// Seeded newest deadline first, so id order is not deadline order.
+		f.deployment(env, storage.Deployment{ID: fmt.Sprintf("dep-%02d", i), DropletID: id, IdleDeadlineAt: t0.Add(-time.Duration(i+1) * time.Minute)})
+		want = append([]string{"/v2/droplets/" + strconv.FormatInt(id, 10)}, want...)
+	}
+	res := f.tick()
+	if res.Count(reaper.ActionDestroyed) != 3 || !res.More || !res.PacedUntil.Equal(t0.Add(reaper.PaceWindow)) {
+		t.Fatalf("first tick %+v, want 3 destroyed, more, paced until %v", res, t0.Add(reaper.PaceWindow))
+	}
+	if res := f.tick(); len(res.Outcomes) != 0 || res.PacedUntil.IsZero() {
+		t.Fatalf("a tick at once %+v, want nothing done and paced", res)
+	}
+	for minute := 1; len(f.fake.Deletes()) < 10; minute++ {
+		if minute > 4 {
+			t.Fatalf("after %d minutes %d DELETEs, want 10 in four", minute, len(f.fake.Deletes()))
+		}
+		f.clock.Advance(reaper.PaceWindow)
+		f.tick()
+		if n, max := len(f.fake.Deletes()), 3*(minute+1); n > max {
+			t.Fatalf("%d DELETEs after %d minutes, pace 3 a minute allows %d", n, minute, max)
+		}
+	}
+	var got []string
+	for _, d := range f.fake.Deletes() {
+		got = append(got, d.Path)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DELETE order %v, want oldest deadline first %v", got, want)
+	}
+	if ev := f.events("harbor", reaper.KindMassDue); len(ev) != 1 {
+		t.Fatalf("reaper-mass-due events %+v, want one", ev)
+	}
+
+	dry := newFixture(t, pace, func(c *reaper.Config) { c.DryRun = true })
+	denv := dry.env("harbor")
+	for i := range 10 {
+		dry.deployment(denv, storage.Deployment{DropletID: dry.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Duration(i+1) * time.Minute)})
+	}
+	if res := dry.tick(); res.Count(reaper.ActionWouldDestroy) != 10 || !res.PacedUntil.IsZero() {
+		t.Fatalf("dry run %+v, want all 10 reported, unpaced", res)
+	}
+}
+
+// TestStorageFaultHoldsIdle: while commits fail, and for StorageGrace
+// after they recover, idle destruction is held; session expiry is not.
+func TestStorageFaultHoldsIdle(t *testing.T) {
+	var failing atomic.Bool
+	var last atomic.Int64
+	f := newFixture(t, func(c *reaper.Config) {
+		c.StorageFault = func() (bool, time.Time) {
+			if l := last.Load(); l != 0 {
+				return failing.Load(), time.UnixMilli(l)
+			}
+			return failing.Load(), time.Time{}
+		}
+	})
+	env := f.env("harbor")
+	failing.Store(true)
+	last.Store(t0.UnixMilli())
+	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(time.Hour), SessionExpiresAt: t0.Add(-time.Minute)})
+	if res := f.tick(); res.Count(reaper.ActionHeld) != 1 || res.Count(reaper.ActionDestroyed) != 1 {
+		t.Fatalf("while failing %+v, want the idle one held and the expired session destroyed", res.Outcomes)
+	}
+	// Recovered at t0+10s: still held for StorageGrace.
+	f.clock.Advance(10 * time.Second)
+	failing.Store(false)
+	last.Store(f.clock.Now().UnixMilli())
+	f.clock.Advance(reaper.StorageGrace - time.Second)
+	if res := f.tick(); len(res.Outcomes) != 0 && res.Count(reaper.ActionHeld) != len(res.Outcomes) {
+		t.Fatalf("within the storage grace %+v, want nothing destroyed", res.Outcomes)
+	}
+	f.clock.Advance(time.Minute)
+	if res := f.tick(); res.Count(reaper.ActionDestroyed) != 1 {
+		t.Fatalf("after the storage grace %+v, want the idle one destroyed", res.Outcomes)
 	}
 }
