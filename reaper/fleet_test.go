@@ -425,3 +425,62 @@ func TestStorageFaultHoldsIdle(t *testing.T) {
 		t.Fatalf("after the storage grace %+v, want the idle one destroyed", res.Outcomes)
 	}
 }
+
+// TestSkewRefusedHeartbeatIsContact: a heartbeat refused only for its
+// timestamp stays 401 timestamp_skew and writes nothing (no heartbeat,
+// no nonce), but is contact for its deployment; one with a bad
+// signature, a body naming another environment, or over the rate quota
+// is not.
+func TestSkewRefusedHeartbeatIsContact(t *testing.T) {
+	rig := newFleetRig(t)
+	a := rig.agent("harbor", 30)
+	rig.beat()
+	count := func() string {
+		var hb, nonces int
+		if err := rig.db.Read.QueryRowContext(context.Background(), `SELECT (SELECT count(*) FROM heartbeats), (SELECT count(*) FROM nonces)`).Scan(&hb, &nonces); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%d heartbeats, %d nonces", hb, nonces)
+	}
+	before := count()
+	rig.server.step(10 * time.Minute)
+	signed := rig.base.Now().Add(time.Second)
+	if status, code := rig.heartbeat(a, signed); status != http.StatusUnauthorized || code != "timestamp_skew" {
+		t.Fatalf("%d %s, want 401 timestamp_skew", status, code)
+	}
+	if at, _, ok := rig.guard.Contact("harbor", a.id); !ok || !at.Equal(signed) {
+		t.Fatalf("contact %v %v, want the signed time %v", at, ok, signed)
+	}
+	if after := count(); after != before {
+		t.Fatalf("a skew refusal wrote: %s before, %s after", before, after)
+	}
+
+	// A bad signature, and a body naming another environment: no contact.
+	forged := *a
+	forged.id = "dep-forged"
+	k := rig.keys["harbor"]
+	rig.keys["harbor"] = adminKey{id: k.id, key: bytes.Repeat([]byte{1}, 32)}
+	if status, code := rig.heartbeat(&forged, signed); status != http.StatusUnauthorized || code != "timestamp_skew" {
+		t.Fatalf("forged: %d %s, want 401 timestamp_skew", status, code)
+	}
+	rig.keys["harbor"] = k
+	other := *a
+	other.id, other.env = "dep-other", "quay"
+	rig.keys["quay"] = k // harbor's key, signing a body that names quay
+	rig.heartbeat(&other, signed)
+	for _, c := range []struct{ env, id string }{{"harbor", "dep-forged"}, {"quay", "dep-other"}} {
+		if _, _, ok := rig.guard.Contact(c.env, c.id); ok {
+			t.Fatalf("%s/%s counted as contact", c.env, c.id)
+		}
+	}
+
+	// Beyond the deployment's heartbeat burst, refusals are not contact.
+	var last time.Time
+	for i := range ingest.DefaultHeartbeatBurst + 5 {
+		last = signed.Add(time.Duration(i+1) * time.Second)
+		rig.heartbeat(a, last)
+	}
+	if at, _, _ := rig.guard.Contact("harbor", a.id); !at.Before(last) {
+		t.Fatalf("contact %v: heartbeats over the rate quota counted (last sent %v)", at, last)
+	}
+}
