@@ -170,6 +170,11 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
 		}
+		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+			for _, l := range clockLines(c) {
+				fmt.Fprintf(tw, "reaper %s\n", l)
+			}
+		}
 		for _, l := range st.Loops {
 			if l.Paused {
 				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))

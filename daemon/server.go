@@ -160,7 +160,7 @@ func newServer(d serverDeps) (*Server, error) {
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, guard: guard}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity()}).register(s.ops)
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
@@ -237,7 +237,7 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, Version: Version, Origin: d.Config.Origin,
-		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
+		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) }})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

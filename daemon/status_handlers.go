@@ -7,6 +7,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -19,6 +20,8 @@ type statusHandlers struct {
 	started time.Time
 	// loops lists the loop switches (loopHandlers.wire).
 	loops func() []adminapi.LoopSwitch
+	// guard is the reaper's clock guard.
+	guard *clockguard.Guard
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -39,6 +42,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		DBSizeBytes:   h.db.Size(),
 		Replication:   toAPIReplication(h.repl.Health(now)),
 		Loops:         h.loops(),
+		ReaperClock:   clockWire(h.guard.Evaluate()),
 	}, nil
 }
 

@@ -275,6 +275,10 @@ func (r *Reaper) Run(ctx context.Context) error {
 		// after this read is then never missed.
 		r.wake.SleepUntil(time.Time{})
 		now := r.clock.Now()
+		// The clock guard is looked at every wake-up (at most MaxSleep
+		// apart while a deployment is active), so a hold is recorded and
+		// shown even when nothing is due.
+		r.openGate(ctx, now)
 		sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
 		if ctx.Err() != nil {
 			return nil

@@ -32,6 +32,9 @@ type Status struct {
 	// Loops are the switchable background loops, paused or running
 	// (docs/operations.md, "Loop switches").
 	Loops []LoopSwitch `json:"loops"`
+	// ReaperClock is the reaper's clock guard (docs/operations.md,
+	// "Reaper").
+	ReaperClock ClockGuard `json:"reaperClock"`
 }
 
 // ReplicationHealth is what the daemon knows of its replica
