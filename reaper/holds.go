@@ -11,8 +11,8 @@ import (
 
 // The reaper's holds and pace: a droplet is destroyed only when its own
 // agent's evidence says it is idle (or its session expired), judged by a
-// clock that agrees with the fleet (docs/operations.md, "Reaper", "Only on
-// the fleet's evidence").
+// clock that agrees with the fleet (docs/operations.md, "Reaper",
+// only on the fleet's evidence).
 const (
 	// DefaultGrace is how long idle destruction waits after the process
 	// starts, and after a detected clock step, for a deployment that has

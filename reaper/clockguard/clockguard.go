@@ -1,7 +1,7 @@
 // Package clockguard tells the reaper when chalupa's own clock cannot be
 // trusted to judge the fleet's deadlines, and keeps the fleet's contact that
-// the clock made ingest refuse (docs/operations.md, "Reaper", "Clock
-// guard"). It is the server's evidence only: a wall-clock step against the
+// the clock made ingest refuse (docs/operations.md, "Reaper",
+// the clock guard). It is the server's evidence only: a wall-clock step against the
 // monotonic clock while running, and heartbeats refused for their
 // timestamp alone (signature valid, quotas admitted) in several
 // environments all off by about the same amount. The reaper asks it before
@@ -19,7 +19,7 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// The guard's rules and bounds (docs/operations.md, "Reaper", "Clock guard").
+// The guard's rules and bounds (docs/operations.md, "Reaper", the clock guard).
 const (
 	// HeartbeatInterval is the agent's heartbeat cadence
 	// (ingest/agent.HeartbeatInterval; a test keeps them equal): every
