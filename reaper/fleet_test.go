@@ -254,6 +254,20 @@ func TestLiveClockStepsDestroyNothing(t *testing.T) {
 			if st.Clock.Global == nil || st.Clock.Global.Reason != clockguard.ReasonStep {
 				t.Fatalf("status clock %+v, want the fleet held for the step", st.Clock)
 			}
+
+			// The clock is set right: heartbeats are accepted again, every
+			// deployment is heard, the guard lifts, and an agent that then
+			// really stops is reaped after its limit — the others are not.
+			rig.server.step(-step)
+			rig.run(5 * time.Minute)
+			if st, _ := rig.r.Status(context.Background()); st.Clock.Global != nil || len(st.Clock.Environments) != 0 {
+				t.Fatalf("clock guard %+v after the fleet agreed and every deployment heartbeated, want lifted", st.Clock)
+			}
+			rig.agents[0].alive = false
+			rig.run(7 * time.Minute)
+			if d := rig.fake.Deletes(); len(d) != 1 || d[0].Path != "/v2/droplets/"+strconv.FormatInt(rig.agents[0].droplet, 10) {
+				t.Fatalf("DELETEs %v, want only the stopped agent's droplet", d)
+			}
 		})
 	}
 }
