@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,6 +78,8 @@ type fleetAgent struct {
 	droplet int64
 	limit   int64
 	alive   bool
+	// skew is how far the droplet's own clock is off the fleet's.
+	skew time.Duration
 }
 
 func newFleetRig(t *testing.T, tweak ...func(*reaper.Config)) *fleetRig {
@@ -166,7 +169,7 @@ func (rig *fleetRig) beat() {
 	rig.t.Helper()
 	for _, a := range rig.agents {
 		if a.alive {
-			if status, code := rig.heartbeat(a, rig.base.Now()); status != http.StatusAccepted && code != "timestamp_skew" {
+			if status, code := rig.heartbeat(a, rig.base.Now().Add(a.skew)); status != http.StatusAccepted && code != "timestamp_skew" {
 				rig.t.Fatalf("heartbeat of %s: %d %s", a.id, status, code)
 			}
 		}
@@ -349,6 +352,15 @@ func TestSessionExpiryAndTheHolds(t *testing.T) {
 		if d := rig.fake.Deletes(); len(d) != 1 {
 			t.Fatalf("DELETEs %v, want the expired session destroyed once the cap passed", d)
 		}
+		var fleet []string
+		for _, e := range rig.events(reaper.KindClockSuspect) {
+			if e.EnvironmentSlug == "" {
+				fleet = append(fleet, e.Message)
+			}
+		}
+		if len(fleet) != 2 || !strings.Contains(fleet[0], "session expiry is enforced again") {
+			t.Fatalf("fleet clock-suspect events %q, want one at the step and one an hour later saying expiry is enforced again", fleet)
+		}
 	})
 }
 
@@ -496,5 +508,34 @@ func TestSkewRefusedHeartbeatIsContact(t *testing.T) {
 	}
 	if at, _, _ := rig.guard.Contact("harbor", a.id); !at.Before(last) {
 		t.Fatalf("contact %v: heartbeats over the rate quota counted (last sent %v)", at, last)
+	}
+}
+
+// TestOneEnvironmentsSkewHoldsOnlyIt: droplets of one environment run
+// clocks ten minutes off (a broken image, or one leaked key minting ids):
+// nothing in that environment is destroyed, its live agent's refused
+// heartbeats are contact, and another environment's stopped agent is
+// still reaped after its limit.
+func TestOneEnvironmentsSkewHoldsOnlyIt(t *testing.T) {
+	rig := newFleetRig(t)
+	skewed := rig.agent("harbor", 5)
+	gone := rig.agent("harbor", 5)
+	rig.agent("quay", 5)
+	quayGone := rig.agent("quay", 5)
+	rig.beat()
+	rig.run(time.Minute)
+	skewed.skew = -10 * time.Minute
+	gone.alive, quayGone.alive = false, false
+	rig.run(15 * time.Minute)
+	d := rig.fake.Deletes()
+	if len(d) != 1 || d[0].Path != "/v2/droplets/"+strconv.FormatInt(quayGone.droplet, 10) {
+		t.Fatalf("DELETEs %v, want only quay's stopped agent's droplet %d", d, quayGone.droplet)
+	}
+	st, err := rig.r.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held := st.Clock.Environments["harbor"]; st.Clock.Global != nil || !held || len(st.Clock.Environments) != 1 {
+		t.Fatalf("clock guard %+v, want harbor alone held", st.Clock)
 	}
 }
