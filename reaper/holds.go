@@ -149,7 +149,8 @@ func (r *Reaper) settle(ctx context.Context, g *gate) {
 }
 
 // raise records clock-suspect when a hold begins and every hour it lasts
-// (once: stable ids, remembered so a tick writes nothing new).
+// (once: stable ids, remembered so a tick writes nothing new). While the
+// fleet is held, its one event stands for every environment's.
 func (r *Reaper) raise(ctx context.Context, g gate) {
 	one := func(env string, h clockguard.Hold) {
 		scope := "fleet"
@@ -188,7 +189,9 @@ func (r *Reaper) raise(ctx context.Context, g gate) {
 		r.log.Warn().Str("environment", env).Str("reason", h.Reason).Dur("offset", h.Offset).Msg(msg)
 	}
 	if g.clock.Global != nil {
+		// One event for the fleet: it covers every environment's hold.
 		one("", *g.clock.Global)
+		return
 	}
 	for env, h := range g.clock.Environments {
 		one(env, h)

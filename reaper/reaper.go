@@ -469,11 +469,6 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 		r.massDue(ctx, start)
 	}
 	var holds []held
-	defer func() {
-		if !r.writeHolds(ctx, holds) {
-			res.unwritten += len(holds)
-		}
-	}()
 	for i, c := range due {
 		if r.clock.Since(start) >= TickBudget {
 			res.More = true
@@ -499,11 +494,16 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	}
 	// The customer sweep has its own tokens and budget: the write token's
 	// rate limit or budget does not hold it back.
+	var sweepErr error
 	if ctx.Err() == nil {
-		if err := r.sweepCustomers(ctx, g, &res, &holds); err != nil {
-			r.finish(res, "error")
-			return res, err
-		}
+		sweepErr = r.sweepCustomers(ctx, g, &res, &holds)
+	}
+	if !r.writeHolds(ctx, holds) {
+		res.unwritten = len(holds)
+	}
+	if sweepErr != nil {
+		r.finish(res, "error")
+		return res, sweepErr
 	}
 	r.finish(res, "ok")
 	return res, nil
