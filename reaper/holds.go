@@ -62,9 +62,15 @@ const (
 // Holds of a due deployment (Outcome.Detail starts with one; the label of
 // chalupa_reaper_held_total).
 const (
-	HoldClock   = "clock-suspect"
-	HoldGrace   = "grace"
+	// HoldClock: the clock guard holds the fleet or the environment.
+	HoldClock = "clock-suspect"
+	// HoldGrace: no heartbeat since the start or the last clock step,
+	// within DefaultGrace of it.
+	HoldGrace = "grace"
+	// HoldContact: the agent's heartbeats arrive, refused only for their
+	// timestamp (clockguard.ContactFresh).
 	HoldContact = "contact"
+	// HoldStorage: chalupa's commits fail, or failed within StorageGrace.
 	HoldStorage = "storage"
 )
 

@@ -255,6 +255,7 @@ func ActiveWithoutHeartbeatSince(ctx context.Context, q Querier, envSlug string,
 
 // MassDue is an environment where many active deployments are due at once.
 type MassDue struct {
+	// EnvironmentID and EnvironmentSlug name the environment.
 	EnvironmentID   int64
 	EnvironmentSlug string
 	// Active counts its active deployments; Due those due (platform or
