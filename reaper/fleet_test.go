@@ -532,3 +532,29 @@ func TestOneEnvironmentsSkewHoldsOnlyIt(t *testing.T) {
 		t.Fatalf("clock guard %+v, want harbor alone held", st.Clock)
 	}
 }
+
+// TestRunKeepsThePace: the loop itself destroys three a minute of ten due
+// at once — it sleeps on a timer until the pace allows the next, never
+// spinning and never sending early.
+func TestRunKeepsThePace(t *testing.T) {
+	f := newFixture(t, func(c *reaper.Config) { c.MaxDestroy = 3 })
+	env := f.env("harbor")
+	for i := range 10 {
+		f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Duration(i+1) * time.Minute)})
+	}
+	startRun(t, f.r)
+	for minute, want := range []int{3, 6, 9} {
+		eventually(t, fmt.Sprintf("%d DELETEs in minute %d", want, minute), func() bool { return len(f.fake.Deletes()) == want })
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err := f.clock.BlockUntilContext(ctx, 1) // the loop's pace timer
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.fake.Deletes()); n != want {
+			t.Fatalf("%d DELETEs in minute %d, want %d", n, minute, want)
+		}
+		f.clock.Advance(reaper.PaceWindow)
+	}
+	eventually(t, "all ten destroyed", func() bool { return len(f.fake.Deletes()) == 10 })
+}
