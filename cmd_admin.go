@@ -183,6 +183,11 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		} else if sh.LastFault != "" {
 			fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
 		}
+		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+			for _, l := range clockLines(c) {
+				fmt.Fprintf(tw, "reaper %s\n", l)
+			}
+		}
 		for _, l := range st.Loops {
 			if l.Paused {
 				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))

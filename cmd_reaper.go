@@ -79,6 +79,16 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 		if !st.RateLimitedUntil.IsZero() {
 			fmt.Fprintf(tw, "rate-limited until\t%s\n", timeOrDash(st.RateLimitedUntil))
 		}
+		fmt.Fprintf(tw, "destroy pace\t%d a minute\n", st.MaxDestroyPerMinute)
+		for _, l := range clockLines(st.Clock) {
+			fmt.Fprintf(tw, "%s\n", l)
+		}
+		if !st.GraceUntil.IsZero() {
+			fmt.Fprintf(tw, "start-up grace until\t%s (idle destruction waits for deployments without a heartbeat since)\n", timeOrDash(st.GraceUntil))
+		}
+		if !st.StorageHeldUntil.IsZero() {
+			fmt.Fprintf(tw, "storage hold until\t%s (heartbeats could not be stored: idle destruction held)\n", timeOrDash(st.StorageHeldUntil))
+		}
 		fmt.Fprintf(tw, "active deployments\t%d\n", st.ActiveDeployments)
 		fmt.Fprintf(tw, "due now\t%d\n", len(st.Due))
 		if err := tw.Flush(); err != nil {
@@ -102,6 +112,31 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 		fmt.Fprint(w, "last ")
 		return printTick(w, *st.LastTick)
 	})
+}
+
+// clockLines are the clock guard's rows for a status table
+// (docs/operations.md, "Reaper").
+func clockLines(c adminapi.ClockGuard) []string {
+	hold := func(h adminapi.ClockHold) string {
+		s := fmt.Sprintf("%s since %s, server clock %+.0fs off the fleet", h.Reason, timeOrDash(h.Since), h.OffsetSeconds)
+		if h.Agreed {
+			s += "; the fleet agrees again, lifting once every deployment heartbeats"
+		}
+		if !h.SessionsHeld {
+			s += "; session expiry enforced again (1 h cap passed)"
+		}
+		return s
+	}
+	var out []string
+	if c.Suspect && c.Hold != nil {
+		out = append(out, "clock guard\tSUSPECT: the reaper destroys nothing: "+hold(*c.Hold))
+	} else {
+		out = append(out, "clock guard\tok")
+	}
+	for _, h := range c.Environments {
+		out = append(out, "clock guard "+h.Environment+"\tHELD: nothing destroyed in it: "+hold(h))
+	}
+	return out
 }
 
 type adminEventsCmd struct {

@@ -93,6 +93,9 @@ type Deps struct {
 	Logs logs.Store
 	// Replication returns the replicator's health at now.
 	Replication func(now time.Time) storage.ReplicationHealth
+	// ClockWarning says, in words, what the reaper's clock guard holds
+	// ("" when nothing: docs/operations.md, "Reaper"); nil shows nothing.
+	ClockWarning func() string
 	// CostRule is the billing rule estimates apply.
 	CostRule cost.Rule
 	// StorageBudget is every environment's storage budget

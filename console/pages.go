@@ -96,9 +96,11 @@ type layoutView struct {
 	Version     string
 	ReplWarning string
 	ReplOK      string
-	SignedIn    bool
-	CSRF        string
-	Page        any
+	// ClockWarning is the reaper's clock guard while it holds.
+	ClockWarning string
+	SignedIn     bool
+	CSRF         string
+	Page         any
 }
 
 // replication states the replica's health in words: a warning while it
@@ -126,6 +128,9 @@ func (c *Console) replication() (warning, ok string) {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	lv := layoutView{Version: c.d.Version, Page: data}
 	lv.ReplWarning, lv.ReplOK = c.replication()
+	if c.d.ClockWarning != nil {
+		lv.ClockWarning = c.d.ClockWarning()
+	}
 	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
 		lv.SignedIn, lv.CSRF = true, s.CSRFToken
 	}

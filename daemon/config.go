@@ -124,6 +124,10 @@ type Config struct {
 	// ReaperCIFreshness is how long a heartbeat's CI report counts as live
 	// (reaper.DefaultCIFreshness unless set).
 	ReaperCIFreshness time.Duration `json:"CHALUPA_REAPER_CI_FRESHNESS"`
+	// ReaperMaxDestroy is the destroy pace: at most this many DELETEs a
+	// minute, so per tick (reaper.DefaultMaxDestroy unless set;
+	// docs/operations.md, "Reaper").
+	ReaperMaxDestroy int `json:"CHALUPA_REAPER_MAX_DESTROY"`
 
 	// Ingest quotas (docs/operations.md, "Quotas"); 0 is unlimited.
 	QuotaHeartbeatsPerMinute            int `json:"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE"`
@@ -437,6 +441,18 @@ func LoadConfig(env Getenv) (*Config, error) {
 			bad("CHALUPA_REAPER_CI_FRESHNESS must be a duration between 1m and 24h (such as 10m)")
 		} else {
 			c.ReaperCIFreshness = d
+		}
+	}
+
+	c.ReaperMaxDestroy = reaper.DefaultMaxDestroy
+	if v := get("CHALUPA_REAPER_MAX_DESTROY"); v != "" {
+		// At least one (0 would stop the reaper: pause it with `admin
+		// loops` instead), at most 1000: beyond that there is no pace.
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			bad("CHALUPA_REAPER_MAX_DESTROY must be a whole number between 1 and 1000")
+		} else {
+			c.ReaperMaxDestroy = n
 		}
 	}
 
@@ -763,6 +779,7 @@ func (c *Config) Redacted() [][2]string {
 		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
 		{"CHALUPA_MIN_FREE_BYTES", minFreeText(c.MinFreeBytes)},
+		{"CHALUPA_REAPER_MAX_DESTROY", strconv.Itoa(c.ReaperMaxDestroy) + " a minute"},
 	}
 	for _, q := range c.quotaFields() {
 		v := strconv.Itoa(*q.value)

@@ -3,7 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +16,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -24,14 +29,20 @@ import (
 //
 // customers opens customer organizations' own tokens for the customer
 // sweep (docs/operations.md, "Customer organizations").
-func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer,
-	customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
+//
+// guard is the clock guard ingest feeds. The storage-fault hold
+// (reaper.Config.StorageFault) reads the writer's storage health: while
+// commits fail a deadline that could not move is not evidence
+// (docs/operations.md, "Reaper").
+func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockguard.Guard, clock clockwork.Clock, log zerolog.Logger,
+	reg prometheus.Registerer, customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
 	m, err := reaper.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
-		Wake: svc.DeadlineActivity(), Metrics: m}
+		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.ReaperMaxDestroy,
+		StorageFault: storageFault(db.Writer, clock)}
 	if customers != nil {
 		rc.Customers = customers
 	}
@@ -46,6 +57,20 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, clock clockwork
 		log.Warn().Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}
 	return reaper.New(rc), nil
+}
+
+// storageFault adapts the writer's storage health to the reaper's hold. The
+// writer stamps faults with the process's wall clock; the last fault's age
+// (monotonic) is carried onto the reaper's clock, so the hold stays right
+// whatever that clock reads.
+func storageFault(w *storage.Writer, clock clockwork.Clock) func() (bool, time.Time) {
+	return func() (bool, time.Time) {
+		h := w.StorageHealth()
+		if h.LastFaultAt.IsZero() {
+			return h.Failing, time.Time{}
+		}
+		return h.Failing, clock.Now().Add(-time.Since(h.LastFaultAt))
+	}
 }
 
 // reaperHandlers serve the reaper's operations; they hold the reaper and
@@ -85,7 +110,49 @@ func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperSta
 		t := tickWire(*st.LastTick)
 		out.LastTick = &t
 	}
+	out.Clock, out.GraceUntil, out.StorageHeldUntil, out.MaxDestroyPerMinute = clockWire(st.Clock), st.GraceUntil, st.StorageHeldUntil, st.MaxDestroy
 	return out, nil
+}
+
+// clockWarning is the console's words for the clock guard's holds ("" when
+// none).
+func clockWarning(st clockguard.State) string {
+	c := clockWire(st)
+	var parts []string
+	if c.Hold != nil {
+		parts = append(parts, fmt.Sprintf("the reaper destroys nothing: %s (server clock %+.0f s off the fleet, since %s)",
+			c.Hold.Reason, c.Hold.OffsetSeconds, c.Hold.Since.Format(time.RFC3339)))
+	}
+	for _, h := range c.Environments {
+		parts = append(parts, fmt.Sprintf("nothing is destroyed in %s: %s (%+.0f s)", h.Environment, h.Reason, h.OffsetSeconds))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + ". See docs/operations.md, \"Reaper\"."
+}
+
+// clockWire is the wire form of the clock guard's state, environments by
+// slug.
+func clockWire(st clockguard.State) adminapi.ClockGuard {
+	hold := func(env string, h clockguard.Hold) adminapi.ClockHold {
+		return adminapi.ClockHold{Environment: env, Reason: h.Reason, Since: h.Since.UTC(), OffsetSeconds: h.Offset.Seconds(),
+			Agreed: h.Agreed, SessionsHeld: h.HoldsSessions()}
+	}
+	var out adminapi.ClockGuard
+	if st.Global != nil {
+		h := hold("", *st.Global)
+		out.Suspect, out.Hold = true, &h
+	}
+	envs := make([]string, 0, len(st.Environments))
+	for env := range st.Environments {
+		envs = append(envs, env)
+	}
+	slices.Sort(envs)
+	for _, env := range envs {
+		out.Environments = append(out.Environments, hold(env, st.Environments[env]))
+	}
+	return out
 }
 
 func tickWire(res reaper.TickResult) adminapi.ReaperTick {

@@ -38,8 +38,10 @@ func TestReaperOperations(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	drop := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-harbor"), CreatedAt: now.Add(-2 * time.Hour)})
+	// Its agent heartbeated since the daemon started (an idle state): the
+	// start-up grace does not hold it.
 	storagetest.Deployment(t, p.App.DB, storage.Deployment{EnvironmentID: env.ID, ID: "dep-1", DropletID: int64(drop.ID),
-		LaunchedAt: now.Add(-time.Hour), IdleDeadlineAt: now.Add(-time.Minute)})
+		LaunchedAt: now.Add(-time.Hour), IdleDeadlineAt: now.Add(-time.Minute), LastHeartbeatAt: now})
 
 	st, err := p.Admin.GetReaperStatus(ctx)
 	if err != nil {

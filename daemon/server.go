@@ -22,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
@@ -134,8 +135,11 @@ func newServer(d serverDeps) (*Server, error) {
 		droplets = dropletLookup(d.DB, platform, customers)
 	}
 	s.logs = newLogBroker(d.Config, clock)
+	// One clock guard hears ingest's contact and holds the reaper
+	// (docs/operations.md, "Reaper"); ingest never imports the reaper.
+	guard := clockguard.New(clock)
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard})
 	s.m = newMetrics(s)
 	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
 	s.router = newRouter(s)
@@ -143,7 +147,7 @@ func newServer(d serverDeps) (*Server, error) {
 		return nil, err
 	}
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
-	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, clock, d.Log, s.m.reg, customers); err != nil {
+	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, guard, clock, d.Log, s.m.reg, customers); err != nil {
 		return nil, err
 	}
 
@@ -165,7 +169,7 @@ func newServer(d serverDeps) (*Server, error) {
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: guard}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -243,7 +247,7 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: Version, Origin: d.Config.Origin,
-		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log})
+		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) }})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

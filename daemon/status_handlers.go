@@ -7,6 +7,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -21,6 +22,8 @@ type statusHandlers struct {
 	loops func() []adminapi.LoopSwitch
 	// disk is the free-space guard.
 	disk *storage.DiskGuard
+	// guard is the reaper's clock guard.
+	guard *clockguard.Guard
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -42,6 +45,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		Replication:   toAPIReplication(h.repl.Health(now)),
 		Loops:         h.loops(),
 		Storage:       toAPIStorage(h.db.Writer.StorageHealth(), h.disk.Check()),
+		ReaperClock:   clockWire(h.guard.Evaluate()),
 	}, nil
 }
 

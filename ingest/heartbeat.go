@@ -215,6 +215,9 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	})
 	if resp.Status == http.StatusAccepted {
 		s.deadlines.Notify(decision)
+		if s.contact != nil {
+			s.contact.HeartbeatAccepted(hb.EnvironmentSlug)
+		}
 	}
 	return resp
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
@@ -55,6 +56,8 @@ type Service struct {
 	logGrants atomic.Int64
 	// nonces records claims for the nonce pruner (NonceLedger).
 	nonces *NonceLedger
+	// contact hears the fleet's contact (nil: nobody listens).
+	contact ContactRecorder
 }
 
 // Config configures a Service.
@@ -89,7 +92,27 @@ type Config struct {
 	// Logs is the log broker; nil leaves the log routes answering 503
 	// logs_not_configured (docs/operations.md, "Logs").
 	Logs *logs.Broker
+	// Contact hears accepted heartbeats and heartbeats refused only for
+	// their timestamp (the reaper's clock guard, wired by the daemon);
+	// nil: nobody listens.
+	Contact ContactRecorder
 }
+
+// ContactRecorder hears what the reaper's clock guard needs from ingest
+// (docs/operations.md, "Reaper"); it must be quick and never block.
+type ContactRecorder interface {
+	// SkewRefused is a heartbeat of deployment in environment refused
+	// only for its signed timestamp signedAt: known usable key, valid
+	// signature, a valid body naming the key's environment, admitted by
+	// the heartbeat rate quotas. Nothing of it was written.
+	SkewRefused(environment, deployment string, signedAt time.Time)
+	// HeartbeatAccepted is a heartbeat of environment that was stored.
+	HeartbeatAccepted(environment string)
+}
+
+// HeartbeatRoute is the heartbeat's path: only its skew refusals are
+// contact.
+const HeartbeatRoute = "/api/ingest/heartbeat"
 
 // NewService returns a Service.
 func NewService(c Config) *Service {
@@ -111,7 +134,7 @@ func NewService(c Config) *Service {
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
 		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
 		notes: newQuotaNotes(), storage: newStorageHints(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono)}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact}
 }
 
 // NonceLedger is the record of claimed nonces the nonce pruner must hold
@@ -219,10 +242,32 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 		return v, &resp
 	}
 	if rf != nil {
+		if v.skewSigned && r.URL.Path == HeartbeatRoute {
+			s.skewContact(v)
+		}
 		resp := refused(rf, v.Shared())
 		return v, &resp
 	}
 	return v, nil
+}
+
+// skewContact tells the contact recorder about a heartbeat refused only
+// for its timestamp: its signature verified (Verified.skewSigned), its
+// body is a valid heartbeat naming the key's environment, and the
+// heartbeat rate quotas admit it. It writes nothing; the answer stays
+// 401 timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
+func (s *Service) skewContact(v Verified) {
+	if s.contact == nil || v.key == nil {
+		return
+	}
+	var hb HeartbeatV1
+	if DecodeBody(v.body, &hb) != nil || hb.validate() != nil || hb.EnvironmentSlug != v.key.EnvironmentSlug {
+		return
+	}
+	if s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID) != nil {
+		return
+	}
+	s.contact.SkewRefused(hb.EnvironmentSlug, hb.Deployment.ID, v.signedAt)
 }
 
 // handleAdmitted runs parse on the verified body (outside the writer, so

@@ -16,6 +16,9 @@ import (
 // (docs/operations.md, "Signed ingest": 300 s).
 const SkewWindow = 300 * time.Second
 
+// codeTimestampSkew is the refusal code of check 8.
+const codeTimestampSkew = "timestamp_skew"
+
 // sharedKeyID is what the deprecated shared key's requests are stored under
 // in nonces.key_id and heartbeats.key_id (their nonces are kept apart from
 // every key's own).
@@ -53,6 +56,9 @@ type Verified struct {
 	nonce       string
 	signedAt    time.Time
 	body        []byte
+	// skewSigned is set on a request refused timestamp_skew whose
+	// signature is valid: the agent that signed it is alive.
+	skewSigned bool
 }
 
 // verify runs the protocol-v1 checks in the order of docs/operations.md, "Signed ingest": headers present,
@@ -117,10 +123,15 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 		return v, refuse(http.StatusUnauthorized, "bad_timestamp", "%s", err.Error()), nil
 	}
 	now := s.clock.Now()
-	if d := now.Unix() - sec; d > int64(SkewWindow/time.Second) || d < -int64(SkewWindow/time.Second) {
-		return v, refuse(http.StatusUnauthorized, "timestamp_skew", "timestamp is more than %d seconds from server time", int(SkewWindow/time.Second)), nil
-	}
 	v.signedAt = time.Unix(sec, 0)
+	if d := now.Unix() - sec; d > int64(SkewWindow/time.Second) || d < -int64(SkewWindow/time.Second) {
+		// Still refused for its timestamp whatever the signature says; a
+		// valid one makes it contact (Authenticate; docs/operations.md,
+		// "Heartbeats and deadlines").
+		ok, err := signer.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
+		v.skewSigned = err == nil && ok && v.key != nil
+		return v, refuse(http.StatusUnauthorized, codeTimestampSkew, "timestamp is more than %d seconds from server time", int(SkewWindow/time.Second)), nil
+	}
 
 	ok, err := signer.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
 	if err != nil || !ok {

@@ -51,7 +51,7 @@ func reapOnce(b *testing.B) []time.Duration {
 		b.Fatal(err)
 	}
 	w := wake.New()
-	r := reaper.New(reaper.Config{DB: db, Clock: clock, Credentials: reaper.Platform{Write: client}, Wake: w})
+	r := reaper.New(reaper.Config{DB: db, Clock: clock, Credentials: reaper.Platform{Write: client}, Wake: w, Grace: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()

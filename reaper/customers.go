@@ -120,7 +120,7 @@ type customerScope struct {
 // sweepCustomers is the customer sweep of one tick: at most
 // MaxCustomerOrgsPerTick organizations with due deployments, in
 // SweepOrder, each with its own token only, until CustomerBudget is spent.
-func (r *Reaper) sweepCustomers(ctx context.Context, res *TickResult) error {
+func (r *Reaper) sweepCustomers(ctx context.Context, g gate, res *TickResult, holds *[]held) error {
 	if r.customers == nil {
 		return nil
 	}
@@ -159,6 +159,13 @@ func (r *Reaper) sweepCustomers(ctx context.Context, res *TickResult) error {
 			if spent() {
 				res.More, res.CustomerBudgetSpent = true, true
 				return nil
+			}
+			proceed, stop := r.admit(g, c, res, holds)
+			if stop {
+				return nil
+			}
+			if !proceed {
+				continue
 			}
 			o := r.process(ctx, c, client, scope)
 			res.Outcomes = append(res.Outcomes, o)

@@ -35,6 +35,19 @@ type Metrics struct {
 	// while no deployment is active and it has no timer
 	// (chalupa_reaper_next_wakeup_timestamp_seconds).
 	NextWakeup prometheus.Gauge
+	// ClockSuspect is 1 while the clock guard holds the whole fleet, else
+	// 0 (chalupa_reaper_clock_suspect; docs/operations.md, "Reaper").
+	ClockSuspect prometheus.Gauge
+	// HeldEnvironments counts environments the clock guard holds on their
+	// own skew (chalupa_reaper_clock_suspect_environments).
+	HeldEnvironments prometheus.Gauge
+	// Held counts due deployments held instead of destroyed, by hold:
+	// clock-suspect, grace, contact, storage
+	// (chalupa_reaper_held_total).
+	Held *prometheus.CounterVec
+	// Paced counts ticks stopped by CHALUPA_REAPER_MAX_DESTROY
+	// (chalupa_reaper_paced_total).
+	Paced prometheus.Counter
 }
 
 // NewMetrics creates the reaper's series and registers them with reg.
@@ -69,14 +82,34 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "chalupa_reaper_next_wakeup_timestamp_seconds",
 			Help: "When the reaper wakes on its own (unix seconds); 0 while it waits without a timer.",
 		}),
+		ClockSuspect: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chalupa_reaper_clock_suspect",
+			Help: "1 while the clock guard holds the whole fleet (the server clock disagrees with it), else 0.",
+		}),
+		HeldEnvironments: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chalupa_reaper_clock_suspect_environments",
+			Help: "Environments the clock guard holds on their own timestamp skew.",
+		}),
+		Held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chalupa_reaper_held_total",
+			Help: "Due deployments held instead of destroyed, by hold (clock-suspect, grace, contact, storage).",
+		}, []string{"hold"}),
+		Paced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chalupa_reaper_paced_total",
+			Help: "Ticks stopped by the destroy pace (CHALUPA_REAPER_MAX_DESTROY per minute).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.TokensInvalidated, m.Ticks, m.NextWakeup} {
+	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.TokensInvalidated, m.Ticks, m.NextWakeup,
+		m.ClockSuspect, m.HeldEnvironments, m.Held, m.Paced} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register reaper metrics: %w", err)
 		}
 	}
 	for _, r := range []string{ReasonIdle, ReasonSessionExpired} {
 		m.Destroyed.WithLabelValues(r)
+	}
+	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage} {
+		m.Held.WithLabelValues(h)
 	}
 	for _, r := range []string{"ok", "error", "rate-limited"} {
 		m.Ticks.WithLabelValues(r)

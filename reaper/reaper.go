@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/internal/wake"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -158,19 +159,42 @@ type Config struct {
 	Wake *wake.Threshold
 	// Metrics records what the reaper does; nil records nothing.
 	Metrics *Metrics
+	// Guard is the clock guard, shared with ingest's skew-refusal hook
+	// (the daemon wires both); nil makes one on Clock that sees only
+	// steps of the wall clock.
+	Guard *clockguard.Guard
+	// Grace is how long idle destruction waits after the start and after
+	// a clock step for deployments that have not heartbeated since:
+	// DefaultGrace when zero, none when negative (tests of rules that are
+	// not about it).
+	Grace time.Duration
+	// MaxDestroy is CHALUPA_REAPER_MAX_DESTROY: at most this many DELETEs
+	// in any PaceWindow (DefaultMaxDestroy when zero). Dry run is not
+	// paced.
+	MaxDestroy int
+	// StorageFault reports whether chalupa's commits are failing now, and
+	// when the last one failed (zero: never). While they fail, and for
+	// StorageGrace after, idle destruction is held: a deadline that could
+	// not move is not evidence. nil: no storage signal.
+	StorageFault func() (failing bool, lastFailure time.Time)
 }
 
 // Reaper is the reaper loop. Create it with New.
 type Reaper struct {
-	db        *storage.DB
-	clock     clockwork.Clock
-	log       zerolog.Logger
-	creds     Credentials
-	customers CustomerCredentials
-	dryRun    bool
-	fresh     time.Duration
-	wake      *wake.Threshold
-	metrics   *Metrics
+	db         *storage.DB
+	clock      clockwork.Clock
+	log        zerolog.Logger
+	creds      Credentials
+	customers  CustomerCredentials
+	dryRun     bool
+	fresh      time.Duration
+	wake       *wake.Threshold
+	metrics    *Metrics
+	clockGuard *clockguard.Guard
+	grace      time.Duration
+	// maxDestroy is the pace: DELETEs in any PaceWindow.
+	maxDestroy   int
+	storageFault func() (bool, time.Time)
 
 	// tickMu serialises ticks of this reaper (the loop's and the admin
 	// API's); ticks of two reapers are safe through the claim.
@@ -181,6 +205,17 @@ type Reaper struct {
 	notBefore time.Time      // the write token is rate-limited until then
 	nextWake  time.Time
 	lastTick  *TickResult
+	// graceFrom is when the grace began: the start, or the last step;
+	// stepSeen is the guard's LastStep at the last tick.
+	graceFrom, stepSeen time.Time
+	// destroys are the monotonic times of the DELETEs in the last
+	// PaceWindow.
+	destroys []time.Duration
+	// raised is the last clock-suspect event id per scope ("fleet" or an
+	// environment slug); massRaised the last reaper-mass-due id per
+	// environment.
+	raised     map[string]string
+	massRaised map[string]string
 
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
@@ -189,10 +224,27 @@ type Reaper struct {
 // New returns a Reaper.
 func New(c Config) *Reaper {
 	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials, customers: c.Customers,
-		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{}}
+		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{},
+		clockGuard: c.Guard, grace: c.Grace, maxDestroy: c.MaxDestroy, storageFault: c.StorageFault,
+		raised: map[string]string{}, massRaised: map[string]string{}}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
 	}
+	if r.clockGuard == nil {
+		r.clockGuard = clockguard.New(r.clock)
+	}
+	switch {
+	case r.grace == 0:
+		r.grace = DefaultGrace
+	case r.grace < 0:
+		r.grace = 0
+	}
+	if r.maxDestroy <= 0 {
+		r.maxDestroy = DefaultMaxDestroy
+	}
+	r.graceFrom = r.clock.Now()
+	// The guard's first look at the clocks is the start.
+	r.clockGuard.Evaluate()
 	if r.fresh <= 0 {
 		r.fresh = DefaultCIFreshness
 	}
@@ -223,6 +275,10 @@ func (r *Reaper) Run(ctx context.Context) error {
 		// after this read is then never missed.
 		r.wake.SleepUntil(time.Time{})
 		now := r.clock.Now()
+		// The clock guard is looked at every wake-up (at most MaxSleep
+		// apart while a deployment is active), so a hold is recorded and
+		// shown even when nothing is due.
+		r.openGate(ctx, now)
 		sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
 		if ctx.Err() != nil {
 			return nil
@@ -244,6 +300,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 				continue
 			}
 			at = now.Add(stuckPause)
+			if !res.PacedUntil.IsZero() {
+				at = res.PacedUntil
+			}
 		default:
 			at = r.wakeAt(now, sched)
 		}
@@ -340,12 +399,20 @@ type TickResult struct {
 	// RateLimitedUntil is set when the write token is held back; the tick
 	// stopped there.
 	RateLimitedUntil time.Time
+	// PacedUntil is set when the tick stopped at the destroy pace
+	// (CHALUPA_REAPER_MAX_DESTROY per PaceWindow): the next DELETE may go
+	// then.
+	PacedUntil time.Time
 	// CustomerOrgs lists the customer organizations swept, in sweep order
 	// (at most MaxCustomerOrgsPerTick).
 	CustomerOrgs []string
 	// CustomerBudgetSpent is set when the customer sweep stopped at
 	// CustomerBudget.
 	CustomerBudgetSpent bool
+
+	// unwritten counts held outcomes whose holds could not be stored: no
+	// progress.
+	unwritten int
 }
 
 // Count returns how many outcomes have action.
@@ -363,11 +430,15 @@ func (t TickResult) Count(action string) int {
 // schedule on (every action but skipped does: it ends the deployment,
 // holds it, or blocks the token until a time).
 func (t TickResult) progress() bool {
-	return len(t.Outcomes) > t.Count(ActionSkipped) || !t.RateLimitedUntil.IsZero()
+	return len(t.Outcomes) > t.Count(ActionSkipped)+t.unwritten || !t.RateLimitedUntil.IsZero()
 }
 
 // Tick handles the due deployments, at most MaxPerTick within TickBudget,
-// and returns what it did. Errors: ErrNotConfigured; a database fault
+// oldest decision time first, and returns what it did. A due deployment
+// the clock guard, the grace, a storage fault or a skew-refused contact
+// holds is not destroyed (ActionHeld, held in the database until it may
+// be judged again); at most MaxDestroy DELETEs go in any PaceWindow, the
+// rest on later ticks (docs/operations.md, "Reaper"). Errors: ErrNotConfigured; a database fault
 // reading the due list (faults while handling one deployment are logged
 // and reported in its outcome).
 func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
@@ -393,10 +464,22 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	if len(due) > MaxPerTick {
 		due, res.More = due[:MaxPerTick], true
 	}
+	g := r.openGate(ctx, start)
+	if len(due) > 0 {
+		r.massDue(ctx, start)
+	}
+	var holds []held
 	for i, c := range due {
 		if r.clock.Since(start) >= TickBudget {
 			res.More = true
 			break
+		}
+		proceed, stop := r.admit(g, c, &res, &holds)
+		if stop {
+			break
+		}
+		if !proceed {
+			continue
 		}
 		o := r.handle(ctx, c)
 		res.Outcomes = append(res.Outcomes, o)
@@ -411,11 +494,16 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	}
 	// The customer sweep has its own tokens and budget: the write token's
 	// rate limit or budget does not hold it back.
+	var sweepErr error
 	if ctx.Err() == nil {
-		if err := r.sweepCustomers(ctx, &res); err != nil {
-			r.finish(res, "error")
-			return res, err
-		}
+		sweepErr = r.sweepCustomers(ctx, g, &res, &holds)
+	}
+	if !r.writeHolds(ctx, holds) {
+		res.unwritten = len(holds)
+	}
+	if sweepErr != nil {
+		r.finish(res, "error")
+		return res, sweepErr
 	}
 	r.finish(res, "ok")
 	return res, nil
@@ -493,6 +581,7 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 	// (2) Destroy; 404 is success.
 	result := doclient.DeleteAlreadyGone
 	if !gone {
+		r.notePace()
 		if result, err = client.DeleteDroplet(ctx, int(id)); err != nil {
 			return r.failed(ctx, c, o, err, scope)
 		}
@@ -799,17 +888,40 @@ type Status struct {
 	Due    []storage.ReaperCandidate
 	// LastTick is the last tick's result (nil before the first).
 	LastTick *TickResult
+	// Clock is the clock guard's judgement now: the fleet or single
+	// environments held, and why.
+	Clock clockguard.State
+	// GraceUntil is when the start-up (or clock-step) grace ends for
+	// deployments that have not heartbeated since it began (zero: over).
+	GraceUntil time.Time
+	// StorageHeldUntil is set while a storage fault holds idle
+	// destruction.
+	StorageHeldUntil time.Time
+	// MaxDestroy is the destroy pace: DELETEs per PaceWindow.
+	MaxDestroy int
 }
 
 // Status reads the reaper's state. Errors: database faults.
 func (r *Reaper) Status(ctx context.Context) (Status, error) {
 	now := r.clock.Now()
 	r.mu.Lock()
-	st := Status{Configured: r.creds != nil, DryRun: r.dryRun, CIFreshness: r.fresh, NextWake: r.nextWake, LastTick: r.lastTick}
+	st := Status{Configured: r.creds != nil, DryRun: r.dryRun, CIFreshness: r.fresh, NextWake: r.nextWake, LastTick: r.lastTick,
+		MaxDestroy: r.maxDestroy}
 	if now.Before(r.notBefore) {
 		st.RateLimitedUntil = r.notBefore
 	}
+	if until := r.graceFrom.Add(r.grace); now.Before(until) {
+		st.GraceUntil = until
+	}
 	r.mu.Unlock()
+	st.Clock = r.clockGuard.Evaluate()
+	if r.storageFault != nil {
+		if failing, last := r.storageFault(); failing {
+			st.StorageHeldUntil = now.Add(holdRecheck)
+		} else if !last.IsZero() && now.Before(last.Add(StorageGrace)) {
+			st.StorageHeldUntil = last.Add(StorageGrace)
+		}
+	}
 	sched, err := storage.ReaperNext(ctx, r.db.Read, now, r.fresh)
 	if err != nil {
 		return Status{}, err

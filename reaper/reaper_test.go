@@ -58,7 +58,9 @@ func (f *fixture) newReaper(tweak ...func(*reaper.Config)) *reaper.Reaper {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cfg := reaper.Config{DB: f.db, Clock: f.clock, Credentials: reaper.Platform{Write: f.client}, Wake: f.wake, Metrics: m}
+	// Grace -1 and MaxDestroy 1000: the rules of these tests are not about
+	// the start-up grace or the pace.
+	cfg := reaper.Config{DB: f.db, Clock: f.clock, Credentials: reaper.Platform{Write: f.client}, Wake: f.wake, Metrics: m, Grace: -1, MaxDestroy: 1000}
 	for _, tw := range tweak {
 		tw(&cfg)
 	}

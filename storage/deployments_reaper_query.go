@@ -237,3 +237,54 @@ func ReaperDueInOrg(ctx context.Context, q Querier, orgID int64, now time.Time, 
 	}
 	return out, rows.Err()
 }
+
+// ActiveWithoutHeartbeatSince counts the active deployments (of
+// environment envSlug, or of all when it is "") whose last heartbeat
+// arrived before since: the reaper's clock guard lifts once none is left
+// (docs/operations.md, "Reaper").
+func ActiveWithoutHeartbeatSince(ctx context.Context, q Querier, envSlug string, since time.Time) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx,
+		`SELECT count(*) FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.status = 'active' AND (?1 = '' OR e.slug = ?1) AND coalesce(d.last_heartbeat_at, 0) < ?2`,
+		envSlug, ms(since)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("active without heartbeat: %w", err)
+	}
+	return n, nil
+}
+
+// MassDue is an environment where many active deployments are due at once.
+type MassDue struct {
+	// EnvironmentID and EnvironmentSlug name the environment.
+	EnvironmentID   int64
+	EnvironmentSlug string
+	// Active counts its active deployments; Due those due (platform or
+	// customer scope).
+	Active, Due int
+}
+
+// ReaperMassDue returns the environments where more than half of the
+// active deployments, and at least minDue, are due at now.
+func ReaperMassDue(ctx context.Context, q Querier, now time.Time, fresh time.Duration, minDue int) ([]MassDue, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT environment_id, slug, count(*), coalesce(sum(in_scope AND decide_at <= ?2), 0) AS due
+		 FROM (SELECT d.environment_id, e.slug, (`+platformScopeSQL+` OR `+customerScopeSQL+`) AS in_scope, `+decideAtSQL+` AS decide_at
+		       FROM deployments d JOIN environments e ON e.id = d.environment_id
+		       WHERE d.status = 'active')
+		 GROUP BY environment_id HAVING due >= ?3 AND 2 * due > count(*)
+		 ORDER BY environment_id`,
+		fresh.Milliseconds(), ms(now), minDue)
+	if err != nil {
+		return nil, fmt.Errorf("reaper mass due: %w", err)
+	}
+	defer rows.Close()
+	var out []MassDue
+	for rows.Next() {
+		var m MassDue
+		if err := rows.Scan(&m.EnvironmentID, &m.EnvironmentSlug, &m.Active, &m.Due); err != nil {
+			return nil, fmt.Errorf("reaper mass due: %w", err)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}

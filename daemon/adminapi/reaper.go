@@ -85,6 +85,46 @@ type ReaperStatus struct {
 	Due []ReaperDue `json:"due"`
 	// LastTick is the last tick's result; absent before the first.
 	LastTick *ReaperTick `json:"lastTick,omitempty"`
+	// Clock is the clock guard's judgement (docs/operations.md, "Reaper").
+	Clock ClockGuard `json:"clock"`
+	// GraceUntil is when the start-up or clock-step grace ends for
+	// deployments without a heartbeat since; absent once it is over.
+	GraceUntil time.Time `json:"graceUntil,omitzero"`
+	// StorageHeldUntil is set while a storage fault holds idle
+	// destruction.
+	StorageHeldUntil time.Time `json:"storageHeldUntil,omitzero"`
+	// MaxDestroyPerMinute is the destroy pace (CHALUPA_REAPER_MAX_DESTROY).
+	MaxDestroyPerMinute int `json:"maxDestroyPerMinute"`
+}
+
+// ClockGuard is the reaper's clock guard: while Suspect, the reaper
+// destroys nothing anywhere; an environment in Environments is held on its
+// own skew (docs/operations.md, "Reaper").
+type ClockGuard struct {
+	// Suspect is set while the whole fleet is held; Hold says why.
+	Suspect bool       `json:"suspect"`
+	Hold    *ClockHold `json:"hold,omitempty"`
+	// Environments are the environments held on their own skew.
+	Environments []ClockHold `json:"environments,omitempty"`
+}
+
+// ClockHold is one hold of the clock guard.
+type ClockHold struct {
+	// Environment is the environment held ("" for the fleet).
+	Environment string `json:"environment,omitempty"`
+	// Reason is clock-step, fleet-skew or environment-skew.
+	Reason string `json:"reason"`
+	// Since is when the hold began.
+	Since time.Time `json:"since"`
+	// OffsetSeconds is the server clock minus the fleet's, in seconds.
+	OffsetSeconds float64 `json:"offsetSeconds"`
+	// Agreed is set once the fleet agrees with the clock again; the hold
+	// lifts when every active deployment heartbeated since, or 30 min
+	// after.
+	Agreed bool `json:"agreed"`
+	// SessionsHeld is false once the session-expiry cap (1 h) passed:
+	// expired sessions are destroyed again.
+	SessionsHeld bool `json:"sessionsHeld"`
 }
 
 // ReaperDue is one due deployment: its decision time and deadlines.

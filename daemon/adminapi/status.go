@@ -35,6 +35,9 @@ type Status struct {
 	// Storage is whether writes reach the disk and how much room is left
 	// (docs/operations.md, "Storage and the writer").
 	Storage StorageHealth `json:"storage"`
+	// ReaperClock is the reaper's clock guard (docs/operations.md,
+	// "Reaper").
+	ReaperClock ClockGuard `json:"reaperClock"`
 }
 
 // StorageHealth is the writer's storage health and the free-space guard

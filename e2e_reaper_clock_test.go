@@ -1,0 +1,87 @@
+package main
+
+// End-to-end test of the reaper's clock guard (docs/operations.md,
+// "Reaper"): the built binary restarted with its clock ten minutes ahead
+// (serve's hidden, loopback-only --clock-offset) while agents keep
+// heartbeating with the real clock.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/reaper/dofake"
+)
+
+// TestReaperClockOffsetRestart: two agents with one-minute limits report
+// activity to a daemon on the real clock; the daemon restarts ten minutes
+// ahead, so every heartbeat is refused 401 timestamp_skew and every stored
+// deadline looks nine minutes past. For the start-up grace and a minute
+// beyond, zero DELETEs reach the provider: the refused heartbeats are the
+// agents' contact. `admin reaper status` shows the environment held and
+// `admin events` the clock-suspect event.
+func TestReaperClockOffsetRestart(t *testing.T) {
+	t.Parallel()
+	bin := daemontest.BuildBinary(t)
+	fake := dofake.New(t)
+	writeToken := fake.AddToken("write", dofake.FullAccess...)
+	d := daemontest.StartDaemon(t, bin, map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken})
+	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-clock")
+	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	droplets := []int{fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-clock")}).ID, fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-clock")}).ID}
+	beat := func(d *daemontest.Daemon) []int {
+		var out []int
+		for i, drop := range droplets {
+			now := time.Now().UTC()
+			body, _ := json.Marshal(map[string]any{
+				"environmentSlug": "demo-clock", "agentVersion": "e2e/1", "sentAt": now,
+				"deployment": map[string]any{"id": "dep-clock-" + string(rune('a'+i)), "dropletId": drop},
+				"reaper":     map[string]any{"idleChecks": 1, "limitMinutes": 1, "lastActivityAt": now.Add(-5 * time.Second), "ciActive": false},
+			})
+			cl := &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
+			resp, err := cl.Post(context.Background(), ingest.HeartbeatRoute, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, resp.Status)
+		}
+		return out
+	}
+	if st := beat(d); st[0] != http.StatusAccepted || st[1] != http.StatusAccepted {
+		t.Fatalf("heartbeats on the real clock: %v, want 202s", st)
+	}
+	ingestE2EStop(t, d)
+
+	ahead := daemontest.StartDaemon(t, bin, d.EnvCopy(), "--clock-offset", "10m")
+	t.Cleanup(func() { ingestE2EStop(t, ahead) })
+	// The grace (60 s) and a minute more, heartbeating every 10 s.
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
+		if st := beat(ahead); st[0] != http.StatusUnauthorized || st[1] != http.StatusUnauthorized {
+			t.Fatalf("heartbeats to the daemon 10 minutes ahead: %v, want 401 timestamp_skew", st)
+		}
+		if del := fake.Deletes(); len(del) != 0 {
+			t.Fatalf("DELETEs %v of live droplets after a restart 10 minutes ahead", del)
+		}
+		time.Sleep(10 * time.Second) // the agents' cadence, not a settle wait
+	}
+	status := ingestE2ECLI(t, bin, ahead, "admin", "reaper", "status")
+	if !strings.Contains(status, "clock guard demo-clock") || !strings.Contains(status, "environment-skew") {
+		t.Fatalf("admin reaper status does not show the environment held:\n%s", status)
+	}
+	events := ingestE2ECLI(t, bin, ahead, "admin", "events", "--kind", "clock-suspect")
+	if !strings.Contains(events, "demo-clock") {
+		t.Fatalf("admin events lacks clock-suspect:\n%s", events)
+	}
+	if del := fake.Deletes(); len(del) != 0 {
+		t.Fatalf("DELETEs %v of live droplets", del)
+	}
+}

@@ -1,0 +1,173 @@
+package clockguard_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// stepped is a fake clock whose wall time the test steps apart from its
+// monotonic time.
+type stepped struct {
+	*clockwork.FakeClock
+	offset atomic.Int64
+}
+
+func (s *stepped) Now() time.Time           { return s.FakeClock.Now().Add(time.Duration(s.offset.Load())) }
+func (s *stepped) Monotonic() time.Duration { return s.FakeClock.Now().Sub(t0) }
+
+func newGuard() (*clockguard.Guard, *stepped) {
+	c := &stepped{FakeClock: clockwork.NewFakeClockAt(t0)}
+	g := clockguard.New(c)
+	g.Evaluate()
+	return g, c
+}
+
+// TestStep: a wall step beyond StepThreshold against the monotonic clock
+// holds the fleet; a smaller one, or a day of NTP slew, does not.
+func TestStep(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		elapsed time.Duration
+		step    time.Duration
+		held    bool
+	}{
+		{"+61s", time.Second, 61 * time.Second, true},
+		{"-61s", time.Second, -61 * time.Second, true},
+		{"+59s", time.Second, 59 * time.Second, false},
+		{"a day of slew", 24 * time.Hour, 40 * time.Second, false},
+		{"+10m after a day", 24 * time.Hour, 10 * time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newGuard()
+			c.Advance(tc.elapsed)
+			c.offset.Add(int64(tc.step))
+			st := g.Evaluate()
+			if (st.Global != nil) != tc.held || (st.Step != 0) != tc.held {
+				t.Fatalf("state %+v, want held %v", st, tc.held)
+			}
+			if tc.held && (st.Global.Reason != clockguard.ReasonStep || st.LastStep.IsZero()) {
+				t.Fatalf("hold %+v, want a clock-step", st.Global)
+			}
+		})
+	}
+}
+
+// TestSkewRules: skew refusals hold their own environments; only
+// ClusterEnvironments environments off by about the same offset hold the
+// fleet.
+func TestSkewRules(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		offsets []time.Duration // one environment each
+		fleet   bool
+	}{
+		{"one environment", []time.Duration{10 * time.Minute}, false},
+		{"two environments", []time.Duration{10 * time.Minute, 10 * time.Minute}, false},
+		{"three alike", []time.Duration{10 * time.Minute, 10*time.Minute + 20*time.Second, 10*time.Minute - 25*time.Second}, true},
+		{"three apart", []time.Duration{10 * time.Minute, 20 * time.Minute, -10 * time.Minute}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newGuard()
+			for i, off := range tc.offsets {
+				g.SkewRefused(fmt.Sprintf("env-%d", i), "dep", c.Now().Add(-off))
+			}
+			st := g.Evaluate()
+			if (st.Global != nil) != tc.fleet {
+				t.Fatalf("fleet hold %+v, want %v", st.Global, tc.fleet)
+			}
+			if len(st.Environments) != len(tc.offsets) {
+				t.Fatalf("environments held %v, want %d", st.Environments, len(tc.offsets))
+			}
+			if _, held := st.Held("another"); held != tc.fleet {
+				t.Fatalf("an environment without skew held: %v, want %v", held, tc.fleet)
+			}
+		})
+	}
+}
+
+// TestLift: a hold lasts while the fleet disagrees; once a heartbeat is
+// accepted after the trigger it is agreed, and it lifts by Lift (every
+// deployment heartbeated) or by itself after SettleMax.
+func TestLift(t *testing.T) {
+	g, c := newGuard()
+	c.Advance(time.Second)
+	c.offset.Store(int64(10 * time.Minute))
+	if st := g.Evaluate(); st.Global == nil {
+		t.Fatal("no hold after the step")
+	}
+	g.Lift("")
+	c.Advance(2 * time.Hour)
+	st := g.Evaluate()
+	if st.Global == nil || st.Global.Agreed {
+		t.Fatalf("%+v: a hold without agreement must last", st.Global)
+	}
+	if st.Global.HoldsSessions() || st.Global.Raise() != 2 {
+		t.Fatalf("after 2 h: sessions held %v, raise %d; want the cap passed and the third event", st.Global.HoldsSessions(), st.Global.Raise())
+	}
+	c.offset.Store(0) // corrected (a step back): heartbeats are accepted again
+	c.Advance(time.Second)
+	g.Evaluate()
+	c.Advance(time.Second)
+	g.HeartbeatAccepted("env-1")
+	st = g.Evaluate()
+	if st.Global == nil || !st.Global.Agreed {
+		t.Fatalf("%+v, want agreed and still held", st.Global)
+	}
+	c.Advance(clockguard.SettleMax)
+	if st := g.Evaluate(); st.Global != nil {
+		t.Fatalf("%+v, want lifted SettleMax after the agreement", st.Global)
+	}
+
+	// Lift after agreement ends it at once.
+	g, c = newGuard()
+	g.SkewRefused("env-1", "dep", c.Now().Add(-10*time.Minute))
+	if st := g.Evaluate(); len(st.Environments) != 1 {
+		t.Fatalf("%+v, want env-1 held", st)
+	}
+	c.Advance(clockguard.SkewRecent)
+	g.HeartbeatAccepted("env-1")
+	if st := g.Evaluate(); !st.Environments["env-1"].Agreed {
+		t.Fatalf("%+v, want env-1 agreed", st)
+	}
+	g.Lift("env-1")
+	if st := g.Evaluate(); len(st.Environments) != 0 {
+		t.Fatalf("%+v, want env-1 lifted", st)
+	}
+}
+
+// TestContact: the latest signed time counts; a replay (same or older
+// signed time) does not refresh it; an environment keeps at most
+// MaxContactsPerEnvironment, evicting its own oldest.
+func TestContact(t *testing.T) {
+	g, c := newGuard()
+	signed := c.Now().Add(-10 * time.Minute)
+	g.SkewRefused("env-1", "dep", signed)
+	c.Advance(40 * time.Second)
+	g.SkewRefused("env-1", "dep", signed) // a replay
+	if at, age, ok := g.Contact("env-1", "dep"); !ok || !at.Equal(signed) || age != 40*time.Second {
+		t.Fatalf("contact %v %v %v, want the first arrival, 40s old", at, age, ok)
+	}
+	g.SkewRefused("env-1", "dep", signed.Add(30*time.Second))
+	if _, age, _ := g.Contact("env-1", "dep"); age != 0 {
+		t.Fatalf("a later signed time did not refresh the contact: age %v", age)
+	}
+	g.SkewRefused("env-2", "other", signed)
+	for i := range clockguard.MaxContactsPerEnvironment {
+		c.Advance(time.Millisecond)
+		g.SkewRefused("env-1", fmt.Sprintf("minted-%d", i), signed)
+	}
+	if _, _, ok := g.Contact("env-1", "dep"); ok {
+		t.Fatal("env-1's oldest contact was not evicted")
+	}
+	if _, _, ok := g.Contact("env-2", "other"); !ok {
+		t.Fatal("one environment's ids evicted another environment's contact")
+	}
+}
