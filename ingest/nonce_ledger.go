@@ -59,8 +59,10 @@ func NewNonceLedger(mono clockwork.Clock) *NonceLedger {
 	return &NonceLedger{mono: mono, start: mono.Now()}
 }
 
-// elapsed is the ledger's process time.
-func (l *NonceLedger) elapsed() time.Duration { return l.mono.Since(l.start) }
+// elapsed is the ledger's process time, never negative: a clock that is
+// not monotonic (a test's fake clock set back) must not index a bucket
+// before the first.
+func (l *NonceLedger) elapsed() time.Duration { return max(l.mono.Since(l.start), 0) }
 
 // Claimed records a nonce signed at signedAt, claimed now. Ingest calls it
 // inside the claim's writer unit, before the commit: a unit that rolls back

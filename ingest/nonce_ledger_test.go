@@ -204,3 +204,20 @@ func TestNoncePrunerHoldsAfterRestart(t *testing.T) {
 	r.mono.Advance(time.Second)
 	r.tick(3)
 }
+
+// TestNonceLedgerClockSetBack: a claim recorded on a clock set back before
+// the ledger's start (a fake clock in a test; never a real monotonic clock)
+// is recorded, not a panic, and holds back the pruner's bound like any
+// other claim.
+func TestNonceLedgerClockSetBack(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	l := ingest.NewNonceLedger(clock)
+	clock.Advance(-45 * time.Minute)
+	signed := clock.Now()
+	l.Claimed(signed)
+	clock.Advance(45*time.Minute + ingest.NonceHold)
+	cut, ok := l.Cutoff(clock.Now())
+	if !ok || cut.After(signed) {
+		t.Fatalf("Cutoff = %s, %v; want at or before the claim signed at %s", cut, ok, signed)
+	}
+}
