@@ -49,7 +49,15 @@ type quotaHarness struct {
 
 func newQuotaHarness(t *testing.T, env map[string]string) *quotaHarness {
 	t.Helper()
-	h := newIngestHarness(t, harnessOptions{Env: env})
+	return newQuotaHarnessAt(t, env, time.Time{})
+}
+
+// newQuotaHarnessAt is newQuotaHarness with the clocks starting at epoch
+// (zero: now), for a test whose warnings must fall in one clock hour
+// whatever the time it runs.
+func newQuotaHarnessAt(t *testing.T, env map[string]string, epoch time.Time) *quotaHarness {
+	t.Helper()
+	h := newIngestHarness(t, harnessOptions{Env: env, Epoch: epoch})
 	h.createEnv("demo-harbor")
 	return &quotaHarness{ingestHarness: h, key: h.issue("demo-harbor")}
 }

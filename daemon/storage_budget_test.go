@@ -63,7 +63,9 @@ func wantStorageQuota(t *testing.T, r apiResponse, what string) {
 // "Quotas").
 func TestQuotaEnvironmentStorage(t *testing.T) {
 	const budget = 12_000
-	h := newQuotaHarness(t, map[string]string{"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES": fmt.Sprint(budget)})
+	// Ten minutes into an hour: the test's warnings all fall in it.
+	h := newQuotaHarnessAt(t, map[string]string{"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES": fmt.Sprint(budget)},
+		time.Date(2026, 12, 1, 10, 10, 0, 0, time.UTC))
 	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
