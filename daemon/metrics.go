@@ -140,7 +140,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "chalupa_disk_min_free_bytes", Help: "The free-space floor in force (CHALUPA_MIN_FREE_BYTES), in bytes; 0 is off.",
 		}, func() float64 { return float64(s.disk.Check().MinFreeBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chalupa_disk_low", Help: "1 while free space is below the floor: signed ingest other than heartbeats is refused 503 disk_low.",
+			Name: "chalupa_disk_low", Help: "1 from free space falling below the floor until it is back above the floor plus its margin: signed ingest other than heartbeats is refused 503 disk_low.",
 		}, func() float64 {
 			if s.disk.Check().Low {
 				return 1

@@ -99,8 +99,11 @@ const (
 	// DefaultLogBurst is an hour's backlog of one service (60 chunks, two
 	// requests each): a replay after an outage ships without a refusal.
 	DefaultLogBurst = 120
-	// DefaultEnvironmentLogRequestsPerMinute is 100 deployments at
-	// the honest rate of three services, tripled.
+	// DefaultEnvironmentLogRequestsPerMinute is 100 deployments shipping
+	// the default allowlist's three services (logs.DefaultServices) at a
+	// chunk a minute each: three times the steady state, where only the
+	// agent's own unit logs every minute, but no headroom once all three
+	// are busy on every droplet (docs/operations.md, "Quotas").
 	DefaultEnvironmentLogRequestsPerMinute = 600
 
 	// MaxQuota is the largest value a quota accepts; larger would be

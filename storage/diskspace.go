@@ -26,7 +26,24 @@ const (
 	// reused: at most one statfs every 5 s however many requests ask,
 	// and a guard lifts within 5 s of space returning under traffic.
 	DiskCheckInterval = 5 * time.Second
+	// diskLiftFraction and maxDiskLiftMargin make the guard's lifting
+	// margin (LiftMarginFor): once low, it lifts only when free space is
+	// back to the floor plus 1/16 of it, at most 256 MiB (64 MiB for the
+	// 1 GiB default). Free space near the floor moves by megabytes within
+	// seconds — the WAL, Litestream's L0 files and their retention, other
+	// processes' logs — and without a margin the guard would flip with each
+	// measurement, recording a disk-low and a disk-low-lifted event (never
+	// pruned) every few seconds and letting ingest in and out in turn.
+	diskLiftFraction  = 16
+	maxDiskLiftMargin = 256 << 20
 )
+
+// LiftMarginFor is how far above the floor minFree (bytes) free space must
+// be before a guard that is low lifts (bytes): 1/16 of the floor, at most
+// 256 MiB; 0 when the guard is off (docs/operations.md, "Quotas").
+func LiftMarginFor(minFree uint64) uint64 {
+	return min(minFree/diskLiftFraction, maxDiskLiftMargin)
+}
 
 // ErrStatfsUnsupported is returned by Statfs where the platform has no
 // statfs: the guard then never refuses.
@@ -63,8 +80,9 @@ type DiskState struct {
 	FreeBytes, TotalBytes uint64
 	// MinFreeBytes is the floor in force (MinFreeFor); 0 is off.
 	MinFreeBytes uint64
-	// Low is true while FreeBytes is below MinFreeBytes: signed ingest
-	// other than heartbeats is refused 503 disk_low.
+	// Low is true once FreeBytes fell below MinFreeBytes, until it is
+	// back to MinFreeBytes plus LiftMarginFor(MinFreeBytes): signed
+	// ingest other than heartbeats is refused 503 disk_low.
 	Low bool
 	// LowSince is when Low last turned true (zero while not low).
 	LowSince time.Time
@@ -166,7 +184,10 @@ func (g *DiskGuard) measureLocked(now time.Time) DiskState {
 		}
 	} else {
 		st.MinFreeBytes = MinFreeFor(g.configured, sp.Total)
-		st.Low = sp.Free < st.MinFreeBytes
+		// Low below the floor; once low, until the floor plus its lifting
+		// margin, so free space that hovers at the floor does not flip
+		// the guard at every measurement.
+		st.Low = sp.Free < st.MinFreeBytes || (prev.Low && sp.Free < st.MinFreeBytes+LiftMarginFor(st.MinFreeBytes))
 	}
 	switch {
 	case st.Low && prev.Low:

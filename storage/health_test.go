@@ -264,6 +264,67 @@ func TestDiskGuard(t *testing.T) {
 	}
 }
 
+// TestDiskGuardLiftsAboveAMargin: free space that hovers at the floor does
+// not flip the guard at every measurement. Once low, it lifts only when
+// free space is back to the floor plus its margin (1/16 of the floor, at
+// most 256 MiB), and each episode signals once on and once off.
+func TestDiskGuardLiftsAboveAMargin(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		floor, margin uint64
+	}{
+		{"default 1 GiB floor", 1 << 30, 64 << 20},
+		{"large floor, capped", 64 << 30, 256 << 20},
+		{"small floor", 1 << 20, 64 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LiftMarginFor(tc.floor); got != tc.margin {
+				t.Fatalf("LiftMarginFor(%d) = %d, want %d", tc.floor, got, tc.margin)
+			}
+			var free uint64
+			g := NewDiskGuard(DiskGuardConfig{Path: "/data", MinFreeBytes: int64(tc.floor), Interval: -1,
+				Statfs: func(string) (DiskSpace, error) { return DiskSpace{Free: free, Total: 1 << 50}, nil }})
+			signals := func() int {
+				n := 0
+				for {
+					select {
+					case <-g.Changed():
+						n++
+					default:
+						return n
+					}
+				}
+			}
+			free = tc.floor - 1
+			if !g.Check().Low {
+				t.Fatal("below the floor: not low")
+			}
+			// Hovering just above and below the floor, within the margin.
+			for _, f := range []uint64{tc.floor + 1, tc.floor - 4096, tc.floor + tc.margin/2, tc.floor + tc.margin - 1} {
+				free = f
+				if st := g.Check(); !st.Low {
+					t.Fatalf("free %d (floor %d, margin %d): lifted, want low until the floor plus the margin", f, tc.floor, tc.margin)
+				}
+			}
+			if n := signals(); n != 1 {
+				t.Fatalf("%d signals while hovering, want the one of turning low", n)
+			}
+			free = tc.floor + tc.margin
+			if g.Check().Low {
+				t.Fatal("at the floor plus the margin: still low")
+			}
+			// Lifted, it turns low again only below the floor itself.
+			free = tc.floor
+			if g.Check().Low {
+				t.Fatal("at the floor after lifting: low, want low only below it")
+			}
+			if n := signals(); n != 1 {
+				t.Fatalf("%d signals after lifting, want one", n)
+			}
+		})
+	}
+}
+
 // Statfs measures a real filesystem.
 func TestStatfs(t *testing.T) {
 	sp, err := Statfs(t.TempDir())

@@ -340,6 +340,23 @@ func (w *Writer) run(batch []writeReq) {
 			units++
 		}
 	}
+	if units == 0 {
+		// Every unit failed or was skipped, so every savepoint was rolled
+		// back: nothing to make durable. Roll the transaction back instead
+		// of committing it, so a batch of refusals (a flood of requests
+		// that each claim their nonce and are refused) appends no WAL
+		// frames, costs no fsync and wakes no replication
+		// (docs/operations.md, "Storage and the writer").
+		if err := tx.Rollback(); err != nil {
+			_, _ = w.db.Exec("ROLLBACK")
+		}
+		w.noteBatch(results, false, 0)
+		for i, r := range batch {
+			r.done <- results[i]
+		}
+		w.prepareWanted()
+		return
+	}
 	commitStart := time.Now()
 	committed := false
 	if err := tx.Commit(); err != nil {

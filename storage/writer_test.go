@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -76,6 +77,55 @@ func TestWriterUnitIsolation(t *testing.T) {
 	}
 	if commits < 1 || commits > units {
 		t.Fatalf("commits = %d", commits)
+	}
+}
+
+// A batch whose units all fail commits nothing: no COMMIT, no commit hook
+// (which wakes replication), no WAL frames. A flood of refused requests,
+// each claiming its nonce inside a unit and rolled back, costs the disk
+// nothing; one unit that succeeds commits its batch as before.
+func TestWriterCommitsNothingWhenEveryUnitFails(t *testing.T) {
+	db := openTestDB(t)
+	hooked := 0
+	db.Writer.SetCommitHook(func() { hooked++ })
+	wal := func() int64 {
+		fi, err := os.Stat(db.Path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	commits0, _ := db.Writer.Stats()
+	wal0 := wal()
+	refused := errors.New("refused")
+	for i := range 50 {
+		err := db.Writer.Do(context.Background(), func(tx Tx) error {
+			if _, err := tx.Exec(`INSERT INTO t (k) VALUES (?)`, fmt.Sprint("nonce-", i)); err != nil {
+				return err
+			}
+			return refused
+		})
+		if !errors.Is(err, refused) {
+			t.Fatalf("unit %d: err = %v, want its refusal", i, err)
+		}
+	}
+	if commits, _ := db.Writer.Stats(); commits != commits0 || hooked != 0 {
+		t.Fatalf("50 refused units: %d commits and %d commit hooks, want none", commits-commits0, hooked)
+	}
+	if w := wal(); w != wal0 {
+		t.Fatalf("50 refused units grew the WAL from %d to %d bytes", wal0, w)
+	}
+	if n := count(t, db); n != 0 {
+		t.Fatalf("rows = %d, want none", n)
+	}
+	if err := db.Writer.Do(context.Background(), func(tx Tx) error {
+		_, err := tx.Exec(`INSERT INTO t (k) VALUES ('kept')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if commits, _ := db.Writer.Stats(); commits != commits0+1 || hooked != 1 || count(t, db) != 1 {
+		t.Fatalf("a unit that succeeds: %d commits, %d hooks, %d rows; want 1, 1, 1", commits-commits0, hooked, count(t, db))
 	}
 }
 

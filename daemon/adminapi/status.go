@@ -62,9 +62,10 @@ type StorageHealth struct {
 	// MinFreeBytes is the free-space floor in force (CHALUPA_MIN_FREE_BYTES),
 	// in bytes; 0 is off.
 	MinFreeBytes uint64 `json:"minFreeBytes"`
-	// DiskLow is true while FreeBytes is below MinFreeBytes: signed ingest
-	// other than heartbeats is refused 503 disk_low. DiskLowSince is when
-	// it began.
+	// DiskLow is true from FreeBytes falling below MinFreeBytes until it
+	// is back to MinFreeBytes plus its margin (storage.LiftMarginFor):
+	// signed ingest other than heartbeats is refused 503 disk_low.
+	// DiskLowSince is when it began.
 	DiskLow      bool      `json:"diskLow"`
 	DiskLowSince time.Time `json:"diskLowSince,omitzero"`
 	// DiskError is why free space could not be measured ("" when it
