@@ -100,9 +100,9 @@ type layoutView struct {
 	ClockWarning string
 	// ModeWarning is Deps.ModeWarning.
 	ModeWarning string
-	SignedIn     bool
-	CSRF         string
-	Page         any
+	SignedIn    bool
+	CSRF        string
+	Page        any
 }
 
 // replication states the replica's health in words: a warning while it
