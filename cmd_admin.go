@@ -183,6 +183,13 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		} else if sh.LastFault != "" {
 			fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
 		}
+		// Every time the reaper or costs are not fully on
+		// (docs/operations.md, "Configuration").
+		fmt.Fprintf(tw, "reaper\t%s\n", st.ReaperMode)
+		fmt.Fprintf(tw, "costs\t%s\n", st.Costs)
+		for _, n := range st.ModeNotes {
+			fmt.Fprintf(tw, "warning\t%s\n", n)
+		}
 		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
 			for _, l := range clockLines(c) {
 				fmt.Fprintf(tw, "reaper %s\n", l)

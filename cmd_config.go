@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/chalupa-run/chalupa/daemon"
@@ -34,6 +35,9 @@ func (c *configCheckCmd) Run() error {
 	if cfg.ReplicaSharesDataDisk() {
 		note = replicaSharesDiskNote
 	}
+	// The reaper's and costs' modes and any deprecated variable, every
+	// time (docs/operations.md, "Configuration").
+	notes := append(cfg.ModeNotes(), cfg.Warnings...)
 	if c.JSON {
 		m := map[string]string{}
 		for _, r := range rows {
@@ -41,6 +45,9 @@ func (c *configCheckCmd) Run() error {
 		}
 		if note != "" {
 			m["note"] = note
+		}
+		if len(notes) > 0 {
+			m["warnings"] = strings.Join(notes, "; ")
 		}
 		return json.NewEncoder(os.Stdout).Encode(m)
 	}
@@ -50,6 +57,9 @@ func (c *configCheckCmd) Run() error {
 	}
 	if note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", note)
+	}
+	for _, w := range notes {
+		fmt.Fprintf(tw, "warning\t%s\n", w)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -96,6 +96,10 @@ type Deps struct {
 	// ClockWarning says, in words, what the reaper's clock guard holds
 	// ("" when nothing: docs/operations.md, "Reaper"); nil shows nothing.
 	ClockWarning func() string
+	// ModeWarning says, in words, that the reaper or costs are not fully
+	// on ("" when the reaper is live and costs on); the layout shows it
+	// on every page (docs/operations.md, "Configuration").
+	ModeWarning string
 	// CostRule is the billing rule estimates apply.
 	CostRule cost.Rule
 	// StorageBudget is every environment's storage budget

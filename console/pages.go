@@ -98,9 +98,11 @@ type layoutView struct {
 	ReplOK      string
 	// ClockWarning is the reaper's clock guard while it holds.
 	ClockWarning string
-	SignedIn     bool
-	CSRF         string
-	Page         any
+	// ModeWarning is Deps.ModeWarning.
+	ModeWarning string
+	SignedIn    bool
+	CSRF        string
+	Page        any
 }
 
 // replication states the replica's health in words: a warning while it
@@ -133,6 +135,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
 		lv.SignedIn, lv.CSRF = true, s.CSRFToken
+		// Signed in only: the fleet's configuration is not for the
+		// login page.
+		lv.ModeWarning = c.d.ModeWarning
 	}
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", lv); err != nil {

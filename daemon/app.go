@@ -226,6 +226,11 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		return nil
 	}
 	a.Keys, a.Sealer = keys, sealer
+	// The reaper's and costs' modes and deprecated variables, every start
+	// (docs/operations.md, "Configuration").
+	for _, w := range append(cfg.ModeNotes(), cfg.Warnings...) {
+		log.Warn().Msg(w)
+	}
 	if off := cfg.UnlimitedQuotas(); len(off) > 0 {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}

@@ -118,9 +118,22 @@ type Config struct {
 	// "Console").
 	TrustedProxies []netip.Prefix `json:"CHALUPA_TRUSTED_PROXIES"`
 
-	// ReaperDryRun makes the reaper record reaper-would-destroy events and
-	// destroy nothing (docs/operations.md, "Reaper").
-	ReaperDryRun bool `json:"CHALUPA_REAPER_DRY_RUN"`
+	// ReaperMode is the effective reaper mode, ReaperModeLive, ReaperModeDryRun or
+	// ReaperModeOff (CHALUPA_REAPER; unset on a loopback listener it is live
+	// with DIGITALOCEAN_WRITE_TOKEN and off without: docs/operations.md,
+	// "Configuration").
+	ReaperMode string `json:"CHALUPA_REAPER"`
+	// ReaperDryRun is ReaperMode == ReaperModeDryRun: the reaper records
+	// reaper-would-destroy events and destroys nothing (docs/operations.md,
+	// "Reaper").
+	ReaperDryRun bool `json:"-"`
+	// Costs is whether cost reconciliation runs (CHALUPA_COSTS; unset on a
+	// loopback listener it is on with DIGITALOCEAN_READ_TOKEN and off
+	// without: docs/operations.md, "Configuration").
+	Costs bool `json:"CHALUPA_COSTS"`
+	// Warnings are what config check and serve say about a configuration
+	// they accept: a deprecated variable and its replacement.
+	Warnings []string `json:"-"`
 	// ReaperCIFreshness is how long a heartbeat's CI report counts as live
 	// (reaper.DefaultCIFreshness unless set).
 	ReaperCIFreshness time.Duration `json:"CHALUPA_REAPER_CI_FRESHNESS"`
@@ -195,9 +208,9 @@ func (c *Config) provisionToken() Secret {
 }
 
 // reaperOffMessage is what the log and a refused reaper tick say when
-// DIGITALOCEAN_WRITE_TOKEN is not set (docs/operations.md, "Reaper"); the
-// variable is named only in this file.
-const reaperOffMessage = "DIGITALOCEAN_WRITE_TOKEN is not set: the reaper does not run"
+// CHALUPA_REAPER is off or, on loopback, DIGITALOCEAN_WRITE_TOKEN is not set
+// (docs/operations.md, "Reaper"); the variables are named only here.
+const reaperOffMessage = "the reaper is off (CHALUPA_REAPER=off, or DIGITALOCEAN_WRITE_TOKEN is not set): the reaper does not run"
 
 // writeToken is DIGITALOCEAN_WRITE_TOKEN ("" when unset), for the wiring
 // that hands it to the reaper.
@@ -283,6 +296,11 @@ func LoadConfig(env Getenv) (*Config, error) {
 		bad("CHALUPA_ORIGIN must be an absolute http(s) URL")
 	} else if u.Scheme != "https" && !origin.IsLoopbackHost(u.Hostname()) {
 		bad("CHALUPA_ORIGIN must use https unless its host is loopback")
+	} else if u.Scheme != "https" && listenOK && !loopback {
+		// A public listener behind a plain-http loopback origin: the
+		// console's cookies and origin checks would name a host nobody
+		// reaches it by (docs/operations.md, "Configuration").
+		bad("CHALUPA_ORIGIN must use https when CHALUPA_LISTEN is not a loopback address (the public https origin)")
 	} else if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
 		bad("CHALUPA_ORIGIN must be an origin (scheme and host only)")
 	} else {
@@ -424,13 +442,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 		b.set(f)
 	}
 
-	switch v := strings.ToLower(get("CHALUPA_REAPER_DRY_RUN")); v {
-	case "", "false", "0":
-	case "true", "1":
-		c.ReaperDryRun = true
-	default:
-		bad("CHALUPA_REAPER_DRY_RUN must be true or false")
-	}
+	c.checkModes(get, bad, loopback || !listenOK)
 	c.ReaperCIFreshness = reaper.DefaultCIFreshness
 	if v := get("CHALUPA_REAPER_CI_FRESHNESS"); v != "" {
 		// At least a minute (two heartbeats' worth would still be too
@@ -776,7 +788,8 @@ func (c *Config) Redacted() [][2]string {
 		{"PULUMI_HOME", str(c.PulumiHome)},
 		{"CHALUPA_SSH_PORT", strconv.Itoa(c.SSHPort)},
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},
-		{"CHALUPA_REAPER_DRY_RUN", strconv.FormatBool(c.ReaperDryRun)},
+		{"CHALUPA_REAPER", c.ReaperMode},
+		{"CHALUPA_COSTS", onOff(c.Costs)},
 		{"CHALUPA_REAPER_CI_FRESHNESS", c.ReaperCIFreshness.String()},
 		{"CHALUPA_MIN_FREE_BYTES", minFreeText(c.MinFreeBytes)},
 		{"CHALUPA_REAPER_MAX_DESTROY", strconv.Itoa(c.ReaperMaxDestroy) + " a minute"},

@@ -553,3 +553,114 @@ func TestLoadConfigMinFreeBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigExplicitModes: on a non-loopback listener the reaper and costs
+// are either backed by their tokens or switched off by name; the
+// deprecated CHALUPA_REAPER_DRY_RUN still works with a warning; on
+// loopback nothing set still starts (docs/operations.md, "Configuration").
+func TestConfigExplicitModes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		set  map[string]string // over goodEnv; "" deletes
+		// want are the strings every refusal names ("" row: accepted).
+		want []string
+		// mode, costs and warn check an accepted configuration.
+		mode  string
+		costs bool
+		warn  string
+	}{
+		{name: "production with both tokens", mode: daemon.ReaperModeLive, costs: true},
+		{name: "no write token, mode unset", set: map[string]string{"DIGITALOCEAN_WRITE_TOKEN": ""},
+			want: []string{"DIGITALOCEAN_WRITE_TOKEN", "CHALUPA_REAPER=off", "chalupa config check"}},
+		{name: "no write token, live", set: map[string]string{"DIGITALOCEAN_WRITE_TOKEN": "", "CHALUPA_REAPER": "live"},
+			want: []string{"DIGITALOCEAN_WRITE_TOKEN", "CHALUPA_REAPER=off"}},
+		{name: "no write token, dry run", set: map[string]string{"DIGITALOCEAN_WRITE_TOKEN": "", "CHALUPA_REAPER": "dry-run"},
+			want: []string{"DIGITALOCEAN_WRITE_TOKEN", "CHALUPA_REAPER=off"}},
+		{name: "no write token, reaper off", set: map[string]string{"DIGITALOCEAN_WRITE_TOKEN": "", "CHALUPA_REAPER": "off"},
+			mode: daemon.ReaperModeOff, costs: true},
+		{name: "write token, reaper off", set: map[string]string{"CHALUPA_REAPER": "off"}, mode: daemon.ReaperModeOff, costs: true},
+		{name: "reaper mode unknown", set: map[string]string{"CHALUPA_REAPER": "sometimes-9f9f"}, want: []string{"CHALUPA_REAPER must be"}},
+		{name: "no read token, costs unset", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": ""},
+			want: []string{"DIGITALOCEAN_READ_TOKEN", "CHALUPA_COSTS=off", "chalupa config check"}},
+		{name: "no read token, costs on", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": "", "CHALUPA_COSTS": "on"},
+			want: []string{"DIGITALOCEAN_READ_TOKEN", "CHALUPA_COSTS=off"}},
+		{name: "no read token, costs off", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": "", "CHALUPA_COSTS": "off"},
+			mode: daemon.ReaperModeLive, costs: false},
+		{name: "costs unknown", set: map[string]string{"CHALUPA_COSTS": "maybe-5e5e"}, want: []string{"CHALUPA_COSTS must be"}},
+		{name: "costs on without a volume rate", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": ""},
+			want: []string{"DO_VOLUME_USD_PER_GIB_MONTH", "CHALUPA_COSTS=off"}},
+		{name: "costs off without a volume rate", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "", "CHALUPA_COSTS": "off"},
+			mode: daemon.ReaperModeLive, costs: false},
+		{name: "plain-http loopback origin behind a public listener", set: map[string]string{"CHALUPA_ORIGIN": "http://127.0.0.1:8443"},
+			want: []string{"CHALUPA_ORIGIN must use https"}},
+		{name: "deprecated dry run alone", set: map[string]string{"CHALUPA_REAPER_DRY_RUN": "true"},
+			mode: daemon.ReaperModeDryRun, costs: true, warn: "replace it with CHALUPA_REAPER=dry-run"},
+		{name: "deprecated dry run false", set: map[string]string{"CHALUPA_REAPER_DRY_RUN": "false"},
+			mode: daemon.ReaperModeLive, costs: true, warn: "replace it with CHALUPA_REAPER=live"},
+		{name: "deprecated dry run agreeing", set: map[string]string{"CHALUPA_REAPER_DRY_RUN": "1", "CHALUPA_REAPER": "dry-run"},
+			mode: daemon.ReaperModeDryRun, costs: true, warn: "CHALUPA_REAPER_DRY_RUN is deprecated"},
+		{name: "deprecated dry run disagreeing", set: map[string]string{"CHALUPA_REAPER_DRY_RUN": "true", "CHALUPA_REAPER": "live"},
+			want: []string{"CHALUPA_REAPER and the deprecated CHALUPA_REAPER_DRY_RUN disagree"}},
+		// The embedded default: loopback with nothing set starts with the
+		// reaper and costs off, as before.
+		{name: "loopback, nothing set", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:8443", "CHALUPA_ORIGIN": "",
+			"DIGITALOCEAN_WRITE_TOKEN": "", "DIGITALOCEAN_READ_TOKEN": "", "DO_VOLUME_USD_PER_GIB_MONTH": ""},
+			mode: daemon.ReaperModeOff, costs: false},
+		{name: "loopback with tokens, no volume rate", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:8443", "CHALUPA_ORIGIN": "",
+			"DO_VOLUME_USD_PER_GIB_MONTH": ""},
+			mode: daemon.ReaperModeLive, costs: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := goodEnv(t.TempDir())
+			for k, v := range tc.set {
+				if v == "" {
+					delete(env, k)
+				} else {
+					env[k] = v
+				}
+			}
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if len(tc.want) > 0 {
+				if err == nil {
+					t.Fatalf("accepted (reaper %s, costs %v), want a refusal naming %q", cfg.ReaperMode, cfg.Costs, tc.want)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("refusal does not say %q:\n%v", w, err)
+					}
+				}
+				for _, v := range []string{"sometimes-9f9f", "maybe-5e5e", "127.0.0.1:8443"} {
+					if strings.Contains(err.Error(), v) {
+						t.Errorf("refusal repeats the value %q", v)
+					}
+				}
+				for _, k := range secretVars {
+					if v := env[k]; v != "" && strings.Contains(err.Error(), v) {
+						t.Errorf("refusal contains the value of %s", k)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if cfg.ReaperMode != tc.mode || cfg.ReaperDryRun != (tc.mode == daemon.ReaperModeDryRun) || cfg.Costs != tc.costs {
+				t.Errorf("reaper %q (dry run %v), costs %v; want %q, %v", cfg.ReaperMode, cfg.ReaperDryRun, cfg.Costs, tc.mode, tc.costs)
+			}
+			warnings := strings.Join(cfg.Warnings, "\n")
+			if (tc.warn == "") != (warnings == "") || !strings.Contains(warnings, tc.warn) {
+				t.Errorf("warnings %q, want %q", warnings, tc.warn)
+			}
+			notes := strings.Join(cfg.ModeNotes(), "\n")
+			if got := strings.Contains(notes, "the reaper is off"); got != (tc.mode == daemon.ReaperModeOff) {
+				t.Errorf("mode notes %q for reaper %s", notes, tc.mode)
+			}
+			if got := strings.Contains(notes, "costs are off"); got != !tc.costs {
+				t.Errorf("mode notes %q for costs %v", notes, tc.costs)
+			}
+		})
+	}
+}

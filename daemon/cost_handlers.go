@@ -151,13 +151,14 @@ func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.
 }
 
 // newCostReconciler builds the reconciler on the read-token client (nil,
-// nil without one).
+// nil without one, or with CHALUPA_COSTS=off: docs/operations.md,
+// "Configuration").
 //
 // customers builds each customer organization's client from its own active
 // token: inventory lists, adopts and ends only that organization's
 // droplets with it; prices still come from the read token.
 func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
-	if client == nil {
+	if client == nil || !cfg.Costs {
 		return nil, nil
 	}
 	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),

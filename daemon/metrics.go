@@ -85,6 +85,29 @@ func newMetrics(s *Server) *metrics {
 	for _, q := range ingest.QuotaNames {
 		m.quotaRefused.WithLabelValues(q) // every quota's series exists from the start, at 0
 	}
+	// The reaper's and costs' modes, one series each (docs/operations.md,
+	// "Configuration").
+	reaperMode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chalupa_reaper_mode", Help: "1 for the reaper's mode (CHALUPA_REAPER: live, dry-run or off), 0 for the others.",
+	}, []string{"mode"})
+	for _, mode := range ReaperModes {
+		v := 0.0
+		if mode == s.cfg.ReaperMode {
+			v = 1
+		}
+		reaperMode.WithLabelValues(mode).Set(v)
+	}
+	costsMode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chalupa_costs_mode", Help: "1 for the cost reconciler's mode (CHALUPA_COSTS: on or off), 0 for the other.",
+	}, []string{"mode"})
+	for _, mode := range []string{CostsOn, CostsOff} {
+		v := 0.0
+		if mode == onOff(s.cfg.Costs) {
+			v = 1
+		}
+		costsMode.WithLabelValues(mode).Set(v)
+	}
+	m.reg.MustRegister(reaperMode, costsMode)
 	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, lockWait, commitTime, m.shed, m.quotaRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),

@@ -46,7 +46,7 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 	if customers != nil {
 		rc.Customers = customers
 	}
-	if tok := cfg.writeToken(); tok != "" {
+	if tok := cfg.writeToken(); tok != "" && cfg.ReaperMode != ReaperModeOff {
 		write, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(tok.Reveal()), Label: "write",
 			Version: Version, Clock: clock, Logger: log})
 		if err != nil {
@@ -54,7 +54,7 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 		}
 		rc.Credentials = reaper.Platform{Write: write}
 	} else {
-		log.Warn().Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
+		log.Warn().Str("reaper", ReaperModeOff).Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}
 	return reaper.New(rc), nil
 }

@@ -8,6 +8,7 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jonboulle/clockwork"
@@ -169,7 +170,7 @@ func newServer(d serverDeps) (*Server, error) {
 	// Admin operations, one handler set per domain, each holding only its
 	// own dependencies.
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: guard}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: guard, cfg: d.Config}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -247,7 +248,8 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: Version, Origin: d.Config.Origin,
-		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) }})
+		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
+		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

@@ -24,6 +24,8 @@ type statusHandlers struct {
 	disk *storage.DiskGuard
 	// guard is the reaper's clock guard.
 	guard *clockguard.Guard
+	// cfg gives the reaper's and costs' modes.
+	cfg *Config
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -46,6 +48,9 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		Loops:         h.loops(),
 		Storage:       toAPIStorage(h.db.Writer.StorageHealth(), h.disk.Check()),
 		ReaperClock:   clockWire(h.guard.Evaluate()),
+		ReaperMode:    h.cfg.ReaperMode,
+		Costs:         onOff(h.cfg.Costs),
+		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
 	}, nil
 }
 

@@ -48,6 +48,11 @@ type Metrics struct {
 	// Paced counts ticks stopped by CHALUPA_REAPER_MAX_DESTROY
 	// (chalupa_reaper_paced_total).
 	Paced prometheus.Counter
+	// Troubles counts the reaper's own trouble events recorded, by kind:
+	// reaper-token-refused, reaper-rate-limited, reaper-overdue; at most
+	// one of each an hour (chalupa_reaper_trouble_events_total;
+	// docs/operations.md, "Reaper").
+	Troubles *prometheus.CounterVec
 }
 
 // NewMetrics creates the reaper's series and registers them with reg.
@@ -98,9 +103,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "chalupa_reaper_paced_total",
 			Help: "Ticks stopped by the destroy pace (CHALUPA_REAPER_MAX_DESTROY per minute).",
 		}),
+		Troubles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chalupa_reaper_trouble_events_total",
+			Help: "The reaper's own trouble events recorded (at most one of each kind an hour), by kind: reaper-token-refused, reaper-rate-limited, reaper-overdue.",
+		}, []string{"kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.TokensInvalidated, m.Ticks, m.NextWakeup,
-		m.ClockSuspect, m.HeldEnvironments, m.Held, m.Paced} {
+		m.ClockSuspect, m.HeldEnvironments, m.Held, m.Paced, m.Troubles} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register reaper metrics: %w", err)
 		}
@@ -110,6 +119,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage} {
 		m.Held.WithLabelValues(h)
+	}
+	for _, k := range TroubleKinds {
+		m.Troubles.WithLabelValues(k)
 	}
 	for _, r := range []string{"ok", "error", "rate-limited"} {
 		m.Ticks.WithLabelValues(r)

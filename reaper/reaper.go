@@ -216,6 +216,8 @@ type Reaper struct {
 	// environment.
 	raised     map[string]string
 	massRaised map[string]string
+	// troubled is the last trouble event id per kind (troubles.go).
+	troubled map[string]string
 
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
@@ -226,7 +228,7 @@ func New(c Config) *Reaper {
 	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials, customers: c.Customers,
 		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{},
 		clockGuard: c.Guard, grace: c.Grace, maxDestroy: c.MaxDestroy, storageFault: c.StorageFault,
-		raised: map[string]string{}, massRaised: map[string]string{}}
+		raised: map[string]string{}, massRaised: map[string]string{}, troubled: map[string]string{}}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
 	}
@@ -450,6 +452,9 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	if r.creds == nil {
 		return res, ErrNotConfigured
 	}
+	// Whatever holds them, deployments an hour past their deadline are
+	// the reaper's trouble, said as an event (troubles.go).
+	r.checkOverdue(ctx, start)
 	var due []storage.ReaperCandidate
 	if until := r.limitedUntil(); start.Before(until) {
 		res.RateLimitedUntil = until
@@ -670,8 +675,17 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 			r.metrics.RateLimited.Inc()
 		}
 		r.log.Warn().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Time("retry_at", at).Msg("write token rate-limited; the reaper waits")
+		r.trouble(ctx, KindRateLimited, fmt.Sprintf("DigitalOcean rate-limited the write token: the reaper destroys nothing before %s, the provider's retry time (docs/operations.md, \"Reaper\")",
+			at.UTC().Format(time.RFC3339)), now)
 		o.Action = ActionRateLimited
 		return o
+	}
+	if errors.Is(err, doclient.ErrUnauthorized) || errors.Is(err, doclient.ErrForbidden) {
+		// Retried with the back-off below, but said as an event: no
+		// retry fixes a revoked or under-scoped token (docs/operations.md,
+		// "Reaper").
+		r.trouble(ctx, KindTokenRefused, fmt.Sprintf("DigitalOcean refused DIGITALOCEAN_WRITE_TOKEN (%s) on a droplet call: nothing is destroyed until the token is replaced with a valid one holding the droplet scopes (docs/operations.md, \"Reaper\")",
+			statusOf(err)), now)
 	}
 	k := key(c)
 	r.mu.Lock()

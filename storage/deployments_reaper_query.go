@@ -288,3 +288,26 @@ func ReaperMassDue(ctx context.Context, q Querier, now time.Time, fresh time.Dur
 	}
 	return out, rows.Err()
 }
+
+// deadlineSQL is decideAtSQL without the reaper's hold: when the
+// deployment's own deadline fell.
+const deadlineSQL = `min(coalesce(d.session_expires_at, 9223372036854775807),
+	        CASE WHEN d.ci_active = 1
+	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
+	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END)`
+
+// ReaperOverdue counts the active deployments the platform write token
+// reaps whose own deadline (holds aside) is at or before before: what the
+// reaper should have destroyed by then (docs/operations.md, "Reaper").
+// fresh is the CI freshness, as for ReaperDue.
+func ReaperOverdue(ctx context.Context, q Querier, before time.Time, fresh time.Duration) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx,
+		`SELECT count(*) FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.status = 'active' AND `+platformScopeSQL+` AND `+deadlineSQL+` <= ?2`,
+		fresh.Milliseconds(), ms(before)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("reaper overdue: %w", err)
+	}
+	return n, nil
+}

@@ -38,6 +38,14 @@ type Status struct {
 	// ReaperClock is the reaper's clock guard (docs/operations.md,
 	// "Reaper").
 	ReaperClock ClockGuard `json:"reaperClock"`
+	// ReaperMode is the reaper's mode: live, dry-run or off
+	// (CHALUPA_REAPER; docs/operations.md, "Configuration").
+	ReaperMode string `json:"reaperMode"`
+	// Costs is on or off (CHALUPA_COSTS).
+	Costs string `json:"costs"`
+	// ModeNotes say, in words, that the reaper or costs are not fully on
+	// (none when the reaper is live and costs on).
+	ModeNotes []string `json:"modeNotes"`
 }
 
 // StorageHealth is the writer's storage health and the free-space guard

@@ -103,9 +103,9 @@ func (c *Client) reserve(op string) error {
 }
 
 // observe records the rate headers of an answer and, on a 429, blocks the
-// client until the reset: Retry-After when the API sent one, else
-// RateLimit-Reset when the hour is spent, else MinBackoff; at most
-// MaxBackoff.
+// client until the reset: Retry-After when the API sent one (even when
+// RateLimit-Reset is later), else RateLimit-Reset when the hour is spent,
+// else MinBackoff; at most MaxBackoff.
 func (c *Client) observe(op string, resp *godo.Response) {
 	if resp == nil || resp.Response == nil {
 		return
@@ -124,9 +124,15 @@ func (c *Client) observe(op string, resp *godo.Response) {
 	c.limited++
 	var until time.Time
 	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		// The provider said when to come back: that wins over the
+		// window's reset, even with the hour spent, so one 429 does not
+		// freeze the token for up to an hour; the spent hour's gate in
+		// reserve opens then too (docs/operations.md, "DigitalOcean API").
 		until = now.Add(time.Duration(secs) * time.Second)
-	}
-	if c.hourKnown && c.hourLeft <= 0 && c.hourReset.After(until) {
+		if c.hourKnown && c.hourLeft <= 0 && c.hourReset.After(until) {
+			c.hourReset = until
+		}
+	} else if c.hourKnown && c.hourLeft <= 0 && c.hourReset.After(until) {
 		until = c.hourReset
 	}
 	until = later(until, now.Add(MinBackoff))

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -759,5 +760,42 @@ func TestTags(t *testing.T) {
 		if doclient.ValidTag(tag) != ok || dofake.ValidTag(tag) != ok {
 			t.Errorf("ValidTag(%q) != %v", tag, ok)
 		}
+	}
+}
+
+// Test429RetryAfterSoonerThanReset: a 429 with the hour spent and a
+// Retry-After sooner than RateLimit-Reset waits Retry-After, not the whole
+// window: the provider said when to come back, and the next request then
+// goes out (docs/operations.md, "DigitalOcean API").
+func Test429RetryAfterSoonerThanReset(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	var calls atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("RateLimit-Limit", "5000")
+		w.Header().Set("RateLimit-Remaining", "0")
+		w.Header().Set("RateLimit-Reset", fmt.Sprint(epoch.Add(50*time.Minute).Unix()))
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(429)
+		fmt.Fprint(w, `{"id":"too_many_requests","message":"API Rate limit exceeded."}`)
+	}))
+	defer api.Close()
+	c, err := doclient.New(doclient.Config{BaseURL: api.URL, Token: sentinel, Label: "write", Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Account(ctx)
+	if at, _ := doclient.RetryAt(err); !at.Equal(epoch.Add(30 * time.Second)) {
+		t.Fatalf("retry at %v, want Retry-After (30 s), not RateLimit-Reset", at)
+	}
+	e.clock.Advance(29 * time.Second)
+	if _, err := c.Account(ctx); calls.Load() != 1 || !errors.Is(err, doclient.ErrRateLimited) {
+		t.Fatalf("before Retry-After: %d calls, %v; want the call held back", calls.Load(), err)
+	}
+	e.clock.Advance(time.Second)
+	_, _ = c.Account(ctx)
+	if calls.Load() != 2 {
+		t.Fatalf("after Retry-After the request was held back (%d calls)", calls.Load())
 	}
 }
