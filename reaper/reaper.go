@@ -684,7 +684,7 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 		// Retried with the back-off below, but said as an event: no
 		// retry fixes a revoked or under-scoped token (docs/operations.md,
 		// "Reaper").
-		r.trouble(ctx, KindTokenRefused, fmt.Sprintf("DigitalOcean refused DIGITALOCEAN_WRITE_TOKEN (%s) on a droplet call: nothing is destroyed until the token is replaced with a valid one holding the droplet scopes (docs/operations.md, \"Reaper\")",
+		r.trouble(ctx, KindTokenRefused, fmt.Sprintf("DigitalOcean refused the platform write token (%s) on a droplet call: nothing is destroyed until the token is replaced with a valid one holding the droplet scopes (docs/operations.md, \"Reaper\")",
 			statusOf(err)), now)
 	}
 	k := key(c)
