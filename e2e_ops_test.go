@@ -128,8 +128,11 @@ func opsOldDatabase(t *testing.T, dataDir, slug string) {
 	if _, err := db.Migrate(ctx, storage.MigrateOptions{FS: old}); err != nil {
 		t.Fatal(err)
 	}
+	// Plain SQL of that schema: today's queries read columns v11 lacks.
 	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
-		_, err := storage.CreateEnvironment(ctx, tx, slug, slug, time.Now())
+		now := time.Now().UnixMilli()
+		_, err := tx.ExecContext(ctx, `INSERT INTO environments (org_id, slug, name, status, created_at, updated_at)
+			VALUES (?, ?, ?, 'active', ?, ?)`, storage.PlatformOrgID, slug, slug, now, now)
 		return err
 	}); err != nil {
 		t.Fatal(err)
