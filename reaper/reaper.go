@@ -583,9 +583,18 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 	if r.dryRun {
 		return r.wouldDestroy(ctx, c, o)
 	}
-	// (2) Destroy; 404 is success.
+	// (2) Destroy; 404 is success. The due list was read when the tick
+	// began: re-read the deployment first, so a heartbeat (or a
+	// skew-refused contact) that came while the tick worked through the
+	// earlier ones saves its droplet.
 	result := doclient.DeleteAlreadyGone
 	if !gone {
+		if action, err := r.recheck(ctx, c, now); err != nil {
+			return r.dbFault(o, err)
+		} else if action != "" {
+			o.Action = action
+			return o
+		}
 		r.notePace()
 		if result, err = client.DeleteDroplet(ctx, int(id)); err != nil {
 			return r.failed(ctx, c, o, err, scope)
@@ -593,6 +602,29 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 	}
 	// (3)-(5) Claim, record, sink.
 	return r.claim(ctx, c, o, result)
+}
+
+// recheck re-reads c just before its DELETE: ActionLost when it is no
+// longer active, ActionNotDue when a heartbeat since the tick's read made
+// it not due or its agent's skew-refused contact is fresh; "" to destroy.
+// Errors: a database fault reading it.
+func (r *Reaper) recheck(ctx context.Context, c storage.ReaperCandidate, now time.Time) (string, error) {
+	cur, err := storage.ReaperCandidateByID(ctx, r.db.Read, c.EnvironmentID, c.DeploymentID, r.fresh)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case cur.Status != storage.DeploymentActive:
+		return ActionLost, nil
+	case !cur.Due(now):
+		return ActionNotDue, nil
+	}
+	if reasonAt(cur, now) == ReasonIdle {
+		if signed, age, ok := r.clockGuard.Contact(cur.EnvironmentSlug, cur.DeploymentID); ok && signed.After(cur.LastHeartbeatAt) && age < clockguard.ContactFresh {
+			return ActionNotDue, nil
+		}
+	}
+	return "", nil
 }
 
 // guard finds and checks the droplet of c. It returns the droplet id, or

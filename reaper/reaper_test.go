@@ -3,6 +3,7 @@ package reaper_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -510,4 +511,48 @@ func customerOrg(t *testing.T, db *storage.DB, slug string) int64 {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// hookedAPI runs onGet before each droplet lookup: what the fleet does
+// while a tick works through its due list.
+type hookedAPI struct {
+	doclient.DropletAPI
+	onGet func(id int)
+}
+
+func (h hookedAPI) GetDroplet(ctx context.Context, id int) (doclient.Droplet, error) {
+	h.onGet(id)
+	return h.DropletAPI.GetDroplet(ctx, id)
+}
+
+// TestHeartbeatDuringTheTickSavesTheDroplet: the due list is read once a
+// tick; a heartbeat that arrives while the tick destroys the earlier ones
+// moves the later deployment's deadline, so its droplet is not destroyed.
+func TestHeartbeatDuringTheTickSavesTheDroplet(t *testing.T) {
+	f := newFixture(t)
+	var env storage.Environment
+	var second storage.Deployment
+	var firstID int64
+	f.r = f.newReaper(func(c *reaper.Config) {
+		c.Credentials = reaper.Platform{Write: hookedAPI{DropletAPI: f.client, onGet: func(id int) {
+			if int64(id) == firstID {
+				storagetest.Heartbeat(t, f.db, storage.Heartbeat{EnvironmentID: env.ID, DeploymentID: second.ID, ReceivedAt: t0,
+					LastActivityAt: t0, LimitMinutes: 30})
+			}
+		}}}
+	})
+	env = f.env("harbor")
+	firstID = f.droplet(dofake.EnvTags("harbor"))
+	secondID := f.droplet(dofake.EnvTags("harbor"))
+	f.deployment(env, storage.Deployment{DropletID: firstID, IdleDeadlineAt: t0.Add(-2 * time.Minute)})
+	second = f.deployment(env, storage.Deployment{DropletID: secondID, IdleDeadlineAt: t0.Add(-time.Minute)})
+	res := f.tick()
+	if res.Count(reaper.ActionDestroyed) != 1 || res.Count(reaper.ActionNotDue) != 1 {
+		t.Fatalf("%+v, want the first destroyed and the second not due", res.Outcomes)
+	}
+	for _, d := range f.fake.Deletes() {
+		if strings.HasSuffix(d.Path, "/"+strconv.FormatInt(secondID, 10)) {
+			t.Fatalf("the droplet whose agent heartbeated during the tick was destroyed: %v", d)
+		}
+	}
 }

@@ -229,19 +229,24 @@ func (g *Guard) Mono() time.Duration { return g.mono() }
 
 // SkewRefused records a heartbeat of deployment in environment env that
 // was refused only for its signed timestamp signedAt (known usable key,
-// valid signature, admitted by the rate quotas): it is contact, kept
-// only when signedAt is later than the deployment's last one (a replay
-// proves nothing new), and it feeds the skew rules.
+// valid signature, admitted by the rate quotas): it is contact, and it
+// feeds the skew rules, only when signedAt is later than the deployment's
+// last one (a replay proves nothing new, so it neither renews a contact
+// nor keeps a hold).
 func (g *Guard) SkewRefused(env, deployment string, signedAt time.Time) {
 	wall, mono := g.clock.Now(), g.mono()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.env(env, mono)
-	e.skewed, e.skewMono, e.offset, e.lastMono = true, mono, wall.Round(0).Sub(signedAt), mono
+	e.lastMono = mono
 	c, ok := e.contacts[deployment]
 	if ok && !signedAt.After(c.signedAt) {
+		// A replay (or a reordered beat) is no new evidence: it renews
+		// neither the contact nor the skew rules, so one captured
+		// request replayed forever holds nothing.
 		return
 	}
+	e.skewed, e.skewMono, e.offset = true, mono, wall.Round(0).Sub(signedAt)
 	if !ok && len(e.contacts) >= MaxContactsPerEnvironment {
 		oldest, first := "", true
 		for id, c := range e.contacts {

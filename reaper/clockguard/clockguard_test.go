@@ -171,3 +171,39 @@ func TestContact(t *testing.T) {
 		t.Fatal("one environment's ids evicted another environment's contact")
 	}
 }
+
+// TestReplayDoesNotHoldForever: one captured heartbeat replayed again and
+// again is refused for its timestamp every time, but proves nothing new:
+// after SkewRecent it holds its environment no longer, and replays from
+// three environments do not hold the fleet.
+func TestReplayDoesNotHoldForever(t *testing.T) {
+	g, c := newGuard()
+	captured := t0.Add(-10 * time.Minute)
+	for _, env := range []string{"a", "b", "c"} {
+		g.SkewRefused(env, "dep-1", captured)
+	}
+	if st := g.Evaluate(); st.Global == nil {
+		t.Fatalf("the first refusals did not hold the fleet: %+v", st)
+	}
+	for i := 0; i < 20; i++ {
+		c.Advance(clockguard.HeartbeatInterval)
+		for _, env := range []string{"a", "b", "c"} {
+			g.SkewRefused(env, "dep-1", captured)
+		}
+		g.HeartbeatAccepted("a")
+		g.HeartbeatAccepted("b")
+		g.HeartbeatAccepted("c")
+	}
+	st := g.Evaluate()
+	if st.Global != nil && !st.Global.Agreed {
+		t.Fatalf("replays keep the fleet held: %+v", st.Global)
+	}
+	for env, h := range st.Environments {
+		if !h.Agreed {
+			t.Fatalf("replays keep environment %s held: %+v", env, h)
+		}
+	}
+	if _, _, ok := g.Contact("a", "dep-1"); !ok {
+		t.Fatal("the first refusal's contact was not kept")
+	}
+}
