@@ -236,6 +236,32 @@ func (f *fleet) count(query string, args ...any) int {
 	return n
 }
 
+// runFor runs a (agent.Run) for n sampling periods, both clocks advancing
+// together, then stops it (SIGTERM's path: the final window and the
+// shutdown event).
+func (f *fleet) runFor(a *agent.Agent, n int) {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer bcancel()
+	// Two waiters while running: the sampler and the heartbeat loop.
+	for range n {
+		if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
+			f.t.Fatal(err)
+		}
+		f.advance(agent.SampleInterval)
+	}
+	if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
+		f.t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 func (f *fleet) heartbeat(a *agent.Agent) {
 	f.t.Helper()
 	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
@@ -322,25 +348,7 @@ func TestAgentWaitsForKeys(t *testing.T) {
 func TestAgentRun(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
-	defer bcancel()
-	// Two waiters while running: the sampler and the heartbeat loop.
-	for range 20 { // 100 s: 10:41:23 → 10:43:03
-		if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-			t.Fatal(err)
-		}
-		f.advance(agent.SampleInterval)
-	}
-	if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	f.runFor(a, 20) // 100 s: 10:41:23 → 10:43:03
 	if hb := f.count(`SELECT count(*) FROM heartbeats`); hb < 3 {
 		t.Fatalf("%d heartbeats in 100 s", hb)
 	}

@@ -80,24 +80,7 @@ func pathsByRoute(t *testing.T, reqs []recordedRequest) map[string]map[string]bo
 func TestAgentRequestsAreRecorded(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
-	defer bcancel()
-	for range 20 { // 100 s: heartbeats and the 10:42 window
-		if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-			t.Fatal(err)
-		}
-		f.advance(agent.SampleInterval)
-	}
-	if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	f.runFor(a, 20) // 100 s: heartbeats and the 10:42 window, then the stop
 	cfg := f.config()
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
