@@ -16,10 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
-	"github.com/chalupa-run/chalupa/ingest/agent/logship"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )

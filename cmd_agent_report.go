@@ -8,8 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // adminBoxCmd manages boxes, the converge intent (docs/operations.md,

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // jobPoll is how often --wait, --watch and reroll read a job: progress is

@@ -6,7 +6,7 @@ import (
 	"io"
 	"regexp"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // adminCostsCmd shows month-to-date cost estimates (the default) and runs

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/bytesize"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 type adminFleetCmd struct {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // adminLogsCmd lists a deployment's log sessions and chunks (the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // adminLoopsCmd is `chalupa admin loops`: the loop switches

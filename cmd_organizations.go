@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // maxTokenInput bounds what `org token set` reads (bytes): a DigitalOcean

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/console"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
 
 // adminPasswordCmd sets the console password through the admin API

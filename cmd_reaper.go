@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 type adminReaperCmd struct {

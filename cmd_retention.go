@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 type adminRetentionCmd struct {

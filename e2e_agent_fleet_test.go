@@ -6,7 +6,7 @@ package main
 // aggregates with a fake nvidia-smi, an outage and its replay, and the
 // final response lost at shutdown (docs/operations.md, "Agent").
 //
-// The agent runs in this test process (ingest/agent, the code `chalupa
+// The agent runs in this test process (agent, the code `chalupa
 // agent run` runs) so that its clock can be injected: the tests step it
 // through minutes of sampling without waiting. The daemon's clock is the
 // real one and it checks every signed timestamp against it (±300 s,
@@ -37,10 +37,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

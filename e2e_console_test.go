@@ -14,11 +14,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 )
 
 // chromiumPath is where Debian's chromium package (installed by

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/converge/sshdeliver/sshdtest"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
-	"github.com/chalupa-run/chalupa/ingest/agent/logship"
 )
 
 // fakeJournalctl is a journalctl honouring `-u UNIT -o … --show-cursor

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 )
 
 // TestReaperClockOffsetRestart: two agents with one-minute limits report

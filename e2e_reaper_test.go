@@ -2,7 +2,7 @@ package main
 
 // End-to-end test of the reaper (docs/operations.md, "Reaper") with the
 // built binary: daemon, admin CLI and agent as processes, the DigitalOcean
-// test server (reaper/dofake) as the provider, and the real `litestream
+// test server (digitalocean/dofake) as the provider, and the real `litestream
 // restore` CLI.
 
 import (
@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

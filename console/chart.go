@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // Chart geometry, in SVG user units: the viewBox scales to the page width,

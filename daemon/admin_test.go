@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // TestCreateEnvironmentRefusesUndisplayableNames: a name that would drive

@@ -8,14 +8,14 @@ import (
 )
 
 // TestRecordedAgentRequestsAreAccepted replays the requests a released
-// agent sends (ingest/agent/testdata/agent-requests-v1.json, recorded by
-// ingest/agent's TestAgentRequestsAreRecorded) against this server, each
+// agent sends (agent/testdata/agent-requests-v1.json, recorded by
+// agent's TestAgentRequestsAreRecorded) against this server, each
 // signed afresh at its recorded time: a server change that refuses today's
 // agents — a field made required, a rule tightened — fails here before it
 // ships, so the server can always be upgraded ahead of its fleet
 // (docs/operations.md, "Rollback").
 func TestRecordedAgentRequestsAreAccepted(t *testing.T) {
-	b, err := os.ReadFile("../ingest/agent/testdata/agent-requests-v1.json")
+	b, err := os.ReadFile("../agent/testdata/agent-requests-v1.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/chalupa-run/chalupa/reaper/cost"
 
 	"github.com/chalupa-run/chalupa/console"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -92,7 +92,7 @@ type Config struct {
 	// (CHALUPA_LOGS_RETENTION; logs.DefaultRetention).
 	LogsRetention time.Duration `json:"CHALUPA_LOGS_RETENTION"`
 	// DOAPIURL is the DigitalOcean API base URL, normalised to
-	// scheme://host/ (doclient.CheckBaseURL; docs/operations.md,
+	// scheme://host/ (digitalocean.CheckBaseURL; docs/operations.md,
 	// "DigitalOcean API").
 	DOAPIURL        string  `json:"CHALUPA_DO_API_URL"`
 	VolumeUSDPerGiB float64 `json:"DO_VOLUME_USD_PER_GIB_MONTH"`
@@ -404,9 +404,9 @@ func LoadConfig(env Getenv) (*Config, error) {
 		// the reaper's write token (docs/operations.md, "Converge").
 		bad("DIGITALOCEAN_PROVISION_TOKEN must differ from DIGITALOCEAN_READ_TOKEN and DIGITALOCEAN_WRITE_TOKEN")
 	}
-	if u, err := doclient.CheckBaseURL(get(doclient.EnvBaseURL)); err != nil {
+	if u, err := digitalocean.CheckBaseURL(get(digitalocean.EnvBaseURL)); err != nil {
 		// Every DigitalOcean token travels to this URL.
-		bad("%s %v", doclient.EnvBaseURL, err)
+		bad("%s %v", digitalocean.EnvBaseURL, err)
 	} else {
 		c.DOAPIURL = u
 	}

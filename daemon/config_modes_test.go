@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 )
 
 // TestConfigModesShowEverywhere: with the reaper or costs off (or the

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/console"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

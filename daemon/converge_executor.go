@@ -16,13 +16,13 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/converge"
-	"github.com/chalupa-run/chalupa/converge/checkpoint"
-	"github.com/chalupa-run/chalupa/converge/sshdeliver"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/pulumiexec"
+	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -32,7 +32,7 @@ const (
 	// CHALUPA_DATA_DIR (one Pulumi workspace per stack).
 	convergeWorkDir = "pulumi-workspaces"
 	// provisionLabel names the provision token wherever the token cannot
-	// appear (doclient errors, logs).
+	// appear (digitalocean client errors, logs).
 	provisionLabel = "provision"
 	// launchedIDPrefix + job id is the stable id of the launched event an
 	// up records; sunkIDPrefix and endedIDPrefix + job id those of a
@@ -62,10 +62,10 @@ var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet, 
 // DigitalOcean client (crash recovery's lookups by tag).
 type ConvergeExecutor struct {
 	// Engine runs the box programs.
-	Engine *converge.Engine
+	Engine *pulumiexec.Engine
 	// API looks a box's resources up at the provider by tag (crash
 	// recovery), with the provision token.
-	API doclient.API
+	API digitalocean.API
 	// Log receives a line per recovery decision.
 	Log zerolog.Logger
 	// DeliverKey, when set, runs after a successful up that left the box a
@@ -90,12 +90,12 @@ var _ jobs.Executor = (*ConvergeExecutor)(nil)
 // newConvergeExecutor builds the executor from the configuration: the
 // engine under CHALUPA_DATA_DIR with PULUMI_BACKEND_URL (an s3:// backend
 // gets CHALUPA_SPACES_KEY/SECRET as the AWS variables of Pulumi's child
-// processes only), a doclient for the provision token, checkpoints in db,
+// processes only), a digitalocean client for the provision token, checkpoints in db,
 // and key delivery with keys and sealer (chalupa's SSH identity) to
 // CHALUPA_SSH_PORT.
 func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, sealer *envelope.Sealer, clock clockwork.Clock, log zerolog.Logger) (*ConvergeExecutor, error) {
 	token := cfg.provisionToken().Reveal()
-	eng := &converge.Engine{
+	eng := &pulumiexec.Engine{
 		WorkDir: filepath.Join(cfg.DataDir, convergeWorkDir), BackendURL: cfg.PulumiBackendURL,
 		PulumiHome: cfg.PulumiHome, CLIPath: cfg.PulumiCLI, ProvisionToken: token, APIURL: cfg.DOAPIURL,
 	}
@@ -105,7 +105,7 @@ func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, seal
 			"AWS_SECRET_ACCESS_KEY": cfg.SpacesSecret.Reveal(),
 		}
 	}
-	api, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(token), Label: provisionLabel,
+	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(token), Label: provisionLabel,
 		Version: Version, Clock: clock, Logger: log})
 	if err != nil {
 		return nil, err
@@ -209,19 +209,19 @@ func (k *keyDelivery) revoke(ctx context.Context, dropletID int64, keyID, msg st
 // the box's resources (kept on the box as the launch's job) or, for a box
 // with none, job's own id, so that the tags of existing resources never
 // change from one job to the next.
-func Spec(box storage.Box, job jobs.Job) converge.BoxSpec {
+func Spec(box storage.Box, job jobs.Job) pulumiexec.BoxSpec {
 	tagJob := job.ID
 	if box.Launch.JobID != "" && (box.Resources.DropletID != 0 || box.Resources.VolumeID != "") {
 		tagJob = box.Launch.JobID
 	}
-	spec := converge.BoxSpec{
+	spec := pulumiexec.BoxSpec{
 		Name: box.Name, EnvironmentSlug: box.EnvironmentSlug,
 		Region: box.Config.Region, Size: box.Config.Size, Image: box.Config.Image,
 		SSHKeyFingerprints: slices.Clone(box.Config.SSHKeyFingerprints),
 		CustomerSource:     box.Config.CustomerSource, ControlPlaneSource: box.Config.ControlPlaneSource,
 		VolumeGiB: int(box.Config.VolumeSizeGiB), Tags: slices.Clone(box.Config.Tags), Managed: box.Managed,
 		JobID: tagJob,
-		Known: converge.KnownIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
+		Known: pulumiexec.KnownIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
 	}
 	if box.Resources.DropletID != 0 {
 		spec.Known.DropletID = strconv.FormatInt(box.Resources.DropletID, 10)
@@ -258,19 +258,19 @@ type convergeSummary struct {
 func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	action, err := converge.ParseAction(job.Action)
+	action, err := pulumiexec.ParseAction(job.Action)
 	if err != nil {
 		return jobs.Outcome{}, err
 	}
 	spec := Spec(box, job)
 	counts := map[string]int{}
-	var opts converge.RunOptions
+	var opts pulumiexec.RunOptions
 	if job.IncludeData {
 		// The admin API checked the typed phrase when it enqueued the job
 		// (jobs.Service.EnqueueRequest); the job keeps the decision.
-		opts = converge.RunOptions{IncludeData: true, Confirm: converge.DataConfirmPhrase(box.Name)}
+		opts = pulumiexec.RunOptions{IncludeData: true, Confirm: pulumiexec.DataConfirmPhrase(box.Name)}
 	}
-	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev converge.Event) {
+	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev pulumiexec.Event) {
 		p := jobs.Progress{Resource: ev.Name, Op: ev.Op}
 		if ev.Op == "done" {
 			p.Message = "stack " + ev.Stack + " done"
@@ -281,7 +281,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		p.Counts = maps(counts)
 		progress(p)
 	})
-	if action != converge.ActionPreview {
+	if action != pulumiexec.ActionPreview {
 		// Every run but a preview may have changed the state, a failed or
 		// cancelled one too: save it before anything else can fail, on a
 		// context the run's cancellation does not end.
@@ -304,7 +304,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		Replace: res.Steps.Replace, DropletID: res.DropletID, IPv4: res.IPv4, FirewallID: res.FirewallID,
 		VolumeID: res.VolumeID, ElapsedMS: res.Elapsed.Milliseconds()})
 	out := jobs.Outcome{Summary: sum}
-	if action == converge.ActionPreview {
+	if action == pulumiexec.ActionPreview {
 		return out, nil
 	}
 	found, err := resourcesOf(res)
@@ -313,7 +313,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 	}
 	out.Resources = &found
 	switch {
-	case action == converge.ActionUp && found.DropletID != 0:
+	case action == pulumiexec.ActionUp && found.DropletID != 0:
 		launch := storage.BoxLaunch{DropletID: found.DropletID, IPv4: res.IPv4, JobID: spec.JobID}
 		if box.Launch.DropletID == found.DropletID {
 			launch.HostKey, launch.IPv6, launch.LaunchedAt = box.Launch.HostKey, box.Launch.IPv6, box.Launch.LaunchedAt
@@ -331,7 +331,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 			}
 			launch.HostKey = hostKey
 		}
-	case action == converge.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
+	case action == pulumiexec.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
 		out.Record = x.recordSunk(box, job, box.Resources.DropletID)
 	}
 	return out, nil
@@ -341,7 +341,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 // versions (docs/operations.md, "Checkpoints"). A stack that does not exist
 // has nothing to save. Errors: the store's (checkpoint.ErrTooLarge names the
 // limit and the size, never the content) or the engine's.
-func (x *ConvergeExecutor) checkpoint(ctx context.Context, box storage.Box, spec converge.BoxSpec) error {
+func (x *ConvergeExecutor) checkpoint(ctx context.Context, box storage.Box, spec pulumiexec.BoxSpec) error {
 	if x.Checkpoints == nil {
 		return nil
 	}
@@ -393,7 +393,7 @@ func maps(m map[string]int) map[string]int {
 }
 
 // resourcesOf reads a run's provider ids.
-func resourcesOf(res converge.Result) (storage.BoxResources, error) {
+func resourcesOf(res pulumiexec.Result) (storage.BoxResources, error) {
 	r := storage.BoxResources{FirewallID: res.FirewallID, VolumeID: res.VolumeID}
 	if res.DropletID != "" {
 		id, err := strconv.ParseInt(res.DropletID, 10, 64)
@@ -528,7 +528,7 @@ func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storag
 	if err := x.Engine.Cancel(ctx, spec); err != nil {
 		return nil, err
 	}
-	tag := converge.BoxTag(box.Name)
+	tag := pulumiexec.BoxTag(box.Name)
 	droplets, err := x.API.ListDropletsByTag(ctx, tag)
 	if err != nil {
 		return nil, err

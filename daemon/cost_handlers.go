@@ -8,10 +8,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -99,10 +99,10 @@ func (h *costHandlers) reconcile(ctx context.Context, _ none) (adminapi.CostReco
 			"DIGITALOCEAN_READ_TOKEN is not set: inventory and cost reconciliation need it")
 	}
 	rep, err := h.rec.Reconcile(ctx, storage.CostTriggerAdmin)
-	var de *doclient.Error
+	var de *digitalocean.Error
 	switch {
 	case errors.As(err, &de):
-		// doclient errors hold no token or URL (docs/operations.md,
+		// digitalocean client errors hold no token or URL (docs/operations.md,
 		// "DigitalOcean API"): safe to show.
 		return adminapi.CostReconciliation{}, fail(http.StatusBadGateway, "provider_error",
 			de.Error()+"; nothing was written")
@@ -142,11 +142,11 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 // newReadClient builds the client for DIGITALOCEAN_READ_TOKEN (nil, nil
 // while it is unset): inventory, prices, and the droplet lookup of `sunk`
 // lifecycle events.
-func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.Client, error) {
+func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*digitalocean.Client, error) {
 	if cfg.DOReadToken == "" {
 		return nil, nil
 	}
-	return doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(cfg.DOReadToken.Reveal()),
+	return digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(cfg.DOReadToken.Reveal()),
 		Label: "read", Version: Version, Clock: clock, Logger: d.Log})
 }
 
@@ -157,7 +157,7 @@ func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*doclient.
 // customers builds each customer organization's client from its own active
 // token: inventory lists, adopts and ends only that organization's
 // droplets with it; prices still come from the read token.
-func newCostReconciler(cfg *Config, client *doclient.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
+func newCostReconciler(cfg *Config, client *digitalocean.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
 	if client == nil || !cfg.Costs {
 		return nil, nil
 	}

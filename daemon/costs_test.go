@@ -9,9 +9,9 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 )
 
 // TestCostOperations drives adminReconcileCosts and adminGetCosts through

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // TestAdminEndDeployment: the operator's path to end a deployment

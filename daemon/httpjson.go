@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // maxAdminBody bounds admin request bodies (bytes).

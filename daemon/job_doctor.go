@@ -13,9 +13,9 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/converge"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -36,8 +36,8 @@ type boxInspection struct {
 // stackInspection is one stack's state and locks.
 type stackInspection struct {
 	Name, Role   string
-	View         converge.StackView
-	Locks        []converge.StackLock
+	View         pulumiexec.StackView
+	Locks        []pulumiexec.StackLock
 	LocksUnknown bool
 }
 
@@ -56,7 +56,7 @@ func (x *ConvergeExecutor) Inspect(ctx context.Context, box storage.Box) (boxIns
 		si := stackInspection{Name: st.name, Role: st.role}
 		locks, err := x.Engine.StackLocks(st.name)
 		switch {
-		case errors.Is(err, converge.ErrLocksUnreadable):
+		case errors.Is(err, pulumiexec.ErrLocksUnreadable):
 			si.LocksUnknown = true
 		case err != nil:
 			return boxInspection{}, err
@@ -67,7 +67,7 @@ func (x *ConvergeExecutor) Inspect(ctx context.Context, box storage.Box) (boxIns
 		}
 		out.Stacks = append(out.Stacks, si)
 	}
-	tag := converge.BoxTag(box.Name)
+	tag := pulumiexec.BoxTag(box.Name)
 	out.Provider = adminapi.ProviderInventory{Tag: tag, Droplets: []adminapi.ProviderResource{},
 		Volumes: []adminapi.ProviderResource{}, Firewalls: []adminapi.ProviderResource{}}
 	droplets, err := x.API.ListDropletsByTag(ctx, tag)

@@ -12,10 +12,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/converge/sshdeliver"
-	"github.com/chalupa-run/chalupa/converge/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // TestOperationsRefuseGaps: an operation of the table without a handler

@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -47,7 +47,7 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 		rc.Customers = customers
 	}
 	if tok := cfg.writeToken(); tok != "" && cfg.ReaperMode != ReaperModeOff {
-		write, err := doclient.New(doclient.Config{BaseURL: cfg.DOAPIURL, Token: doclient.Token(tok.Reveal()), Label: "write",
+		write, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(tok.Reveal()), Label: "write",
 			Version: Version, Clock: clock, Logger: log})
 		if err != nil {
 			return nil, err

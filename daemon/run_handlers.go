@@ -6,11 +6,11 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -64,7 +64,7 @@ var errNoCredential = errors.New("no provider credential for this droplet's acco
 // active stored token; never the platform's) for a customer's
 // (docs/operations.md, "Customer organizations"). A 404 is a droplet that
 // is gone.
-func dropletLookup(db *storage.DB, platform doclient.DropletAPI, customers *reaper.CustomerTokens) ingest.DropletLookup {
+func dropletLookup(db *storage.DB, platform digitalocean.DropletAPI, customers *reaper.CustomerTokens) ingest.DropletLookup {
 	return func(ctx context.Context, owner ingest.DropletOwner, dropletID int64) (bool, error) {
 		c := platform
 		if owner.Customer() {
@@ -83,7 +83,7 @@ func dropletLookup(db *storage.DB, platform doclient.DropletAPI, customers *reap
 			return false, errNoCredential
 		}
 		_, err := c.GetDroplet(ctx, int(dropletID))
-		if errors.Is(err, doclient.ErrNotFound) {
+		if errors.Is(err, digitalocean.ErrNotFound) {
 			return false, nil
 		}
 		return err == nil, err

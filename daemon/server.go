@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/console"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -25,7 +26,6 @@ import (
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/cost"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -129,7 +129,7 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	var droplets ingest.DropletLookup
 	if read != nil || customers != nil {
-		var platform doclient.DropletAPI
+		var platform digitalocean.DropletAPI
 		if read != nil {
 			platform = read
 		}

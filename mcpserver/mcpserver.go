@@ -1,5 +1,5 @@
 // Package mcpserver is `chalupa mcp`: a Model Context Protocol server whose
-// tools are generated from the admin operation table (daemon/adminapi) and
+// tools are generated from the admin operation table (adminapi) and
 // call the daemon through the typed admin client (docs/operations.md, "MCP
 // server"). Each operation's MCP policy decides its tool: read and mutate
 // operations are plain tools, destructive ones need a confirmation phrase,
@@ -21,7 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 )

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -46,7 +46,7 @@ func reapOnce(b *testing.B) []time.Duration {
 	db := storagetest.NewDB(b)
 	fake := dofake.New(b)
 	tok := fake.AddToken("write", dofake.FullAccess...)
-	client, err := doclient.New(doclient.Config{BaseURL: fake.URL, Token: doclient.Token(tok), Label: "write"})
+	client, err := digitalocean.New(digitalocean.Config{BaseURL: fake.URL, Token: digitalocean.Token(tok), Label: "write"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/reaper/doclient"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -42,7 +42,7 @@ const ActionTokenInvalid = "token-invalid"
 // token is refused). Errors: the organization holds no active token, or
 // the token cannot be opened; the organization is then not swept.
 type CustomerCredentials interface {
-	CustomerClient(ctx context.Context, org storage.Organization) (client doclient.DropletAPI, generation int64, err error)
+	CustomerClient(ctx context.Context, org storage.Organization) (client digitalocean.DropletAPI, generation int64, err error)
 }
 
 // TokenSource opens a customer organization's active provider token
@@ -51,7 +51,7 @@ type TokenSource interface {
 	Active(ctx context.Context, orgID int64) (token []byte, generation int64, err error)
 }
 
-// CustomerTokens implements CustomerCredentials with doclient clients,
+// CustomerTokens implements CustomerCredentials with digitalocean clients,
 // one per organization and token generation, labelled
 // "customer:<org slug>". A client is used only as a DropletAPI.
 type CustomerTokens struct {
@@ -70,12 +70,12 @@ type CustomerTokens struct {
 
 type customerClient struct {
 	generation int64
-	client     *doclient.Client
+	client     *digitalocean.Client
 }
 
 // CustomerClient implements CustomerCredentials: a cached client while the
 // stored generation is unchanged, a new one after a rotation.
-func (ct *CustomerTokens) CustomerClient(ctx context.Context, org storage.Organization) (doclient.DropletAPI, int64, error) {
+func (ct *CustomerTokens) CustomerClient(ctx context.Context, org storage.Organization) (digitalocean.DropletAPI, int64, error) {
 	token, gen, err := ct.Source.Active(ctx, org.ID)
 	if err != nil {
 		return nil, 0, err
@@ -85,7 +85,7 @@ func (ct *CustomerTokens) CustomerClient(ctx context.Context, org storage.Organi
 	if c, ok := ct.clients[org.ID]; ok && c.generation == gen {
 		return c.client, gen, nil
 	}
-	c, err := doclient.New(doclient.Config{BaseURL: ct.BaseURL, Token: doclient.Token(token), Label: "customer:" + org.Slug,
+	c, err := digitalocean.New(digitalocean.Config{BaseURL: ct.BaseURL, Token: digitalocean.Token(token), Label: "customer:" + org.Slug,
 		Version: ct.Version, Clock: ct.Clock, Logger: ct.Log})
 	if err != nil {
 		return nil, 0, err
@@ -224,7 +224,7 @@ func (r *Reaper) customerRefused(ctx context.Context, c storage.ReaperCandidate,
 // statusOf is "401" or "403" for a refused call (the status only: the
 // error's text stays in logs and outcomes).
 func statusOf(err error) string {
-	var e *doclient.Error
+	var e *digitalocean.Error
 	if errors.As(err, &e) && e.Status != 0 {
 		return strconv.Itoa(e.Status)
 	}
@@ -236,9 +236,9 @@ func statusOf(err error) string {
 // platform token or another customer.
 func (r *Reaper) customerRateLimited(ctx context.Context, c storage.ReaperCandidate, o Outcome, err error) Outcome {
 	now := r.clock.Now()
-	at, ok := doclient.RetryAt(err)
+	at, ok := digitalocean.RetryAt(err)
 	if !ok || !at.After(now) {
-		at = now.Add(doclient.MinBackoff)
+		at = now.Add(digitalocean.MinBackoff)
 	}
 	o.Action, o.Detail = ActionRateLimited, err.Error()
 	if herr := r.db.Writer.Do(ctx, func(tx storage.Tx) error {

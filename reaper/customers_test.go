@@ -12,10 +12,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -95,7 +95,7 @@ func (cf *customerFixture) setToken(slug, label string, scopes ...dofake.Scope) 
 func (cf *customerFixture) due(org storage.Organization, envSlug string) int64 {
 	cf.t.Helper()
 	env := storageEnvironment(cf.fixture, org.ID, envSlug)
-	id := cf.droplet([]string{doclient.TagChalupa, doclient.EnvTag(envSlug)})
+	id := cf.droplet([]string{digitalocean.TagChalupa, digitalocean.EnvTag(envSlug)})
 	cf.deployment(env, storage.Deployment{DropletID: id})
 	return id
 }
@@ -221,7 +221,7 @@ type slowCredentials struct {
 	latency time.Duration
 }
 
-func (s slowCredentials) CustomerClient(ctx context.Context, org storage.Organization) (doclient.DropletAPI, int64, error) {
+func (s slowCredentials) CustomerClient(ctx context.Context, org storage.Organization) (digitalocean.DropletAPI, int64, error) {
 	c, gen, err := s.next.CustomerClient(ctx, org)
 	if err != nil {
 		return nil, 0, err
@@ -230,16 +230,16 @@ func (s slowCredentials) CustomerClient(ctx context.Context, org storage.Organiz
 }
 
 type slowDroplets struct {
-	doclient.DropletAPI
+	digitalocean.DropletAPI
 	s slowCredentials
 }
 
-func (d slowDroplets) GetDroplet(ctx context.Context, id int) (doclient.Droplet, error) {
+func (d slowDroplets) GetDroplet(ctx context.Context, id int) (digitalocean.Droplet, error) {
 	d.s.clock.Advance(d.s.latency)
 	return d.DropletAPI.GetDroplet(ctx, id)
 }
 
-func (d slowDroplets) DeleteDroplet(ctx context.Context, id int) (doclient.DeleteResult, error) {
+func (d slowDroplets) DeleteDroplet(ctx context.Context, id int) (digitalocean.DeleteResult, error) {
 	d.s.clock.Advance(d.s.latency)
 	return d.DropletAPI.DeleteDroplet(ctx, id)
 }
@@ -290,7 +290,7 @@ func TestCustomerTokenRefused(t *testing.T) {
 			}
 			d1, d2 := cf.due(org, "acme-a"), cf.due(org, "acme-b")
 			platformEnv := cf.env("plat")
-			pd := cf.droplet([]string{doclient.TagChalupa, doclient.EnvTag("plat")})
+			pd := cf.droplet([]string{digitalocean.TagChalupa, digitalocean.EnvTag("plat")})
 			cf.deployment(platformEnv, storage.Deployment{DropletID: pd})
 
 			res := cf.tick()
@@ -350,7 +350,7 @@ type rotatingCredentials struct {
 	rotate *func()
 }
 
-func (r rotatingCredentials) CustomerClient(ctx context.Context, org storage.Organization) (doclient.DropletAPI, int64, error) {
+func (r rotatingCredentials) CustomerClient(ctx context.Context, org storage.Organization) (digitalocean.DropletAPI, int64, error) {
 	c, gen, err := r.next.CustomerClient(ctx, org)
 	if err != nil {
 		return nil, 0, err
@@ -359,11 +359,11 @@ func (r rotatingCredentials) CustomerClient(ctx context.Context, org storage.Org
 }
 
 type rotatingDroplets struct {
-	doclient.DropletAPI
+	digitalocean.DropletAPI
 	rotate *func()
 }
 
-func (d rotatingDroplets) GetDroplet(ctx context.Context, id int) (doclient.Droplet, error) {
+func (d rotatingDroplets) GetDroplet(ctx context.Context, id int) (digitalocean.Droplet, error) {
 	if f := *d.rotate; f != nil {
 		*d.rotate = nil
 		f()

@@ -16,14 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/agent"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -58,7 +58,7 @@ type fleetRig struct {
 	server *steppedClock
 	db     *storage.DB
 	fake   *dofake.Server
-	client *doclient.Client
+	client *digitalocean.Client
 	guard  *clockguard.Guard
 	svc    *ingest.Service
 	r      *reaper.Reaper
@@ -88,7 +88,7 @@ func newFleetRig(t *testing.T, tweak ...func(*reaper.Config)) *fleetRig {
 	rig := &fleetRig{t: t, base: base, server: newSteppedClock(base), db: storagetest.NewDB(t), keys: map[string]adminKey{}}
 	rig.fake = dofake.New(t, dofake.WithClock(base))
 	tok := rig.fake.AddToken("write", dofake.FullAccess...)
-	c, err := doclient.New(doclient.Config{BaseURL: rig.fake.URL, Token: doclient.Token(tok), Label: "write", Clock: base})
+	c, err := digitalocean.New(digitalocean.Config{BaseURL: rig.fake.URL, Token: digitalocean.Token(tok), Label: "write", Clock: base})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ type Metrics struct {
 	// other than rate limits (chalupa_reaper_destroy_failures_total).
 	DestroyFailures prometheus.Counter
 	// RateLimited counts calls refused for the write token's rate limit:
-	// a 429, or held back by doclient before sending
+	// a 429, or held back by the client before sending
 	// (chalupa_reaper_provider_rate_limited_total).
 	RateLimited prometheus.Counter
 	// Warnings counts reaper-warning events recorded

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -72,7 +72,7 @@ func TestReaperProperty(t *testing.T) {
 				case 0:
 					s.tags = dofake.NoTags
 				case 1:
-					s.tags = []string{doclient.TagChalupa}
+					s.tags = []string{digitalocean.TagChalupa}
 				case 2:
 					s.tags = dofake.EnvTags(envs[rng.IntN(len(envs))].Slug)
 				case 3:
@@ -163,8 +163,8 @@ func TestReaperProperty(t *testing.T) {
 func hasBoth(tags []string, slug string) bool {
 	var chalupa, env bool
 	for _, t := range tags {
-		chalupa = chalupa || t == doclient.TagChalupa
-		env = env || t == doclient.EnvTag(slug)
+		chalupa = chalupa || t == digitalocean.TagChalupa
+		env = env || t == digitalocean.EnvTag(slug)
 	}
 	return chalupa && env
 }

@@ -4,7 +4,7 @@
 // earliest decision time among active deployments, and a heartbeat that
 // brings a deadline forward wakes it (ingest.Service.DeadlineActivity).
 //
-// Every provider call goes through reaper/doclient; the reaper is the only
+// Every provider call goes through digitalocean; the reaper is the only
 // holder of the platform write token, reached
 // through a Credentials source so that customer organizations' sweeps plug
 // in with their own tokens.
@@ -22,9 +22,9 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -118,7 +118,7 @@ var ErrNotConfigured = errors.New("reaper: no platform write token is configured
 // organizations"). ok is false when there is none, and the deployment is
 // skipped — never reaped with another organization's token.
 type Credentials interface {
-	DropletClient(c storage.ReaperCandidate) (client doclient.DropletAPI, ok bool)
+	DropletClient(c storage.ReaperCandidate) (client digitalocean.DropletAPI, ok bool)
 }
 
 // Platform is the platform organization's credentials: one client built on
@@ -126,11 +126,11 @@ type Credentials interface {
 // deployments only.
 type Platform struct {
 	// Write is the client with the write token.
-	Write doclient.DropletAPI
+	Write digitalocean.DropletAPI
 }
 
 // DropletClient implements Credentials.
-func (p Platform) DropletClient(c storage.ReaperCandidate) (doclient.DropletAPI, bool) {
+func (p Platform) DropletClient(c storage.ReaperCandidate) (digitalocean.DropletAPI, bool) {
 	if p.Write == nil || (c.OrgID != storage.PlatformOrgID && !c.Managed) {
 		return nil, false
 	}
@@ -383,7 +383,7 @@ type Outcome struct {
 	// Reason is idle or session-expired.
 	Reason string
 	// Detail says why for warned, failed and rate-limited outcomes (a
-	// doclient error's text: never a token or URL).
+	// digitalocean client error's text: never a token or URL).
 	Detail string
 }
 
@@ -564,7 +564,7 @@ func (r *Reaper) handle(ctx context.Context, c storage.ReaperCandidate) Outcome 
 // process runs the per-deployment steps with client: the platform write
 // token's (scope nil) or, in the customer sweep, the deployment's own
 // organization's token (scope set).
-func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client doclient.DropletAPI, scope *customerScope) Outcome {
+func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client digitalocean.DropletAPI, scope *customerScope) Outcome {
 	now := r.clock.Now()
 	reason := reasonAt(c, now)
 	o := Outcome{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID, Reason: reason}
@@ -587,7 +587,7 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 	// began: re-read the deployment first, so a heartbeat (or a
 	// skew-refused contact) that came while the tick worked through the
 	// earlier ones saves its droplet.
-	result := doclient.DeleteAlreadyGone
+	result := digitalocean.DeleteAlreadyGone
 	if !gone {
 		if action, err := r.recheck(ctx, c, now); err != nil {
 			return r.dbFault(o, err)
@@ -630,18 +630,18 @@ func (r *Reaper) recheck(ctx context.Context, c storage.ReaperCandidate, now tim
 // guard finds and checks the droplet of c. It returns the droplet id, or
 // gone when the provider says it no longer exists; a warning when the
 // guard refuses; err for a provider fault.
-func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storage.ReaperCandidate) (id int64, gone bool, warning string, err error) {
-	envTag := doclient.EnvTag(c.EnvironmentSlug)
+func (r *Reaper) guard(ctx context.Context, client digitalocean.DropletAPI, c storage.ReaperCandidate) (id int64, gone bool, warning string, err error) {
+	envTag := digitalocean.EnvTag(c.EnvironmentSlug)
 	if c.DropletID > 0 {
 		d, err := client.GetDroplet(ctx, int(c.DropletID))
-		if errors.Is(err, doclient.ErrNotFound) {
+		if errors.Is(err, digitalocean.ErrNotFound) {
 			return c.DropletID, true, "", nil
 		}
 		if err != nil {
 			return c.DropletID, false, "", err
 		}
 		var missing []string
-		for _, t := range []string{doclient.TagChalupa, envTag} {
+		for _, t := range []string{digitalocean.TagChalupa, envTag} {
 			if !d.HasTag(t) {
 				missing = append(missing, t)
 			}
@@ -668,14 +668,14 @@ func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storag
 		// Both tags; not another deployment's droplet; created before this
 		// deployment's first heartbeat (its agent ran on it), so a droplet
 		// launched since for another deployment is never taken.
-		if !d.HasTag(doclient.TagChalupa) || !d.HasTag(envTag) || known[int64(d.ID)] ||
+		if !d.HasTag(digitalocean.TagChalupa) || !d.HasTag(envTag) || known[int64(d.ID)] ||
 			(!d.CreatedAt.IsZero() && d.CreatedAt.After(c.LaunchedAt)) {
 			continue
 		}
 		match = append(match, int64(d.ID))
 	}
 	if len(match) != 1 {
-		return 0, false, fmt.Sprintf("no droplet id reported, and %d droplets tagged %s and %s, unclaimed and created before the deployment, match: not destroyed", len(match), doclient.TagChalupa, envTag), nil
+		return 0, false, fmt.Sprintf("no droplet id reported, and %d droplets tagged %s and %s, unclaimed and created before the deployment, match: not destroyed", len(match), digitalocean.TagChalupa, envTag), nil
 	}
 	return match[0], false, "", nil
 }
@@ -687,18 +687,18 @@ func (r *Reaper) guard(ctx context.Context, client doclient.DropletAPI, c storag
 func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcome, err error, scope *customerScope) Outcome {
 	if scope != nil {
 		switch {
-		case errors.Is(err, doclient.ErrUnauthorized) || errors.Is(err, doclient.ErrForbidden):
+		case errors.Is(err, digitalocean.ErrUnauthorized) || errors.Is(err, digitalocean.ErrForbidden):
 			return r.customerRefused(ctx, c, o, scope, err)
-		case errors.Is(err, doclient.ErrRateLimited):
+		case errors.Is(err, digitalocean.ErrRateLimited):
 			return r.customerRateLimited(ctx, c, o, err)
 		}
 	}
 	o.Detail = err.Error()
 	now := r.clock.Now()
-	if errors.Is(err, doclient.ErrRateLimited) {
-		at, ok := doclient.RetryAt(err)
+	if errors.Is(err, digitalocean.ErrRateLimited) {
+		at, ok := digitalocean.RetryAt(err)
 		if !ok || !at.After(now) {
-			at = now.Add(doclient.MinBackoff)
+			at = now.Add(digitalocean.MinBackoff)
 		}
 		r.mu.Lock()
 		r.notBefore = at
@@ -712,7 +712,7 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 		o.Action = ActionRateLimited
 		return o
 	}
-	if errors.Is(err, doclient.ErrUnauthorized) || errors.Is(err, doclient.ErrForbidden) {
+	if errors.Is(err, digitalocean.ErrUnauthorized) || errors.Is(err, digitalocean.ErrForbidden) {
 		// Retried with the back-off below, but said as an event: no
 		// retry fixes a revoked or under-scoped token (docs/operations.md,
 		// "Reaper").
@@ -828,10 +828,10 @@ func (r *Reaper) wouldDestroy(ctx context.Context, c storage.ReaperCandidate, o 
 // when no active deployment is left, all in one writer unit. A tick that
 // finds the deployment no longer active lost the claim and records
 // nothing.
-func (r *Reaper) claim(ctx context.Context, c storage.ReaperCandidate, o Outcome, result doclient.DeleteResult) Outcome {
+func (r *Reaper) claim(ctx context.Context, c storage.ReaperCandidate, o Outcome, result digitalocean.DeleteResult) Outcome {
 	now := r.clock.Now()
 	o.Action = ActionDestroyed
-	if result == doclient.DeleteAlreadyGone {
+	if result == digitalocean.DeleteAlreadyGone {
 		o.Action = ActionAlreadyGone
 	}
 	var sunk bool
@@ -858,7 +858,7 @@ func (r *Reaper) claim(ctx context.Context, c storage.ReaperCandidate, o Outcome
 			return nil
 		}
 		msg := fmt.Sprintf("droplet %d destroyed (%s)", o.DropletID, describe(c, o.Reason))
-		if result == doclient.DeleteAlreadyGone {
+		if result == digitalocean.DeleteAlreadyGone {
 			msg = fmt.Sprintf("droplet %d was already gone (%s)", o.DropletID, describe(c, o.Reason))
 		}
 		if !cur.Due(now) {

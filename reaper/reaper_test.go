@@ -11,10 +11,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -29,7 +29,7 @@ type fixture struct {
 	db     *storage.DB
 	clock  *clockwork.FakeClock
 	fake   *dofake.Server
-	client *doclient.Client
+	client *digitalocean.Client
 	wake   *wake.Threshold
 	r      *reaper.Reaper
 }
@@ -43,10 +43,10 @@ func newFixture(t *testing.T, tweak ...func(*reaper.Config)) *fixture {
 	return f
 }
 
-func (f *fixture) newClient(label string, scopes []dofake.Scope) *doclient.Client {
+func (f *fixture) newClient(label string, scopes []dofake.Scope) *digitalocean.Client {
 	f.t.Helper()
 	tok := f.fake.AddToken(label, scopes...)
-	c, err := doclient.New(doclient.Config{BaseURL: f.fake.URL, Token: doclient.Token(tok), Label: label, Clock: f.clock})
+	c, err := digitalocean.New(digitalocean.Config{BaseURL: f.fake.URL, Token: digitalocean.Token(tok), Label: label, Clock: f.clock})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestReaperRules(t *testing.T) {
 		},
 		{
 			name: "a droplet with chalupa but not the environment tag is never destroyed",
-			tags: []string{doclient.TagChalupa},
+			tags: []string{digitalocean.TagChalupa},
 			seed: storage.Deployment{IdleDeadlineAt: t0.Add(-time.Minute)},
 			want: want{action: reaper.ActionWarned, reason: reaper.ReasonIdle, event: reaper.KindWarning},
 		},
@@ -516,11 +516,11 @@ func customerOrg(t *testing.T, db *storage.DB, slug string) int64 {
 // hookedAPI runs onGet before each droplet lookup: what the fleet does
 // while a tick works through its due list.
 type hookedAPI struct {
-	doclient.DropletAPI
+	digitalocean.DropletAPI
 	onGet func(id int)
 }
 
-func (h hookedAPI) GetDroplet(ctx context.Context, id int) (doclient.Droplet, error) {
+func (h hookedAPI) GetDroplet(ctx context.Context, id int) (digitalocean.Droplet, error) {
 	h.onGet(id)
 	return h.DropletAPI.GetDroplet(ctx, id)
 }

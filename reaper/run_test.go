@@ -8,8 +8,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
 
 // Targets of the fold phase (docs/operations.md, "Retention"): chalupa's p99 at the

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // TestFoldCoverage: the fold phase counts as "fold in progress" only when

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/adminapi"
 )
 
 // Defaults of `chalupa serve`, from the daemon itself.

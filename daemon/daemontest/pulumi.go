@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/converge"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 )
 
 var (
@@ -17,9 +17,9 @@ var (
 	pulumiErr  error
 )
 
-// PulumiHome builds the converge test provider (converge/internal/
+// PulumiHome builds the converge test provider (pulumiexec/internal/
 // testprovider) once per test process and installs it, as the digitalocean
-// plugin at converge.ProviderVersion, into a PULUMI_HOME made with
+// plugin at pulumiexec.ProviderVersion, into a PULUMI_HOME made with
 // os.MkdirTemp (shared by the process's tests; directories left by earlier
 // runs more than an hour old are removed, as BuildBinary's are). cli is the
 // pulumi CLI (ToolPath(t, "pulumi")). A failed build or install fails
@@ -35,13 +35,13 @@ func PulumiHome(t testing.TB, cli string) string {
 			return
 		}
 		bin := filepath.Join(dir, "pulumi-resource-digitalocean")
-		build := exec.Command("go", "build", "-o", bin, "./converge/internal/testprovider")
+		build := exec.Command("go", "build", "-o", bin, "./pulumiexec/internal/testprovider")
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
 			pulumiErr = errors.New("build the test provider: " + string(out))
 			return
 		}
-		inst := exec.Command(cli, "plugin", "install", "resource", "digitalocean", converge.ProviderVersion, "--file", bin)
+		inst := exec.Command(cli, "plugin", "install", "resource", "digitalocean", pulumiexec.ProviderVersion, "--file", bin)
 		inst.Env = append(os.Environ(), "PULUMI_HOME="+dir, "PULUMI_SKIP_UPDATE_CHECK=true")
 		if out, err := inst.CombinedOutput(); err != nil {
 			pulumiErr = errors.New("install the test provider: " + string(out))

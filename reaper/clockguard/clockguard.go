@@ -22,7 +22,7 @@ import (
 // The guard's rules and bounds (docs/operations.md, "Reaper", the clock guard).
 const (
 	// HeartbeatInterval is the agent's heartbeat cadence
-	// (ingest/agent.HeartbeatInterval; a test keeps them equal): every
+	// (agent.HeartbeatInterval; a test keeps them equal): every
 	// wait below is counted in it.
 	HeartbeatInterval = 30 * time.Second
 	// StepThreshold is the wall-clock step, against the monotonic clock
@@ -57,7 +57,7 @@ const (
 	ContactFresh = 2 * HeartbeatInterval
 	// SettleMax is how long after the fleet agrees again the guard waits
 	// for deployments that send no fresh heartbeat: one idle interval, the
-	// agent's default 30-minute limit (ingest/agent.DefaultLimitMinutes).
+	// agent's default 30-minute limit (agent.DefaultLimitMinutes).
 	SettleMax = 30 * time.Minute
 	// SessionHoldMax caps the hold on session expiry: an expiry is the
 	// operator's cost bound, so a clock fault may hold it for an hour at

@@ -13,8 +13,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/internal/schedule"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -58,7 +58,7 @@ type Account struct {
 	// OrgID is the organization the account belongs to.
 	OrgID int64
 	// Droplets lists and reads droplets with the account's token.
-	Droplets doclient.DropletAPI
+	Droplets digitalocean.DropletAPI
 }
 
 // Config is what a Reconciler is built from.
@@ -68,7 +68,7 @@ type Config struct {
 	// Platform is the DIGITALOCEAN_READ_TOKEN client: the platform
 	// organization's droplets, every volume, and the size catalogue
 	// (prices always come from it). Never the write token.
-	Platform doclient.API
+	Platform digitalocean.API
 	// Customers returns the customer organizations' accounts (nil: none
 	// yet; customer provider tokens come with the customer sweep).
 	Customers func(ctx context.Context) ([]Account, error)
@@ -265,17 +265,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, trigger string) (Report, err
 // sizes is the size catalogue, fetched at most once per pass and only
 // when a rate needs it.
 type sizes struct {
-	api    doclient.API
-	bySlug map[string]doclient.Size
+	api    digitalocean.API
+	bySlug map[string]digitalocean.Size
 }
 
-func (s *sizes) get(ctx context.Context, slug string) (doclient.Size, bool, error) {
+func (s *sizes) get(ctx context.Context, slug string) (digitalocean.Size, bool, error) {
 	if s.bySlug == nil {
 		all, err := s.api.Sizes(ctx)
 		if err != nil {
-			return doclient.Size{}, false, err
+			return digitalocean.Size{}, false, err
 		}
-		s.bySlug = make(map[string]doclient.Size, len(all))
+		s.bySlug = make(map[string]digitalocean.Size, len(all))
 		for _, z := range all {
 			s.bySlug[z.Slug] = z
 		}
@@ -291,10 +291,10 @@ func envTagged(tags []string, envs map[string]storage.Environment) (storage.Envi
 	chalupa := false
 	var found []storage.Environment
 	for _, t := range tags {
-		if t == doclient.TagChalupa {
+		if t == digitalocean.TagChalupa {
 			chalupa = true
 		}
-		if slug, ok := strings.CutPrefix(t, doclient.EnvTag("")); ok {
+		if slug, ok := strings.CutPrefix(t, digitalocean.EnvTag("")); ok {
 			if e, ok := envs[slug]; ok {
 				found = append(found, e)
 			}
@@ -317,17 +317,17 @@ func (r *Reconciler) plan(ctx context.Context, a Account, envs []storage.Environ
 			p.envIDs = append(p.envIDs, e.ID)
 		}
 	}
-	droplets, err := a.Droplets.ListDropletsByTag(ctx, doclient.TagChalupa)
+	droplets, err := a.Droplets.ListDropletsByTag(ctx, digitalocean.TagChalupa)
 	if err != nil {
 		return plan{}, err
 	}
 	rep.DropletsSeen += len(droplets)
-	byID := make(map[int64]doclient.Droplet, len(droplets))
+	byID := make(map[int64]digitalocean.Droplet, len(droplets))
 	for _, d := range droplets {
 		byID[int64(d.ID)] = d
 	}
 	if a.OrgID == storage.PlatformOrgID {
-		vols, err := r.cfg.Platform.ListVolumesByTag(ctx, doclient.TagChalupa)
+		vols, err := r.cfg.Platform.ListVolumesByTag(ctx, digitalocean.TagChalupa)
 		if err != nil {
 			return plan{}, err
 		}
@@ -367,7 +367,7 @@ func (r *Reconciler) plan(ctx context.Context, a Account, envs []storage.Environ
 		rep.Lookups++
 		got, err := a.Droplets.GetDroplet(ctx, int(d.DropletID))
 		switch {
-		case errors.Is(err, doclient.ErrNotFound):
+		case errors.Is(err, digitalocean.ErrNotFound):
 			p.end = append(p.end, d)
 		case err != nil:
 			return plan{}, err

@@ -12,9 +12,9 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/reaper/cost"
-	"github.com/chalupa-run/chalupa/reaper/doclient"
-	"github.com/chalupa-run/chalupa/reaper/dofake"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -32,7 +32,7 @@ type env struct {
 	clock *clockwork.FakeClock
 	rec   *cost.Reconciler
 	// platform is the read-token client rec holds.
-	platform doclient.API
+	platform digitalocean.API
 }
 
 func newEnv(t testing.TB, opts ...dofake.Option) *env {
@@ -43,7 +43,7 @@ func newEnv(t testing.TB, opts ...dofake.Option) *env {
 	// The write token exists at the provider; the reconciler is never
 	// given it, and the request log proves it is never sent.
 	s.AddToken("write", dofake.FullAccess...)
-	c, err := doclient.New(doclient.Config{BaseURL: s.URL, Token: doclient.Token(read), Label: "read", Clock: clock})
+	c, err := digitalocean.New(digitalocean.Config{BaseURL: s.URL, Token: digitalocean.Token(read), Label: "read", Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestAccountsHoldTheirOwnDeployments(t *testing.T) {
 	ctx := context.Background()
 	custAPI := dofake.New(t, dofake.WithClock(e.clock))
 	custToken := custAPI.AddToken("customer:acme", dofake.CustomerScopes...)
-	custClient, err := doclient.New(doclient.Config{BaseURL: custAPI.URL, Token: doclient.Token(custToken), Label: "customer:acme", Clock: e.clock})
+	custClient, err := digitalocean.New(digitalocean.Config{BaseURL: custAPI.URL, Token: digitalocean.Token(custToken), Label: "customer:acme", Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
