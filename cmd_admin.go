@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"io"
 	"net/http"
 	"os"
@@ -238,7 +239,7 @@ func (c *adminAPICmd) Run(a *adminCmd) error {
 		if c.List || c.OperationID != "" {
 			return &exitError{code: exitUsage, err: errors.New("--openapi takes no operationId and no --list")}
 		}
-		doc, err := daemon.OpenAPI(daemon.Version)
+		doc, err := daemon.OpenAPI(buildinfo.Version)
 		if err != nil {
 			return err
 		}

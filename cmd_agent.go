@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"io"
 	"os"
 	"os/signal"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/origin"
@@ -106,7 +106,7 @@ func (c *agentRunCmd) Run() error {
 		err := d.Validate()
 		return &exitError{code: exitUsage, err: err}
 	}
-	agent.Version = daemon.Version
+	agent.Version = buildinfo.Version
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	a, err := agent.Start(ctx, cfg)
@@ -319,7 +319,7 @@ func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client) (bool, 
 	hb := ingest.HeartbeatV1{
 		EnvironmentSlug: c.Env,
 		Deployment:      ingest.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
-		AgentVersion:    "chalupa-agent/" + daemon.Version,
+		AgentVersion:    "chalupa-agent/" + buildinfo.Version,
 		SentAt:          time.Now().UTC(),
 		Reaper: ingest.ReaperObservation{
 			IdleChecks:     int64(time.Since(last) / time.Minute),

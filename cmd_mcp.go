@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/mcpserver"
 )
 
@@ -30,5 +30,5 @@ func (c *mcpCmd) Run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return mcpserver.Run(ctx, cl, daemon.Version)
+	return mcpserver.Run(ctx, cl, buildinfo.Version)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -222,7 +223,7 @@ func (s *smoke) setup(ctx context.Context) bool {
 func (s *smoke) ingest(ctx context.Context) {
 	now := time.Now().UTC()
 	hb, _ := json.Marshal(ingest.HeartbeatV1{EnvironmentSlug: s.env, Deployment: ingest.HeartbeatDeploy{ID: s.deployment},
-		AgentVersion: "chalupa-smoke/" + daemon.Version, SentAt: now,
+		AgentVersion: "chalupa-smoke/" + buildinfo.Version, SentAt: now,
 		Reaper: ingest.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}})
 	req, err := s.signer.NewRequest(ctx, "POST", "/api/ingest/heartbeat", hb, signer.NewNonce(), now)
 	if err != nil {

@@ -3,11 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"os"
 	"runtime"
 	"runtime/debug"
 
-	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -28,7 +28,7 @@ type versionInfo struct {
 // buildInfo reads the commit Go stamped into the binary (-buildvcs, the
 // default in a git checkout); "unknown" when built outside one.
 func buildInfo() versionInfo {
-	v := versionInfo{Version: daemon.Version, Commit: "unknown", Go: runtime.Version(),
+	v := versionInfo{Version: buildinfo.Version, Commit: "unknown", Go: runtime.Version(),
 		Litestream: storage.LitestreamVersion, Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {

@@ -41,7 +41,7 @@ arches=${CHALUPA_RELEASE_ARCHES:-amd64 arm64}
 for arch in $arches; do
 	mkdir -p "$stage/$arch"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS= go build -trimpath -buildvcs=true \
-		-ldflags "-s -w -buildid= -X github.com/chalupa-run/chalupa/daemon.Version=$version" \
+		-ldflags "-s -w -buildid= -X github.com/chalupa-run/chalupa/internal/buildinfo.Version=$version" \
 		-o "$stage/$arch/chalupa" .
 	chmod 0755 "$stage/$arch/chalupa"
 	touch -d "@$epoch" "$stage/$arch/chalupa"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -106,7 +107,7 @@ func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, seal
 		}
 	}
 	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(token), Label: provisionLabel,
-		Version: Version, Clock: clock, Logger: log})
+		Version: buildinfo.Version, Clock: clock, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net/http"
 
 	"github.com/jonboulle/clockwork"
@@ -147,7 +148,7 @@ func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*digitaloc
 		return nil, nil
 	}
 	return digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(cfg.DOReadToken.Reveal()),
-		Label: "read", Version: Version, Clock: clock, Logger: d.Log})
+		Label: "read", Version: buildinfo.Version, Clock: clock, Logger: d.Log})
 }
 
 // newCostReconciler builds the reconciler on the read-token client (nil,

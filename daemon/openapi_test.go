@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net/http"
 	"slices"
 	"strings"
@@ -56,7 +57,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	want, err := daemon.OpenAPI(daemon.Version)
+	want, err := daemon.OpenAPI(buildinfo.Version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func jsonEqual(a, b any) bool {
 // and its group's security, and every documented route is registered.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
-	raw, err := daemon.OpenAPI(daemon.Version)
+	raw, err := daemon.OpenAPI(buildinfo.Version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	storagetest.EndDeployment(t, db, env.ID, ended.ID, time.Now())
 	box := storagetest.Box(t, db, storage.Box{EnvironmentID: env.ID})
 
-	raw, err := daemon.OpenAPI(daemon.Version)
+	raw, err := daemon.OpenAPI(buildinfo.Version)
 	if err != nil {
 		t.Fatal(err)
 	}

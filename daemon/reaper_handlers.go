@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net/http"
 	"slices"
 	"strings"
@@ -48,7 +49,7 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 	}
 	if tok := cfg.writeToken(); tok != "" && cfg.ReaperMode != ReaperModeOff {
 		write, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(tok.Reveal()), Label: "write",
-			Version: Version, Clock: clock, Logger: log})
+			Version: buildinfo.Version, Clock: clock, Logger: log})
 		if err != nil {
 			return nil, err
 		}

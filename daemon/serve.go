@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"io"
 	"net"
 	"net/http"
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		Help: "Client connections open now.",
 	}, func() float64 { return float64(capped.open.Load()) }))
 	go func() { serveErr <- hs.Serve(capped) }()
-	log.Info().Str("addr", ln.Addr().String()).Str("origin", cfg.Origin).Str("version", Version).
+	log.Info().Str("addr", ln.Addr().String()).Str("origin", cfg.Origin).Str("version", buildinfo.Version).
 		Str("replica", cfg.ReplicaKind()).Int("gomaxprocs", runtime.GOMAXPROCS(0)).Msg("chalupa serving")
 	if opt.Listening != nil {
 		opt.Listening(ln.Addr().String())

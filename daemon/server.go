@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -28,9 +29,6 @@ import (
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
-
-// Version is the build's version, set with -ldflags "-X …/daemon.Version=v1.2.3".
-var Version = "dev"
 
 // Server is the HTTP side of a running daemon: the router, its route groups
 // and the handler sets behind them.
@@ -125,7 +123,7 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	var customers *reaper.CustomerTokens
 	if d.ProviderTokens != nil {
-		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: Version, Clock: clock, Log: d.Log}
+		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: buildinfo.Version, Clock: clock, Log: d.Log}
 	}
 	var droplets ingest.DropletLookup
 	if read != nil || customers != nil {
@@ -204,7 +202,7 @@ func newServer(d serverDeps) (*Server, error) {
 		// dir lock, so a job locked by another id is provably dead
 		// (docs/operations.md, "Jobs").
 		s.jobRunner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: clock, Log: d.Log, Executor: d.Executor,
-			InstanceID: ulid.Make().String(), Version: Version})
+			InstanceID: ulid.Make().String(), Version: buildinfo.Version})
 	} else {
 		d.Log.Warn().Msg(convergeOffMessage)
 	}
@@ -227,7 +225,7 @@ func newServer(d serverDeps) (*Server, error) {
 		s.admin(rt.method, rt.path, s.ops.serve(s, rt))
 	}
 	// The document is a pure function of the table: built once.
-	doc, err := OpenAPI(Version)
+	doc, err := OpenAPI(buildinfo.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +245,7 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: Version, Origin: d.Config.Origin,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: buildinfo.Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
 		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
 	for _, rt := range con.Routes() {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -39,7 +40,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 	}
 	now := h.clock.Now()
 	return adminapi.Status{
-		Version:       Version,
+		Version:       buildinfo.Version,
 		StartedAt:     h.started.UTC(),
 		UptimeSeconds: now.Sub(h.started).Seconds(),
 		SchemaVersion: v,
