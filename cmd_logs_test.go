@@ -15,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestLogsGetFollow: `admin logs get --follow` writes the chunk committed
@@ -22,7 +23,7 @@ import (
 // committed meanwhile exactly once, in sequence order, and returns once the
 // session is finished.
 func TestLogsGetFollow(t *testing.T) {
-	gw := daemontest.StartVersityGW(t)
+	gw := proctest.StartVersityGW(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: map[string]string{
 		"CHALUPA_LOGS_URL":    "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint,
 		"CHALUPA_LOGS_KEY":    gw.AccessKey,
@@ -70,11 +71,11 @@ func TestLogsGetFollow(t *testing.T) {
 	first, second := []byte("first chunk\n"), []byte("second chunk\n")
 	ship(0, first)
 
-	var out daemontest.SyncBuffer
+	var out proctest.SyncBuffer
 	cmd := &adminLogsGetCmd{Env: "follow-env", Deployment: "dep-f", Follow: true}
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.get(p.Admin, http.DefaultClient, 30*time.Second, time.Millisecond, &out) }()
-	daemontest.Poll(t, 30*time.Second, "the first chunk written", func() (bool, string) { return out.String() == string(first), out.String() })
+	proctest.Poll(t, 30*time.Second, "the first chunk written", func() (bool, string) { return out.String() == string(first), out.String() })
 	select {
 	case err := <-errc:
 		t.Fatalf("--follow returned while the session is open: %v", err)

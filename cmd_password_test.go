@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestAdminPasswordInputs: `admin password` takes one line of standard
@@ -16,7 +16,7 @@ import (
 // the daemon, and has no flag that takes the password itself.
 func TestAdminPasswordInputs(t *testing.T) {
 	f := newFakeAdmin(t)
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	const pw = "a password from standard input"
 	run := func(stdin string, args ...string) (string, int) {
 		t.Helper()

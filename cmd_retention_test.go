@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -33,10 +34,10 @@ func TestAdminRetentionCommands(t *testing.T) {
 		storagetest.TelemetryWindow(t, p.App.DB, storage.TelemetryWindow{EnvironmentID: d.EnvironmentID, DeploymentID: d.ID,
 			SessionID: "s1", WindowStart: old.Add(time.Duration(m) * time.Minute)})
 	}
-	env := map[string]string{"CHALUPA_ADMIN_TOKEN": p.Env[daemontest.AdminTokenVar], "CHALUPA_URL": p.URL}
-	bin := daemontest.BuildBinary(t)
+	env := map[string]string{"CHALUPA_ADMIN_TOKEN": p.Env[proctest.AdminTokenVar], "CHALUPA_URL": p.URL}
+	bin := proctest.BuildBinary(t)
 
-	out, code := daemontest.RunCommand(t, bin, "", env, "admin", "retention", "run")
+	out, code := proctest.RunCommand(t, bin, "", env, "admin", "retention", "run")
 	if code != 0 {
 		t.Fatalf("retention run: exit %d: %s", code, out)
 	}
@@ -48,7 +49,7 @@ func TestAdminRetentionCommands(t *testing.T) {
 		t.Errorf("row %q: want trigger admin, 3 minute rollups, 1 hourly, 1 batch, no backlog, drained", lines[1])
 	}
 
-	out, code = daemontest.RunCommand(t, bin, "", env, "admin", "retention", "runs", "--json")
+	out, code = proctest.RunCommand(t, bin, "", env, "admin", "retention", "runs", "--json")
 	if code != 0 {
 		t.Fatalf("retention runs --json: exit %d: %s", code, out)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -27,11 +28,11 @@ func telemetryDaemon(t *testing.T) (*daemontest.InProcess, func(args ...string) 
 				WindowStart: start.Add(time.Duration(i) * time.Minute)})
 		}
 	}
-	bin := daemontest.BuildBinary(t)
-	env := map[string]string{"CHALUPA_ADMIN_TOKEN": p.Env[daemontest.AdminTokenVar], "CHALUPA_URL": p.URL}
+	bin := proctest.BuildBinary(t)
+	env := map[string]string{"CHALUPA_ADMIN_TOKEN": p.Env[proctest.AdminTokenVar], "CHALUPA_URL": p.URL}
 	return p, func(args ...string) (string, int) {
 		t.Helper()
-		return daemontest.RunCommand(t, bin, "", env, args...)
+		return proctest.RunCommand(t, bin, "", env, args...)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // cliTestToken is the admin bearer the fake API expects.
@@ -107,7 +107,7 @@ func cliRun(t *testing.T, url string, extra map[string]string, args ...string) (
 	for k, v := range extra {
 		env[k] = v
 	}
-	return daemontest.RunCommand(t, daemontest.BuildBinary(t), "", env, args...)
+	return proctest.RunCommand(t, proctest.BuildBinary(t), "", env, args...)
 }
 
 // TestAdminAPIBodyMustMatchOperation: `admin api` sends a body only under the
@@ -208,10 +208,10 @@ func TestAdminAPIMistakesPrintUsage(t *testing.T) {
 // instead of starting.
 func TestServeRefusesNonPositiveLagLimit(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	env := map[string]string{"CHALUPA_DATA_DIR": t.TempDir(), "CHALUPA_LISTEN": "not-an-address"}
 	for _, v := range []string{"0s", "0", "-1m", "999ms"} {
-		out, code := daemontest.RunCommand(t, bin, "", env, "serve", "--lag-limit="+v)
+		out, code := proctest.RunCommand(t, bin, "", env, "serve", "--lag-limit="+v)
 		want := "chalupa: --lag-limit must be positive and at least 1s (lag is measured in seconds)\nusage: chalupa serve [flags]\n"
 		if code != exitUsage || !strings.Contains(out, want) {
 			t.Errorf("serve --lag-limit %s: exit %d, want %d with\n%s\ngot:\n%s", v, code, exitUsage, want, out)
@@ -390,7 +390,7 @@ func TestAdminEnvListShowsStorage(t *testing.T) {
 // is missing or others can read is refused (exit 1) before any request.
 func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	dir, key := agentKeyFile(t)
 	args := func(url, keyFile string) []string {
 		return []string{"agent", "heartbeat", "--url", url, "--key-id", "env_x_0000000000000000", "--key-file", keyFile, "--env", "x1", "--deployment", "d1"}
@@ -400,7 +400,7 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 		"http://127.0.0.1:9/api":      "origin",
 		"https://u:p@chalupa.example": "user info",
 	} {
-		out, code := daemontest.RunCommand(t, bin, "", nil, args(url, key)...)
+		out, code := proctest.RunCommand(t, bin, "", nil, args(url, key)...)
 		if code != exitUsage || !strings.Contains(out, want) || !strings.Contains(out, "usage: chalupa agent heartbeat") {
 			t.Errorf("agent --url %s: exit %d, want %d mentioning %q with the usage line:\n%s", url, code, exitUsage, want, out)
 		}
@@ -408,7 +408,7 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	// A key file that is not there is a refusal about the disk, exit 1 like
 	// a missing --activity-file, not a usage mistake.
 	missing := filepath.Join(dir, "no-such.key")
-	if out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", missing)...); code != 1 || !strings.Contains(out, "--key-file") || !strings.Contains(out, "no such file") {
+	if out, code := proctest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", missing)...); code != 1 || !strings.Contains(out, "--key-file") || !strings.Contains(out, "no such file") {
 		t.Errorf("agent with a missing key file: exit %d, want 1 naming --key-file:\n%s", code, out)
 	}
 	loose := filepath.Join(dir, "loose.key")
@@ -418,7 +418,7 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 	if err := os.Chmod(loose, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", loose)...)
+	out, code := proctest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", loose)...)
 	if code != 1 || !strings.Contains(out, "chmod 600") {
 		t.Errorf("agent with a 0644 key file: exit %d:\n%s", code, out)
 	}
@@ -437,7 +437,7 @@ func TestServeOnABusyPortTouchesNothing(t *testing.T) {
 	defer ln.Close()
 	dataDir := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"CHALUPA_DATA_DIR": dataDir, "CHALUPA_LISTEN": ln.Addr().String()}
-	out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", env, "serve")
+	out, code := proctest.RunCommand(t, proctest.BuildBinary(t), "", env, "serve")
 	if code != 1 || !strings.Contains(out, "listen on CHALUPA_LISTEN") {
 		t.Fatalf("serve on a busy port: exit %d, want 1 naming CHALUPA_LISTEN:\n%s", code, out)
 	}
@@ -476,7 +476,7 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status")
+	out, code := proctest.RunCommand(t, proctest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status")
 	if code != 1 || !strings.Contains(out, "readable by group or others") {
 		t.Fatalf("admin with a 0644 secrets.env: exit %d, want 1:\n%s", code, out)
 	}
@@ -486,7 +486,7 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := daemontest.RunCommand(t, daemontest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status"); code != 0 {
+	if out, code := proctest.RunCommand(t, proctest.BuildBinary(t), "", map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "admin", "status"); code != 0 {
 		t.Fatalf("admin with a 0600 secrets.env: exit %d:\n%s", code, out)
 	}
 }
@@ -499,7 +499,7 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 // could be later than it).
 func TestAgentActivityFile(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	dir, key := agentKeyFile(t)
 	activity := filepath.Join(dir, "activity")
 	if err := os.WriteFile(activity, nil, 0o600); err != nil {
@@ -534,7 +534,7 @@ func TestAgentActivityFile(t *testing.T) {
 	}
 
 	missing := filepath.Join(dir, "no-such-file")
-	out, code := daemontest.RunCommand(t, bin, "", nil, args(missing)...)
+	out, code := proctest.RunCommand(t, bin, "", nil, args(missing)...)
 	if code != 1 || !strings.Contains(out, "--activity-file") || !strings.Contains(out, "no such file") {
 		t.Errorf("agent --activity-file naming no file: exit %d, want 1 naming the flag:\n%s", code, out)
 	}
@@ -544,7 +544,7 @@ func TestAgentActivityFile(t *testing.T) {
 	}
 	mu.Unlock()
 
-	out, code = daemontest.RunCommand(t, bin, "", nil, args(activity, "--every", "20ms", "--count", "3")...)
+	out, code = proctest.RunCommand(t, bin, "", nil, args(activity, "--every", "20ms", "--count", "3")...)
 	if code != 0 {
 		t.Fatalf("agent with an activity file removed mid-run: exit %d:\n%s", code, out)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // configVars are the environment variables daemon.Config reads (its JSON tags).
@@ -92,8 +92,8 @@ func TestEnvExample(t *testing.T) {
 	}
 
 	fills := map[string]string{
-		"CHALUPA_ADMIN_TOKEN":       daemontest.RandomToken(32),
-		"CHALUPA_READY_TOKEN":       daemontest.RandomToken(32),
+		"CHALUPA_ADMIN_TOKEN":       proctest.RandomToken(32),
+		"CHALUPA_READY_TOKEN":       proctest.RandomToken(32),
 		"CHALUPA_INGEST_MASTER_KEY": base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
 		"CHALUPA_REPLICA_URL":       strings.ReplaceAll(set["CHALUPA_REPLICA_URL"], "REPLACE_BUCKET", "chalupa-backups"),
 	}
@@ -103,7 +103,7 @@ func TestEnvExample(t *testing.T) {
 		case fills[k] != "":
 			env[k] = fills[k]
 		case strings.Contains(v, "REPLACE"):
-			env[k] = k + "-" + daemontest.RandomToken(24)
+			env[k] = k + "-" + proctest.RandomToken(24)
 		default:
 			env[k] = v
 		}

@@ -41,6 +41,7 @@ import (
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -57,7 +58,7 @@ const (
 type agentFleet struct {
 	t     *testing.T
 	bin   string
-	d     *daemontest.Daemon
+	d     *proctest.Daemon
 	db    *storage.DB
 	clock *clockwork.FakeClock // the agent's
 	proxy *httptest.Server
@@ -80,8 +81,8 @@ type agentFleet struct {
 // is the next whole minute).
 func newAgentFleet(t *testing.T, env map[string]string, dropletID int, back time.Duration) *agentFleet {
 	t.Helper()
-	f := &agentFleet{t: t, bin: daemontest.BuildBinary(t), mode: fleetUp, requests: map[string]int{}, root: t.TempDir()}
-	f.d = daemontest.StartDaemon(t, f.bin, env)
+	f := &agentFleet{t: t, bin: proctest.BuildBinary(t), mode: fleetUp, requests: map[string]int{}, root: t.TempDir()}
+	f.d = proctest.StartDaemon(t, f.bin, env)
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, f.d.Admin(), agentFleetEnv)
 	f.key = k
@@ -417,7 +418,7 @@ func TestAgentE2ECIMarkerDefersTheReap(t *testing.T) {
 		t.Fatalf("deployment %+v: want CI active and the idle deadline passed", dep)
 	}
 	admin := map[string]string{"CHALUPA_URL": f.d.URL, "CHALUPA_ADMIN_TOKEN": f.d.AdminToken()}
-	out, code := daemontest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick", "--json")
+	out, code := proctest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick", "--json")
 	var tick adminapi.ReaperTick
 	if code != 0 || json.Unmarshal([]byte(out), &tick) != nil {
 		t.Fatalf("admin reaper tick: exit %d\n%s", code, out)
@@ -441,17 +442,17 @@ func TestAgentE2ECIMarkerDefersTheReap(t *testing.T) {
 	f.heartbeat(a)
 	// The heartbeat wakes the reaper for a deadline already passed; the
 	// explicit tick only makes sure one runs.
-	if out, code := daemontest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick"); code != 0 {
+	if out, code := proctest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick"); code != 0 {
 		t.Fatalf("admin reaper tick: exit %d\n%s", code, out)
 	}
-	daemontest.Poll(t, 30*time.Second, "the droplet destroyed", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "the droplet destroyed", func() (bool, string) {
 		_, ok := fake.Droplet(droplet.ID)
 		return !ok, strconv.Itoa(len(fake.Deletes())) + " deletes"
 	})
 	if del := fake.Deletes(); len(del) != 1 || del[0].Token != "write" || del[0].Path != "/v2/droplets/"+strconv.Itoa(droplet.ID) {
 		t.Fatalf("DELETEs %v, want one of droplet %d with the write token", del, droplet.ID)
 	}
-	daemontest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
 		d := f.deployment(depID)
 		return d.Status == "ended", d.Status
 	})

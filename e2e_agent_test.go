@@ -16,6 +16,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -24,7 +25,7 @@ import (
 // (exit 1), before sending anything.
 func TestAgentRunCommandLine(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	dir, key := agentKeyFile(t)
 	args := func(url, keyFile string) []string {
 		return []string{"agent", "run", "--url", url, "--key-id", "env_x1_0000000000000000", "--key-file", keyFile, "--env", "x1",
@@ -35,7 +36,7 @@ func TestAgentRunCommandLine(t *testing.T) {
 		{"http://127.0.0.1:9/api", "origin"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			out, code := daemontest.RunCommand(t, bin, "", nil, args(tc.url, key)...)
+			out, code := proctest.RunCommand(t, bin, "", nil, args(tc.url, key)...)
 			if code != exitUsage || !strings.Contains(out, tc.want) || !strings.Contains(out, "usage: chalupa agent run") {
 				t.Errorf("exit %d, want %d mentioning %q with the usage line:\n%s", code, exitUsage, tc.want, out)
 			}
@@ -44,7 +45,7 @@ func TestAgentRunCommandLine(t *testing.T) {
 	if err := os.Chmod(key, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := daemontest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", key)...); code != 1 || !strings.Contains(out, "chmod 600") {
+	if out, code := proctest.RunCommand(t, bin, "", nil, args("http://127.0.0.1:9", key)...); code != 1 || !strings.Contains(out, "chmod 600") {
 		t.Errorf("a 0644 key file: exit %d, want 1:\n%s", code, out)
 	}
 }
@@ -57,8 +58,8 @@ func TestAgentRunCommandLine(t *testing.T) {
 // lists.
 func TestAgentRunSIGTERM(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.Start(t, bin, daemontest.Options{})
+	bin := proctest.BuildBinary(t)
+	d := proctest.Start(t, bin, proctest.Options{})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-harbor")
 	dir := t.TempDir()
@@ -72,7 +73,7 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	logs := p.log
 	p.waitAccepted(state)
 	p.stop()
-	out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
+	out, code := proctest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
 	if code != 0 {
 		t.Fatalf("status: exit %d\n%s", code, out)
 	}
@@ -93,18 +94,18 @@ func TestAgentRunSIGTERM(t *testing.T) {
 	artifact := `{"v":1,"name":"junit.xml","mediaType":"application/xml","sizeBytes":42,"sha256":"` + strings.Repeat("0a", 32) +
 		`","locator":{"kind":"https","url":"https://ci.example.com/1/junit.xml"}}`
 	started := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339)
-	out, code = daemontest.RunCommand(t, bin, "", agentEnv, "agent", "report-run", "--suite", "e2e", "--run-id", "ci-1", "--status", "passed",
+	out, code = proctest.RunCommand(t, bin, "", agentEnv, "agent", "report-run", "--suite", "e2e", "--run-id", "ci-1", "--status", "passed",
 		"--started-at", started, "--artifact", artifact)
 	if code != 0 || !strings.Contains(out, "delivered: 1") {
 		t.Fatalf("report-run: exit %d\n%s", code, out)
 	}
-	out, code = daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor", "--json")
+	out, code = proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor", "--json")
 	var runs adminapi.RunList
 	if code != 0 || json.Unmarshal([]byte(out), &runs) != nil || len(runs.Runs) != 1 || runs.Runs[0].Deployment != "dep-e2e" ||
 		len(runs.Runs[0].Artifacts) != 1 || runs.Runs[0].Artifacts[0].Locator.URL != "https://ci.example.com/1/junit.xml" {
 		t.Fatalf("admin runs --json: exit %d\n%s", code, out)
 	}
-	out, code = daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor")
+	out, code = proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": d.URL, "CHALUPA_ADMIN_TOKEN": d.AdminToken()}, "admin", "runs", "demo-harbor")
 	if code != 0 || !strings.Contains(out, "ci-1") || !strings.Contains(out, "junit.xml") {
 		t.Fatalf("admin runs: exit %d\n%s", code, out)
 	}
@@ -117,8 +118,8 @@ func TestAgentRunSIGTERM(t *testing.T) {
 // them (docs/operations.md, "Agent").
 func TestAgentRunFindsNvidiaSMIOnPath(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.Start(t, bin, daemontest.Options{})
+	bin := proctest.BuildBinary(t)
+	d := proctest.Start(t, bin, proctest.Options{})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-harbor")
 	dir := t.TempDir()

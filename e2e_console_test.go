@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,10 +16,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // chromiumPath is where Debian's chromium package (installed by
@@ -43,14 +44,14 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 		t.Skipf("%s is missing: run contrib/install-test-tools.sh", chromiumPath)
 	}
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	// Converge runs with the real pulumi CLI and the test provider against
 	// the DigitalOcean API test server, as in the converge end-to-end test.
-	cli := daemontest.ToolPath(t, "pulumi")
+	cli := proctest.ToolPath(t, "pulumi")
 	api := dofake.New(t)
 	api.AddTokenValue("provision", convergeE2EToken, dofake.FullAccess...)
-	d := daemontest.StartDaemon(t, bin, map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli)})
+	d := proctest.StartDaemon(t, bin, map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion)})
 
 	const password = "a console password for the browser test"
 	pwFile := filepath.Join(t.TempDir(), "pw")
@@ -74,7 +75,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+	if out, code := proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", filepath.Join(keyDir, "ingest.key"), "--env", "demo-harbor", "--deployment", "dep-web"); code != 0 {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}
@@ -97,7 +98,7 @@ func TestConsoleInChromium(t *testing.T) {
 
 	admin := d.Admin()
 	// An ended deployment gives the events page a row to show.
-	if out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+	if out, code := proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", filepath.Join(keyDir, "ingest.key"), "--env", "demo-harbor", "--deployment", "dep-old"); code != 0 {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}

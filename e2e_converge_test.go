@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,8 +18,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -43,7 +44,7 @@ func TestConvergeSIGKILLRecovery(t *testing.T) {
 	ctx := context.Background()
 	logs := d.Logs()
 
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	cl := d2.Admin()
 	j := e2eRecovered(t, d2, job.ID)
 	if !strings.Contains(d2.Logs(), "recovered a job left running by a stopped process") {
@@ -94,9 +95,9 @@ func e2eConvergeAPI(t *testing.T) (*dofake.Server, *sshdtest.Server) {
 // e2eConvergeEnv is the built binary's configuration with converge on,
 // key delivery dialling the fake droplet's port.
 func e2eConvergeEnv(t *testing.T, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
-	cli := daemontest.ToolPath(t, "pulumi")
+	cli := proctest.ToolPath(t, "pulumi")
 	return map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli), "CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())}
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion), "CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())}
 }
 
 // e2eAuthorize installs chalupa's SSH identity on the fake droplet.
@@ -158,14 +159,14 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 // created reports the resource at the DigitalOcean API test server (fault,
 // when set, is injected first: e.g. the create's answer held back). The
 // job must still be running: a kill that came too late tests no recovery.
-func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Server) bool) (bin string, api *dofake.Server, d *daemontest.Daemon, job adminapi.Job) {
+func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Server) bool) (bin string, api *dofake.Server, d *proctest.Daemon, job adminapi.Job) {
 	t.Helper()
-	bin = daemontest.BuildBinary(t)
+	bin = proctest.BuildBinary(t)
 	api, droplet := e2eConvergeAPI(t)
 	if fault != nil {
 		api.Inject(*fault)
 	}
-	d = daemontest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
+	d = proctest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
 	cl := d.Admin()
 	e2eAuthorize(t, cl, droplet)
 	e2eBox(t, cl, "box-1", 10)
@@ -190,7 +191,7 @@ func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Serv
 // e2eRecovered waits (up to twice e2eJobDeadline) for the restarted
 // daemon d to finish job id, and requires it to have succeeded on its
 // second attempt: the first was killed, recovery requeued it.
-func e2eRecovered(t *testing.T, d *daemontest.Daemon, id string) adminapi.Job {
+func e2eRecovered(t *testing.T, d *proctest.Daemon, id string) adminapi.Job {
 	t.Helper()
 	cl := d.Admin()
 	deadline := time.Now().Add(2 * e2eJobDeadline)
@@ -264,15 +265,15 @@ func e2eBox(t *testing.T, cl *adminapi.Client, name string, volumeGiB int64) {
 // imports nothing and creates nothing: the test server still holds exactly
 // one droplet.
 func TestConvergeCheckpointRestore(t *testing.T) {
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	s3 := daemontest.StartVersityGW(t)
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	s3 := proctest.StartVersityGW(t)
 	api, droplet := e2eConvergeAPI(t)
 	env := e2eConvergeEnv(t, api, droplet)
 	for k, v := range s3.DaemonEnv("converge") {
 		env[k] = v
 	}
-	d := daemontest.StartDaemon(t, bin, env)
+	d := proctest.StartDaemon(t, bin, env)
 	cl := d.Admin()
 	e2eAuthorize(t, cl, droplet)
 	e2eBox(t, cl, "box-1", 10)
@@ -281,7 +282,7 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 	}
 	e2eStop(t, d)
 
-	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("converge"), s3.Credentials())
+	restored := proctest.Restore(t, litestream, s3.ReplicaURL("converge"), s3.Credentials())
 	db, err := storage.Open(context.Background(), restored)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, "pulumi")); !os.IsNotExist(err) {
 		t.Fatalf("the fresh data dir already has a Pulumi backend: %v", err)
 	}
-	d2 := daemontest.StartDaemon(t, bin, env2)
+	d2 := proctest.StartDaemon(t, bin, env2)
 	cl = d2.Admin()
 	pre, sum := e2eConverge(t, cl, "box-1", "preview")
 	if sum["same"] != 3.0 || sum["create"] != 0.0 || sum["import"] != 0.0 {
@@ -335,7 +336,7 @@ func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
 		t.Fatalf("the firewall does not carry the box's tag: %v", fw.Tags)
 	}
 
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	cl := d2.Admin()
 	j := e2eRecovered(t, d2, job.ID)
 	if fs := api.Firewalls(); len(fs) != 1 || fs[0].ID != fw.ID {

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -41,7 +41,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 	checkpoints := stackCheckpointVersions(t, d.DatabasePath())
 	dropletID := strconv.Itoa(api.Droplets()[0].ID)
 
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy(), "--pause-loops", "jobs")
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy(), "--pause-loops", "jobs")
 	cl := d2.Admin()
 	cliEnv := map[string]string{"CHALUPA_URL": d2.URL, "CHALUPA_ADMIN_TOKEN": d2.AdminToken()}
 	backend := filepath.Join(d2.DataDir, "pulumi")
@@ -52,7 +52,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 	filesBefore := treeDigest(t, backend)
 	requestsBefore := len(api.Requests())
 
-	out, code := daemontest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID, "--json")
+	out, code := proctest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID, "--json")
 	if code != 0 {
 		t.Fatalf("job doctor --json: exit %d\n%s\n%s", code, out, d2.Logs())
 	}
@@ -60,7 +60,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &diag); err != nil {
 		t.Fatalf("job doctor --json: %v\n%s", err, out)
 	}
-	text, code := daemontest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID)
+	text, code := proctest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID)
 	if code != 0 {
 		t.Fatalf("job doctor: exit %d\n%s", code, text)
 	}
@@ -135,7 +135,7 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 	if len(diag.Recommendation.Commands) == 0 {
 		t.Fatal("no command to run")
 	}
-	out, code = daemontest.RunCommand(t, bin, "", cliEnv, strings.Fields(strings.TrimPrefix(diag.Recommendation.Commands[0], "chalupa "))...)
+	out, code = proctest.RunCommand(t, bin, "", cliEnv, strings.Fields(strings.TrimPrefix(diag.Recommendation.Commands[0], "chalupa "))...)
 	if code != 0 {
 		t.Fatalf("the recommended command failed: exit %d\n%s", code, out)
 	}
@@ -156,12 +156,12 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 	if j.Status != storage.JobSucceeded {
 		t.Fatalf("recovered job %s: %s\n%s", j.Status, j.Error, d2.Logs())
 	}
-	text, code = daemontest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID)
+	text, code = proctest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID)
 	if code != 0 || !strings.Contains(text, "recommended: nothing") {
 		t.Fatalf("job doctor of the succeeded job: exit %d, want nothing to do:\n%s", code, text)
 	}
 	t.Logf("chalupa admin job doctor %s (succeeded):\n%s", job.ID, text)
-	out, code = daemontest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID, "--json")
+	out, code = proctest.RunCommand(t, bin, "", cliEnv, "admin", "job", "doctor", job.ID, "--json")
 	if err := json.Unmarshal([]byte(out), &diag); code != 0 || err != nil {
 		t.Fatalf("job doctor --json: exit %d, %v\n%s", code, err, out)
 	}

@@ -17,17 +17,17 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // ingestE2ECLI runs `chalupa args…` against daemon d with the admin token
 // in the environment, and fails the test on a non-zero exit.
-func ingestE2ECLI(t *testing.T, bin string, d *daemontest.Daemon, args ...string) string {
+func ingestE2ECLI(t *testing.T, bin string, d *proctest.Daemon, args ...string) string {
 	t.Helper()
-	out, code := daemontest.RunCommand(t, bin, "", map[string]string{
+	out, code := proctest.RunCommand(t, bin, "", map[string]string{
 		"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL,
 	}, args...)
 	if code != 0 {
@@ -49,7 +49,7 @@ func ingestE2ENoSecrets(t *testing.T, secrets map[string]string, outputs map[str
 }
 
 // ingestE2EStop sends SIGTERM and requires exit status 0.
-func ingestE2EStop(t *testing.T, d *daemontest.Daemon) {
+func ingestE2EStop(t *testing.T, d *proctest.Daemon) {
 	t.Helper()
 	d.Signal(syscall.SIGTERM)
 	if code := d.Wait(); code != 0 {
@@ -64,13 +64,13 @@ func ingestE2EStop(t *testing.T, d *daemontest.Daemon) {
 // recovers a database holding every acknowledged heartbeat.
 func TestIngestEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	s3 := daemontest.StartVersityGW(t)
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	s3 := proctest.StartVersityGW(t)
 	env := s3.DaemonEnv("chalupa-ingest")
 	// An operator may have AWS_CA_BUNDLE set; the daemon drops it for itself.
 	env["AWS_CA_BUNDLE"] = cmp.Or(os.Getenv("AWS_CA_BUNDLE"), "/nonexistent/ca-bundle.pem")
-	d := daemontest.StartDaemon(t, bin, env)
+	d := proctest.StartDaemon(t, bin, env)
 	outputs := map[string]string{}
 
 	outputs["env create"] = ingestE2ECLI(t, bin, d, "admin", "env", "create", "demo-harbor")
@@ -119,7 +119,7 @@ func TestIngestEndToEnd(t *testing.T) {
 		args := append([]string{"agent", "heartbeat", "--url", d.URL, "--key-id", keyID, "--key-file", keyFile,
 			"--env", "demo-harbor", "--deployment", "dep-e2e-1", "--droplet-id", "4242", "--region", "nyc3",
 			"--limit-minutes", "45", "--activity-file", activity, "--session-expires-at", session.Format(time.RFC3339)}, extra...)
-		return daemontest.RunCommand(t, bin, "", nil, args...)
+		return proctest.RunCommand(t, bin, "", nil, args...)
 	}
 	accepted := regexp.MustCompile(`(?m)^\S+ 202 \{"accepted":true,`)
 	acked := 0
@@ -147,7 +147,7 @@ func TestIngestEndToEnd(t *testing.T) {
 	if err := os.Chtimes(future, time.Now().Add(time.Hour), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	out, code = daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+	out, code = proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", keyFile, "--env", "demo-harbor", "--deployment", "dep-e2e-future", "--activity-file", future)
 	outputs["agent future activity"] = out
 	if code != 0 || len(accepted.FindAllString(out, -1)) != 1 {
@@ -155,7 +155,7 @@ func TestIngestEndToEnd(t *testing.T) {
 	}
 
 	// A refused heartbeat (wrong environment) exits non-zero and is not stored.
-	out, code = daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+	out, code = proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", keyFile, "--env", "other-env", "--deployment", "dep-e2e-1")
 	outputs["agent wrong env"] = out
 	if code == 0 || !strings.Contains(out, " 403 ") || !strings.Contains(out, "environment_mismatch") {
@@ -172,7 +172,7 @@ func TestIngestEndToEnd(t *testing.T) {
 		{"key_not_found", []string{"admin", "api", "adminRevokeIngestKey", "--body", `{"keyId":"env_demo-harbor_0000000000000000"}`}},
 		{"environment_exists", []string{"admin", "env", "create", "demo-harbor"}},
 	} {
-		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, c.args...)
+		out, code := proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, c.args...)
 		outputs[strings.Join(c.args, " ")] = out
 		if code == 0 || !strings.Contains(out, c.code) {
 			t.Fatalf("chalupa %s exited %d, want non-zero naming %s:\n%s", strings.Join(c.args, " "), code, c.code, out)
@@ -217,7 +217,7 @@ func TestIngestEndToEnd(t *testing.T) {
 
 	ingestE2EStop(t, d)
 
-	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("chalupa-ingest"), s3.Credentials())
+	restored := proctest.Restore(t, litestream, s3.ReplicaURL("chalupa-ingest"), s3.Credentials())
 	ctx := context.Background()
 	if err := storage.IntegrityCheck(ctx, restored); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestIngestEndToEnd(t *testing.T) {
 
 	outputs["daemon logs"] = d.Logs()
 	ingestE2ENoSecrets(t, map[string]string{
-		"admin token": d.AdminToken(), "ready token": d.ReadyToken(), "master key": d.Env[daemontest.MasterKeyVar],
+		"admin token": d.AdminToken(), "ready token": d.ReadyToken(), "master key": d.Env[proctest.MasterKeyVar],
 		"key material": strings.TrimSpace(string(material)), "spaces secret": s3.SecretKey,
 	}, outputs)
 }
@@ -255,8 +255,8 @@ func TestIngestEndToEnd(t *testing.T) {
 // start. rewrap refuses while the daemon runs, and with a wrong current key.
 func TestIngestRewrapRoundTrip(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	ctx := context.Background()
 	admin := d.Admin()
 	if _, err := admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
@@ -309,14 +309,14 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 	expect("active key before rewrap", d.URL, active, 202)
 	expect("revoked key before rewrap", d.URL, revoked, 401)
 
-	oldKey := d.Env[daemontest.MasterKeyVar]
-	newKey := daemontest.NewSecrets()[daemontest.MasterKeyVar]
+	oldKey := d.Env[proctest.MasterKeyVar]
+	newKey := proctest.NewSecrets()[proctest.MasterKeyVar]
 	outputs := map[string]string{}
 	rewrapEnv := d.EnvCopy()
 	rewrapEnv["CHALUPA_INGEST_MASTER_KEY_NEW"] = newKey
 
 	// While serve holds the data dir, rewrap refuses.
-	out, code := daemontest.RunCommand(t, bin, "", rewrapEnv, "rewrap")
+	out, code := proctest.RunCommand(t, bin, "", rewrapEnv, "rewrap")
 	outputs["rewrap while serving"] = out
 	if code == 0 || !strings.Contains(out, "another chalupa process") {
 		t.Fatalf("rewrap while serve runs exited %d:\n%s", code, out)
@@ -325,15 +325,15 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 
 	// A wrong current key is refused and changes nothing.
 	wrongEnv := d.EnvCopy()
-	wrongEnv[daemontest.MasterKeyVar] = daemontest.NewSecrets()[daemontest.MasterKeyVar]
+	wrongEnv[proctest.MasterKeyVar] = proctest.NewSecrets()[proctest.MasterKeyVar]
 	wrongEnv["CHALUPA_INGEST_MASTER_KEY_NEW"] = newKey
-	out, code = daemontest.RunCommand(t, bin, "", wrongEnv, "rewrap")
+	out, code = proctest.RunCommand(t, bin, "", wrongEnv, "rewrap")
 	outputs["rewrap with a wrong key"] = out
 	if code == 0 || !strings.Contains(out, "wrong master key") {
 		t.Fatalf("rewrap with a wrong current key exited %d:\n%s", code, out)
 	}
 
-	out, code = daemontest.RunCommand(t, bin, "", rewrapEnv, "rewrap")
+	out, code = proctest.RunCommand(t, bin, "", rewrapEnv, "rewrap")
 	outputs["rewrap"] = out
 	if code != 0 || !strings.Contains(out, "rewrapped 3 ingest key, 0 provider token and 0 SSH identity envelopes: master key version 1 -> 2") {
 		t.Fatalf("rewrap exited %d:\n%s", code, out)
@@ -355,9 +355,9 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 
 	// Restarted with the new key: every key verifies as before.
 	newEnv := d.EnvCopy()
-	newEnv[daemontest.MasterKeyVar] = newKey
-	newEnv["CHALUPA_LISTEN"] = daemontest.FreeAddr(t)
-	d2 := daemontest.Start(t, bin, daemontest.Options{Env: newEnv})
+	newEnv[proctest.MasterKeyVar] = newKey
+	newEnv["CHALUPA_LISTEN"] = proctest.FreeAddr(t)
+	d2 := proctest.Start(t, bin, proctest.Options{Env: newEnv})
 	expect("rotating key after rewrap", d2.URL, rotating, 202)
 	expect("active key after rewrap", d2.URL, active, 202)
 	expect("revoked key after rewrap", d2.URL, revoked, 401)
@@ -366,7 +366,7 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 	ingestE2EStop(t, d2)
 
 	// Started with the old key, serve refuses with a clear message.
-	out, code = daemontest.RunCommand(t, bin, "", d.EnvCopy(), "serve")
+	out, code = proctest.RunCommand(t, bin, "", d.EnvCopy(), "serve")
 	outputs["serve with the old key"] = out
 	if code == 0 || !strings.Contains(out, "CHALUPA_INGEST_MASTER_KEY") || !strings.Contains(out, "wrong master key") {
 		t.Fatalf("serve with the old master key after rewrap exited %d:\n%s", code, out)

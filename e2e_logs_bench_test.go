@@ -23,6 +23,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // BenchmarkLogsPlanCommitOneCore: the figure "plan/commit p99 on one core"
@@ -44,15 +45,15 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 	if err != nil {
 		b.Skip("taskset (util-linux) is not installed")
 	}
-	bin := daemontest.BuildBinary(b)
-	gw := daemontest.StartVersityGW(b)
+	bin := proctest.BuildBinary(b)
+	gw := proctest.StartVersityGW(b)
 	env := e2eLogsEnv(gw, gw.Endpoint)
 	maps.Copy(env, map[string]string{"GOMAXPROCS": "1",
 		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE": "0", "CHALUPA_QUOTA_HEARTBEAT_BURST": "0", "CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS": "0",
 		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "0",
 		"CHALUPA_QUOTA_LOG_BURST":                         "0", "CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
 	})
-	d := daemontest.Start(b, bin, daemontest.Options{Env: env})
+	d := proctest.Start(b, bin, proctest.Options{Env: env})
 	if out, err := exec.Command(taskset, "-a", "-p", "-c", "0", strconv.Itoa(d.Pid)).CombinedOutput(); err != nil {
 		b.Fatalf("taskset: %v\n%s", err, out)
 	}

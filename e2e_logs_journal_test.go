@@ -21,6 +21,7 @@ import (
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // fakeJournalctl is a journalctl honouring `-u UNIT -o … --show-cursor
@@ -49,14 +50,14 @@ awk -F '\t' -v unit="$unit" -v after="$after" '
 type agentProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	log    *daemontest.SyncBuffer
+	log    *proctest.SyncBuffer
 	exited chan error
 }
 
 // startAgent runs the built agent with env (KEY=VALUE) and args until stop.
 func startAgent(t *testing.T, bin string, env []string, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{t: t, cmd: exec.Command(bin, append([]string{"agent", "run"}, args...)...), log: &daemontest.SyncBuffer{}, exited: make(chan error, 1)}
+	p := &agentProc{t: t, cmd: exec.Command(bin, append([]string{"agent", "run"}, args...)...), log: &proctest.SyncBuffer{}, exited: make(chan error, 1)}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -71,7 +72,7 @@ func startAgent(t *testing.T, bin string, env []string, args ...string) *agentPr
 // records an accepted (202) heartbeat.
 func (p *agentProc) waitAccepted(stateDir string) {
 	p.t.Helper()
-	daemontest.Poll(p.t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+	proctest.Poll(p.t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
 		st, _ := agent.ReadState(stateDir)
 		return st.LastHeartbeatStatus == 202, p.log.String()
 	})
@@ -117,9 +118,9 @@ func agentEnv(path string, settings map[string]string) []string {
 // agent runs on.
 func TestAgentShipsJournalEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	gw := daemontest.StartVersityGW(t)
-	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
+	bin := proctest.BuildBinary(t)
+	gw := proctest.StartVersityGW(t)
+	d := proctest.Start(t, bin, proctest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "journal-demo")
 	dir := t.TempDir()
@@ -162,7 +163,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 			"--log-unit", "cloud-init.service", "--log-unit", "nginx.service")
 		// This run's first accepted heartbeat, as it logs it (the state
 		// file may hold an earlier run's).
-		daemontest.Poll(t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+		proctest.Poll(t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
 			for _, line := range strings.Split(p.log.String(), "\n") {
 				if strings.Contains(line, `"status":202,`) && strings.Contains(line, `"message":"heartbeat"`) {
 					return true, ""
@@ -186,7 +187,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 
 	// The status of the stopped agent: cloud-init's spool is empty, nginx's
 	// holds its refused chunk, unnumbered.
-	statusOut, code := daemontest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
+	statusOut, code := proctest.RunCommand(t, bin, "", nil, "agent", "status", "--json", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
 	var rep agent.StatusReport
 	if code != 0 || json.Unmarshal([]byte(statusOut), &rep) != nil || len(rep.Logs) != 2 {
 		t.Fatalf("agent status --json: exit %d\n%s", code, statusOut)
@@ -199,7 +200,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 		ngx.SessionState != logship.SessionStopped || ngx.Refusal != "open 422 service_not_allowed" || ngx.Finishes != 0 {
 		t.Errorf("nginx.service's spool: %+v", ngx)
 	}
-	text, code := daemontest.RunCommand(t, bin, "", nil, "agent", "status", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
+	text, code := proctest.RunCommand(t, bin, "", nil, "agent", "status", "--state-dir", state, "--run-root", filepath.Join(dir, "run"))
 	for _, line := range []string{
 		"log spool        cloud-init.service: 0 chunks (0 numbered), 0 bytes, dropped 0; session stopped\n",
 		fmt.Sprintf("log spool        nginx.service: 1 chunks (0 numbered), %d bytes, oldest ", ngx.Bytes),

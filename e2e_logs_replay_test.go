@@ -27,7 +27,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -93,7 +93,7 @@ func (p *holdProxy) retarget(target string) {
 // reason restart.
 func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	for _, tc := range []struct {
 		// name: no comma, it is in the temporary paths, and a comma
 		// separates --log-file's values.
@@ -108,9 +108,9 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 		{name: "killed after the PUT before the commit", daemon: func(r *http.Request) bool { return r.URL.Path == "/api/ingest/logs/commit" }, object: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gw := daemontest.StartVersityGW(t)
+			gw := proctest.StartVersityGW(t)
 			store := newHoldProxy(t, gw.Endpoint, tc.store)
-			d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, store.URL)})
+			d := proctest.Start(t, bin, proctest.Options{Env: e2eLogsEnv(gw, store.URL)})
 			front := newHoldProxy(t, d.URL, tc.daemon)
 			ctx := context.Background()
 			if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "replay-demo"}); err != nil {
@@ -156,11 +156,11 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 			d.Kill()
 
 			env2 := d.EnvCopy()
-			env2["CHALUPA_LISTEN"] = daemontest.FreeAddr(t)
-			d2 := daemontest.Start(t, bin, daemontest.Options{Env: env2})
+			env2["CHALUPA_LISTEN"] = proctest.FreeAddr(t)
+			d2 := proctest.Start(t, bin, proctest.Options{Env: env2})
 			front.retarget(d2.URL)
 			second := startAgent(t, bin, env, args...)
-			daemontest.Poll(t, 2*time.Minute, "the spool shipped", func() (bool, string) {
+			proctest.Poll(t, 2*time.Minute, "the spool shipped", func() (bool, string) {
 				left, _ := filepath.Glob(filepath.Join(spoolDir, "*.chunk"))
 				return len(left) == 0 && strings.Contains(second.log.String(), `"message":"agent started"`), second.log.String()
 			})
@@ -205,7 +205,7 @@ func replayLines(t *testing.T, path string, size int) []byte {
 }
 
 // logChunkStates counts the daemon's planned and committed log_chunks rows.
-func logChunkStates(t *testing.T, d *daemontest.Daemon) (planned, committed int) {
+func logChunkStates(t *testing.T, d *proctest.Daemon) (planned, committed int) {
 	t.Helper()
 	db, err := storage.OpenReadOnly(context.Background(), d.DatabasePath())
 	if err != nil {
@@ -219,7 +219,7 @@ func logChunkStates(t *testing.T, d *daemontest.Daemon) (planned, committed int)
 }
 
 // countObjects counts the chunk objects in the bucket.
-func countObjects(gw *daemontest.S3) int {
+func countObjects(gw *proctest.S3) int {
 	n := 0
 	filepath.WalkDir(filepath.Join(gw.Root, gw.Bucket), func(p string, e os.DirEntry, err error) error {
 		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".chunk") {

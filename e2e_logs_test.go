@@ -27,6 +27,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestLogsConfigRefusesReplicaCredentials: the built binary's `config
@@ -34,7 +35,7 @@ import (
 // location inside the replica's path, saying why.
 func TestLogsConfigRefusesReplicaCredentials(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	for _, tc := range []struct {
 		name string
 		logs map[string]string
@@ -51,7 +52,7 @@ func TestLogsConfigRefusesReplicaCredentials(t *testing.T) {
 			for k, v := range tc.logs {
 				env[k] = v
 			}
-			out, code := daemontest.RunCommand(t, bin, "", env, "config", "check")
+			out, code := proctest.RunCommand(t, bin, "", env, "config", "check")
 			if code == 0 || !strings.Contains(out, tc.want) {
 				t.Fatalf("config check exited %d:\n%s", code, out)
 			}
@@ -70,10 +71,10 @@ func TestLogsConfigRefusesReplicaCredentials(t *testing.T) {
 // object and rows.
 func TestLogsEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	gw := daemontest.StartVersityGW(t)
+	bin := proctest.BuildBinary(t)
+	gw := proctest.StartVersityGW(t)
 	logsURL := "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1"
-	d := daemontest.Start(t, bin, daemontest.Options{Env: map[string]string{
+	d := proctest.Start(t, bin, proctest.Options{Env: map[string]string{
 		"CHALUPA_LOGS_URL": logsURL, "CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,
 	}})
 	ctx := context.Background()
@@ -116,8 +117,8 @@ func TestLogsEndToEnd(t *testing.T) {
 	// Killed between plan and PUT.
 	d.Kill()
 	env := d.EnvCopy()
-	env["CHALUPA_LISTEN"] = daemontest.FreeAddr(t)
-	d2 := daemontest.Start(t, bin, daemontest.Options{Env: env})
+	env["CHALUPA_LISTEN"] = proctest.FreeAddr(t)
+	d2 := proctest.Start(t, bin, proctest.Options{Env: env})
 	renewed := planAt(d2.URL)
 	u1, _ := url.Parse(first.Upload.URL)
 	u2, _ := url.Parse(renewed.Upload.URL)
@@ -139,7 +140,7 @@ func TestLogsEndToEnd(t *testing.T) {
 
 	cli := func(args ...string) string {
 		t.Helper()
-		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d2.AdminToken(), "CHALUPA_URL": d2.URL}, args...)
+		out, code := proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d2.AdminToken(), "CHALUPA_URL": d2.URL}, args...)
 		if code != 0 {
 			t.Fatalf("chalupa %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
@@ -173,14 +174,14 @@ func TestLogsEndToEnd(t *testing.T) {
 // every chunk is one object and one row.
 func TestAgentShipsLogsEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	gw := daemontest.StartVersityGW(t)
-	d := daemontest.Start(t, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
+	bin := proctest.BuildBinary(t)
+	gw := proctest.StartVersityGW(t)
+	d := proctest.Start(t, bin, proctest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "ship-demo")
 	cli := func(args ...string) string {
 		t.Helper()
-		out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, args...)
+		out, code := proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, args...)
 		if code != 0 {
 			t.Fatalf("chalupa %s exited %d:\n%s", strings.Join(args, " "), code, out)
 		}
@@ -258,9 +259,9 @@ func TestAgentShipsLogsEndToEnd(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkAgentShipLogs -benchtime 1x .
 func BenchmarkAgentShipLogs(b *testing.B) {
 	const size = 100 << 20
-	bin := daemontest.BuildBinary(b)
-	gw := daemontest.StartVersityGW(b)
-	d := daemontest.Start(b, bin, daemontest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
+	bin := proctest.BuildBinary(b)
+	gw := proctest.StartVersityGW(b)
+	d := proctest.Start(b, bin, proctest.Options{Env: e2eLogsEnv(gw, gw.Endpoint)})
 	ctx := context.Background()
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "bench-logs"}); err != nil {
 		b.Fatal(err)
@@ -317,7 +318,7 @@ func BenchmarkAgentShipLogs(b *testing.B) {
 		"CHALUPA_AGENT_URL="+d.URL, "CHALUPA_AGENT_ENV=bench-logs", "CHALUPA_AGENT_KEY_FILE="+filepath.Join(dir, "ingest.key"),
 		"CHALUPA_AGENT_DEPLOYMENT=dep-bench", "CHALUPA_AGENT_DROPLET_ID=9", "CHALUPA_AGENT_REGION=nyc3",
 		"CHALUPA_AGENT_STATE_DIR="+state, "CHALUPA_AGENT_DISK_PATH="+dir)
-	alog := &daemontest.SyncBuffer{}
+	alog := &proctest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = alog, alog
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -398,10 +399,10 @@ func BenchmarkAgentShipLogs(b *testing.B) {
 // against d (a non-zero exit fails the test) and returns the file
 // gunzipped: what the operator reads back. The error is the gunzip's, for
 // the caller's own message.
-func e2eLogsGet(t *testing.T, bin string, d *daemontest.Daemon, args ...string) ([]byte, error) {
+func e2eLogsGet(t *testing.T, bin string, d *proctest.Daemon, args ...string) ([]byte, error) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "logs.gz")
-	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL},
+	out, code := proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL},
 		append(append([]string{"admin", "logs", "get"}, args...), "--out", file)...)
 	if code != 0 {
 		t.Fatalf("admin logs get: exit %d\n%s", code, out)
@@ -417,7 +418,7 @@ func e2eLogsGet(t *testing.T, bin string, d *daemontest.Daemon, args ...string) 
 	return io.ReadAll(zr)
 }
 
-func e2eLogsEnv(gw *daemontest.S3, endpoint string) map[string]string {
+func e2eLogsEnv(gw *proctest.S3, endpoint string) map[string]string {
 	return map[string]string{
 		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + endpoint + "&region=us-east-1",
 		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -52,10 +52,10 @@ func sealedDataDir(t *testing.T, masterKey string) string {
 // restore point or replicated.
 func TestServeWithTheWrongMasterKeyWritesNothing(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	keyA := daemontest.NewSecrets()[daemontest.MasterKeyVar]
-	keyB := daemontest.NewSecrets()[daemontest.MasterKeyVar]
-	tokens := daemontest.NewSecrets()
+	bin := proctest.BuildBinary(t)
+	keyA := proctest.NewSecrets()[proctest.MasterKeyVar]
+	keyB := proctest.NewSecrets()[proctest.MasterKeyVar]
+	tokens := proctest.NewSecrets()
 	cases := []struct {
 		name    string
 		env     map[string]string // on top of CHALUPA_DATA_DIR and CHALUPA_LISTEN
@@ -63,14 +63,14 @@ func TestServeWithTheWrongMasterKeyWritesNothing(t *testing.T) {
 		want    string
 	}{
 		// The tokens would be generated into a new secrets.env.
-		{"env gives another key", map[string]string{daemontest.MasterKeyVar: keyB}, "", "wrong master key"},
+		{"env gives another key", map[string]string{proctest.MasterKeyVar: keyB}, "", "wrong master key"},
 		// secrets.env holds another key but no tokens: serve would add them.
-		{"secrets.env holds another key", nil, daemontest.MasterKeyVar + "=" + keyB + "\n", "wrong master key"},
-		{"secrets.env holds another key and both tokens", nil, daemontest.MasterKeyVar + "=" + keyB + "\n" +
-			daemontest.AdminTokenVar + "=" + tokens[daemontest.AdminTokenVar] + "\n" +
-			daemontest.ReadyTokenVar + "=" + tokens[daemontest.ReadyTokenVar] + "\n", "wrong master key"},
-		{"env gives another key beside a complete secrets.env", map[string]string{daemontest.MasterKeyVar: keyB},
-			daemontest.AdminTokenVar + "=" + tokens[daemontest.AdminTokenVar] + "\n", "wrong master key"},
+		{"secrets.env holds another key", nil, proctest.MasterKeyVar + "=" + keyB + "\n", "wrong master key"},
+		{"secrets.env holds another key and both tokens", nil, proctest.MasterKeyVar + "=" + keyB + "\n" +
+			proctest.AdminTokenVar + "=" + tokens[proctest.AdminTokenVar] + "\n" +
+			proctest.ReadyTokenVar + "=" + tokens[proctest.ReadyTokenVar] + "\n", "wrong master key"},
+		{"env gives another key beside a complete secrets.env", map[string]string{proctest.MasterKeyVar: keyB},
+			proctest.AdminTokenVar + "=" + tokens[proctest.AdminTokenVar] + "\n", "wrong master key"},
 		// No key at all: refused before one is generated.
 		{"no key anywhere", nil, "", "CHALUPA_INGEST_MASTER_KEY is unset"},
 	}
@@ -89,11 +89,11 @@ func TestServeWithTheWrongMasterKeyWritesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": daemontest.FreeAddr(t)}
+			env := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_LISTEN": proctest.FreeAddr(t)}
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			out, code := daemontest.RunCommand(t, bin, "", env, "serve")
+			out, code := proctest.RunCommand(t, bin, "", env, "serve")
 			if code != 1 || !strings.Contains(out, tc.want) {
 				t.Fatalf("serve: exit %d, want 1 with %q:\n%s", code, tc.want, out)
 			}
@@ -112,7 +112,7 @@ func TestServeWithTheWrongMasterKeyWritesNothing(t *testing.T) {
 					t.Errorf("serve refused but created %s (stat: %v)", name, err)
 				}
 			}
-			for _, s := range []string{keyA, keyB, tokens[daemontest.AdminTokenVar], tokens[daemontest.ReadyTokenVar]} {
+			for _, s := range []string{keyA, keyB, tokens[proctest.AdminTokenVar], tokens[proctest.ReadyTokenVar]} {
 				if strings.Contains(out, s) {
 					t.Errorf("the refusal prints a secret:\n%s", out)
 				}

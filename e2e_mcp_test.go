@@ -13,7 +13,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/mcpserver"
 )
 
@@ -24,8 +24,8 @@ import (
 // refused, and the admin token never appears in what the server says.
 func TestMCPEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	ctx := context.Background()
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
 		t.Fatal(err)
@@ -82,8 +82,8 @@ func TestMCPEndToEnd(t *testing.T) {
 // combined with an operation.
 func TestOpenAPIEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	out, code := daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": "http://127.0.0.1:1"}, "admin", "api", "--openapi")
+	bin := proctest.BuildBinary(t)
+	out, code := proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_URL": "http://127.0.0.1:1"}, "admin", "api", "--openapi")
 	if code != 0 {
 		t.Fatalf("--openapi exited %d: %s", code, out)
 	}
@@ -91,8 +91,8 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &printed); err != nil || printed["openapi"] != "3.1.0" {
 		t.Fatalf("--openapi printed no 3.1 document: %v", err)
 	}
-	d := daemontest.StartDaemon(t, bin, nil)
-	resp, err := d.Do(context.Background(), http.MethodGet, daemon.OpenAPIPath, daemontest.Bearer(d.AdminToken()), nil)
+	d := proctest.StartDaemon(t, bin, nil)
+	resp, err := d.Do(context.Background(), http.MethodGet, daemon.OpenAPIPath, proctest.Bearer(d.AdminToken()), nil)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("GET %s: %v %+v", daemon.OpenAPIPath, err, resp)
 	}
@@ -105,7 +105,7 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 	if string(a) != string(b) {
 		t.Errorf("the printed document differs from the served one")
 	}
-	if out, code := daemontest.RunCommand(t, bin, "", nil, "admin", "api", "--openapi", "adminGetStatus"); code != 2 {
+	if out, code := proctest.RunCommand(t, bin, "", nil, "admin", "api", "--openapi", "adminGetStatus"); code != 2 {
 		t.Errorf("--openapi with an operation exited %d; want 2: %s", code, out)
 	}
 }

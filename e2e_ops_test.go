@@ -17,24 +17,24 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/schema"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // opsCLI runs `chalupa args…` against d and returns its output and exit code.
-func opsCLI(t *testing.T, bin string, d *daemontest.Daemon, args ...string) (string, int) {
+func opsCLI(t *testing.T, bin string, d *proctest.Daemon, args ...string) (string, int) {
 	t.Helper()
-	return daemontest.RunCommand(t, bin, "", map[string]string{
+	return proctest.RunCommand(t, bin, "", map[string]string{
 		"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL,
 	}, args...)
 }
 
 // opsHeartbeat issues an ingest key for slug on d and sends one signed
 // heartbeat; it returns the answer's status.
-func opsHeartbeat(t *testing.T, d *daemontest.Daemon, slug, deployment string) int {
+func opsHeartbeat(t *testing.T, d *proctest.Daemon, slug, deployment string) int {
 	t.Helper()
 	ctx := context.Background()
 	k, err := d.Admin().IssueIngestKey(ctx, slug)
@@ -64,14 +64,14 @@ func opsHeartbeat(t *testing.T, d *daemontest.Daemon, slug, deployment string) i
 // by the CLI (exit 1).
 func TestLoopSwitchesEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 
-	out, code := daemontest.RunCommand(t, bin, "", daemontest.NewSecrets(), "serve", "--pause-loops", "reaper,ingest")
+	out, code := proctest.RunCommand(t, bin, "", proctest.NewSecrets(), "serve", "--pause-loops", "reaper,ingest")
 	if code != 2 || !strings.Contains(out, "ingest") {
 		t.Fatalf("serve --pause-loops reaper,ingest: exit %d, want 2 naming the loop:\n%s", code, out)
 	}
 
-	d := daemontest.StartDaemon(t, bin, nil, "--pause-loops", "reaper,retention,costs,jobs")
+	d := proctest.StartDaemon(t, bin, nil, "--pause-loops", "reaper,retention,costs,jobs")
 	if _, err := d.Admin().CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: "loops-demo"}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestLoopSwitchesEndToEnd(t *testing.T) {
 	}
 	e2eStop(t, d)
 
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	out, code = opsCLI(t, bin, d2, "admin", "loops")
 	t.Logf("chalupa admin loops after a restart without --pause-loops:\n%s", out)
 	for _, name := range []string{"reaper", "retention", "costs", "jobs"} {
@@ -154,23 +154,23 @@ func opsOldDatabase(t *testing.T, dataDir, slug string) {
 // data plus the writes made after the rollback, and none of the lost ones.
 func TestRollbackRunbook(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	s3 := daemontest.StartVersityGW(t)
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	s3 := proctest.StartVersityGW(t)
 	ctx := context.Background()
 
 	dataDir := t.TempDir()
 	opsOldDatabase(t, dataDir, "before-point")
 	env := s3.DaemonEnv("chalupa")
 	env["CHALUPA_DATA_DIR"] = dataDir
-	d := daemontest.StartDaemon(t, bin, env)
+	d := proctest.StartDaemon(t, bin, env)
 	for _, slug := range []string{"lost-1", "lost-2"} {
 		if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	offline := d.EnvCopy()
-	out, code := daemontest.RunCommand(t, bin, "", offline, "migrate", "restore-points")
+	out, code := proctest.RunCommand(t, bin, "", offline, "migrate", "restore-points")
 	t.Logf("$ chalupa migrate restore-points\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 2 || !strings.HasSuffix(lines[1], "ok") || !strings.Contains(lines[1], "v11") {
@@ -180,12 +180,12 @@ func TestRollbackRunbook(t *testing.T) {
 	phrase := "roll back to " + point
 
 	// Runbook step 1: stop the daemon. While it runs, rollback refuses.
-	out, code = daemontest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", phrase)
+	out, code = proctest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", phrase)
 	if code != 1 || !strings.Contains(out, "in use") {
 		t.Fatalf("rollback beside a running daemon: exit %d, want 1 (in use):\n%s", code, out)
 	}
 	e2eStop(t, d)
-	out, code = daemontest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", "roll back")
+	out, code = proctest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", "roll back")
 	if code != 1 || !strings.Contains(out, "nothing changed") {
 		t.Fatalf("rollback with a wrong confirmation: exit %d:\n%s", code, out)
 	}
@@ -194,7 +194,7 @@ func TestRollbackRunbook(t *testing.T) {
 	}
 
 	// Step 3: restore the point (the newer schema is the reason here).
-	out, code = daemontest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", phrase)
+	out, code = proctest.RunCommand(t, bin, "", offline, "migrate", "rollback", "--to", point, "--confirmation", phrase)
 	t.Logf("$ chalupa migrate rollback --to %s --confirmation %q\n%s", point, phrase, out)
 	if code != 0 || !regexp.MustCompile(`(?m)^environments\s+3\s+1\s+-2$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^loop_switches\s+0\s+\(no table\)`).MatchString(out) || !strings.Contains(out, "LOST: every write from") {
@@ -210,7 +210,7 @@ func TestRollbackRunbook(t *testing.T) {
 	}
 
 	// Step 4: start with the loops paused; verify health, status, ingest.
-	d2 := daemontest.StartDaemon(t, bin, offline, "--pause-loops", "reaper,retention,costs,jobs")
+	d2 := proctest.StartDaemon(t, bin, offline, "--pause-loops", "reaper,retention,costs,jobs")
 	st, err := d2.Admin().GetStatus(ctx)
 	if err != nil || st.Replication.Generation != gen[1] {
 		t.Fatalf("status after rollback: generation %q (%v), want %s", st.Replication.Generation, err, gen[1])
@@ -241,11 +241,11 @@ func TestRollbackRunbook(t *testing.T) {
 	// The replica: the generation holds the rolled-back data plus the later
 	// writes; the old history was not written behind and still holds what
 	// the rollback dropped.
-	inGen := e2eInFile(t, daemontest.Restore(t, litestream, s3.ReplicaURL("chalupa/"+gen[1]), s3.Credentials()))
+	inGen := e2eInFile(t, proctest.Restore(t, litestream, s3.ReplicaURL("chalupa/"+gen[1]), s3.Credentials()))
 	if !inGen["before-point"] || !inGen["after-rollback"] || inGen["lost-1"] || inGen["lost-2"] {
 		t.Fatalf("litestream restore of generation %s: %v, want before-point and after-rollback only", gen[1], inGen)
 	}
-	inOld := e2eInFile(t, daemontest.Restore(t, litestream, s3.ReplicaURL("chalupa"), s3.Credentials()))
+	inOld := e2eInFile(t, proctest.Restore(t, litestream, s3.ReplicaURL("chalupa"), s3.Credentials()))
 	if !inOld["lost-1"] || inOld["after-rollback"] {
 		t.Fatalf("litestream restore of the old history: %v, want it untouched (lost-1, no after-rollback)", inOld)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // A data dir made by hand (0755, as an operator does for a restore) ends up
@@ -18,7 +18,7 @@ import (
 // its WAL and shm, Litestream's LTX files and the file replica.
 func TestDataDirIsPrivate(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -26,9 +26,9 @@ func TestDataDirIsPrivate(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil { // not through the umask an in-process daemon sets
 		t.Fatal(err)
 	}
-	env := daemontest.NewSecrets()
+	env := proctest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = dir
-	d := daemontest.StartDaemon(t, bin, env)
+	d := proctest.StartDaemon(t, bin, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := 0; i < 5; i++ {

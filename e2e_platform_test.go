@@ -25,13 +25,13 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // e2eCreateEnv creates one environment through the admin API and returns the
 // HTTP status. Safe from any goroutine. Errors: transport failures.
-func e2eCreateEnv(ctx context.Context, d *daemontest.Daemon, slug string) (int, error) {
+func e2eCreateEnv(ctx context.Context, d *proctest.Daemon, slug string) (int, error) {
 	_, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: slug})
 	var ae *adminapi.APIError
 	if errors.As(err, &ae) {
@@ -45,7 +45,7 @@ func e2eCreateEnv(ctx context.Context, d *daemontest.Daemon, slug string) (int, 
 
 // e2eCreateMany creates n environments prefix-000… one after another, each
 // of which must be acknowledged with 201, and returns their slugs.
-func e2eCreateMany(t *testing.T, d *daemontest.Daemon, prefix string, n int) []string {
+func e2eCreateMany(t *testing.T, d *proctest.Daemon, prefix string, n int) []string {
 	t.Helper()
 	var slugs []string
 	for i := range n {
@@ -60,7 +60,7 @@ func e2eCreateMany(t *testing.T, d *daemontest.Daemon, prefix string, n int) []s
 }
 
 // e2eStop sends SIGTERM and requires a clean exit (status 0).
-func e2eStop(t *testing.T, d *daemontest.Daemon) {
+func e2eStop(t *testing.T, d *proctest.Daemon) {
 	t.Helper()
 	d.Signal(syscall.SIGTERM)
 	if code := d.Wait(); code != 0 {
@@ -69,7 +69,7 @@ func e2eStop(t *testing.T, d *daemontest.Daemon) {
 }
 
 // e2eListed returns the slugs the daemon's admin API lists.
-func e2eListed(t *testing.T, d *daemontest.Daemon) map[string]bool {
+func e2eListed(t *testing.T, d *proctest.Daemon) map[string]bool {
 	t.Helper()
 	envs, err := d.Admin().ListEnvironments(context.Background())
 	if err != nil {
@@ -148,9 +148,9 @@ func e2eCopyFile(t *testing.T, src, dst string) {
 // the same tokens and master key).
 func e2eSecrets(env map[string]string) map[string]string {
 	return map[string]string{
-		daemontest.AdminTokenVar: env[daemontest.AdminTokenVar],
-		daemontest.ReadyTokenVar: env[daemontest.ReadyTokenVar],
-		daemontest.MasterKeyVar:  env[daemontest.MasterKeyVar],
+		proctest.AdminTokenVar: env[proctest.AdminTokenVar],
+		proctest.ReadyTokenVar: env[proctest.ReadyTokenVar],
+		proctest.MasterKeyVar:  env[proctest.MasterKeyVar],
 	}
 }
 
@@ -160,8 +160,8 @@ func e2eSecrets(env map[string]string) map[string]string {
 // with versitygw as S3, once with the embedded default's file replica.
 func TestRestoreRoundTrip(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
 
 	for _, mode := range []string{"s3", "file"} {
 		t.Run(mode, func(t *testing.T) {
@@ -170,14 +170,14 @@ func TestRestoreRoundTrip(t *testing.T) {
 			var replicaURL string
 			var creds map[string]string
 			if mode == "s3" {
-				s3 := daemontest.StartVersityGW(t)
+				s3 := proctest.StartVersityGW(t)
 				env = s3.DaemonEnv("chalupa")
 				// An operator may have AWS_CA_BUNDLE set; the daemon must
 				// still replicate (it drops the variable for itself).
 				env["AWS_CA_BUNDLE"] = cmp.Or(os.Getenv("AWS_CA_BUNDLE"), "/nonexistent/ca-bundle.pem")
 				replicaURL, creds = s3.ReplicaURL("chalupa"), s3.Credentials()
 			}
-			d := daemontest.StartDaemon(t, bin, env)
+			d := proctest.StartDaemon(t, bin, env)
 			if mode == "file" {
 				replicaURL = e2eFileURL(filepath.Join(d.DataDir, "replica"))
 			}
@@ -189,7 +189,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 			acked := e2eCreateMany(t, d, "rt-"+mode, 50)
 			e2eStop(t, d)
 
-			restored := daemontest.Restore(t, litestream, replicaURL, creds)
+			restored := proctest.Restore(t, litestream, replicaURL, creds)
 			inFile := e2eInFile(t, restored)
 			e2eRequireAll(t, "restored database", inFile, acked)
 			t.Logf("%s: %d environments acknowledged, %d in the database litestream restored", mode, len(acked), len(inFile))
@@ -200,7 +200,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 			e2eCopyFile(t, restored, filepath.Join(dataDir, "chalupa.db"))
 			env2 := e2eSecrets(d.Env)
 			env2["CHALUPA_DATA_DIR"] = dataDir
-			d2 := daemontest.StartDaemon(t, bin, env2)
+			d2 := proctest.StartDaemon(t, bin, env2)
 			e2eRequireAll(t, "daemon serving the restored file", e2eListed(t, d2), acked)
 			e2eStop(t, d2)
 		})
@@ -213,9 +213,9 @@ func TestRestoreRoundTrip(t *testing.T) {
 // file must pass its integrity check, and the replica must hold them too.
 func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	d := proctest.StartDaemon(t, bin, nil)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -247,7 +247,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		}()
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	daemontest.Poll(t, 60*time.Second, "150 acknowledged creations", func() (bool, string) {
+	proctest.Poll(t, 60*time.Second, "150 acknowledged creations", func() (bool, string) {
 		n := count()
 		return n >= 150, fmt.Sprintf("%d acknowledged", n)
 	})
@@ -266,12 +266,12 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 
 	env := d.EnvCopy()
 	delete(env, "CHALUPA_LISTEN") // a fresh port
-	d2 := daemontest.StartDaemon(t, bin, env)
+	d2 := proctest.StartDaemon(t, bin, env)
 	e2eRequireAll(t, "daemon restarted after SIGKILL", e2eListed(t, d2), acked)
 	e2eStop(t, d2)
 	e2eRequireAll(t, "database file after restart", e2eInFile(t, d2.DatabasePath()), acked)
 
-	restored := daemontest.Restore(t, litestream, e2eFileURL(filepath.Join(d2.DataDir, "replica")), nil)
+	restored := proctest.Restore(t, litestream, e2eFileURL(filepath.Join(d2.DataDir, "replica")), nil)
 	e2eRequireAll(t, "replica restored after crash and restart", e2eInFile(t, restored), acked)
 }
 
@@ -281,14 +281,14 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 // returns. The replica then holds every acknowledged write.
 func TestReplicaOutage(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	s3 := daemontest.StartVersityGW(t)
-	d := daemontest.StartDaemon(t, bin, s3.DaemonEnv("outage"), "--lag-limit", "5s")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	s3 := proctest.StartVersityGW(t)
+	d := proctest.StartDaemon(t, bin, s3.DaemonEnv("outage"), "--lag-limit", "5s")
 	ctx := context.Background()
 	admin := d.Admin()
 	ready := func() (int, string) {
-		r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil)
+		r, err := d.Do(ctx, "GET", "/api/ready", proctest.Bearer(d.ReadyToken()), nil)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -304,7 +304,7 @@ func TestReplicaOutage(t *testing.T) {
 	}
 
 	acked := e2eCreateMany(t, d, "before-outage", 10)
-	daemontest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
 		h, s := status()
 		return h.LocalTXID > 0 && h.RemoteTXID == h.LocalTXID, s
 	})
@@ -316,24 +316,24 @@ func TestReplicaOutage(t *testing.T) {
 	acked = append(acked, e2eCreateMany(t, d, "during-outage", 10)...)
 	// A sync attempt against the stopped server can spend its S3 client's
 	// own retries first; on a loaded machine that took over 30 s.
-	daemontest.Poll(t, 90*time.Second, "status to report the replica error", func() (bool, string) {
+	proctest.Poll(t, 90*time.Second, "status to report the replica error", func() (bool, string) {
 		h, s := status()
 		return h.LastError != "", s
 	})
 	var first adminapi.ReplicationHealth
-	daemontest.Poll(t, 30*time.Second, "a positive replication lag", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "a positive replication lag", func() (bool, string) {
 		h, s := status()
 		first = h
 		return h.LagSeconds > 0 && h.RemoteTXID < h.LocalTXID, s
 	})
-	daemontest.Poll(t, 30*time.Second, "the lag to grow", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "the lag to grow", func() (bool, string) {
 		h, s := status()
 		return h.LagSeconds > first.LagSeconds, s
 	})
 	if h, s := status(); strings.Contains(s, s3.Addr) || strings.Contains(s, s3.Bucket) || strings.Contains(s, s3.AccessKey) {
 		t.Errorf("replication status leaks the endpoint, bucket or key: %s (%+v)", s, h)
 	}
-	daemontest.Poll(t, 60*time.Second, "/api/ready to answer 503 after the lag limit", func() (bool, string) {
+	proctest.Poll(t, 60*time.Second, "/api/ready to answer 503 after the lag limit", func() (bool, string) {
 		code, body := ready()
 		return code == http.StatusServiceUnavailable, fmt.Sprintf("%d %s", code, body)
 	})
@@ -347,17 +347,17 @@ func TestReplicaOutage(t *testing.T) {
 	s3.Start()
 	// Litestream backs off exponentially while the replica fails; the
 	// outage above is short, so the next attempt comes within a minute.
-	daemontest.Poll(t, 120*time.Second, "the replica to catch up after the outage", func() (bool, string) {
+	proctest.Poll(t, 120*time.Second, "the replica to catch up after the outage", func() (bool, string) {
 		h, s := status()
 		return h.RemoteTXID == h.LocalTXID, s
 	})
-	daemontest.Poll(t, 30*time.Second, "/api/ready to answer 200 again", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "/api/ready to answer 200 again", func() (bool, string) {
 		code, body := ready()
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
 	})
 	e2eStop(t, d)
 
-	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("outage"), s3.Credentials())
+	restored := proctest.Restore(t, litestream, s3.ReplicaURL("outage"), s3.Credentials())
 	e2eRequireAll(t, "replica restored after the outage", e2eInFile(t, restored), acked)
 }
 
@@ -366,13 +366,13 @@ func TestReplicaOutage(t *testing.T) {
 // separation, JSON 404/405, metrics, and a request id on every response.
 func TestHTTPContract(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	ctx := context.Background()
 	adminTok, readyTok := d.AdminToken(), d.ReadyToken()
 
 	ids := map[string]bool{}
-	do := func(method, path string, hdr http.Header, body []byte) *daemontest.Response {
+	do := func(method, path string, hdr http.Header, body []byte) *proctest.Response {
 		t.Helper()
 		r, err := d.Do(ctx, method, path, hdr, body)
 		if err != nil {
@@ -394,7 +394,7 @@ func TestHTTPContract(t *testing.T) {
 		return r
 	}
 	// errorBody requires exactly {"error":{"code","message"}} and returns code.
-	errorBody := func(what string, r *daemontest.Response) string {
+	errorBody := func(what string, r *proctest.Response) string {
 		t.Helper()
 		var outer map[string]json.RawMessage
 		if err := json.Unmarshal(r.Body, &outer); err != nil || len(outer) != 1 || outer["error"] == nil {
@@ -455,13 +455,13 @@ func TestHTTPContract(t *testing.T) {
 				hdr  http.Header
 			}{
 				{"missing token", rt.path, nil},
-				{"wrong token", rt.path, daemontest.Bearer(daemontest.RandomToken(32))},
+				{"wrong token", rt.path, proctest.Bearer(proctest.RandomToken(32))},
 				{"empty bearer", rt.path, http.Header{"Authorization": {"Bearer "}}},
 				{"token as cookie", rt.path, http.Header{"Cookie": {cookie}}},
 				{"token without scheme", rt.path, http.Header{"Authorization": {rt.token}}},
 				{"token as basic auth", rt.path, http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+rt.token))}}},
 				{"token in query", rt.path + "?token=" + rt.token + "&access_token=" + rt.token, nil},
-				{"the other token", rt.path, daemontest.Bearer(rt.other)},
+				{"the other token", rt.path, proctest.Bearer(rt.other)},
 			}
 			for i, rf := range refusals {
 				var body []byte
@@ -492,7 +492,7 @@ func TestHTTPContract(t *testing.T) {
 			if rt.body != nil {
 				body = []byte(`{"slug":"contract-accepted"}`)
 			}
-			if r := do(rt.method, rt.path, daemontest.Bearer(rt.token), body); r.Status != rt.want {
+			if r := do(rt.method, rt.path, proctest.Bearer(rt.token), body); r.Status != rt.want {
 				t.Errorf("%s %s with its token: status %d, want %d: %s", rt.method, rt.path, r.Status, rt.want, r.Body)
 			}
 		}
@@ -516,7 +516,7 @@ func TestHTTPContract(t *testing.T) {
 		}{
 			{"GET", "/api/no-such-route", nil, 404, "not_found"},
 			{"GET", "/no/such/page", nil, 404, "not_found"},
-			{"GET", "/api/admin/no-such-operation", daemontest.Bearer(adminTok), 404, "not_found"},
+			{"GET", "/api/admin/no-such-operation", proctest.Bearer(adminTok), 404, "not_found"},
 			{"DELETE", "/api/health", nil, 405, "method_not_allowed"},
 		} {
 			what := tc.method + " " + tc.path
@@ -532,7 +532,7 @@ func TestHTTPContract(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		r := do("GET", "/metrics", daemontest.Bearer(readyTok), nil)
+		r := do("GET", "/metrics", proctest.Bearer(readyTok), nil)
 		if r.Status != http.StatusOK {
 			t.Fatalf("GET /metrics: %d", r.Status)
 		}
@@ -558,8 +558,8 @@ func TestHTTPContract(t *testing.T) {
 // (the tests run as root, so permissions would not stop a write).
 func TestReplicationHealthTellsTheTruth(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
 	const lagLimit = 20 * time.Second
 	for _, tc := range []struct {
 		name   string
@@ -579,7 +579,7 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 			var creds map[string]string
 			switch tc.kind {
 			case "s3":
-				s3 := daemontest.StartVersityGW(t)
+				s3 := proctest.StartVersityGW(t)
 				env, down, up = s3.DaemonEnv("truth"), s3.Stop, s3.Start
 				replicaURL, creds = s3.ReplicaURL("truth"), s3.Credentials()
 			case "file":
@@ -604,7 +604,7 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 					}
 				}
 			}
-			d := daemontest.StartDaemon(t, bin, env, "--lag-limit", lagLimit.String())
+			d := proctest.StartDaemon(t, bin, env, "--lag-limit", lagLimit.String())
 			ctx := context.Background()
 			admin := d.Admin()
 			health := func() adminapi.ReplicationHealth {
@@ -615,14 +615,14 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 				return st.Replication
 			}
 			ready := func() int {
-				r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil)
+				r, err := d.Do(ctx, "GET", "/api/ready", proctest.Bearer(d.ReadyToken()), nil)
 				if err != nil {
 					t.Fatalf("ready: %v", err)
 				}
 				return r.Status
 			}
 			acked := e2eCreateMany(t, d, "before", 5)
-			daemontest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
+			proctest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
 				h := health()
 				return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 			})
@@ -650,14 +650,14 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 			lagBeforeUp = health().LagSeconds
 			outage := time.Since(start)
 			up()
-			daemontest.Poll(t, 60*time.Second, "the replica to catch up after the outage", func() (bool, string) {
+			proctest.Poll(t, 60*time.Second, "the replica to catch up after the outage", func() (bool, string) {
 				h := health()
 				if code := ready(); code == http.StatusServiceUnavailable && first503 == 0 {
 					first503 = time.Since(start)
 				}
 				return h.LagSeconds == 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 			})
-			daemontest.Poll(t, 10*time.Second, "/api/ready to answer 200", func() (bool, string) {
+			proctest.Poll(t, 10*time.Second, "/api/ready to answer 200", func() (bool, string) {
 				code := ready()
 				return code == http.StatusOK, fmt.Sprint(code)
 			})
@@ -683,7 +683,7 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 				t.Errorf("%d sync errors counted over a %s outage, want one per failed attempt", h.SyncErrors, tc.outage)
 			}
 			e2eStop(t, d)
-			restored := daemontest.Restore(t, litestream, replicaURL, creds)
+			restored := proctest.Restore(t, litestream, replicaURL, creds)
 			e2eRequireAll(t, "replica restored after the outage", e2eInFile(t, restored), acked)
 		})
 	}
@@ -695,27 +695,27 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 // when S3 comes back it catches up: a restore holds every acknowledged write.
 func TestServeStartsWithTheReplicaDown(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
-	s3 := daemontest.StartVersityGW(t)
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
+	s3 := proctest.StartVersityGW(t)
 	s3.Stop()
 	started := time.Now()
-	d := daemontest.Start(t, bin, daemontest.Options{Env: s3.DaemonEnv("down-at-start"), Args: []string{"--lag-limit", "3s"}, ReadyTimeout: 10 * time.Second})
+	d := proctest.Start(t, bin, proctest.Options{Env: s3.DaemonEnv("down-at-start"), Args: []string{"--lag-limit", "3s"}, ReadyTimeout: 10 * time.Second})
 	t.Logf("healthy %s after start with the replica down", time.Since(started).Round(10*time.Millisecond))
 	ctx := context.Background()
 	acked := e2eCreateMany(t, d, "replica-down", 5)
-	daemontest.Poll(t, 30*time.Second, "status to report replication failing", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "status to report replication failing", func() (bool, string) {
 		st, err := d.Admin().GetStatus(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
 		return st.Replication.Failing && st.Replication.LastError != "", fmt.Sprintf("%+v", st.Replication)
 	})
-	if r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil); err != nil || r.Status != http.StatusServiceUnavailable {
+	if r, err := d.Do(ctx, "GET", "/api/ready", proctest.Bearer(d.ReadyToken()), nil); err != nil || r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("/api/ready with replication failing: %v %v", r, err)
 	}
 	s3.Start()
-	daemontest.Poll(t, 60*time.Second, "the replica to catch up", func() (bool, string) {
+	proctest.Poll(t, 60*time.Second, "the replica to catch up", func() (bool, string) {
 		st, err := d.Admin().GetStatus(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -724,6 +724,6 @@ func TestServeStartsWithTheReplicaDown(t *testing.T) {
 		return !h.Failing && h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 	})
 	e2eStop(t, d)
-	restored := daemontest.Restore(t, litestream, s3.ReplicaURL("down-at-start"), s3.Credentials())
+	restored := proctest.Restore(t, litestream, s3.ReplicaURL("down-at-start"), s3.Credentials())
 	e2eRequireAll(t, "replica restored after starting with it down", e2eInFile(t, restored), acked)
 }

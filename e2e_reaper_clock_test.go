@@ -17,6 +17,7 @@ import (
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestReaperClockOffsetRestart: two agents with one-minute limits report
@@ -28,17 +29,17 @@ import (
 // `admin events` the clock-suspect event.
 func TestReaperClockOffsetRestart(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	fake := dofake.New(t)
 	writeToken := fake.AddToken("write", dofake.FullAccess...)
-	d := daemontest.StartDaemon(t, bin, map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken})
+	d := proctest.StartDaemon(t, bin, map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken})
 	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-clock")
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	droplets := []int{fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-clock")}).ID, fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-clock")}).ID}
-	beat := func(d *daemontest.Daemon) []int {
+	beat := func(d *proctest.Daemon) []int {
 		var out []int
 		for i, drop := range droplets {
 			now := time.Now().UTC()
@@ -61,7 +62,7 @@ func TestReaperClockOffsetRestart(t *testing.T) {
 	}
 	ingestE2EStop(t, d)
 
-	ahead := daemontest.StartDaemon(t, bin, d.EnvCopy(), "--clock-offset", "10m")
+	ahead := proctest.StartDaemon(t, bin, d.EnvCopy(), "--clock-offset", "10m")
 	t.Cleanup(func() { ingestE2EStop(t, ahead) })
 	// The grace (60 s) and a minute more, heartbeating every 10 s.
 	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -29,8 +29,8 @@ import (
 // SIGTERM; the restored replica holds the event.
 func TestReaperEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
 	fake := dofake.New(t)
 	writeToken := fake.AddToken("write", dofake.FullAccess...)
 	readToken := fake.AddToken("read", dofake.ReadOnly...)
@@ -38,7 +38,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	bystander := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-reap")})
 
 	replica := (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String()
-	d := daemontest.StartDaemon(t, bin, map[string]string{
+	d := proctest.StartDaemon(t, bin, map[string]string{
 		"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken, "DIGITALOCEAN_READ_TOKEN": readToken,
 		"CHALUPA_REPLICA_URL": replica,
 	})
@@ -60,7 +60,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := last.Add(time.Minute)
-	out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL,
+	out, code := proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL,
 		"--key-id", strings.TrimSpace(string(keyID)), "--key-file", filepath.Join(keyDir, "ingest.key"),
 		"--env", "demo-reap", "--deployment", "dep-reap-1", "--droplet-id", strconv.Itoa(droplet.ID),
 		"--limit-minutes", "1", "--activity-file", activity)
@@ -68,7 +68,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}
 
-	daemontest.Poll(t, 90*time.Second, "dofake sees the DELETE", func() (bool, string) {
+	proctest.Poll(t, 90*time.Second, "dofake sees the DELETE", func() (bool, string) {
 		n := len(fake.Deletes())
 		return n > 0, strconv.Itoa(n) + " deletes"
 	})
@@ -97,7 +97,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 
 	var fleet adminapi.Fleet
-	daemontest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
 		out := ingestE2ECLI(t, bin, d, "admin", "fleet", "--json")
 		if err := json.Unmarshal([]byte(out), &fleet); err != nil {
 			t.Fatalf("fleet --json: %v\n%s", err, out)
@@ -121,7 +121,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 
 	ingestE2EStop(t, d)
-	restored := daemontest.Restore(t, litestream, replica, nil)
+	restored := proctest.Restore(t, litestream, replica, nil)
 	ctx := context.Background()
 	db, err := storage.OpenReadOnly(ctx, restored)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/schema"
 )
 
@@ -48,12 +48,12 @@ func TestRollbackToPreviousRelease(t *testing.T) {
 	if expands == 0 {
 		t.Fatalf("the newest migration (%s) is not an expand: nothing here can roll back to a previous release without a restore", contract)
 	}
-	bin := daemontest.BuildBinary(t)
-	prev := daemontest.BuildWithheld(t, expands)
-	older := daemontest.BuildWithheld(t, expands+1)
+	bin := proctest.BuildBinary(t)
+	prev := proctest.BuildWithheld(t, expands)
+	older := proctest.BuildWithheld(t, expands+1)
 	ctx := context.Background()
 
-	d := daemontest.StartDaemon(t, bin, nil)
+	d := proctest.StartDaemon(t, bin, nil)
 	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "before-rollback"}); err != nil {
 		t.Fatal(err)
 	}
@@ -63,23 +63,23 @@ func TestRollbackToPreviousRelease(t *testing.T) {
 	e2eStop(t, d)
 
 	// The previous release on the current schema: starts, serves, writes.
-	p := daemontest.StartDaemon(t, prev, d.EnvCopy())
+	p := proctest.StartDaemon(t, prev, d.EnvCopy())
 	if st := opsHeartbeat(t, p, "before-rollback", "dep-previous"); st != 202 {
 		t.Fatalf("heartbeat on the previous release: %d, want 202", st)
 	}
 	e2eStop(t, p)
 
 	// A release without a contract migration refuses, naming it.
-	out, code := daemontest.RunCommand(t, older, "", d.EnvCopy(), "serve")
+	out, code := proctest.RunCommand(t, older, "", d.EnvCopy(), "serve")
 	if code == 0 || !strings.Contains(out, contract) || !strings.Contains(out, "contract migration") {
 		t.Fatalf("serve of a release older than a contract migration: exit %d, want a refusal naming %s:\n%s", code, contract, out)
 	}
-	if out, code := daemontest.RunCommand(t, older, "", d.EnvCopy(), "config", "check"); code == 0 || !strings.Contains(out, contract) {
+	if out, code := proctest.RunCommand(t, older, "", d.EnvCopy(), "config", "check"); code == 0 || !strings.Contains(out, contract) {
 		t.Fatalf("config check of that release: exit %d, want a refusal naming %s:\n%s", code, contract, out)
 	}
 
 	// Forward again: every write of both releases is there.
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	fleet, err := d2.Admin().ListFleet(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // e2eReplication returns the daemon's replication status.
-func e2eReplication(d *daemontest.Daemon) (adminapi.ReplicationHealth, string) {
+func e2eReplication(d *proctest.Daemon) (adminapi.ReplicationHealth, string) {
 	st, err := d.Admin().GetStatus(context.Background())
 	if err != nil {
 		return adminapi.ReplicationHealth{}, err.Error()
@@ -29,9 +29,9 @@ func e2eReplication(d *daemontest.Daemon) (adminapi.ReplicationHealth, string) {
 }
 
 // e2eCaughtUp waits until the replica confirms every commit.
-func e2eCaughtUp(t *testing.T, d *daemontest.Daemon, what string) {
+func e2eCaughtUp(t *testing.T, d *proctest.Daemon, what string) {
 	t.Helper()
-	daemontest.Poll(t, 120*time.Second, what, func() (bool, string) {
+	proctest.Poll(t, 120*time.Second, what, func() (bool, string) {
 		h, s := e2eReplication(d)
 		return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID && !h.Failing, s
 	})
@@ -60,7 +60,7 @@ func e2eTrimLocalHistory(t *testing.T, dataDir string) {
 
 // e2eExitLastLine stops d with SIGTERM and returns its exit status and its
 // last log line.
-func e2eExitLastLine(t *testing.T, d *daemontest.Daemon) (int, string) {
+func e2eExitLastLine(t *testing.T, d *proctest.Daemon) (int, string) {
 	t.Helper()
 	d.Signal(syscall.SIGTERM)
 	code := d.WaitTimeout(90 * time.Second)
@@ -80,15 +80,15 @@ func e2eExitLastLine(t *testing.T, d *daemontest.Daemon) (int, string) {
 // event) and a `litestream restore` holds every acknowledged write.
 func TestReplicaReseededAfterLoss(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
 	for _, running := range []bool{false, true} {
 		name := map[bool]string{false: "while stopped", true: "while running"}[running]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s3 := daemontest.StartVersityGW(t)
+			s3 := proctest.StartVersityGW(t)
 			path := "reseed"
-			d := daemontest.StartDaemon(t, bin, s3.DaemonEnv(path))
+			d := proctest.StartDaemon(t, bin, s3.DaemonEnv(path))
 			var acked []string
 			for round := range 3 { // several syncs: several transactions
 				acked = append(acked, e2eCreateMany(t, d, fmt.Sprintf("first%d", round), 3)...)
@@ -103,14 +103,14 @@ func TestReplicaReseededAfterLoss(t *testing.T) {
 				e2eStop(t, d)
 				e2eTrimLocalHistory(t, d.DataDir)
 				wipe()
-				d = daemontest.StartDaemon(t, bin, d.EnvCopy())
+				d = proctest.StartDaemon(t, bin, d.EnvCopy())
 			} else {
 				wipe()
 			}
 			acked = append(acked, e2eCreateMany(t, d, "after-loss", 3)...)
 			// The marker is checked once a minute (the idle check) even
 			// while commits flow: within the 2-minute lag limit.
-			daemontest.Poll(t, 150*time.Second, "the replica to be re-seeded", func() (bool, string) {
+			proctest.Poll(t, 150*time.Second, "the replica to be re-seeded", func() (bool, string) {
 				h, s := e2eReplication(d)
 				return h.Reseeds >= 1, s
 			})
@@ -120,7 +120,7 @@ func TestReplicaReseededAfterLoss(t *testing.T) {
 				t.Errorf("replica-reseeded events: %+v, %v", ev, err)
 			}
 			e2eStop(t, d)
-			restored := daemontest.Restore(t, litestream, s3.ReplicaURL(path), s3.Credentials())
+			restored := proctest.Restore(t, litestream, s3.ReplicaURL(path), s3.Credentials())
 			e2eRequireAll(t, "the re-seeded replica", e2eInFile(t, restored), acked)
 		})
 	}
@@ -132,14 +132,14 @@ func TestReplicaReseededAfterLoss(t *testing.T) {
 // replaced by a file, and a wrong secret from the first start.
 func TestServeExitsWhenTheReplicaLacksCommits(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	for _, tc := range []struct {
 		name  string
 		env   func(t *testing.T) (map[string]string, func())
 		first int // commits acknowledged before the replica breaks
 	}{
 		{"versitygw stopped", func(t *testing.T) (map[string]string, func()) {
-			s3 := daemontest.StartVersityGW(t)
+			s3 := proctest.StartVersityGW(t)
 			return s3.DaemonEnv("stopped"), s3.Stop
 		}, 3},
 		{"file replica replaced by a file", func(t *testing.T) (map[string]string, func()) {
@@ -154,7 +154,7 @@ func TestServeExitsWhenTheReplicaLacksCommits(t *testing.T) {
 			}
 		}, 3},
 		{"wrong secret from the first start", func(t *testing.T) (map[string]string, func()) {
-			s3 := daemontest.StartVersityGW(t)
+			s3 := proctest.StartVersityGW(t)
 			env := s3.DaemonEnv("wrong-secret")
 			env["CHALUPA_SPACES_SECRET"] = "wrong" + s3.SecretKey
 			return env, func() {}
@@ -163,7 +163,7 @@ func TestServeExitsWhenTheReplicaLacksCommits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			env, breakReplica := tc.env(t)
-			d := daemontest.StartDaemon(t, bin, env)
+			d := proctest.StartDaemon(t, bin, env)
 			if tc.first > 0 {
 				e2eCreateMany(t, d, "before", tc.first)
 				e2eCaughtUp(t, d, "the replica before it breaks")
@@ -188,19 +188,19 @@ func TestServeExitsWhenTheReplicaLacksCommits(t *testing.T) {
 // data dir, then serve) continues the same history.
 func TestServeRefusesTwoHistories(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	litestream := daemontest.ToolPath(t, "litestream")
+	bin := proctest.BuildBinary(t)
+	litestream := proctest.ToolPath(t, "litestream")
 	replica := e2eFileURL(filepath.Join(t.TempDir(), "replica"))
-	first := daemontest.StartDaemon(t, bin, map[string]string{"CHALUPA_REPLICA_URL": replica})
+	first := proctest.StartDaemon(t, bin, map[string]string{"CHALUPA_REPLICA_URL": replica})
 	acked := e2eCreateMany(t, first, "first", 5)
 	e2eCaughtUp(t, first, "the first database's replica")
 	e2eStop(t, first)
 
 	env := e2eSecrets(first.Env)
 	env["CHALUPA_REPLICA_URL"] = replica
-	env["CHALUPA_LISTEN"] = daemontest.FreeAddr(t)
+	env["CHALUPA_LISTEN"] = proctest.FreeAddr(t)
 	env["CHALUPA_DATA_DIR"] = t.TempDir()
-	out, code := daemontest.RunCommand(t, bin, t.TempDir(), env, "serve")
+	out, code := proctest.RunCommand(t, bin, t.TempDir(), env, "serve")
 	if code != 1 || !strings.Contains(out, "litestream restore") || !strings.Contains(out, "new, empty path") {
 		t.Fatalf("serve on an empty data dir with a used replica: exit %d, want 1 naming the cure:\n%s", code, out)
 	}
@@ -209,15 +209,15 @@ func TestServeRefusesTwoHistories(t *testing.T) {
 	}
 
 	// The cure: restore the replica into the data dir and serve it.
-	restored := daemontest.Restore(t, litestream, replica, nil)
+	restored := proctest.Restore(t, litestream, replica, nil)
 	e2eCopyFile(t, restored, filepath.Join(env["CHALUPA_DATA_DIR"], "chalupa.db"))
-	second := daemontest.StartDaemon(t, bin, maps.Clone(env))
+	second := proctest.StartDaemon(t, bin, maps.Clone(env))
 	acked = append(acked, e2eCreateMany(t, second, "second", 3)...)
 	e2eCaughtUp(t, second, "the restored database to continue the replica")
 	if h, s := e2eReplication(second); h.Refused != "" || h.Reseeds != 0 {
 		t.Errorf("the restored database's own replica: %s", s)
 	}
 	e2eStop(t, second)
-	again := daemontest.Restore(t, litestream, replica, nil)
+	again := proctest.Restore(t, litestream, replica, nil)
 	e2eRequireAll(t, "the continued history", e2eInFile(t, again), acked)
 }

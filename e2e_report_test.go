@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestOperationsReportEndToEnd: requests served by one daemon process are
@@ -21,8 +21,8 @@ import (
 // bad_since).
 func TestOperationsReportEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	if _, err := d.Admin().CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: "report-demo"}); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestOperationsReportEndToEnd(t *testing.T) {
 	}
 	e2eStop(t, d)
 
-	d2 := daemontest.StartDaemon(t, bin, d.EnvCopy())
+	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	out, code := opsCLI(t, bin, d2, "admin", "report", "--since", "24h")
 	t.Logf("chalupa admin report --since 24h after a restart:\n%s", out)
 	if code != 0 || !strings.Contains(out, "ROUTE GROUP") || !strings.Contains(out, "LOOP") || !regexp.MustCompile(`Replica: [1-9][0-9]* objects, [1-9][0-9]* bytes`).MatchString(out) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestAdminEnvPolicyCLI: --kind and --max set the policy, which `env list`
@@ -17,8 +17,8 @@ import (
 // nothing; a refused value exits 1 naming the code; --clear removes it.
 func TestAdminEnvPolicyCLI(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	admin := map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}
 	ingestE2ECLI(t, bin, d, "admin", "env", "create", "demo-harbor")
 
@@ -45,7 +45,7 @@ func TestAdminEnvPolicyCLI(t *testing.T) {
 		{"unknown kind", []string{"--kind", "prod", "--max", "1h"}, 1, "invalid_kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, code := daemontest.RunCommand(t, bin, "", admin, append([]string{"admin", "env", "policy", "demo-harbor"}, tc.args...)...)
+			out, code := proctest.RunCommand(t, bin, "", admin, append([]string{"admin", "env", "policy", "demo-harbor"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want %d mentioning %q:\n%s", code, tc.code, tc.want, out)
 			}

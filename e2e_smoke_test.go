@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestSmokeEndToEnd runs `chalupa smoke` against the built binary: every
@@ -15,15 +15,15 @@ import (
 // its telemetry erased either way.
 func TestSmokeEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(pwFile, []byte("the smoke test's console password\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ingestE2ECLI(t, bin, d, "admin", "password", "--password-file", pwFile)
 	smoke := func(ready string) (string, int) {
-		return daemontest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(),
+		return proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(),
 			"CHALUPA_READY_TOKEN": ready, "CHALUPA_URL": d.URL}, "smoke", "--password-file", pwFile)
 	}
 	t.Run("every row passes", func(t *testing.T) {

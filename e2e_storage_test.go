@@ -24,6 +24,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -116,8 +117,8 @@ func (s *storageE2ESender) heartbeat() *signer.Response {
 func TestDiskFullEndToEnd(t *testing.T) {
 	t.Parallel()
 	disk := storageE2ETmpfs(t, 64)
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, map[string]string{
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, map[string]string{
 		"CHALUPA_DATA_DIR":       filepath.Join(disk, "data"),
 		"CHALUPA_REPLICA_URL":    (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String(),
 		"CHALUPA_MIN_FREE_BYTES": "0",
@@ -138,8 +139,8 @@ func TestDiskFullEndToEnd(t *testing.T) {
 		}
 		acked++
 	}
-	ready := func() *daemontest.Response {
-		r, err := d.Do(ctx, "GET", "/api/ready", daemontest.Bearer(d.ReadyToken()), nil)
+	ready := func() *proctest.Response {
+		r, err := d.Do(ctx, "GET", "/api/ready", proctest.Bearer(d.ReadyToken()), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +176,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	}
 	// An admin write on the full disk: 503 too, never 500.
 	body, _ := json.Marshal(adminapi.CreateEnvironmentRequest{Slug: "second-env"})
-	r, err := d.Do(ctx, "POST", "/api/admin/environments", daemontest.Bearer(d.AdminToken()), body)
+	r, err := d.Do(ctx, "POST", "/api/admin/environments", proctest.Bearer(d.AdminToken()), body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	if err != nil || !st.Storage.Failing || st.Storage.LastFault != storage.FaultDiskFull || st.Storage.FailingSince.IsZero() {
 		t.Fatalf("admin status while commits fail: %+v, %v", st.Storage, err)
 	}
-	m, err := d.Do(ctx, "GET", "/metrics", daemontest.Bearer(d.ReadyToken()), nil)
+	m, err := d.Do(ctx, "GET", "/metrics", proctest.Bearer(d.ReadyToken()), nil)
 	if err != nil || !strings.Contains(string(m.Body), "chalupa_storage_failing 1") {
 		t.Fatalf("/metrics while commits fail lacks chalupa_storage_failing 1 (%v)", err)
 	}
@@ -199,7 +200,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	daemontest.Poll(t, 30*time.Second, "ready 200 after space returned, with no write sent", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "ready 200 after space returned, with no write sent", func() (bool, string) {
 		r := ready()
 		return r.Status == http.StatusOK, fmt.Sprintf("%d %s", r.Status, r.Body)
 	})
@@ -242,9 +243,9 @@ func TestDiskFullEndToEnd(t *testing.T) {
 // replica shares the data disk.
 func TestDiskLowEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	env := map[string]string{"CHALUPA_MIN_FREE_BYTES": strconv.Itoa(1 << 50)}
-	d := daemontest.StartDaemon(t, bin, env)
+	d := proctest.StartDaemon(t, bin, env)
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "disk-low")
 	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
@@ -272,7 +273,7 @@ func TestDiskLowEndToEnd(t *testing.T) {
 	if err != nil || !st.Storage.DiskLow || st.Storage.MinFreeBytes != 1<<50 {
 		t.Fatalf("admin status below the floor: %+v, %v", st.Storage, err)
 	}
-	daemontest.Poll(t, 30*time.Second, "a disk-low event", func() (bool, string) {
+	proctest.Poll(t, 30*time.Second, "a disk-low event", func() (bool, string) {
 		l, err := d.Admin().ListEvents(ctx, adminapi.ListEventsRequest{Kind: "disk-low"})
 		return err == nil && len(l.Events) == 1, fmt.Sprintf("%+v %v", l, err)
 	})
@@ -284,7 +285,7 @@ func TestDiskLowEndToEnd(t *testing.T) {
 
 	cfgEnv := d.EnvCopy()
 	delete(cfgEnv, "CHALUPA_REPLICA_URL") // the default: file:// in the data dir
-	out, code = daemontest.RunCommand(t, bin, "", cfgEnv, "config", "check")
+	out, code = proctest.RunCommand(t, bin, "", cfgEnv, "config", "check")
 	if code != 0 || !strings.Contains(out, "file:// replica on the data directory's filesystem") {
 		t.Fatalf("config check with the default replica: exit %d, want a note that it shares the disk:\n%s", code, out)
 	}

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // hourTotals is one hour's aggregate of one metric as the performance API
@@ -32,7 +32,7 @@ type hourTotals struct {
 
 // performanceByHour reads `admin performance --step 1h --json` and returns,
 // per metric, each hour's totals.
-func performanceByHour(t *testing.T, bin string, d *daemontest.Daemon, since string) map[string]map[time.Time]hourTotals {
+func performanceByHour(t *testing.T, bin string, d *proctest.Daemon, since string) map[string]map[time.Time]hourTotals {
 	t.Helper()
 	out := ingestE2ECLI(t, bin, d, "admin", "performance", "demo-harbor", "dep-tel", "--since", since, "--step", "1h", "--json")
 	var p adminapi.DeploymentPerformance
@@ -53,8 +53,8 @@ func performanceByHour(t *testing.T, bin string, d *daemontest.Daemon, since str
 
 func TestTelemetryEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
-	d := daemontest.StartDaemon(t, bin, nil)
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
 	ingestE2ECLI(t, bin, d, "admin", "env", "create", "demo-harbor")
 	keyDir := filepath.Join(t.TempDir(), "agent")
 	ingestE2ECLI(t, bin, d, "admin", "keys", "issue", "demo-harbor", "--out", keyDir)
@@ -64,7 +64,7 @@ func TestTelemetryEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyID := strings.TrimSpace(string(idBytes))
-	if out, code := daemontest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
+	if out, code := proctest.RunCommand(t, bin, "", nil, "agent", "heartbeat", "--url", d.URL, "--key-id", keyID,
 		"--key-file", keyFile, "--env", "demo-harbor", "--deployment", "dep-tel"); code != 0 {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}
@@ -150,7 +150,7 @@ func TestTelemetryEndToEnd(t *testing.T) {
 
 	// Eight days later: retention folds every window into hourly rollups.
 	ingestE2EStop(t, d)
-	later := daemontest.StartDaemon(t, bin, d.EnvCopy(), "--clock-offset", "192h")
+	later := proctest.StartDaemon(t, bin, d.EnvCopy(), "--clock-offset", "192h")
 	var rep adminapi.RetentionRun
 	out := ingestE2ECLI(t, bin, later, "admin", "retention", "run", "--json")
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 	"net"
 	"net/netip"
 	"net/url"
@@ -29,17 +30,17 @@ import (
 const (
 	// DefaultDataDir holds the SQLite file, restore points and, on the
 	// embedded default, the generated secrets and the file replica.
-	DefaultDataDir = "./chalupa-data"
+	DefaultDataDir = datadir.DefaultDir
 	// DefaultListen is loopback so that nothing is exposed before the
 	// operator has set real secrets.
-	DefaultListen = "127.0.0.1:8080"
+	DefaultListen = datadir.DefaultListen
 	// DefaultSSHPort is the droplets' SSH port: DigitalOcean's images run
 	// sshd on 22.
 	DefaultSSHPort = 22
 	// SecretsFileName is the generated-secrets file in the data dir (0600).
-	SecretsFileName = "secrets.env"
+	SecretsFileName = datadir.SecretsFileName
 	// DatabaseFileName is the SQLite file in the data dir.
-	DatabaseFileName = "chalupa.db"
+	DatabaseFileName = datadir.DatabaseFileName
 	// minTokenLen is the shortest bearer token accepted: 32 characters of a
 	// generated token carry well over 128 bits.
 	minTokenLen = 32

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestConfigModesShowEverywhere: with the reaper or costs off (or the
@@ -48,7 +49,7 @@ func TestConfigModesShowEverywhere(t *testing.T) {
 			}
 
 			req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
-			req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+			req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

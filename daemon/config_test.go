@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -27,23 +27,23 @@ func envFunc(m map[string]string) daemon.Getenv {
 
 // goodEnv is a complete, valid off-loopback configuration in dataDir.
 func goodEnv(dataDir string) map[string]string {
-	env := daemontest.NewSecrets()
+	env := proctest.NewSecrets()
 	for k, v := range map[string]string{
 		"CHALUPA_DATA_DIR":            dataDir,
 		"CHALUPA_LISTEN":              "0.0.0.0:8443",
 		"CHALUPA_ORIGIN":              "https://chalupa.example.net",
-		"CHALUPA_INGEST_KEY":          "shared-ingest-" + daemontest.RandomToken(24),
+		"CHALUPA_INGEST_KEY":          "shared-ingest-" + proctest.RandomToken(24),
 		"CHALUPA_REPLICA_URL":         "s3://chalupa-backups/prod?endpoint=https://nyc3.digitaloceanspaces.com",
-		"CHALUPA_SPACES_KEY":          "SPACESKEY" + daemontest.RandomToken(9),
-		"CHALUPA_SPACES_SECRET":       "spaces-secret-" + daemontest.RandomToken(24),
-		"DIGITALOCEAN_READ_TOKEN":     "dop_v1_read_" + daemontest.RandomToken(24),
-		"DIGITALOCEAN_WRITE_TOKEN":    "dop_v1_write_" + daemontest.RandomToken(24),
+		"CHALUPA_SPACES_KEY":          "SPACESKEY" + proctest.RandomToken(9),
+		"CHALUPA_SPACES_SECRET":       "spaces-secret-" + proctest.RandomToken(24),
+		"DIGITALOCEAN_READ_TOKEN":     "dop_v1_read_" + proctest.RandomToken(24),
+		"DIGITALOCEAN_WRITE_TOKEN":    "dop_v1_write_" + proctest.RandomToken(24),
 		"DO_VOLUME_USD_PER_GIB_MONTH": "0.10",
 		"CHALUPA_DO_API_URL":          "https://api.digitalocean.com",
 		"PULUMI_BACKEND_URL":          "file:///var/lib/chalupa/pulumi",
 		"CHALUPA_LOGS_URL":            "s3://chalupa-backups/logs?endpoint=https://nyc3.digitaloceanspaces.com",
-		"CHALUPA_LOGS_KEY":            "LOGSKEY" + daemontest.RandomToken(9),
-		"CHALUPA_LOGS_SECRET":         "logs-secret-" + daemontest.RandomToken(24),
+		"CHALUPA_LOGS_KEY":            "LOGSKEY" + proctest.RandomToken(9),
+		"CHALUPA_LOGS_SECRET":         "logs-secret-" + proctest.RandomToken(24),
 	} {
 		env[k] = v
 	}
@@ -94,8 +94,8 @@ func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
 func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 	t.Parallel()
 	short := "short-secret-7Qx2" // 17 characters
-	sameToken := daemontest.RandomToken(32)
-	sameDO := "dop_v1_same_" + daemontest.RandomToken(24)
+	sameToken := proctest.RandomToken(32)
+	sameDO := "dop_v1_same_" + proctest.RandomToken(24)
 	key16 := base64.StdEncoding.EncodeToString([]byte("sixteen-byte-key"))
 	key31 := base64.StdEncoding.EncodeToString([]byte("thirty-one-bytes-of-master-key!"))
 	key33 := base64.StdEncoding.EncodeToString([]byte("thirty-three-bytes-of-master-key!"))
@@ -277,7 +277,7 @@ func TestLoadConfigRefusesBadEnvironments(t *testing.T) {
 func writeSecretsFile(t *testing.T, dataDir string) {
 	t.Helper()
 	var b strings.Builder
-	for k, v := range daemontest.NewSecrets() {
+	for k, v := range proctest.NewSecrets() {
 		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
 	if err := os.WriteFile(filepath.Join(dataDir, daemon.SecretsFileName), []byte(b.String()), 0o600); err != nil {
@@ -297,7 +297,7 @@ func TestLoadConfigBadListenIsOneProblem(t *testing.T) {
 
 func TestConfigCheckBinary(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 
 	t.Run("bad environment", func(t *testing.T) {
 		t.Parallel()
@@ -307,7 +307,7 @@ func TestConfigCheckBinary(t *testing.T) {
 		env["DIGITALOCEAN_WRITE_TOKEN"] = env["DIGITALOCEAN_READ_TOKEN"]
 		env["CHALUPA_INGEST_KEY"] = "short-ingest-key-0a0a"
 		for _, args := range [][]string{{"config", "check"}, {"config", "check", "--json"}} {
-			out, code := daemontest.RunCommand(t, bin, "", env, args...)
+			out, code := proctest.RunCommand(t, bin, "", env, args...)
 			if code == 0 {
 				t.Fatalf("%v exited 0 for a bad environment:\n%s", args, out)
 			}
@@ -327,7 +327,7 @@ func TestConfigCheckBinary(t *testing.T) {
 	t.Run("good environment", func(t *testing.T) {
 		t.Parallel()
 		env := goodEnv(t.TempDir())
-		out, code := daemontest.RunCommand(t, bin, "", env, "config", "check")
+		out, code := proctest.RunCommand(t, bin, "", env, "config", "check")
 		if code != 0 {
 			t.Fatalf("config check exited %d for a good environment:\n%s", code, out)
 		}
@@ -352,7 +352,7 @@ func TestConfigCheckBinary(t *testing.T) {
 			t.Errorf("non-secret values not shown as set:\n%s", out)
 		}
 
-		out, code = daemontest.RunCommand(t, bin, "", env, "config", "check", "--json")
+		out, code = proctest.RunCommand(t, bin, "", env, "config", "check", "--json")
 		if code != 0 {
 			t.Fatalf("config check --json exited %d:\n%s", code, out)
 		}
@@ -374,21 +374,21 @@ func TestConfigCheckBinary(t *testing.T) {
 // and reuse the same values on the next start.
 func TestEmbeddedDefault(t *testing.T) {
 	t.Parallel()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	dir := t.TempDir()
-	opt := daemontest.Options{Dir: dir, NoDefaults: true}
+	opt := proctest.Options{Dir: dir, NoDefaults: true}
 	// Nothing set means 127.0.0.1:8080. If something else on this machine
 	// holds that port, set only CHALUPA_LISTEN (still loopback, still every
 	// secret generated); the admin token check below proves which process
 	// answered.
-	if ln, err := net.Listen("tcp", daemontest.DefaultListen); err != nil {
-		t.Logf("%s is busy (%v); setting only CHALUPA_LISTEN", daemontest.DefaultListen, err)
-		opt.Env = map[string]string{"CHALUPA_LISTEN": daemontest.FreeAddr(t)}
+	if ln, err := net.Listen("tcp", proctest.DefaultListen); err != nil {
+		t.Logf("%s is busy (%v); setting only CHALUPA_LISTEN", proctest.DefaultListen, err)
+		opt.Env = map[string]string{"CHALUPA_LISTEN": proctest.FreeAddr(t)}
 	} else {
 		ln.Close()
 	}
 
-	d := daemontest.Start(t, bin, opt)
+	d := proctest.Start(t, bin, opt)
 	secretsPath := filepath.Join(d.DataDir, daemon.SecretsFileName)
 	first := checkSecretsFile(t, secretsPath)
 	checkLogs(t, d.Logs(), secretsPath, first)
@@ -411,7 +411,7 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Errorf("no file replica inside the data dir: %v", err)
 	}
 
-	d2 := daemontest.Start(t, bin, opt)
+	d2 := proctest.Start(t, bin, opt)
 	second := checkSecretsFile(t, secretsPath)
 	for k, v := range first {
 		if second[k] != v {
@@ -422,7 +422,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	if _, err := d2.Admin().GetStatus(ctx); err != nil {
 		t.Fatalf("second start does not accept the generated admin token: %v", err)
 	}
-	r, err := d2.Do(ctx, "GET", "/api/ready", daemontest.Bearer(first["CHALUPA_READY_TOKEN"]), nil)
+	r, err := d2.Do(ctx, "GET", "/api/ready", proctest.Bearer(first["CHALUPA_READY_TOKEN"]), nil)
 	if err != nil || r.Status != 200 {
 		t.Fatalf("second start /api/ready with the generated token: %v %+v", err, r)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -37,10 +39,10 @@ const jobDeadline = 5 * time.Minute
 // newConvergeAPI).
 func convergeEnv(t testing.TB, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
 	t.Helper()
-	cli := daemontest.ToolPath(t, "pulumi")
+	cli := proctest.ToolPath(t, "pulumi")
 	api.AddTokenValue("provision", convergeToken, dofake.FullAccess...)
 	return map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": daemontest.PulumiHome(t, cli),
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion),
 		"CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())}
 }
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestWriteTokenReachesOnlyTheWiring: DIGITALOCEAN_WRITE_TOKEN, the only
@@ -27,7 +27,7 @@ func TestWriteTokenReachesOnlyTheWiring(t *testing.T) {
 		"DIGITALOCEAN_READ_TOKEN":  "do-read-token-value-0123456789abcdef",
 		"DIGITALOCEAN_WRITE_TOKEN": write,
 	}
-	for k, v := range daemontest.NewSecrets() {
+	for k, v := range proctest.NewSecrets() {
 		env[k] = v
 	}
 	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
@@ -59,7 +59,7 @@ func TestWriteTokenReachesOnlyTheWiring(t *testing.T) {
 		}
 	})
 	t.Run("source files", func(t *testing.T) {
-		root := daemontest.RepoRoot(t)
+		root := proctest.RepoRoot(t)
 		allowed := map[string]bool{filepath.Join("daemon", "config.go"): true, filepath.Join("daemon", "config_modes.go"): true}
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/jonboulle/clockwork"
 )
@@ -103,7 +104,7 @@ type ingestHarness struct {
 	env   map[string]string
 	cfg   *daemon.Config
 	clock *clockwork.FakeClock
-	logs  *daemontest.SyncBuffer
+	logs  *proctest.SyncBuffer
 	rec   *recorder
 	hc    *http.Client
 	opt   harnessOptions
@@ -139,7 +140,7 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	h := &ingestHarness{
 		t: t, opt: opt,
 		clock:    clockwork.NewFakeClockAt(epoch),
-		logs:     &daemontest.SyncBuffer{},
+		logs:     &proctest.SyncBuffer{},
 		rec:      rec,
 		hc:       &http.Client{Transport: rec, Timeout: 60 * time.Second},
 		issuance: map[string]string{},

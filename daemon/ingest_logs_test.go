@@ -17,16 +17,16 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // logsHarness is an in-process daemon whose log broker stores into a
 // versitygw bucket, with one environment, key and deployment.
 type logsHarness struct {
 	*ingestHarness
-	gw    *daemontest.S3
+	gw    *proctest.S3
 	store *logs.S3 // the test's own view of the bucket
 	key   testKey
 	env   string
@@ -39,7 +39,7 @@ func newLogsHarness(t *testing.T) *logsHarness { return newLogsHarnessEnv(t, nil
 // (CHALUPA_QUOTA_*).
 func newLogsHarnessEnv(t *testing.T, extra map[string]string) *logsHarness {
 	t.Helper()
-	gw := daemontest.StartVersityGW(t)
+	gw := proctest.StartVersityGW(t)
 	url := "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1"
 	env := map[string]string{"CHALUPA_LOGS_URL": url, "CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey}
 	for k, v := range extra {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // padJSON pads a JSON object with trailing spaces to exactly n bytes.
@@ -889,8 +889,8 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 		}
 		return cfg
 	}
-	wrong := daemontest.NewSecrets()[daemontest.MasterKeyVar]
-	logs := &daemontest.SyncBuffer{}
+	wrong := proctest.NewSecrets()[proctest.MasterKeyVar]
+	logs := &proctest.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	listened := false

@@ -13,8 +13,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // daemon.Run hands its one clock to the registered loops and their metrics
@@ -25,7 +25,7 @@ import (
 // nonce to prune (ingest's TestNoncePrunerSleepsUntilActivity covers the
 // wake-up).
 func TestRunDrivesLoopsWithItsClock(t *testing.T) {
-	env := daemontest.NewSecrets()
+	env := proctest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = t.TempDir()
 	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
 	env["CHALUPA_REPLICA_URL"] = (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String()

@@ -11,6 +11,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // loopStates maps each switchable loop to whether status reports it paused.
@@ -50,7 +51,7 @@ func switchEvents(t *testing.T, c *adminapi.Client) []string {
 func getProbe(t *testing.T, p *daemontest.InProcess, path string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, p.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+	req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -46,14 +47,14 @@ func served(t *testing.T, p *daemontest.InProcess, bearer string) (int, []byte) 
 // admin operation of the table is in it.
 func TestOpenAPIDocument(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
-	for _, tc := range []struct{ name, bearer string }{{"no bearer", ""}, {"ready token", p.Env[daemontest.ReadyTokenVar]}} {
+	for _, tc := range []struct{ name, bearer string }{{"no bearer", ""}, {"ready token", p.Env[proctest.ReadyTokenVar]}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if code, _ := served(t, p, tc.bearer); code != http.StatusUnauthorized {
 				t.Fatalf("status %d; want 401", code)
 			}
 		})
 	}
-	code, body := served(t, p, p.Env[daemontest.AdminTokenVar])
+	code, body := served(t, p, p.Env[proctest.AdminTokenVar])
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
@@ -216,7 +217,7 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.AdminTokenVar])
+			req.Header.Set("Authorization", "Bearer "+p.Env[proctest.AdminTokenVar])
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

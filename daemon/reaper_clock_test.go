@@ -14,6 +14,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // steppedClock is a fake clock whose wall time the test steps apart from
@@ -52,7 +53,7 @@ func TestReaperClockSuspectSurfaces(t *testing.T) {
 	}
 	metric := func() string {
 		req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+		req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -95,7 +96,7 @@ func TestReaperOperations(t *testing.T) {
 		t.Fatalf("status after the tick: %+v", st)
 	}
 	req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+	req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

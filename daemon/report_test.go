@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -271,7 +272,7 @@ func TestOperationsReportReplica(t *testing.T) {
 // them; with the S3 server down it answers known false with the failure's
 // kind, never the endpoint (docs/operations.md, "Operations report").
 func TestOperationsReportReplicaS3(t *testing.T) {
-	gw := daemontest.StartVersityGW(t)
+	gw := proctest.StartVersityGW(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: gw.DaemonEnv("chalupa")})
 	ctx := context.Background()
 	newEnv(t, p.Admin, "demo")

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -182,14 +182,14 @@ func sealedEmbeddedDefault(t *testing.T) (string, map[string]string, *daemon.Con
 func TestRewrapRefusesMissingDatabase(t *testing.T) {
 	dataDir := t.TempDir()
 	replica := filepath.Join(t.TempDir(), "replica")
-	env := daemontest.NewSecrets()
+	env := proctest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = dataDir
 	env["CHALUPA_REPLICA_URL"] = "file://" + replica
 	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = daemon.RunRewrap(context.Background(), cfg, daemontest.NewSecrets()[daemontest.MasterKeyVar], nil)
+	_, err = daemon.RunRewrap(context.Background(), cfg, proctest.NewSecrets()[proctest.MasterKeyVar], nil)
 	if !errors.Is(err, daemon.ErrNoDatabase) {
 		t.Fatalf("RunRewrap on an empty data dir = %v, want ErrNoDatabase", err)
 	}

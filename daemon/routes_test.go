@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // TestEveryRouteIsBehindItsGroupsAuth walks every registered route and
@@ -27,7 +28,7 @@ import (
 // signed route. Only GET /api/health is public.
 func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
-	admin, ready := p.Env[daemontest.AdminTokenVar], p.Env[daemontest.ReadyTokenVar]
+	admin, ready := p.Env[proctest.AdminTokenVar], p.Env[proctest.ReadyTokenVar]
 	param := regexp.MustCompile(`:[A-Za-z]+`)
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	routes := p.App.Server.Routes()
@@ -150,7 +151,7 @@ func TestEveryOperationIsServed(t *testing.T) {
 // a lie; an OPTIONS request is itself a 405 whose Allow omits OPTIONS.
 func TestAllowListsOnlyServedMethods(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
-	admin, ready := p.Env[daemontest.AdminTokenVar], p.Env[daemontest.ReadyTokenVar]
+	admin, ready := p.Env[proctest.AdminTokenVar], p.Env[proctest.ReadyTokenVar]
 	param := regexp.MustCompile(`:[A-Za-z]+`)
 	served := map[string][]string{}
 	groupOf := map[string]string{}
@@ -192,7 +193,7 @@ func TestAllowListsOnlyServedMethods(t *testing.T) {
 // only far beyond it does net/http refuse by itself, in plain text, before
 // chalupa sees the request (docs/operations.md, "HTTP surface and errors").
 func TestOversizeHeadersAnswerJSON(t *testing.T) {
-	env := daemontest.NewSecrets()
+	env := proctest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = t.TempDir()
 	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
 	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
@@ -269,9 +270,9 @@ func TestCommitDelayIsMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?m)^chalupa_replication_commit_delay_seconds_count ([0-9]+)$`)
-	daemontest.Poll(t, 10*time.Second, "a commit delay observation", func() (bool, string) {
+	proctest.Poll(t, 10*time.Second, "a commit delay observation", func() (bool, string) {
 		req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.ReadyTokenVar])
+		req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, err.Error()

@@ -8,13 +8,12 @@ package daemon
 // (docs/operations.md, "Embedded default" and "Master key and envelopes").
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 	"os"
 	"path/filepath"
 	"sort"
@@ -79,30 +78,9 @@ func (c *Config) EnsureSecrets() (bool, error) {
 	return true, nil
 }
 
-// ReadSecretsFile parses KEY=VALUE lines; a missing file is an empty map.
-func ReadSecretsFile(path string) (map[string]string, error) {
-	out := map[string]string{}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if ok {
-			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	return out, sc.Err()
-}
+// ReadSecretsFile parses KEY=VALUE lines; a missing file is an empty map
+// (datadir.ReadSecrets, the one parser the CLI shares).
+func ReadSecretsFile(path string) (map[string]string, error) { return datadir.ReadSecrets(path) }
 
 // writeSecretsFile writes the map atomically with mode 0600.
 func writeSecretsFile(path string, m map[string]string) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -27,7 +28,7 @@ func rawAdmin(t *testing.T, p *daemontest.InProcess, method, path, body string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+p.Env[daemontest.AdminTokenVar])
+	req.Header.Set("Authorization", "Bearer "+p.Env[proctest.AdminTokenVar])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/mcpserver"
 )
 
@@ -94,7 +95,7 @@ var walkArgs = []struct {
 // secret is exposed). The download grant is the operator's alone
 // (`chalupa admin logs get`); the model reads the chunk's metadata.
 func TestNoToolAnswerCarriesACredential(t *testing.T) {
-	gw := daemontest.StartVersityGW(t)
+	gw := proctest.StartVersityGW(t)
 	d := daemontest.NewInProcess(t, daemontest.AppOptions{Env: map[string]string{
 		"CHALUPA_LOGS_URL": "s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1",
 		"CHALUPA_LOGS_KEY": gw.AccessKey, "CHALUPA_LOGS_SECRET": gw.SecretKey,

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 )
 
@@ -43,7 +43,7 @@ func pulumiHome(t *testing.T, cli string) string {
 		}
 		bin := filepath.Join(dir, "pulumi-resource-digitalocean")
 		build := exec.Command("go", "build", "-o", bin, "./pulumiexec/internal/testprovider")
-		build.Dir = daemontest.RepoRoot(t)
+		build.Dir = proctest.RepoRoot(t)
 		if out, err := build.CombinedOutput(); err != nil {
 			homeErr = errors.New("build test provider: " + string(out))
 			return
@@ -72,7 +72,7 @@ type rig struct {
 
 func newRig(t *testing.T) rig {
 	t.Helper()
-	cli := daemontest.ToolPath(t, "pulumi")
+	cli := proctest.ToolPath(t, "pulumi")
 	home := pulumiHome(t, cli)
 	api := dofake.New(t)
 	api.AddTokenValue("provision", provisionToken, dofake.FullAccess...)

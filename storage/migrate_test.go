@@ -17,7 +17,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/schema"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
@@ -400,7 +400,7 @@ func TestMigrateRunsOnAnExpandedSchema(t *testing.T) {
 func TestMigrateStatusBinary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bin := daemontest.BuildBinary(t)
+	bin := proctest.BuildBinary(t)
 	files := schemaFiles(t)
 	dataDir := t.TempDir()
 	dbPath := filepath.Join(dataDir, "chalupa.db")
@@ -408,7 +408,7 @@ func TestMigrateStatusBinary(t *testing.T) {
 
 	status := func(wantApplied int) {
 		t.Helper()
-		out, code := daemontest.RunCommand(t, bin, "", env, "migrate", "status", "--json")
+		out, code := proctest.RunCommand(t, bin, "", env, "migrate", "status", "--json")
 		if code != 0 {
 			t.Fatalf("migrate status --json exited %d:\n%s", code, out)
 		}
@@ -425,7 +425,7 @@ func TestMigrateStatusBinary(t *testing.T) {
 				t.Errorf("migration %d: %+v, want %s applied=%v", i, s, files[i], wantApp)
 			}
 		}
-		out, code = daemontest.RunCommand(t, bin, "", env, "migrate", "status")
+		out, code = proctest.RunCommand(t, bin, "", env, "migrate", "status")
 		if code != 0 {
 			t.Fatalf("migrate status exited %d:\n%s", code, out)
 		}

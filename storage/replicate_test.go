@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -18,7 +18,7 @@ import (
 // ship every committed write, as the real `litestream restore` shows.
 func TestReplicationCloseRightAfterStart(t *testing.T) {
 	t.Parallel()
-	litestream := daemontest.ToolPath(t, "litestream")
+	litestream := proctest.ToolPath(t, "litestream")
 	ctx := context.Background()
 	replica := filepath.Join(t.TempDir(), "replica")
 
@@ -42,7 +42,7 @@ func TestReplicationCloseRightAfterStart(t *testing.T) {
 		t.Fatalf("close replication: %v", err)
 	}
 
-	restored := daemontest.Restore(t, litestream, (&url.URL{Scheme: "file", Path: replica}).String(), nil)
+	restored := proctest.Restore(t, litestream, (&url.URL{Scheme: "file", Path: replica}).String(), nil)
 	if err := storage.IntegrityCheck(ctx, restored); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 const (
@@ -40,7 +41,7 @@ const (
 
 type rig struct {
 	t     *testing.T
-	gw    *daemontest.S3
+	gw    *proctest.S3
 	d     *daemontest.InProcess
 	proxy *httptest.Server
 	key   adminapi.IssuedKey
@@ -62,7 +63,7 @@ type rig struct {
 // an environment, a key and a deployment.
 func newRig(t *testing.T, logsOn bool) *rig {
 	t.Helper()
-	r := &rig{t: t, gw: daemontest.StartVersityGW(t), clock: clockwork.NewFakeClockAt(time.Now().UTC()), dir: t.TempDir()}
+	r := &rig{t: t, gw: proctest.StartVersityGW(t), clock: clockwork.NewFakeClockAt(time.Now().UTC()), dir: t.TempDir()}
 	r.file = filepath.Join(t.TempDir(), "app.log")
 	env := map[string]string{}
 	if logsOn {

@@ -2,6 +2,7 @@ package daemontest
 
 import (
 	"context"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,15 +21,15 @@ import (
 // AppOptions configures New. Zero fields take defaults.
 type AppOptions struct {
 	// Env is the configuration on top of the defaults New picks (fresh
-	// secrets from NewSecrets, a loopback listen address, a t.TempDir()
+	// secrets from proctest.NewSecrets, a loopback listen address, a t.TempDir()
 	// data dir and a file:// replica in another t.TempDir()). An entry with
 	// an empty value removes the default.
 	Env map[string]string
 	// Clock is the App's clock; nil means a real one.
 	Clock clockwork.Clock
-	// Logs receives the daemon's log; nil means a SyncBuffer kept in
+	// Logs receives the daemon's log; nil means a proctest.SyncBuffer kept in
 	// InProcess.Logs.
-	Logs *SyncBuffer
+	Logs *proctest.SyncBuffer
 	// HTTP is the http.Client the admin client uses (a recording
 	// transport, say); nil means one with a 60 s timeout.
 	HTTP *http.Client
@@ -58,7 +59,7 @@ type InProcess struct {
 	// Env is the configuration the App was opened with (secrets included).
 	Env map[string]string
 	// Logs holds everything the daemon logged.
-	Logs *SyncBuffer
+	Logs *proctest.SyncBuffer
 
 	t  testing.TB
 	ts *httptest.Server
@@ -79,13 +80,13 @@ func New(t testing.TB, opt AppOptions) (*daemon.App, *adminapi.Client) {
 // NewInProcess is New returning everything it assembled.
 func NewInProcess(t testing.TB, opt AppOptions) *InProcess {
 	t.Helper()
-	env := NewSecrets()
+	env := proctest.NewSecrets()
 	env["CHALUPA_DATA_DIR"] = t.TempDir()
 	env["CHALUPA_LISTEN"] = "127.0.0.1:0"
 	env["CHALUPA_REPLICA_URL"] = (&url.URL{Scheme: "file", Path: filepath.Join(t.TempDir(), "replica")}).String()
 	// The free-space guard off: the test machine's disk must not decide
 	// a test (docs/operations.md, "Quotas").
-	env[MinFreeBytesVar] = "0"
+	env[proctest.MinFreeBytesVar] = "0"
 	for k, v := range opt.Env {
 		if v == "" {
 			delete(env, k)
@@ -95,7 +96,7 @@ func NewInProcess(t testing.TB, opt AppOptions) *InProcess {
 	}
 	p := &InProcess{Env: env, Logs: opt.Logs, t: t}
 	if p.Logs == nil {
-		p.Logs = &SyncBuffer{}
+		p.Logs = &proctest.SyncBuffer{}
 	}
 	p.open(opt)
 	t.Cleanup(p.Close)
@@ -124,9 +125,9 @@ func (p *InProcess) open(opt AppOptions) {
 	p.URL = p.ts.URL
 	hc := opt.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: requestTimeout * 2}
+		hc = &http.Client{Timeout: proctest.RequestTimeout * 2}
 	}
-	p.Admin = &adminapi.Client{BaseURL: p.URL, Token: p.Env[AdminTokenVar], HTTP: hc}
+	p.Admin = &adminapi.Client{BaseURL: p.URL, Token: p.Env[proctest.AdminTokenVar], HTTP: hc}
 }
 
 // Close stops the HTTP server and closes the App (loops, database, final

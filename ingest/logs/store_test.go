@@ -13,8 +13,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
 // send performs a presigned request with body.
@@ -37,8 +37,8 @@ func send(t *testing.T, g logs.Signed, body []byte) int {
 	return resp.StatusCode
 }
 
-func newStore(t *testing.T, clock clockwork.Clock) (*daemontest.S3, *logs.S3) {
-	gw := daemontest.StartVersityGW(t)
+func newStore(t *testing.T, clock clockwork.Clock) (*proctest.S3, *logs.S3) {
+	gw := proctest.StartVersityGW(t)
 	loc, err := logs.ParseLocation("s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint + "&region=us-east-1")
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestS3Digest(t *testing.T) {
 // the largest size (1 MiB): one GET from versitygw on loopback and the
 // SHA-256 of the bytes (docs/operations.md, "Logs"). Run with -cpu 1.
 func BenchmarkDigestChunk(b *testing.B) {
-	gw := daemontest.StartVersityGW(b)
+	gw := proctest.StartVersityGW(b)
 	loc, err := logs.ParseLocation("s3://" + gw.Bucket + "/logs?endpoint=" + gw.Endpoint)
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package daemontest
+package proctest
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-
-	"github.com/chalupa-run/chalupa/pulumiexec"
 )
 
 var (
@@ -19,12 +17,13 @@ var (
 
 // PulumiHome builds the converge test provider (pulumiexec/internal/
 // testprovider) once per test process and installs it, as the digitalocean
-// plugin at pulumiexec.ProviderVersion, into a PULUMI_HOME made with
+// plugin at providerVersion (pass pulumiexec.ProviderVersion: this package
+// imports no chalupa server package), into a PULUMI_HOME made with
 // os.MkdirTemp (shared by the process's tests; directories left by earlier
 // runs more than an hour old are removed, as BuildBinary's are). cli is the
 // pulumi CLI (ToolPath(t, "pulumi")). A failed build or install fails
 // every caller with its output (docs/operations.md, "Converge").
-func PulumiHome(t testing.TB, cli string) string {
+func PulumiHome(t testing.TB, cli, providerVersion string) string {
 	t.Helper()
 	root := RepoRoot(t)
 	pulumiOnce.Do(func() {
@@ -41,7 +40,7 @@ func PulumiHome(t testing.TB, cli string) string {
 			pulumiErr = errors.New("build the test provider: " + string(out))
 			return
 		}
-		inst := exec.Command(cli, "plugin", "install", "resource", "digitalocean", pulumiexec.ProviderVersion, "--file", bin)
+		inst := exec.Command(cli, "plugin", "install", "resource", "digitalocean", providerVersion, "--file", bin)
 		inst.Env = append(os.Environ(), "PULUMI_HOME="+dir, "PULUMI_SKIP_UPDATE_CHECK=true")
 		if out, err := inst.CombinedOutput(); err != nil {
 			pulumiErr = errors.New("install the test provider: " + string(out))
@@ -50,7 +49,7 @@ func PulumiHome(t testing.TB, cli string) string {
 		pulumiHome = dir
 	})
 	if pulumiErr != nil {
-		t.Fatalf("daemontest: %v", pulumiErr)
+		t.Fatalf("proctest: %v", pulumiErr)
 	}
 	return pulumiHome
 }

@@ -1,4 +1,4 @@
-package daemontest
+package proctest
 
 import (
 	"bytes"
@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 )
 
 // Defaults of `chalupa serve`, from the daemon itself.
 const (
 	// DefaultListen is where serve listens when CHALUPA_LISTEN is unset.
-	DefaultListen = daemon.DefaultListen
+	DefaultListen = datadir.DefaultListen
 	// SecretsFileName is the generated-secrets file in the data dir.
-	SecretsFileName = daemon.SecretsFileName
+	SecretsFileName = datadir.SecretsFileName
 	// DatabaseFileName is the SQLite file in the data dir.
-	DatabaseFileName = daemon.DatabaseFileName
+	DatabaseFileName = datadir.DatabaseFileName
 	// MinFreeBytesVar is the free-space guard's variable; Start and New
 	// set it to 0 (off) unless the test sets it.
 	MinFreeBytesVar = "CHALUPA_MIN_FREE_BYTES"
@@ -39,8 +39,8 @@ const (
 	// DefaultWaitTimeout bounds Wait. Serve's own shutdown is bounded by a
 	// 10 s drain plus a final replica sync of at most 30 s.
 	DefaultWaitTimeout = 90 * time.Second
-	// requestTimeout bounds one Do request.
-	requestTimeout = 30 * time.Second
+	// RequestTimeout bounds one Do request.
+	RequestTimeout = 30 * time.Second
 	// logTailBytes is how much of the daemon's output a failure prints.
 	logTailBytes = 32 << 10
 )
@@ -133,7 +133,7 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 	dataDir := env["CHALUPA_DATA_DIR"]
 	switch {
 	case dataDir == "":
-		dataDir = filepath.Join(dir, daemon.DefaultDataDir)
+		dataDir = filepath.Join(dir, datadir.DefaultDir)
 	case !filepath.IsAbs(dataDir):
 		dataDir = filepath.Join(dir, dataDir)
 	}
@@ -143,7 +143,7 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 	}
 	base, err := baseURL(listen)
 	if err != nil {
-		t.Fatalf("daemontest: CHALUPA_LISTEN: %v", err)
+		t.Fatalf("proctest: CHALUPA_LISTEN: %v", err)
 	}
 
 	logs := &SyncBuffer{}
@@ -158,7 +158,7 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 	d := &Daemon{
 		URL: base, DataDir: dataDir, Dir: dir, Env: env, Pid: cmd.Process.Pid,
 		t: t, cmd: cmd, logs: logs, done: make(chan struct{}), code: -1,
-		hc: &http.Client{Timeout: requestTimeout},
+		hc: &http.Client{Timeout: RequestTimeout},
 	}
 	go func() {
 		_ = cmd.Wait()
@@ -293,7 +293,7 @@ func (d *Daemon) secret(k string) string {
 	if v := d.Env[k]; v != "" {
 		return v
 	}
-	m, _ := daemon.ReadSecretsFile(filepath.Join(d.DataDir, SecretsFileName))
+	m, _ := datadir.ReadSecrets(filepath.Join(d.DataDir, SecretsFileName))
 	return m[k]
 }
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package daemontest
+package proctest
 
 import "syscall"
 

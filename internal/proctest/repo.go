@@ -1,4 +1,4 @@
-package daemontest
+package proctest
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ func RepoRoot(t testing.TB) string {
 	t.Helper()
 	rootOnce.Do(func() { rootDir, rootErr = findRoot() })
 	if rootErr != nil {
-		t.Fatalf("daemontest: %v", rootErr)
+		t.Fatalf("proctest: %v", rootErr)
 	}
 	return rootDir
 }
@@ -93,7 +93,7 @@ func BuildBinary(t testing.TB) string {
 	root := RepoRoot(t)
 	buildOnce.Do(func() { buildPath, buildErr = build(root) })
 	if buildErr != nil {
-		t.Fatalf("daemontest: %v", buildErr)
+		t.Fatalf("proctest: %v", buildErr)
 	}
 	return buildPath
 }
@@ -118,7 +118,7 @@ func BuildWithheld(t testing.TB, n int) string {
 	}
 	p, err := build(root, "-ldflags", fmt.Sprintf("-X %s/storage.withheldMigrations=%d", ModulePath, n))
 	if err != nil {
-		t.Fatalf("daemontest: %v", err)
+		t.Fatalf("proctest: %v", err)
 	}
 	if withheldBuilds.path == nil {
 		withheldBuilds.path = map[int]string{}

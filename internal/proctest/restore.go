@@ -1,4 +1,4 @@
-package daemontest
+package proctest
 
 import (
 	"context"
