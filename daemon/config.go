@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/internal/datadir"
 	"net"
 	"net/netip"
@@ -105,6 +106,12 @@ type Config struct {
 	// PulumiCLI is the pulumi binary converge drives (CHALUPA_PULUMI_CLI,
 	// else pulumi on PATH; "" when converge is off and none is found).
 	PulumiCLI string `json:"CHALUPA_PULUMI_CLI"`
+	// AgentRelease is the agent release converge installs on a box's
+	// droplet and the agent upgrade installs on running ones
+	// (CHALUPA_AGENT_VERSION, CHALUPA_AGENT_RELEASE_URL,
+	// CHALUPA_AGENT_SHA256_AMD64/ARM64; docs/operations.md, "Agent install").
+	// Read as given; AgentRelease.Check says what is missing or unsafe.
+	AgentRelease install.Release `json:"-" env:"CHALUPA_AGENT_VERSION CHALUPA_AGENT_RELEASE_URL CHALUPA_AGENT_SHA256_AMD64 CHALUPA_AGENT_SHA256_ARM64"`
 	// PulumiHome is PULUMI_HOME for Pulumi's child processes, where the
 	// DigitalOcean provider plugin is installed (default $HOME/.pulumi).
 	PulumiHome string `json:"PULUMI_HOME"`
@@ -478,6 +485,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	} else if u.Scheme == "s3" && provision != "" && (c.SpacesKey == "" || c.SpacesSecret == "") {
 		bad("CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET are required for an s3:// PULUMI_BACKEND_URL")
 	}
+	c.AgentRelease = install.FromEnv(get)
 	c.PulumiCLI = get("CHALUPA_PULUMI_CLI")
 	if c.PulumiCLI == "" {
 		c.PulumiCLI, _ = exec.LookPath("pulumi")
