@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // `chalupa agent run` and `agent status` as built, against a real `chalupa
 // serve`: the command-line rules, a SIGTERM that delivers the final window,

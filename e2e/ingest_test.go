@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of signed ingest (docs/operations.md, "Signed ingest") on real input: the built
 // binary as daemon, admin CLI and agent; versitygw as S3; the real

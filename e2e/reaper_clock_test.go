@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end test of the reaper's clock guard (docs/operations.md,
 // "Reaper"): the built binary restarted with its clock ten minutes ahead

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end test of the job doctor (docs/operations.md, "Job doctor")
 // with the built binary, the real pulumi CLI, the test provider and the

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the operator's rollback tools (docs/operations.md, "Loop switches" and "Rollback"): loop
 // switches and the restore-point rollback, with the built binary as daemon

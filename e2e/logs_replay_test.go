@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Replay after both sides restart, with the built agent and daemon
 // (docs/operations.md, "Logs"): each side is SIGKILLed while a chunk is

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of a failed write answered honestly and of the
 // free-space guard (docs/operations.md, "Storage and the writer" and

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // `chalupa admin env policy` as built, against a real `chalupa serve`
 // (docs/operations.md, "Session policies").

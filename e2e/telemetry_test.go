@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end test of telemetry (docs/operations.md, "Telemetry",
 // "Retention", "Performance API") with the built binary: signed windows in,

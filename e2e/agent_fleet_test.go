@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The fleet agent against a real `chalupa serve` (the built binary):
 // idle detection, the CI marker deferring a reap

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of "the replica never stops silently" (docs/operations.md,
 // "Replication", "Start-up and shutdown", "Backup and restore"): the built

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The built agent's journald path (docs/operations.md, "Logs" and "Agent"):
 // `--log-unit UNIT` against a fake journalctl first on PATH, as the

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -49,7 +49,10 @@ func TestReleaseIsReproducible(t *testing.T) {
 			if err != nil {
 				t.Fatalf("released binary: %v", err)
 			}
-			var info versionInfo
+			var info struct {
+				Version, Commit string
+				Modified        bool
+			}
 			if err := json.Unmarshal(v, &info); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end test of the operations report (docs/operations.md, "Operations report") with the built
 // binary as daemon and CLI.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end test of the reaper (docs/operations.md, "Reaper") with the
 // built binary: daemon, admin CLI and agent as processes, the DigitalOcean

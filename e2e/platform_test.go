@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the platform issue: the built binary as a process, real
 // SQLite files, versitygw as S3 and the real `litestream restore` CLI

@@ -1,0 +1,45 @@
+// Package e2e holds chalupa's end-to-end tests: each builds the binary (or a
+// release) and runs it as a process against real tools — versitygw, the
+// litestream CLI, pulumi with its test provider — with only DigitalOcean
+// simulated (digitalocean/dofake). They are the full run's own lane
+// (`contrib/test.sh`); the fast lane leaves this package out.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/ingest/signer"
+)
+
+// exitUsage is the exit status the binary gives a command-line mistake
+// (docs/operations.md, "Exit codes").
+const exitUsage = 2
+
+// TestMain runs the tests from the module root, so they name the
+// repository's files (README.md, contrib/…, docs/…) by their paths there.
+func TestMain(m *testing.M) {
+	if err := os.Chdir(".."); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	if _, err := os.Stat("go.mod"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: the parent directory is not the module root:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// agentKeyFile writes a fresh ingest key (0600) into a new temporary dir for
+// the agent tests and returns the dir and the file's path.
+func agentKeyFile(t *testing.T) (dir, key string) {
+	t.Helper()
+	dir = t.TempDir()
+	key = filepath.Join(dir, "ingest.key")
+	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, key
+}
