@@ -4,12 +4,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // argon2id parameters (docs/operations.md, "Console"): OWASP's minimum
@@ -26,38 +26,28 @@ const (
 	argonSaltBytes = 16
 )
 
-// MinPasswordRunes is the shortest password accepted, in characters: with
-// ten failures per ten minutes per source, twelve characters are far out of
-// reach of online guessing.
-const MinPasswordRunes = 12
-
-// MaxPasswordBytes bounds a password, in bytes, so a login body cannot make
-// the hash work on megabytes.
-const MaxPasswordBytes = 1024
-
-// Password errors.
-var (
-	// ErrPasswordTooShort: fewer than MinPasswordRunes characters.
-	ErrPasswordTooShort = fmt.Errorf("the password must have at least %d characters", MinPasswordRunes)
-	// ErrPasswordTooLong: more than MaxPasswordBytes bytes.
-	ErrPasswordTooLong = fmt.Errorf("the password must have at most %d bytes", MaxPasswordBytes)
-	// ErrPasswordInvalid: not UTF-8, or holds a control character.
-	ErrPasswordInvalid = errors.New("the password must be UTF-8 without control characters")
+// The password rules live with the admin API contract, so the CLI checks a
+// password before sending it without importing the console.
+const (
+	// MinPasswordRunes is adminapi.MinPasswordRunes.
+	MinPasswordRunes = adminapi.MinPasswordRunes
+	// MaxPasswordBytes is adminapi.MaxPasswordBytes.
+	MaxPasswordBytes = adminapi.MaxPasswordBytes
 )
 
-// CheckPassword reports whether pw is acceptable as the operator password.
-// Errors: ErrPasswordTooShort, ErrPasswordTooLong, ErrPasswordInvalid.
-func CheckPassword(pw string) error {
-	switch {
-	case len(pw) > MaxPasswordBytes:
-		return ErrPasswordTooLong
-	case !utf8.ValidString(pw) || strings.ContainsFunc(pw, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return ErrPasswordInvalid
-	case utf8.RuneCountInString(pw) < MinPasswordRunes:
-		return ErrPasswordTooShort
-	}
-	return nil
-}
+// Password errors: adminapi's.
+var (
+	// ErrPasswordTooShort is adminapi.ErrPasswordTooShort.
+	ErrPasswordTooShort = adminapi.ErrPasswordTooShort
+	// ErrPasswordTooLong is adminapi.ErrPasswordTooLong.
+	ErrPasswordTooLong = adminapi.ErrPasswordTooLong
+	// ErrPasswordInvalid is adminapi.ErrPasswordInvalid.
+	ErrPasswordInvalid = adminapi.ErrPasswordInvalid
+)
+
+// CheckPassword is adminapi.CheckPassword: whether pw is acceptable as the
+// operator password.
+func CheckPassword(pw string) error { return adminapi.CheckPassword(pw) }
 
 // HashPassword returns pw's argon2id hash in the PHC string format
 // ($argon2id$v=19$m=…,t=…,p=…$salt$hash). Errors: those of CheckPassword.

@@ -23,6 +23,8 @@ import (
 	"github.com/benbjohnson/litestream/s3"
 	"github.com/jonboulle/clockwork"
 	"github.com/superfly/ltx"
+
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 )
 
 // Replication defaults (docs/operations.md, "Replication"). Litestream's
@@ -984,5 +986,7 @@ func redactReplicaError(err error) string {
 	return "replica error"
 }
 
-// LitestreamVersion is the embedded Litestream library version (pinned in go.mod).
-const LitestreamVersion = "v0.5.18"
+// LitestreamVersion is the embedded Litestream library version (pinned in
+// go.mod), kept in the buildinfo leaf so `chalupa version` reads it without
+// linking storage.
+const LitestreamVersion = buildinfo.LitestreamVersion

@@ -11,3 +11,8 @@ package buildinfo
 //
 // An unstamped build (go run, go build) reports "dev".
 var Version = "dev"
+
+// LitestreamVersion is the version of the Litestream library storage embeds
+// (pinned in go.mod), which `chalupa version` reports; storage's
+// LitestreamVersion is this constant.
+const LitestreamVersion = "v0.5.18"

@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/datadir"
+	"github.com/chalupa-run/chalupa/internal/origin"
+)
+
+// adminCmd talks to a running daemon through its admin API; it never opens
+// the database file. Each subcommand that calls one operation implements
+// opCommand and runs through runOp.
+type adminCmd struct {
+	env     *Env                                 // the process, set by newParser
+	openAPI func(version string) ([]byte, error) // Wiring.OpenAPI, set by newParser
+
+	URL     string        `name:"url" env:"CHALUPA_URL" default:"http://127.0.0.1:8080" help:"Daemon to talk to."`
+	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
+	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
+
+	Status      adminStatusCmd      `cmd:"" help:"Show version, uptime, schema, database size, replication and storage health."`
+	Environment adminEnvironmentCmd `cmd:"" name:"environment" aliases:"env" help:"Manage environments (alias: env)."`
+	Org         adminOrgCmd         `cmd:"" name:"org" help:"Manage customer organizations and their DigitalOcean tokens."`
+	Deployment  adminDeploymentCmd  `cmd:"" name:"deployment" help:"Manage deployment records."`
+	Keys        adminKeysCmd        `cmd:"" help:"Issue, rotate and revoke per-environment ingest keys."`
+	Fleet       adminFleetCmd       `cmd:"" help:"Show environments, deployments, deadlines and key counts."`
+	Telemetry   adminTelemetryCmd   `cmd:"" help:"Erase and audit telemetry."`
+	Performance adminPerformanceCmd `cmd:"" help:"Show one deployment's telemetry as a table, with its sessions and anomalies."`
+	Retention   adminRetentionCmd   `cmd:"" help:"Run and list retention passes (telemetry folding, summaries, heartbeat pruning)."`
+	Costs       adminCostsCmd       `cmd:"" help:"Month-to-date cost estimates, and inventory and cost reconciliation on demand (estimates: the DigitalOcean invoice is authoritative)."`
+	Reaper      adminReaperCmd      `cmd:"" help:"Run a reaper tick now, or show the reaper's status."`
+	Events      adminEventsCmd      `cmd:"" help:"List lifecycle events, newest first (reaper, quotas, agents)."`
+	Runs        adminRunsCmd        `cmd:"" help:"List an environment's CI suite runs with their artifacts."`
+	Logs        adminLogsCmd        `cmd:"" help:"List, fetch (through short-lived grants) and erase deployments' service logs."`
+	Box         adminBoxCmd         `cmd:"" help:"Declare and show boxes (converge intent)."`
+	Converge    adminConvergeCmd    `cmd:"" help:"Enqueue preview, up, refresh or destroy for a box (--wait follows it)."`
+	State       adminStateCmd       `cmd:"" help:"Converge state: cancel a held lock."`
+	Jobs        adminJobsCmd        `cmd:"" help:"List converge jobs and the job runners seen (--watch follows changes)."`
+	Job         adminJobCmd         `cmd:"" help:"Show one converge job."`
+	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
+	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
+	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
+	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`
+	Report      adminReportCmd      `cmd:"" help:"Operations report from stored evidence: requests and p50/p99 by route group, active time, database and WAL growth, loop runs, quota refusals."`
+	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
+}
+
+// opCommand is an admin subcommand that calls one admin operation; the
+// accounting test walks the command tree for them, so every operation has
+// a command (or an explicit exemption).
+type opCommand interface {
+	// operation is the operationId the command calls.
+	operation() string
+}
+
+// client builds the typed admin client. The token comes from
+// CHALUPA_ADMIN_TOKEN, else from the embedded default's secrets file.
+func (a *adminCmd) client() (*adminapi.Client, error) {
+	// A URL that breaks the rule is a mistake in what was typed (CHALUPA_URL
+	// is --url's value), like the agent's --url: exit 2 with the usage line
+	// (docs/operations.md, "Exit codes").
+	if err := origin.CheckDaemonURL("--url (CHALUPA_URL)", "the admin token", a.URL); err != nil {
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	tok := strings.TrimSpace(a.env.Getenv("CHALUPA_ADMIN_TOKEN"))
+	if tok == "" {
+		dir := a.DataDir
+		if dir == "" {
+			dir = datadir.DefaultDir
+		}
+		path := filepath.Join(dir, datadir.SecretsFileName)
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			// serve refuses such a file; so does its client.
+			return nil, &exitError{code: 1, err: fmt.Errorf("%s is readable by group or others (chmod 600 %s)", datadir.SecretsFileName, path)}
+		}
+		m, err := datadir.ReadSecrets(path)
+		if err != nil {
+			return nil, &exitError{code: 1, err: errors.New("CHALUPA_ADMIN_TOKEN is unset and the secrets file cannot be read")}
+		}
+		tok = m["CHALUPA_ADMIN_TOKEN"]
+	}
+	if tok == "" {
+		return nil, &exitError{code: 1, err: errors.New("CHALUPA_ADMIN_TOKEN is unset and no generated secrets file was found (set it, or --data-dir)")}
+	}
+	// The per-request bound is --timeout (runOp's context); the transport
+	// gets the same, not adminapi's 60 s default.
+	return &adminapi.Client{BaseURL: a.URL, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
+}
+
+// runOp is every admin subcommand's body: build the client, call the
+// daemon within --timeout, and print the answer as JSON (asJSON) or with
+// text. A daemon error exits 1 with its code and message.
+func runOp[Resp any](a *adminCmd, asJSON bool, call func(*adminapi.Client, context.Context) (Resp, error), text func(io.Writer, Resp) error) error {
+	cl, err := a.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.Timeout)
+	defer cancel()
+	resp, err := call(cl, ctx)
+	if err != nil {
+		return apiFailure(err)
+	}
+	if asJSON {
+		return printJSON(a.env.Stdout, resp)
+	}
+	return text(a.env.Stdout, resp)
+}
+
+// apiFailure turns a daemon error into an exit status with its code printed.
+func apiFailure(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var ae *adminapi.APIError
+	if errors.As(err, &ae) && ae.Code != "" {
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s", ae.Code, ae.Message)}
+	}
+	// Not a chalupa error body (a proxy's page, another server): the
+	// client's error names the HTTP status.
+	return &exitError{code: 1, err: err}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table is a tab-aligned writer for command output.
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+type adminStatusCmd struct {
+	JSON bool `help:"Print JSON."`
+}
+
+func (*adminStatusCmd) operation() string { return adminapi.OpGetStatus }
+
+// Run prints the daemon's status.
+func (c *adminStatusCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, (*adminapi.Client).GetStatus, func(w io.Writer, st adminapi.Status) error {
+		tw := table(w)
+		r := st.Replication
+		fmt.Fprintf(tw, "version\t%s\n", st.Version)
+		fmt.Fprintf(tw, "uptime\t%s\n", time.Duration(st.UptimeSeconds*float64(time.Second)).Round(time.Second))
+		fmt.Fprintf(tw, "schema version\t%d\n", st.SchemaVersion)
+		fmt.Fprintf(tw, "database size\t%d bytes\n", st.DBSizeBytes)
+		fmt.Fprintf(tw, "replica\t%s, local txid %d, remote txid %d, lag %.1fs (limit %.0fs)\n", r.Kind, r.LocalTXID, r.RemoteTXID, r.LagSeconds, r.LagLimitSeconds)
+		if r.Generation != "" {
+			fmt.Fprintf(tw, "replica generation\t%s (a rollback started it: restore from the replica URL with /%s appended)\n", r.Generation, r.Generation)
+		}
+		if !r.LastSyncAt.IsZero() {
+			fmt.Fprintf(tw, "last sync\t%s\n", r.LastSyncAt.UTC().Format(time.RFC3339))
+		}
+		if r.LastError != "" {
+			fmt.Fprintf(tw, "last error\t%s at %s (%d errors)\n", r.LastError, r.LastErrorAt.UTC().Format(time.RFC3339), r.SyncErrors)
+		}
+		if r.Failing {
+			fmt.Fprintf(tw, "replication\tFAILING\n")
+		}
+		sh := st.Storage
+		fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		if sh.DiskLow {
+			fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
+		}
+		if sh.DiskError != "" {
+			fmt.Fprintf(tw, "disk\tfree space not measured (%s): the guard refuses nothing\n", sh.DiskError)
+		}
+		if sh.Failing {
+			fmt.Fprintf(tw, "storage\tFAILING since %s (%s): writes are answered 503 storage_unavailable\n", timeOrDash(sh.FailingSince), sh.LastFault)
+		} else if sh.LastFault != "" {
+			fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
+		}
+		// Every time the reaper or costs are not fully on
+		// (docs/operations.md, "Configuration").
+		fmt.Fprintf(tw, "reaper\t%s\n", st.ReaperMode)
+		fmt.Fprintf(tw, "costs\t%s\n", st.Costs)
+		for _, n := range st.ModeNotes {
+			fmt.Fprintf(tw, "warning\t%s\n", n)
+		}
+		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+			for _, l := range clockLines(c) {
+				fmt.Fprintf(tw, "reaper %s\n", l)
+			}
+		}
+		for _, l := range st.Loops {
+			if l.Paused {
+				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
+			}
+		}
+		return tw.Flush()
+	})
+}
+
+// displayText is s for a terminal: as it is when it is valid UTF-8 without
+// control characters, else Go-quoted so escape sequences and NUL bytes (a
+// name stored before the daemon refused them) show as text and cannot drive
+// the terminal.
+func displayText(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// timeOrDash formats t as RFC 3339 UTC, "-" when zero.
+func timeOrDash(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+type adminAPICmd struct {
+	OperationID string            `arg:"" optional:"" name:"operationId" help:"Operation to call, e.g. adminGetStatus."`
+	Body        string            `help:"JSON request body."`
+	Param       map[string]string `help:"A path or query parameter, name=value (repeatable), e.g. --param slug=demo-harbor --param step=5m."`
+	List        bool              `help:"List every operation."`
+	OpenAPI     bool              `name:"openapi" help:"Print the OpenAPI 3.1 document of this build's admin, ingest and health APIs (the one GET /api/admin/openapi.json serves); needs no daemon."`
+}
+
+// Run calls one operation and prints the raw JSON answer, lists the
+// operation table, or prints the OpenAPI document.
+func (c *adminAPICmd) Run(a *adminCmd) error {
+	if c.OpenAPI {
+		if c.List || c.OperationID != "" {
+			return &exitError{code: ExitUsage, err: errors.New("--openapi takes no operationId and no --list")}
+		}
+		if a.openAPI == nil {
+			return &exitError{code: 1, err: errors.New("this build has no OpenAPI document")}
+		}
+		doc, err := a.openAPI(buildinfo.Version)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.env.Stdout, "%s\n", doc)
+		return err
+	}
+	if c.List || c.OperationID == "" {
+		if !c.List {
+			return &exitError{code: ExitUsage, err: errors.New("missing operationId (see --list)")}
+		}
+		tw := table(a.env.Stdout)
+		for _, op := range adminapi.Operations {
+			kind := "read"
+			if op.Mutates {
+				kind = "write"
+			}
+			path := op.Path
+			if _, query := op.Parameters(); len(query) > 0 {
+				path += "?" + strings.Join(query, "=&") + "="
+			}
+			fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\n", op.ID, op.Method, path, kind, op.Summary)
+		}
+		return tw.Flush()
+	}
+	op, ok := adminapi.Lookup(c.OperationID)
+	if !ok {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("unknown operation %q (see --list)", c.OperationID)}
+	}
+	var body []byte
+	if c.Body != "" {
+		if !json.Valid([]byte(c.Body)) {
+			return &exitError{code: ExitUsage, err: errors.New("--body is not valid JSON")}
+		}
+		body = []byte(c.Body)
+	}
+	body, err := adminapi.BodyFor(op.ID, body)
+	if err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	params := adminapi.Params(c.Param)
+	if err := adminapi.CheckParams(op.ID, params); err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return runOp(a, false, func(cl *adminapi.Client, ctx context.Context) ([]byte, error) {
+		return cl.Call(ctx, op.ID, params, body)
+	}, func(w io.Writer, out []byte) error {
+		_, err := w.Write(out)
+		return err
+	})
+}

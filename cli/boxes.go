@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+)
+
+// adminBoxCmd manages boxes, the converge intent (docs/operations.md,
+// "Boxes").
+type adminBoxCmd struct {
+	Create adminBoxCreateCmd `cmd:"" help:"Declare a box (one machine of an environment)."`
+	Update adminBoxUpdateCmd `cmd:"" help:"Change a box's declared configuration; the next up converges it."`
+	List   adminBoxListCmd   `cmd:"" help:"List boxes."`
+	Show   adminBoxShowCmd   `cmd:"" help:"Show a box: configuration, recorded provider ids and the last launch result."`
+}
+
+type adminBoxCreateCmd struct {
+	Name               string   `arg:"" help:"Box name (^[a-z0-9][a-z0-9-]{1,62}$, unique): its stacks are NAME-compute and NAME-data."`
+	Env                string   `name:"env" required:"" help:"Environment slug."`
+	Region             string   `required:"" help:"DigitalOcean region slug (nyc3)."`
+	Size               string   `required:"" help:"Droplet size slug (s-2vcpu-4gb)."`
+	Image              string   `required:"" help:"Image slug or id (ubuntu-24-04-x64)."`
+	SSHKey             []string `name:"ssh-key" required:"" help:"SSH key MD5 fingerprint (aa:bb:…); repeat for more."`
+	CustomerSource     string   `name:"customer-source" required:"" help:"The customer's IPv4 /32, allowed to SSH in."`
+	ControlPlaneSource string   `name:"control-plane-source" required:"" help:"The control plane's egress IPv4 /32 (host-key scan and key delivery)."`
+	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
+	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
+	Managed            bool     `help:"Mark the box's deployments managed."`
+	JSON               bool     `help:"Print JSON."`
+}
+
+func (*adminBoxCreateCmd) operation() string { return adminapi.OpCreateBox }
+
+// Run declares the box.
+func (c *adminBoxCreateCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
+		return cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed,
+			BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
+				CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag}})
+	}, func(w io.Writer, b adminapi.Box) error {
+		_, err := fmt.Fprintf(w, "declared box %s (%s) in %s; converge it with: chalupa admin converge %s up\n", b.Name, b.ID, b.Environment, b.Name)
+		return err
+	})
+}
+
+type adminBoxUpdateCmd struct {
+	Box                string   `arg:"" help:"Box name or id."`
+	Region             *string  `help:"DigitalOcean region slug."`
+	Size               *string  `help:"Droplet size slug."`
+	Image              *string  `help:"Image slug or id."`
+	SSHKey             []string `name:"ssh-key" help:"SSH key fingerprint; repeat; replaces the list."`
+	CustomerSource     *string  `name:"customer-source" help:"The customer's IPv4 /32."`
+	ControlPlaneSource *string  `name:"control-plane-source" help:"The control plane's egress IPv4 /32."`
+	VolumeGiB          *int64   `name:"volume-gib" help:"Data volume size in GiB."`
+	Tag                []string `name:"tag" help:"Extra droplet tag; repeat; replaces the list."`
+	NoTags             bool     `name:"no-tags" help:"Remove every extra tag."`
+	Managed            *bool    `help:"Mark the box's deployments managed (--managed=false to clear)."`
+	JSON               bool     `help:"Print JSON."`
+}
+
+func (*adminBoxUpdateCmd) operation() string { return adminapi.OpUpdateBox }
+
+// Run updates the box.
+func (c *adminBoxUpdateCmd) Run(a *adminCmd) error {
+	req := adminapi.UpdateBoxRequest{Box: c.Box, Region: c.Region, Size: c.Size, Image: c.Image, CustomerSource: c.CustomerSource,
+		ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Managed: c.Managed}
+	if c.SSHKey != nil {
+		req.SSHKeyFingerprints = &c.SSHKey
+	}
+	if c.NoTags && c.Tag != nil {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("--tag and --no-tags exclude each other")}
+	}
+	if c.Tag != nil {
+		req.Tags = &c.Tag
+	} else if c.NoTags {
+		none := []string{}
+		req.Tags = &none
+	}
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
+		return cl.UpdateBox(ctx, req)
+	}, func(w io.Writer, b adminapi.Box) error {
+		_, err := fmt.Fprintf(w, "updated box %s (configuration version %d)\n", b.Name, b.ConfigVersion)
+		return err
+	})
+}
+
+type adminBoxListCmd struct {
+	Env  string `name:"env" help:"Only this environment's boxes."`
+	JSON bool   `help:"Print JSON."`
+}
+
+func (*adminBoxListCmd) operation() string { return adminapi.OpListBoxes }
+
+// Run lists boxes.
+func (c *adminBoxListCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxList, error) {
+		return cl.ListBoxes(ctx, adminapi.ListBoxesRequest{Environment: c.Env})
+	}, func(w io.Writer, l adminapi.BoxList) error {
+		tw := table(w)
+		fmt.Fprintln(tw, "NAME\tENVIRONMENT\tREGION\tSIZE\tVOLUME GiB\tDROPLET\tLAST LAUNCH\tID")
+		for _, b := range l.Boxes {
+			drop, launched := "-", "-"
+			if b.Resources.DropletID != 0 {
+				drop = fmt.Sprint(b.Resources.DropletID)
+			}
+			if b.LastLaunch != nil {
+				launched = timeOrDash(b.LastLaunch.LaunchedAt)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", b.Name, b.Environment, b.Region, b.Size, b.VolumeSizeGiB, drop, launched, b.ID)
+		}
+		return tw.Flush()
+	})
+}
+
+type adminBoxShowCmd struct {
+	Box  string `arg:"" help:"Box name or id."`
+	JSON bool   `help:"Print JSON."`
+}
+
+func (*adminBoxShowCmd) operation() string { return adminapi.OpGetBox }
+
+// Run shows one box.
+func (c *adminBoxShowCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
+		return cl.GetBox(ctx, c.Box)
+	}, printBox)
+}
+
+func printBox(w io.Writer, b adminapi.Box) error {
+	tw := table(w)
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	fmt.Fprintf(tw, "name\t%s\n", b.Name)
+	fmt.Fprintf(tw, "id\t%s\n", b.ID)
+	fmt.Fprintf(tw, "environment\t%s\n", b.Environment)
+	fmt.Fprintf(tw, "managed\t%v\n", b.Managed)
+	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, timeOrDash(b.UpdatedAt))
+	fmt.Fprintf(tw, "region / size / image\t%s / %s / %s\n", b.Region, b.Size, b.Image)
+	fmt.Fprintf(tw, "ssh keys\t%s\n", strings.Join(b.SSHKeyFingerprints, ", "))
+	fmt.Fprintf(tw, "firewall sources\tcustomer %s, control plane %s\n", b.CustomerSource, b.ControlPlaneSource)
+	fmt.Fprintf(tw, "data volume\t%d GiB\n", b.VolumeSizeGiB)
+	fmt.Fprintf(tw, "tags\t%s\n", dash(strings.Join(b.Tags, ", ")))
+	drop := "-"
+	if b.Resources.DropletID != 0 {
+		drop = fmt.Sprint(b.Resources.DropletID)
+	}
+	fmt.Fprintf(tw, "recorded ids\tdroplet %s, firewall %s, volume %s (at %s)\n", drop, dash(b.Resources.FirewallID),
+		dash(b.Resources.VolumeID), timeOrDash(b.Resources.RecordedAt))
+	if l := b.LastLaunch; l != nil {
+		fmt.Fprintf(tw, "last launch\t%s by job %s: droplet %d, ipv4 %s, ipv6 %s\n", timeOrDash(l.LaunchedAt), l.JobID, l.DropletID, dash(l.IPv4), dash(l.IPv6))
+		fmt.Fprintf(tw, "host key\t%s\n", dash(displayText(l.HostKey)))
+	} else {
+		fmt.Fprintln(tw, "last launch\tnever")
+	}
+	return tw.Flush()
+}

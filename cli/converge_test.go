@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/jobs/jobstest"
+)
+
+func declareBoxes(t *testing.T, cl *adminapi.Client, env string, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: n, Environment: env, BoxConfig: adminapi.BoxConfig{
+			Region: "nyc3", Size: "s-2vcpu-4gb", Image: "ubuntu-24-04-x64",
+			SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
+			CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConvergeWaitFollowsProgress: --wait's loop prints the job's progress
+// reports and status changes until the job ends, and returns the ended job.
+func TestConvergeWaitFollowsProgress(t *testing.T) {
+	exec := &jobstest.Executor{Gate: make(chan struct{}),
+		Progress: []jobs.Progress{{Message: "creating", Op: "create", Resource: "droplet", Counts: map[string]int{"create": 1}}}}
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: exec, StartLoops: true})
+	cl := p.Admin
+	declareBoxes(t, cl, "demo", "gpu-1")
+	job, err := cl.RunPulumiConverge(context.Background(), adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "gpu-1"}, Action: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	done := make(chan adminapi.Job, 1)
+	errc := make(chan error, 1)
+	go func() {
+		j, err := waitJob(context.Background(), cl, job.ID, 10*time.Second, time.Millisecond, &out)
+		errc <- err
+		done <- j
+	}()
+	// Let the wait see the job running before it may end.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j, err := cl.GetJob(context.Background(), job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == "running" && j.ProgressSeq == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job never ran: %+v", j)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	exec.Gate <- struct{}{}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ended := <-done
+	if ended.Status != "succeeded" {
+		t.Fatalf("ended %+v", ended)
+	}
+	text := out.String()
+	for _, want := range []string{"creating · create droplet · (create 1)", "succeeded (attempt 1)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestReroll: one job per box in order, each waited for; the first failure
+// stops the reroll (the rest are listed skipped) unless keepGoing.
+func TestReroll(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keepGoing bool
+		want      []string // status per box bx-a, bx-b, bx-c
+		runs      []string
+	}{
+		{"stops at the first failure", false, []string{"succeeded", "failed", "skipped"}, []string{"execute:bx-a", "execute:bx-b"}},
+		{"keep going", true, []string{"succeeded", "failed", "succeeded"}, []string{"execute:bx-a", "execute:bx-b", "execute:bx-c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exec := &jobstest.Executor{Fail: map[string]error{"bx-b": errors.New("provider refused the size")}}
+			p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: exec, StartLoops: true})
+			declareBoxes(t, p.Admin, "demo", "bx-c", "bx-a", "bx-b")
+			declareBoxes(t, p.Admin, "other", "bx-z")
+			var progress bytes.Buffer
+			rows, err := reroll(context.Background(), p.Admin, "demo", "up", tc.keepGoing, 10*time.Second, time.Millisecond, &progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 3 {
+				t.Fatalf("rows %+v", rows)
+			}
+			for i, r := range rows {
+				if r.Box != "bx-"+string(rune('a'+i)) || r.Status != tc.want[i] {
+					t.Fatalf("row %d %+v, want %s %s", i, r, string(rune('a'+i)), tc.want[i])
+				}
+			}
+			if rows[1].Error != "provider refused the size" {
+				t.Fatalf("failure reason %q", rows[1].Error)
+			}
+			if got := exec.Calls(); strings.Join(got, ",") != strings.Join(tc.runs, ",") {
+				t.Fatalf("runs %v, want %v", got, tc.runs)
+			}
+			var sum bytes.Buffer
+			if err := printReroll(&sum, rows); err != nil || !strings.Contains(sum.String(), "BOX") || !strings.Contains(sum.String(), rows[0].JobID) {
+				t.Fatalf("summary:\n%s", sum.String())
+			}
+		})
+	}
+	t.Run("a busy box is refused with its live job", func(t *testing.T) {
+		exec := &jobstest.Executor{Gate: make(chan struct{})}
+		p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: exec, StartLoops: true})
+		declareBoxes(t, p.Admin, "demo", "bx-a")
+		live, err := p.Admin.RunPulumiConverge(context.Background(), adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: "bx-a"}, Action: "up"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := reroll(context.Background(), p.Admin, "", "up", false, 10*time.Second, time.Millisecond, &bytes.Buffer{})
+		close(exec.Gate)
+		if err != nil || len(rows) != 1 || rows[0].Status != "refused" || rows[0].JobID != live.ID {
+			t.Fatalf("rows %+v, err %v", rows, err)
+		}
+	})
+}
+
+// TestConvergeIncludeDataFlag: `admin converge BOX destroy --include-data`
+// sends includeData with the typed phrase (from --confirm); without a
+// terminal and without --confirm, on another action, or --confirm without
+// --include-data, it exits 2 and calls nothing; a plain destroy never
+// sends includeData; the queued line says whether the data goes too
+// (docs/operations.md, "Jobs").
+func TestConvergeIncludeDataFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		code        int
+		includeData any
+		phrase      any
+		printed     string // what the queued line says the job does
+	}{
+		{"destroy with the data and its phrase", []string{"destroy", "--include-data", "--confirm", "destroy data gpu-1"}, 0, true, "destroy data gpu-1", ": destroy with data gpu-1 "},
+		{"a plain destroy", []string{"destroy"}, 0, nil, nil, ": destroy gpu-1 "},
+		{"no phrase without a terminal", []string{"destroy", "--include-data"}, ExitUsage, nil, nil, ""},
+		{"include data on an up", []string{"up", "--include-data", "--confirm", "destroy data gpu-1"}, ExitUsage, nil, nil, ""},
+		{"the data phrase without --include-data", []string{"destroy", "--confirm", "destroy data gpu-1"}, ExitUsage, nil, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAdmin(t)
+			out, code := cliRun(t, f.URL, nil, append([]string{"admin", "converge", "gpu-1"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			reqs := f.requests()
+			if tc.code != 0 {
+				if len(reqs) != 0 {
+					t.Fatalf("a refused command called the daemon: %+v", reqs)
+				}
+				return
+			}
+			if len(reqs) != 1 || reqs[0].Path != "/admin-api/pulumi-state/converge" {
+				t.Fatalf("requests %+v", reqs)
+			}
+			if got := reqs[0].Body["includeData"]; got != tc.includeData {
+				t.Errorf("includeData = %v, want %v", got, tc.includeData)
+			}
+			if got := reqs[0].Body["confirmation"]; got != tc.phrase {
+				t.Errorf("confirmation = %v, want %v", got, tc.phrase)
+			}
+			if !strings.Contains(out, tc.printed) {
+				t.Errorf("the output does not say %q:\n%s", tc.printed, out)
+			}
+		})
+	}
+}
+
+// TestPrintDiagnosisSteps: the doctor's table shows the step journal, one
+// line per step: a progress step's report and a release's reason
+// (docs/operations.md, "Job doctor").
+func TestPrintDiagnosisSteps(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	d := adminapi.JobDiagnosis{Job: adminapi.Job{ID: "J1", Box: "box-1", Action: "up", Status: "queued", Attempts: 1},
+		Steps: []adminapi.JobStep{
+			{Seq: 1, At: at, Kind: "claimed", Status: "running", Attempt: 1, Worker: "W1"},
+			{Seq: 2, At: at.Add(time.Second), Kind: "progress", Status: "running", Attempt: 1, Worker: "W1", Progress: []byte(`{"message":"creating droplet"}`)},
+			{Seq: 3, At: at.Add(time.Minute), Kind: "released", Status: "queued", Attempt: 1, Worker: "W1", Reason: "worker lost"},
+		}}
+	var b bytes.Buffer
+	if err := printDiagnosis(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STEP", "creating droplet", "released", "worker lost", "2026-12-01T12:01:00Z"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}

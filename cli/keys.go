@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+)
+
+type adminKeysCmd struct {
+	Issue  adminKeysIssueCmd  `cmd:"" help:"Issue a fresh ingest key for an environment (material is shown once)."`
+	Rotate adminKeysRotateCmd `cmd:"" help:"Mark the environment's keys rotating and issue a fresh active key."`
+	Revoke adminKeysRevokeCmd `cmd:"" help:"Revoke a key at once."`
+}
+
+type adminKeysIssueCmd struct {
+	Env  string `arg:"" name:"slug" help:"Environment slug."`
+	Out  string `help:"Write ingest.key (0600) and key-id into this directory instead of printing the material." type:"path"`
+	JSON bool   `help:"Print JSON (includes the key material unless --out is given)."`
+}
+
+func (*adminKeysIssueCmd) operation() string { return adminapi.OpIssueIngestKey }
+
+// Run issues a key.
+func (c *adminKeysIssueCmd) Run(a *adminCmd) error {
+	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		return cl.IssueIngestKey(ctx, c.Env)
+	})
+}
+
+type adminKeysRotateCmd struct {
+	Env  string `arg:"" name:"slug" help:"Environment slug."`
+	Out  string `help:"Write the new ingest.key (0600) and key-id into this directory." type:"path"`
+	JSON bool   `help:"Print JSON (includes the key material unless --out is given)."`
+}
+
+func (*adminKeysRotateCmd) operation() string { return adminapi.OpRotateIngestKey }
+
+// Run rotates the environment's keys.
+func (c *adminKeysRotateCmd) Run(a *adminCmd) error {
+	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		return cl.RotateIngestKey(ctx, c.Env)
+	})
+}
+
+// issueOrRotate runs issue (an issue or a rotation) and saves or prints
+// the key material, which the daemon shows only once.
+func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Client, context.Context) (adminapi.IssuedKey, error)) error {
+	// The key is active the moment the daemon answers, and its material is
+	// shown only once: make sure it can be saved before asking for it, so a
+	// refusal here leaves no orphan key behind.
+	if out != "" {
+		if err := checkKeyDir(out); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("--out: %w (nothing was issued)", err)}
+		}
+	}
+	return runOp(a, asJSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		k, err := issue(cl, ctx)
+		if err != nil || out == "" {
+			return k, err
+		}
+		if err := writeKeyFiles(out, k); err != nil {
+			return k, &exitError{code: 1, err: fmt.Errorf("key %s was issued but not saved (%v); revoke it and issue again", k.KeyID, err)}
+		}
+		k.KeyMaterial = "" // written to the file; never printed as well
+		return k, nil
+	}, func(w io.Writer, k adminapi.IssuedKey) error {
+		fmt.Fprintf(w, "key id:       %s\nenvironment:  %s\n", k.KeyID, k.EnvironmentSlug)
+		for _, id := range k.RotatedKeyIDs {
+			fmt.Fprintf(w, "now rotating: %s (revoke it once its droplets have the new key)\n", id)
+		}
+		if out != "" {
+			fmt.Fprintf(w, "wrote %s (0600) and %s\n", filepath.Join(out, "ingest.key"), filepath.Join(out, "key-id"))
+		} else {
+			fmt.Fprintf(w, "key material: %s\n(shown once; it cannot be retrieved again)\n", k.KeyMaterial)
+		}
+		return nil
+	})
+}
+
+// checkKeyDir makes sure writeKeyFiles can succeed in dir before a key is
+// issued: it creates dir (0700) if missing, and refuses when dir already
+// holds an ingest.key or files cannot be created in it. writeKeyFiles still
+// refuses to overwrite, should an ingest.key appear in between.
+func checkKeyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	keyFile := filepath.Join(dir, "ingest.key")
+	if _, err := os.Lstat(keyFile); err == nil {
+		return fmt.Errorf("%s already exists; move it aside or choose another directory", keyFile)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check %s: %w", keyFile, err)
+	}
+	f, err := os.CreateTemp(dir, ".chalupa-write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeKeyFiles writes the files the agent bootstrap copies to a droplet:
+// ingest.key (the material, 0600) and key-id beside it. It refuses to
+// overwrite an existing ingest.key.
+func writeKeyFiles(dir string, k adminapi.IssuedKey) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "ingest.key"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create ingest.key: %w", err)
+	}
+	if _, err := f.WriteString(k.KeyMaterial + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write ingest.key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write ingest.key: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, "key-id"), []byte(k.KeyID+"\n"), 0o644)
+}
+
+type adminKeysRevokeCmd struct {
+	KeyID string `arg:"" name:"key-id" help:"Key id (env_<slug>_<16 hex>)."`
+	JSON  bool   `help:"Print JSON."`
+}
+
+func (*adminKeysRevokeCmd) operation() string { return adminapi.OpRevokeIngestKey }
+
+// Run revokes the key.
+func (c *adminKeysRevokeCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.RevokedKey, error) {
+		return cl.RevokeIngestKey(ctx, c.KeyID)
+	}, func(w io.Writer, k adminapi.RevokedKey) error {
+		_, err := fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
+		return err
+	})
+}

@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"context"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/chalupa-run/chalupa/mcpserver"
+)
+
+// mcpCmd is `chalupa mcp`: the MCP server over standard input and output,
+// one tool per exposed admin operation (docs/operations.md, "MCP server").
+// It reaches the daemon like `chalupa admin` does: the same --url origin
+// rule (https unless loopback) and the same admin token.
+type mcpCmd struct {
+	URL     string        `name:"url" env:"CHALUPA_URL" default:"http://127.0.0.1:8080" help:"Daemon to talk to."`
+	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
+	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
+}
+
+// Run serves until the client closes standard input or a signal arrives.
+func (c *mcpCmd) Run(env *Env) error {
+	a := &adminCmd{env: env, URL: c.URL, DataDir: c.DataDir, Timeout: c.Timeout}
+	cl, err := a.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return mcpserver.Run(ctx, cl, buildinfo.Version)
+}

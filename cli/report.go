@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+)
+
+// adminReportCmd prints the operations report (docs/operations.md,
+// "Operations report").
+type adminReportCmd struct {
+	Since time.Duration `default:"24h" help:"How far back the report reaches (1h to 2160h); request figures cover whole UTC hours."`
+	JSON  bool          `help:"Print JSON."`
+}
+
+func (*adminReportCmd) operation() string { return adminapi.OpGetOperationsReport }
+
+// Run fetches and prints the report.
+func (c *adminReportCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.OperationsReport, error) {
+		return cl.GetOperationsReport(ctx, c.Since)
+	}, printOperationsReport)
+}
+
+// printOperationsReport prints the report as tables.
+func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
+	fmt.Fprintf(w, "Operations report from %s to %s (hours with traffic: %d).\n\n", timeOrDash(r.Since), timeOrDash(r.Until), r.HoursWithTraffic)
+	tw := table(w)
+	fmt.Fprintln(tw, "ROUTE GROUP\tREQUESTS\t5XX\tP50\tP99")
+	for _, g := range r.Routes {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", g.Group, g.Requests, g.ServerErrors, quantileText(g.P50Ms, g.P50Over), quantileText(g.P99Ms, g.P99Over))
+	}
+	if len(r.Routes) == 0 {
+		fmt.Fprintln(tw, "(no requests)\t\t\t\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	p := r.Process
+	fmt.Fprintf(w, "\nProcess: %.1f s wall, %.1f s CPU (active %.2f%%, idle %.1f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
+	d := r.Database
+	fmt.Fprintf(w, "Database: %d bytes (%+d over the span), WAL %d bytes (%+d).\n", d.Bytes, d.GrowthBytes, d.WALBytes, d.WALGrowthBytes)
+	if r.Replica.Known {
+		more := ""
+		if r.Replica.Truncated {
+			more = " at least"
+		}
+		fmt.Fprintf(w, "Replica:%s %d objects, %d bytes.\n", more, r.Replica.Objects, r.Replica.Bytes)
+	} else {
+		fmt.Fprintf(w, "Replica: %s.\n", r.Replica.Note)
+	}
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "LOOP\tRUNS\tFAILURES\tBACKLOG\tCOUNTS")
+	for _, l := range r.Loops {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", l.Name, l.Runs, l.Failures, l.Backlog, l.Counts)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(r.QuotaRefusals) == 0 {
+		_, err := fmt.Fprintln(w, "Quota refusals: none recorded.")
+		return err
+	}
+	tw = table(w)
+	fmt.Fprintln(tw, "QUOTA\tEVENTS (deployment or environment hours refused)")
+	for _, q := range r.QuotaRefusals {
+		fmt.Fprintf(tw, "%s\t%d\n", q.Quota, q.Events)
+	}
+	return tw.Flush()
+}
+
+// quantileText is a latency quantile in ms, "≤" its bucket bound, ">" past
+// the last bucket, "-" without requests.
+func quantileText(ms float64, over bool) string {
+	switch {
+	case over:
+		return fmt.Sprintf(">%g ms", ms)
+	case ms == 0:
+		return "-"
+	}
+	return fmt.Sprintf("≤%g ms", ms)
+}
