@@ -25,6 +25,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -200,7 +201,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	proctest.Poll(t, 30*time.Second, "ready 200 after space returned, with no write sent", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "ready 200 after space returned, with no write sent", func() (bool, string) {
 		r := ready()
 		return r.Status == http.StatusOK, fmt.Sprintf("%d %s", r.Status, r.Body)
 	})
@@ -273,7 +274,7 @@ func TestDiskLowEndToEnd(t *testing.T) {
 	if err != nil || !st.Storage.DiskLow || st.Storage.MinFreeBytes != 1<<50 {
 		t.Fatalf("admin status below the floor: %+v, %v", st.Storage, err)
 	}
-	proctest.Poll(t, 30*time.Second, "a disk-low event", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "a disk-low event", func() (bool, string) {
 		l, err := d.Admin().ListEvents(ctx, adminapi.ListEventsRequest{Kind: "disk-low"})
 		return err == nil && len(l.Events) == 1, fmt.Sprintf("%+v %v", l, err)
 	})

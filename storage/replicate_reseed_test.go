@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -69,7 +70,7 @@ func (r *replicaRun) events() []string {
 func (r *replicaRun) caughtUp(t *testing.T, what string) storage.ReplicationHealth {
 	t.Helper()
 	var h storage.ReplicationHealth
-	proctest.Poll(t, 60*time.Second, what, func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, what, func() (bool, string) {
 		h = r.repl.Health(r.clock.Now())
 		return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID && h.Refused == "", fmt.Sprintf("%+v", h)
 	})
@@ -175,7 +176,7 @@ func TestEmptiedReplicaIsReseeded(t *testing.T) {
 				}
 			}
 			acked = append(acked, writeEnvs(t, db, "after-loss", 3)...)
-			proctest.Poll(t, 60*time.Second, "the replica to be re-seeded", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to be re-seeded", func() (bool, string) {
 				h := run.repl.Health(run.clock.Now())
 				return h.Reseeds == 1, fmt.Sprintf("%+v", h)
 			})
@@ -226,7 +227,7 @@ func TestReplicaOfAnotherDatabaseIsRefused(t *testing.T) {
 
 			second := startReplica(t, storagetest.NewDB(t), dir, true)
 			writeEnvs(t, second.db, "second", 2)
-			proctest.Poll(t, 30*time.Second, "the replica to be refused", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to be refused", func() (bool, string) {
 				h := second.repl.Health(second.clock.Now())
 				return h.Refused != "" && h.Failing, fmt.Sprintf("%+v", h)
 			})
