@@ -20,6 +20,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -134,16 +135,12 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 	if err != nil {
 		t.Fatalf("%s: %v", action, err)
 	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for !j.Done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s job still %s after %s; %s", action, j.Status, e2eJobDeadline, e2eJobState(t, cl, j.ID, nil))
-		}
-		time.Sleep(100 * time.Millisecond)
+	testwait.Eventually(t, testwait.Converge, action+" job "+j.ID+" to end", func() (bool, string) {
 		if j, err = cl.GetJob(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return j.Done(), e2eJobState(t, cl, j.ID, nil)
+	})
 	if j.Status != storage.JobSucceeded {
 		t.Fatalf("%s job %s: %s: %s", action, j.ID, j.Status, j.Error)
 	}
@@ -188,29 +185,24 @@ func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Serv
 	return bin, api, d, job
 }
 
-// e2eRecovered waits (up to twice e2eJobDeadline) for the restarted
+// e2eRecovered waits (testwait.Converge) for the restarted
 // daemon d to finish job id, and requires it to have succeeded on its
 // second attempt: the first was killed, recovery requeued it.
 func e2eRecovered(t *testing.T, d *proctest.Daemon, id string) adminapi.Job {
 	t.Helper()
 	cl := d.Admin()
-	deadline := time.Now().Add(2 * e2eJobDeadline)
-	for {
-		j, err := cl.GetJob(context.Background(), id)
-		if err != nil {
+	var j adminapi.Job
+	testwait.Eventually(t, testwait.Converge, "the recovered job "+id+" to end", func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if j.Done() {
-			if j.Status != storage.JobSucceeded || j.Attempts != 2 {
-				t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d.Logs())
-			}
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after %s; %s\nlog:\n%s", j.Status, 2*e2eJobDeadline, e2eJobState(t, cl, id, nil), d.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return j.Done(), e2eJobState(t, cl, id, nil) + "\nlog:\n" + d.Logs()
+	})
+	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
+		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d.Logs())
 	}
+	return j
 }
 
 // e2eJobState describes where a job that has not got far enough stands,

@@ -17,11 +17,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -140,19 +140,12 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		t.Fatalf("the recommended command failed: exit %d\n%s", code, out)
 	}
 	var j adminapi.Job
-	deadline := time.Now().Add(2 * e2eJobDeadline)
-	for {
+	testwait.Eventually(t, testwait.Converge, "the job to end after resuming the lane", func() (bool, string) {
 		if j, err = cl.GetJob(ctx, job.ID); err != nil {
 			t.Fatal(err)
 		}
-		if j.Done() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after resuming the lane; log:\n%s", j.Status, d2.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return j.Done(), j.Status + "; log:\n" + d2.Logs()
+	})
 	if j.Status != storage.JobSucceeded {
 		t.Fatalf("recovered job %s: %s\n%s", j.Status, j.Error, d2.Logs())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // bearer adds a bearer token to every request, as godo's oauth2 client
@@ -448,17 +449,10 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("err = %v, want the deadline", err)
 		}
 		// The server notices the client left and records it.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testwait.Eventually(t, testwait.Short, "the request recorded as 499 (client gone)", func() (bool, string) {
 			reqs := s.Requests(dofake.OnRoute(dofake.RouteListSizes))
-			if len(reqs) == 1 && reqs[0].Status == 499 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("log = %v", reqs)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return len(reqs) == 1 && reqs[0].Status == 499, fmt.Sprint(reqs)
+		})
 	})
 	t.Run("a held answer: the create took effect, the client never heard", func(t *testing.T) {
 		s.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: time.Minute})
