@@ -35,8 +35,7 @@ import (
 // provider are unchanged by it (list calls only). Running the recommended
 // command lets recovery finish the job; the doctor then says nothing to do.
 func TestJobDoctorEndToEnd(t *testing.T) {
-	bin, api, d, job := e2eKilledMidUp(t, &dofake.Fault{Route: dofake.RouteCreateDroplet, HoldAnswer: e2eJobDeadline},
-		func(api *dofake.Server) bool { return len(api.Droplets()) > 0 })
+	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteCreateDroplet)
 	ctx := context.Background()
 	checkpoints := stackCheckpointVersions(t, d.DatabasePath())
 	dropletID := strconv.Itoa(api.Droplets()[0].ID)

@@ -30,10 +30,6 @@ import (
 // searched for in every place it must never reach.
 const convergeToken = "dop_v1_provision_sentinel_c0ffee0123456789abcdef0123456789abcdef0123456789"
 
-// jobDeadline bounds a wait for one real Pulumi run (a bound, not a
-// timing assertion: runs take seconds).
-const jobDeadline = 5 * time.Minute
-
 // convergeEnv is a daemon configuration with converge on: the provision
 // token, the test server's URL, the pulumi CLI, a PULUMI_HOME holding the
 // test provider, and key delivery pointed at droplet's port (the test

@@ -468,6 +468,30 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("%d firewalls after the held create, want %d", n, before+1)
 		}
 	})
+	t.Run("a hold: the create took effect, the answer waits for Release", func(t *testing.T) {
+		hold := dofake.NewHold()
+		s.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, Hold: hold})
+		before := len(s.Firewalls())
+		answered := make(chan error, 1)
+		go func() {
+			_, _, err := c.Firewalls.Create(ctx, &godo.FirewallRequest{Name: "held-until-released", Tags: []string{"chalupa:box:held"},
+				InboundRules: []godo.InboundRule{{Protocol: "tcp", PortRange: "22", Sources: &godo.Sources{Addresses: []string{"198.51.100.9/32"}}}}})
+			answered <- err
+		}()
+		<-hold.Arrived()
+		if n := len(s.Firewalls()); n != before+1 {
+			t.Fatalf("%d firewalls once the create is held, want %d", n, before+1)
+		}
+		select {
+		case err := <-answered:
+			t.Fatalf("answered while held: %v", err)
+		default:
+		}
+		hold.Release()
+		if err := <-answered; err != nil {
+			t.Fatalf("after Release: %v", err)
+		}
+	})
 	t.Run("short latency, then normal", func(t *testing.T) {
 		s.Inject(dofake.Fault{Route: dofake.RouteGetAccount, Latency: 5 * time.Millisecond})
 		t0 := time.Now()
