@@ -8,9 +8,9 @@ import (
 )
 
 // Converge and job operation ids (docs/operations.md, "Jobs"). The two
-// pulumi-state operations keep the seed's names and paths under
-// /admin-api; the job reads sit with the other admin reads under
-// /api/admin.
+// pulumi-state operations keep their established names and paths under
+// /admin-api, so scripts and MCP clients that already call them keep
+// working; the job reads sit with the other admin reads under /api/admin.
 const (
 	OpRunPulumiConverge = "adminRunPulumiConverge"
 	OpCancelPulumiState = "adminCancelPulumiState"

@@ -63,8 +63,8 @@ const (
 type MCPPolicy struct {
 	Access MCPAccess
 	// Tool is the tool's name when it is not the one derived from the id
-	// (chalupa_admin_<id without "admin", snake_case>): the seed's names
-	// for the converge tools.
+	// (chalupa_admin_<id without "admin", snake_case>): the converge
+	// tools keep their established names, which MCP clients already call.
 	Tool string
 	// Confirm, for MCPDestructive only, is the phrase template the call's
 	// `confirm` must equal once each {name} is replaced by that argument

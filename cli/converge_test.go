@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/jobs/jobstest"
 )
@@ -51,20 +53,13 @@ func TestConvergeWaitFollowsProgress(t *testing.T) {
 		done <- j
 	}()
 	// Let the wait see the job running before it may end.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Eventually(t, testwait.Short, "the job running with its first progress report", func() (bool, string) {
 		j, err := cl.GetJob(context.Background(), job.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Status == "running" && j.ProgressSeq == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job never ran: %+v", j)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return j.Status == "running" && j.ProgressSeq == 1, fmt.Sprintf("%+v", j)
+	})
 	exec.Gate <- struct{}{}
 	if err := <-errc; err != nil {
 		t.Fatal(err)

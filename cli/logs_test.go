@@ -16,6 +16,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // TestLogsGetFollow: `admin logs get --follow` writes the chunk committed
@@ -75,7 +76,7 @@ func TestLogsGetFollow(t *testing.T) {
 	cmd := &adminLogsGetCmd{Env: "follow-env", Deployment: "dep-f", Follow: true}
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.get(p.Admin, http.DefaultClient, 30*time.Second, time.Millisecond, &out) }()
-	proctest.Poll(t, 30*time.Second, "the first chunk written", func() (bool, string) { return out.String() == string(first), out.String() })
+	testwait.Eventually(t, testwait.Short, "the first chunk written", func() (bool, string) { return out.String() == string(first), out.String() })
 	select {
 	case err := <-errc:
 		t.Fatalf("--follow returned while the session is open: %v", err)

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"time"
 )
 
@@ -61,10 +64,10 @@ func TestCapListenerRefusesBeyondTheCap(t *testing.T) {
 		t.Errorf("refused %d, want 1", n)
 	}
 	_ = a.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for capped.open.Load() > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, testwait.Short, "the closed connection to leave the count", func() (bool, string) {
+		n := capped.open.Load()
+		return n <= 1, fmt.Sprintf("%d open", n)
+	})
 	if got := get(dial()); got != "200 OK ok" {
 		t.Fatalf("a connection after one closed: %s", got)
 	}

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -17,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/jobs/jobstest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -475,13 +477,11 @@ func TestConsoleConvergeForms(t *testing.T) {
 		}
 		id := strings.TrimPrefix(jobURL, "/app/jobs/")
 		var body string
-		for { // the fake executor reports progress, then waits at its gate
+		// The fake executor reports progress, then waits at its gate.
+		testwait.Eventually(t, testwait.Short, "the job page to show the progress report", func() (bool, string) {
 			_, body = c.get(t, jobURL)
-			if strings.Contains(body, "box-web-compute create droplet") {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return strings.Contains(body, "box-web-compute create droplet"), body
+		})
 		if !strings.Contains(body, `http-equiv="refresh"`) || !strings.Contains(body, id) || !strings.Contains(body, "running") {
 			t.Fatalf("live job page lacks its refresh, id or status:\n%s", body)
 		}
@@ -499,13 +499,10 @@ func TestConsoleConvergeForms(t *testing.T) {
 	t.Run("finished job stops reloading", func(t *testing.T) {
 		exec.Gate <- struct{}{}
 		var body string
-		for {
+		testwait.Eventually(t, testwait.Short, "the job page to show the job succeeded", func() (bool, string) {
 			_, body = c.get(t, jobURL)
-			if strings.Contains(body, "succeeded") {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return strings.Contains(body, "succeeded"), body
+		})
 		if strings.Contains(body, `http-equiv="refresh"`) {
 			t.Fatalf("a finished job's page still reloads:\n%s", body)
 		}
@@ -518,7 +515,7 @@ func TestConsoleConvergeForms(t *testing.T) {
 		exec.Gate <- struct{}{}
 	})
 	t.Run("destroy with the data volume", func(t *testing.T) {
-		for { // the destroy above ends first
+		testwait.Eventually(t, testwait.Short, "the destroy above to end", func() (bool, string) {
 			l, err := p.Admin.ListJobs(ctx, adminapi.ListJobsRequest{})
 			if err != nil {
 				t.Fatal(err)
@@ -527,11 +524,8 @@ func TestConsoleConvergeForms(t *testing.T) {
 			for _, j := range l.Jobs {
 				live = live || j.Status == storage.JobQueued || j.Status == storage.JobRunning
 			}
-			if !live {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return !live, fmt.Sprintf("%+v", l.Jobs)
+		})
 		phrase := adminapi.ConvergePhrase("destroy", "box-web")
 		for _, tc := range []struct {
 			name string

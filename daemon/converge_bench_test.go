@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -121,14 +122,10 @@ func BenchmarkHeartbeatWhileUp(b *testing.B) {
 	var finished atomic.Bool
 	go func() {
 		defer finished.Store(true)
-		deadline := time.Now().Add(jobDeadline)
-		for time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			if final, pollErr = cl.GetJob(ctx, job.ID); pollErr != nil ||
-				(final.Status != storage.JobQueued && final.Status != storage.JobRunning) {
-				return
-			}
-		}
+		testwait.Until(testwait.Converge, func() (bool, string) {
+			final, pollErr = cl.GetJob(ctx, job.ID)
+			return pollErr != nil || (final.Status != storage.JobQueued && final.Status != storage.JobRunning), ""
+		})
 	}()
 	t1 := time.Now()
 	with := window(finished.Load)

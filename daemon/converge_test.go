@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
@@ -27,10 +29,6 @@ import (
 // convergeToken is the provision token of the converge tests: a sentinel
 // searched for in every place it must never reach.
 const convergeToken = "dop_v1_provision_sentinel_c0ffee0123456789abcdef0123456789abcdef0123456789"
-
-// jobDeadline bounds a wait for one real Pulumi run (a bound, not a
-// timing assertion: runs take seconds).
-const jobDeadline = 5 * time.Minute
 
 // convergeEnv is a daemon configuration with converge on: the provision
 // token, the test server's URL, the pulumi CLI, a PULUMI_HOME holding the
@@ -117,20 +115,15 @@ func sendHeartbeat(t *testing.T, p *daemontest.InProcess, env, dep string, dropl
 // waitJob polls the job until it is no longer queued or running.
 func waitJob(t testing.TB, cl *adminapi.Client, id string) adminapi.Job {
 	t.Helper()
-	deadline := time.Now().Add(jobDeadline)
-	for {
-		j, err := cl.GetJob(context.Background(), id)
-		if err != nil {
+	var j adminapi.Job
+	testwait.Eventually(t, testwait.Converge, "job "+id+" to end", func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if j.Status != storage.JobQueued && j.Status != storage.JobRunning {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s after %s", id, j.Status, jobDeadline)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return j.Status != storage.JobQueued && j.Status != storage.JobRunning, j.Status
+	})
+	return j
 }
 
 // converge enqueues action on box, waits for the job and requires success;
@@ -525,13 +518,9 @@ func TestConvergeCheckpointAfterCancelledRun(t *testing.T) {
 	}
 	// Stop the daemon once the run has changed the state (the volume
 	// exists) and before it ended (the droplet comes after the volume).
-	deadline := time.Now().Add(jobDeadline)
-	for len(api.Volumes()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the up never created the volume")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, testwait.Converge, "the up to create the volume", func() (bool, string) {
+		return len(api.Volumes()) > 0, fmt.Sprintf("%d provider requests", len(api.Requests()))
+	})
 	p.Close()
 	p.Restart(daemontest.AppOptions{Env: opt.Env})
 	got, err := storage.JobByID(ctx, p.App.DB.Read, j.ID)

@@ -2,13 +2,14 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // TestIngestShedsBeyondInFlightBound fills the signed-ingest in-flight bound
@@ -73,13 +74,10 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 			waiting <- answer{r, err}
 		}()
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for daemon.IngestInFlight(srv) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("in flight: %d, want 2", daemon.IngestInFlight(srv))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, testwait.Short, "two requests in flight", func() (bool, string) {
+		n := daemon.IngestInFlight(srv)
+		return n >= 2, fmt.Sprintf("%d in flight", n)
+	})
 
 	shedReq, shed := h.build(hb("dep-c"))
 	r := h.roundTrip(shedReq)

@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/jobs/jobstest"
 )
 
@@ -275,18 +275,13 @@ func TestConvergeAnswers(t *testing.T) {
 
 func waitJobDone(t *testing.T, cl *adminapi.Client, id string) adminapi.Job {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		j, err := cl.GetJob(context.Background(), id)
-		if err != nil {
+	var j adminapi.Job
+	testwait.Eventually(t, testwait.Short, "job "+id+" to end", func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if j.Done() {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s", id, j.Status)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return j.Done(), j.Status
+	})
+	return j
 }

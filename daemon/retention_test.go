@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -99,25 +101,21 @@ func TestRetentionLoopSharesTheAdminWorker(t *testing.T) {
 	if _, err := p.Admin.RunRetention(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		clock.Advance(time.Second)
-		list, err := p.Admin.ListRetentionRuns(ctx)
-		if err != nil {
+	var list adminapi.RetentionRunList
+	// Ten seconds an ask: the loops arm their timers when they get to it,
+	// and the run at 10:43:00 is stamped within minute 43 either way.
+	testwait.Eventually(t, testwait.Short, "the scheduled run beside the admin run", func() (bool, string) {
+		clock.Advance(10 * time.Second)
+		var err error
+		if list, err = p.Admin.ListRetentionRuns(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Runs) == 2 {
-			if list.Runs[0].Trigger != telemetry.RetentionTriggerSchedule || list.Runs[1].Trigger != telemetry.RetentionTriggerAdmin {
-				t.Errorf("runs %+v, want the admin run then the scheduled one", list.Runs)
-			}
-			if got := list.Runs[0].StartedAt; got.Hour() != 10 || got.Minute() != 43 {
-				t.Errorf("scheduled run at %v, want 10:43", got)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no scheduled run by %v: %+v", clock.Now(), list.Runs)
-		}
-		time.Sleep(time.Millisecond)
+		return len(list.Runs) == 2, fmt.Sprintf("clock %v, runs %+v", clock.Now(), list.Runs)
+	})
+	if list.Runs[0].Trigger != telemetry.RetentionTriggerSchedule || list.Runs[1].Trigger != telemetry.RetentionTriggerAdmin {
+		t.Errorf("runs %+v, want the admin run then the scheduled one", list.Runs)
+	}
+	if got := list.Runs[0].StartedAt; got.Hour() != 10 || got.Minute() != 43 {
+		t.Errorf("scheduled run at %v, want 10:43", got)
 	}
 }

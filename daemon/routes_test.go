@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // TestEveryRouteIsBehindItsGroupsAuth walks every registered route and
@@ -270,7 +271,7 @@ func TestCommitDelayIsMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?m)^chalupa_replication_commit_delay_seconds_count ([0-9]+)$`)
-	proctest.Poll(t, 10*time.Second, "a commit delay observation", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "a commit delay observation", func() (bool, string) {
 		req, _ := http.NewRequest("GET", p.URL+"/metrics", nil)
 		req.Header.Set("Authorization", "Bearer "+p.Env[proctest.ReadyTokenVar])
 		resp, err := http.DefaultClient.Do(req)

@@ -18,7 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -130,14 +130,14 @@ func TestSessionPolicyReaperDestroysAtExpiry(t *testing.T) {
 	}
 	// The reaper's own loop, woken by the same clock, may be the one that
 	// acts: wait for the observable result either way.
-	proctest.Poll(t, 30*time.Second, "the droplet destroyed", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the droplet destroyed", func() (bool, string) {
 		_, ok := fake.Droplet(drop.ID)
 		return !ok, strconv.Itoa(len(fake.Deletes())) + " deletes"
 	})
 	if d := fake.Deletes(); len(d) != 1 || d[0].Token != "write" || d[0].Path != "/v2/droplets/"+strconv.Itoa(drop.ID) {
 		t.Fatalf("DELETEs %v", d)
 	}
-	proctest.Poll(t, 30*time.Second, "the reaper-destroyed event", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the reaper-destroyed event", func() (bool, string) {
 		ev, err := h.client().ListEvents(ctx, adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: "reaper-destroyed"})
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -153,7 +153,7 @@ func TestStorageFailingReadinessAndProbe(t *testing.T) {
 	}
 	// The loop wakes on the fault itself and logs it once; with 512 KiB
 	// free it does not probe.
-	proctest.Poll(t, 10*time.Second, "the loop to log the fault", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the loop to log the fault", func() (bool, string) {
 		return strings.Contains(h.logs.String(), "storage failing"), "no log line"
 	})
 	if got := h.count(`SELECT count(*) FROM storage_probe`); got != 0 {
@@ -164,7 +164,7 @@ func TestStorageFailingReadinessAndProbe(t *testing.T) {
 	}
 
 	free.Store(1 << 30)
-	proctest.Poll(t, 10*time.Second, "the probe to clear the failing state", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the probe to clear the failing state", func() (bool, string) {
 		h.clock.Advance(10 * time.Second)
 		_, failing := w.Failing()
 		return !failing, "still failing"

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
@@ -221,13 +223,13 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	// The preview runs to success (the job page reloads itself meanwhile)
 	// and its page then shows the outcome and the last progress report.
-	deadline := time.Now().Add(e2eJobDeadline)
-	for j, err := admin.GetJob(context.Background(), js[0].ID); !j.Done(); j, err = admin.GetJob(context.Background(), js[0].ID) {
-		if err != nil || time.Now().After(deadline) {
-			t.Fatalf("preview job: %+v %v", j, err)
+	testwait.Eventually(t, testwait.Converge, "the preview job to end", func() (bool, string) {
+		j, err := admin.GetJob(context.Background(), js[0].ID)
+		if err != nil {
+			t.Fatalf("preview job: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return j.Done(), fmt.Sprintf("%+v", j)
+	})
 	visit(jobPath, "#job-status")
 	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#job-status")))
 	if err != nil || status != "succeeded" {

@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -28,19 +28,20 @@ import (
 // logs, the database and the Pulumi state afterwards.
 const convergeE2EToken = "dop_v1_provision_sentinel_e2e0123456789abcdef0123456789abcdef0123456789ab"
 
-// e2eJobDeadline bounds waits on real Pulumi runs (a bound, not a timing
-// assertion).
-const e2eJobDeadline = 5 * time.Minute
-
 // TestConvergeSIGKILLRecovery: the daemon is SIGKILLed while an up is
-// running, right after the test server saw the droplet created; the
-// restarted daemon recovers the job before anything runs (lock cancelled,
+// running, right after the droplet was created: the provider's first look
+// at the new droplet (the wait for it to become active) is held, so the
+// create is answered but not finished in Pulumi's state; the restarted
+// daemon recovers the job before anything runs (lock cancelled,
 // the droplet found by its tag and recorded, pending operations cleared),
 // the requeued up completes by adopting it, and the test server holds
 // exactly one droplet. The provision token is in no log, database or
 // state file.
 func TestConvergeSIGKILLRecovery(t *testing.T) {
-	bin, api, d, job := e2eKilledMidUp(t, nil, func(api *dofake.Server) bool { return len(api.Droplets()) > 0 })
+	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteGetDroplet)
+	if n := len(api.Droplets()); n != 1 {
+		t.Fatalf("%d droplets at the kill, want 1", n)
+	}
 	ctx := context.Background()
 	logs := d.Logs()
 
@@ -134,16 +135,12 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 	if err != nil {
 		t.Fatalf("%s: %v", action, err)
 	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for !j.Done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s job still %s after %s; %s", action, j.Status, e2eJobDeadline, e2eJobState(t, cl, j.ID, nil))
-		}
-		time.Sleep(100 * time.Millisecond)
+	testwait.Eventually(t, testwait.Converge, action+" job "+j.ID+" to end", func() (bool, string) {
 		if j, err = cl.GetJob(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return j.Done(), e2eJobState(t, cl, j.ID, nil)
+	})
 	if j.Status != storage.JobSucceeded {
 		t.Fatalf("%s job %s: %s: %s", action, j.ID, j.Status, j.Error)
 	}
@@ -155,17 +152,17 @@ func e2eConverge(t *testing.T, cl *adminapi.Client, box, action string) (adminap
 }
 
 // e2eKilledMidUp starts the built daemon with converge on, creates box-1
-// (10 GiB volume), enqueues its up and SIGKILLs the daemon as soon as
-// created reports the resource at the DigitalOcean API test server (fault,
-// when set, is injected first: e.g. the create's answer held back). The
-// job must still be running: a kill that came too late tests no recovery.
-func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Server) bool) (bin string, api *dofake.Server, d *proctest.Daemon, job adminapi.Job) {
+// (10 GiB volume), enqueues its up and SIGKILLs the daemon while the
+// DigitalOcean API test server holds the answer to the up's first request
+// on route (the request has acted: a create took effect). The kill point
+// is exact: the held request cannot be answered before the kill, so the
+// job is still running.
+func e2eKilledMidUp(t *testing.T, route dofake.Route) (bin string, api *dofake.Server, d *proctest.Daemon, job adminapi.Job) {
 	t.Helper()
 	bin = proctest.BuildBinary(t)
 	api, droplet := e2eConvergeAPI(t)
-	if fault != nil {
-		api.Inject(*fault)
-	}
+	hold := dofake.NewHold()
+	api.Inject(dofake.Fault{Route: route, Hold: hold})
 	d = proctest.StartDaemon(t, bin, e2eConvergeEnv(t, api, droplet))
 	cl := d.Admin()
 	e2eAuthorize(t, cl, droplet)
@@ -174,43 +171,39 @@ func e2eKilledMidUp(t *testing.T, fault *dofake.Fault, created func(*dofake.Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(e2eJobDeadline)
-	for !created(api) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the resource was not created within %s; %s\ndaemon log:\n%s", e2eJobDeadline, e2eJobState(t, cl, job.ID, api), d.Logs())
+	testwait.Eventually(t, testwait.Converge, "the up's "+string(route)+" held at the provider", func() (bool, string) {
+		select {
+		case <-hold.Arrived():
+			return true, ""
+		default:
+			return false, e2eJobState(t, cl, job.ID, api) + "\ndaemon log:\n" + d.Logs()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 	d.Kill()
 	if j := jobStatus(t, d.DatabasePath(), job.ID); j != storage.JobRunning {
-		t.Fatalf("job after SIGKILL is %s, want running (the kill came too late to test recovery); provider requests:\n%s", j, e2eRequests(api))
+		t.Fatalf("job after SIGKILL is %s, want running; provider requests:\n%s", j, e2eRequests(api))
 	}
 	return bin, api, d, job
 }
 
-// e2eRecovered waits (up to twice e2eJobDeadline) for the restarted
+// e2eRecovered waits (testwait.Converge) for the restarted
 // daemon d to finish job id, and requires it to have succeeded on its
 // second attempt: the first was killed, recovery requeued it.
 func e2eRecovered(t *testing.T, d *proctest.Daemon, id string) adminapi.Job {
 	t.Helper()
 	cl := d.Admin()
-	deadline := time.Now().Add(2 * e2eJobDeadline)
-	for {
-		j, err := cl.GetJob(context.Background(), id)
-		if err != nil {
+	var j adminapi.Job
+	testwait.Eventually(t, testwait.Converge, "the recovered job "+id+" to end", func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if j.Done() {
-			if j.Status != storage.JobSucceeded || j.Attempts != 2 {
-				t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d.Logs())
-			}
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after %s; %s\nlog:\n%s", j.Status, 2*e2eJobDeadline, e2eJobState(t, cl, id, nil), d.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return j.Done(), e2eJobState(t, cl, id, nil) + "\nlog:\n" + d.Logs()
+	})
+	if j.Status != storage.JobSucceeded || j.Attempts != 2 {
+		t.Fatalf("recovered job: %s after %d attempts: %s\n%s", j.Status, j.Attempts, j.Error, d.Logs())
 	}
+	return j
 }
 
 // e2eJobState describes where a job that has not got far enough stands,
@@ -328,8 +321,7 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 // adopts it: exactly one firewall (and one droplet) exists, recorded on the
 // box.
 func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
-	bin, api, d, job := e2eKilledMidUp(t, &dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: e2eJobDeadline},
-		func(api *dofake.Server) bool { return len(api.Firewalls()) > 0 })
+	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteCreateFirewall)
 	ctx := context.Background()
 	fw := api.Firewalls()[0]
 	if !slices.Contains(fw.Tags, "chalupa:box:box-1") {

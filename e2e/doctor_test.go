@@ -17,11 +17,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -35,8 +35,7 @@ import (
 // provider are unchanged by it (list calls only). Running the recommended
 // command lets recovery finish the job; the doctor then says nothing to do.
 func TestJobDoctorEndToEnd(t *testing.T) {
-	bin, api, d, job := e2eKilledMidUp(t, &dofake.Fault{Route: dofake.RouteCreateDroplet, HoldAnswer: e2eJobDeadline},
-		func(api *dofake.Server) bool { return len(api.Droplets()) > 0 })
+	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteCreateDroplet)
 	ctx := context.Background()
 	checkpoints := stackCheckpointVersions(t, d.DatabasePath())
 	dropletID := strconv.Itoa(api.Droplets()[0].ID)
@@ -140,19 +139,12 @@ func TestJobDoctorEndToEnd(t *testing.T) {
 		t.Fatalf("the recommended command failed: exit %d\n%s", code, out)
 	}
 	var j adminapi.Job
-	deadline := time.Now().Add(2 * e2eJobDeadline)
-	for {
+	testwait.Eventually(t, testwait.Converge, "the job to end after resuming the lane", func() (bool, string) {
 		if j, err = cl.GetJob(ctx, job.ID); err != nil {
 			t.Fatal(err)
 		}
-		if j.Done() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after resuming the lane; log:\n%s", j.Status, d2.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return j.Done(), j.Status + "; log:\n" + d2.Logs()
+	})
 	if j.Status != storage.JobSucceeded {
 		t.Fatalf("recovered job %s: %s\n%s", j.Status, j.Error, d2.Logs())
 	}

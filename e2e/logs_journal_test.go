@@ -22,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // fakeJournalctl is a journalctl honouring `-u UNIT -o … --show-cursor
@@ -72,7 +73,7 @@ func startAgent(t *testing.T, bin string, env []string, args ...string) *agentPr
 // records an accepted (202) heartbeat.
 func (p *agentProc) waitAccepted(stateDir string) {
 	p.t.Helper()
-	proctest.Poll(p.t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+	testwait.Eventually(p.t, testwait.Long, "an accepted heartbeat", func() (bool, string) {
 		st, _ := agent.ReadState(stateDir)
 		return st.LastHeartbeatStatus == 202, p.log.String()
 	})
@@ -163,7 +164,7 @@ func TestAgentShipsJournalEndToEnd(t *testing.T) {
 			"--log-unit", "cloud-init.service", "--log-unit", "nginx.service")
 		// This run's first accepted heartbeat, as it logs it (the state
 		// file may hold an earlier run's).
-		proctest.Poll(t, 30*time.Second, "an accepted heartbeat", func() (bool, string) {
+		testwait.Eventually(t, testwait.Long, "an accepted heartbeat", func() (bool, string) {
 			for _, line := range strings.Split(p.log.String(), "\n") {
 				if strings.Contains(line, `"status":202,`) && strings.Contains(line, `"message":"heartbeat"`) {
 					return true, ""

@@ -28,6 +28,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -160,7 +161,7 @@ func TestLogsReplayAfterBothSidesRestart(t *testing.T) {
 			d2 := proctest.Start(t, bin, proctest.Options{Env: env2})
 			front.retarget(d2.URL)
 			second := startAgent(t, bin, env, args...)
-			proctest.Poll(t, 2*time.Minute, "the spool shipped", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the spool shipped", func() (bool, string) {
 				left, _ := filepath.Glob(filepath.Join(spoolDir, "*.chunk"))
 				return len(left) == 0 && strings.Contains(second.log.String(), `"message":"agent started"`), second.log.String()
 			})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // A data dir made by hand (0755, as an operator does for a restore) ends up
@@ -36,7 +37,12 @@ func TestDataDirIsPrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // let Litestream write LTX files and sync
+	// Litestream has written its LTX files and the file replica once the
+	// replica confirms every commit.
+	testwait.Eventually(t, testwait.Long, "the replica to confirm the writes", func() (bool, string) {
+		h, s := e2eReplication(d)
+		return h.LagSeconds == 0 && h.RemoteTXID > 0 && !h.Failing, s
+	})
 	e2eStop(t, d)
 	n := 0
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -247,7 +248,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		}()
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	proctest.Poll(t, 60*time.Second, "150 acknowledged creations", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "150 acknowledged creations", func() (bool, string) {
 		n := count()
 		return n >= 150, fmt.Sprintf("%d acknowledged", n)
 	})
@@ -304,7 +305,7 @@ func TestReplicaOutage(t *testing.T) {
 	}
 
 	acked := e2eCreateMany(t, d, "before-outage", 10)
-	proctest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "the replica to catch up before the outage", func() (bool, string) {
 		h, s := status()
 		return h.LocalTXID > 0 && h.RemoteTXID == h.LocalTXID, s
 	})
@@ -316,24 +317,24 @@ func TestReplicaOutage(t *testing.T) {
 	acked = append(acked, e2eCreateMany(t, d, "during-outage", 10)...)
 	// A sync attempt against the stopped server can spend its S3 client's
 	// own retries first; on a loaded machine that took over 30 s.
-	proctest.Poll(t, 90*time.Second, "status to report the replica error", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "status to report the replica error", func() (bool, string) {
 		h, s := status()
 		return h.LastError != "", s
 	})
 	var first adminapi.ReplicationHealth
-	proctest.Poll(t, 30*time.Second, "a positive replication lag", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "a positive replication lag", func() (bool, string) {
 		h, s := status()
 		first = h
 		return h.LagSeconds > 0 && h.RemoteTXID < h.LocalTXID, s
 	})
-	proctest.Poll(t, 30*time.Second, "the lag to grow", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "the lag to grow", func() (bool, string) {
 		h, s := status()
 		return h.LagSeconds > first.LagSeconds, s
 	})
 	if h, s := status(); strings.Contains(s, s3.Addr) || strings.Contains(s, s3.Bucket) || strings.Contains(s, s3.AccessKey) {
 		t.Errorf("replication status leaks the endpoint, bucket or key: %s (%+v)", s, h)
 	}
-	proctest.Poll(t, 60*time.Second, "/api/ready to answer 503 after the lag limit", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "/api/ready to answer 503 after the lag limit", func() (bool, string) {
 		code, body := ready()
 		return code == http.StatusServiceUnavailable, fmt.Sprintf("%d %s", code, body)
 	})
@@ -347,11 +348,11 @@ func TestReplicaOutage(t *testing.T) {
 	s3.Start()
 	// Litestream backs off exponentially while the replica fails; the
 	// outage above is short, so the next attempt comes within a minute.
-	proctest.Poll(t, 120*time.Second, "the replica to catch up after the outage", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "the replica to catch up after the outage", func() (bool, string) {
 		h, s := status()
 		return h.RemoteTXID == h.LocalTXID, s
 	})
-	proctest.Poll(t, 30*time.Second, "/api/ready to answer 200 again", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "/api/ready to answer 200 again", func() (bool, string) {
 		code, body := ready()
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
 	})
@@ -622,7 +623,7 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 				return r.Status
 			}
 			acked := e2eCreateMany(t, d, "before", 5)
-			proctest.Poll(t, 30*time.Second, "the replica to catch up before the outage", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to catch up before the outage", func() (bool, string) {
 				h := health()
 				return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 			})
@@ -650,14 +651,14 @@ func TestReplicationHealthTellsTheTruth(t *testing.T) {
 			lagBeforeUp = health().LagSeconds
 			outage := time.Since(start)
 			up()
-			proctest.Poll(t, 60*time.Second, "the replica to catch up after the outage", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to catch up after the outage", func() (bool, string) {
 				h := health()
 				if code := ready(); code == http.StatusServiceUnavailable && first503 == 0 {
 					first503 = time.Since(start)
 				}
 				return h.LagSeconds == 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 			})
-			proctest.Poll(t, 10*time.Second, "/api/ready to answer 200", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "/api/ready to answer 200", func() (bool, string) {
 				code := ready()
 				return code == http.StatusOK, fmt.Sprint(code)
 			})
@@ -704,7 +705,7 @@ func TestServeStartsWithTheReplicaDown(t *testing.T) {
 	t.Logf("healthy %s after start with the replica down", time.Since(started).Round(10*time.Millisecond))
 	ctx := context.Background()
 	acked := e2eCreateMany(t, d, "replica-down", 5)
-	proctest.Poll(t, 30*time.Second, "status to report replication failing", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "status to report replication failing", func() (bool, string) {
 		st, err := d.Admin().GetStatus(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -715,7 +716,7 @@ func TestServeStartsWithTheReplicaDown(t *testing.T) {
 		t.Fatalf("/api/ready with replication failing: %v %v", r, err)
 	}
 	s3.Start()
-	proctest.Poll(t, 60*time.Second, "the replica to catch up", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "the replica to catch up", func() (bool, string) {
 		st, err := d.Admin().GetStatus(ctx)
 		if err != nil {
 			return false, err.Error()

@@ -19,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -68,7 +69,7 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}
 
-	proctest.Poll(t, 90*time.Second, "dofake sees the DELETE", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "dofake sees the DELETE", func() (bool, string) {
 		n := len(fake.Deletes())
 		return n > 0, strconv.Itoa(n) + " deletes"
 	})
@@ -97,7 +98,7 @@ func TestReaperEndToEnd(t *testing.T) {
 	}
 
 	var fleet adminapi.Fleet
-	proctest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, "the deployment ended", func() (bool, string) {
 		out := ingestE2ECLI(t, bin, d, "admin", "fleet", "--json")
 		if err := json.Unmarshal([]byte(out), &fleet); err != nil {
 			t.Fatalf("fleet --json: %v\n%s", err, out)

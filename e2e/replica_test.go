@@ -17,6 +17,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // e2eReplication returns the daemon's replication status.
@@ -31,7 +32,7 @@ func e2eReplication(d *proctest.Daemon) (adminapi.ReplicationHealth, string) {
 // e2eCaughtUp waits until the replica confirms every commit.
 func e2eCaughtUp(t *testing.T, d *proctest.Daemon, what string) {
 	t.Helper()
-	proctest.Poll(t, 120*time.Second, what, func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, what, func() (bool, string) {
 		h, s := e2eReplication(d)
 		return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID && !h.Failing, s
 	})
@@ -110,7 +111,7 @@ func TestReplicaReseededAfterLoss(t *testing.T) {
 			acked = append(acked, e2eCreateMany(t, d, "after-loss", 3)...)
 			// The marker is checked once a minute (the idle check) even
 			// while commits flow: within the 2-minute lag limit.
-			proctest.Poll(t, 150*time.Second, "the replica to be re-seeded", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to be re-seeded", func() (bool, string) {
 				h, s := e2eReplication(d)
 				return h.Reseeds >= 1, s
 			})

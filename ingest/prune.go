@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -65,7 +66,12 @@ type NoncePruner struct {
 	Ledger *NonceLedger
 
 	ledgerOnce sync.Once
+	idleWaits  atomic.Int64
 }
+
+// IdleWaits counts the times Run waited for Activity with no timer (no
+// nonce stored); tests synchronise on it.
+func (p *NoncePruner) IdleWaits() int64 { return p.idleWaits.Load() }
 
 // ledger returns p.Ledger, or the pruner's own started now.
 func (p *NoncePruner) ledger() *NonceLedger {
@@ -133,6 +139,7 @@ func (p *NoncePruner) Run(ctx context.Context) error {
 	for {
 		if p.Activity != nil {
 			if any, err := storage.AnyNonces(ctx, p.DB.Read); err == nil && !any {
+				p.idleWaits.Add(1)
 				select {
 				case <-ctx.Done():
 					return nil

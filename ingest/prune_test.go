@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -183,9 +184,14 @@ func TestNoncePrunerSleepsUntilActivity(t *testing.T) {
 		v, _ := metricValue(t, reg, "chalupa_nonce_prune_ticks_total", map[string]string{"result": "ok"})
 		return v
 	}
-	time.Sleep(50 * time.Millisecond) // let Run reach its wait
+	idle := func(n int64) {
+		t.Helper()
+		testwait.Eventually(t, testwait.Short, fmt.Sprintf("Run's idle wait #%d (no timer)", n), func() (bool, string) {
+			return p.IdleWaits() >= n, fmt.Sprintf("%d idle waits", p.IdleWaits())
+		})
+	}
+	idle(1)
 	clock.Advance(time.Hour)
-	time.Sleep(50 * time.Millisecond)
 	if n := ticksOK(); n != 0 {
 		t.Fatalf("%v ticks with no nonce stored", n)
 	}
@@ -201,20 +207,16 @@ func TestNoncePrunerSleepsUntilActivity(t *testing.T) {
 		t.Fatalf("no PruneInterval timer after activity: %v", err)
 	}
 	clock.Advance(ingest.PruneInterval)
-	deadline := time.Now().Add(10 * time.Second)
-	for ticksOK() != 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := ticksOK(); n != 1 {
-		t.Fatalf("%v ticks after activity and PruneInterval, want 1", n)
-	}
+	testwait.Eventually(t, testwait.Short, "one tick after activity and PruneInterval", func() (bool, string) {
+		n := ticksOK()
+		return n == 1, fmt.Sprintf("%v ticks", n)
+	})
 	if any, err := storage.AnyNonces(ctx, db.Read); err != nil || any {
 		t.Fatalf("nonces left after the tick: %v %v", any, err)
 	}
 	// Empty again: back to no timer.
-	time.Sleep(50 * time.Millisecond)
+	idle(2)
 	clock.Advance(time.Hour)
-	time.Sleep(50 * time.Millisecond)
 	if n := ticksOK(); n != 1 {
 		t.Fatalf("%v ticks after the table emptied, want still 1", n)
 	}

@@ -37,8 +37,8 @@ const (
 	// OfflineRepeat suppresses repeats of that warning.
 	OfflineRepeat = 30 * time.Minute
 	// WorkerHeartbeat is how often the runner records that it is alive
-	// while a job runs (the seed's worker heartbeat), so a long run does not
-	// look like an offline worker to the Watch.
+	// while a job runs, so a long run does not look like an offline worker
+	// to the Watch.
 	WorkerHeartbeat = 30 * time.Second
 	// IdleWorkerHeartbeat is how often an idle runner records that it is
 	// alive (and once when it starts), so the lane's availability is

@@ -32,8 +32,9 @@ const ServerName = "chalupa"
 // ConfirmArg is the argument a destructive tool's call must carry.
 const ConfirmArg = "confirm"
 
-// toolPrefix begins every derived tool name, in the seed's style
-// (chalupa_admin_pulumi_converge).
+// toolPrefix begins every derived tool name, in the style of the converge
+// tools' established names (chalupa_admin_pulumi_converge), so that every
+// tool reads alike in a client's list.
 const toolPrefix = "chalupa_admin_"
 
 // Tool is one exposed operation: its tool name and input schema.

@@ -1,12 +1,15 @@
 package pulumiexec
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // TestStackLocks: the lock files of a file:// backend are read without
@@ -123,11 +126,9 @@ func TestProcessAliveTreatsZombiesAsDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := exited.Process.Pid
-	for deadline := time.Now().Add(30 * time.Second); !zombie(pid); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d did not exit within 30s", pid)
-		}
-	}
+	testwait.Eventually(t, testwait.Short, fmt.Sprintf("child %d to exit (a zombie)", pid), func() (bool, string) {
+		return zombie(pid), "still running"
+	})
 	if processAlive(pid) {
 		t.Errorf("an exited, unreaped child (pid %d, a zombie) reported alive", pid)
 	}

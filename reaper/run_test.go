@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -43,13 +44,7 @@ func (c *countingClock) AfterFunc(d time.Duration, fn func()) clockwork.Timer {
 // asserted about how long it takes) until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for range 20000 {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("never happened: %s", what)
+	testwait.Eventually(t, testwait.Short, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // startRun runs the reaper's loop until the test ends.

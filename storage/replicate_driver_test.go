@@ -10,7 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -38,7 +38,7 @@ func TestReplicatorFollowsCommits(t *testing.T) {
 
 	caughtUp := func(what string) {
 		t.Helper()
-		proctest.Poll(t, 10*time.Second, what, func() (bool, string) {
+		testwait.Eventually(t, testwait.Short, what, func() (bool, string) {
 			h := repl.Health(clock.Now())
 			return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID, fmt.Sprintf("%+v", h)
 		})
@@ -62,7 +62,7 @@ func TestReplicatorFollowsCommits(t *testing.T) {
 	}
 	before := repl.Health(clock.Now()).LastSyncAt
 	clock.Advance(storage.DefaultIdleCheckInterval)
-	proctest.Poll(t, 10*time.Second, "the idle check to run", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the idle check to run", func() (bool, string) {
 		h := repl.Health(clock.Now())
 		return h.LastSyncAt.After(before), fmt.Sprintf("%+v", h)
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -65,13 +66,18 @@ func (r *replicaRun) events() []string {
 	return slices.Clone(r.kinds)
 }
 
-// caughtUp waits until the replica confirms every commit.
+// caughtUp waits until the replica confirms every commit: no commit
+// waits (lag 0) and the replica holds a history. The replica's position
+// may stay one behind the local one: Litestream's checkpoint writes a
+// bookkeeping transaction of its own (_litestream_seq), which is no
+// commit of chalupa's and is uploaded with the next commit's sync. What
+// the replica holds is checked by restoring it (restoredSlugs).
 func (r *replicaRun) caughtUp(t *testing.T, what string) storage.ReplicationHealth {
 	t.Helper()
 	var h storage.ReplicationHealth
-	proctest.Poll(t, 60*time.Second, what, func() (bool, string) {
+	testwait.Eventually(t, testwait.Long, what, func() (bool, string) {
 		h = r.repl.Health(r.clock.Now())
-		return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.RemoteTXID == h.LocalTXID && h.Refused == "", fmt.Sprintf("%+v", h)
+		return h.LagSeconds == 0 && h.RemoteTXID > 0 && h.Refused == "", fmt.Sprintf("%+v", h)
 	})
 	return h
 }
@@ -175,7 +181,7 @@ func TestEmptiedReplicaIsReseeded(t *testing.T) {
 				}
 			}
 			acked = append(acked, writeEnvs(t, db, "after-loss", 3)...)
-			proctest.Poll(t, 60*time.Second, "the replica to be re-seeded", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to be re-seeded", func() (bool, string) {
 				h := run.repl.Health(run.clock.Now())
 				return h.Reseeds == 1, fmt.Sprintf("%+v", h)
 			})
@@ -226,7 +232,7 @@ func TestReplicaOfAnotherDatabaseIsRefused(t *testing.T) {
 
 			second := startReplica(t, storagetest.NewDB(t), dir, true)
 			writeEnvs(t, second.db, "second", 2)
-			proctest.Poll(t, 30*time.Second, "the replica to be refused", func() (bool, string) {
+			testwait.Eventually(t, testwait.Long, "the replica to be refused", func() (bool, string) {
 				h := second.repl.Health(second.clock.Now())
 				return h.Refused != "" && h.Failing, fmt.Sprintf("%+v", h)
 			})

@@ -146,6 +146,9 @@ type Writer struct {
 	want     map[string]struct{}
 	prepared atomic.Int64 // len(stmts), readable outside the loop
 	held     atomic.Int64 // batches held open for DefaultGroupWindow
+	// lockWaits counts BEGINs that found the write lock held by another
+	// connection (tests synchronise on it).
+	lockWaits atomic.Int64
 
 	// stats, read with Stats.
 	mu      sync.Mutex
@@ -404,6 +407,9 @@ func (w *Writer) begin() (tx *sql.Tx, waited time.Duration, err error) {
 		now := time.Now()
 		if start.IsZero() {
 			start = now
+			if isBusy(err) {
+				w.lockWaits.Add(1)
+			}
 		}
 		if err == nil || !isBusy(err) || now.Sub(start) > DefaultBusyTimeout {
 			return tx, now.Sub(start), err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 func openTestDB(t *testing.T) *DB {
@@ -201,13 +203,10 @@ func TestWriterReusesPreparedStatements(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		if i == 1 {
 			// The statement is prepared once the first batch has answered.
-			deadline := time.Now().Add(5 * time.Second)
-			for db.Writer.prepared.Load() == before && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			if db.Writer.prepared.Load() == before {
-				t.Fatal("statement was not prepared after its first use")
-			}
+			testwait.Eventually(t, testwait.Short, "the statement prepared after its first use", func() (bool, string) {
+				n := db.Writer.prepared.Load()
+				return n != before, fmt.Sprintf("%d prepared", n)
+			})
 		}
 		err := db.Writer.Do(context.Background(), func(tx Tx) error {
 			if _, err := tx.Exec(q, fmt.Sprint("k", i)); err != nil {
@@ -322,10 +321,10 @@ func TestWriterSharedStatementsOutliveAUnitsContext(t *testing.T) {
 	if err := db.Writer.Do(context.Background(), func(tx Tx) error { _, err := tx.Exec(q, "warm"); return err }); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for db.Writer.prepared.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, testwait.Short, "the statement prepared after its first use", func() (bool, string) {
+		n := db.Writer.prepared.Load()
+		return n > 0, fmt.Sprintf("%d prepared", n)
+	})
 	// Hold the write lock so that both units queue into one batch.
 	other, err := sql.Open("sqlite", dsn(db.Path, false))
 	if err != nil {
@@ -340,12 +339,24 @@ func TestWriterSharedStatementsOutliveAUnitsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A first unit waits for the lock in BEGIN; A and B queue behind it
-	// and form the next batch together.
+	// and form the next batch together. queued waits until the writer's
+	// queue holds n requests: Z taken into its batch (0), then A (1), then
+	// A and B (2), in that order.
+	queued := func(what string, n int) {
+		t.Helper()
+		testwait.Eventually(t, testwait.Short, what, func() (bool, string) {
+			got := len(db.Writer.reqs)
+			return got == n, fmt.Sprintf("%d queued", got)
+		})
+	}
 	errZ := make(chan error, 1)
 	go func() {
 		errZ <- db.Writer.Do(context.Background(), func(tx Tx) error { _, err := tx.Exec(q, "z"); return err })
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testwait.Eventually(t, testwait.Short, "Z waiting in BEGIN for the held lock", func() (bool, string) {
+		waits := db.Writer.lockWaits.Load()
+		return waits > 0, fmt.Sprintf("%d BEGINs found the lock held", waits)
+	})
 	ctxA, cancelA := context.WithCancel(context.Background())
 	errA, errB := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -355,14 +366,14 @@ func TestWriterSharedStatementsOutliveAUnitsContext(t *testing.T) {
 			return err
 		})
 	}()
-	time.Sleep(50 * time.Millisecond) // A queued first
+	queued("A queued", 1)
 	go func() {
 		errB <- db.Writer.Do(context.Background(), func(tx Tx) error {
 			_, err := tx.ExecContext(context.Background(), q, "b")
 			return err
 		})
 	}()
-	time.Sleep(50 * time.Millisecond)
+	queued("A and B queued", 2)
 	if err := lock.Rollback(); err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,7 @@ type Server struct {
 	perHour   int
 	tokens    map[string]*tokenState // by token value
 	labels    map[string]bool
+	holds     []*Hold // injected, released at Close
 	droplets  map[int]*Droplet
 	nextID    int
 	volumes   map[string]*Volume
@@ -158,13 +159,22 @@ func New(t testing.TB, opts ...Option) *Server {
 	}
 	s.srv = httptest.NewServer(s.routes())
 	s.URL = s.srv.URL + "/"
-	t.Cleanup(s.srv.Close)
+	t.Cleanup(s.Close)
 	return s
 }
 
-// Close stops the server at once (tests usually leave it to t.Cleanup; a
-// test of an unreachable API closes it early). Closing twice is harmless.
-func (s *Server) Close() { s.srv.Close() }
+// Close releases every Hold injected, then stops the server (tests usually
+// leave it to t.Cleanup; a test of an unreachable API closes it early).
+// Closing twice is harmless.
+func (s *Server) Close() {
+	s.mu.Lock()
+	holds := s.holds
+	s.mu.Unlock()
+	for _, h := range holds {
+		h.Release()
+	}
+	s.srv.Close()
+}
 
 // Scope is a DigitalOcean token scope, such as "droplet:read". The legacy
 // full-access scopes "read" (every :read scope) and "write" (everything)
@@ -360,6 +370,11 @@ type Fault struct {
 	// has not heard (a create whose caller is killed while waiting). The
 	// wait ends early when the client gives up.
 	HoldAnswer time.Duration
+	// Hold, when set, holds the answer the same way until the test
+	// releases it (Hold.Release) or the client gives up, and tells the
+	// test when a request is held (Hold.Arrived): a test that kills its
+	// client while the request is held gets an exact kill point.
+	Hold *Hold
 	// Status, when non-zero, is answered instead of the route's own
 	// answer: 429 (with Retry-After and the rate-limit headers), 5xx, or
 	// any other error status, in the API's error shape.
@@ -373,6 +388,29 @@ type fault struct {
 	left int
 }
 
+// Hold holds the answers of the requests a Fault matches: each has acted
+// (a create took effect) but is not answered until Release. Make one with
+// NewHold.
+type Hold struct {
+	arrived     chan struct{}
+	arrivedOnce sync.Once
+	released    chan struct{}
+	releaseOnce sync.Once
+}
+
+// NewHold returns a hold that holds until released.
+func NewHold() *Hold {
+	return &Hold{arrived: make(chan struct{}), released: make(chan struct{})}
+}
+
+// Arrived is closed once the first matching request has acted and its
+// answer is held.
+func (h *Hold) Arrived() <-chan struct{} { return h.arrived }
+
+// Release lets every held answer, and any later one, be written.
+// Releasing twice is harmless.
+func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.released) }) }
+
 // Inject queues a fault. Faults are matched in the order injected; a
 // request consumes at most one.
 func (s *Server) Inject(f Fault) {
@@ -385,6 +423,9 @@ func (s *Server) Inject(f Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, &fault{Fault: f, left: f.Count})
+	if f.Hold != nil {
+		s.holds = append(s.holds, f.Hold)
+	}
 }
 
 // takeFault returns the first pending fault for route and label, using up

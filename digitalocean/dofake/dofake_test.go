@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // bearer adds a bearer token to every request, as godo's oauth2 client
@@ -448,17 +449,10 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("err = %v, want the deadline", err)
 		}
 		// The server notices the client left and records it.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testwait.Eventually(t, testwait.Short, "the request recorded as 499 (client gone)", func() (bool, string) {
 			reqs := s.Requests(dofake.OnRoute(dofake.RouteListSizes))
-			if len(reqs) == 1 && reqs[0].Status == 499 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("log = %v", reqs)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return len(reqs) == 1 && reqs[0].Status == 499, fmt.Sprint(reqs)
+		})
 	})
 	t.Run("a held answer: the create took effect, the client never heard", func(t *testing.T) {
 		s.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, HoldAnswer: time.Minute})
@@ -472,6 +466,30 @@ func TestFaults(t *testing.T) {
 		}
 		if n := len(s.Firewalls()); n != before+1 {
 			t.Fatalf("%d firewalls after the held create, want %d", n, before+1)
+		}
+	})
+	t.Run("a hold: the create took effect, the answer waits for Release", func(t *testing.T) {
+		hold := dofake.NewHold()
+		s.Inject(dofake.Fault{Route: dofake.RouteCreateFirewall, Hold: hold})
+		before := len(s.Firewalls())
+		answered := make(chan error, 1)
+		go func() {
+			_, _, err := c.Firewalls.Create(ctx, &godo.FirewallRequest{Name: "held-until-released", Tags: []string{"chalupa:box:held"},
+				InboundRules: []godo.InboundRule{{Protocol: "tcp", PortRange: "22", Sources: &godo.Sources{Addresses: []string{"198.51.100.9/32"}}}}})
+			answered <- err
+		}()
+		<-hold.Arrived()
+		if n := len(s.Firewalls()); n != before+1 {
+			t.Fatalf("%d firewalls once the create is held, want %d", n, before+1)
+		}
+		select {
+		case err := <-answered:
+			t.Fatalf("answered while held: %v", err)
+		default:
+		}
+		hold.Release()
+		if err := <-answered; err != nil {
+			t.Fatalf("after Release: %v", err)
 		}
 	})
 	t.Run("short latency, then normal", func(t *testing.T) {

@@ -171,6 +171,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route Route, scop
 		return
 	}
 	a := h(r, ts)
+	if f != nil && f.Hold != nil {
+		s.mu.Unlock()
+		f.Hold.arrivedOnce.Do(func() { close(f.Hold.arrived) })
+		select {
+		case <-f.Hold.released:
+		case <-r.Context().Done():
+			s.mu.Lock()
+			s.log[idx].Status = statusClientGone
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+	}
 	if f != nil && f.HoldAnswer > 0 {
 		s.mu.Unlock()
 		t := time.NewTimer(f.HoldAnswer)

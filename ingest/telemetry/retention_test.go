@@ -259,6 +259,8 @@ func TestRetentionSurvivesKill(t *testing.T) {
 			}
 		}
 		// Mid-pass: the child starts its next batch as soon as it printed.
+		// The random pause is the test (a kill at a random point of the
+		// pass), not a wait for anything to settle.
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // S3 timeouts.
@@ -131,7 +133,7 @@ func (s *S3) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
-	Poll(s.t, 10*time.Second, "versitygw's port to close", func() (bool, string) {
+	testwait.Eventually(s.t, testwait.Short, "versitygw's port to close", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err != nil {
 			return true, ""

@@ -15,28 +15,19 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/internal/randtoken"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
-// PollInterval is the pause between two attempts of Poll and of every
-// readiness wait in this package.
+// PollInterval is the pause between two attempts of every readiness wait
+// in this package (a process's first answer).
 const PollInterval = 100 * time.Millisecond
 
-// Poll calls cond every PollInterval until it reports true or timeout has
-// passed since the first call. On timeout it fails the test with what and
-// the last state cond described. cond must not call t.Fatal.
+// Poll is testwait.Eventually with timeout as its bound. It remains for the
+// agent fleet fixture's two calls until that fixture moves; every other
+// test waits with testwait.Eventually and a named bound.
 func Poll(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, state string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, state)
-		}
-		time.Sleep(PollInterval)
-	}
+	testwait.Eventually(t, testwait.Bound(timeout), what, cond)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,

@@ -20,8 +20,10 @@ import (
 
 // Cadence and caps (docs/operations.md, "Cost reconciliation").
 const (
-	// Interval is the cadence, aligned to the quarter hour (UTC) so that
-	// snapshots from any daemon line up: the seed's 15 minutes.
+	// Interval is the cadence: a month-to-date figure is never more than
+	// a quarter hour old, for a few provider listings an hour. It is
+	// aligned to the quarter hour (UTC) so that snapshots from any daemon
+	// line up.
 	Interval = 15 * time.Minute
 	// MaxLookupsPerTick bounds the GetDroplet calls one run makes for
 	// active deployments whose droplet the tag listing did not hold (an
