@@ -13,20 +13,21 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/chalupa-run/chalupa/agent/agentcli"
 	"github.com/chalupa-run/chalupa/daemon"
 )
 
 // cli is the command tree. Each command is a struct with a Run method.
 type cli struct {
-	Serve   serveCmd   `cmd:"" help:"Run the daemon (HTTP API, background loops, replication)."`
-	Migrate migrateCmd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
-	Config  configCmd  `cmd:"" help:"Check the configuration read from the environment."`
-	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
-	Agent   agentCmd   `cmd:"" help:"The reference fleet agent."`
-	Rewrap  rewrapCmd  `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
-	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
-	MCP     mcpCmd     `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
-	Version versionCmd `cmd:"" help:"Print the version."`
+	Serve   serveCmd     `cmd:"" help:"Run the daemon (HTTP API, background loops, replication)."`
+	Migrate migrateCmd   `cmd:"" help:"Inspect schema migrations (serve applies them)."`
+	Config  configCmd    `cmd:"" help:"Check the configuration read from the environment."`
+	Admin   adminCmd     `cmd:"" help:"Operate a running daemon through its admin API."`
+	Agent   agentcli.Cmd `cmd:"" help:"The reference fleet agent."`
+	Rewrap  rewrapCmd    `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
+	Smoke   smokeCmd     `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
+	MCP     mcpCmd       `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
+	Version versionCmd   `cmd:"" help:"Print the version."`
 }
 
 // exitUsage is the exit status for unknown flags, missing arguments and other
@@ -66,6 +67,11 @@ func main() {
 		os.Exit(exitUsage)
 	}
 	if err := ctx.Run(); err != nil {
+		// The agent's commands (agent/agentcli) carry their own exit
+		// status; it means the same as exitError's.
+		if ae := (*agentcli.ExitError)(nil); errors.As(err, &ae) {
+			err = &exitError{code: ae.Code, err: ae.Err}
+		}
 		var ee *exitError
 		if errors.As(err, &ee) {
 			if ee.err != nil {
