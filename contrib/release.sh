@@ -43,9 +43,11 @@ trap 'rm -rf "$stage"' EXIT
 # CHALUPA_RELEASE_ARCHES narrows the build (the reproducibility test builds
 # amd64 only); a release builds both.
 arches=${CHALUPA_RELEASE_ARCHES:-amd64 arm64}
-# archive NAME PACKAGE ARCH builds PACKAGE as NAME for linux/ARCH into
-# NAME_VERSION_linux_ARCH.tar.gz holding the one file NAME.
-archive() {
+# build NAME PACKAGE ARCH builds PACKAGE as NAME for linux/ARCH into the
+# stage. Every binary is built before any archive is written: an archive in
+# an OUTDIR inside the work tree is an untracked file, and a build after it
+# would be stamped vcs.modified.
+build() {
 	name=$1 pkg=$2 arch=$3
 	mkdir -p "$stage/$name/$arch"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS= go build -trimpath -buildvcs=true \
@@ -53,12 +55,21 @@ archive() {
 		-o "$stage/$name/$arch/$name" "$pkg"
 	chmod 0755 "$stage/$name/$arch/$name"
 	touch -d "@$epoch" "$stage/$name/$arch/$name"
+}
+# archive NAME ARCH writes NAME_VERSION_linux_ARCH.tar.gz holding the one
+# file NAME.
+archive() {
+	name=$1 arch=$2
 	tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --format=gnu \
 		-C "$stage/$name/$arch" -cf - "$name" | gzip -n -9 >"$out/${name}_${version}_linux_${arch}.tar.gz"
 }
 for arch in $arches; do
-	archive chalupa . "$arch"
-	archive chalupa-agent ./cmd/chalupa-agent "$arch"
+	build chalupa . "$arch"
+	build chalupa-agent ./cmd/chalupa-agent "$arch"
+done
+for arch in $arches; do
+	archive chalupa "$arch"
+	archive chalupa-agent "$arch"
 done
 (cd "$out" && for name in chalupa chalupa-agent; do
 	for arch in $arches; do sha256sum "${name}_${version}_linux_${arch}.tar.gz"; done
