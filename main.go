@@ -9,6 +9,7 @@ package main
 import (
 	"os"
 
+	"github.com/chalupa-run/chalupa/agent/agentcli"
 	"github.com/chalupa-run/chalupa/cli"
 	"github.com/chalupa-run/chalupa/cli/servercmd"
 	"github.com/chalupa-run/chalupa/daemon"
@@ -24,4 +25,10 @@ func run(env cli.Env) int { return cli.Run(env, wiring()) }
 // and the OpenAPI document (built from the server's wire types).
 func wiring() cli.Wiring {
 	return cli.Wiring{Commands: []any{&servercmd.Commands{}, &agentCommands{}}, OpenAPI: daemon.OpenAPI}
+}
+
+// agentCommands puts the fleet agent's commands (agent/agentcli, the same
+// ones cmd/chalupa-agent runs) under `chalupa agent`.
+type agentCommands struct {
+	Agent agentcli.Cmd `cmd:"" help:"The reference fleet agent."`
 }

@@ -15,9 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 )
 
 // Version is the agentVersion heartbeats carry ("chalupa-agent/<Version>");
@@ -241,13 +240,13 @@ func (a *Agent) Heartbeat(ctx context.Context) (int, error) {
 	return status, nil
 }
 
-func (a *Agent) heartbeatBody(now time.Time, obs Observation) ingest.HeartbeatV1 {
-	hb := ingest.HeartbeatV1{
+func (a *Agent) heartbeatBody(now time.Time, obs Observation) wire.HeartbeatV1 {
+	hb := wire.HeartbeatV1{
 		EnvironmentSlug: a.cfg.Environment,
-		Deployment:      ingest.HeartbeatDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
+		Deployment:      wire.HeartbeatDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
 		AgentVersion:    "chalupa-agent/" + Version,
 		SentAt:          now,
-		Reaper: ingest.ReaperObservation{
+		Reaper: wire.ReaperObservation{
 			IdleChecks: obs.IdleChecks, LimitMinutes: a.cfg.LimitMinutes,
 			LastActivityAt: obs.LastActivityAt, CIActive: obs.CIActive,
 		},
@@ -263,7 +262,7 @@ func (a *Agent) heartbeatBody(now time.Time, obs Observation) ingest.HeartbeatV1
 // closes a window, that window is spooled (durably, before any send) and
 // delivery is woken. It returns the spooled window, or nil. Errors: the
 // spool write failed (the window is lost; logged by Run).
-func (a *Agent) Sample(ctx context.Context) (*telemetry.WindowV1, error) {
+func (a *Agent) Sample(ctx context.Context) (*wire.WindowV1, error) {
 	s := a.sampler.Take(ctx, a.clock.Now().UTC())
 	w := a.windower.Add(s)
 	if w == nil {
@@ -272,7 +271,7 @@ func (a *Agent) Sample(ctx context.Context) (*telemetry.WindowV1, error) {
 	return w, a.spoolWindow(w)
 }
 
-func (a *Agent) spoolWindow(w *telemetry.WindowV1) error {
+func (a *Agent) spoolWindow(w *wire.WindowV1) error {
 	body, err := json.Marshal(w)
 	if err != nil {
 		return err
@@ -297,9 +296,9 @@ func (a *Agent) ShutdownEventID() string { return "shutdown:" + a.windower.Sessi
 // spoolShutdown spools this run's `shutdown` lifecycle event (delivered
 // with the final window, or replayed by the next start).
 func (a *Agent) spoolShutdown(now time.Time) error {
-	body, err := json.Marshal(ingest.LifecycleEventV1{
-		EnvironmentSlug: a.cfg.Environment, ID: a.ShutdownEventID(), Kind: ingest.EventShutdown, OccurredAt: now,
-		Deployment: ingest.LifecycleDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
+	body, err := json.Marshal(wire.LifecycleEventV1{
+		EnvironmentSlug: a.cfg.Environment, ID: a.ShutdownEventID(), Kind: wire.EventShutdown, OccurredAt: now,
+		Deployment: wire.LifecycleDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
 	})
 	if err != nil {
 		return err

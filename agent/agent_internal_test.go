@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
 
 // writeProc writes a fake process: its comm and its command line (a
@@ -246,7 +247,7 @@ func TestWindower(t *testing.T) {
 	if c.N != 12 || c.Sum != 180 || c.Min != 0 || c.Max != 30 || c.Last != 20 {
 		t.Fatalf("cpu aggregate %+v", *c)
 	}
-	if err := out.Validate(); err != nil {
+	if err := telemetry.ValidateWindow(out); err != nil {
 		t.Fatalf("window does not validate: %v", err)
 	}
 	final := w.Final(at.Add(2 * time.Second))
@@ -255,7 +256,7 @@ func TestWindower(t *testing.T) {
 	}
 	// An agent stopped before its first sample still ends its session.
 	w2 := &Windower{EnvironmentSlug: "e1", DeploymentID: "d1", SessionID: "s2", Start: start}
-	if f := w2.Final(start); !f.Final || f.Metrics.CPUPct != nil || f.Validate() != nil {
+	if f := w2.Final(start); !f.Final || f.Metrics.CPUPct != nil || telemetry.ValidateWindow(f) != nil {
 		t.Fatalf("empty final window: %+v", f)
 	}
 }

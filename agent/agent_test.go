@@ -11,29 +11,22 @@ package agent_test
 // serve` (e2e_agent_fleet_test.go in the repository root).
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/agent/agenttest"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 )
@@ -42,205 +35,51 @@ import (
 // window is the next whole minute.
 var fleetStart = time.Date(2026, 12, 1, 10, 41, 23, 0, time.UTC)
 
-// Proxy modes.
-const (
-	modeUp   = "up"   // forward
-	modeDown = "down" // answer 503 overloaded with Retry-After: 1
-)
-
 type fleet struct {
-	t           *testing.T
-	clock       *clockwork.FakeClock // the agent's
+	*agenttest.Fleet
 	daemonClock *clockwork.FakeClock
 	d           *daemontest.InProcess
-	proxy       *httptest.Server
-	meta        *httptest.Server
-	key         adminapi.IssuedKey
-	root        string // fake /proc, /dev, /run and the state dir live under it
-
-	mu       sync.Mutex
-	mode     string
-	requests map[string]int // by path, every request the proxy saw
 	// sent keeps every signed request the proxy forwarded, in order, with
-	// the daemon's clock when it arrived (TestAgentRequestsAreRecorded).
+	// the daemon's clock when it arrived (TestAgentRequestsAreRecorded);
+	// read it under Locked.
 	sent []recordedRequest
-	// wireIn and wireOut count the bytes the proxy read and wrote.
-	wireIn, wireOut atomic.Int64
-	busy            uint64 // fake /proc/stat counters
-	idle            uint64
-	rx              uint64
 }
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, clock: clockwork.NewFakeClockAt(fleetStart), daemonClock: clockwork.NewFakeClockAt(fleetStart),
-		mode: modeUp, requests: map[string]int{}, root: t.TempDir()}
+	f := &fleet{daemonClock: clockwork.NewFakeClockAt(fleetStart)}
 	f.d = daemontest.NewInProcess(t, daemontest.AppOptions{Clock: f.daemonClock})
 	ctx := context.Background()
-	if _, err := f.d.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+	if _, err := f.d.Admin.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: agenttest.Env}); err != nil {
 		t.Fatal(err)
 	}
-	k, err := f.d.Admin.IssueIngestKey(ctx, "demo-harbor")
+	k, err := f.d.Admin.IssueIngestKey(ctx, agenttest.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.key = k
-	f.proxy = httptest.NewUnstartedServer(http.HandlerFunc(f.forward))
-	f.proxy.Listener = countingListener{Listener: f.proxy.Listener, in: &f.wireIn, out: &f.wireOut}
-	f.proxy.Start()
-	t.Cleanup(f.proxy.Close)
-	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/metadata/v1/id":
-			io.WriteString(w, "4242")
-		case "/metadata/v1/region":
-			io.WriteString(w, "nyc3\n")
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(f.meta.Close)
-	f.writeKeys(filepath.Join(f.root, "keys"))
-	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n")
-	f.setProc()
+	f.Fleet = agenttest.New(t, f.d.URL, k, 4242, clockwork.NewFakeClockAt(fleetStart))
+	f.Advance = f.advance
+	f.DB = f.d.App.DB.Read
+	f.Record = func(path string, body []byte) {
+		f.sent = append(f.sent, recordedRequest{Path: path, At: f.daemonClock.Now().UTC(), Body: json.RawMessage(body)})
+	}
 	return f
 }
 
-// forward is the proxy in front of the daemon.
-func (f *fleet) forward(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	mode := f.mode
-	f.requests[r.URL.Path]++
-	if mode == modeUp && json.Valid(body) {
-		f.sent = append(f.sent, recordedRequest{Path: r.URL.Path, At: f.daemonClock.Now().UTC(), Body: json.RawMessage(body)})
-	}
-	f.mu.Unlock()
-	if mode == modeDown {
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, `{"error":{"code":"overloaded","message":"down for the test"}}`)
-		return
-	}
-	req, _ := http.NewRequestWithContext(r.Context(), r.Method, f.d.URL+r.URL.Path, bytes.NewReader(body))
-	req.Header = r.Header.Clone()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	w.Write(answer)
-}
-
-func (f *fleet) setMode(m string) {
-	f.mu.Lock()
-	f.mode = m
-	f.mu.Unlock()
-}
-
-func (f *fleet) seen(path string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests[path]
-}
-
-func (f *fleet) write(rel, content string) {
-	f.t.Helper()
-	p := filepath.Join(f.root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-func (f *fleet) writeKeys(dir string) {
-	f.t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key-id"), []byte(f.key.KeyID+"\n"), 0o600); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ingest.key"), []byte(f.key.KeyMaterial+"\n"), 0o600); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-// setProc writes the fake /proc: every 5 s step the CPU is 30 % busy,
-// eth0 receives 1,000 bytes, memory is 3 of 4 GiB used, load 0.5.
-func (f *fleet) setProc() {
-	f.write("proc/stat", fmt.Sprintf("cpu  %d 0 0 %d 0 0 0 0 0 0\n", f.busy, f.idle))
-	f.write("proc/meminfo", "MemTotal:       4194304 kB\nMemAvailable:   1048576 kB\n")
-	f.write("proc/loadavg", "0.50 0.40 0.30 1/99 100\n")
-	f.write("proc/net/dev", fmt.Sprintf("Inter-|\n face |\n    lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0\n  eth0: %d 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0\n", f.rx))
-}
-
-func (f *fleet) config() agent.Config {
-	return agent.Config{
-		URL: f.proxy.URL, KeyFile: filepath.Join(f.root, "keys", "ingest.key"), Environment: "demo-harbor",
-		LimitMinutes: 30, StateDir: filepath.Join(f.root, "state"), MetadataURL: f.meta.URL + "/metadata/v1",
-		ProcRoot: filepath.Join(f.root, "proc"), DevRoot: filepath.Join(f.root, "dev"), RunRoot: filepath.Join(f.root, "run"),
-		DiskPath: f.root, Clock: f.clock, Log: zerolog.Nop(), ReplayRate: rate.Inf,
-	}
-}
-
-func (f *fleet) start() *agent.Agent {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := agent.Start(ctx, f.config())
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return a
-}
+// start starts an agent with the fixture's configuration.
+func (f *fleet) start() *agent.Agent { return f.Start(f.Config()) }
 
 // advance moves both clocks.
 func (f *fleet) advance(d time.Duration) {
-	f.clock.Advance(d)
+	f.Clock.Advance(d)
 	f.daemonClock.Advance(d)
-}
-
-// step is one sampling period: the fake /proc moves on, both clocks
-// advance 5 s, the agent samples; a window it closes is delivered at once.
-func (f *fleet) step(a *agent.Agent) {
-	f.t.Helper()
-	f.busy += 30
-	f.idle += 70
-	f.rx += 1000
-	f.setProc()
-	f.advance(agent.SampleInterval)
-	w, err := a.Sample(context.Background())
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if w != nil {
-		a.Deliver(context.Background())
-	}
-}
-
-func (f *fleet) count(query string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.d.App.DB.Read.QueryRow(query, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", query, err)
-	}
-	return n
 }
 
 // runFor runs a (agent.Run) for n sampling periods, both clocks advancing
 // together, then stops it (SIGTERM's path: the final window and the
 // shutdown event).
 func (f *fleet) runFor(a *agent.Agent, n int) {
-	f.t.Helper()
+	f.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -248,24 +87,17 @@ func (f *fleet) runFor(a *agent.Agent, n int) {
 	defer bcancel()
 	// Two waiters while running: the sampler and the heartbeat loop.
 	for range n {
-		if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-			f.t.Fatal(err)
+		if err := f.Clock.BlockUntilContext(bctx, 2); err != nil {
+			f.T.Fatal(err)
 		}
 		f.advance(agent.SampleInterval)
 	}
-	if err := f.clock.BlockUntilContext(bctx, 2); err != nil {
-		f.t.Fatal(err)
+	if err := f.Clock.BlockUntilContext(bctx, 2); err != nil {
+		f.T.Fatal(err)
 	}
 	cancel()
 	if err := <-done; err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-func (f *fleet) heartbeat(a *agent.Agent) {
-	f.t.Helper()
-	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
-		f.t.Fatalf("heartbeat: %d %v", status, err)
+		f.T.Fatal(err)
 	}
 }
 
@@ -274,23 +106,23 @@ func (f *fleet) heartbeat(a *agent.Agent) {
 func TestAgentDropsOldWindows(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	f.heartbeat(a)
-	f.setMode(modeDown)
+	f.Heartbeat(a)
+	f.SetMode(agenttest.Down)
 	for range 12 * 4 {
-		f.step(a)
+		f.Step(a)
 	}
 	held, _ := a.Spool().Depth()
 	if held == 0 {
 		t.Fatal("nothing spooled")
 	}
-	f.setMode(modeUp)
+	f.SetMode(agenttest.Up)
 	f.advance(agent.MaxWindowAge)
-	before := f.seen(agent.TelemetryRoute)
+	before := f.Seen(agent.TelemetryRoute)
 	res := a.Deliver(context.Background())
-	if res.Dropped != held || res.Sent != 0 || f.seen(agent.TelemetryRoute) != before {
-		t.Fatalf("pass %+v over %d old windows (%d requests)", res, held, f.seen(agent.TelemetryRoute)-before)
+	if res.Dropped != held || res.Sent != 0 || f.Seen(agent.TelemetryRoute) != before {
+		t.Fatalf("pass %+v over %d old windows (%d requests)", res, held, f.Seen(agent.TelemetryRoute)-before)
 	}
-	rep, err := agent.Status(f.config())
+	rep, err := agent.Status(f.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +136,8 @@ func TestAgentDropsOldWindows(t *testing.T) {
 // key file is refused at once.
 func TestAgentWaitsForKeys(t *testing.T) {
 	f := newFleet(t)
-	cfg := f.config()
-	cfg.KeyFile = filepath.Join(f.root, "later", "ingest.key")
+	cfg := f.Config()
+	cfg.KeyFile = filepath.Join(f.Root, "later", "ingest.key")
 	type result struct {
 		a   *agent.Agent
 		err error
@@ -315,7 +147,7 @@ func TestAgentWaitsForKeys(t *testing.T) {
 	defer cancel()
 	go func() { a, err := agent.Start(ctx, cfg); done <- result{a, err} }()
 	for range 3 {
-		if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+		if err := f.Clock.BlockUntilContext(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -323,19 +155,19 @@ func TestAgentWaitsForKeys(t *testing.T) {
 			t.Fatalf("started without keys: %v", r.err)
 		default:
 		}
-		f.clock.Advance(agent.KeyPollInterval)
+		f.Clock.Advance(agent.KeyPollInterval)
 	}
 	// Waiting again, having found no keys: now they arrive.
-	if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+	if err := f.Clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	f.writeKeys(filepath.Join(f.root, "later"))
-	f.clock.Advance(agent.KeyPollInterval)
+	f.WriteKeys(filepath.Join(f.Root, "later"))
+	f.Clock.Advance(agent.KeyPollInterval)
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	f.heartbeat(r.a)
+	f.Heartbeat(r.a)
 
 	os.Chmod(cfg.KeyFile, 0o640)
 	if _, err := agent.Start(ctx, cfg); !errors.Is(err, agent.ErrKeyExposed) {
@@ -349,10 +181,10 @@ func TestAgentRun(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
 	f.runFor(a, 20) // 100 s: 10:41:23 → 10:43:03
-	if hb := f.count(`SELECT count(*) FROM heartbeats`); hb < 3 {
+	if hb := f.Count(`SELECT count(*) FROM heartbeats`); hb < 3 {
 		t.Fatalf("%d heartbeats in 100 s", hb)
 	}
-	if w, fin := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); w != 2 || fin != 1 {
+	if w, fin := f.Count(`SELECT count(*) FROM telemetry_windows`), f.Count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); w != 2 || fin != 1 {
 		t.Fatalf("%d windows (%d final), want 10:42 and the final 10:43", w, fin)
 	}
 }
@@ -370,11 +202,11 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 	for i := range crashes {
 		a := f.start()
 		sessions = append(sessions, a.SessionID())
-		f.heartbeat(a)
+		f.Heartbeat(a)
 		for range 24 {
-			f.step(a)
+			f.Step(a)
 		}
-		if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE session_id = ?`, a.SessionID()); n == 0 {
+		if n := f.Count(`SELECT count(*) FROM telemetry_windows WHERE session_id = ?`, a.SessionID()); n == 0 {
 			t.Fatalf("run %d stored no window", i)
 		}
 		if res := a.Deliver(context.Background()); res.Paused {
@@ -386,13 +218,13 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 		// No Stop: the process dies here; the next start is 6 minutes later.
 		f.advance(6 * time.Minute)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 1 {
 		t.Fatalf("%d open sessions after %d crashes, want 1", n, crashes)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NULL`, sessions[crashes-1]); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NULL`, sessions[crashes-1]); n != 1 {
 		t.Fatal("the running session is not the open one")
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE end_reason = 'final'`); n != crashes-1 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_sessions WHERE end_reason = 'final'`); n != crashes-1 {
 		t.Fatalf("%d sessions closed by a final window, want %d", n, crashes-1)
 	}
 }
@@ -405,27 +237,27 @@ func TestAgentClosesCrashedSessions(t *testing.T) {
 func TestAgentReportRunThroughSpool(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	f.heartbeat(a)
-	cfg := f.config()
+	f.Heartbeat(a)
+	cfg := f.Config()
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := func(id string) ingest.RunReportV1 {
-		now := f.clock.Now().UTC()
+		now := f.Clock.Now().UTC()
 		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
 			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
 				Locator: ingest.LocalLocator("log-" + id)}}}
 	}
-	f.setMode(modeDown)
+	f.SetMode(agenttest.Down)
 	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
 	if err != nil || res.Delivered != 0 || res.Spooled != 1 {
 		t.Fatalf("report while down: %+v, %v", res, err)
 	}
-	if n := f.count(`SELECT count(*) FROM runs`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM runs`); n != 0 {
 		t.Fatalf("%d runs stored while down", n)
 	}
-	f.setMode(modeUp)
+	f.SetMode(agenttest.Up)
 	if r := a.DeliverReports(context.Background()); r.Delivered != 1 {
 		t.Fatalf("the agent's pass over the report spool: %+v", r)
 	}
@@ -438,10 +270,10 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 	if err != nil || res.Delivered != 1 || res.Dropped != 0 {
 		t.Fatalf("retried report: %+v, %v", res, err)
 	}
-	if n := f.count(`SELECT count(*) FROM runs WHERE deployment_id = ?`, a.Identity().DeploymentID); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM runs WHERE deployment_id = ?`, a.Identity().DeploymentID); n != 2 {
 		t.Fatalf("%d runs stored, want 2", n)
 	}
-	if n := f.count(`SELECT count(*) FROM run_artifacts`); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM run_artifacts`); n != 2 {
 		t.Fatalf("%d artifacts stored, want 2", n)
 	}
 }
@@ -453,14 +285,14 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 func TestAgentReportForUnknownDeployment(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	f.heartbeat(a)
-	cfg := f.config()
+	f.Heartbeat(a)
+	cfg := f.Config()
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := func(dep, id string) ingest.RunReportV1 {
-		now := f.clock.Now().UTC()
+		now := f.Clock.Now().UTC()
 		return ingest.RunReportV1{DeploymentID: dep, RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
 			Artifacts: []ingest.ArtifactRefV1{}}
 	}
@@ -471,13 +303,13 @@ func TestAgentReportForUnknownDeployment(t *testing.T) {
 	if st, err := agent.Status(cfg); err != nil || st.Reports.Records != 1 {
 		t.Fatalf("agent status shows %+v report records (%v), want 1", st.Reports, err)
 	}
-	f.clock.Advance(agent.MaxReportAge)
+	f.Clock.Advance(agent.MaxReportAge)
 	f.daemonClock.Advance(agent.MaxReportAge)
 	res, err = agent.ReportRun(context.Background(), cfg, creds, report(a.Identity().DeploymentID, "run-2"))
 	if err != nil || res.Delivered != 1 || res.Dropped != 1 || res.Spooled != 0 || res.Refused != "" {
 		t.Fatalf("the next report after MaxReportAge: %+v, %v", res, err)
 	}
-	if n := f.count(`SELECT count(*) FROM runs`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM runs`); n != 1 {
 		t.Fatalf("%d runs stored, want 1", n)
 	}
 }
@@ -487,7 +319,7 @@ func TestAgentReportForUnknownDeployment(t *testing.T) {
 // yet — are waited on (they are being copied into place), up to
 // KeySettleTime; a key still unusable after that fails.
 func TestWaitForCredentialsSettles(t *testing.T) {
-	good := func(t *testing.T, f *fleet, dir string) { f.writeKeys(dir) }
+	good := func(t *testing.T, f *fleet, dir string) { f.WriteKeys(dir) }
 	for _, tc := range []struct {
 		name    string
 		prepare func(t *testing.T, cfg *agent.Config)
@@ -516,15 +348,15 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, heals := range []bool{true, false} {
 				f := newFleet(t)
-				cfg := f.config()
-				dir := filepath.Join(f.root, "keys-"+strconv.FormatBool(heals))
+				cfg := f.Config()
+				dir := filepath.Join(f.Root, "keys-"+strconv.FormatBool(heals))
 				cfg.KeyFile = filepath.Join(dir, "ingest.key")
-				f.writeKeys(dir)
+				f.WriteKeys(dir)
 				tc.prepare(t, &cfg)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				done := make(chan error, 1)
-				go func() { _, err := agent.WaitForCredentials(ctx, &cfg, f.clock, nil); done <- err }()
-				if err := f.clock.BlockUntilContext(ctx, 1); err != nil {
+				go func() { _, err := agent.WaitForCredentials(ctx, &cfg, f.Clock, nil); done <- err }()
+				if err := f.Clock.BlockUntilContext(ctx, 1); err != nil {
 					t.Fatal(err)
 				}
 				select {
@@ -534,7 +366,7 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 				}
 				if heals {
 					tc.fix(t, f, dir)
-					f.clock.Advance(agent.KeyPollInterval)
+					f.Clock.Advance(agent.KeyPollInterval)
 					if err := <-done; err != nil {
 						t.Fatalf("the key in place was not taken: %v", err)
 					}
@@ -542,7 +374,7 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 					polls := int(agent.KeySettleTime / agent.KeyPollInterval)
 					blocked := func() <-chan struct{} {
 						ch := make(chan struct{})
-						go func() { _ = f.clock.BlockUntilContext(ctx, 1); close(ch) }()
+						go func() { _ = f.Clock.BlockUntilContext(ctx, 1); close(ch) }()
 						return ch
 					}
 				wait:
@@ -550,7 +382,7 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 						if i > polls+1 {
 							t.Fatal("still waiting after KeySettleTime")
 						}
-						f.clock.Advance(agent.KeyPollInterval)
+						f.Clock.Advance(agent.KeyPollInterval)
 						select {
 						case err := <-done:
 							if err == nil {
@@ -574,7 +406,7 @@ func TestWaitForCredentialsSettles(t *testing.T) {
 // clock) to its end, advancing both clocks by one pacing interval each time
 // the pass waits on them, and returns its result.
 func (f *fleet) drive(pass func() agent.PassResult) agent.PassResult {
-	f.t.Helper()
+	f.T.Helper()
 	done := make(chan agent.PassResult, 1)
 	go func() { done <- pass() }()
 	for {
@@ -584,7 +416,7 @@ func (f *fleet) drive(pass func() agent.PassResult) agent.PassResult {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := f.clock.BlockUntilContext(ctx, 1)
+		err := f.Clock.BlockUntilContext(ctx, 1)
 		cancel()
 		if err == nil {
 			f.advance(time.Second / agent.ReplayRate)
@@ -600,7 +432,7 @@ func (f *fleet) drive(pass func() agent.PassResult) agent.PassResult {
 // 12 s and the reports 2.4 s (docs/operations.md, "Quotas").
 func TestAgentSpoolDrainUnderDefaultQuotas(t *testing.T) {
 	f := newFleet(t)
-	cfg := f.config()
+	cfg := f.Config()
 	cfg.ReplayRate = agent.ReplayRate
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -608,16 +440,16 @@ func TestAgentSpoolDrainUnderDefaultQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.heartbeat(a)
+	f.Heartbeat(a)
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.setMode(modeDown)
+	f.SetMode(agenttest.Down)
 	for i := range 720 { // one hour of 5 s samples
-		f.step(a)
+		f.Step(a)
 		if i%60 == 59 { // a CI job's report every five minutes
-			now := f.clock.Now().UTC()
+			now := f.Clock.Now().UTC()
 			if _, err := agent.ReportRun(context.Background(), cfg, creds, ingest.RunReportV1{RunID: fmt.Sprintf("run-%d", i), Suite: "e2e", Status: "passed",
 				StartedAt: now.Add(-4 * time.Minute), FinishedAt: now, Artifacts: []ingest.ArtifactRefV1{}}); err != nil {
 				t.Fatal(err)
@@ -628,25 +460,25 @@ func TestAgentSpoolDrainUnderDefaultQuotas(t *testing.T) {
 	if spooled < 59 { // the first minute began 23 s into the hour
 		t.Fatalf("%d records spooled in an hour, want an hour of windows", spooled)
 	}
-	f.setMode(modeUp)
-	resume := a.NotUntil().Sub(f.clock.Now())
+	f.SetMode(agenttest.Up)
+	resume := a.NotUntil().Sub(f.Clock.Now())
 	if resume > agent.RetryMax {
 		t.Fatalf("delivery resumes %s after the outage, more than RetryMax", resume)
 	}
 	f.advance(max(resume, 0))
-	began := f.clock.Now()
+	began := f.Clock.Now()
 	windows := f.drive(func() agent.PassResult { return a.Deliver(context.Background()) })
-	tookWindows := f.clock.Now().Sub(began)
-	began = f.clock.Now()
+	tookWindows := f.Clock.Now().Sub(began)
+	began = f.Clock.Now()
 	reports := f.drive(func() agent.PassResult { return a.DeliverReports(context.Background()) })
-	tookReports := f.clock.Now().Sub(began)
+	tookReports := f.Clock.Now().Sub(began)
 	if windows.Paused || windows.Delivered != spooled || reports.Paused || reports.Delivered != 12 {
 		t.Fatalf("drain: windows %+v, reports %+v; want %d and 12 delivered without a pause", windows, reports, spooled)
 	}
-	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'quota-exceeded'`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'quota-exceeded'`); n != 0 {
 		t.Fatalf("%d quota warnings during the drain", n)
 	}
-	if n := f.count(`SELECT count(*) FROM runs`); n != 12 {
+	if n := f.Count(`SELECT count(*) FROM runs`); n != 12 {
 		t.Fatalf("%d runs stored, want 12", n)
 	}
 	if tookWindows > 12*time.Second || tookReports > 3*time.Second {

@@ -3,11 +3,9 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,39 +18,6 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
-
-// countingListener counts the bytes read from and written to its
-// connections: the HTTP bytes on the wire (request and response lines,
-// headers, bodies), without TCP/IP or TLS overhead.
-type countingListener struct {
-	net.Listener
-	in, out *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{Conn: c, in: l.in, out: l.out}, nil
-}
-
-type countingConn struct {
-	net.Conn
-	in, out *atomic.Int64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.in.Add(int64(n))
-	return n, err
-}
-
-func (c countingConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.out.Add(int64(n))
-	return n, err
-}
 
 // idleHourBudget bounds what an idle agent sends and receives in an hour
 // (bytes): 120 heartbeats and 60 windows come to a few hundred KB; a
@@ -67,17 +32,17 @@ const idleHourBudget = 1 << 20
 func TestIdleAgentBytesPerHour(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
-	f.wireIn.Store(0)
-	f.wireOut.Store(0)
-	f.heartbeat(a)
+	f.WireIn.Store(0)
+	f.WireOut.Store(0)
+	f.Heartbeat(a)
 	for i := 1; i <= int(time.Hour/agent.SampleInterval); i++ {
-		f.step(a)
+		f.Step(a)
 		if i%int(agent.HeartbeatInterval/agent.SampleInterval) == 0 {
-			f.heartbeat(a)
+			f.Heartbeat(a)
 		}
 	}
-	hb, tel := f.seen(agent.HeartbeatRoute), f.seen(agent.TelemetryRoute)
-	sent, received := f.wireIn.Load(), f.wireOut.Load()
+	hb, tel := f.Seen(agent.HeartbeatRoute), f.Seen(agent.TelemetryRoute)
+	sent, received := f.WireIn.Load(), f.WireOut.Load()
 	total := sent + received
 	t.Logf("idle agent, one hour: %d heartbeats, %d windows; %d bytes sent, %d received, %d total (HTTP/1.1 over keep-alive, no TLS)",
 		hb, tel, sent, received, total)

@@ -81,12 +81,12 @@ func TestAgentRequestsAreRecorded(t *testing.T) {
 	f := newFleet(t)
 	a := f.start()
 	f.runFor(a, 20) // 100 s: heartbeats and the 10:42 window, then the stop
-	cfg := f.config()
+	cfg := f.Config()
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := f.clock.Now().UTC()
+	now := f.Clock.Now().UTC()
 	rep := ingest.RunReportV1{RunID: "run-recorded", Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
 		Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
 			Locator: ingest.LocalLocator("log-recorded")}}}
@@ -94,9 +94,8 @@ func TestAgentRequestsAreRecorded(t *testing.T) {
 		t.Fatalf("report-run: %+v, %v", res, err)
 	}
 
-	f.mu.Lock()
-	sent := append([]recordedRequest(nil), f.sent...)
-	f.mu.Unlock()
+	var sent []recordedRequest
+	f.Locked(func() { sent = append(sent, f.sent...) })
 	got := pathsByRoute(t, sent)
 	for _, route := range []string{agent.HeartbeatRoute, "/api/ingest/telemetry", "/api/ingest/lifecycle", "/api/ingest/runs"} {
 		if got[route] == nil {

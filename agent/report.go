@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 )
 
 // The run report spool (docs/operations.md, "Agent"): `agent report-run`
@@ -91,7 +91,7 @@ func lockReports(stateDir string, wait time.Duration) (func(), error) {
 // Errors: no deployment id known, the report does not encode, the spool
 // cannot be written or is busy (ErrReportSpoolBusy); an undelivered report
 // is no error (ReportResult.Spooled).
-func ReportRun(ctx context.Context, cfg Config, creds Credentials, report ingest.RunReportV1) (ReportResult, error) {
+func ReportRun(ctx context.Context, cfg Config, creds Credentials, report wire.RunReportV1) (ReportResult, error) {
 	cfg = cfg.WithDefaults()
 	if report.EnvironmentSlug == "" {
 		report.EnvironmentSlug = cfg.Environment
@@ -110,7 +110,7 @@ func ReportRun(ctx context.Context, cfg Config, creds Credentials, report ingest
 		return ReportResult{}, fmt.Errorf("%w: no deployment id (--deployment, or a running agent's state file)", ErrBadConfig)
 	}
 	if report.Artifacts == nil {
-		report.Artifacts = []ingest.ArtifactRefV1{}
+		report.Artifacts = []wire.ArtifactRefV1{}
 	}
 	body, err := json.Marshal(report)
 	if err != nil {

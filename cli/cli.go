@@ -145,7 +145,11 @@ func Run(env Env, w Wiring) (code int) {
 	if err := ctx.Run(); err != nil {
 		var ee exitCoder
 		if errors.As(err, &ee) {
-			if msg := ee.Error(); msg != "" {
+			msg := ee.Error()
+			if m, ok := ee.(interface{ ExitMessage() string }); ok {
+				msg = m.ExitMessage()
+			}
+			if msg != "" {
 				fmt.Fprintln(env.Stderr, "chalupa:", msg)
 			}
 			// A command-line mistake found by a command itself (a bad

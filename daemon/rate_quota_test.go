@@ -194,7 +194,7 @@ func TestQuotaArtifactBytes(t *testing.T) {
 	if err := json.Unmarshal(h.bigRun("dep-0", "x"), &one); err != nil {
 		t.Fatal(err)
 	}
-	size := one.ArtifactBytes()
+	size := ingest.ArtifactBytes(&one)
 	perDeployment := ingest.DefaultArtifactKiBBurst * 1024 / size // 7
 	for i := range perDeployment {
 		if r := send("dep-0", i); r.Status != http.StatusAccepted {

@@ -21,58 +21,42 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/agent/agenttest"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // agentFleetEnv is the environment every test here uses.
-const agentFleetEnv = "demo-harbor"
+const agentFleetEnv = agenttest.Env
 
 // Proxy modes of agentFleet.
 const (
-	fleetUp   = "up"   // forward
-	fleetDown = "down" // answer 503 overloaded with Retry-After: 1
-	fleetLose = "lose" // forward, then drop the connection without the answer
+	fleetUp   = agenttest.Up
+	fleetDown = agenttest.Down
+	fleetLose = agenttest.Lose
 )
 
+// agentFleet is the shared fleet fixture (agent/agenttest) in front of the
+// built daemon, with the daemon's database opened read-only.
 type agentFleet struct {
-	t     *testing.T
-	bin   string
-	d     *proctest.Daemon
-	db    *storage.DB
-	clock *clockwork.FakeClock // the agent's
-	proxy *httptest.Server
-	meta  *httptest.Server
-	key   adminapi.IssuedKey
-	root  string // fake /proc, /dev, /run, the keys and the state dir
-
-	mu       sync.Mutex
-	mode     string
-	requests map[string]int // by path, every request the proxy saw
-	bodies   [][]byte       // telemetry bodies the daemon accepted
-	busy     uint64         // fake /proc/stat counters
-	idle     uint64
-	rx       uint64
+	*agenttest.Fleet
+	bin string
+	d   *proctest.Daemon
+	db  *storage.DB
 }
 
 // newAgentFleet starts the built daemon with env, an environment and its
@@ -81,171 +65,29 @@ type agentFleet struct {
 // is the next whole minute).
 func newAgentFleet(t *testing.T, env map[string]string, dropletID int, back time.Duration) *agentFleet {
 	t.Helper()
-	f := &agentFleet{t: t, bin: proctest.BuildBinary(t), mode: fleetUp, requests: map[string]int{}, root: t.TempDir()}
+	f := &agentFleet{bin: proctest.BuildBinary(t)}
 	f.d = proctest.StartDaemon(t, f.bin, env)
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, f.d.Admin(), agentFleetEnv)
-	f.key = k
 	db, err := storage.OpenReadOnly(ctx, f.d.DatabasePath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	f.db = db
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.forward))
-	t.Cleanup(f.proxy.Close)
-	f.meta = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/metadata/v1/id":
-			io.WriteString(w, strconv.Itoa(dropletID))
-		case "/metadata/v1/region":
-			io.WriteString(w, "nyc3\n")
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(f.meta.Close)
-	f.write("keys/key-id", f.key.KeyID+"\n", 0o600)
-	f.write("keys/ingest.key", f.key.KeyMaterial+"\n", 0o600)
-	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n", 0o644)
-	f.setProc()
-	f.clock = clockwork.NewFakeClockAt(time.Now().UTC().Add(-back).Truncate(time.Minute).Add(23 * time.Second))
+	clock := clockwork.NewFakeClockAt(time.Now().UTC().Add(-back).Truncate(time.Minute).Add(23 * time.Second))
+	f.Fleet = agenttest.New(t, f.d.URL, k, dropletID, clock)
+	f.DB = db.Read
+	f.Logs = f.d.Logs
 	return f
-}
-
-// forward is the proxy in front of the daemon.
-func (f *agentFleet) forward(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	mode := f.mode
-	f.requests[r.URL.Path]++
-	f.mu.Unlock()
-	if mode == fleetDown {
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, `{"error":{"code":"overloaded","message":"down for the test"}}`)
-		return
-	}
-	req, _ := http.NewRequestWithContext(r.Context(), r.Method, f.d.URL+r.URL.Path, bytes.NewReader(body))
-	req.Header = r.Header.Clone()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	if r.URL.Path == agent.TelemetryRoute && resp.StatusCode/100 == 2 {
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.mu.Unlock()
-	}
-	if mode == fleetLose {
-		// The control plane stored the request; its answer never arrives.
-		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			conn.Close()
-		}
-		return
-	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	w.Write(answer)
-}
-
-func (f *agentFleet) setMode(m string) {
-	f.mu.Lock()
-	f.mode = m
-	f.mu.Unlock()
-}
-
-func (f *agentFleet) seen(path string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests[path]
-}
-
-func (f *agentFleet) write(rel, content string, mode os.FileMode) {
-	f.t.Helper()
-	p := filepath.Join(f.root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), mode); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-// setProc writes the fake /proc: every 5 s step the CPU is 30 % busy,
-// eth0 receives 1,000 bytes, memory is 3 of 4 GiB used, load 0.5.
-func (f *agentFleet) setProc() {
-	f.write("proc/stat", fmt.Sprintf("cpu  %d 0 0 %d 0 0 0 0 0 0\n", f.busy, f.idle), 0o644)
-	f.write("proc/meminfo", "MemTotal:       4194304 kB\nMemAvailable:   1048576 kB\n", 0o644)
-	f.write("proc/loadavg", "0.50 0.40 0.30 1/99 100\n", 0o644)
-	f.write("proc/net/dev", fmt.Sprintf("Inter-|\n face |\n    lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0\n  eth0: %d 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0\n", f.rx), 0o644)
-}
-
-func (f *agentFleet) config() agent.Config {
-	return agent.Config{
-		URL: f.proxy.URL, KeyFile: filepath.Join(f.root, "keys", "ingest.key"), Environment: agentFleetEnv,
-		LimitMinutes: 30, StateDir: filepath.Join(f.root, "state"), MetadataURL: f.meta.URL + "/metadata/v1",
-		ProcRoot: filepath.Join(f.root, "proc"), DevRoot: filepath.Join(f.root, "dev"), RunRoot: filepath.Join(f.root, "run"),
-		DiskPath: f.root, Clock: f.clock, Log: zerolog.Nop(), ReplayRate: rate.Inf,
-	}
-}
-
-func (f *agentFleet) start(cfg agent.Config) *agent.Agent {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := agent.Start(ctx, cfg)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return a
-}
-
-// step is one sampling period: the fake /proc moves on, the agent's clock
-// advances 5 s, the agent samples; a window it closes is delivered at once.
-func (f *agentFleet) step(a *agent.Agent) {
-	f.t.Helper()
-	f.busy += 30
-	f.idle += 70
-	f.rx += 1000
-	f.setProc()
-	f.clock.Advance(agent.SampleInterval)
-	w, err := a.Sample(context.Background())
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if w != nil {
-		a.Deliver(context.Background())
-	}
-}
-
-func (f *agentFleet) heartbeat(a *agent.Agent) {
-	f.t.Helper()
-	if status, err := a.Heartbeat(context.Background()); err != nil || status != http.StatusAccepted {
-		f.t.Fatalf("heartbeat: %d %v\n%s", status, err, f.d.Logs())
-	}
-}
-
-func (f *agentFleet) count(query string, args ...any) int {
-	f.t.Helper()
-	var n int
-	if err := f.db.Read.QueryRow(query, args...).Scan(&n); err != nil {
-		f.t.Fatalf("%s: %v", query, err)
-	}
-	return n
 }
 
 // deployment is the deployment as `admin fleet` shows it.
 func (f *agentFleet) deployment(id string) adminapi.FleetDeployment {
-	f.t.Helper()
+	f.T.Helper()
 	fl, err := f.d.Admin().ListFleet(context.Background())
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	for _, e := range fl.Environments {
 		for _, d := range e.Deployments {
@@ -254,7 +96,7 @@ func (f *agentFleet) deployment(id string) adminapi.FleetDeployment {
 			}
 		}
 	}
-	f.t.Fatalf("admin fleet has no deployment %s", id)
+	f.T.Fatalf("admin fleet has no deployment %s", id)
 	return adminapi.FleetDeployment{}
 }
 
@@ -271,19 +113,19 @@ func TestAgentE2EWindowsAndGPU(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := f.config()
+	cfg := f.Config()
 	cfg.NvidiaSMI = filepath.Join(bin, "nvidia-smi")
-	a := f.start(cfg)
+	a := f.Start(cfg)
 	if got := a.Identity(); got.DeploymentID != "droplet-4242" || got.DropletID != 4242 || got.Region != "nyc3" {
 		t.Fatalf("identity %+v, want droplet-4242 in nyc3 from the metadata service", got)
 	}
-	start := f.clock.Now()
-	f.heartbeat(a)
+	start := f.Clock.Now()
+	f.Heartbeat(a)
 	// :23 → +2:40: the partial first minute is not sent; the next two are.
 	for range 32 {
-		f.step(a)
+		f.Step(a)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 2 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_windows`); n != 2 {
 		t.Fatalf("%d windows stored, want 2", n)
 	}
 	var first int64
@@ -323,13 +165,13 @@ func TestAgentE2EWindowsAndGPU(t *testing.T) {
 	if res := a.Stop(); res.Delivered != 2 {
 		t.Fatalf("stop: %+v (want the final window and the shutdown event)", res)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`); n != 1 {
 		t.Fatalf("%d final windows", n)
 	}
-	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown' AND id LIKE ?`, "%:"+a.ShutdownEventID()); n != 1 {
 		t.Fatalf("%d shutdown events, want 1", n)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_sessions WHERE id = ? AND ended_at IS NOT NULL`, a.SessionID()); n != 1 {
 		t.Fatal("the final window did not end the session")
 	}
 	if n, _ := a.Spool().Depth(); n != 0 {
@@ -344,52 +186,52 @@ func TestAgentE2EWindowsAndGPU(t *testing.T) {
 func TestAgentE2EIdleDetection(t *testing.T) {
 	t.Parallel()
 	f := newAgentFleet(t, nil, 4242, 200*time.Second)
-	a := f.start(f.config())
-	start := f.clock.Now()
-	f.heartbeat(a)
+	a := f.Start(f.Config())
+	start := f.Clock.Now()
+	f.Heartbeat(a)
 	d0 := f.deployment("droplet-4242").IdleDeadlineAt
 	if want := start.Add(30 * time.Minute).Truncate(time.Second); !d0.Equal(want) {
 		t.Fatalf("first deadline %s, want the agent's start + 30 min (%s)", d0, want)
 	}
 	for range 3 {
-		f.clock.Advance(agent.HeartbeatInterval)
-		f.heartbeat(a)
+		f.Clock.Advance(agent.HeartbeatInterval)
+		f.Heartbeat(a)
 		if d := f.deployment("droplet-4242").IdleDeadlineAt; !d.Equal(d0) {
 			t.Fatalf("deadline moved to %s with no activity", d)
 		}
 	}
 	// A connection that never authenticated (a scanner) is not a person:
 	// the deadline stays.
-	f.write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n", 0o644)
-	f.write("proc/900/comm", "sshd\n", 0o644)
-	f.write("proc/900/cmdline", "sshd: unknown [preauth]\x00", 0o644)
-	f.clock.Advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
+	f.Write("proc/net/tcp", "  sl  local_address rem_address   st tx_queue\n   0: 0A000002:0016 0A000001:D431 01 00000000:00000000 00:00000000 00000000 0 0 1\n", 0o644)
+	f.Write("proc/900/comm", "sshd\n", 0o644)
+	f.Write("proc/900/cmdline", "sshd: unknown [preauth]\x00", 0o644)
+	f.Clock.Advance(agent.HeartbeatInterval)
+	f.Heartbeat(a)
 	if d := f.deployment("droplet-4242").IdleDeadlineAt; !d.Equal(d0) {
 		t.Fatalf("deadline moved to %s for a connection that never authenticated", d)
 	}
 	// An authenticated session (sshd's per-session process) is.
-	f.write("proc/901/comm", "sshd\n", 0o644)
-	f.write("proc/901/cmdline", "sshd: dev@pts/0\x00", 0o644)
-	f.clock.Advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
+	f.Write("proc/901/comm", "sshd\n", 0o644)
+	f.Write("proc/901/cmdline", "sshd: dev@pts/0\x00", 0o644)
+	f.Clock.Advance(agent.HeartbeatInterval)
+	f.Heartbeat(a)
 	dep := f.deployment("droplet-4242")
-	if want := f.clock.Now().Add(30 * time.Minute); !dep.IdleDeadlineAt.Equal(want) || dep.CIActive {
+	if want := f.Clock.Now().Add(30 * time.Minute); !dep.IdleDeadlineAt.Equal(want) || dep.CIActive {
 		t.Fatalf("with an SSH session: deadline %s ci %v, want %s, no CI", dep.IdleDeadlineAt, dep.CIActive, want)
 	}
-	f.write("run/chalupa/ci-active", "", 0o644)
-	f.clock.Advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
+	f.Write("run/chalupa/ci-active", "", 0o644)
+	f.Clock.Advance(agent.HeartbeatInterval)
+	f.Heartbeat(a)
 	if !f.deployment("droplet-4242").CIActive {
 		t.Fatal("ciActive not reported with the marker")
 	}
-	before := f.seen(agent.HeartbeatRoute)
-	rep, err := agent.Status(f.config())
+	before := f.Seen(agent.HeartbeatRoute)
+	rep, err := agent.Status(f.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Reaper.CIActive || !rep.Reaper.LastActivityAt.Equal(f.clock.Now()) ||
-		rep.DeploymentID != "droplet-4242" || f.seen(agent.HeartbeatRoute) != before {
+	if !rep.Reaper.CIActive || !rep.Reaper.LastActivityAt.Equal(f.Clock.Now()) ||
+		rep.DeploymentID != "droplet-4242" || f.Seen(agent.HeartbeatRoute) != before {
 		t.Fatalf("status %+v", rep)
 	}
 }
@@ -408,11 +250,11 @@ func TestAgentE2ECIMarkerDefersTheReap(t *testing.T) {
 		"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken, "DIGITALOCEAN_READ_TOKEN": readToken,
 	}, droplet.ID, 4*time.Minute)
 	depID := "droplet-" + strconv.Itoa(droplet.ID)
-	f.write("run/chalupa/ci-active", "", 0o644)
-	cfg := f.config()
+	f.Write("run/chalupa/ci-active", "", 0o644)
+	cfg := f.Config()
 	cfg.LimitMinutes = 1
-	a := f.start(cfg)
-	f.heartbeat(a)
+	a := f.Start(cfg)
+	f.Heartbeat(a)
 	dep := f.deployment(depID)
 	if !dep.CIActive || !dep.IdleDeadlineAt.Before(time.Now()) {
 		t.Fatalf("deployment %+v: want CI active and the idle deadline passed", dep)
@@ -435,24 +277,24 @@ func TestAgentE2ECIMarkerDefersTheReap(t *testing.T) {
 		t.Fatalf("deployment %s while CI ran", d.Status)
 	}
 
-	if err := os.Remove(filepath.Join(f.root, "run/chalupa/ci-active")); err != nil {
+	if err := os.Remove(filepath.Join(f.Root, "run/chalupa/ci-active")); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Advance(agent.HeartbeatInterval)
-	f.heartbeat(a)
+	f.Clock.Advance(agent.HeartbeatInterval)
+	f.Heartbeat(a)
 	// The heartbeat wakes the reaper for a deadline already passed; the
 	// explicit tick only makes sure one runs.
 	if out, code := proctest.RunCommand(t, f.bin, "", admin, "admin", "reaper", "tick"); code != 0 {
 		t.Fatalf("admin reaper tick: exit %d\n%s", code, out)
 	}
-	proctest.Poll(t, 30*time.Second, "the droplet destroyed", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the droplet destroyed", func() (bool, string) {
 		_, ok := fake.Droplet(droplet.ID)
 		return !ok, strconv.Itoa(len(fake.Deletes())) + " deletes"
 	})
 	if del := fake.Deletes(); len(del) != 1 || del[0].Token != "write" || del[0].Path != "/v2/droplets/"+strconv.Itoa(droplet.ID) {
 		t.Fatalf("DELETEs %v, want one of droplet %d with the write token", del, droplet.ID)
 	}
-	proctest.Poll(t, 30*time.Second, "the deployment ended", func() (bool, string) {
+	testwait.Eventually(t, testwait.Short, "the deployment ended", func() (bool, string) {
 		d := f.deployment(depID)
 		return d.Status == "ended", d.Status
 	})
@@ -467,86 +309,86 @@ func TestAgentE2EOutageThenReplay(t *testing.T) {
 	// The outage, the back-off after it and the replay stay within the
 	// daemon's ±300 s of the agent's clock: start 4 min back.
 	f := newAgentFleet(t, nil, 4242, 4*time.Minute)
-	a := f.start(f.config())
-	f.heartbeat(a)
+	a := f.Start(f.Config())
+	f.Heartbeat(a)
 	for range 12 { // into the first whole minute: nothing sent yet
-		f.step(a)
+		f.Step(a)
 	}
-	f.setMode(fleetDown)
+	f.SetMode(fleetDown)
 	const outage = 4 // minutes
 	for range outage * 12 {
-		f.step(a)
+		f.Step(a)
 	}
 	held, _ := a.Spool().Depth()
 	if held < outage-1 {
 		t.Fatalf("spool holds %d windows after a %d-minute outage", held, outage)
 	}
-	if n := f.seen(agent.TelemetryRoute); n > 3*outage {
+	if n := f.Seen(agent.TelemetryRoute); n > 3*outage {
 		t.Fatalf("%d telemetry requests during the outage: the back-off did not hold", n)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_windows`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_windows`); n != 0 {
 		t.Fatalf("%d windows stored during the outage", n)
 	}
-	f.setMode(fleetUp)
-	if wait := a.NotUntil().Sub(f.clock.Now()); wait > 0 {
-		f.clock.Advance(wait)
+	f.SetMode(fleetUp)
+	if wait := a.NotUntil().Sub(f.Clock.Now()); wait > 0 {
+		f.Clock.Advance(wait)
 	}
 	res := a.Deliver(context.Background())
 	if n, _ := a.Spool().Depth(); n != 0 || res.Delivered != held {
 		t.Fatalf("replay: %+v, %d left\n%s", res, n, f.d.Logs())
 	}
-	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != held || r != held {
+	if w, r := f.Count(`SELECT count(*) FROM telemetry_windows`), f.Count(`SELECT count(*) FROM telemetry_receipts`); w != held || r != held {
 		t.Fatalf("stored %d windows, %d receipts, want %d each", w, r, held)
 	}
-	if st, _ := agent.ReadState(f.config().StateDir); st.Delivered != int64(held) || st.LastDeliveryAt.IsZero() {
+	if st, _ := agent.ReadState(f.Config().StateDir); st.Delivered != int64(held) || st.LastDeliveryAt.IsZero() {
 		t.Fatalf("state %+v", st)
 	}
 }
 
-// TestAgentE2ELostFinalResponse is the seed's shutdown race: the final
+// TestAgentE2ELostFinalResponse is the shutdown race an agent meets on every
+// droplet power-off (docs/operations.md, "Agent"): the final
 // window reaches the control plane but its answer is lost as the agent
 // stops. It stays spooled; the next start replays it byte-identical, and
 // the daemon deduplicates it — nothing lost, nothing doubled.
 func TestAgentE2ELostFinalResponse(t *testing.T) {
 	t.Parallel()
 	f := newAgentFleet(t, nil, 4242, 200*time.Second)
-	a := f.start(f.config())
-	f.heartbeat(a)
+	a := f.Start(f.Config())
+	f.Heartbeat(a)
 	for range 20 {
-		f.step(a)
+		f.Step(a)
 	}
-	f.setMode(fleetLose)
+	f.SetMode(fleetLose)
 	if res := a.Stop(); res.Delivered != 0 {
 		t.Fatalf("stop with a lost answer: %+v", res)
 	}
 	if n, _ := a.Spool().Depth(); n != 2 {
 		t.Fatalf("spool holds %d, want the final window and the shutdown event", n)
 	}
-	stored := f.count(`SELECT count(*) FROM telemetry_windows`)
-	if stored != 2 || f.count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
+	stored := f.Count(`SELECT count(*) FROM telemetry_windows`)
+	if stored != 2 || f.Count(`SELECT count(*) FROM telemetry_windows WHERE final = 1`) != 1 {
 		t.Fatalf("%d windows stored before the restart", stored)
 	}
-	f.setMode(fleetUp)
-	f.clock.Advance(time.Minute)
-	b := f.start(f.config())
+	f.SetMode(fleetUp)
+	f.Clock.Advance(time.Minute)
+	b := f.Start(f.Config())
 	if b.SessionID() == a.SessionID() {
 		t.Fatal("a restart reused the session id")
 	}
 	if res := b.Deliver(context.Background()); res.Delivered != 2 {
 		t.Fatalf("replay after restart: %+v", res)
 	}
-	if n := f.count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
+	if n := f.Count(`SELECT count(*) FROM lifecycle_events WHERE kind = 'shutdown'`); n != 1 {
 		t.Fatalf("%d shutdown events after the replay, want 1", n)
 	}
-	if n := f.count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
+	if n := f.Count(`SELECT count(*) FROM telemetry_sessions WHERE ended_at IS NULL`); n != 0 {
 		t.Fatalf("%d open sessions after a clean stop and a restart, want 0", n)
 	}
-	if w, r := f.count(`SELECT count(*) FROM telemetry_windows`), f.count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
+	if w, r := f.Count(`SELECT count(*) FROM telemetry_windows`), f.Count(`SELECT count(*) FROM telemetry_receipts`); w != stored || r != stored {
 		t.Fatalf("after the replay: %d windows, %d receipts, want %d", w, r, stored)
 	}
-	f.mu.Lock()
-	last, prev := f.bodies[len(f.bodies)-1], f.bodies[len(f.bodies)-2]
-	f.mu.Unlock()
+	bodies := f.Accepted()
+	last, prev := bodies[len(bodies)-1], bodies[len(bodies)-2]
 	if !bytes.Equal(last, prev) {
 		t.Fatalf("the replayed body differs:\n%s\n%s", prev, last)
 	}

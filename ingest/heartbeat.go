@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -16,9 +17,8 @@ const MaxHeartbeatBody = 64 << 10
 
 // Heartbeat field bounds.
 const (
-	// MaxLimitMinutes is the longest idle limit accepted: one week. A
-	// longer limit is indistinguishable from "never reap" and is refused.
-	MaxLimitMinutes = 7 * 24 * 60
+	// MaxLimitMinutes is the longest idle limit accepted (wire.MaxLimitMinutes).
+	MaxLimitMinutes = wire.MaxLimitMinutes
 	// maxActivityAge is how far before sentAt (and the server's clock) a
 	// lastActivityAt may lie: the longest idle limit.
 	maxActivityAge = MaxLimitMinutes * time.Minute
@@ -29,51 +29,22 @@ var (
 	labelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
-// HeartbeatV1 is the body of POST /api/ingest/heartbeat (RFC 3339 times;
-// unknown fields are refused). Every heartbeat carries a
-// reaper observation (docs/operations.md, "Heartbeats and deadlines").
-type HeartbeatV1 struct {
-	EnvironmentSlug  string            `json:"environmentSlug"`
-	Deployment       HeartbeatDeploy   `json:"deployment"`
-	AgentVersion     string            `json:"agentVersion"`
-	SentAt           time.Time         `json:"sentAt"`
-	Reaper           ReaperObservation `json:"reaper"`
-	SessionExpiresAt *time.Time        `json:"sessionExpiresAt,omitempty"`
-}
+// The heartbeat's wire types are protocol v1's (ingest/wire), named here as
+// aliases so the server's handlers and tests keep their names.
+type (
+	// HeartbeatV1 is wire.HeartbeatV1, the body of POST /api/ingest/heartbeat.
+	HeartbeatV1 = wire.HeartbeatV1
+	// HeartbeatDeploy is wire.HeartbeatDeploy.
+	HeartbeatDeploy = wire.HeartbeatDeploy
+	// ReaperObservation is wire.ReaperObservation.
+	ReaperObservation = wire.ReaperObservation
+	// HeartbeatAccepted is wire.HeartbeatAccepted, the 202 body.
+	HeartbeatAccepted = wire.HeartbeatAccepted
+)
 
-// HeartbeatDeploy identifies the deployment (one droplet's life).
-type HeartbeatDeploy struct {
-	ID        string `json:"id"`
-	DropletID int64  `json:"dropletId,omitempty"`
-	Region    string `json:"region,omitempty"`
-	Size      string `json:"size,omitempty"`
-}
-
-// ReaperObservation is the agent's idle state. The idle deadline is
-// lastActivityAt + limitMinutes, persisted so it survives the agent dying.
-type ReaperObservation struct {
-	IdleChecks     int64     `json:"idleChecks"`
-	LimitMinutes   int64     `json:"limitMinutes"`
-	LastActivityAt time.Time `json:"lastActivityAt"`
-	CIActive       bool      `json:"ciActive"`
-}
-
-// HeartbeatAccepted is the 202 body. SessionExpiresAt is the deployment's
-// session expiry as stored (absent: none); SessionExpiresAtClamped is true
-// when the heartbeat asked for a later one than its environment's session
-// policy allows (launch + maximum), and SessionExpiresAt is then the
-// applied bound (docs/operations.md, "Session policies").
-type HeartbeatAccepted struct {
-	Accepted                bool      `json:"accepted"`
-	IdleDeadlineAt          time.Time `json:"idleDeadlineAt"`
-	SessionExpiresAt        time.Time `json:"sessionExpiresAt,omitzero"`
-	SessionExpiresAtClamped bool      `json:"sessionExpiresAtClamped,omitempty"`
-	ServerTime              time.Time `json:"serverTime"`
-}
-
-// validate checks field values (422 invalid_body). Messages name the field,
+// validateHeartbeat checks field values (422 invalid_body). Messages name the field,
 // never echo its value.
-func (h *HeartbeatV1) validate() *Refusal {
+func validateHeartbeat(h *HeartbeatV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case !slug.Valid(h.EnvironmentSlug):
@@ -128,7 +99,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if rf := DecodeBody(body, &hb); rf != nil {
 			return rf
 		}
-		if rf := hb.validate(); rf != nil {
+		if rf := validateHeartbeat(&hb); rf != nil {
 			return rf
 		}
 		// lastActivityAt fixes the idle deadline: one later than the clock

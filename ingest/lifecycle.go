@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -38,14 +39,14 @@ const LaunchedLimitMinutes = 30
 // reconciliation settles it.
 const SunkCheckTimeout = 5 * time.Second
 
-// Lifecycle event kinds a producer reports.
+// Lifecycle event kinds a producer reports (wire.EventLaunched …).
 const (
-	EventLaunched   = "launched"
-	EventBooted     = "booted"
-	EventCIStarted  = "ci-started"
-	EventCIFinished = "ci-finished"
-	EventShutdown   = "shutdown"
-	EventSunk       = "sunk"
+	EventLaunched   = wire.EventLaunched
+	EventBooted     = wire.EventBooted
+	EventCIStarted  = wire.EventCIStarted
+	EventCIFinished = wire.EventCIFinished
+	EventShutdown   = wire.EventShutdown
+	EventSunk       = wire.EventSunk
 )
 
 // eventKinds maps each kind to whether it is admitted for an ended
@@ -66,26 +67,15 @@ const (
 	EventDeploymentEnded = "deployment-ended"
 )
 
-// LifecycleEventV1 is the body of POST /api/ingest/lifecycle (RFC 3339
-// times; unknown fields refused). ID is chosen by the producer and stable
-// across retries (docs/operations.md, "Lifecycle events and runs").
-type LifecycleEventV1 struct {
-	EnvironmentSlug string          `json:"environmentSlug"`
-	ID              string          `json:"id"`
-	Kind            string          `json:"kind"`
-	OccurredAt      time.Time       `json:"occurredAt"`
-	Deployment      LifecycleDeploy `json:"deployment"`
-}
-
-// LifecycleDeploy is the deployment a lifecycle event is about. Managed
-// applies to `launched` only (a deployment the managed worker created).
-type LifecycleDeploy struct {
-	ID        string `json:"id"`
-	DropletID int64  `json:"dropletId,omitempty"`
-	Region    string `json:"region,omitempty"`
-	Size      string `json:"size,omitempty"`
-	Managed   bool   `json:"managed,omitempty"`
-}
+// The lifecycle event's wire types are protocol v1's (ingest/wire), named
+// here as aliases so the server's handlers and tests keep their names.
+type (
+	// LifecycleEventV1 is wire.LifecycleEventV1, the body of POST
+	// /api/ingest/lifecycle.
+	LifecycleEventV1 = wire.LifecycleEventV1
+	// LifecycleDeploy is wire.LifecycleDeploy.
+	LifecycleDeploy = wire.LifecycleDeploy
+)
 
 // Droplet check outcomes of a `sunk` event (LifecycleAccepted.Droplet).
 const (
@@ -139,7 +129,9 @@ func (o DropletOwner) Customer() bool {
 // failed or no credential may look (the answer is unknown).
 type DropletLookup func(ctx context.Context, owner DropletOwner, dropletID int64) (exists bool, err error)
 
-func (e *LifecycleEventV1) validate(now time.Time) *Refusal {
+// validateLifecycleEvent checks an event's values against now (422
+// invalid_body). Messages name the field, never echo its value.
+func validateLifecycleEvent(e *LifecycleEventV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	_, known := eventKinds[e.Kind]
 	switch {
@@ -167,10 +159,10 @@ func (e *LifecycleEventV1) validate(now time.Time) *Refusal {
 	return nil
 }
 
-// canonicalHash is the SHA-256 of the event's canonical encoding: the
+// lifecycleHash is the SHA-256 of the event's canonical encoding: the
 // decoded fields re-encoded in a fixed order, times in UTC at the stored
 // millisecond resolution, so two bodies that say the same thing hash alike.
-func (e *LifecycleEventV1) canonicalHash() [32]byte {
+func lifecycleHash(e *LifecycleEventV1) [32]byte {
 	c := *e
 	c.OccurredAt = c.OccurredAt.UTC().Truncate(time.Millisecond)
 	b, _ := json.Marshal(c) // a struct of strings, numbers and a time: cannot fail
@@ -206,10 +198,10 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 		if rf := DecodeBody(body, &ev); rf != nil {
 			return rf
 		}
-		if rf := ev.validate(s.clock.Now()); rf != nil {
+		if rf := validateLifecycleEvent(&ev, s.clock.Now()); rf != nil {
 			return rf
 		}
-		hash = ev.canonicalHash()
+		hash = lifecycleHash(&ev)
 		return nil
 	}
 	var environmentID int64

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -14,50 +14,24 @@ import (
 // commit or final payload; log bytes never pass through chalupa.
 const MaxLogBody = 4 << 10
 
-// LogSessionOpened is the 202 body of POST /api/ingest/logs/sessions.
-type LogSessionOpened struct {
-	SessionID string    `json:"sessionId"`
-	ExpiresAt time.Time `json:"expiresAt"`
-	// MaxChunkBytes is the chunk size bound (bytes).
-	MaxChunkBytes int64 `json:"maxChunkBytes"`
-	// Replayed is true when the session was open already.
-	Replayed bool `json:"replayed"`
-}
-
-// LogUpload is a presigned PUT: send exactly Headers and the planned
-// bytes to URL with Method before ExpiresAt.
-type LogUpload struct {
-	Method    string            `json:"method"`
-	URL       string            `json:"url"`
-	Headers   map[string]string `json:"headers"`
-	ExpiresAt time.Time         `json:"expiresAt"`
-}
-
-// LogChunkPlanned is the 202 body of POST /api/ingest/logs/plan.
-type LogChunkPlanned struct {
-	Seq int64 `json:"seq"`
-	// Renewed is true when the seq was planned before with this body: the
-	// grant is for the same object.
-	Renewed bool `json:"renewed"`
-	// Committed is true when the chunk is committed already: Upload is
-	// absent and nothing is left to do.
-	Committed bool       `json:"committed"`
-	Upload    *LogUpload `json:"upload,omitempty"`
-}
-
-// LogChunkCommitted is the 202 body of POST /api/ingest/logs/commit.
-type LogChunkCommitted struct {
-	Committed bool `json:"committed"`
-	// Deduplicated is true for an exact repeat: nothing was written.
-	Deduplicated bool `json:"deduplicated"`
-}
-
-// LogSessionFinished is the 202 body of POST /api/ingest/logs/finish.
-type LogSessionFinished struct {
-	Finished bool `json:"finished"`
-	// Deduplicated is true for an exact repeat: nothing was written.
-	Deduplicated bool `json:"deduplicated"`
-}
+// The log routes' answers are protocol v1's (ingest/wire), named here as
+// aliases so the server's handlers and tests keep their names.
+type (
+	// LogSessionOpened is wire.LogSessionOpened, the 202 body of POST
+	// /api/ingest/logs/sessions.
+	LogSessionOpened = wire.LogSessionOpened
+	// LogUpload is wire.LogUpload, a presigned PUT.
+	LogUpload = wire.LogUpload
+	// LogChunkPlanned is wire.LogChunkPlanned, the 202 body of POST
+	// /api/ingest/logs/plan.
+	LogChunkPlanned = wire.LogChunkPlanned
+	// LogChunkCommitted is wire.LogChunkCommitted, the 202 body of POST
+	// /api/ingest/logs/commit.
+	LogChunkCommitted = wire.LogChunkCommitted
+	// LogSessionFinished is wire.LogSessionFinished, the 202 body of POST
+	// /api/ingest/logs/finish.
+	LogSessionFinished = wire.LogSessionFinished
+)
 
 // logRefusals maps the broker's refusals to their answers
 // (docs/operations.md, "Logs").
@@ -115,14 +89,15 @@ func logsOff(v Verified) Response {
 	return refused(refuse(http.StatusServiceUnavailable, "logs_not_configured", "this chalupa has no log storage (CHALUPA_LOGS_URL); keep logs locally"), v.Shared())
 }
 
-// logBody parses a log route's body: strict JSON, then Validate.
-func logBody(v interface{ Validate() error }) func(body []byte) *Refusal {
+// logBody parses a log route's body: strict JSON, then validate (one of
+// logs.ValidateOpen, ValidateChunk, ValidateFinish).
+func logBody[T any](v *T, validate func(*T) error) func(body []byte) *Refusal {
 	return func(body []byte) *Refusal {
 		if rf := DecodeBody(body, v); rf != nil {
 			return rf
 		}
 		var inv *logs.Invalid
-		if err := v.Validate(); errors.As(err, &inv) {
+		if err := validate(v); errors.As(err, &inv) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", inv.Message)
 		} else if err != nil {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "invalid body")
@@ -139,7 +114,7 @@ func (s *Service) LogSessions(ctx context.Context, v Verified) Response {
 	}
 	var b logs.OpenV1
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
-	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	return s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateOpen), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -169,7 +144,7 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 	var b logs.ChunkV1
 	var planned logs.Planned
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
-	resp := s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	resp := s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateChunk), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -237,7 +212,7 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 		}
 		return nil
 	}
-	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	return s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateChunk), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err
@@ -263,7 +238,7 @@ func (s *Service) LogFinish(ctx context.Context, v Verified) Response {
 	}
 	var b logs.FinishV1
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
-	return s.handleAdmitted(ctx, v, logBody(&b), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
+	return s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateFinish), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
 		if err != nil {
 			return nil, err

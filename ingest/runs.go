@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -67,48 +68,22 @@ var credentialParams = map[string]bool{
 	"x-goog-signature": true, "x-goog-credential": true,
 }
 
-// RunReportV1 is the body of POST /api/ingest/runs: one finished CI suite
-// run with its artifacts as ArtifactRefV1 (unknown fields refused at every
-// level).
-type RunReportV1 struct {
-	EnvironmentSlug string          `json:"environmentSlug"`
-	DeploymentID    string          `json:"deploymentId"`
-	RunID           string          `json:"runId"`
-	Suite           string          `json:"suite"`
-	Status          string          `json:"status"`
-	StartedAt       time.Time       `json:"startedAt"`
-	FinishedAt      time.Time       `json:"finishedAt"`
-	Commit          string          `json:"commit,omitempty"`
-	Artifacts       []ArtifactRefV1 `json:"artifacts"`
-}
+// The run report's wire types are protocol v1's (ingest/wire), named here
+// as aliases so the server's handlers and tests keep their names.
+type (
+	// RunReportV1 is wire.RunReportV1, the body of POST /api/ingest/runs.
+	RunReportV1 = wire.RunReportV1
+	// ArtifactRefV1 is wire.ArtifactRefV1.
+	ArtifactRefV1 = wire.ArtifactRefV1
+	// ArtifactLocator is wire.ArtifactLocator.
+	ArtifactLocator = wire.ArtifactLocator
+)
 
-// ArtifactRefV1 is a reference to one artifact of a run: exactly
-// {"v":1,"name","mediaType","sizeBytes","sha256","locator"}. chalupa
-// accepts V1 only.
-type ArtifactRefV1 struct {
-	V         int             `json:"v"`
-	Name      string          `json:"name"`
-	MediaType string          `json:"mediaType"`
-	SizeBytes int64           `json:"sizeBytes"`
-	SHA256    string          `json:"sha256"`
-	Locator   ArtifactLocator `json:"locator"`
-}
+// HTTPSLocator is the locator {"kind":"https","url":u} (wire.HTTPSLocator).
+func HTTPSLocator(u string) ArtifactLocator { return wire.HTTPSLocator(u) }
 
-// ArtifactLocator is where an artifact is: {"kind":"https","url"} or
-// {"kind":"local","id"}.
-type ArtifactLocator struct {
-	Kind string `json:"kind"`
-	// URL and ID are pointers so that a field present but empty is told
-	// from an absent one: each kind has exactly its own field.
-	URL *string `json:"url,omitempty"`
-	ID  *string `json:"id,omitempty"`
-}
-
-// HTTPSLocator is the locator {"kind":"https","url":u}.
-func HTTPSLocator(u string) ArtifactLocator { return ArtifactLocator{Kind: "https", URL: &u} }
-
-// LocalLocator is the locator {"kind":"local","id":id}.
-func LocalLocator(id string) ArtifactLocator { return ArtifactLocator{Kind: "local", ID: &id} }
+// LocalLocator is the locator {"kind":"local","id":id} (wire.LocalLocator).
+func LocalLocator(id string) ArtifactLocator { return wire.LocalLocator(id) }
 
 // deref is *p, or "" for nil.
 func deref(p *string) string {
@@ -126,10 +101,10 @@ type RunAccepted struct {
 	Deduplicated bool `json:"deduplicated"`
 }
 
-// normalize validates r and puts it in normal form: times in UTC at
+// normalizeRun validates r and puts it in normal form: times in UTC at
 // millisecond resolution, hex digits and media types lower-case, artifacts
 // sorted by name. Messages name a field, never its value.
-func (r *RunReportV1) normalize(now time.Time) *Refusal {
+func normalizeRun(r *RunReportV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case !slug.Valid(r.EnvironmentSlug):
@@ -161,7 +136,7 @@ func (r *RunReportV1) normalize(now time.Time) *Refusal {
 	names := make(map[string]bool, len(r.Artifacts))
 	for i := range r.Artifacts {
 		a := &r.Artifacts[i]
-		if rf := a.validate(); rf != nil {
+		if rf := validateArtifact(a); rf != nil {
 			return rf
 		}
 		if names[a.Name] {
@@ -175,7 +150,9 @@ func (r *RunReportV1) normalize(now time.Time) *Refusal {
 	return nil
 }
 
-func (a *ArtifactRefV1) validate() *Refusal {
+// validateArtifact checks one artifact reference (422 invalid_body),
+// naming the field, never its value.
+func validateArtifact(a *ArtifactRefV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case a.V != 1:
@@ -259,11 +236,11 @@ func hasControl(s string) bool {
 	return false
 }
 
-// ArtifactBytes is what the run's artifact references take as text: each
+// ArtifactBytes is what r's artifact references take as text: each
 // artifact's name, media type, sha256 and locator (URL or id), in bytes.
 // The artifact-bytes rate quotas count it (docs/operations.md, "Quotas"):
 // it is what a run report stores beyond its few bounded fields.
-func (r *RunReportV1) ArtifactBytes() int {
+func ArtifactBytes(r *RunReportV1) int {
 	n := 0
 	for _, a := range r.Artifacts {
 		n += len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(deref(a.Locator.URL)) + len(deref(a.Locator.ID))
@@ -271,10 +248,10 @@ func (r *RunReportV1) ArtifactBytes() int {
 	return n
 }
 
-// fingerprint is the SHA-256 of the normalized run: its fields and its
+// runFingerprint is the SHA-256 of the normalized run: its fields and its
 // artifact array (sorted by name), re-encoded in a fixed order. The
 // environment is the key's, so it is not part of it.
-func (r *RunReportV1) fingerprint() [32]byte {
+func runFingerprint(r *RunReportV1) [32]byte {
 	b, _ := json.Marshal(r) // strings, numbers and times only: cannot fail
 	return sha256.Sum256(b)
 }
@@ -298,10 +275,10 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 		if rf := DecodeBody(body, &run); rf != nil {
 			return rf
 		}
-		if rf := run.normalize(s.clock.Now()); rf != nil {
+		if rf := normalizeRun(&run, s.clock.Now()); rf != nil {
 			return rf
 		}
-		fp = run.fingerprint()
+		fp = runFingerprint(&run)
 		return nil
 	}
 	record := func(environmentID int64) storage.Run {
@@ -319,7 +296,7 @@ func (s *Service) Runs(ctx context.Context, v Verified) Response {
 	// Before the writer (docs/operations.md, "Quotas"): the run rates — a
 	// report costs one run and its artifact bytes — then the storage budget.
 	admit := func() *Refusal {
-		if rf := s.admitRate(s.runRate, v, run.EnvironmentSlug, run.DeploymentID, 1, run.ArtifactBytes()); rf != nil {
+		if rf := s.admitRate(s.runRate, v, run.EnvironmentSlug, run.DeploymentID, 1, ArtifactBytes(&run)); rf != nil {
 			return rf
 		}
 		return s.admitStorage(v, run.EnvironmentSlug, storage.RunCharge(record(0)))

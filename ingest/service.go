@@ -261,7 +261,7 @@ func (s *Service) skewContact(v Verified) {
 		return
 	}
 	var hb HeartbeatV1
-	if DecodeBody(v.body, &hb) != nil || hb.validate() != nil || hb.EnvironmentSlug != v.key.EnvironmentSlug {
+	if DecodeBody(v.body, &hb) != nil || validateHeartbeat(&hb) != nil || hb.EnvironmentSlug != v.key.EnvironmentSlug {
 		return
 	}
 	if s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID) != nil {

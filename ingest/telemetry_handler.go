@@ -54,13 +54,13 @@ func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
 			return rf
 		}
 		var inv *telemetry.Invalid
-		if err := w.Validate(); errors.As(err, &inv) {
+		if err := telemetry.ValidateWindow(&w); errors.As(err, &inv) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", inv.Message)
 		} else if err != nil {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "invalid window")
 		}
 		// Hashed here, outside the writer's unit.
-		_, hash = w.Canonical()
+		_, hash = telemetry.CanonicalWindow(&w)
 		return nil
 	}
 	// Before the writer (docs/operations.md, "Quotas"): the telemetry

@@ -28,9 +28,8 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 )
 
 // Bounds and paces (docs/operations.md, "Logs").
@@ -39,13 +38,13 @@ const (
 	// into a chunk: a quiet service's lines still arrive within a minute.
 	FlushInterval = 60 * time.Second
 	// DefaultMaxChunkBytes is the chunk bound used until the daemon's
-	// session answer says its own (logs.DefaultMaxChunkBytes, 1 MiB).
-	DefaultMaxChunkBytes = logs.DefaultMaxChunkBytes
+	// session answer says its own (wire.DefaultMaxChunkBytes, 1 MiB).
+	DefaultMaxChunkBytes = wire.DefaultMaxChunkBytes
 	// SpoolMaxBytes bounds one service's spooled chunks (compressed
 	// bytes): the daemon's per-deployment byte quota, since more could
 	// never be stored. Past it the oldest chunks not yet planned are
 	// dropped, counted.
-	SpoolMaxBytes = logs.DefaultDeploymentBytes
+	SpoolMaxBytes = wire.DefaultDeploymentBytes
 	// readBlock is one read from a source: small beside a chunk, so a cut
 	// falls close to the target and on a cursor.
 	readBlock = 64 << 10
@@ -85,7 +84,7 @@ var ErrPaused = errors.New("log shipping paused")
 
 // Config is one service's shipper.
 type Config struct {
-	// Service is the unit name or file label (logs.ValidService).
+	// Service is the unit name or file label (wire.ValidService).
 	Service string
 	// Source yields the lines; OpenSource opens it at a saved cursor.
 	OpenSource func(cursor string) Source
@@ -144,7 +143,7 @@ type TickResult struct {
 // final payload (reason "restart") spooled. Errors: the spool cannot be
 // read or written.
 func Open(cfg Config) (*Shipper, error) {
-	if !logs.ValidService(cfg.Service) {
+	if !wire.ValidService(cfg.Service) {
 		return nil, fmt.Errorf("log service %q: must be 1-128 characters of [A-Za-z0-9@._:-]", cfg.Service)
 	}
 	if cfg.Clock == nil {
@@ -201,7 +200,7 @@ func (s *Shipper) spoolFinish(session, reason string) error {
 	if len(cursor) > 512 {
 		cursor = cursor[:512]
 	}
-	b, err := json.Marshal(logs.FinalV1{Chunks: sc.NextSeq, Bytes: sc.Bytes, Cursor: cursor, Reason: reason})
+	b, err := json.Marshal(wire.FinalV1{Chunks: sc.NextSeq, Bytes: sc.Bytes, Cursor: cursor, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -484,14 +483,14 @@ func (s *Shipper) open(ctx context.Context, session string) error {
 	if s.opened[session] {
 		return nil
 	}
-	b, status, code, err := s.post(ctx, openRoute, logs.OpenV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: session, Service: s.cfg.Service})
+	b, status, code, err := s.post(ctx, openRoute, wire.OpenV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: session, Service: s.cfg.Service})
 	if err != nil {
 		return err
 	}
 	if status/100 != 2 {
 		return s.refused("open", status, code)
 	}
-	var o ingest.LogSessionOpened
+	var o wire.LogSessionOpened
 	if json.Unmarshal(b, &o) == nil && o.MaxChunkBytes > 0 {
 		s.maxSize = o.MaxChunkBytes
 	}
@@ -524,8 +523,8 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 	if err := s.open(ctx, c.Session); err != nil {
 		return false, err
 	}
-	wire := logs.ChunkV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: c.Session, Seq: c.Seq, Size: c.Size, SHA256: c.SHA256}
-	b, status, code, err := s.post(ctx, planRoute, wire)
+	chunk := wire.ChunkV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: c.Session, Seq: c.Seq, Size: c.Size, SHA256: c.SHA256}
+	b, status, code, err := s.post(ctx, planRoute, chunk)
 	if err != nil {
 		return false, err
 	}
@@ -558,7 +557,7 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 		return false, s.refused("plan", status, code)
 	}
 	for uploads := 1; ; uploads++ {
-		var p ingest.LogChunkPlanned
+		var p wire.LogChunkPlanned
 		if err := json.Unmarshal(b, &p); err != nil {
 			return false, fmt.Errorf("%w: plan answer: %v", ErrPaused, err)
 		}
@@ -575,7 +574,7 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 		if err := s.put(ctx, p.Upload, full.body); err != nil {
 			return false, err
 		}
-		_, status, code, err = s.post(ctx, commitRoute, wire)
+		_, status, code, err = s.post(ctx, commitRoute, chunk)
 		if err != nil {
 			return false, err
 		}
@@ -596,7 +595,7 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 		}
 		s.cfg.Log.Warn().Str("service", s.cfg.Service).Str("session", c.Session).Int64("seq", c.Seq).Int("uploads", uploads).
 			Msg("log chunk stored as other bytes: uploading it again under a renewed grant")
-		if b, status, code, err = s.post(ctx, planRoute, wire); err != nil {
+		if b, status, code, err = s.post(ctx, planRoute, chunk); err != nil {
 			return false, err
 		}
 		if status/100 != 2 {
@@ -631,7 +630,7 @@ func withoutURL(err error) error {
 
 // put uploads body with the grant: exactly its headers, to its URL, with
 // the shipper's own HTTP client (no chalupa credentials).
-func (s *Shipper) put(ctx context.Context, up *ingest.LogUpload, body []byte) error {
+func (s *Shipper) put(ctx context.Context, up *wire.LogUpload, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%w: upload: %v", ErrPaused, withoutURL(err))

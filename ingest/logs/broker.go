@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -70,26 +70,28 @@ func (e *Invalid) Error() string { return e.Message }
 
 func invalid(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 
-// servicePattern is a systemd unit name (or a file label): 1–128 of
-// [A-Za-z0-9@._:-].
-var servicePattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]{1,128}$`)
+// ValidService reports whether s can name a log service
+// (wire.ValidService: 1–128 of [A-Za-z0-9@._:-], a systemd unit name or a
+// file label).
+func ValidService(s string) bool { return wire.ValidService(s) }
 
-// ValidService reports whether s can name a log service.
-func ValidService(s string) bool { return servicePattern.MatchString(s) }
+// The log routes' bodies are protocol v1's (ingest/wire), named here as
+// aliases so the broker and its tests keep their names; their validation
+// is the broker's (ValidateOpen, ValidateChunk, ValidateFinish).
+type (
+	// OpenV1 is wire.OpenV1, the body of POST /api/ingest/logs/sessions.
+	OpenV1 = wire.OpenV1
+	// ChunkV1 is wire.ChunkV1, the body of POST /api/ingest/logs/plan and
+	// /commit.
+	ChunkV1 = wire.ChunkV1
+	// FinishV1 is wire.FinishV1, the body of POST /api/ingest/logs/finish.
+	FinishV1 = wire.FinishV1
+	// FinalV1 is wire.FinalV1, a session's final payload.
+	FinalV1 = wire.FinalV1
+)
 
-// OpenV1 is the body of POST /api/ingest/logs/sessions.
-type OpenV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
-	// SessionID is the agent's id for the session, kept in its spool so
-	// a replay opens the same session.
-	SessionID string `json:"sessionId"`
-	// Service is the unit (or file label) the session ships.
-	Service string `json:"service"`
-}
-
-// Validate checks the values. Errors: *Invalid.
-func (b *OpenV1) Validate() error {
+// ValidateOpen checks an open body's values. Errors: *Invalid.
+func ValidateOpen(b *OpenV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
@@ -111,24 +113,8 @@ func validIDs(env, dep, sess string) error {
 	return nil
 }
 
-// ChunkV1 is the body of POST /api/ingest/logs/plan and /commit: one
-// chunk of one session, named by its sequence number and described by its
-// compressed size and SHA-256.
-type ChunkV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
-	SessionID       string `json:"sessionId"`
-	Seq             int64  `json:"seq"`
-	// Size is the chunk's length in bytes, 1 to the chunk size bound.
-	Size int64 `json:"size"`
-	// SHA256 is the chunk's SHA-256, 64 lowercase hex digits.
-	SHA256 string `json:"sha256"`
-
-	sum [32]byte
-}
-
-// Validate checks the values and decodes SHA256. Errors: *Invalid.
-func (b *ChunkV1) Validate() error {
+// ValidateChunk checks a chunk body's values. Errors: *Invalid.
+func ValidateChunk(b *ChunkV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
@@ -142,38 +128,21 @@ func (b *ChunkV1) Validate() error {
 	if err != nil || len(raw) != 32 || strings.ToLower(b.SHA256) != b.SHA256 {
 		return invalid("sha256 must be 64 lowercase hex digits")
 	}
-	copy(b.sum[:], raw)
 	return nil
 }
 
-// Sum is the decoded SHA256 (after Validate).
-func (b *ChunkV1) Sum() [32]byte { return b.sum }
-
-// FinishV1 is the body of POST /api/ingest/logs/finish.
-type FinishV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
-	SessionID       string `json:"sessionId"`
-	// Final is the session's summary as the agent saw it: stored exactly
-	// once; a repeat must be identical.
-	Final FinalV1 `json:"final"`
+// ChunkSum is b's SHA256 decoded; the zero sum for one ValidateChunk
+// refuses (every broker path validates first).
+func ChunkSum(b *ChunkV1) [32]byte {
+	var sum [32]byte
+	if raw, err := hex.DecodeString(b.SHA256); err == nil && len(raw) == len(sum) {
+		copy(sum[:], raw)
+	}
+	return sum
 }
 
-// FinalV1 is a session's final payload.
-type FinalV1 struct {
-	// Chunks and Bytes count what the agent shipped in the session.
-	Chunks int64 `json:"chunks"`
-	Bytes  int64 `json:"bytes"`
-	// Cursor is where the agent stopped reading (a journald cursor or a
-	// file offset), at most 512 characters.
-	Cursor string `json:"cursor"`
-	// Reason is why the session ended (such as "shutdown", "rotated"),
-	// at most 64 characters.
-	Reason string `json:"reason"`
-}
-
-// Validate checks the values. Errors: *Invalid.
-func (b *FinishV1) Validate() error {
+// ValidateFinish checks a finish body's values. Errors: *Invalid.
+func ValidateFinish(b *FinishV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
@@ -188,8 +157,8 @@ func (b *FinishV1) Validate() error {
 	return nil
 }
 
-// Canonical is the exact payload stored: the final's JSON.
-func (b *FinishV1) Canonical() []byte {
+// CanonicalFinal is the exact payload stored for b: its final's JSON.
+func CanonicalFinal(b *FinishV1) []byte {
 	out, _ := json.Marshal(b.Final) // a struct of numbers and strings cannot fail
 	return out
 }
@@ -315,7 +284,7 @@ func (b *Broker) Plan(ctx context.Context, q storage.Querier, env int64, ch *Chu
 	} else if err != nil {
 		return Planned{}, err
 	}
-	sum := ch.Sum()
+	sum := ChunkSum(ch)
 	expires := now.Add(b.limits.GrantTTL)
 	switch c, err := storage.LogChunkBySeq(ctx, q, s.Row, ch.Seq); {
 	case err == nil && (c.Size != ch.Size || !bytes.Equal(c.SHA256, sum[:])):
@@ -387,7 +356,7 @@ func (b *Broker) Lookup(ctx context.Context, q storage.Querier, env int64, ch *C
 	} else if err != nil {
 		return c, err
 	}
-	sum := ch.Sum()
+	sum := ChunkSum(ch)
 	if c.Size != ch.Size || !bytes.Equal(c.SHA256, sum[:]) {
 		return c, ErrChunkConflict
 	}
@@ -440,7 +409,7 @@ func (b *Broker) Finish(ctx context.Context, q storage.Querier, env int64, f *Fi
 	} else if err != nil {
 		return false, err
 	}
-	payload := f.Canonical()
+	payload := CanonicalFinal(f)
 	if !s.FinishedAt.IsZero() {
 		if bytes.Equal(s.FinalPayload, payload) {
 			return true, nil

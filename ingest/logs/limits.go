@@ -1,6 +1,10 @@
 package logs
 
-import "time"
+import (
+	"time"
+
+	"github.com/chalupa-run/chalupa/ingest/wire"
+)
 
 // Broker defaults (docs/operations.md, "Logs").
 const (
@@ -13,10 +17,11 @@ const (
 	// DefaultSessionTTL is how long a log session accepts chunks: 24 h,
 	// a day of a droplet's life per session; the agent opens another.
 	DefaultSessionTTL = 24 * time.Hour
-	// DefaultMaxChunkBytes bounds one chunk (compressed): 1 MiB, a few
-	// seconds on a slow link, so a grant of DefaultGrantTTL always
-	// suffices and a lost upload costs little to redo.
-	DefaultMaxChunkBytes = 1 << 20
+	// DefaultMaxChunkBytes bounds one chunk (compressed, bytes): 1 MiB
+	// (wire.DefaultMaxChunkBytes), a few seconds on a slow link, so a
+	// grant of DefaultGrantTTL always suffices and a lost upload costs
+	// little to redo.
+	DefaultMaxChunkBytes = wire.DefaultMaxChunkBytes
 	// DefaultOpenSessions bounds the unfinished, unexpired sessions of one
 	// deployment: 8, a few services plus restarts.
 	DefaultOpenSessions = 8
@@ -24,10 +29,10 @@ const (
 	// over its life: 256.
 	DefaultDeploymentChunks = 256
 	// DefaultDeploymentBytes bounds the bytes one deployment may plan
-	// over its life: 64 MiB. Compressed journald of a short-lived droplet
-	// is a few MiB; the bound caps what a leaked ingest key can make
-	// chalupa grant at cents of storage.
-	DefaultDeploymentBytes = 64 << 20
+	// over its life: 64 MiB (wire.DefaultDeploymentBytes). Compressed
+	// journald of a short-lived droplet is a few MiB; the bound caps what
+	// a leaked ingest key can make chalupa grant at cents of storage.
+	DefaultDeploymentBytes = wire.DefaultDeploymentBytes
 	// MaxFinalPayload bounds a session's final payload (bytes): 4 KiB, a
 	// summary (counts, last cursor), never log lines.
 	MaxFinalPayload = 4 << 10

@@ -144,7 +144,7 @@ func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error)
 	}
 	sum := a.BodyHash
 	if sum == ([32]byte{}) {
-		_, sum = w.Canonical()
+		_, sum = CanonicalWindow(w)
 	}
 	switch prev, err := storage.TelemetryReceiptHash(ctx, q, env, dep, sess, start); {
 	case err == nil && prev == sum:
@@ -196,7 +196,7 @@ func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error)
 	}); err != nil {
 		return Result{}, fmt.Errorf("telemetry receipt: %w", err)
 	}
-	metrics := w.metricSet()
+	metrics := metricSet(w)
 	if err := storage.InsertTelemetryWindow(ctx, q, storage.TelemetryWindow{
 		EnvironmentID: env, DeploymentID: dep, SessionID: sess, WindowStart: start, ReceivedAt: a.Now, Final: w.Final, Metrics: metrics,
 	}); err != nil {

@@ -286,7 +286,7 @@ func TestValidateBoundsKeepTotalsFinite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
 				WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60, Metrics: tc.m}
-			err := w.Validate()
+			err := telemetry.ValidateWindow(&w)
 			var inv *telemetry.Invalid
 			if tc.ok != (err == nil) || (err != nil && !errors.As(err, &inv)) {
 				t.Fatalf("Validate = %v, want ok=%v", err, tc.ok)
@@ -303,7 +303,7 @@ func TestCanonicalNegativeZero(t *testing.T) {
 		Metrics: telemetry.MetricsV1{GPUTempC: &telemetry.AggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
 	b := a
 	b.Metrics.GPUTempC = &telemetry.AggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
-	if _, ha := a.Canonical(); func() bool { _, hb := b.Canonical(); return ha != hb }() {
+	if _, ha := telemetry.CanonicalWindow(&a); func() bool { _, hb := telemetry.CanonicalWindow(&b); return ha != hb }() {
 		t.Fatal("a window with -0 hashes differently from the same window with 0")
 	}
 	if !math.Signbit(b.Metrics.GPUTempC.Sum) {

@@ -12,18 +12,20 @@ import (
 	"math"
 	"time"
 
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // Window bounds (docs/operations.md, "Telemetry").
 const (
-	// WindowSeconds is the only window length accepted: one minute.
-	WindowSeconds = 60
+	// WindowSeconds is the only window length accepted (seconds): one
+	// minute (wire.WindowSeconds).
+	WindowSeconds = wire.WindowSeconds
 	// MaxWindowAge is how old a window may be: one whose end
 	// (windowStart + 60 s) is more than two hours before the server's
-	// clock is refused as window_too_old.
-	MaxWindowAge = 2 * time.Hour
+	// clock is refused as window_too_old (wire.MaxWindowAge).
+	MaxWindowAge = wire.MaxWindowAge
 	// FinalWindowGrace is how long after a deployment ended its final
 	// windows (those starting before ended_at) are still admitted.
 	FinalWindowGrace = 15 * time.Minute
@@ -36,52 +38,23 @@ const (
 // window is one minute; windowStart is aligned to it.
 const window = WindowSeconds * time.Second
 
-// WindowV1 is the body of POST /api/ingest/telemetry: one minute window of
-// one telemetry session (RFC 3339 windowStart, minute-aligned; unknown
-// fields, and so unknown metric names, are refused).
-type WindowV1 struct {
-	EnvironmentSlug string    `json:"environmentSlug"`
-	DeploymentID    string    `json:"deploymentId"`
-	SessionID       string    `json:"sessionId"`
-	WindowStart     time.Time `json:"windowStart"`
-	WindowSeconds   int64     `json:"windowSeconds"`
-	Final           bool      `json:"final"`
-	Metrics         MetricsV1 `json:"metrics"`
-}
+// The window's wire types are protocol v1's (ingest/wire), named here as
+// aliases so admission and its tests keep their names; the value rules are
+// this package's (ValidateWindow).
+type (
+	// WindowV1 is wire.WindowV1, the body of POST /api/ingest/telemetry.
+	WindowV1 = wire.WindowV1
+	// MetricsV1 is wire.MetricsV1, the fixed metric set in
+	// storage.TelemetryMetrics order.
+	MetricsV1 = wire.MetricsV1
+	// AggV1 is wire.AggV1, one metric's aggregate over a window.
+	AggV1 = wire.AggV1
+)
 
-// MetricsV1 is the fixed metric set (storage.TelemetryMetrics, whose order
-// and names it mirrors); every metric is optional.
-type MetricsV1 struct {
-	CPUPct           *AggV1 `json:"cpuPct,omitempty"`
-	MemUsedBytes     *AggV1 `json:"memUsedBytes,omitempty"`
-	MemTotalBytes    *AggV1 `json:"memTotalBytes,omitempty"`
-	DiskUsedBytes    *AggV1 `json:"diskUsedBytes,omitempty"`
-	DiskTotalBytes   *AggV1 `json:"diskTotalBytes,omitempty"`
-	Load1            *AggV1 `json:"load1,omitempty"`
-	NetRxBytes       *AggV1 `json:"netRxBytes,omitempty"`
-	NetTxBytes       *AggV1 `json:"netTxBytes,omitempty"`
-	GPUUtilPct       *AggV1 `json:"gpuUtilPct,omitempty"`
-	GPUMemUsedBytes  *AggV1 `json:"gpuMemUsedBytes,omitempty"`
-	GPUMemTotalBytes *AggV1 `json:"gpuMemTotalBytes,omitempty"`
-	GPUTempC         *AggV1 `json:"gpuTempC,omitempty"`
-	GPUPowerW        *AggV1 `json:"gpuPowerW,omitempty"`
-}
-
-// list returns the metrics in storage.TelemetryMetrics order.
-func (m *MetricsV1) list() [storage.NumTelemetryMetrics]*AggV1 {
+// metricList returns m's metrics in storage.TelemetryMetrics order.
+func metricList(m *MetricsV1) [storage.NumTelemetryMetrics]*AggV1 {
 	return [...]*AggV1{m.CPUPct, m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes, m.Load1,
 		m.NetRxBytes, m.NetTxBytes, m.GPUUtilPct, m.GPUMemUsedBytes, m.GPUMemTotalBytes, m.GPUTempC, m.GPUPowerW}
-}
-
-// AggV1 aggregates one metric's samples taken inside the window: n samples
-// (an integer ≥ 1), their sum, min, max and the last one. Units are the
-// metric's (storage.TelemetryMetrics).
-type AggV1 struct {
-	N    int64   `json:"n"`
-	Sum  float64 `json:"sum"`
-	Min  float64 `json:"min"`
-	Max  float64 `json:"max"`
-	Last float64 `json:"last"`
 }
 
 // metricRange is the range every sample of a metric must fall in.
@@ -117,9 +90,9 @@ type Invalid struct{ Message string }
 
 func (e *Invalid) Error() string { return e.Message }
 
-// Validate checks the window's values (docs/operations.md, "Telemetry").
+// ValidateWindow checks w's values (docs/operations.md, "Telemetry").
 // Errors: *Invalid.
-func (w *WindowV1) Validate() error {
+func ValidateWindow(w *WindowV1) error {
 	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 	switch {
 	case !slug.Valid(w.EnvironmentSlug):
@@ -137,7 +110,7 @@ func (w *WindowV1) Validate() error {
 	case w.WindowSeconds != WindowSeconds:
 		return bad("windowSeconds must be 60")
 	}
-	for i, a := range w.Metrics.list() {
+	for i, a := range metricList(&w.Metrics) {
 		if a == nil {
 			continue
 		}
@@ -168,12 +141,12 @@ func sumFits(a *AggV1) bool {
 	return a.Sum >= lo-slack && a.Sum <= hi+slack && !math.IsInf(a.Sum, 0)
 }
 
-// Canonical returns the window's canonical encoding — its JSON with
+// CanonicalWindow returns w's canonical encoding — its JSON with
 // windowStart in UTC and fields in their fixed order — and its SHA-256,
 // the body hash a retry receipt holds. Two bodies that decode to the same
 // window (whitespace, key order, an equivalent time offset) are the same
 // window; any change of value is a different one.
-func (w *WindowV1) Canonical() ([]byte, [32]byte) {
+func CanonicalWindow(w *WindowV1) ([]byte, [32]byte) {
 	c := *w
 	c.WindowStart = c.WindowStart.UTC()
 	// -0 and 0 are the same value: encode both as 0 (x + 0 is +0 for
@@ -198,10 +171,10 @@ func (w *WindowV1) Canonical() ([]byte, [32]byte) {
 	return b, sha256.Sum256(b)
 }
 
-// metricSet converts the wire metrics to storage's indexed set.
-func (w *WindowV1) metricSet() storage.TelemetryMetricSet {
+// metricSet converts w's metrics to storage's indexed set.
+func metricSet(w *WindowV1) storage.TelemetryMetricSet {
 	var out storage.TelemetryMetricSet
-	for i, a := range w.Metrics.list() {
+	for i, a := range metricList(&w.Metrics) {
 		if a != nil {
 			out[i] = &storage.MetricAgg{N: a.N, Sum: a.Sum, Min: a.Min, Max: a.Max, Last: a.Last}
 		}

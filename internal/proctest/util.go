@@ -15,20 +15,11 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/internal/randtoken"
-	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // PollInterval is the pause between two attempts of every readiness wait
 // in this package (a process's first answer).
 const PollInterval = 100 * time.Millisecond
-
-// Poll is testwait.Eventually with timeout as its bound. It remains for the
-// agent fleet fixture's two calls until that fixture moves; every other
-// test waits with testwait.Eventually and a named bound.
-func Poll(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, state string)) {
-	t.Helper()
-	testwait.Eventually(t, testwait.Bound(timeout), what, cond)
-}
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
 // chosen at random below the kernel's ephemeral range

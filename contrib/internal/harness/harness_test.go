@@ -173,7 +173,7 @@ func TestTelemetryBodyIsAValidWindow(t *testing.T) {
 		if err := dec.Decode(&win); err != nil {
 			t.Fatalf("window %d: %v", k, err)
 		}
-		if err := win.Validate(); err != nil {
+		if err := telemetry.ValidateWindow(&win); err != nil {
 			t.Fatalf("window %d: %v", k, err)
 		}
 		if want := fmt.Sprintf("load-dep-%d", k%3); win.DeploymentID != want || win.SessionID != fmt.Sprintf("load-sess-%d", k%3) {

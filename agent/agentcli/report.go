@@ -1,4 +1,4 @@
-package main
+package agentcli
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent"
-	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 
@@ -38,28 +38,28 @@ type agentReportRunCmd struct {
 // which); 1 when it was refused or could not be spooled; 2 for flags
 // breaking their rule on their face.
 func (c *agentReportRunCmd) Run() error {
-	var rep ingest.RunReportV1
+	var rep wire.RunReportV1
 	if c.File != "" {
 		b, err := os.ReadFile(c.File)
 		if err != nil {
-			return &exitError{code: 1, err: fmt.Errorf("--file: %w", err)}
+			return &ExitError{Code: 1, Err: fmt.Errorf("--file: %w", err)}
 		}
 		if err := strictjson.Decode(b, &rep); err != nil {
-			return &exitError{code: exitUsage, err: fmt.Errorf("--file: %w", err)}
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--file: %w", err)}
 		}
 	} else {
 		if c.Suite == "" || c.RunID == "" || c.Status == "" || c.StartedAt.IsZero() {
-			return &exitError{code: exitUsage, err: fmt.Errorf("--suite, --run-id, --status and --started-at are required without --file")}
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--suite, --run-id, --status and --started-at are required without --file")}
 		}
-		rep = ingest.RunReportV1{Suite: c.Suite, RunID: c.RunID, Status: c.Status, StartedAt: c.StartedAt.UTC(),
-			FinishedAt: c.FinishedAt.UTC(), Commit: c.Commit, Artifacts: []ingest.ArtifactRefV1{}}
+		rep = wire.RunReportV1{Suite: c.Suite, RunID: c.RunID, Status: c.Status, StartedAt: c.StartedAt.UTC(),
+			FinishedAt: c.FinishedAt.UTC(), Commit: c.Commit, Artifacts: []wire.ArtifactRefV1{}}
 		if c.FinishedAt.IsZero() {
 			rep.FinishedAt = time.Now().UTC()
 		}
 		for i, raw := range c.Artifact {
-			var a ingest.ArtifactRefV1
+			var a wire.ArtifactRefV1
 			if err := strictjson.Decode([]byte(raw), &a); err != nil {
-				return &exitError{code: exitUsage, err: fmt.Errorf("--artifact %d: %w", i+1, err)}
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--artifact %d: %w", i+1, err)}
 			}
 			rep.Artifacts = append(rep.Artifacts, a)
 		}
@@ -68,21 +68,21 @@ func (c *agentReportRunCmd) Run() error {
 		DeploymentID: c.Deployment, StateDir: c.StateDir, Log: zerolog.New(os.Stderr).With().Timestamp().Logger()}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return &exitError{code: exitUsage, err: err}
+		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	creds, err := agent.ReadCredentials(&cfg)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &ExitError{Code: 1, Err: err}
 	}
 	res, err := agent.ReportRun(context.Background(), cfg, creds, rep)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &ExitError{Code: 1, Err: err}
 	}
 	switch {
 	case res.Dropped > 0:
-		return &exitError{code: 1, err: fmt.Errorf("%d report(s) refused by the control plane (see the log); %d delivered", res.Dropped, res.Delivered)}
+		return &ExitError{Code: 1, Err: fmt.Errorf("%d report(s) refused by the control plane (see the log); %d delivered", res.Dropped, res.Delivered)}
 	case res.Refused != "":
-		return &exitError{code: 1, err: fmt.Errorf("the control plane refused a report (%s); %d report(s) stay in %s and are retried for at most %s; %d delivered",
+		return &ExitError{Code: 1, Err: fmt.Errorf("the control plane refused a report (%s); %d report(s) stay in %s and are retried for at most %s; %d delivered",
 			res.Refused, res.Spooled, cfg.StateDir, agent.MaxReportAge, res.Delivered)}
 	case res.Spooled > 0:
 		fmt.Printf("spooled: %d report(s) wait in %s for the control plane; %d delivered\n", res.Spooled, cfg.StateDir, res.Delivered)

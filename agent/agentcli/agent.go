@@ -1,11 +1,17 @@
-package main
+// Package agentcli is the fleet agent's command line: `chalupa agent …` in
+// the full binary and the same commands at the top of the standalone
+// `chalupa-agent` (cmd/chalupa-agent), so both take exactly the same flags
+// and CHALUPA_AGENT_* variables (docs/operations.md, "Agent"). It imports
+// the agent and the leaves it needs (ingest/wire, ingest/signer,
+// internal/…), never a server package: cmd/chalupa-agent's dependency test
+// holds it to that.
+package agentcli
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"io"
 	"os"
 	"os/signal"
@@ -15,21 +21,65 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )
 
-type agentCmd struct {
+// Cmd is `chalupa agent`: the agent's commands under the full binary. The
+// standalone chalupa-agent lists the same command types at its top
+// (Standalone), so a flag added to one is in both.
+type Cmd struct {
 	Run         agentRunCmd         `cmd:"" help:"Run the fleet agent: heartbeats with idle detection, Monitor windows, a durable spool (docs/operations.md, \"Agent\")."`
 	Status      agentStatusCmd      `cmd:"" help:"Print what the agent would send now, and its spool, without sending."`
 	Heartbeat   agentHeartbeatCmd   `cmd:"" help:"Send signed heartbeats whose idle state you give (the reference command)."`
 	ReportRun   agentReportRunCmd   `cmd:"" name:"report-run" help:"Report a finished CI suite run (spooled, so it survives the control plane being down)."`
 	SystemdUnit agentSystemdUnitCmd `cmd:"" name:"systemd-unit" help:"Print the agent's systemd unit (the cloud-init install writes it)."`
+}
+
+// ExitUsage is the exit status for command-line mistakes, including a flag
+// value that breaks its rule on its face (a --url that is not an https
+// origin off loopback); a refusal that depends on anything beyond the
+// command line (a file, the control plane's answer) exits 1
+// (docs/operations.md, "Exit codes").
+const ExitUsage = 2
+
+// ExitError carries an exit status out of a command's Run: the full
+// binary's main and Main print Err (when set) and exit with Code.
+type ExitError struct {
+	// Code is the process exit status (1, or ExitUsage).
+	Code int
+	// Err is what to print; nil prints nothing (the command printed it).
+	Err error
+}
+
+// Error is Err's message, or the exit status when Err is nil.
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap is Err.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is Code: the full binary's cli.Run reads the status through it.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// ExitMessage is what to print before exiting: Err's message, or "" when
+// the command printed its own (cli.Run prints nothing then).
+func (e *ExitError) ExitMessage() string {
+	if e.Err == nil {
+		return ""
+	}
+	return e.Err.Error()
 }
 
 // agentFlags are the settings `agent run` and `agent status` share, each
@@ -104,7 +154,7 @@ func (c *agentRunCmd) Run() error {
 	}
 	if d := cfg.WithDefaults(); d.Validate() != nil {
 		err := d.Validate()
-		return &exitError{code: exitUsage, err: err}
+		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	agent.Version = buildinfo.Version
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -114,7 +164,7 @@ func (c *agentRunCmd) Run() error {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting for the key or the metadata
 		}
-		return &exitError{code: 1, err: err}
+		return &ExitError{Code: 1, Err: err}
 	}
 	return a.Run(ctx)
 }
@@ -126,18 +176,26 @@ type agentStatusCmd struct {
 
 // Run prints the status report (agent.Status): nothing is sent and the
 // state dir is not changed.
-func (c *agentStatusCmd) Run() error {
+func (c *agentStatusCmd) Run(k *kong.Context) error {
 	rep, err := agent.Status(c.config())
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &ExitError{Code: 1, Err: err}
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(k.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	printAgentStatus(os.Stdout, rep)
+	printAgentStatus(k.Stdout, rep)
 	return nil
+}
+
+// orDash is s, or "-" when s is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func printAgentStatus(w io.Writer, r agent.StatusReport) {
@@ -239,18 +297,18 @@ func (c *agentHeartbeatCmd) Run() error {
 	// unreadable or exposed file is a refusal (1), the same for --key-file
 	// and --activity-file (docs/operations.md, "Exit codes").
 	if err := origin.CheckDaemonURL("--url", "fleet heartbeats", c.URL); err != nil {
-		return &exitError{code: exitUsage, err: err}
+		return &ExitError{Code: ExitUsage, Err: err}
 	}
 	if fi, err := os.Stat(c.KeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return &exitError{code: 1, err: fmt.Errorf("--key-file is readable by group or others (chmod 600 %s)", c.KeyFile)}
+		return &ExitError{Code: 1, Err: fmt.Errorf("--key-file is readable by group or others (chmod 600 %s)", c.KeyFile)}
 	}
 	b, err := os.ReadFile(c.KeyFile)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("read --key-file: %w", err)}
+		return &ExitError{Code: 1, Err: fmt.Errorf("read --key-file: %w", err)}
 	}
 	key, err := signer.DecodeKeyMaterial(string(b))
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("--key-file: %w", err)}
+		return &ExitError{Code: 1, Err: fmt.Errorf("--key-file: %w", err)}
 	}
 	started := time.Now().UTC()
 	c.lastActivity = started
@@ -259,7 +317,7 @@ func (c *agentHeartbeatCmd) Run() error {
 		// since the agent started" (which defers the reaper).
 		fi, err := os.Stat(c.ActivityFile)
 		if err != nil {
-			return &exitError{code: 1, err: fmt.Errorf("--activity-file: %w (it must exist: its modification time is the last user activity)", err)}
+			return &ExitError{Code: 1, Err: fmt.Errorf("--activity-file: %w (it must exist: its modification time is the last user activity)", err)}
 		}
 		c.lastActivity = fi.ModTime().UTC()
 	}
@@ -283,7 +341,7 @@ func (c *agentHeartbeatCmd) Run() error {
 		}
 	}
 	if !ok {
-		return &exitError{code: 1}
+		return &ExitError{Code: 1}
 	}
 	return nil
 }
@@ -316,12 +374,12 @@ func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client) (bool, 
 	if now := time.Now().UTC(); last.After(now) {
 		last = now
 	}
-	hb := ingest.HeartbeatV1{
+	hb := wire.HeartbeatV1{
 		EnvironmentSlug: c.Env,
-		Deployment:      ingest.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
+		Deployment:      wire.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
 		AgentVersion:    "chalupa-agent/" + buildinfo.Version,
 		SentAt:          time.Now().UTC(),
-		Reaper: ingest.ReaperObservation{
+		Reaper: wire.ReaperObservation{
 			IdleChecks:     int64(time.Since(last) / time.Minute),
 			LimitMinutes:   c.LimitMinutes,
 			LastActivityAt: last,

@@ -1,0 +1,51 @@
+package wire
+
+import "time"
+
+// MaxLimitMinutes is the longest idle limit a heartbeat may carry (minutes):
+// one week. A longer limit is indistinguishable from "never reap" and is
+// refused (docs/operations.md, "Heartbeats and deadlines").
+const MaxLimitMinutes = 7 * 24 * 60
+
+// HeartbeatV1 is the body of POST /api/ingest/heartbeat (RFC 3339 times;
+// unknown fields are refused). Every heartbeat carries a
+// reaper observation (docs/operations.md, "Heartbeats and deadlines").
+type HeartbeatV1 struct {
+	EnvironmentSlug  string            `json:"environmentSlug"`
+	Deployment       HeartbeatDeploy   `json:"deployment"`
+	AgentVersion     string            `json:"agentVersion"`
+	SentAt           time.Time         `json:"sentAt"`
+	Reaper           ReaperObservation `json:"reaper"`
+	SessionExpiresAt *time.Time        `json:"sessionExpiresAt,omitempty"`
+}
+
+// HeartbeatDeploy identifies the deployment (one droplet's life).
+type HeartbeatDeploy struct {
+	ID        string `json:"id"`
+	DropletID int64  `json:"dropletId,omitempty"`
+	Region    string `json:"region,omitempty"`
+	Size      string `json:"size,omitempty"`
+}
+
+// ReaperObservation is the agent's idle state. The idle deadline is
+// lastActivityAt + limitMinutes, persisted so it survives the agent dying.
+// LimitMinutes is 1..MaxLimitMinutes; IdleChecks counts whole idle minutes.
+type ReaperObservation struct {
+	IdleChecks     int64     `json:"idleChecks"`
+	LimitMinutes   int64     `json:"limitMinutes"`
+	LastActivityAt time.Time `json:"lastActivityAt"`
+	CIActive       bool      `json:"ciActive"`
+}
+
+// HeartbeatAccepted is the 202 body. SessionExpiresAt is the deployment's
+// session expiry as stored (absent: none); SessionExpiresAtClamped is true
+// when the heartbeat asked for a later one than its environment's session
+// policy allows (launch + maximum), and SessionExpiresAt is then the
+// applied bound (docs/operations.md, "Session policies").
+type HeartbeatAccepted struct {
+	Accepted                bool      `json:"accepted"`
+	IdleDeadlineAt          time.Time `json:"idleDeadlineAt"`
+	SessionExpiresAt        time.Time `json:"sessionExpiresAt,omitzero"`
+	SessionExpiresAtClamped bool      `json:"sessionExpiresAtClamped,omitempty"`
+	ServerTime              time.Time `json:"serverTime"`
+}

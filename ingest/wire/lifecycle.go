@@ -1,0 +1,35 @@
+package wire
+
+import "time"
+
+// Lifecycle event kinds a producer reports (docs/operations.md,
+// "Lifecycle events and runs").
+const (
+	EventLaunched   = "launched"
+	EventBooted     = "booted"
+	EventCIStarted  = "ci-started"
+	EventCIFinished = "ci-finished"
+	EventShutdown   = "shutdown"
+	EventSunk       = "sunk"
+)
+
+// LifecycleEventV1 is the body of POST /api/ingest/lifecycle (RFC 3339
+// times; unknown fields refused). ID is chosen by the producer and stable
+// across retries (docs/operations.md, "Lifecycle events and runs").
+type LifecycleEventV1 struct {
+	EnvironmentSlug string          `json:"environmentSlug"`
+	ID              string          `json:"id"`
+	Kind            string          `json:"kind"`
+	OccurredAt      time.Time       `json:"occurredAt"`
+	Deployment      LifecycleDeploy `json:"deployment"`
+}
+
+// LifecycleDeploy is the deployment a lifecycle event is about. Managed
+// applies to `launched` only (a deployment the managed worker created).
+type LifecycleDeploy struct {
+	ID        string `json:"id"`
+	DropletID int64  `json:"dropletId,omitempty"`
+	Region    string `json:"region,omitempty"`
+	Size      string `json:"size,omitempty"`
+	Managed   bool   `json:"managed,omitempty"`
+}
