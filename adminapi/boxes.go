@@ -29,6 +29,13 @@ var boxOperations = []Operation{
 	{ID: OpGetBox, MCP: mcpRead, Method: methodGet, Path: pathBox, Status: http.StatusOK,
 		Request: typeOf[GetBoxRequest](), Response: typeOf[Box](),
 		Summary: "one box: its configuration, recorded provider ids and last launch result"},
+	{ID: OpUpgradeBoxAgent, Method: methodPost, Path: pathBox + "/agent-upgrade",
+		Status: http.StatusOK, Mutates: true, Request: typeOf[UpgradeBoxAgentRequest](), Response: typeOf[BoxAgentUpgrade](),
+		// Destructive-ish: it replaces the droplet's agent binary and
+		// restarts its unit (a monitoring gap of seconds), so a call
+		// names the box.
+		MCP:     mcpDestructive("upgrade agent {box}"),
+		Summary: "replace the agent on a box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it"},
 }
 
 // BoxConfig is a box's declared configuration. Rules (422 invalid_box
@@ -149,4 +156,35 @@ func (c *Client) ListBoxes(ctx context.Context, req ListBoxesRequest) (BoxList, 
 // *APIError with 404 not_found.
 func (c *Client) GetBox(ctx context.Context, box string) (Box, error) {
 	return call[Box](ctx, c, OpGetBox, GetBoxRequest{Box: box})
+}
+
+// OpUpgradeBoxAgent upgrades the agent on a box's running droplet over SSH
+// (docs/operations.md, "Agent install", "Upgrade").
+const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
+
+// UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.
+type UpgradeBoxAgentRequest struct {
+	Box string `path:"box" json:"-"`
+}
+
+// BoxAgentUpgrade answers adminUpgradeBoxAgent: what the droplet ran
+// before and runs now.
+type BoxAgentUpgrade struct {
+	Box       string `json:"box"`
+	DropletID int64  `json:"dropletId"`
+	// Version is the release installed (CHALUPA_AGENT_VERSION).
+	Version string `json:"version"`
+	// Arch is the droplet's architecture (amd64 or arm64).
+	Arch string `json:"arch"`
+	// Before and After are the agent's `version` line before and after
+	// ("none": no agent was installed).
+	Before string `json:"before"`
+	After  string `json:"after"`
+}
+
+// UpgradeBoxAgent calls adminUpgradeBoxAgent. Errors: an *APIError with
+// 404 not_found, 409 no_droplet, 422 agent_release_invalid (naming the
+// variables), 502 agent_upgrade_failed.
+func (c *Client) UpgradeBoxAgent(ctx context.Context, box string) (BoxAgentUpgrade, error) {
+	return call[BoxAgentUpgrade](ctx, c, OpUpgradeBoxAgent, UpgradeBoxAgentRequest{Box: box})
 }

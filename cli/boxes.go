@@ -16,6 +16,27 @@ type adminBoxCmd struct {
 	Update adminBoxUpdateCmd `cmd:"" help:"Change a box's declared configuration; the next up converges it."`
 	List   adminBoxListCmd   `cmd:"" help:"List boxes."`
 	Show   adminBoxShowCmd   `cmd:"" help:"Show a box: configuration, recorded provider ids and the last launch result."`
+	// UpgradeAgent is adminUpgradeBoxAgent.
+	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it."`
+}
+
+// adminBoxUpgradeAgentCmd upgrades a box's agent (docs/operations.md,
+// "Agent install", "Upgrade").
+type adminBoxUpgradeAgentCmd struct {
+	Box  string `arg:"" help:"Box name or id."`
+	JSON bool   `help:"Print JSON."`
+}
+
+func (*adminBoxUpgradeAgentCmd) operation() string { return adminapi.OpUpgradeBoxAgent }
+
+// Run upgrades the agent and prints the versions before and after.
+func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxAgentUpgrade, error) {
+		return cl.UpgradeBoxAgent(ctx, c.Box)
+	}, func(w io.Writer, u adminapi.BoxAgentUpgrade) error {
+		_, err := fmt.Fprintf(w, "%s: droplet %d (%s): %s -> %s\n", u.Box, u.DropletID, u.Arch, u.Before, u.After)
+		return err
+	})
 }
 
 type adminBoxCreateCmd struct {

@@ -493,7 +493,7 @@ func (c *adminJobShowCmd) Run(a *adminCmd) error {
 type adminRerollCmd struct {
 	Env       string `name:"env" xor:"scope" required:"" help:"Reroll this environment's boxes."`
 	All       bool   `name:"all" xor:"scope" required:"" help:"Reroll every box."`
-	Action    string `required:"" enum:"preview,up,refresh,destroy" help:"preview, up, refresh or destroy (required)."`
+	Action    string `required:"" enum:"preview,up,refresh,destroy,upgrade-agent" help:"preview, up, refresh, destroy, or upgrade-agent (the agent over SSH, no job) (required)."`
 	KeepGoing bool   `name:"keep-going" help:"Go on after a failed job (default: stop at the first failure)."`
 	JSON      bool   `help:"Print the summary as JSON."`
 }
@@ -537,6 +537,10 @@ func (c *adminRerollCmd) Run(a *adminCmd) error {
 	return nil
 }
 
+// rerollUpgradeAgent is reroll's action that upgrades each box's agent
+// over SSH (adminUpgradeBoxAgent) instead of enqueuing a converge job.
+const rerollUpgradeAgent = "upgrade-agent"
+
 // reroll runs action on every box of env ("" for all), in the order the
 // daemon lists them (environment, then name), waiting for each job, and
 // returns one row per box: stopped at the first box that did not succeed
@@ -557,10 +561,27 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 			continue
 		}
 		row := rerollRow{Box: b.Name}
+		var ae *adminapi.APIError
+		if action == rerollUpgradeAgent {
+			// No job: the upgrade runs in the call (bounded by the
+			// daemon's SSH wait and upgrade timeout).
+			u, err := cl.UpgradeBoxAgent(ctx, b.ID)
+			switch {
+			case errors.As(err, &ae):
+				row.Status, row.Error = "failed", ae.Code+": "+ae.Message
+			case err != nil:
+				return rows, err
+			default:
+				fmt.Fprintf(w, "%s: agent %s -> %s\n", b.Name, u.Before, u.After)
+				row.Status = "succeeded"
+			}
+			rows = append(rows, row)
+			stopped = row.Status != "succeeded" && !keepGoing
+			continue
+		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		job, err := cl.RunPulumiConverge(rctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: b.ID}, Action: action})
 		cancel()
-		var ae *adminapi.APIError
 		switch {
 		case errors.As(err, &ae):
 			// Refused (a busy box, converge not configured): this box

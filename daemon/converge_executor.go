@@ -244,7 +244,10 @@ type convergeSummary struct {
 	IPv4       string `json:"ipv4,omitempty"`
 	FirewallID string `json:"firewallId,omitempty"`
 	VolumeID   string `json:"volumeId,omitempty"`
-	ElapsedMS  int64  `json:"elapsedMs"`
+	// AlreadyGone names what a destroy found missing at the provider and
+	// counted as deleted ("droplet 123").
+	AlreadyGone []string `json:"alreadyGone,omitempty"`
+	ElapsedMS   int64    `json:"elapsedMs"`
 }
 
 // Execute runs the job's action on the box through the engine, storing
@@ -303,7 +306,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 	sum, _ := json.Marshal(convergeSummary{Action: job.Action, Steps: res.Steps.String(), Create: res.Steps.Create,
 		Update: res.Steps.Update, Delete: res.Steps.Delete, Same: res.Steps.Same, Import: res.Steps.Import,
 		Replace: res.Steps.Replace, DropletID: res.DropletID, IPv4: res.IPv4, FirewallID: res.FirewallID,
-		VolumeID: res.VolumeID, ElapsedMS: res.Elapsed.Milliseconds()})
+		VolumeID: res.VolumeID, AlreadyGone: goneList(res.Gone), ElapsedMS: res.Elapsed.Milliseconds()})
 	out := jobs.Outcome{Summary: sum}
 	if action == pulumiexec.ActionPreview {
 		return out, nil
@@ -333,9 +336,20 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 			launch.HostKey = hostKey
 		}
 	case action == pulumiexec.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
-		out.Record = x.recordSunk(box, job, box.Resources.DropletID)
+		out.Record = x.recordSunk(box, job, box.Resources.DropletID, res.Gone.DropletID != "", found.VolumeID)
 	}
 	return out, nil
+}
+
+// goneList names the resources a destroy found missing ("droplet 123").
+func goneList(g pulumiexec.StateIDs) []string {
+	var out []string
+	for _, r := range []struct{ kind, id string }{{"droplet", g.DropletID}, {"firewall", g.FirewallID}, {"volume", g.VolumeID}} {
+		if r.id != "" {
+			out = append(out, r.kind+" "+r.id)
+		}
+	}
+	return out
 }
 
 // checkpoint saves both of the box's stacks as their next checkpoint
@@ -446,22 +460,47 @@ func (x *ConvergeExecutor) recordLaunch(box storage.Box, job jobs.Job, dropletID
 // recordSunk ends the destroyed droplet's deployment through the sunk
 // path: storage.EndDeployment (its telemetry sessions end with it), a
 // `sunk` and a `deployment-ended` event (reason manual: the operator's
-// destroy), and the environment sunk when it was its last active
-// deployment. A droplet without a deployment records nothing.
-func (x *ConvergeExecutor) recordSunk(box storage.Box, job jobs.Job, dropletID int64) func(context.Context, storage.Tx, time.Time) error {
+// destroy; provider when the droplet was already gone), and the
+// environment sunk when it was its last active deployment. A droplet that
+// was already gone (gone: the destroy's refresh found it missing, e.g. the
+// reaper destroyed it) whose deployment has ended records one `sunk` event
+// saying so; each message names the data volume the destroy kept
+// (volumeID, "" for none). A droplet without a deployment records nothing
+// (docs/operations.md, "Converge").
+func (x *ConvergeExecutor) recordSunk(box storage.Box, job jobs.Job, dropletID int64, gone bool, volumeID string) func(context.Context, storage.Tx, time.Time) error {
+	kept := ""
+	if volumeID != "" {
+		kept = "; volume " + volumeID + " kept"
+	}
 	return func(ctx context.Context, tx storage.Tx, now time.Time) error {
 		dep := deploymentID(dropletID)
 		ended, err := storage.EndDeployment(ctx, tx, box.EnvironmentID, dep, now)
 		if errors.Is(err, storage.ErrNotFound) {
 			return nil
 		}
-		if err != nil || !ended {
+		if err != nil {
 			return err
 		}
+		if !ended {
+			if !gone {
+				return nil
+			}
+			_, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: sunkIDPrefix + job.ID,
+				EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: ingest.EventSunk, OccurredAt: now,
+				Message: fmt.Sprintf("converge job %s: droplet %d was already gone (its deployment had ended); counted as deleted%s", job.ID, dropletID, kept)})
+			return err
+		}
+		sunkMsg := fmt.Sprintf("destroyed by converge job %s; droplet %d%s", job.ID, dropletID, kept)
+		endedMsg := fmt.Sprintf("droplet %d destroyed by converge job %s; deployment ended", dropletID, job.ID)
+		reason := "manual"
+		if gone {
+			sunkMsg = fmt.Sprintf("converge job %s: droplet %d was already gone at the provider; counted as deleted%s", job.ID, dropletID, kept)
+			endedMsg = fmt.Sprintf("droplet %d was already gone when converge job %s destroyed the box; deployment ended", dropletID, job.ID)
+			reason = "provider"
+		}
 		for _, ev := range []storage.LifecycleEvent{
-			{ID: sunkIDPrefix + job.ID, Kind: ingest.EventSunk, Message: fmt.Sprintf("destroyed by converge job %s; droplet %d", job.ID, dropletID)},
-			{ID: endedIDPrefix + job.ID, Kind: ingest.EventDeploymentEnded, Reason: "manual",
-				Message: fmt.Sprintf("droplet %d destroyed by converge job %s; deployment ended", dropletID, job.ID)},
+			{ID: sunkIDPrefix + job.ID, Kind: ingest.EventSunk, Message: sunkMsg},
+			{ID: endedIDPrefix + job.ID, Kind: ingest.EventDeploymentEnded, Reason: reason, Message: endedMsg},
 		} {
 			ev.EnvironmentID, ev.DeploymentID, ev.OccurredAt = box.EnvironmentID, dep, now
 			if _, err := storage.InsertLifecycleEvent(ctx, tx, ev); err != nil {

@@ -567,3 +567,81 @@ func noToken(t *testing.T, p *daemontest.InProcess) {
 		return nil
 	})
 }
+
+// TestConvergeDestroyAfterReap: the reaper destroys a converged box's
+// droplet at its deadline (with the write token), then `converge destroy`
+// of the box succeeds: the missing droplet counts as deleted (the test
+// provider, like the real one, fails a delete of a droplet that is gone),
+// the firewall is deleted, the data volume is kept, and the box and its
+// events say so (docs/operations.md, "Converge").
+func TestConvergeDestroyAfterReap(t *testing.T) {
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	env := convergeEnv(t, api, droplet)
+	env["DIGITALOCEAN_WRITE_TOKEN"] = api.AddToken("write", dofake.FullAccess...)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: env, StartLoops: true})
+	cl, ctx := p.Admin, context.Background()
+	authorize(t, cl, droplet)
+	newEnv(t, cl, "demo")
+	if _, err := cl.CreateBox(ctx, validBox("reaped-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, cl, "reaped-1", "up")
+	ds, vs := api.Droplets(), api.Volumes()
+	if len(ds) != 1 || len(vs) != 1 {
+		t.Fatalf("after up: %d droplets, %d volumes", len(ds), len(vs))
+	}
+	dropletID := int64(ds[0].ID)
+	dep := "droplet-" + strconv.Itoa(ds[0].ID)
+
+	// The agent heartbeats, then its activity stops: the deadline passes
+	// and the reaper destroys the droplet.
+	keyID, material := delivered(t, droplet)
+	if code := sendHeartbeat(t, p, "demo", dep, dropletID, keyID, material); code != http.StatusAccepted {
+		t.Fatalf("heartbeat: %d", code)
+	}
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	if err := p.App.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE deployments SET idle_deadline_at = ? WHERE id = ?`, past, dep)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.RunReaperTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := api.Deletes(); len(d) != 1 || d[0].Token != "write" || len(api.Droplets()) != 0 {
+		t.Fatalf("the reaper did not destroy the droplet: deletes %v, droplets %v", d, api.Droplets())
+	}
+	if n := len(events(t, p.App.DB, "reaper-destroyed")); n != 1 {
+		t.Fatalf("%d reaper-destroyed events", n)
+	}
+
+	j, sum := converge(t, cl, "reaped-1", "destroy")
+	if gone, _ := sum["alreadyGone"].([]any); len(gone) != 1 || gone[0] != "droplet "+strconv.Itoa(ds[0].ID) {
+		t.Errorf("the destroy's result does not say the droplet was already gone: %v", sum)
+	}
+	if sum["delete"] != 1.0 || sum["volumeId"] != vs[0].ID {
+		t.Errorf("destroy after the reap: %v, want the firewall deleted and volume %s kept", sum, vs[0].ID)
+	}
+	if len(api.Firewalls()) != 0 || len(api.Volumes()) != 1 {
+		t.Fatalf("after the destroy: firewalls %v, volumes %v", api.Firewalls(), api.Volumes())
+	}
+	box, err := cl.GetBox(ctx, "reaped-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if box.Resources.DropletID != 0 || box.Resources.FirewallID != "" || box.Resources.VolumeID != vs[0].ID ||
+		box.LastLaunch == nil || box.LastLaunch.DropletID != dropletID {
+		t.Errorf("box after the destroy: resources %+v launch %+v", box.Resources, box.LastLaunch)
+	}
+	sunk := events(t, p.App.DB, "sunk")
+	if len(sunk) != 1 || sunk[0].ID != "converge-sunk:"+j.ID || sunk[0].DeploymentID != dep ||
+		!strings.Contains(sunk[0].Message, "already gone") || !strings.Contains(sunk[0].Message, "volume "+vs[0].ID+" kept") {
+		t.Errorf("sunk events = %+v", sunk)
+	}
+	for _, ev := range events(t, p.App.DB, "deployment-ended") {
+		if ev.ID == "converge-ended:"+j.ID {
+			t.Errorf("the destroy ended the reaped deployment again: %+v", ev)
+		}
+	}
+}

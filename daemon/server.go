@@ -6,8 +6,10 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -208,6 +210,8 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
+	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.AgentRelease, port: cmp.Or(d.Config.SSHPort, DefaultSSHPort), log: d.Log,
+		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	doctor := &jobDoctor{db: d.DB, clock: clock, log: d.Log,
 		lanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}

@@ -128,6 +128,11 @@ type Result struct {
 	// DropletID, IPv4, FirewallID and VolumeID are the stacks' outputs
 	// after the run ("" when the stack has none).
 	DropletID, IPv4, FirewallID, VolumeID string
+	// Gone are the provider ids a destroy's stacks recorded that the
+	// provider no longer had (its refresh before the destroy found them
+	// missing: a droplet the reaper destroyed, or one deleted outside
+	// chalupa). They count as deleted; "" where nothing was missing.
+	Gone StateIDs
 	// Elapsed is the run's wall time.
 	Elapsed time.Duration
 }
@@ -205,8 +210,9 @@ func (e *Engine) Run(ctx context.Context, spec BoxSpec, action Action, opts RunO
 		if err != nil {
 			return err
 		}
-		steps, err := e.apply(ctx, s, st, action, progress)
+		steps, gone, err := e.apply(ctx, s, st, action, progress)
 		res.Steps = res.Steps.add(steps)
+		res.Gone = res.Gone.merge(gone)
 		return err
 	}
 	// Data first (compute attaches its volume), except on destroy.
@@ -371,7 +377,28 @@ func (e *Engine) empty(ctx context.Context, s auto.Stack) (bool, error) {
 // events. The Automation API does not close the event channel when the CLI
 // fails early, so the consumer never blocks the producer and Run never
 // waits for the channel after an error.
-func (e *Engine) apply(ctx context.Context, s auto.Stack, st stackRun, action Action, progress func(Event)) (Steps, error) {
+//
+// A destroy refreshes the stack first and answers what the refresh found
+// gone: a resource the provider no longer has leaves the state there and
+// counts as deleted, so the destroy never asks the provider to delete it
+// (the DigitalOcean provider's delete reads the droplet first, and whether
+// a 404 there fails depends on its version; docs/operations.md,
+// "Converge").
+func (e *Engine) apply(ctx context.Context, s auto.Stack, st stackRun, action Action, progress func(Event)) (Steps, StateIDs, error) {
+	var gone StateIDs
+	if action == ActionDestroy {
+		left, g, err := e.refreshGone(ctx, s)
+		if err != nil {
+			return Steps{}, g, err
+		}
+		gone = g
+		if left == (StateIDs{}) {
+			// Nothing left to destroy; in particular the unprotecting up
+			// must not recreate a volume that is gone.
+			progress(Event{Stack: s.Name(), Op: "done"})
+			return Steps{}, gone, nil
+		}
+	}
 	ch := make(chan events.EngineEvent)
 	var mu sync.Mutex
 	var steps Steps
@@ -405,7 +432,7 @@ func (e *Engine) apply(ctx context.Context, s auto.Stack, st stackRun, action Ac
 		if err == nil {
 			<-drained
 			progress(Event{Stack: s.Name(), Op: "done"})
-			return refreshSteps(r.Summary.ResourceChanges), nil
+			return refreshSteps(r.Summary.ResourceChanges), gone, nil
 		}
 	case ActionDestroy:
 		_, err = s.Destroy(ctx, optdestroy.EventStreams(ch))
@@ -419,13 +446,56 @@ func (e *Engine) apply(ctx context.Context, s auto.Stack, st stackRun, action Ac
 		_, err = s.Destroy(ctx, optdestroy.EventStreams(ch))
 	}
 	if err != nil {
-		return Steps{}, e.cliError(err)
+		return Steps{}, gone, e.cliError(err)
 	}
 	<-drained
 	progress(Event{Stack: s.Name(), Op: "done"})
 	mu.Lock()
 	defer mu.Unlock()
-	return steps, nil
+	return steps, gone, nil
+}
+
+// refreshGone refreshes a stack's state from the provider and answers the
+// ids it records afterwards (left) and those it recorded before and no
+// longer does (gone: what the provider answered missing). A stack that
+// records nothing is not refreshed. Errors: the CLI's failure; a state
+// that is not a deployment.
+func (e *Engine) refreshGone(ctx context.Context, s auto.Stack) (left, gone StateIDs, err error) {
+	before, err := e.stateIDs(ctx, s)
+	if err != nil || before == (StateIDs{}) {
+		return before, gone, err
+	}
+	if _, err := s.Refresh(ctx); err != nil {
+		return before, gone, e.cliError(err)
+	}
+	left, err = e.stateIDs(ctx, s)
+	if err != nil {
+		return before, gone, err
+	}
+	if before.DropletID != "" && left.DropletID == "" {
+		gone.DropletID = before.DropletID
+	}
+	if before.FirewallID != "" && left.FirewallID == "" {
+		gone.FirewallID = before.FirewallID
+	}
+	if before.VolumeID != "" && left.VolumeID == "" {
+		gone.VolumeID = before.VolumeID
+	}
+	return left, gone, nil
+}
+
+// stateIDs reads the provider ids a stack's state records. Errors: the
+// CLI's failure; a state that is not a deployment.
+func (e *Engine) stateIDs(ctx context.Context, s auto.Stack) (StateIDs, error) {
+	exp, err := s.Export(ctx)
+	if err != nil {
+		return StateIDs{}, e.cliError(err)
+	}
+	ids, _, _, err := dropPending(exp.Deployment)
+	if err != nil {
+		return StateIDs{}, fmt.Errorf("converge: stack %s state: %w", s.Name(), err)
+	}
+	return ids, nil
 }
 
 func (e *Engine) cliError(err error) error {

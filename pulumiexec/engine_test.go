@@ -197,6 +197,37 @@ func TestDrift(t *testing.T) {
 	}
 }
 
+// TestDestroyAfterReap: a droplet destroyed behind the stack's back (by
+// the reaper) counts as deleted: the destroy succeeds, reports it gone,
+// deletes the firewall and never asks the provider to delete the missing
+// droplet (the provider fails that, as the real one does); the volume is
+// kept. A destroy with the data afterwards removes the volume.
+func TestDestroyAfterReap(t *testing.T) {
+	t.Parallel() // each rig has its own backend, work dir and API server
+	r := newRig(t)
+	up := r.run(t, r.spec, pulumiexec.ActionUp, pulumiexec.RunOptions{})
+	r.api.RemoveDroplet(r.api.Droplets()[0].ID)
+	r.api.ResetRequests()
+	down := r.run(t, r.spec, pulumiexec.ActionDestroy, pulumiexec.RunOptions{})
+	wantSteps(t, "destroy after reap", down.Steps, pulumiexec.Steps{Delete: 1})
+	if down.Gone != (pulumiexec.StateIDs{DropletID: up.DropletID}) {
+		t.Errorf("gone = %+v, want droplet %s", down.Gone, up.DropletID)
+	}
+	if down.DropletID != "" || down.FirewallID != "" || down.VolumeID != up.VolumeID {
+		t.Errorf("after the destroy: %+v", down)
+	}
+	if n := len(r.api.Requests(dofake.OnRoute(dofake.RouteDeleteDroplet))); n != 0 {
+		t.Errorf("the destroy asked the provider to delete the missing droplet %d times", n)
+	}
+	if len(r.api.Firewalls()) != 0 || len(r.api.Volumes()) != 1 {
+		t.Fatalf("after the destroy: firewalls %v, volumes %v", r.api.Firewalls(), r.api.Volumes())
+	}
+	again := r.run(t, r.spec, pulumiexec.ActionDestroy, pulumiexec.RunOptions{IncludeData: true, Confirm: pulumiexec.DataConfirmPhrase("box-1")})
+	if len(r.api.Volumes()) != 0 || again.Gone != (pulumiexec.StateIDs{}) {
+		t.Errorf("destroy with data: volumes %v, gone %+v", r.api.Volumes(), again.Gone)
+	}
+}
+
 // TestAdoptAfterWipe: the state backend wiped, an up with the known
 // provider ids imports every resource and creates nothing.
 func TestAdoptAfterWipe(t *testing.T) {

@@ -63,6 +63,20 @@ type StateIDs struct {
 	DropletID, FirewallID, VolumeID string
 }
 
+// merge fills the ids s lacks from o.
+func (s StateIDs) merge(o StateIDs) StateIDs {
+	if s.DropletID == "" {
+		s.DropletID = o.DropletID
+	}
+	if s.FirewallID == "" {
+		s.FirewallID = o.FirewallID
+	}
+	if s.VolumeID == "" {
+		s.VolumeID = o.VolumeID
+	}
+	return s
+}
+
 // ClearPending drops the pending operations a killed update left in each
 // of the box's stacks (export, remove pending_operations, import) and
 // returns the ids each stack's state records (compute, then data). A

@@ -341,3 +341,14 @@ func Fleet(ctx context.Context, q Querier, endedLimit int) ([]FleetEnvironment, 
 	}
 	return out, rows.Err()
 }
+
+// DeploymentExists reports whether environment envID has deployment id
+// (in any status). Errors: the database's.
+func DeploymentExists(ctx context.Context, q Querier, envID int64, id string) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM deployments WHERE environment_id = ? AND id = ?`, envID, id).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("read deployment: %w", err)
+	}
+	return n > 0, nil
+}

@@ -78,6 +78,8 @@ type Deliverer struct {
 	// Wait, Retry and AttemptTimeout default to DefaultWait, DefaultRetry,
 	// DefaultAttemptTimeout.
 	Wait, Retry, AttemptTimeout time.Duration
+	// UpgradeWait bounds UpgradeAgent's wait for SSH; 0 is UpgradeWait.
+	UpgradeWait time.Duration
 	// Dial connects to the droplet; nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }

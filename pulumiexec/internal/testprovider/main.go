@@ -16,6 +16,10 @@
 // the real provider, all on paths converge does not take: a droplet change
 // other than tags or attached volumes replaces it (the real one resizes and
 // renames in place); a volume change replaces it (the real one resizes).
+// Like the real provider (terraform-provider-digitalocean's droplet delete,
+// which reads the droplet while waiting for it to be unlocked), deleting a
+// droplet that is already gone fails; its read answers a gone droplet as
+// missing, which is how a refresh drops it from the state.
 //
 // Build it and install it into a test PULUMI_HOME:
 //
@@ -424,6 +428,16 @@ func (p *provider) Delete(ctx context.Context, req plugin.DeleteRequest) (plugin
 	switch req.Type {
 	case tokDroplet:
 		n, _ := strconv.Atoi(id)
+		// The real provider first waits for the droplet to be unlocked,
+		// reading it: a droplet already gone fails the delete there
+		// ("Error waiting for droplet to be unlocked for destroy"), so a
+		// destroy must refresh first to count it as deleted.
+		if _, gr, gerr := p.do.Droplets.Get(ctx, n); gerr != nil {
+			if gone(gr) {
+				return plugin.DeleteResponse{}, fmt.Errorf("waiting for droplet to be unlocked for destroy (%s): retrieving droplet: 404 Not Found", id)
+			}
+			return plugin.DeleteResponse{}, gerr
+		}
 		resp, err = p.do.Droplets.Delete(ctx, n)
 	case tokFirewall:
 		resp, err = p.do.Firewalls.Delete(ctx, id)

@@ -1,8 +1,9 @@
 // Package sshdtest is a local SSH server standing in for a droplet's sshd in
 // tests of converge's key delivery (docs/operations.md, "SSH key
-// delivery"): it accepts one authorized public key, presents a given host
-// key, and runs each exec request with sh -c, its stdin from the client, as
-// the droplet's root would.
+// delivery") and of agent upgrades: it accepts one authorized public key,
+// presents a given host key, and runs each exec request with sh -c, its
+// stdin from the client, as the droplet's root would, the agent's paths
+// moved under Root.
 package sshdtest
 
 import (
@@ -12,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -32,6 +34,10 @@ type Server struct {
 	// directory: sshdeliver.DefaultDir in a command is rewritten to
 	// Root + sshdeliver.DefaultDir before it runs.
 	Root string
+	// Path, when set, are directories put before PATH for the commands
+	// (fake systemctl and the like; the real curl, tar and sha256sum stay
+	// reachable after them).
+	Path []string
 
 	mu         sync.Mutex
 	commands   []string
@@ -95,6 +101,14 @@ func (s *Server) Ran() []string {
 	return append([]string(nil), s.commands...)
 }
 
+// agentBinDir is the directory of sshdeliver.AgentBinary: rewritten under
+// Root like the agent's directory.
+var agentBinDir = filepath.Dir(sshdeliver.AgentBinary)
+
+// AgentBinary is where an upgrade puts the agent: Root +
+// sshdeliver.AgentBinary.
+func (s *Server) AgentBinary() string { return filepath.Join(s.Root, sshdeliver.AgentBinary) }
+
 // AgentDir is where the delivered files land: Root + sshdeliver.DefaultDir.
 func (s *Server) AgentDir() string { return filepath.Join(s.Root, sshdeliver.DefaultDir) }
 
@@ -133,8 +147,12 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		s.mu.Unlock()
 		if s.Root != "" {
 			command = strings.ReplaceAll(command, sshdeliver.DefaultDir, s.AgentDir())
+			command = strings.ReplaceAll(command, agentBinDir, filepath.Join(s.Root, agentBinDir))
 		}
 		cmd := exec.Command("sh", "-c", command)
+		if len(s.Path) > 0 {
+			cmd.Env = append(os.Environ(), "PATH="+strings.Join(s.Path, string(os.PathListSeparator))+string(os.PathListSeparator)+os.Getenv("PATH"))
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = ch, ch, ch.Stderr()
 		status := uint32(0)
 		if err := cmd.Run(); err != nil {

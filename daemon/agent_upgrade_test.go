@@ -1,0 +1,70 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+)
+
+// TestUpgradeBoxAgentRefusals: adminUpgradeBoxAgent refuses 422
+// agent_release_invalid naming each variable at fault (never its value)
+// when the agent release does not pass its check, 404 for an unknown box
+// and 409 no_droplet for a box without a running droplet; a refusal
+// records no event (docs/operations.md, "Agent install", "Upgrade").
+func TestUpgradeBoxAgentRefusals(t *testing.T) {
+	digest := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		box      string
+		status   int
+		code     string
+		mentions []string
+	}{
+		{"no release", nil, "up-1", http.StatusUnprocessableEntity, "agent_release_invalid",
+			[]string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL", "CHALUPA_AGENT_SHA256_AMD64", "CHALUPA_AGENT_SHA256_ARM64"}},
+		{"latest and plain http", map[string]string{"CHALUPA_AGENT_VERSION": "latest", "CHALUPA_AGENT_RELEASE_URL": "http://example.com/rel",
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1",
+			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL"}},
+		{"missing digest", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
+			"CHALUPA_AGENT_SHA256_AMD64": digest}, "up-1",
+			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_SHA256_ARM64"}},
+		{"unknown box", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "nope-1", http.StatusNotFound, "not_found", nil},
+		{"no droplet", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1", http.StatusConflict, "no_droplet", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: tc.env})
+			ctx := context.Background()
+			newEnv(t, p.Admin, "demo")
+			if _, err := p.Admin.CreateBox(ctx, validBox("up-1", "demo")); err != nil {
+				t.Fatal(err)
+			}
+			_, err := p.Admin.UpgradeBoxAgent(ctx, tc.box)
+			var ae *adminapi.APIError
+			if !errors.As(err, &ae) || ae.Status != tc.status || ae.Code != tc.code {
+				t.Fatalf("upgrade: %v, want %d %s", err, tc.status, tc.code)
+			}
+			for _, v := range tc.mentions {
+				if !strings.Contains(ae.Message, v) {
+					t.Errorf("message %q does not name %s", ae.Message, v)
+				}
+			}
+			for _, secret := range []string{"example.com", digest, "latest"} {
+				if strings.Contains(ae.Message, secret) {
+					t.Errorf("message %q carries a value", ae.Message)
+				}
+			}
+			var n int
+			if err := p.App.DB.Read.QueryRow(`SELECT count(*) FROM lifecycle_events WHERE kind LIKE 'agent-upgrade%'`).Scan(&n); err != nil || n != 0 {
+				t.Errorf("a refusal recorded %d events (%v)", n, err)
+			}
+		})
+	}
+}

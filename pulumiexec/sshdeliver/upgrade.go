@@ -1,0 +1,212 @@
+package sshdeliver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/chalupa-run/chalupa/agent/install"
+)
+
+// Agent upgrade over SSH (docs/operations.md, "Agent install", "Upgrade").
+const (
+	// AgentBinary is the agent's binary on a droplet, which the upgrade
+	// replaces.
+	AgentBinary = "/usr/local/bin/chalupa-agent"
+	// AgentUnit is the systemd unit the upgrade restarts.
+	AgentUnit = "chalupa-agent.service"
+	// UpgradeWait bounds the wait for a running droplet's SSH: unlike a new
+	// droplet it answers at once, so a minute of silence is a firewall or
+	// a dead machine, and the admin call must not hang for the 5 minutes a
+	// boot gets.
+	UpgradeWait = time.Minute
+	// UpgradeTimeout bounds the remote upgrade (download, verify, replace,
+	// restart): the archive is a few MiB, so two minutes covers a slow
+	// mirror while keeping the admin call bounded.
+	UpgradeTimeout = 3 * time.Minute
+	// downloadSeconds is curl's own bound on the download, inside
+	// UpgradeTimeout.
+	downloadSeconds = 120
+)
+
+// Errors of UpgradeAgent, by the remote script's exit code; none carries a
+// URL, a digest or an address.
+var (
+	// ErrUpgradeArch: the droplet's `uname -m` is no architecture the
+	// release carries.
+	ErrUpgradeArch = errors.New("the droplet's architecture has no agent archive")
+	// ErrUpgradeDownload: the archive could not be downloaded.
+	ErrUpgradeDownload = errors.New("downloading the agent archive failed")
+	// ErrUpgradeDigest: the archive's sha256 differs from the pinned one;
+	// nothing was replaced.
+	ErrUpgradeDigest = errors.New("the agent archive's sha256 does not match the release's; nothing was replaced")
+	// ErrUpgradeArchive: the archive holds no runnable chalupa-agent;
+	// nothing was replaced.
+	ErrUpgradeArchive = errors.New("the agent archive holds no runnable chalupa-agent; nothing was replaced")
+	// ErrUpgradeReplace: replacing the binary failed (the old one stays).
+	ErrUpgradeReplace = errors.New("replacing the agent binary failed")
+	// ErrUpgradeRestart: the binary was replaced but restarting the unit
+	// failed.
+	ErrUpgradeRestart = errors.New("the agent binary was replaced but restarting chalupa-agent.service failed")
+	// ErrUpgrade: the remote upgrade failed otherwise.
+	ErrUpgrade = errors.New("the agent upgrade over SSH failed")
+)
+
+// exitErrors maps UpgradeScript's exit codes to errors.
+var exitErrors = map[int]error{10: ErrUpgradeArch, 11: ErrUpgradeDownload, 12: ErrUpgradeDigest,
+	13: ErrUpgradeArchive, 14: ErrUpgradeReplace, 15: ErrUpgradeRestart}
+
+// UpgradeResult says what an upgrade found and left.
+type UpgradeResult struct {
+	// Arch is the architecture the droplet reported (amd64 or arm64).
+	Arch string
+	// Before and After are `chalupa-agent version`'s first line before
+	// and after ("none" when no agent binary was there).
+	Before, After string
+	// HostKeyFingerprint is the droplet's pinned host key (SHA256 form).
+	HostKeyFingerprint string
+}
+
+// UpgradeAgent replaces the agent on the droplet at addr with release rel
+// over SSH, with chalupa's identity and the droplet's pinned host key (the
+// first contact pins it), waiting up to UpgradeWait for SSH. The remote
+// script (UpgradeScript) picks the archive by `uname -m`, verifies its
+// sha256 before anything is replaced, replaces AgentBinary atomically and
+// restarts AgentUnit. rel must have passed install.Release.Check (the
+// caller's rule). Errors: ErrUnreachable, ErrHostKeyChanged, ErrAuth, the
+// ErrUpgrade* kinds; none carries the address or the release URL.
+func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int64, rel install.Release) (UpgradeResult, error) {
+	var res UpgradeResult
+	signer, err := Signer(ctx, d.db.Read, d.sealer)
+	if err != nil {
+		return res, err
+	}
+	wait := d.UpgradeWait
+	if wait == 0 {
+		wait = UpgradeWait
+	}
+	deadline := d.clock.Now().Add(wait)
+	var dr Result
+	for {
+		dr.Attempts++
+		client, _, err := d.connect(ctx, addr, dropletID, signer, &dr)
+		if err == nil {
+			defer client.Close()
+			res.HostKeyFingerprint = dr.HostKeyFingerprint
+			return d.runUpgrade(ctx, client, dropletID, rel, res)
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return res, err
+		}
+		if !d.clock.Now().Before(deadline) {
+			return res, fmt.Errorf("%w within %s on droplet %d (%d attempts; last: %v)", ErrUnreachable, wait, dropletID, dr.Attempts, errKind(err))
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-d.clock.After(d.Retry):
+		}
+	}
+}
+
+func (d *Deliverer) runUpgrade(ctx context.Context, client *ssh.Client, dropletID int64, rel install.Release, res UpgradeResult) (UpgradeResult, error) {
+	sess, err := client.NewSession()
+	if err != nil {
+		return res, fmt.Errorf("%w (droplet %d): %v", ErrUpgrade, dropletID, errKind(err))
+	}
+	defer sess.Close()
+	var stdout bytes.Buffer
+	sess.Stdout = &stdout
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(UpgradeScript(rel)) }()
+	uctx, cancel := context.WithTimeout(ctx, UpgradeTimeout)
+	defer cancel()
+	select {
+	case err = <-done:
+	case <-uctx.Done():
+		client.Close()
+		return res, fmt.Errorf("%w (droplet %d): timed out", ErrUpgrade, dropletID)
+	}
+	for sc := bufio.NewScanner(&stdout); sc.Scan(); {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		v = clip(v)
+		switch k {
+		case "arch":
+			res.Arch = v
+		case "before":
+			res.Before = v
+		case "after":
+			res.After = v
+		}
+	}
+	if err != nil {
+		var ee *ssh.ExitError
+		if errors.As(err, &ee) {
+			if kind, ok := exitErrors[ee.ExitStatus()]; ok {
+				return res, fmt.Errorf("%w (droplet %d)", kind, dropletID)
+			}
+			return res, fmt.Errorf("%w (droplet %d): exit status %d", ErrUpgrade, dropletID, ee.ExitStatus())
+		}
+		return res, fmt.Errorf("%w (droplet %d): %v", ErrUpgrade, dropletID, errKind(err))
+	}
+	return res, nil
+}
+
+// clip bounds a version line the droplet reported to 100 printable bytes.
+func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, strings.TrimSpace(s))
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return s
+}
+
+// shellQuote quotes s for sh in single quotes.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// UpgradeScript is the remote command of an agent upgrade
+// (docs/operations.md, "Agent install"): pick the archive by `uname -m`,
+// download it into a directory beside AgentBinary, verify its sha256 and
+// stop with nothing replaced when it differs, unpack chalupa-agent and run
+// its `version`, rename it over AgentBinary (atomic: the same file
+// system), restart AgentUnit. It prints arch=, before= and after= lines and
+// exits 10 (architecture), 11 (download), 12 (digest), 13 (archive), 14
+// (replace) or 15 (restart). Every value is single-quoted.
+func UpgradeScript(rel install.Release) string {
+	bin := AgentBinary
+	dir := bin[:strings.LastIndex(bin, "/")]
+	return strings.Join([]string{
+		"set -u",
+		"umask 022",
+		"case \"$(uname -m)\" in" +
+			" x86_64|amd64) arch=amd64; sum=" + shellQuote(rel.SHA256["amd64"]) + "; url=" + shellQuote(rel.ArchiveURL("amd64")) + ";;" +
+			" aarch64|arm64) arch=arm64; sum=" + shellQuote(rel.SHA256["arm64"]) + "; url=" + shellQuote(rel.ArchiveURL("arm64")) + ";;" +
+			" *) exit 10;; esac",
+		"echo \"arch=$arch\"",
+		"before=$(" + bin + " version 2>/dev/null | head -n 1) || before=''",
+		"echo \"before=${before:-none}\"",
+		"install -d -m 0755 " + dir + " || exit 14",
+		"tmp=$(mktemp -d " + dir + "/.chalupa-agent-upgrade.XXXXXX) || exit 14",
+		"trap 'rm -rf \"$tmp\"' EXIT",
+		"curl --fail --silent --show-error --location --proto '=https,http' --max-time " + fmt.Sprint(downloadSeconds) +
+			" -o \"$tmp/agent.tar.gz\" \"$url\" 2>/dev/null || exit 11",
+		"echo \"$sum  $tmp/agent.tar.gz\" | sha256sum -c --status - || exit 12",
+		"tar -xzf \"$tmp/agent.tar.gz\" -C \"$tmp\" chalupa-agent 2>/dev/null || exit 13",
+		"chmod 0755 \"$tmp/chalupa-agent\" || exit 13",
+		"after=$(\"$tmp/chalupa-agent\" version 2>/dev/null | head -n 1) && [ -n \"$after\" ] || exit 13",
+		"mv -f \"$tmp/chalupa-agent\" " + bin + " || exit 14",
+		"echo \"after=$after\"",
+		"systemctl restart " + AgentUnit + " || exit 15",
+	}, "\n")
+}
