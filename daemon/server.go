@@ -207,6 +207,9 @@ func newServer(d serverDeps) (*Server, error) {
 		d.Log.Warn().Msg(convergeOffMessage)
 	}
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
+	if s.jobRunner != nil {
+		s.jobs.SetAdmit(agentAdmission(d.Config.AgentRelease))
+	}
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	doctor := &jobDoctor{db: d.DB, clock: clock, log: d.Log,
