@@ -212,4 +212,3 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
-
