@@ -41,10 +41,6 @@ func BoxUserData(box storage.Box, release install.Release, controlPlaneURL strin
 // agentReleaseText says what is wrong with a release in words that name
 // the variables and never their values.
 func agentReleaseText(problems []error) string {
-	if len(problems) == 1 && errors.Is(problems[0], install.ErrNotConfigured) {
-		return "no agent release is configured: set " + strings.Join(install.Variables(problems...), ", ") +
-			" from the release's checksums.txt"
-	}
 	parts := make([]string, 0, len(problems))
 	for _, p := range problems {
 		parts = append(parts, p.Error())

@@ -33,7 +33,7 @@ var Arches = []string{"amd64", "arm64"}
 
 // ErrNotConfigured is returned by Release.Check when no agent release is
 // configured at all (every variable unset).
-var ErrNotConfigured = errors.New("no agent release configured")
+var ErrNotConfigured = errors.New("no agent release configured: set " + EnvVersion + ", " + EnvReleaseURL + ", " + EnvSHA256AMD64 + " and " + EnvSHA256ARM64 + " from the release's checksums.txt")
 
 // Release is one immutable agent release: the version and the digests of
 // its archives, pinned so a droplet installs exactly what the operator
