@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -196,6 +197,50 @@ func TestConfigWarnsAboutTheAgentRelease(t *testing.T) {
 				t.Fatalf("the warning carries the value: %q", cfg.Warnings[i])
 			}
 		})
+	}
+}
+
+// TestConsoleBoxAgent: the console's box page says whether the box
+// carries the agent and with which limits, and its converge form refuses
+// an up while the agent release fails its checks with the same 422 naming
+// the variable, enqueueing nothing (docs/operations.md, "Console" and
+// "Converge").
+func TestConsoleBoxAgent(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: &jobstest.Executor{},
+		Env: map[string]string{"CHALUPA_AGENT_VERSION": "latest"}})
+	setPassword(t, p)
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("box-web", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	opted := validBox("box-off", "demo")
+	opted.Agent = &off
+	if _, err := p.Admin.CreateBox(ctx, opted); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsoleClient(t, p)
+	if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	_, page := c.get(t, "/app/boxes/box-web")
+	if !strings.Contains(page, "Agent: on, idle limit 30 min, no session limit") {
+		t.Fatalf("the box page does not show the agent:\n%s", page)
+	}
+	if _, off := c.get(t, "/app/boxes/box-off"); !strings.Contains(off, "Agent: off") {
+		t.Fatalf("the opted-out box's page does not say so:\n%s", off)
+	}
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no csrf token")
+	}
+	r, body := c.post(t, "/app/boxes/box-web/converge", url.Values{"csrf_token": {m[1]}, "action": {"up"}}, nil)
+	if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, install.EnvVersion) || strings.Contains(body, "latest") {
+		t.Fatalf("up from the console: %d, want 422 naming %s without its value:\n%s", r.StatusCode, install.EnvVersion, body)
+	}
+	if l, _ := p.Admin.ListJobs(ctx, adminapi.ListJobsRequest{}); len(l.Jobs) != 0 {
+		t.Fatalf("the refused form enqueued: %+v", l.Jobs)
 	}
 }
 
