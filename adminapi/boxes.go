@@ -20,7 +20,7 @@ const (
 var boxOperations = []Operation{
 	{ID: OpCreateBox, MCP: mcpMutate, Method: methodPost, Path: pathBoxes, Status: http.StatusCreated, Mutates: true,
 		Request: typeOf[CreateBoxRequest](), Response: typeOf[Box](),
-		Summary: `declare a box: {"name","environment","region","size","image","sshKeyFingerprints","customerSource","controlPlaneSource","volumeSizeGiB","tags","managed"}`},
+		Summary: `declare a box: {"name","environment","region","size","image","sshKeyFingerprints","customerSource","controlPlaneSource","volumeSizeGiB","tags","managed","agent","agentIdleMinutes","agentSessionMinutes"}; agent is on unless "agent":false`},
 	{ID: OpUpdateBox, MCP: mcpMutate, Method: http.MethodPatch, Path: pathBox, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[UpdateBoxRequest](), Response: typeOf[Box](),
 		Summary: "change a box's declared configuration (fields present are replaced); the next up converges it"},
@@ -43,7 +43,9 @@ var boxOperations = []Operation{
 // slugs; 1–10 distinct SSH key MD5 fingerprints (aa:bb:…); customerSource
 // and controlPlaneSource each an IPv4 /32 ("203.0.113.7/32"), both
 // required; volumeSizeGiB 0 (no data volume) to 16384; at most 20 distinct
-// tags of [A-Za-z0-9_:-], none starting with "chalupa".
+// tags of [A-Za-z0-9_:-], none starting with "chalupa"; agentIdleMinutes
+// 1–10080 (0 on create: 30, the agent's default); agentSessionMinutes 0
+// (none) to 43200 (docs/operations.md, "Boxes").
 type BoxConfig struct {
 	Region             string   `json:"region"`
 	Size               string   `json:"size"`
@@ -54,6 +56,12 @@ type BoxConfig struct {
 	// VolumeSizeGiB is the data volume's size in GiB.
 	VolumeSizeGiB int64    `json:"volumeSizeGiB"`
 	Tags          []string `json:"tags"`
+	// AgentIdleMinutes is the agent's idle limit in minutes
+	// (CHALUPA_AGENT_LIMIT_MINUTES on the droplet).
+	AgentIdleMinutes int64 `json:"agentIdleMinutes"`
+	// AgentSessionMinutes is the agent's session limit in minutes from its
+	// install at first boot (0: no session expiry).
+	AgentSessionMinutes int64 `json:"agentSessionMinutes"`
 }
 
 // CreateBoxRequest is the body of adminCreateBox. Name follows the
@@ -63,6 +71,9 @@ type CreateBoxRequest struct {
 	Name        string `json:"name"`
 	Environment string `json:"environment"`
 	Managed     bool   `json:"managed"`
+	// Agent says whether converge installs the agent on the box's droplet;
+	// absent means true (docs/operations.md, "Boxes").
+	Agent *bool `json:"agent,omitempty"`
 	BoxConfig
 }
 
@@ -80,6 +91,10 @@ type UpdateBoxRequest struct {
 	VolumeSizeGiB      *int64    `json:"volumeSizeGiB,omitempty"`
 	Tags               *[]string `json:"tags,omitempty"`
 	Managed            *bool     `json:"managed,omitempty"`
+	Agent              *bool     `json:"agent,omitempty"`
+	// AgentIdleMinutes and AgentSessionMinutes follow BoxConfig's rules.
+	AgentIdleMinutes    *int64 `json:"agentIdleMinutes,omitempty"`
+	AgentSessionMinutes *int64 `json:"agentSessionMinutes,omitempty"`
 }
 
 // ListBoxesRequest filters adminListBoxes: Environment is a slug ("" for
@@ -120,6 +135,9 @@ type Box struct {
 	Name        string `json:"name"`
 	Environment string `json:"environment"`
 	Managed     bool   `json:"managed"`
+	// Agent says whether converge installs the agent on the box's droplet
+	// (its user data; a droplet that exists keeps what it booted with).
+	Agent bool `json:"agent"`
 	BoxConfig
 	// ConfigVersion increases on each update.
 	ConfigVersion int64        `json:"configVersion"`

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -30,6 +31,16 @@ const (
 	// (chalupa, chalupa:env:<slug>, the box and job tags): a declared tag
 	// may not, so the reaper's tag guard cannot be spoofed by intent.
 	ReservedTagPrefix = "chalupa"
+	// DefaultAgentIdleMinutes is a new box's agent idle limit: the agent's
+	// own default, so a box that says nothing is watched as a hand-started
+	// agent watches.
+	DefaultAgentIdleMinutes = install.DefaultIdleLimitMinutes
+	// MaxAgentIdleMinutes is the heartbeat's bound on the idle limit (one
+	// week; docs/operations.md, "Heartbeats and deadlines").
+	MaxAgentIdleMinutes = install.MaxIdleLimitMinutes
+	// MaxAgentSessionMinutes bounds the agent's session limit at 30 days,
+	// the longest session policy (docs/operations.md, "Session policies").
+	MaxAgentSessionMinutes = install.MaxSessionLimitMinutes
 )
 
 // ErrInvalid is wrapped by every validation error; the message names the
@@ -71,6 +82,16 @@ func ValidSource(field, s string) error {
 	return nil
 }
 
+// WithDefaults returns c with the agent's idle limit at
+// DefaultAgentIdleMinutes when it is 0 (the agent flag has no zero-value
+// default: the caller decides it, true unless asked otherwise).
+func WithDefaults(c storage.BoxConfig) storage.BoxConfig {
+	if c.AgentIdleMinutes == 0 {
+		c.AgentIdleMinutes = DefaultAgentIdleMinutes
+	}
+	return c
+}
+
 // Validate checks a box's configuration (the Version and UpdatedAt fields
 // are ignored). Errors: ErrInvalid naming the first field that breaks its
 // rule.
@@ -90,6 +111,10 @@ func Validate(c storage.BoxConfig) error {
 		return invalid("at most %d tags", MaxTags)
 	case c.VolumeSizeGiB < 0 || c.VolumeSizeGiB > MaxVolumeGiB:
 		return invalid("volumeSizeGiB must be between 0 (no data volume) and %d", MaxVolumeGiB)
+	case c.AgentIdleMinutes < 1 || c.AgentIdleMinutes > MaxAgentIdleMinutes:
+		return invalid("agentIdleMinutes must be between 1 and %d (one week)", MaxAgentIdleMinutes)
+	case c.AgentSessionMinutes < 0 || c.AgentSessionMinutes > MaxAgentSessionMinutes:
+		return invalid("agentSessionMinutes must be between 0 (no session limit) and %d (30 days)", MaxAgentSessionMinutes)
 	}
 	seen := map[string]bool{}
 	for _, f := range c.SSHKeyFingerprints {

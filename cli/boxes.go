@@ -51,6 +51,9 @@ type adminBoxCreateCmd struct {
 	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
 	Managed            bool     `help:"Mark the box's deployments managed."`
+	Agent              bool     `default:"true" help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
+	AgentIdleMinutes   int64    `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
+	AgentSessionMin    int64    `name:"agent-session-minutes" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
 	JSON               bool     `help:"Print JSON."`
 }
 
@@ -59,9 +62,10 @@ func (*adminBoxCreateCmd) operation() string { return adminapi.OpCreateBox }
 // Run declares the box.
 func (c *adminBoxCreateCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
-		return cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed,
+		return cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: &c.Agent,
 			BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
-				CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag}})
+				CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag,
+				AgentIdleMinutes: c.AgentIdleMinutes, AgentSessionMinutes: c.AgentSessionMin}})
 	}, func(w io.Writer, b adminapi.Box) error {
 		_, err := fmt.Fprintf(w, "declared box %s (%s) in %s; converge it with: chalupa admin converge %s up\n", b.Name, b.ID, b.Environment, b.Name)
 		return err
@@ -80,6 +84,9 @@ type adminBoxUpdateCmd struct {
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat; replaces the list."`
 	NoTags             bool     `name:"no-tags" help:"Remove every extra tag."`
 	Managed            *bool    `help:"Mark the box's deployments managed (--managed=false to clear)."`
+	Agent              *bool    `help:"Install the agent on the box's next droplet (--agent=false opts out; a running droplet keeps what it booted with)."`
+	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080."`
+	AgentSessionMin    *int64   `name:"agent-session-minutes" help:"The agent's session limit in minutes, 0-43200 (0: none)."`
 	JSON               bool     `help:"Print JSON."`
 }
 
@@ -88,7 +95,8 @@ func (*adminBoxUpdateCmd) operation() string { return adminapi.OpUpdateBox }
 // Run updates the box.
 func (c *adminBoxUpdateCmd) Run(a *adminCmd) error {
 	req := adminapi.UpdateBoxRequest{Box: c.Box, Region: c.Region, Size: c.Size, Image: c.Image, CustomerSource: c.CustomerSource,
-		ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Managed: c.Managed}
+		ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Managed: c.Managed,
+		Agent: c.Agent, AgentIdleMinutes: c.AgentIdleMinutes, AgentSessionMinutes: c.AgentSessionMin}
 	if c.SSHKey != nil {
 		req.SSHKeyFingerprints = &c.SSHKey
 	}
@@ -163,6 +171,7 @@ func printBox(w io.Writer, b adminapi.Box) error {
 	fmt.Fprintf(tw, "id\t%s\n", b.ID)
 	fmt.Fprintf(tw, "environment\t%s\n", b.Environment)
 	fmt.Fprintf(tw, "managed\t%v\n", b.Managed)
+	fmt.Fprintf(tw, "agent\t%s\n", agentText(b))
 	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, timeOrDash(b.UpdatedAt))
 	fmt.Fprintf(tw, "region / size / image\t%s / %s / %s\n", b.Region, b.Size, b.Image)
 	fmt.Fprintf(tw, "ssh keys\t%s\n", strings.Join(b.SSHKeyFingerprints, ", "))
@@ -182,4 +191,17 @@ func printBox(w io.Writer, b adminapi.Box) error {
 		fmt.Fprintln(tw, "last launch\tnever")
 	}
 	return tw.Flush()
+}
+
+// agentText is a box's agent setting in words (docs/operations.md,
+// "Boxes").
+func agentText(b adminapi.Box) string {
+	if !b.Agent {
+		return "off (no agent installed: the reaper ends the droplet at its launch deadline)"
+	}
+	session := "no session limit"
+	if b.AgentSessionMinutes > 0 {
+		session = fmt.Sprintf("session limit %d min", b.AgentSessionMinutes)
+	}
+	return fmt.Sprintf("on, idle limit %d min, %s", b.AgentIdleMinutes, session)
 }

@@ -301,9 +301,14 @@ func (c *Console) converge(w http.ResponseWriter, r *http.Request) {
 	job, err := c.d.Jobs.EnqueueRequest(r.Context(), jobs.Request{ScopeKind: jobs.ScopeBox, Ref: b.ID, Action: action,
 		IncludeData: includeData, Confirmation: r.PostForm.Get("data_confirmation")})
 	var busy *storage.ScopeBusyError
+	var admit *jobs.AdmitError
 	switch {
 	case err == nil:
 		http.Redirect(w, r, "/app/jobs/"+job.ID, http.StatusSeeOther)
+	case errors.As(err, &admit):
+		// The refusal names configuration variables, never values
+		// (docs/operations.md, "Converge").
+		c.boxPage(w, r, b, http.StatusUnprocessableEntity, admit.Message+".", "")
 	case errors.As(err, &busy):
 		c.boxPage(w, r, b, http.StatusConflict, "Another update is in progress on this box. Nothing was enqueued.", busy.JobID)
 	case errors.Is(err, jobs.ErrNotConfigured):

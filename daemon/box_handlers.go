@@ -40,7 +40,11 @@ func (h *boxHandlers) create(ctx context.Context, req adminapi.CreateBoxRequest)
 	if err := boxes.ValidName(req.Name); err != nil {
 		return adminapi.Box{}, invalidBox(err)
 	}
-	cfg := fromAPIBoxConfig(req.BoxConfig)
+	cfg := boxes.WithDefaults(fromAPIBoxConfig(req.BoxConfig))
+	// A box carries the agent unless asked otherwise (docs/operations.md,
+	// "Boxes"): without it the reaper ends a converged droplet at its
+	// launch deadline.
+	cfg.Agent = req.Agent == nil || *req.Agent
 	if err := boxes.Validate(cfg); err != nil {
 		return adminapi.Box{}, invalidBox(err)
 	}
@@ -91,6 +95,15 @@ func (h *boxHandlers) update(ctx context.Context, req adminapi.UpdateBoxRequest)
 		if req.Managed != nil {
 			managed = *req.Managed
 		}
+		if req.Agent != nil {
+			cfg.Agent = *req.Agent
+		}
+		if req.AgentIdleMinutes != nil {
+			cfg.AgentIdleMinutes = *req.AgentIdleMinutes
+		}
+		if req.AgentSessionMinutes != nil {
+			cfg.AgentSessionMinutes = *req.AgentSessionMinutes
+		}
 		if err := boxes.Validate(cfg); err != nil {
 			return invalidBox(err)
 		}
@@ -131,14 +144,16 @@ func (h *boxHandlers) get(ctx context.Context, req adminapi.GetBoxRequest) (admi
 
 func fromAPIBoxConfig(c adminapi.BoxConfig) storage.BoxConfig {
 	return storage.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKeyFingerprints,
-		CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeSizeGiB, Tags: c.Tags}
+		CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeSizeGiB, Tags: c.Tags,
+		AgentIdleMinutes: c.AgentIdleMinutes, AgentSessionMinutes: c.AgentSessionMinutes}
 }
 
 func toAPIBox(b storage.Box) adminapi.Box {
-	out := adminapi.Box{ID: b.ID, Name: b.Name, Environment: b.EnvironmentSlug, Managed: b.Managed,
+	out := adminapi.Box{ID: b.ID, Name: b.Name, Environment: b.EnvironmentSlug, Managed: b.Managed, Agent: b.Config.Agent,
 		BoxConfig: adminapi.BoxConfig{Region: b.Config.Region, Size: b.Config.Size, Image: b.Config.Image,
 			SSHKeyFingerprints: b.Config.SSHKeyFingerprints, CustomerSource: b.Config.CustomerSource,
-			ControlPlaneSource: b.Config.ControlPlaneSource, VolumeSizeGiB: b.Config.VolumeSizeGiB, Tags: b.Config.Tags},
+			ControlPlaneSource: b.Config.ControlPlaneSource, VolumeSizeGiB: b.Config.VolumeSizeGiB, Tags: b.Config.Tags,
+			AgentIdleMinutes: b.Config.AgentIdleMinutes, AgentSessionMinutes: b.Config.AgentSessionMinutes},
 		ConfigVersion: b.Config.Version,
 		Resources: adminapi.BoxResources{DropletID: b.Resources.DropletID, FirewallID: b.Resources.FirewallID,
 			VolumeID: b.Resources.VolumeID, RecordedAt: b.Resources.RecordedAt},

@@ -140,7 +140,8 @@ type Config struct {
 	// without: docs/operations.md, "Configuration").
 	Costs bool `json:"CHALUPA_COSTS"`
 	// Warnings are what config check and serve say about a configuration
-	// they accept: a deprecated variable and its replacement.
+	// they accept: a deprecated variable and its replacement; an agent
+	// release converge cannot install.
 	Warnings []string `json:"-"`
 	// ReaperCIFreshness is how long a heartbeat's CI report counts as live
 	// (reaper.DefaultCIFreshness unless set).
@@ -486,6 +487,12 @@ func LoadConfig(env Getenv) (*Config, error) {
 		bad("CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET are required for an s3:// PULUMI_BACKEND_URL")
 	}
 	c.AgentRelease = install.FromEnv(get)
+	// An agent release converge cannot install is a warning, not a
+	// refusal: serve starts, boxes that carry the agent answer 422
+	// (docs/operations.md, "Converge").
+	if w := agentReleaseWarning(c.AgentRelease, provision != ""); w != "" {
+		c.Warnings = append(c.Warnings, w)
+	}
 	c.PulumiCLI = get("CHALUPA_PULUMI_CLI")
 	if c.PulumiCLI == "" {
 		c.PulumiCLI, _ = exec.LookPath("pulumi")
@@ -794,6 +801,10 @@ func (c *Config) Redacted() [][2]string {
 		{"PULUMI_BACKEND_URL", str(redactURL(c.PulumiBackendURL))},
 		{"DIGITALOCEAN_PROVISION_TOKEN", sec("DIGITALOCEAN_PROVISION_TOKEN", c.provisionToken())},
 		{"CHALUPA_PULUMI_CLI", str(c.PulumiCLI)},
+		{"CHALUPA_AGENT_VERSION", str(c.AgentRelease.Version)},
+		{"CHALUPA_AGENT_RELEASE_URL", str(redactURL(c.AgentRelease.URL))},
+		{"CHALUPA_AGENT_SHA256_AMD64", str(c.AgentRelease.SHA256["amd64"])},
+		{"CHALUPA_AGENT_SHA256_ARM64", str(c.AgentRelease.SHA256["arm64"])},
 		{"PULUMI_HOME", str(c.PulumiHome)},
 		{"CHALUPA_SSH_PORT", strconv.Itoa(c.SSHPort)},
 		{"CHALUPA_TRUSTED_PROXIES", trustedProxiesText(c.TrustedProxies)},

@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
@@ -81,6 +82,11 @@ type ConvergeExecutor struct {
 	// run into the database, and restores missing stacks from there
 	// before the lane's first claim (docs/operations.md, "Checkpoints").
 	Checkpoints *checkpoint.Store
+	// AgentRelease and ControlPlaneURL (CHALUPA_ORIGIN) render the user
+	// data of a box that carries the agent, for up and preview
+	// (BoxUserData; docs/operations.md, "Converge").
+	AgentRelease    install.Release
+	ControlPlaneURL string
 
 	db *storage.DB
 	mu sync.Mutex // one engine call at a time: the runner's lane, plus the admin API's wipe and cancel
@@ -115,7 +121,7 @@ func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, seal
 	kd := &keyDelivery{db: db, keys: keys, sealer: sealer, clock: clock, port: cfg.SSHPort, log: log,
 		deliverer: sshdeliver.New(db, sealer, clock)}
 	return &ConvergeExecutor{Engine: eng, API: api, Log: log, DeliverKey: kd.deliver,
-		Checkpoints: checkpoint.New(db, clock), db: db}, nil
+		Checkpoints: checkpoint.New(db, clock), AgentRelease: cfg.AgentRelease, ControlPlaneURL: cfg.Origin, db: db}, nil
 }
 
 // keyDelivery issues an environment's ingest key for a new droplet and
@@ -267,6 +273,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		return jobs.Outcome{}, err
 	}
 	spec := Spec(box, job)
+	if rendersUserData(job.Action) {
+		// User data acts at creation only: the program ignores a change
+		// of it, so a new release never replaces a running droplet.
+		if spec.UserData, err = BoxUserData(box, x.AgentRelease, x.ControlPlaneURL); err != nil {
+			return jobs.Outcome{}, fmt.Errorf("render the box's user data: %w", err)
+		}
+	}
 	counts := map[string]int{}
 	var opts pulumiexec.RunOptions
 	if job.IncludeData {
@@ -420,6 +433,18 @@ func resourcesOf(res pulumiexec.Result) (storage.BoxResources, error) {
 	return r, nil
 }
 
+// launchLimitMinutes is the idle limit of the deployment an up records:
+// the box's agent idle limit when it carries the agent (its first
+// heartbeat sends the same), else the launched event's default, so a
+// droplet whose agent never reports is still reaped (docs/operations.md,
+// "Converge").
+func launchLimitMinutes(box storage.Box) int64 {
+	if box.Config.Agent && box.Config.AgentIdleMinutes > 0 {
+		return box.Config.AgentIdleMinutes
+	}
+	return ingest.LaunchedLimitMinutes
+}
+
 // deploymentID is the deployment a box's droplet reports: the agent's
 // default identity "droplet-<id>" (docs/operations.md, "Agent").
 func deploymentID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
@@ -436,7 +461,7 @@ func (x *ConvergeExecutor) recordLaunch(box storage.Box, job jobs.Job, dropletID
 		dep := deploymentID(dropletID)
 		_, err := storage.ApplyLaunch(ctx, tx, storage.Launch{EnvironmentID: box.EnvironmentID, DeploymentID: dep,
 			DropletID: dropletID, Region: box.Config.Region, Size: box.Config.Size, Managed: box.Managed,
-			At: now, LimitMinutes: ingest.LaunchedLimitMinutes}, 0)
+			At: now, LimitMinutes: launchLimitMinutes(box)}, 0)
 		switch {
 		case errors.Is(err, storage.ErrDeploymentEnded), errors.Is(err, storage.ErrDropletMismatch):
 			x.Log.Warn().Str("box", box.Name).Str("deployment", dep).Msg("converge up: the droplet's deployment has ended; not reopened")

@@ -43,7 +43,10 @@ func (h *jobHandlers) register(o *operations) {
 // jobError maps the job service's errors to answers.
 func jobError(err error) error {
 	var busy *storage.ScopeBusyError
+	var admit *jobs.AdmitError
 	switch {
+	case errors.As(err, &admit):
+		return agentAdmitAnswer(admit)
 	case errors.As(err, &busy):
 		return &apiError{status: http.StatusConflict, code: adminapi.CodeJobInProgress,
 			message: "another update in progress: job " + busy.JobID, jobID: busy.JobID}

@@ -209,6 +209,9 @@ func newServer(d serverDeps) (*Server, error) {
 		d.Log.Warn().Msg(convergeOffMessage)
 	}
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
+	if s.jobRunner != nil {
+		s.jobs.SetAdmit(agentAdmission(d.Config.AgentRelease))
+	}
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.AgentRelease, port: cmp.Or(d.Config.SSHPort, DefaultSSHPort), log: d.Log,
 		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)

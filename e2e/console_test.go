@@ -52,8 +52,12 @@ func TestConsoleInChromium(t *testing.T) {
 	cli := proctest.ToolPath(t, "pulumi")
 	api := dofake.New(t)
 	api.AddTokenValue("provision", convergeE2EToken, dofake.FullAccess...)
-	d := proctest.StartDaemon(t, bin, map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion)})
+	env := proctest.AgentRelease() // boxes carry the agent (docs/operations.md, "Converge")
+	for k, v := range map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion)} {
+		env[k] = v
+	}
+	d := proctest.StartDaemon(t, bin, env)
 
 	const password = "a console password for the browser test"
 	pwFile := filepath.Join(t.TempDir(), "pw")

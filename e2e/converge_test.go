@@ -97,8 +97,12 @@ func e2eConvergeAPI(t *testing.T) (*dofake.Server, *sshdtest.Server) {
 // key delivery dialling the fake droplet's port.
 func e2eConvergeEnv(t *testing.T, api *dofake.Server, droplet *sshdtest.Server) map[string]string {
 	cli := proctest.ToolPath(t, "pulumi")
-	return map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
-		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion), "CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())}
+	env := proctest.AgentRelease() // boxes carry the agent (docs/operations.md, "Converge")
+	for k, v := range map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": convergeE2EToken, "CHALUPA_DO_API_URL": api.URL,
+		"CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion), "CHALUPA_SSH_PORT": strconv.Itoa(droplet.Port())} {
+		env[k] = v
+	}
+	return env
 }
 
 // e2eAuthorize installs chalupa's SSH identity on the fake droplet.

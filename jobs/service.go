@@ -19,6 +19,25 @@ type Service struct {
 	runner *Runner // nil: no executor configured
 	exec   Executor
 	watch  *Watch
+	admit  func(box storage.Box, action string) error
+}
+
+// AdmitError is an admission check's refusal (Service.SetAdmit): nothing
+// was enqueued. Code is the admin API's error code; Message says why and
+// what to do, naming configuration variables, never their values, so it
+// may be shown to the operator as it is.
+type AdmitError struct {
+	Code, Message string
+}
+
+func (e *AdmitError) Error() string { return e.Message }
+
+// SetAdmit installs check, which EnqueueRequest asks with the box and the
+// action after the request's own checks and before anything is written;
+// an error (an *AdmitError) refuses the request. Call it before the
+// service is used.
+func (s *Service) SetAdmit(check func(box storage.Box, action string) error) {
+	s.admit = check
 }
 
 // NewService returns the Service over runner (nil when no executor is
@@ -65,8 +84,8 @@ type Request struct {
 // writes nothing (docs/operations.md, "Jobs"): ErrUnknownScope;
 // ErrUnknownAction; ErrIncludeDataAction (includeData on an action other
 // than destroy); storage.ErrNotFound (no such box); ErrConfirmData (the
-// phrase does not match); ErrNotConfigured; a *storage.ScopeBusyError
-// naming the scope's live job.
+// phrase does not match); ErrNotConfigured; the admission check's error
+// (SetAdmit); a *storage.ScopeBusyError naming the scope's live job.
 func (s *Service) EnqueueRequest(ctx context.Context, req Request) (Job, error) {
 	if req.ScopeKind != ScopeBox {
 		return Job{}, ErrUnknownScope
@@ -86,6 +105,11 @@ func (s *Service) EnqueueRequest(ctx context.Context, req Request) (Job, error) 
 	}
 	if s.runner == nil {
 		return Job{}, ErrNotConfigured
+	}
+	if s.admit != nil {
+		if err := s.admit(box, req.Action); err != nil {
+			return Job{}, err
+		}
 	}
 	var job Job
 	err = s.db.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -50,6 +50,13 @@ type BoxConfig struct {
 	VolumeSizeGiB int64
 	// Tags are extra droplet tags (the program adds its own).
 	Tags []string
+	// Agent says whether converge installs the agent on the box's
+	// droplet (true by default; docs/operations.md, "Boxes").
+	Agent bool
+	// AgentIdleMinutes is the agent's idle limit in minutes (1..10080,
+	// default 30); AgentSessionMinutes its session limit in minutes from
+	// the install (0: none, at most 43200).
+	AgentIdleMinutes, AgentSessionMinutes int64
 	// UpdatedAt is when the configuration last changed.
 	UpdatedAt time.Time
 }
@@ -83,7 +90,7 @@ const boxCols = `r.id, r.name, r.environment_id, e.slug, r.managed,
 	coalesce(r.droplet_id, 0), coalesce(r.firewall_id, ''), coalesce(r.volume_id, ''), r.resources_at,
 	coalesce(r.launch_droplet_id, 0), coalesce(r.launch_ipv4, ''), coalesce(r.launch_ipv6, ''), coalesce(r.launch_host_key, ''), r.launched_at, coalesce(r.launch_job_id, ''),
 	r.created_at, r.updated_at,
-	c.version, c.region, c.size, c.image, c.ssh_key_fingerprints, c.customer_source, c.control_plane_source, c.volume_size_gib, c.tags, c.updated_at
+	c.version, c.region, c.size, c.image, c.ssh_key_fingerprints, c.customer_source, c.control_plane_source, c.volume_size_gib, c.tags, c.agent, c.agent_idle_minutes, c.agent_session_minutes, c.updated_at
 	FROM cloud_resource r JOIN cloud_resource_config c ON c.resource_id = r.id JOIN environments e ON e.id = r.environment_id`
 
 func scanBox(row interface{ Scan(...any) error }) (Box, error) {
@@ -95,7 +102,8 @@ func scanBox(row interface{ Scan(...any) error }) (Box, error) {
 		&b.Launch.DropletID, &b.Launch.IPv4, &b.Launch.IPv6, &b.Launch.HostKey, &launchAt, &b.Launch.JobID,
 		&created, &updated,
 		&b.Config.Version, &b.Config.Region, &b.Config.Size, &b.Config.Image, &keys, &b.Config.CustomerSource,
-		&b.Config.ControlPlaneSource, &b.Config.VolumeSizeGiB, &tags, &cfgUpdated); err != nil {
+		&b.Config.ControlPlaneSource, &b.Config.VolumeSizeGiB, &tags,
+		&b.Config.Agent, &b.Config.AgentIdleMinutes, &b.Config.AgentSessionMinutes, &cfgUpdated); err != nil {
 		return Box{}, err
 	}
 	if err := json.Unmarshal([]byte(keys), &b.Config.SSHKeyFingerprints); err != nil {
@@ -138,10 +146,10 @@ func CreateBox(ctx context.Context, q Querier, id, name, envSlug string, managed
 	}
 	if _, err := q.ExecContext(ctx,
 		`INSERT INTO cloud_resource_config (resource_id, version, region, size, image, ssh_key_fingerprints,
-		   customer_source, control_plane_source, volume_size_gib, tags, updated_at)
-		 VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		   customer_source, control_plane_source, volume_size_gib, tags, agent, agent_idle_minutes, agent_session_minutes, updated_at)
+		 VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		id, cfg.Region, cfg.Size, cfg.Image, jsonList(cfg.SSHKeyFingerprints), cfg.CustomerSource,
-		cfg.ControlPlaneSource, cfg.VolumeSizeGiB, jsonList(cfg.Tags), ms(now)); err != nil {
+		cfg.ControlPlaneSource, cfg.VolumeSizeGiB, jsonList(cfg.Tags), cfg.Agent, cfg.AgentIdleMinutes, cfg.AgentSessionMinutes, ms(now)); err != nil {
 		return Box{}, fmt.Errorf("insert box config: %w", err)
 	}
 	return BoxByRef(ctx, q, id)
@@ -181,10 +189,11 @@ func ListBoxes(ctx context.Context, q Querier, envSlug string) ([]Box, error) {
 func UpdateBox(ctx context.Context, q Querier, id string, managed bool, cfg BoxConfig, now time.Time) (Box, error) {
 	res, err := q.ExecContext(ctx,
 		`UPDATE cloud_resource_config SET version = version + 1, region = ?, size = ?, image = ?, ssh_key_fingerprints = ?,
-		   customer_source = ?, control_plane_source = ?, volume_size_gib = ?, tags = ?, updated_at = ?
+		   customer_source = ?, control_plane_source = ?, volume_size_gib = ?, tags = ?,
+		   agent = ?, agent_idle_minutes = ?, agent_session_minutes = ?, updated_at = ?
 		 WHERE resource_id = ?`,
 		cfg.Region, cfg.Size, cfg.Image, jsonList(cfg.SSHKeyFingerprints), cfg.CustomerSource, cfg.ControlPlaneSource,
-		cfg.VolumeSizeGiB, jsonList(cfg.Tags), ms(now), id)
+		cfg.VolumeSizeGiB, jsonList(cfg.Tags), cfg.Agent, cfg.AgentIdleMinutes, cfg.AgentSessionMinutes, ms(now), id)
 	if err != nil {
 		return Box{}, fmt.Errorf("update box: %w", err)
 	}

@@ -33,7 +33,7 @@ var Arches = []string{"amd64", "arm64"}
 
 // ErrNotConfigured is returned by Release.Check when no agent release is
 // configured at all (every variable unset).
-var ErrNotConfigured = errors.New("no agent release configured")
+var ErrNotConfigured = errors.New("no agent release configured: set " + EnvVersion + ", " + EnvReleaseURL + ", " + EnvSHA256AMD64 + " and " + EnvSHA256ARM64 + " from the release's checksums.txt")
 
 // Release is one immutable agent release: the version and the digests of
 // its archives, pinned so a droplet installs exactly what the operator
@@ -66,6 +66,11 @@ func FromEnv(get func(string) string) Release {
 var (
 	versionRE = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
 	sha256RE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	// urlRE holds a release URL to the characters a release directory
+	// needs, so that it passes through user data, a command line and the
+	// install script unquoted (docs/operations.md, "Agent install").
+	urlRE  = regexp.MustCompile(`^[A-Za-z0-9._~:/%-]+$`)
+	sizeRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 
 // Problem is one reason a Release cannot be installed: the variable at
@@ -82,7 +87,8 @@ func (p Problem) Error() string { return p.Var + " " + p.Reason }
 // Check returns every problem of r, each naming its variable and never its
 // value: a missing or mutable version ("latest", a branch), a URL that is
 // not https or that carries a query, credentials or a fragment (a mutable
-// or secret-bearing address), a digest that is missing or not 64 lowercase
+// or secret-bearing address) or characters a release directory does not
+// need (spaces, quotes, shell syntax), a digest that is missing or not 64 lowercase
 // hex digits. It returns exactly []error{ErrNotConfigured} when nothing is
 // set. An empty slice means the release can be installed.
 func (r Release) Check() []error {
@@ -93,8 +99,8 @@ func (r Release) Check() []error {
 	if !versionRE.MatchString(r.Version) {
 		out = append(out, Problem{EnvVersion, "must be an immutable release version like v1.2.3, not a moving name or a branch"})
 	}
-	if u, err := url.Parse(r.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		out = append(out, Problem{EnvReleaseURL, "must be the https URL of the release directory (no query, fragment or credentials)"})
+	if u, err := url.Parse(r.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || !urlRE.MatchString(r.URL) {
+		out = append(out, Problem{EnvReleaseURL, "must be the https URL of the release directory (no query, fragment, credentials, spaces or quotes)"})
 	}
 	for _, a := range Arches {
 		if !sha256RE.MatchString(r.SHA256[a]) {

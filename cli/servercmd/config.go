@@ -3,17 +3,51 @@ package servercmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/chalupa-run/chalupa/cli"
 	"os"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/daemon"
 )
 
 type configCmd struct {
-	Check configCheckCmd `cmd:"" help:"Print the effective configuration (secrets redacted); exit 1 if serve would refuse it."`
+	Check     configCheckCmd     `cmd:"" help:"Print the effective configuration (secrets redacted); exit 1 if serve would refuse it."`
+	CloudInit configCloudInitCmd `cmd:"" name:"cloud-init" help:"Print the agent install user data for a hand-made droplet, rendered from the configured agent release."`
+}
+
+// configCloudInitCmd renders the one cloud-init template converge uses
+// (docs/operations.md, "Agent install") for a droplet no box describes:
+// the release from CHALUPA_AGENT_VERSION, CHALUPA_AGENT_RELEASE_URL and
+// both digests, the control plane from CHALUPA_ORIGIN unless --url.
+type configCloudInitCmd struct {
+	Env            string `name:"env" required:"" help:"Environment slug the droplet's key will be bound to."`
+	URL            string `name:"url" env:"CHALUPA_ORIGIN" required:"" help:"The control plane's origin the agent reports to (https unless loopback)."`
+	Size           string `help:"The droplet's size slug, reported with its heartbeats (the metadata service has none)."`
+	IdleMinutes    int64  `name:"idle-minutes" default:"30" help:"The agent's idle limit in minutes, 1-10080."`
+	SessionMinutes int64  `name:"session-minutes" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
+}
+
+// Run prints the rendered user data. A release that fails its checks is
+// exit 1 naming the variables (never their values); settings the agent
+// would refuse are exit 2.
+func (c *configCloudInitCmd) Run(env *cli.Env) error {
+	if c.IdleMinutes < 1 {
+		return cli.Exit(cli.ExitUsage, errors.New("--idle-minutes must be 1-10080"))
+	}
+	out, err := install.RenderCloudInit(install.FromEnv(env.Getenv), install.Params{URL: c.URL, Environment: c.Env,
+		Size: c.Size, IdleLimitMinutes: c.IdleMinutes, SessionLimitMinutes: c.SessionMinutes})
+	switch {
+	case errors.Is(err, install.ErrRelease):
+		return cli.Exit(1, err)
+	case err != nil:
+		return cli.Exit(cli.ExitUsage, err)
+	}
+	_, err = fmt.Fprint(env.Stdout, out)
+	return err
 }
 
 type configCheckCmd struct {

@@ -22,7 +22,8 @@ import (
 type AppOptions struct {
 	// Env is the configuration on top of the defaults New picks (fresh
 	// secrets from proctest.NewSecrets, a loopback listen address, a t.TempDir()
-	// data dir and a file:// replica in another t.TempDir()). An entry with
+	// data dir, a file:// replica in another t.TempDir() and
+	// proctest.AgentRelease). An entry with
 	// an empty value removes the default.
 	Env map[string]string
 	// Clock is the App's clock; nil means a real one.
@@ -87,6 +88,11 @@ func NewInProcess(t testing.TB, opt AppOptions) *InProcess {
 	// The free-space guard off: the test machine's disk must not decide
 	// a test (docs/operations.md, "Quotas").
 	env[proctest.MinFreeBytesVar] = "0"
+	// A box carries the agent by default, and converge refuses its up
+	// without an installable release (docs/operations.md, "Converge").
+	for k, v := range proctest.AgentRelease() {
+		env[k] = v
+	}
 	for k, v := range opt.Env {
 		if v == "" {
 			delete(env, k)

@@ -69,6 +69,20 @@ func FreeAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
 
+// AgentRelease is a pinned agent release that passes the configuration's
+// checks (CHALUPA_AGENT_VERSION, CHALUPA_AGENT_RELEASE_URL and both
+// digests; docs/operations.md, "Agent install") without existing anywhere:
+// its URL is under .invalid, so a converge test renders user data that no
+// machine ever runs. The map is new on every call.
+func AgentRelease() map[string]string {
+	return map[string]string{
+		"CHALUPA_AGENT_VERSION":      "v0.0.0-test",
+		"CHALUPA_AGENT_RELEASE_URL":  "https://releases.invalid/chalupa-agent/v0.0.0-test",
+		"CHALUPA_AGENT_SHA256_AMD64": strings.Repeat("a0", 32),
+		"CHALUPA_AGENT_SHA256_ARM64": strings.Repeat("b0", 32),
+	}
+}
+
 // Secret variable names NewSecrets fills in.
 const (
 	AdminTokenVar = "CHALUPA_ADMIN_TOKEN"

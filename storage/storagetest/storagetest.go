@@ -600,6 +600,9 @@ func Box(t testing.TB, db *storage.DB, seed storage.Box) storage.Box {
 	if c.VolumeSizeGiB == 0 {
 		c.VolumeSizeGiB = 10
 	}
+	if c.AgentIdleMinutes == 0 {
+		c.AgentIdleMinutes = 30 // the agent's default (docs/operations.md, "Boxes")
+	}
 	var out storage.Box
 	do(t, db, "insert box "+seed.Name, func(tx storage.Tx) error {
 		var err error

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// codeAgentReleaseInvalid is the 422 code of a converge request refused
+// because the box carries the agent and the configured agent release
+// cannot be installed (docs/operations.md, "Converge").
+const codeAgentReleaseInvalid = "agent_release_invalid"
+
+// rendersUserData reports whether a converge action runs the box's program
+// and so needs its user data: up and preview. Refresh and destroy never
+// create a droplet, so they never wait on the agent release: a box can
+// always be read back or torn down.
+func rendersUserData(action string) bool {
+	return action == jobs.ActionUp || action == jobs.ActionPreview
+}
+
+// BoxUserData is the cloud-init user data converge gives box's droplet
+// (docs/operations.md, "Converge" and "Agent install"): "" for a box with
+// the agent off, else the one template rendered for release with the
+// control plane's origin, the box's environment, size and agent limits.
+// The ingest key is never part of it. Errors: install.RenderCloudInit's
+// (install.ErrRelease naming the variables, install.ErrParams).
+func BoxUserData(box storage.Box, release install.Release, controlPlaneURL string) (string, error) {
+	if !box.Config.Agent {
+		return "", nil
+	}
+	return install.RenderCloudInit(release, install.Params{URL: controlPlaneURL, Environment: box.EnvironmentSlug,
+		Size: box.Config.Size, IdleLimitMinutes: box.Config.AgentIdleMinutes, SessionLimitMinutes: box.Config.AgentSessionMinutes})
+}
+
+// agentReleaseText says what is wrong with a release in words that name
+// the variables and never their values.
+func agentReleaseText(problems []error) string {
+	parts := make([]string, 0, len(problems))
+	for _, p := range problems {
+		parts = append(parts, p.Error())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// agentAdmission is the job service's admission check while converge is
+// configured: up and preview of a box that carries the agent are refused
+// 422 agent_release_invalid, nothing enqueued, while release fails its
+// checks (docs/operations.md, "Converge"). serve still starts; config
+// check warns (agentReleaseWarning).
+func agentAdmission(release install.Release) func(storage.Box, string) error {
+	problems := release.Check()
+	return func(box storage.Box, action string) error {
+		if len(problems) == 0 || !box.Config.Agent || !rendersUserData(action) {
+			return nil
+		}
+		return &jobs.AdmitError{Code: codeAgentReleaseInvalid, Message: fmt.Sprintf(
+			"box %s carries the agent, but the agent release cannot be installed: %s (chalupa config check says the same); or opt the box out with chalupa admin box update %s --agent=false. Nothing was enqueued",
+			box.Name, agentReleaseText(problems), box.Name)}
+	}
+}
+
+// agentAdmitAnswer is the admin API's answer to an admission refusal.
+func agentAdmitAnswer(e *jobs.AdmitError) error {
+	return fail(http.StatusUnprocessableEntity, e.Code, e.Message)
+}
+
+// agentReleaseWarning is what config check and serve say about the agent
+// release (docs/operations.md, "Configuration"): with converge on, any
+// problem (boxes that carry the agent cannot be brought up); with it off,
+// a release set but not installable. "" when there is nothing to say.
+func agentReleaseWarning(release install.Release, convergeOn bool) string {
+	problems := release.Check()
+	switch {
+	case len(problems) == 0:
+		return ""
+	case convergeOn:
+		return "converge cannot install the agent, so up and preview of a box that carries it answer 422 " +
+			codeAgentReleaseInvalid + ": " + agentReleaseText(problems)
+	case len(problems) == 1 && errors.Is(problems[0], install.ErrNotConfigured):
+		return ""
+	}
+	return "the agent release cannot be installed: " + agentReleaseText(problems)
+}
