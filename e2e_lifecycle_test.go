@@ -41,8 +41,7 @@ import (
 )
 
 // What of the lifecycle this tree has. MERGE: the lead sets each to true
-// as its branch lands (and nothing else in this file needs to change but
-// the MERGE(B) line in lifecycleUp).
+// as its branch lands, and fills in the MERGE(B) line in lifecycleUp.
 const (
 	// lifecycleAgentArtifact (A): contrib/release.sh also writes
 	// chalupa-agent_VERSION_linux_ARCH.tar.gz, listed in checksums.txt.
@@ -52,17 +51,12 @@ const (
 	// script installs /usr/local/bin/chalupa-agent and writes agent.env; the
 	// box carries the agent's idle limit.
 	lifecycleConvergeInstalls = false
-	// lifecycleDestroyAfterReap (C): `converge destroy` succeeds after the
-	// reaper destroyed the droplet, keeping the volume.
-	lifecycleDestroyAfterReap = true
+	// lifecycleVersion is the version the test release is built as.
+	lifecycleVersion = "v0.0.0-lifecycle"
+	// lifecycleWait bounds each wait on a Pulumi run or the agent's first
+	// window (a bound, not a timing assertion).
+	lifecycleWait = 5 * time.Minute
 )
-
-// lifecycleVersion is the version the test release is built as.
-const lifecycleVersion = "v0.0.0-lifecycle"
-
-// lifecycleWait bounds every wait on a Pulumi run or the agent's first
-// window (a bound, not a timing assertion).
-const lifecycleWait = 5 * time.Minute
 
 // TestLifecycleProof: box 1 goes up; its droplet boots the agent install
 // (the archive verified against the release's digest), the ingest key
@@ -71,8 +65,8 @@ const lifecycleWait = 5 * time.Minute
 // droplet-<id> is live; `down` removes droplet and firewall and keeps the
 // volume. Box 2 goes up with a one-minute idle limit; its agent runs, then
 // stops; the reaper destroys the droplet at its deadline with the write
-// token; `converge destroy` afterwards succeeds (C). Each box's events tell
-// that story in order.
+// token; `converge destroy` afterwards succeeds and keeps the volume. Each
+// box's events tell that story in order.
 func TestLifecycleProof(t *testing.T) {
 	ctx := context.Background()
 	bin, rel := proctest.BuildBinary(t), lifecycleBuildRelease(t)
@@ -140,12 +134,7 @@ func TestLifecycleProof(t *testing.T) {
 	lifecycleDeployment(t, cl, "proof-2", dep2.ID, 30*time.Second, func(d adminapi.FleetDeployment) bool { return d.Status == "ended" })
 	lifecycleStory(t, cl, "proof-2", "launched", "shutdown", "reaper-destroyed")
 
-	j := lifecycleConverge(t, cl, "box-2", "destroy")
-	if !lifecycleDestroyAfterReap { // MERGE(C): this branch goes
-		t.Logf("converge destroy after the reaper (waits on C): %s: %s", j.Status, j.Error)
-		return
-	}
-	if j.Status != storage.JobSucceeded {
+	if j := lifecycleConverge(t, cl, "box-2", "destroy"); j.Status != storage.JobSucceeded {
 		t.Fatalf("destroy after the reaper: %s: %s", j.Status, j.Error)
 	}
 	lifecycleVolumeKept(t, cl, api, "box-2")
