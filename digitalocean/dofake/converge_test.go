@@ -149,3 +149,29 @@ func TestConvergeRoutes(t *testing.T) {
 }
 
 func itoa(n int) string { return godo.Stringify(n) }
+
+// TestOnCreateBootsBeforeTheAnswer: WithOnCreate runs once per droplet the
+// API creates, with its user data, before the create is answered and
+// without the server's lock (it can read the server); a fixture does not
+// run it.
+func TestOnCreateBootsBeforeTheAnswer(t *testing.T) {
+	ctx := context.Background()
+	var booted []dofake.Droplet
+	var s *dofake.Server
+	s = dofake.New(t, dofake.WithOnCreate(func(d dofake.Droplet) {
+		if _, ok := s.Droplet(d.ID); !ok { // deadlocks if the lock were held
+			t.Errorf("droplet %d not listed while it boots", d.ID)
+		}
+		booted = append(booted, d)
+	}))
+	s.AddDroplet(dofake.Droplet{})
+	c := godoClient(t, s, s.AddToken("provision", dofake.FullAccess...))
+	d, _, err := c.Droplets.Create(ctx, &godo.DropletCreateRequest{Name: "box-1", Region: "nyc3", Size: "s-1vcpu-1gb",
+		Image: godo.DropletCreateImage{Slug: "ubuntu-24-04-x64"}, UserData: "#cloud-config\nruncmd: [[true]]\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(booted) != 1 || booted[0].ID != d.ID || booted[0].UserData != "#cloud-config\nruncmd: [[true]]\n" {
+		t.Fatalf("booted %+v when the create of droplet %d was answered, want exactly it with its user data", booted, d.ID)
+	}
+}

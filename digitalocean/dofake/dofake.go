@@ -22,7 +22,8 @@
 //     (paginated), GET, PUT and DELETE /v2/firewalls/{id}; tags: POST
 //     /v2/tags (201), POST and DELETE /v2/tags/{name}/resources (204).
 //     Deleting a droplet detaches its volumes and removes it from every
-//     firewall, as the real API does;
+//     firewall, as the real API does. WithOnCreate "boots" each created
+//     droplet (a test runs its user data) before the create is answered;
 //   - sizes: GET /v2/sizes (slug, price_hourly, price_monthly, vcpus,
 //     memory, disk, …), paginated;
 //   - account: GET /v2/account;
@@ -99,6 +100,7 @@ type Server struct {
 	firewalls map[string]*Firewall
 	tags      map[string]bool // created with POST /v2/tags
 	publicV4  string          // WithPublicIPv4; "" is 203.0.113.<n>
+	onCreate  func(Droplet)   // WithOnCreate; nil: nothing
 	actionSeq int
 	sizes     map[string]Size
 	account   Account
@@ -119,6 +121,15 @@ func WithClock(clock clockwork.Clock) Option { return func(s *Server) { s.clock 
 // of 203.0.113.<n>, which reaches nothing): converge's key delivery then
 // dials a local SSH server standing in for the droplet's sshd.
 func WithPublicIPv4(addr string) Option { return func(s *Server) { s.publicV4 = addr } }
+
+// WithOnCreate makes f run once for each droplet POST /v2/droplets creates,
+// with a copy of the stored droplet (its UserData as sent): a test "boots"
+// the droplet there, e.g. by running its cloud-init against a sandbox root.
+// f runs before the create is answered, without the server's lock (the
+// droplet is already listed, and f may call the Server), on the request's
+// goroutine: the creating client waits for it, so a boot has finished by
+// the time the create returns. Fixtures (AddDroplet) do not run it.
+func WithOnCreate(f func(Droplet)) Option { return func(s *Server) { s.onCreate = f } }
 
 // WithRateLimits sets every token's budgets: at most perMinute requests in
 // any 60 s and perHour in any hour. Zero keeps the default for that window.

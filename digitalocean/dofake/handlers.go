@@ -62,6 +62,9 @@ type answer struct {
 	status int
 	body   any
 	header http.Header
+	// after, when set, runs before the answer is written, without s.mu
+	// (WithOnCreate).
+	after func()
 }
 
 type handler func(r *http.Request, ts *tokenState) answer
@@ -171,6 +174,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route Route, scop
 		return
 	}
 	a := h(r, ts)
+	if a.after != nil {
+		s.mu.Unlock()
+		a.after()
+		s.mu.Lock()
+	}
 	if f != nil && f.Hold != nil {
 		s.mu.Unlock()
 		f.Hold.arrivedOnce.Do(func() { close(f.Hold.arrived) })
@@ -442,12 +450,17 @@ func (s *Server) createDroplet(r *http.Request, ts *tokenState) answer {
 	wire.Status = "new" // the fake boots at once: reads after this say "active"
 	wire.Networks = networksJSON{V4: []networkV4JSON{}, V6: []networkV6JSON{}}
 	actionID := 36804636 + d.ID%1000000
-	return answer{status: http.StatusAccepted, body: map[string]any{
+	a := answer{status: http.StatusAccepted, body: map[string]any{
 		"droplet": wire,
 		"links": map[string]any{"actions": []map[string]any{{
 			"id": actionID, "rel": "create", "href": fmt.Sprintf("%sv2/actions/%d", s.URL, actionID),
 		}}},
 	}}
+	if s.onCreate != nil {
+		booted, created := s.onCreate, s.droplets[d.ID].clone()
+		a.after = func() { booted(created) }
+	}
+	return a
 }
 
 func (s *Server) sortedVolumes(keep func(*Volume) bool) []*Volume {
