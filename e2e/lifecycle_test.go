@@ -127,7 +127,9 @@ func TestLifecycleProof(t *testing.T) {
 		t.Fatalf("destroy after the reaper: %s: %s", j.Status, j.Error)
 	}
 	lifecycleVolumeKept(t, cl, api, "box-2")
-	lifecycleStory(t, cl, "proof-2", "launched", "shutdown", "reaper-destroyed")
+	// The destroy found the droplet already gone and says so (docs/operations.md,
+	// "Converge", destroy after the reaper); the reaper's end stands.
+	lifecycleStory(t, cl, "proof-2", "launched", "shutdown", "reaper-destroyed", "sunk")
 }
 
 // lifecycleRelease is a release contrib/release.sh built for the host's
@@ -335,6 +337,12 @@ func lifecycleStartAgent(t *testing.T, root string, d dofake.Droplet, url, env s
 	for _, line := range strings.Split(string(raw), "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(k, "#") {
 			settings[k] = strings.Trim(v, `"'`)
+		}
+	}
+	// What converge rendered into the user data reached the agent's settings.
+	for k, want := range map[string]string{"CHALUPA_AGENT_URL": url, "CHALUPA_AGENT_ENV": env, "CHALUPA_AGENT_LIMIT_MINUTES": strconv.Itoa(limitMinutes)} {
+		if settings[k] != want {
+			t.Errorf("the installed agent.env has %s=%q, want %q", k, settings[k], want)
 		}
 	}
 	for name, content := range map[string]string{"proc/stat": "cpu  100 0 0 900 0 0 0 0 0 0\n",
