@@ -66,10 +66,13 @@ type ReaperOutcome struct {
 
 // ReaperStatus answers adminGetReaperStatus.
 type ReaperStatus struct {
+	// Mode is the reaper mode: live, dry-run or off (CHALUPA_REAPER;
+	// docs/operations.md, "Configuration").
+	Mode string `json:"mode"`
 	// TokenConfigured is false when the platform write token is not set:
 	// the reaper does not run.
 	TokenConfigured bool `json:"tokenConfigured"`
-	// DryRun is CHALUPA_REAPER_DRY_RUN.
+	// DryRun is Mode == "dry-run" (kept for clients of the previous release).
 	DryRun bool `json:"dryRun"`
 	// CIFreshnessSeconds is how long a CI report counts as live, in
 	// seconds (CHALUPA_REAPER_CI_FRESHNESS).

@@ -64,12 +64,14 @@ func (*adminReaperStatusCmd) operation() string { return adminapi.OpGetReaperSta
 func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, (*adminapi.Client).GetReaperStatus, func(w io.Writer, st adminapi.ReaperStatus) error {
 		tw := table(w)
+		if st.Mode != "" {
+			fmt.Fprintf(tw, "mode\t%s\n", st.Mode)
+		}
 		if st.TokenConfigured {
 			fmt.Fprintln(tw, "write token\tconfigured")
 		} else {
 			fmt.Fprintln(tw, "write token\tnot set: the reaper does not run (docs/operations.md, \"Reaper\")")
 		}
-		fmt.Fprintf(tw, "dry run\t%v\n", st.DryRun)
 		fmt.Fprintf(tw, "CI freshness\t%s\n", time.Duration(st.CIFreshnessSeconds*float64(time.Second)))
 		next := "none (no active deployment: waits for a heartbeat)"
 		if !st.NextWakeAt.IsZero() {

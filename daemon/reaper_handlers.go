@@ -78,6 +78,8 @@ func storageFault(w *storage.Writer, clock clockwork.Clock) func() (bool, time.T
 // nothing else.
 type reaperHandlers struct {
 	reaper *reaper.Reaper
+	// mode is Config.ReaperMode, reported by the status.
+	mode string
 }
 
 func (h *reaperHandlers) register(o *operations) {
@@ -101,7 +103,7 @@ func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperSta
 	if err != nil {
 		return adminapi.ReaperStatus{}, err
 	}
-	out := adminapi.ReaperStatus{TokenConfigured: st.Configured, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
+	out := adminapi.ReaperStatus{Mode: h.mode, TokenConfigured: st.Configured, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
 		NextWakeAt: st.NextWake, RateLimitedUntil: st.RateLimitedUntil, ActiveDeployments: st.Active, Due: []adminapi.ReaperDue{}}
 	for _, c := range st.Due {
 		out.Due = append(out.Due, adminapi.ReaperDue{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID,

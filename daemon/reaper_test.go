@@ -48,7 +48,7 @@ func TestReaperOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.TokenConfigured || st.DryRun || st.ActiveDeployments != 1 || len(st.Due) != 1 || st.Due[0].Deployment != "dep-1" || st.LastTick != nil {
+	if !st.TokenConfigured || st.Mode != "live" || st.DryRun || st.ActiveDeployments != 1 || len(st.Due) != 1 || st.Due[0].Deployment != "dep-1" || st.LastTick != nil {
 		t.Fatalf("status before the tick: %+v", st)
 	}
 	tick, err := p.Admin.RunReaperTick(ctx)
@@ -121,7 +121,7 @@ func TestReaperWithoutWriteToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.TokenConfigured || st.NextWakeAt != (time.Time{}) {
+	if st.TokenConfigured || st.Mode != "off" || st.NextWakeAt != (time.Time{}) {
 		t.Fatalf("status %+v, want no token and no wake-up", st)
 	}
 	_, err = p.Admin.RunReaperTick(ctx)

@@ -195,7 +195,7 @@ func newServer(d serverDeps) (*Server, error) {
 		billing = cost.DefaultRule
 	}
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: billing}).register(s.ops)
-	(&reaperHandlers{reaper: s.reaper}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper, mode: d.Config.ReaperMode}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
 	s.jobWatch = jobs.NewWatch(d.DB, clock, d.Log)
