@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# Runs every test of chalupa: the README's test command, and what .ci/run calls.
+# Runs chalupa's tests: the README's test commands; .ci/run calls the full run.
 #
-# 1. installs the real components the tests drive (litestream CLI, versitygw,
-#    the pulumi CLI)
-#    and staticcheck through contrib/install-test-tools.sh, cached per tool and
-#    version in the user's cache directory;
-# 2. checks formatting, go vet and staticcheck;
-# 3. runs the packages with concurrency (storage, ingest, daemon, reaper, jobs, console, mcpserver) under the
-#    race detector, and the rest (the end-to-end tests in the root package,
-#    contrib) without it: the e2e tests drive a separately built binary, so
-#    -race there would only slow the test process.
+# Usage: contrib/test.sh                  the full run: every test of every package
+#        contrib/test.sh --fast           the fast lane, for the edit-test loop
+#        contrib/test.sh [--fast] --plan  print the lane's go test commands, run nothing
+#
+# Both lanes
+# 1. install the real components the tests drive (litestream CLI, versitygw,
+#    the pulumi CLI) and staticcheck through contrib/install-test-tools.sh,
+#    cached per tool and version in the user's cache directory;
+# 2. check formatting, go vet and staticcheck.
+#
+# The fast lane then runs every package but the end-to-end ones (e2e/…) once,
+# under the race detector and -short: under -short the harness helpers that
+# build the binary or run pulumi, Chromium or `litestream restore` skip their
+# tests (internal/proctest.FullRunOnly), so what is left is every unit and
+# in-process test.
+#
+# The full run never passes -short. It runs every package under the race
+# detector except the end-to-end lane, which runs without it: those tests
+# drive a separately built binary, so -race there would only slow the test
+# process. Packages come from `go list ./...`, so a new package (cli/, a new
+# e2e/ package) is in both lanes without an edit here;
+# internal/archtest.TestLanesRunEveryPackage checks that against --plan.
 #
 # Under CI=true a missing tool fails the run instead of skipping its tests.
 set -euo pipefail
@@ -17,22 +30,38 @@ cd "$(dirname "$0")/.."
 
 command -v go >/dev/null || { echo "test.sh: go is not installed" >&2; exit 1; }
 
-bin=$(contrib/install-test-tools.sh)
-export PATH="$bin:$PATH"
+lane=full plan=0
+for arg in "$@"; do
+	case $arg in
+	--fast) lane=fast ;;
+	--plan) plan=1 ;;
+	*)
+		echo "usage: contrib/test.sh [--fast] [--plan]" >&2
+		exit 2
+		;;
+	esac
+done
+module=$(go list -m)
 
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
-if [[ -n "$unformatted" ]]; then
-	echo "test.sh: gofmt would change:" >&2
-	echo "$unformatted" >&2
-	exit 1
-fi
-go vet ./...
-# The linked binary, never one from elsewhere on PATH: its version is pinned.
-if [[ ! -x "$bin/staticcheck" ]]; then
-	echo "test.sh: $bin/staticcheck is missing (contrib/install-test-tools.sh builds it)" >&2
-	exit 1
-fi
-"$bin/staticcheck" ./...
+# lint installs the test tools and checks formatting, vet and staticcheck.
+lint() {
+	bin=$(contrib/install-test-tools.sh)
+	export PATH="$bin:$PATH"
+
+	unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
+	if [[ -n "$unformatted" ]]; then
+		echo "test.sh: gofmt would change:" >&2
+		echo "$unformatted" >&2
+		exit 1
+	fi
+	go vet ./...
+	# The linked binary, never one from elsewhere on PATH: its version is pinned.
+	if [[ ! -x "$bin/staticcheck" ]]; then
+		echo "test.sh: $bin/staticcheck is missing (contrib/install-test-tools.sh builds it)" >&2
+		exit 1
+	fi
+	"$bin/staticcheck" ./...
+}
 
 # gotest runs go test with its output also kept in a file; when it fails,
 # the failures' own lines (--- FAIL, each t.Error's first line, panics) are
@@ -51,7 +80,38 @@ gotest() {
 	return 1
 }
 
+# Every package goes to exactly one list of the full run: race, or norace
+# (the end-to-end lane); the fast lane is every package outside e2e/.
+race=() norace=() fast=()
+for p in $(go list ./...); do
+	if [[ $p == "$module"/e2e || $p == "$module"/e2e/* ]]; then
+		norace+=("$p")
+		continue
+	fi
+	fast+=("$p")
+	# The module root holds end-to-end tests until they live in e2e/ (its
+	# in-process tests run in the fast lane, under -race).
+	if [[ $p == "$module" ]]; then norace+=("$p"); else race+=("$p"); fi
+done
+
+if [[ $lane == fast ]]; then
+	plans=("go test -race -short -timeout 10m -count=1 ${fast[*]}")
+else
+	plans=("go test -race -timeout 30m -count=1 ${race[*]}")
+	if ((${#norace[@]})); then
+		plans+=("go test -timeout 45m -count=1 ${norace[*]}")
+	fi
+fi
+if [[ $plan == 1 ]]; then
+	printf '%s\n' "${plans[@]}"
+	exit 0
+fi
+
+lint
+
 start=$(date +%s)
-gotest -race -timeout 20m -count=1 ./storage/... ./ingest/... ./agent/... ./adminapi/... ./daemon/... ./reaper/... ./digitalocean/... ./jobs/... ./boxes/... ./console/... ./mcpserver/...
-gotest -timeout 45m -count=1 . ./internal/... ./contrib/... ./pulumiexec/...
-echo "test.sh: all tests passed in $(( $(date +%s) - start ))s"
+for p in "${plans[@]}"; do
+	# shellcheck disable=SC2086 # each plan is a word list without spaces inside a word
+	gotest ${p#go test }
+done
+echo "test.sh: all tests of the $lane run passed in $(( $(date +%s) - start ))s"

@@ -8,7 +8,6 @@ import (
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,10 +23,6 @@ import (
 	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
-// chromiumPath is where Debian's chromium package (installed by
-// contrib/install-test-tools.sh) puts the browser.
-const chromiumPath = "/usr/bin/chromium"
-
 // TestConsoleInChromium drives the built binary's console in Debian's
 // headless Chromium: /app sends a stranger to login; sign in; the fleet;
 // an environment whose deployment has 40 minutes of telemetry; its charts
@@ -40,12 +35,7 @@ const chromiumPath = "/usr/bin/chromium"
 // under the test's artifact directory (go test -artifacts keeps them).
 func TestConsoleInChromium(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: run contrib/install-test-tools.sh", chromiumPath)
-		}
-		t.Skipf("%s is missing: run contrib/install-test-tools.sh", chromiumPath)
-	}
+	chromium := proctest.Chromium(t)
 	bin := proctest.BuildBinary(t)
 	// Converge runs with the real pulumi CLI and the test provider against
 	// the DigitalOcean API test server, as in the converge end-to-end test.
@@ -127,7 +117,7 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 
 	start := time.Now()
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromiumPath), chromedp.NoSandbox,
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium), chromedp.NoSandbox,
 		chromedp.Headless, chromedp.DisableGPU, chromedp.WindowSize(1100, 900))
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(actx)

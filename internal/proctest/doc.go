@@ -11,6 +11,11 @@
 // Tools come from <repo>/.tools/bin, installed by contrib/install-test-tools.sh.
 // A missing tool skips the test, or fails it when CI=true.
 //
+// Under -short (FastLaneFlag, which contrib/test.sh --fast passes) the
+// helpers that build the binary or run pulumi, Chromium or litestream
+// restore skip their test (FullRunOnly): the fast lane leaves out exactly
+// that work, and the full run, which never passes -short, runs all of it.
+//
 // Functions that take a testing.TB must be called from the test's own
 // goroutine (they may call t.Fatalf); Daemon.Do is safe from any goroutine.
 //

@@ -22,9 +22,11 @@ var (
 // os.MkdirTemp (shared by the process's tests; directories left by earlier
 // runs more than an hour old are removed, as BuildBinary's are). cli is the
 // pulumi CLI (ToolPath(t, "pulumi")). A failed build or install fails
-// every caller with its output (docs/operations.md, "Converge").
+// every caller with its output (docs/operations.md, "Converge"). Under
+// FastLaneFlag it skips the test instead.
 func PulumiHome(t testing.TB, cli, providerVersion string) string {
 	t.Helper()
+	FullRunOnly(t, "runs the pulumi CLI")
 	root := RepoRoot(t)
 	pulumiOnce.Do(func() {
 		pruneOldBinDirs()

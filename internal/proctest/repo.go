@@ -66,9 +66,14 @@ func findRoot() (string, error) {
 // ToolPath returns the absolute path of tool name (e.g. "litestream",
 // "versitygw") in <repo>/.tools/bin. When it is missing the test is skipped
 // with the install command, or fails when the environment has CI=true (a
-// missing tool must not turn a CI run green).
+// missing tool must not turn a CI run green). Under FastLaneFlag it skips
+// the test for the tools whose runs belong to the full run (litestream,
+// pulumi) before looking.
 func ToolPath(t testing.TB, name string) string {
 	t.Helper()
+	if what, ok := fullRunTools[name]; ok {
+		FullRunOnly(t, what)
+	}
 	p := filepath.Join(RepoRoot(t), ".tools", "bin", name)
 	fi, err := os.Stat(p) // follows the link into the tool cache
 	if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
@@ -87,9 +92,10 @@ func ToolPath(t testing.TB, name string) string {
 // binary lives in a directory made by os.MkdirTemp (shared by every test of
 // the process, so not t.TempDir); directories left by earlier runs more than
 // an hour old are removed. A failed build fails every caller with the
-// compiler's output.
+// compiler's output. Under FastLaneFlag it skips the test instead.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
+	FullRunOnly(t, "builds the chalupa binary")
 	root := RepoRoot(t)
 	buildOnce.Do(func() { buildPath, buildErr = build(root) })
 	if buildErr != nil {
@@ -107,9 +113,11 @@ var withheldBuilds struct {
 // BuildWithheld builds the binary like BuildBinary but leaving out its
 // newest n migrations (the test-only build setting
 // storage.withheldMigrations): a stand-in for the previous release, for
-// rollback tests. Built once per n per test process.
+// rollback tests. Built once per n per test process. Under FastLaneFlag it
+// skips the test instead.
 func BuildWithheld(t testing.TB, n int) string {
 	t.Helper()
+	FullRunOnly(t, "builds the chalupa binary")
 	root := RepoRoot(t)
 	withheldBuilds.Lock()
 	defer withheldBuilds.Unlock()

@@ -18,8 +18,10 @@ const RestoreTimeout = 2 * time.Minute
 // never passed (Litestream's S3 client fails with it set). It returns the
 // restored file's path in a fresh t.TempDir(). Errors (non-zero exit, no
 // exit within RestoreTimeout) fail the test with the command's output.
+// Under FastLaneFlag it skips the test instead.
 func Restore(t testing.TB, litestreamBin, replicaURL string, env map[string]string) string {
 	t.Helper()
+	FullRunOnly(t, "runs litestream restore")
 	out := filepath.Join(t.TempDir(), "restored.db")
 	e := copyEnv(env)
 	delete(e, "AWS_CA_BUNDLE")
