@@ -48,14 +48,15 @@ const (
 const syntheticPrefix = "smoke-"
 
 // ranges are the deployment page's chart ranges with the step each uses:
-// at most 288 points per series, so a 30-day page stays light.
+// at most 180 points per series, so every point can carry its value as a
+// <title> and the page stays under 100 KB (docs/operations.md, "Console").
 var ranges = []struct {
 	Name string
 	Span time.Duration
 	Step time.Duration
 }{
 	{"1h", time.Hour, time.Minute},
-	{"24h", 24 * time.Hour, 5 * time.Minute},
+	{"24h", 24 * time.Hour, 10 * time.Minute},
 	{"7d", 7 * 24 * time.Hour, time.Hour},
 	{"30d", 30 * 24 * time.Hour, 4 * time.Hour},
 }
@@ -391,9 +392,7 @@ func (c *Console) deployment(w http.ResponseWriter, r *http.Request) {
 	for _, x := range ranges {
 		v.Ranges = append(v.Ranges, rangeLink{x.Name, x.Name == rg.Name})
 	}
-	for _, s := range p.Series {
-		v.Charts = append(v.Charts, renderChart(s, now.Add(-rg.Span), now, rg.Step))
-	}
+	v.Charts = renderPanels(p.Series, now.Add(-rg.Span), now, rg.Step)
 	for _, s := range p.Sessions {
 		v.Sessions = append(v.Sessions, sessionRow{PerformanceSession: s, SummaryText: string(s.Summary)})
 	}
