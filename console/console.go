@@ -159,8 +159,35 @@ func New(d Deps) *Console {
 }
 
 // Routes lists the console's routes: the landing page, robots.txt, static
-// assets, login and logout, and the /app pages.
+// assets, login and logout, and the /app pages. Every GET route is also
+// registered for HEAD, answered as GET without the body (net/http drops
+// it; docs/operations.md, "Console").
 func (c *Console) Routes() []Route {
+	rs := c.routes()
+	for _, rt := range rs {
+		if rt.Method == http.MethodGet {
+			rs = append(rs, Route{http.MethodHead, rt.Pattern, rt.Handler})
+		}
+	}
+	return rs
+}
+
+// NotFound answers 404 as a console page (the router's answer for the
+// console's paths, and for unknown paths a browser asks for).
+func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
+	c.page(func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, "Not found", "There is no page at this address.")
+	})(w, r)
+}
+
+// MethodNotAllowed answers 405 as a console page; the caller sets Allow.
+func (c *Console) MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	c.page(func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusMethodNotAllowed, "Method not allowed", "This page does not take that kind of request.")
+	})(w, r)
+}
+
+func (c *Console) routes() []Route {
 	return []Route{
 		{"GET", "/", c.page(c.landing)},
 		{"GET", "/robots.txt", c.robots},
@@ -268,7 +295,7 @@ func (c *Console) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok := c.currentSession(r)
 		if !ok {
-			if r.Method == http.MethodGet {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
 				return
 			}
