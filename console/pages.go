@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,14 @@ const (
 	envRunsLimit = 20
 	// envBoxesLimit is how many boxes an environment page lists.
 	envBoxesLimit = 50
+)
+
+// The environment page's per-deployment sparkline: CPU % over the last
+// sparkSpan in sparkStep points (24), from detail windows only, which
+// retention keeps 7 days (docs/operations.md, "Console").
+const (
+	sparkSpan = 6 * time.Hour
+	sparkStep = 15 * time.Minute
 )
 
 // syntheticPrefix marks environments that exist for tests and the smoke
@@ -198,7 +207,23 @@ type fleetView struct {
 	Month    string
 	TotalUSD float64
 	Now      time.Time
+	// Active counts the fleet's active deployments; Deadlines are the
+	// soonest fleetDeadlines idle deadlines among them, soonest first,
+	// shown at the top with the month's cost.
+	Active    int
+	Deadlines []fleetDeadline
 }
+
+// fleetDeadline is one active deployment's idle deadline on the fleet
+// page's summary.
+type fleetDeadline struct {
+	Env, ID  string
+	Deadline time.Time
+	CI       bool
+}
+
+// fleetDeadlines is how many idle deadlines the fleet page's summary lists.
+const fleetDeadlines = 5
 
 func (c *Console) monthEstimate(r *http.Request, now time.Time) (cost.Estimate, error) {
 	start, _ := cost.MonthBounds(now.UTC())
@@ -236,12 +261,18 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 			}
 			row.Active++
 			row.CI = row.CI || d.CIActive
+			v.Active++
+			if !d.IdleDeadlineAt.IsZero() {
+				v.Deadlines = append(v.Deadlines, fleetDeadline{Env: e.Slug, ID: d.ID, Deadline: d.IdleDeadlineAt, CI: d.CIActive})
+			}
 			if !d.IdleDeadlineAt.IsZero() && (row.IdleDeadline.IsZero() || d.IdleDeadlineAt.Before(row.IdleDeadline)) {
 				row.IdleDeadline = d.IdleDeadlineAt
 			}
 		}
 		v.Rows = append(v.Rows, row)
 	}
+	slices.SortFunc(v.Deadlines, func(a, b fleetDeadline) int { return a.Deadline.Compare(b.Deadline) })
+	v.Deadlines = v.Deadlines[:min(len(v.Deadlines), fleetDeadlines)]
 	c.render(w, r, http.StatusOK, "fleet", v)
 }
 
@@ -259,6 +290,8 @@ type envView struct {
 	// Storage is the environment's charged bytes against its storage
 	// budget, as text ("1.5 MiB / 4.0 GiB (0%)").
 	Storage string
+	// Sparks are the listed deployments' CPU sparklines by deployment id.
+	Sparks map[string]template.HTML
 }
 
 // envBox is a box on its environment's page with its lock.
@@ -290,6 +323,20 @@ func (c *Console) environment(w http.ResponseWriter, r *http.Request) {
 	if v.Deployments, err = storage.DeploymentsOf(ctx, c.d.DB.Read, env.ID, fleetEndedLimit); err != nil {
 		c.internal(w, r, err)
 		return
+	}
+	now := v.Now
+	means, err := storage.EnvironmentCPUMeans(ctx, c.d.DB.Read, env.ID, now.Add(-sparkSpan), now, sparkStep)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	v.Sparks = make(map[string]template.HTML, len(v.Deployments))
+	for _, d := range v.Deployments {
+		pts := make([]xy, len(means[d.ID]))
+		for i, m := range means[d.ID] {
+			pts[i] = xy{m.At, m.Mean}
+		}
+		v.Sparks[d.ID] = renderSpark(pts, now.Add(-sparkSpan), now, sparkStep)
 	}
 	if v.Keys, err = storage.IngestKeysOf(ctx, c.d.DB.Read, env.ID, keysLimit); err != nil {
 		c.internal(w, r, err)
