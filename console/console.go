@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
@@ -106,6 +107,10 @@ type Deps struct {
 	// (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES, bytes; 0 unlimited), shown
 	// on its page beside what it holds (docs/operations.md, "Quotas").
 	StorageBudget int64
+	// AgentRelease is the configured agent release (CHALUPA_AGENT_*): an
+	// environment's getting-started page renders its cloud-init from it
+	// (docs/operations.md, "Agent install").
+	AgentRelease install.Release
 	// Version is the build version shown on every page.
 	Version string
 	// Origin is the daemon's public origin (CHALUPA_ORIGIN): state-changing
@@ -191,6 +196,7 @@ func (c *Console) routes() []Route {
 	return []Route{
 		{"GET", "/", c.page(c.landing)},
 		{"GET", "/robots.txt", c.robots},
+		{"GET", "/getting-started", c.page(c.gettingStarted)},
 		{"GET", "/static/*file", c.serveStatic},
 		{"GET", "/login", c.page(c.loginForm)},
 		{"POST", "/login", c.page(c.login)},
@@ -200,6 +206,7 @@ func (c *Console) routes() []Route {
 		{"GET", "/app/costs", c.page(c.authed(c.costs))},
 		{"GET", "/app/env/:slug", c.page(c.authed(c.environment))},
 		{"GET", "/app/env/:slug/deployments/:id", c.page(c.authed(c.deployment))},
+		{"GET", "/app/env/:slug/getting-started", c.page(c.authed(c.envGettingStarted))},
 		{"GET", "/app/env/:slug/deployments/:id/logs/:session/:seq", c.page(c.authed(c.logChunk))},
 		{"GET", "/app/oracle", c.page(c.authed(c.oracle))},
 		{"GET", "/app/boxes/:name", c.page(c.authed(c.box))},

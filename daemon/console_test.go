@@ -650,6 +650,7 @@ func TestConsoleHTMLErrorsAndHEAD(t *testing.T) {
 		{"fleet signed out", "/app", false, http.StatusSeeOther},
 		{"landing", "/", false, http.StatusOK},
 		{"stylesheet", "/static/style.css", false, http.StatusOK},
+		{"getting started, public", "/getting-started", false, http.StatusOK},
 	} {
 		t.Run("HEAD "+tc.name, func(t *testing.T) {
 			cl := c

@@ -59,6 +59,7 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"/login", GroupConsole},
 	{"/logout", GroupConsole},
 	{"/robots.txt", GroupConsole},
+	{"/getting-started", GroupConsole},
 	{"/static/", GroupConsole},
 }
 

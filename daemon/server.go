@@ -256,7 +256,7 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: buildinfo.Version, Origin: d.Config.Origin,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: d.Config.AgentRelease, Version: buildinfo.Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
 		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
 	s.console = con
