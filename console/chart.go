@@ -143,7 +143,9 @@ func pointsOf(s adminapi.MetricSeries, scale float64) []xy {
 
 // renderPanel draws one panel: value grid and labels, time labels (UTC),
 // each line as polylines broken at gaps longer than two steps, a dashed
-// total, and every point as a circle whose <title> is its time and value.
+// total, and every point as a dot (a zero-length path with a round cap:
+// the fewest bytes) whose <title> is its time and value. Coordinates are
+// whole user units, a fraction of a pixel at any width the page has.
 // A point with no neighbour in its segment (a one-point series, say) is
 // drawn visibly; the others show on hover. Only numbers and fixed words
 // are written into the SVG.
@@ -217,7 +219,7 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 	if len(total) > 0 {
 		b.WriteString(`<polyline class="total" points="`)
 		for _, q := range total {
-			fmt.Fprintf(&b, "%.1f,%.1f ", x(q.T), y(q.V))
+			fmt.Fprintf(&b, "%.0f,%.0f ", x(q.T), y(q.V))
 		}
 		b.WriteString(`"/>`)
 	}
@@ -231,7 +233,7 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 			}
 			fmt.Fprintf(&b, `<polyline class="line %s" points="`, cls)
 			for _, q := range sg {
-				fmt.Fprintf(&b, "%.1f,%.1f ", x(q.T), y(q.V))
+				fmt.Fprintf(&b, "%.0f,%.0f ", x(q.T), y(q.V))
 			}
 			b.WriteString(`"/>`)
 		}
@@ -250,7 +252,7 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 				if tv, ok := totalAt[q.T.UnixMilli()]; ok {
 					val += " of " + pointValue(tv, p.Unit)
 				}
-				fmt.Fprintf(&b, `<circle%s cx="%.1f" cy="%.1f" r="3"><title>%s %s%s</title></circle>`,
+				fmt.Fprintf(&b, `<path%s d="M%.0f %.0fh0"><title>%s %s%s</title></path>`,
 					solo, x(q.T), y(q.V), q.T.UTC().Format(tsFmt), name, template.HTMLEscapeString(val))
 			}
 		}
@@ -408,9 +410,9 @@ func timeTicks(span time.Duration) (time.Duration, string) {
 // pointTimeFormat is how a point's <title> writes its time.
 func pointTimeFormat(span time.Duration) string {
 	if span > 24*time.Hour {
-		return "Jan 2 15:04Z"
+		return "Jan 2 15:04"
 	}
-	return "15:04Z"
+	return "15:04"
 }
 
 // alignUp is t rounded up to a multiple of step from the Unix epoch (UTC

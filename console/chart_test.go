@@ -71,24 +71,24 @@ func TestDeploymentCharts(t *testing.T) {
 	cpu := figureOf(body, "cpuPct")
 	for _, want := range []string{`<text x="66" y="176.0">0%</text>`, `>50%</text>`, `>100%</text>`, `class="utc"`,
 		`>11:10</text>`, `>11:20</text>`, `>11:50</text>`, `>12:00</text>`,
-		`<title>11:18Z 10.0%</title>`, `<title>11:57Z 49.0%</title>`, `data-points="40"`} {
+		`<title>11:18 10.0%</title>`, `<title>11:57 49.0%</title>`, `data-points="40"`} {
 		if !strings.Contains(cpu, want) {
 			t.Errorf("CPU chart lacks %q:\n%s", want, cpu)
 		}
 	}
-	if n := strings.Count(cpu, "<circle"); n != 40 {
+	if n := strings.Count(cpu, "<path"); n != 40 {
 		t.Errorf("CPU chart has %d point titles, want 40", n)
 	}
 	if strings.Contains(cpu, `class="solo"`) {
 		t.Error("a point of a continuous line is drawn as a lone dot")
 	}
 	mem := figureOf(body, "memUsedBytes")
-	for _, want := range []string{`<title>11:18Z 1.00 GiB of 4.00 GiB</title>`, `class="total"`, `>4 GiB</text>`, `>2 GiB</text>`} {
+	for _, want := range []string{`<title>11:18 1.00 GiB of 4.00 GiB</title>`, `class="total"`, `>4 GiB</text>`, `>2 GiB</text>`} {
 		if !strings.Contains(mem, want) {
 			t.Errorf("memory chart lacks %q:\n%.2000s", want, mem)
 		}
 	}
-	if net := figureOf(body, "netRxBytes"); !strings.Contains(net, "<title>11:18Z in 1000 B/s</title>") || !strings.Contains(net, `class="key s0">in<`) {
+	if net := figureOf(body, "netRxBytes"); !strings.Contains(net, "<title>11:18 in 1000 B/s</title>") || !strings.Contains(net, `class="key s0">in<`) {
 		t.Errorf("network chart is not per second with its legend:\n%.2000s", net)
 	}
 	if disk := figureOf(body, "diskUsedBytes"); !strings.Contains(disk, `data-points="0"`) || !strings.Contains(disk, "no data in this range") {
@@ -106,7 +106,7 @@ func TestDeploymentCharts(t *testing.T) {
 			WindowStart: chartNow.Truncate(time.Minute).Add(-5 * time.Minute), Metrics: m})
 		_, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/dep-one?range=1h", "slug", "harbor", "id", "dep-one")
 		cpu := figureOf(body, "cpuPct")
-		if !regexp.MustCompile(`<circle class="solo" cx="[0-9.]+" cy="[0-9.]+" r="3"><title>11:55Z 42.0%</title></circle>`).MatchString(cpu) {
+		if !regexp.MustCompile(`<path class="solo" d="M[0-9]+ [0-9]+h0"><title>11:55 42.0%</title></path>`).MatchString(cpu) {
 			t.Errorf("a one-point series is not a visible dot:\n%s", cpu)
 		}
 	})
@@ -118,7 +118,7 @@ func TestDeploymentCharts(t *testing.T) {
 		storagetest.TelemetryWindow(t, db, storage.TelemetryWindow{EnvironmentID: e.ID, DeploymentID: g.ID, SessionID: "s3",
 			WindowStart: chartNow.Truncate(time.Minute).Add(-5 * time.Minute), Metrics: m})
 		_, body := pageOf(t, c.deployment, "/app/env/harbor/deployments/dep-gpu?range=1h", "slug", "harbor", "id", "dep-gpu")
-		for _, want := range []string{"GPU utilisation %", "GPU temperature °C", "<title>11:55Z 65.0 °C</title>"} {
+		for _, want := range []string{"GPU utilisation %", "GPU temperature °C", "<title>11:55 65.0 °C</title>"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("GPU page lacks %q", want)
 			}

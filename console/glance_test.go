@@ -52,7 +52,8 @@ func TestFleetSummaryAtTop(t *testing.T) {
 }
 
 // TestEnvironmentSparklines: each listed deployment has a CPU % sparkline
-// of the last 6 hours with its mean, peak and last value as a <title>; a
+// of the last 6 hours at quarter-hour marks with its mean, peak and last
+// value as a <title>; a
 // lone point is a dot; a deployment without telemetry says so; a window
 // older than the span is not drawn.
 func TestEnvironmentSparklines(t *testing.T) {
@@ -67,10 +68,12 @@ func TestEnvironmentSparklines(t *testing.T) {
 		m[storage.MetricCPUPct] = agg(cpu)
 		storagetest.TelemetryWindow(t, db, storage.TelemetryWindow{EnvironmentID: e.ID, DeploymentID: dep, SessionID: sess, WindowStart: at, Metrics: m})
 	}
-	// Four 15-minute buckets (10, 20, 30, 60 %) and one window 7 h ago.
+	// Four windows on quarter-hour marks (10, 20, 30, 60 %), one between
+	// marks and one 7 h ago: neither of the last two is drawn.
 	for i, cpu := range []float64{10, 20, 30, 60} {
 		window("dep-busy", "s-busy", base.Truncate(sparkStep).Add(-time.Duration(4-i)*sparkStep), cpu)
 	}
+	window("dep-busy", "s-busy", base.Truncate(sparkStep).Add(-sparkStep+7*time.Minute), 77)
 	window("dep-busy", "s-old", base.Add(-7*time.Hour), 99)
 	window("dep-one", "s-one", base.Add(-time.Hour), 42)
 	code, body := pageOf(t, c.environment, "/app/env/harbor", "slug", "harbor")
