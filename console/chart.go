@@ -17,7 +17,7 @@ import (
 const (
 	chartWidth  = 600
 	chartHeight = 200
-	plotLeft    = 72  // room for a value label such as "512 MiB"
+	plotLeft    = 84  // room for a value label such as "512 MiB"
 	plotRight   = 580 // room for the last time label, centred on its tick
 	plotTop     = 10
 	plotBottom  = 172 // time labels sit below, at chartHeight-8
@@ -173,9 +173,13 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 		}
 	}
 	top := niceTop(hi, p.Unit)
+	if p.Unit == unitBytes || p.Unit == unitBytesPerSecond {
+		top = max(top, valueTicks) // no fraction of a byte on the axis
+	}
 	if p.Fixed100 {
 		top = 100
 	}
+	empty := v.Points == 0 && (len(lines) < 2 || len(lines[1]) == 0)
 	span := to.Sub(from).Seconds()
 	if span <= 0 {
 		span = 1
@@ -195,11 +199,11 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 	// Value axis: grid lines with their labels.
 	b.WriteString(`<g class="yaxis">`)
 	tick := top / valueTicks
-	for i := 0; i <= valueTicks; i++ {
+	for i := 0; i <= valueTicks && !empty; i++ {
 		val := tick * float64(i)
 		yy := y(val)
-		fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/><text x="%d" y="%.1f">%s</text>`,
-			plotLeft, plotRight, yy, yy, plotLeft-6, yy+4, template.HTMLEscapeString(axisValue(val, p.Unit, tick)))
+		fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.0f" y2="%.0f"/><text x="%d" y="%.0f">%s</text>`,
+			plotLeft, plotRight, yy, yy, plotLeft-6, yy+5, template.HTMLEscapeString(axisValue(val, p.Unit, tick)))
 	}
 	b.WriteString(`</g><g class="xaxis">`)
 	fmt.Fprintf(&b, `<line class="axis" x1="%d" x2="%d" y1="%d" y2="%d"/>`, plotLeft, plotRight, plotBottom, plotBottom)
@@ -210,7 +214,7 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 			xx, xx, plotBottom, plotBottom+4, xx, chartHeight-10, t.UTC().Format(tfmt))
 	}
 	fmt.Fprintf(&b, `<text class="utc" x="4" y="%d">UTC</text></g>`, chartHeight-10)
-	if v.Points == 0 && (len(lines) < 2 || len(lines[1]) == 0) {
+	if empty {
 		fmt.Fprintf(&b, `<text class="nodata" x="%d" y="%d">no data in this range</text></svg>`, (plotLeft+plotRight)/2, (plotTop+plotBottom)/2)
 		v.SVG = template.HTML(b.String())
 		v.Summary = "no data in this range"

@@ -69,7 +69,7 @@ func TestDeploymentCharts(t *testing.T) {
 		t.Error("a chart is titled with its wire name")
 	}
 	cpu := figureOf(body, "cpuPct")
-	for _, want := range []string{`<text x="66" y="176.0">0%</text>`, `>50%</text>`, `>100%</text>`, `class="utc"`,
+	for _, want := range []string{`<text x="78" y="177">0%</text>`, `>50%</text>`, `>100%</text>`, `class="utc"`,
 		`>11:10</text>`, `>11:20</text>`, `>11:50</text>`, `>12:00</text>`,
 		`<title>11:18 10.0%</title>`, `<title>11:57 49.0%</title>`, `data-points="40"`} {
 		if !strings.Contains(cpu, want) {
