@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
@@ -106,6 +107,10 @@ type Deps struct {
 	// (CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES, bytes; 0 unlimited), shown
 	// on its page beside what it holds (docs/operations.md, "Quotas").
 	StorageBudget int64
+	// AgentRelease is the configured agent release (CHALUPA_AGENT_*): an
+	// environment's getting-started page renders its cloud-init from it
+	// (docs/operations.md, "Agent install").
+	AgentRelease install.Release
 	// Version is the build version shown on every page.
 	Version string
 	// Origin is the daemon's public origin (CHALUPA_ORIGIN): state-changing
@@ -159,11 +164,39 @@ func New(d Deps) *Console {
 }
 
 // Routes lists the console's routes: the landing page, robots.txt, static
-// assets, login and logout, and the /app pages.
+// assets, login and logout, and the /app pages. Every GET route is also
+// registered for HEAD, answered as GET without the body (net/http drops
+// it; docs/operations.md, "Console").
 func (c *Console) Routes() []Route {
+	rs := c.routes()
+	for _, rt := range rs {
+		if rt.Method == http.MethodGet {
+			rs = append(rs, Route{http.MethodHead, rt.Pattern, rt.Handler})
+		}
+	}
+	return rs
+}
+
+// NotFound answers 404 as a console page (the router's answer for the
+// console's paths, and for unknown paths a browser asks for).
+func (c *Console) NotFound(w http.ResponseWriter, r *http.Request) {
+	c.page(func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, "Not found", "There is no page at this address.")
+	})(w, r)
+}
+
+// MethodNotAllowed answers 405 as a console page; the caller sets Allow.
+func (c *Console) MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	c.page(func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusMethodNotAllowed, "Method not allowed", "This page does not take that kind of request.")
+	})(w, r)
+}
+
+func (c *Console) routes() []Route {
 	return []Route{
 		{"GET", "/", c.page(c.landing)},
 		{"GET", "/robots.txt", c.robots},
+		{"GET", "/getting-started", c.page(c.gettingStarted)},
 		{"GET", "/static/*file", c.serveStatic},
 		{"GET", "/login", c.page(c.loginForm)},
 		{"POST", "/login", c.page(c.login)},
@@ -173,6 +206,7 @@ func (c *Console) Routes() []Route {
 		{"GET", "/app/costs", c.page(c.authed(c.costs))},
 		{"GET", "/app/env/:slug", c.page(c.authed(c.environment))},
 		{"GET", "/app/env/:slug/deployments/:id", c.page(c.authed(c.deployment))},
+		{"GET", "/app/env/:slug/getting-started", c.page(c.authed(c.envGettingStarted))},
 		{"GET", "/app/env/:slug/deployments/:id/logs/:session/:seq", c.page(c.authed(c.logChunk))},
 		{"GET", "/app/oracle", c.page(c.authed(c.oracle))},
 		{"GET", "/app/boxes/:name", c.page(c.authed(c.box))},
@@ -268,7 +302,7 @@ func (c *Console) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok := c.currentSession(r)
 		if !ok {
-			if r.Method == http.MethodGet {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,19 +44,31 @@ const (
 	envBoxesLimit = 50
 )
 
+// The environment page's per-deployment sparkline: CPU % at each
+// sparkStep mark of the last sparkSpan (24 marks), each the minute window
+// starting on the mark. Marks, not bucket means: a mark is one seek per
+// session, so 100 deployments cost 2,400 rows, where every minute of 6 h
+// would cost 36,000 — past the page's 50 ms (docs/operations.md,
+// "Console").
+const (
+	sparkSpan = 6 * time.Hour
+	sparkStep = 15 * time.Minute
+)
+
 // syntheticPrefix marks environments that exist for tests and the smoke
 // run, labelled as such on the fleet page.
 const syntheticPrefix = "smoke-"
 
 // ranges are the deployment page's chart ranges with the step each uses:
-// at most 288 points per series, so a 30-day page stays light.
+// at most 180 points per series, so every point can carry its value as a
+// <title> and the page stays under 100 KB (docs/operations.md, "Console").
 var ranges = []struct {
 	Name string
 	Span time.Duration
 	Step time.Duration
 }{
 	{"1h", time.Hour, time.Minute},
-	{"24h", 24 * time.Hour, 5 * time.Minute},
+	{"24h", 24 * time.Hour, 10 * time.Minute},
 	{"7d", 7 * 24 * time.Hour, time.Hour},
 	{"30d", 30 * 24 * time.Hour, 4 * time.Hour},
 }
@@ -197,7 +210,23 @@ type fleetView struct {
 	Month    string
 	TotalUSD float64
 	Now      time.Time
+	// Active counts the fleet's active deployments; Deadlines are the
+	// soonest fleetDeadlines idle deadlines among them, soonest first,
+	// shown at the top with the month's cost.
+	Active    int
+	Deadlines []fleetDeadline
 }
+
+// fleetDeadline is one active deployment's idle deadline on the fleet
+// page's summary.
+type fleetDeadline struct {
+	Env, ID  string
+	Deadline time.Time
+	CI       bool
+}
+
+// fleetDeadlines is how many idle deadlines the fleet page's summary lists.
+const fleetDeadlines = 5
 
 func (c *Console) monthEstimate(r *http.Request, now time.Time) (cost.Estimate, error) {
 	start, _ := cost.MonthBounds(now.UTC())
@@ -235,12 +264,18 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 			}
 			row.Active++
 			row.CI = row.CI || d.CIActive
+			v.Active++
+			if !d.IdleDeadlineAt.IsZero() {
+				v.Deadlines = append(v.Deadlines, fleetDeadline{Env: e.Slug, ID: d.ID, Deadline: d.IdleDeadlineAt, CI: d.CIActive})
+			}
 			if !d.IdleDeadlineAt.IsZero() && (row.IdleDeadline.IsZero() || d.IdleDeadlineAt.Before(row.IdleDeadline)) {
 				row.IdleDeadline = d.IdleDeadlineAt
 			}
 		}
 		v.Rows = append(v.Rows, row)
 	}
+	slices.SortFunc(v.Deadlines, func(a, b fleetDeadline) int { return a.Deadline.Compare(b.Deadline) })
+	v.Deadlines = v.Deadlines[:min(len(v.Deadlines), fleetDeadlines)]
 	c.render(w, r, http.StatusOK, "fleet", v)
 }
 
@@ -258,6 +293,8 @@ type envView struct {
 	// Storage is the environment's charged bytes against its storage
 	// budget, as text ("1.5 MiB / 4.0 GiB (0%)").
 	Storage string
+	// Sparks are the listed deployments' CPU sparklines by deployment id.
+	Sparks map[string]template.HTML
 }
 
 // envBox is a box on its environment's page with its lock.
@@ -289,6 +326,24 @@ func (c *Console) environment(w http.ResponseWriter, r *http.Request) {
 	if v.Deployments, err = storage.DeploymentsOf(ctx, c.d.DB.Read, env.ID, fleetEndedLimit); err != nil {
 		c.internal(w, r, err)
 		return
+	}
+	now := v.Now
+	var marks []time.Time
+	for t := now.Add(-sparkSpan).Truncate(sparkStep).Add(sparkStep); !t.After(now); t = t.Add(sparkStep) {
+		marks = append(marks, t)
+	}
+	means, err := storage.EnvironmentCPUMarks(ctx, c.d.DB.Read, env.ID, marks)
+	if err != nil {
+		c.internal(w, r, err)
+		return
+	}
+	v.Sparks = make(map[string]template.HTML, len(v.Deployments))
+	for _, d := range v.Deployments {
+		pts := make([]xy, len(means[d.ID]))
+		for i, m := range means[d.ID] {
+			pts[i] = xy{m.At, m.Mean}
+		}
+		v.Sparks[d.ID] = renderSpark(pts, now.Add(-sparkSpan), now, sparkStep)
 	}
 	if v.Keys, err = storage.IngestKeysOf(ctx, c.d.DB.Read, env.ID, keysLimit); err != nil {
 		c.internal(w, r, err)
@@ -391,9 +446,7 @@ func (c *Console) deployment(w http.ResponseWriter, r *http.Request) {
 	for _, x := range ranges {
 		v.Ranges = append(v.Ranges, rangeLink{x.Name, x.Name == rg.Name})
 	}
-	for _, s := range p.Series {
-		v.Charts = append(v.Charts, renderChart(s, now.Add(-rg.Span), now, rg.Step))
-	}
+	v.Charts = renderPanels(p.Series, now.Add(-rg.Span), now, rg.Step)
 	for _, s := range p.Sessions {
 		v.Sessions = append(v.Sessions, sessionRow{PerformanceSession: s, SummaryText: string(s.Summary)})
 	}

@@ -398,7 +398,7 @@ func TestConsoleHeaders(t *testing.T) {
 					t.Errorf("no %s", k)
 				}
 			}
-			if strings.Contains(body, "style.css") {
+			if strings.Contains(body, `href="style.css"`) {
 				t.Errorf("lists the static files: %.200s", body)
 			}
 		})
@@ -579,4 +579,91 @@ func TestConsoleConvergeForms(t *testing.T) {
 			t.Fatalf("got %d with %d job(s), want 503 and none", r.StatusCode, len(l.Jobs))
 		}
 	})
+}
+
+// TestConsoleHTMLErrorsAndHEAD: in the console a 404 or 405 is an HTML
+// page with the console's headers, not the API's JSON (an unknown path
+// too, when a browser asks for HTML); the APIs keep JSON. HEAD is answered
+// like GET without a body: signed in 200, signed out 303 to /login.
+func TestConsoleHTMLErrorsAndHEAD(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	setPassword(t, p)
+	c := newConsoleClient(t, p)
+	if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	do := func(t *testing.T, cl *consoleClient, method, path string, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, p.URL+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := cl.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	browser := map[string]string{"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+	for _, tc := range []struct {
+		name, method, path string
+		hdr                map[string]string
+		status             int
+		html               bool
+	}{
+		{"console path", "GET", "/app/nope/deeper", nil, http.StatusNotFound, true},
+		{"unknown path, browser", "GET", "/nope", browser, http.StatusNotFound, true},
+		{"unknown path, API client", "GET", "/nope", nil, http.StatusNotFound, false},
+		{"API path, browser", "GET", "/api/admin/nope", browser, http.StatusNotFound, false},
+		{"wrong method on a page", "POST", "/app/events", nil, http.StatusMethodNotAllowed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, body := do(t, c, tc.method, tc.path, tc.hdr)
+			if r.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", r.StatusCode, tc.status)
+			}
+			isHTML := strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") && strings.Contains(body, "<!doctype html>")
+			if isHTML != tc.html {
+				t.Fatalf("HTML %v, want %v (%s):\n%.300s", isHTML, tc.html, r.Header.Get("Content-Type"), body)
+			}
+			if tc.html {
+				if !strings.Contains(body, "<h1>Not found</h1>") && !strings.Contains(body, "<h1>Method not allowed</h1>") || strings.Contains(body, `"code"`) {
+					t.Errorf("not an error page:\n%.500s", body)
+				}
+				if r.Header.Get("Content-Security-Policy") != console.ContentSecurityPolicy {
+					t.Error("no CSP on the error page")
+				}
+			}
+			if tc.status == http.StatusMethodNotAllowed && r.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("Allow %q, want GET, HEAD", r.Header.Get("Allow"))
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, path string
+		signedIn   bool
+		status     int
+	}{
+		{"fleet signed in", "/app", true, http.StatusOK},
+		{"fleet signed out", "/app", false, http.StatusSeeOther},
+		{"landing", "/", false, http.StatusOK},
+		{"stylesheet", "/static/style.css", false, http.StatusOK},
+		{"getting started, public", "/getting-started", false, http.StatusOK},
+	} {
+		t.Run("HEAD "+tc.name, func(t *testing.T) {
+			cl := c
+			if !tc.signedIn {
+				cl = newConsoleClient(t, p)
+			}
+			r, body := do(t, cl, "HEAD", tc.path, nil)
+			if r.StatusCode != tc.status || body != "" {
+				t.Fatalf("HEAD %s: %d with %d body bytes, want %d and none", tc.path, r.StatusCode, len(body), tc.status)
+			}
+			if g, _ := do(t, cl, "GET", tc.path, nil); g.Header.Get("Content-Type") != r.Header.Get("Content-Type") {
+				t.Errorf("HEAD Content-Type %q, GET's %q", r.Header.Get("Content-Type"), g.Header.Get("Content-Type"))
+			}
+		})
+	}
 }

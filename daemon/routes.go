@@ -59,6 +59,7 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"/login", GroupConsole},
 	{"/logout", GroupConsole},
 	{"/robots.txt", GroupConsole},
+	{"/getting-started", GroupConsole},
 	{"/static/", GroupConsole},
 }
 
@@ -87,6 +88,10 @@ func newRouter(s *Server) *httprouter.Router {
 	// request id, log line or metric. Nothing here serves CORS.
 	r.HandleOPTIONS = false
 	r.NotFound = s.wrap("notfound", func(w http.ResponseWriter, r *http.Request) {
+		if s.console != nil && wantsConsolePage(r) {
+			s.console.NotFound(w, r)
+			return
+		}
 		// A browser may land here from the console: the console's headers
 		// (CSP, nosniff, noindex) are harmless on the API's JSON.
 		console.SecurityHeaders(w.Header())
@@ -111,6 +116,11 @@ func newRouter(s *Server) *httprouter.Router {
 			bearer(s.cfg.AdminToken, notAllowed)(w, r)
 		case GroupProbe:
 			bearer(s.cfg.ReadyToken, notAllowed)(w, r)
+		case GroupConsole:
+			if allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			s.console.MethodNotAllowed(w, r)
 		default:
 			notAllowed(w, r)
 		}
@@ -120,6 +130,20 @@ func newRouter(s *Server) *httprouter.Router {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
 	return r
+}
+
+// wantsConsolePage reports whether a 404 is answered as a console HTML
+// page: every path the console owns, and an unknown path whose request
+// asks for HTML (a browser); the APIs' paths keep their JSON errors
+// (docs/operations.md, "Console").
+func wantsConsolePage(r *http.Request) bool {
+	switch groupOf(r.URL.Path) {
+	case GroupConsole:
+		return true
+	case "":
+		return strings.Contains(r.Header.Get("Accept"), "text/html")
+	}
+	return false
 }
 
 // servedMethods is httprouter's Allow value without OPTIONS. httprouter

@@ -79,7 +79,7 @@ func TestEveryRouteIsBehindItsGroupsAuth(t *testing.T) {
 				}
 				for _, b := range []string{"", admin, ready} {
 					code, _ := send(rt.Method, b)
-					if want := map[string]int{"GET": http.StatusSeeOther, "POST": http.StatusForbidden}[rt.Method]; code != want {
+					if want := map[string]int{"GET": http.StatusSeeOther, "HEAD": http.StatusSeeOther, "POST": http.StatusForbidden}[rt.Method]; code != want {
 						t.Errorf("with bearer %q: %d, want %d", redact(b, admin, ready), code, want)
 					}
 				}

@@ -65,6 +65,10 @@ type Server struct {
 	// stats are the hourly request statistics (docs/operations.md,
 	// "Operations report"), written by App.Close at shutdown.
 	stats *requestStats
+	// console answers the router's 404s and 405s for console paths (and
+	// for unknown paths a browser asks for) as HTML pages
+	// (docs/operations.md, "Console").
+	console *console.Console
 
 	// ingestInFlight counts signed-ingest requests being served;
 	// ingestLimit is maxIngestInFlight (lowered only by tests).
@@ -252,9 +256,10 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, Version: buildinfo.Version, Origin: d.Config.Origin,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: d.Config.AgentRelease, Version: buildinfo.Version, Origin: d.Config.Origin,
 		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
 		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
+	s.console = con
 	for _, rt := range con.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

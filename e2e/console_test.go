@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,6 +177,59 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil || len(strings.Fields(line.Value)) != windows {
 		t.Fatalf("cpuPct polyline has %d vertices (%v), want %d", len(strings.Fields(line.Value)), err, windows)
 	}
+	// The chart reads at a glance: its human title, value labels with
+	// their unit on the value axis, clock labels and "UTC" on the time
+	// axis, a <title> with the value on every point, and no GPU chart for
+	// a machine that sent no GPU data.
+	type chartFacts struct {
+		Title              string
+		YLabels, XLabels   []string
+		PointTitles, GPU   int
+		FirstTitle, Legend string
+	}
+	facts, err := chromedp.Run(ctx, chromedp.Evaluate[chartFacts](`(() => {
+		const f = document.querySelector('figure[data-metric=cpuPct]');
+		const txt = sel => [...f.querySelectorAll(sel)].map(e => e.textContent);
+		const titles = f.querySelectorAll('svg .pts title');
+		return {Title: f.querySelector('.chart-title').textContent, YLabels: txt('svg .yaxis text'), XLabels: txt('svg .xaxis text'),
+			PointTitles: titles.length, FirstTitle: titles.length ? titles[0].textContent : '',
+			GPU: document.querySelectorAll('figure[data-metric^=gpu]').length,
+			Legend: [...document.querySelectorAll('figure[data-metric=netRxBytes] .key')].map(e => e.textContent).join(',')};
+	})()`))
+	if err != nil {
+		t.Fatalf("chart facts: %v", err)
+	}
+	t.Logf("CPU chart: %+v", facts)
+	if facts.Title != "CPU %" || len(facts.YLabels) < 3 || facts.YLabels[0] != "0%" || facts.YLabels[len(facts.YLabels)-1] != "100%" {
+		t.Errorf("CPU chart title %q, value labels %q: want \"CPU %%\" and 0%%…100%%", facts.Title, facts.YLabels)
+	}
+	clock := 0
+	for _, l := range facts.XLabels {
+		if len(l) == 5 && l[2] == ':' {
+			clock++
+		}
+	}
+	if clock < 3 || !slices.Contains(facts.XLabels, "UTC") {
+		t.Errorf("time axis labels %q: want at least 3 clock times and UTC", facts.XLabels)
+	}
+	if facts.PointTitles != windows || !strings.HasSuffix(facts.FirstTitle, "%") {
+		t.Errorf("%d point titles (first %q), want %d ending in %%", facts.PointTitles, facts.FirstTitle, windows)
+	}
+	if facts.GPU != 0 {
+		t.Errorf("%d GPU charts for a deployment without GPU data", facts.GPU)
+	}
+	visit("/getting-started", "#steps")
+	shot("getting-started")
+	visit("/app/env/demo-harbor/getting-started", "h1")
+	if cloud, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#cloud-init"))); err != nil || !strings.HasPrefix(cloud, "#cloud-config") {
+		t.Errorf("the environment's getting-started page has no cloud-init (%v): %.80q", err, cloud)
+	}
+	shot("env-getting-started")
+	visit("/app/nope", "h1")
+	if h, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("h1"))); err != nil || h != "Not found" {
+		t.Errorf("a console 404 shows %q (%v), want the HTML page", h, err)
+	}
+	shot("not-found")
 	visit("/app/events", "#events")
 	evs, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#events tbody")))
 	if err != nil || !strings.Contains(evs, "deployment-ended") || !strings.Contains(evs, "dep-old") {
@@ -284,6 +338,7 @@ func TestConsoleInChromium(t *testing.T) {
 		{"fleet", "/app", "#fleet"},
 		{"environment", "/app/env/demo-harbor", "#deployments"},
 		{"deployment", "/app/env/demo-harbor/deployments/dep-web?range=1h", "figure[data-metric=cpuPct]"},
+		{"env-getting-started", "/app/env/demo-harbor/getting-started", "h1"},
 		{"events", "/app/events", "h1"},
 		{"costs", "/app/costs", "h1"},
 		{"oracle", "/app/oracle?tab=cache", "#oracle-boxes"},
@@ -307,5 +362,6 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	phone("login", "/login", "#password")
 	phone("landing", "/", "main")
+	phone("getting-started", "/getting-started", "#steps")
 	t.Logf("browser suite: %s in Chromium; screenshots in %s", time.Since(start).Round(time.Millisecond), art)
 }
