@@ -4,9 +4,9 @@ import (
 	"errors"
 	"io"
 	"os"
-	"syscall"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 

@@ -3,8 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
