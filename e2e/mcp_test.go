@@ -68,7 +68,7 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatalf("erase without confirm: %v %s", err, text(res))
 	}
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "chalupa_admin_erase_telemetry",
-		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor", "confirm": "erase telemetry demo-harbor"}})
+		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirm": "erase telemetry demo-harbor"}})
 	if err != nil || res.IsError {
 		t.Fatalf("erase with confirm: %v %s", err, text(res))
 	}
