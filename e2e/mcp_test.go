@@ -41,7 +41,13 @@ func TestMCPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(mcpserver.Tools(adminapi.Operations)); len(tools.Tools) != want {
+	// One tool per exposed operation, and each former name kept as an
+	// alias for one release (docs/operations.md, "MCP server").
+	want := len(mcpserver.Tools(adminapi.Operations))
+	for _, op := range adminapi.Operations {
+		want += len(op.MCP.Aliases)
+	}
+	if len(tools.Tools) != want {
 		t.Errorf("%d tools; want %d", len(tools.Tools), want)
 	}
 	for _, tl := range tools.Tools {
