@@ -31,7 +31,7 @@ var logOperations = []Operation{
 	{ID: OpGetLogDownload, MCP: mcpNever("answers a presigned GET URL: whoever holds it reads the chunk for 5 minutes, a credential"), Method: methodGet, Path: "/api/admin/environments/:slug/deployments/:id/logs/:session/chunks/:seq", Status: http.StatusOK,
 		Request: typeOf[LogDownloadRequest](), Response: typeOf[LogDownload](),
 		Summary: "a short-lived presigned GET of one committed log chunk; the bytes never pass through chalupa"},
-	{ID: OpEraseLogs, MCP: mcpDestructive("erase logs {environmentSlug}"), Method: methodPost, Path: "/api/admin/logs/erase", Status: http.StatusOK, Mutates: true,
+	{ID: OpEraseLogs, MCP: MCPPolicy{Access: MCPDestructive, Confirm: "erase logs {environmentSlug}", ConfirmBody: "confirmation"}, Method: methodPost, Path: "/api/admin/logs/erase", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[EraseLogsRequest](), Response: typeOf[LogErasure](),
 		Summary: `erase one environment's logs, objects and rows: {"environmentSlug","confirmation":"erase logs <slug>"}`},
 	{ID: OpSetLogServices, MCP: mcpMutate, Method: methodPut, Path: "/api/admin/environments/:slug/log-services", Status: http.StatusOK, Mutates: true,
@@ -95,7 +95,7 @@ type LogDownloadRequest struct {
 	EnvironmentSlug string `path:"slug" json:"-"`
 	DeploymentID    string `path:"id" json:"-"`
 	Session         string `path:"session" json:"-"`
-	Seq             string `path:"seq" json:"-"`
+	Seq             string `path:"seq" json:"-" decimal:"true"`
 }
 
 // LogChunkRequest names one chunk for adminGetLogChunk. Seq is its
@@ -104,7 +104,7 @@ type LogChunkRequest struct {
 	EnvironmentSlug string `path:"slug" json:"-"`
 	DeploymentID    string `path:"id" json:"-"`
 	Session         string `path:"session" json:"-"`
-	Seq             string `path:"seq" json:"-"`
+	Seq             string `path:"seq" json:"-" decimal:"true"`
 }
 
 // LogChunkInfo answers adminGetLogChunk: a planned or committed chunk as

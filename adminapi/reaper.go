@@ -17,7 +17,7 @@ const (
 )
 
 var reaperOperations = []Operation{
-	{ID: OpRunReaperTick, MCP: mcpMutate, Method: methodPost, Path: pathReaperTick, Status: http.StatusOK, Mutates: true,
+	{ID: OpRunReaperTick, MCP: MCPPolicy{Access: MCPMutate, Destroys: true}, Method: methodPost, Path: pathReaperTick, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[RunReaperTickRequest](), Response: typeOf[ReaperTick](), Summary: reaperTickSummary},
 	{ID: OpGetReaperStatus, MCP: mcpRead, Method: methodGet, Path: pathReaper, Status: http.StatusOK,
 		Response: typeOf[ReaperStatus](), Summary: reaperStatusSumary},

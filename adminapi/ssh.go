@@ -9,7 +9,7 @@ import (
 const OpGetSSHKey = "adminGetSSHKey"
 
 var sshOperations = []Operation{
-	{ID: OpGetSSHKey, MCP: mcpRead, Method: methodGet, Path: "/api/admin/ssh-key", Status: http.StatusOK,
+	{ID: OpGetSSHKey, MCP: MCPPolicy{Access: MCPRead, Aliases: []string{"chalupa_admin_get_s_s_h_key"}}, Method: methodGet, Path: "/api/admin/ssh-key", Status: http.StatusOK,
 		Response: typeOf[SSHKey](),
 		Summary:  "the public key converge's key delivery logs in with (generated once); add it to the boxes' SSH keys"},
 }

@@ -19,6 +19,10 @@ var statusOperations = []Operation{
 type Status struct {
 	// Version is the build's version ("dev" for an unreleased build).
 	Version string `json:"version"`
+	// Origin is the daemon's public origin (CHALUPA_ORIGIN): the one the
+	// console accepts forms from, so `chalupa smoke` can name a --url
+	// that differs from it (docs/operations.md, "Smoke test").
+	Origin string `json:"origin"`
 	// StartedAt is when the daemon started (UTC).
 	StartedAt time.Time `json:"startedAt"`
 	// UptimeSeconds is seconds since StartedAt.

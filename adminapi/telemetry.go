@@ -18,7 +18,7 @@ const (
 const eraseTelemetryPhrasePrefix = "erase telemetry "
 
 var telemetryOperations = []Operation{
-	{ID: OpEraseTelemetry, MCP: mcpDestructive("erase telemetry {environmentSlug}"), Method: methodPost, Path: "/api/admin/telemetry/erase", Status: http.StatusOK, Mutates: true,
+	{ID: OpEraseTelemetry, MCP: MCPPolicy{Access: MCPDestructive, Confirm: "erase telemetry {environmentSlug}", ConfirmBody: "confirmation"}, Method: methodPost, Path: "/api/admin/telemetry/erase", Status: http.StatusOK, Mutates: true,
 		Request: typeOf[EraseTelemetryRequest](), Response: typeOf[TelemetryErasure](),
 		Summary: `erase one environment's telemetry: {"environmentSlug","confirmation":"erase telemetry <slug>"}`},
 	{ID: OpGetTelemetryAudit, MCP: mcpRead, Method: methodGet, Path: "/api/admin/telemetry/audit", Status: http.StatusOK,

@@ -29,7 +29,7 @@ type adminCmd struct {
 	env     *Env                                 // the process, set by newParser
 	openAPI func(version string) ([]byte, error) // Wiring.OpenAPI, set by newParser
 
-	URL     string        `name:"url" env:"CHALUPA_URL" default:"http://127.0.0.1:8080" help:"Daemon to talk to."`
+	URL     string        `name:"url" env:"CHALUPA_URL" help:"Daemon to talk to (default: the address serve recorded in --data-dir, else http://127.0.0.1:8080)."`
 	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 
@@ -74,8 +74,9 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	// A URL that breaks the rule is a mistake in what was typed (CHALUPA_URL
 	// is --url's value), like the agent's --url: exit 2 with the usage line
 	// (docs/operations.md, "Exit codes").
-	if err := origin.CheckDaemonURL("--url (CHALUPA_URL)", "the admin token", a.URL); err != nil {
-		return nil, &exitError{code: ExitUsage, err: err}
+	base, err := DaemonURL(a.URL, a.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	tok := strings.TrimSpace(a.env.Getenv("CHALUPA_ADMIN_TOKEN"))
 	if tok == "" {
@@ -99,7 +100,36 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	}
 	// The per-request bound is --timeout (runOp's context); the transport
 	// gets the same, not adminapi's 60 s default.
-	return &adminapi.Client{BaseURL: a.URL, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
+	return &adminapi.Client{BaseURL: base, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
+}
+
+// DaemonURL is the daemon a client command talks to: flag (--url, whose
+// variable is CHALUPA_URL) when set, else the address a running serve
+// recorded in dataDir (datadir.DaemonURL), else datadir.DefaultURL
+// (docs/operations.md, "Embedded default"). A flag that breaks the origin
+// rule is a command-line mistake (exit 2); an unreadable or unusable
+// recorded address exits 1 naming the file.
+func DaemonURL(flag, dataDir string) (string, error) {
+	if flag != "" {
+		// A URL that breaks the rule is a mistake in what was typed
+		// (CHALUPA_URL is --url's value), like the agent's --url: exit 2
+		// with the usage line (docs/operations.md, "Exit codes").
+		if err := origin.CheckDaemonURL("--url (CHALUPA_URL)", "the admin token", flag); err != nil {
+			return "", &exitError{code: ExitUsage, err: err}
+		}
+		return flag, nil
+	}
+	if dataDir == "" {
+		dataDir = datadir.DefaultDir
+	}
+	u, err := datadir.DaemonURL(dataDir)
+	switch {
+	case errors.Is(err, datadir.ErrNoAddress):
+		return datadir.DefaultURL, nil
+	case err != nil:
+		return "", &exitError{code: 1, err: err}
+	}
+	return u, nil
 }
 
 // runOp is every admin subcommand's body: build the client, call the

@@ -72,6 +72,9 @@ func newFakeAdmin(t *testing.T) *fakeAdmin {
 			_ = json.NewEncoder(w).Encode(adminapi.Job{ID: "01JOBFAKE", Box: "gpu-1", Action: action, IncludeData: includeData, Status: "queued"})
 		case "GET /api/admin/environments":
 			_ = json.NewEncoder(w).Encode(adminapi.EnvironmentList{Environments: envs})
+		case "GET /api/admin/fleet":
+			_ = json.NewEncoder(w).Encode(adminapi.Fleet{Environments: []adminapi.FleetEnvironment{{Slug: "demo-harbor", Status: "active",
+				Keys: map[string]int{"active": 1, "rotating": 2, "revoked": 3}}}})
 		case "POST /api/admin/ingest-keys":
 			if req.Body["action"] == "revoke" {
 				_ = json.NewEncoder(w).Encode(adminapi.RevokedKey{KeyID: cliTestKey.KeyID, EnvironmentSlug: "demo-harbor", Status: "revoked"})
@@ -405,5 +408,29 @@ func TestAdminRefusesASecretsFileOthersCanRead(t *testing.T) {
 	}
 	if out, code := runIn(map[string]string{"CHALUPA_URL": f.URL, "CHALUPA_DATA_DIR": dir}, "", "admin", "status"); code != 0 {
 		t.Fatalf("admin with a 0600 secrets.env: exit %d:\n%s", code, out)
+	}
+}
+
+// TestFleetKeysSpelledOut: `admin fleet` names its key counts' columns in
+// words, not "a/r/x".
+func TestFleetKeysSpelledOut(t *testing.T) {
+	f := newFakeAdmin(t)
+	out, code := cliRun(t, f.URL, nil, "admin", "fleet")
+	if code != 0 || !strings.Contains(out, "KEYS ACTIVE/ROTATING/REVOKED") || !strings.Contains(out, "1/2/3") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+// TestMD5Fingerprint: the fingerprint `admin ssh-key --fingerprint`
+// prints is ssh-keygen -l -E md5's (the value below is its output for
+// this key).
+func TestMD5Fingerprint(t *testing.T) {
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEh9mNr6H8bZxUYl2Gm3Z1vlJ9QYx3dJm0JpD3u3t3Jj chalupa"
+	got, err := md5Fingerprint(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ce:d5:f9:1f:a9:0e:51:5e:73:55:a4:0a:e2:8c:e3:f5"; got != want {
+		t.Fatalf("md5Fingerprint = %s, want %s", got, want)
 	}
 }

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -67,13 +64,14 @@ func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	in := onInterrupt()
+	defer in.stop()
+	ctx := in.ctx
 	rctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	job, err := cl.RunPulumiConverge(rctx, req)
 	cancel()
 	if err != nil {
-		return apiFailure(err)
+		return in.err(apiFailure(err))
 	}
 	var out io.Writer = a.env.Stdout
 	if c.JSON {
@@ -82,7 +80,7 @@ func (c *adminConvergeCmd) Run(a *adminCmd) error {
 	fmt.Fprintf(out, "queued job %s: %s %s\n", job.ID, jobAction(job), job.Box)
 	job, err = waitJob(ctx, cl, job.ID, a.Timeout, jobPoll, out)
 	if err != nil {
-		return apiFailure(err)
+		return in.err(apiFailure(err))
 	}
 	if c.JSON {
 		if err := printJSON(a.env.Stdout, job); err != nil {
@@ -240,15 +238,16 @@ func (c *adminJobsCmd) Run(a *adminCmd) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	in := onInterrupt()
+	defer in.stop()
+	ctx := in.ctx
 	last := ""
 	for {
 		rctx, cancel := context.WithTimeout(ctx, a.Timeout)
 		l, err := list(cl, rctx)
 		cancel()
 		if ctx.Err() != nil {
-			return nil
+			return in.err(nil)
 		}
 		if err != nil {
 			return apiFailure(err)
@@ -270,7 +269,7 @@ func (c *adminJobsCmd) Run(a *adminCmd) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return in.err(nil) // Ctrl-C: 130 (docs/operations.md, "Exit codes")
 		case <-t.C:
 		}
 	}
@@ -512,15 +511,16 @@ func (c *adminRerollCmd) Run(a *adminCmd) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	in := onInterrupt()
+	defer in.stop()
+	ctx := in.ctx
 	var out io.Writer = a.env.Stdout
 	if c.JSON {
 		out = io.Discard
 	}
 	rows, err := reroll(ctx, cl, c.Env, c.Action, c.KeepGoing, a.Timeout, jobPoll, out)
 	if err != nil {
-		return apiFailure(err)
+		return in.err(apiFailure(err))
 	}
 	if c.JSON {
 		if err := printJSON(a.env.Stdout, rows); err != nil {

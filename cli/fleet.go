@@ -17,7 +17,7 @@ func (*adminFleetCmd) operation() string { return adminapi.OpListFleet }
 func (c *adminFleetCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, (*adminapi.Client).ListFleet, func(w io.Writer, f adminapi.Fleet) error {
 		tw := table(w)
-		fmt.Fprintln(tw, "ENVIRONMENT\tSTATUS\tKEYS a/r/x\tDEPLOYMENT\tDROPLET\tSTATE\tLAST HEARTBEAT\tIDLE DEADLINE\tSESSION EXPIRES\tCI")
+		fmt.Fprintln(tw, "ENVIRONMENT\tSTATUS\tKEYS ACTIVE/ROTATING/REVOKED\tDEPLOYMENT\tDROPLET\tSTATE\tLAST HEARTBEAT\tIDLE DEADLINE\tSESSION EXPIRES\tCI")
 		for _, e := range f.Environments {
 			keys := fmt.Sprintf("%d/%d/%d", e.Keys["active"], e.Keys["rotating"], e.Keys["revoked"])
 			if len(e.Deployments) == 0 {

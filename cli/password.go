@@ -30,6 +30,10 @@ var errPasswordsDiffer = errors.New("the two passwords differ; nothing was chang
 // Run reads the new password and sets it.
 func (c *adminPasswordCmd) Run(a *adminCmd) error {
 	pw, err := c.read(a.env)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err // Ctrl-C at the prompt: 130
+	}
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -65,8 +69,15 @@ func (c *adminPasswordCmd) read(env *Env) (string, error) {
 		}
 		return first, nil
 	}
-	return firstLine(env.Stdin)
+	pw, err := firstLine(env.Stdin)
+	if err == nil && pw == "" {
+		return "", errEmptyStdin
+	}
+	return pw, err
 }
+
+// errEmptyStdin: standard input is not a terminal and gave no line.
+var errEmptyStdin = errors.New("standard input is empty: type the password on a terminal, pipe one line into this command, or use --password-file FILE (mode 600)")
 
 // ReadPasswordFile returns the first line of a --password-file (`admin
 // password`'s, `smoke`'s), refusing a file group or others can read. The
@@ -74,14 +85,14 @@ func (c *adminPasswordCmd) read(env *Env) (string, error) {
 func ReadPasswordFile(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return "", errors.New("--password-file cannot be read")
+		return "", fmt.Errorf("--password-file %s cannot be read (%s): write the password on its first line, mode 600", path, fileErrKind(err))
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("--password-file is readable by group or others (chmod 600 %s)", path)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return "", errors.New("--password-file cannot be read")
+		return "", fmt.Errorf("--password-file %s cannot be read (%s)", path, fileErrKind(err))
 	}
 	defer f.Close()
 	return firstLine(f)
@@ -94,4 +105,20 @@ func firstLine(r io.Reader) (string, error) {
 		return "", errors.New("the password cannot be read")
 	}
 	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// fileErrKind names why a file cannot be read, in words, without the
+// path the error already repeats.
+func fileErrKind(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, os.ErrPermission):
+		return "permission denied"
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }

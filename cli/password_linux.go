@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 // readHidden prints prompt on stderr and reads one line from the terminal
@@ -24,7 +26,13 @@ func readHidden(prompt string) (string, error) {
 	}
 	defer func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }()
 	fmt.Fprint(os.Stderr, prompt)
-	line, err := firstLine(os.Stdin)
+	// Ctrl-C returns here (exit 130), so the deferred restore turns echo
+	// back on (docs/operations.md, "Exit codes").
+	line, err := promptLine(os.Stdin, adminapi.MaxPasswordBytes+2)
 	fmt.Fprintln(os.Stderr)
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) {
+		return "", errors.New("the password cannot be read")
+	}
 	return line, err
 }

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -69,4 +72,63 @@ func TestAdminPasswordInputs(t *testing.T) {
 			t.Fatalf("a refused input reached the daemon: %q", got)
 		}
 	})
+}
+
+// TestAdminPasswordSaysWhy: empty standard input says so, and a missing
+// --password-file names its path and the reason; neither calls the daemon.
+func TestAdminPasswordSaysWhy(t *testing.T) {
+	f := newFakeAdmin(t)
+	missing := filepath.Join(t.TempDir(), "console-password")
+	for _, tc := range []struct {
+		name, stdin string
+		args        []string
+		want        []string
+	}{
+		{"empty standard input", "", nil, []string{"standard input is empty", "--password-file"}},
+		{"missing file", "", []string{"--password-file", missing}, []string{missing, "no such file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := runIn(map[string]string{"CHALUPA_ADMIN_TOKEN": cliTestToken, "CHALUPA_URL": f.URL, "HOME": t.TempDir()},
+				tc.stdin, append([]string{"admin", "password"}, tc.args...)...)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s", code, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("no %q in:\n%s", w, out)
+				}
+			}
+		})
+	}
+	for _, r := range f.requests() {
+		if r.Path == "/api/admin/console/password" {
+			t.Fatal("a refused input reached the daemon")
+		}
+	}
+}
+
+// TestPromptInterrupted: Ctrl-C at a prompt ends the read with exit 130
+// (SIGTERM: 143), whatever the terminal still holds; a line read before
+// any signal is returned as is (docs/operations.md, "Exit codes").
+func TestPromptInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		sig  os.Signal
+		want int
+	}{{os.Interrupt, 130}, {syscall.SIGTERM, 143}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			r, w := io.Pipe()
+			defer w.Close()
+			sigs := make(chan os.Signal, 1)
+			sigs <- tc.sig
+			_, err := readLine(r, 100, sigs)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.want {
+				t.Fatalf("readLine = %v, want exit %d", err, tc.want)
+			}
+		})
+	}
+	line, err := readLine(strings.NewReader("erase telemetry x\r\n"), 100, make(chan os.Signal))
+	if err != nil || line != "erase telemetry x" {
+		t.Fatalf("readLine = %q, %v", line, err)
+	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -67,11 +66,15 @@ func confirmation(env *Env, given, want string) (string, error) {
 		return "", &exitError{code: ExitUsage, err: fmt.Errorf("stdin is not a terminal: pass --confirm '%s'", want)}
 	}
 	fmt.Fprintf(env.Stderr, "This cannot be undone. Type %q to go on: ", want)
-	line, err := bufio.NewReader(env.Stdin).ReadString('\n')
+	line, err := promptLine(env.Stdin, 4096)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return "", err // interrupted: 130, nothing was done
+	}
 	if err != nil && line == "" {
 		return "", &exitError{code: 1, err: errors.New("no confirmation read; nothing was erased")}
 	}
-	return strings.TrimRight(line, "\r\n"), nil
+	return line, nil
 }
 
 // eraseAllReport is `admin telemetry erase --all --json`'s output.

@@ -13,16 +13,20 @@ import (
 // Preflight runs the checks serve makes before it starts that need more than
 // the environment: the data dir is usable, and an existing database is not
 // newer than this binary. `chalupa config check` calls it so that it exits
-// non-zero whenever serve would refuse. It writes nothing.
+// non-zero whenever serve would refuse this configuration. A daemon running
+// on the data dir is no refusal of the configuration: the database is read
+// beside it (read only) and the caller notes it (DataDirInUse). It writes
+// nothing.
 func Preflight(ctx context.Context, c *Config) error {
 	if fi, err := os.Stat(c.DataDir); err == nil && !fi.IsDir() {
 		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is not a directory"}}
 	}
-	if storage.DataDirLocked(c.DataDir) {
-		return &ConfigError{Problems: []string{"CHALUPA_DATA_DIR is in use by a running chalupa (serve would refuse to start beside it)"}}
-	}
 	return c.preflightExistingDB(ctx)
 }
+
+// DataDirInUse reports whether a running chalupa (serve, rewrap) holds
+// the data dir's lock: a second serve would refuse to start beside it.
+func (c *Config) DataDirInUse() bool { return storage.DataDirLocked(c.DataDir) }
 
 // preflightExistingDB makes serve's checks of an existing database, read
 // only: a master key is configured for it, the schema is not newer than

@@ -41,6 +41,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 	now := h.clock.Now()
 	return adminapi.Status{
 		Version:       buildinfo.Version,
+		Origin:        h.cfg.Origin,
 		StartedAt:     h.started.UTC(),
 		UptimeSeconds: now.Sub(h.started).Seconds(),
 		SchemaVersion: v,

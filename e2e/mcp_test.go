@@ -41,7 +41,13 @@ func TestMCPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(mcpserver.Tools(adminapi.Operations)); len(tools.Tools) != want {
+	// One tool per exposed operation, and each former name kept as an
+	// alias for one release (docs/operations.md, "MCP server").
+	want := len(mcpserver.Tools(adminapi.Operations))
+	for _, op := range adminapi.Operations {
+		want += len(op.MCP.Aliases)
+	}
+	if len(tools.Tools) != want {
 		t.Errorf("%d tools; want %d", len(tools.Tools), want)
 	}
 	for _, tl := range tools.Tools {
@@ -68,7 +74,7 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatalf("erase without confirm: %v %s", err, text(res))
 	}
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "chalupa_admin_erase_telemetry",
-		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor", "confirm": "erase telemetry demo-harbor"}})
+		Arguments: map[string]any{"environmentSlug": "demo-harbor", "confirm": "erase telemetry demo-harbor"}})
 	if err != nil || res.IsError {
 		t.Fatalf("erase with confirm: %v %s", err, text(res))
 	}

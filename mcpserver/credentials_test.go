@@ -55,10 +55,14 @@ var walkArgs = []struct {
 	{"chalupa_admin_list_jobs", map[string]any{"limit": 5}, true},
 	{"chalupa_admin_get_job", map[string]any{"id": "1"}, false},
 	{"chalupa_admin_diagnose_job", map[string]any{"id": "1"}, false},
+	{"chalupa_admin_get_ssh_key", nil, false},
+	// The name before initialisms were one word, answered for one release.
 	{"chalupa_admin_get_s_s_h_key", nil, false},
 	{"chalupa_admin_list_loops", nil, true},
 	{"chalupa_admin_list_logs", map[string]any{"slug": walkEnv, "id": walkDep}, true},
 	{"chalupa_admin_get_log_chunk", map[string]any{"slug": walkEnv, "id": walkDep, "session": "s1", "seq": "0"}, true},
+	// seq as a JSON number, as an assistant writes it.
+	{"chalupa_admin_get_log_chunk", map[string]any{"slug": walkEnv, "id": walkDep, "session": "s1", "seq": 0}, true},
 	// The download grant's operation is never exposed: called by the name
 	// it would have, it is an unknown tool.
 	{"chalupa_admin_get_log_download", map[string]any{"slug": walkEnv, "id": walkDep, "session": "s1", "seq": "0"}, false},
@@ -82,8 +86,8 @@ var walkArgs = []struct {
 	{"chalupa_admin_pulumi_cancel_state", map[string]any{"scope": map[string]any{"kind": "box", "id": walkBox}, "confirm": "cancel " + walkBox}, false},
 	{"chalupa_admin_upgrade_box_agent", map[string]any{"box": walkBox, "confirm": "upgrade agent " + walkBox}, false}, // no release configured: 422
 	{"chalupa_admin_pulumi_wipe_cache", map[string]any{"box": walkBox, "confirmation": "wipe " + walkBox, "confirm": "wipe " + walkBox}, false},
-	{"chalupa_admin_erase_telemetry", map[string]any{"environmentSlug": walkEnv, "confirmation": "erase telemetry " + walkEnv, "confirm": "erase telemetry " + walkEnv}, true},
-	{"chalupa_admin_erase_logs", map[string]any{"environmentSlug": walkEnv, "confirmation": "erase logs " + walkEnv, "confirm": "erase logs " + walkEnv}, true},
+	{"chalupa_admin_erase_telemetry", map[string]any{"environmentSlug": walkEnv, "confirm": "erase telemetry " + walkEnv}, true},
+	{"chalupa_admin_erase_logs", map[string]any{"environmentSlug": walkEnv, "confirm": "erase logs " + walkEnv}, true},
 	{"chalupa_admin_end_deployment", map[string]any{"slug": walkEnv, "id": walkDep, "confirm": "end deployment " + walkDep}, true},
 	{"chalupa_admin_revoke_ingest_key", map[string]any{"keyId": "", "confirm": "revoke key "}, true}, // the key id is filled in
 }

@@ -48,16 +48,23 @@ type Tool struct {
 }
 
 // ToolName is op's tool name: the policy's Tool when set, else
-// chalupa_admin_ and the id without "admin" in snake_case
-// (adminListFleet → chalupa_admin_list_fleet).
+// chalupa_admin_ and the id without "admin" in snake_case, an initialism
+// one word (adminListFleet → chalupa_admin_list_fleet, adminGetSSHKey →
+// chalupa_admin_get_ssh_key).
 func ToolName(op adminapi.Operation) string {
 	if op.MCP.Tool != "" {
 		return op.MCP.Tool
 	}
+	rs := []rune(strings.TrimPrefix(op.ID, "admin"))
 	var b strings.Builder
-	for i, r := range strings.TrimPrefix(op.ID, "admin") {
+	for i, r := range rs {
 		if unicode.IsUpper(r) {
-			if i > 0 {
+			// A word starts at an upper-case letter after a lower-case
+			// one, or at the last capital of an initialism before a
+			// lower-case letter (SSHKey: SSH, Key).
+			prevLower := i > 0 && !unicode.IsUpper(rs[i-1])
+			initialismEnd := i > 0 && unicode.IsUpper(rs[i-1]) && i+1 < len(rs) && unicode.IsLower(rs[i+1])
+			if prevLower || initialismEnd {
 				b.WriteByte('_')
 			}
 			r = unicode.ToLower(r)
@@ -86,9 +93,17 @@ func Tools(ops []adminapi.Operation) []Tool {
 	return out
 }
 
-// paramSchema is the schema of a path or query parameter's text form.
-func paramSchema(t reflect.Type, kind string) apischema.Schema {
+// paramSchema is the schema of a path or query parameter's text form. A
+// field tagged decimal:"true" (a log chunk's seq) is a decimal number
+// carried as text, so it takes a JSON integer too.
+func paramSchema(f reflect.StructField, kind string) apischema.Schema {
+	t := f.Type
 	s := apischema.Schema{"type": "string", "description": kind + " parameter"}
+	if f.Tag.Get("decimal") == "true" {
+		s["type"] = []string{"integer", "string"}
+		s["description"] = kind + " parameter, a whole number (0 or more) as a number or in decimal text"
+		return s
+	}
 	switch t {
 	case reflect.TypeFor[time.Time]():
 		s["format"] = "date-time"
@@ -130,6 +145,10 @@ func bodyFields(op adminapi.Operation) apischema.Schema {
 	if op.SharesRoute() {
 		delete(props, "action")
 	}
+	// confirm fills it: the phrase is asked for once.
+	if op.MCP.ConfirmBody != "" {
+		delete(props, op.MCP.ConfirmBody)
+	}
 	return props
 }
 
@@ -145,14 +164,14 @@ func inputSchema(op adminapi.Operation) apischema.Schema {
 		if _, dup := props[n]; dup {
 			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
 		}
-		props[n] = paramSchema(ps[n].Type, "path")
+		props[n] = paramSchema(ps[n], "path")
 		required = append(required, n)
 	}
 	for _, n := range query {
 		if _, dup := props[n]; dup {
 			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
 		}
-		props[n] = paramSchema(ps[n].Type, "query")
+		props[n] = paramSchema(ps[n], "query")
 	}
 	if op.MCP.Access == adminapi.MCPDestructive {
 		if _, dup := props[ConfirmArg]; dup {
@@ -185,17 +204,16 @@ func description(op adminapi.Operation) string {
 func New(cl *adminapi.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: version}, nil)
 	for _, t := range Tools(adminapi.Operations) {
-		f := false
-		ann := &mcp.ToolAnnotations{DestructiveHint: &f}
-		switch t.Op.MCP.Access {
-		case adminapi.MCPRead:
-			ann.ReadOnlyHint = true
-		case adminapi.MCPDestructive:
-			tr := true
-			ann.DestructiveHint = &tr
+		destroys := t.Op.MCP.Access == adminapi.MCPDestructive || t.Op.MCP.Destroys
+		ann := &mcp.ToolAnnotations{DestructiveHint: &destroys, ReadOnlyHint: t.Op.MCP.Access == adminapi.MCPRead}
+		h := handler(cl, t.Op)
+		s.AddTool(&mcp.Tool{Name: t.Name, Description: description(t.Op), InputSchema: t.Input, Annotations: ann}, h)
+		// A former name answers like the tool, for one release
+		// (docs/operations.md, "MCP server").
+		for _, alias := range t.Op.MCP.Aliases {
+			s.AddTool(&mcp.Tool{Name: alias, Description: fmt.Sprintf("Deprecated alias of %s, answered for one release: %s", t.Name, description(t.Op)),
+				InputSchema: t.Input, Annotations: ann}, h)
 		}
-		s.AddTool(&mcp.Tool{Name: t.Name, Description: description(t.Op), InputSchema: t.Input, Annotations: ann},
-			handler(cl, t.Op))
 	}
 	return s
 }
@@ -235,12 +253,21 @@ func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
 				return refused("refused: this tool is destructive; confirm must be exactly %q with each {name} replaced by that argument of this call", op.MCP.Confirm), nil
 			}
 			delete(args, ConfirmArg)
+			if f := op.MCP.ConfirmBody; f != "" {
+				// A client written before the phrase was asked once may
+				// still send it: the same phrase is accepted.
+				var again string
+				if v, given := args[f]; given && (json.Unmarshal(v, &again) != nil || again != want) {
+					return refused("refused: %s is filled from confirm; leave it out", f), nil
+				}
+				args[f], _ = json.Marshal(want)
+			}
 		}
 		var pv adminapi.Params
 		bodyArgs := map[string]json.RawMessage{}
 		for name, v := range args {
 			if f, ok := ps[name]; ok {
-				s, err := paramText(v, f.Type)
+				s, err := paramText(v, f)
 				if err != nil {
 					return refused("argument %s: %v", name, err), nil
 				}
@@ -250,7 +277,7 @@ func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
 				pv[name] = s
 				continue
 			}
-			if _, ok := body[name]; !ok {
+			if _, ok := body[name]; !ok && name != op.MCP.ConfirmBody {
 				return refused("unknown argument %q", name), nil
 			}
 			bodyArgs[name] = v
@@ -284,11 +311,19 @@ func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
 }
 
 // paramText is a parameter argument's text form: a JSON string as it is,
-// or for an integer parameter a JSON integer too.
-func paramText(v json.RawMessage, t reflect.Type) (string, error) {
+// or for an integer or decimal:"true" parameter a JSON integer too.
+func paramText(v json.RawMessage, f reflect.StructField) (string, error) {
+	t := f.Type
 	var s string
 	if err := json.Unmarshal(v, &s); err == nil {
 		return s, nil
+	}
+	if f.Tag.Get("decimal") == "true" {
+		var n int64
+		if err := json.Unmarshal(v, &n); err == nil && n >= 0 {
+			return strconv.FormatInt(n, 10), nil
+		}
+		return "", errors.New("must be a whole number (0 or more)")
 	}
 	if t.Kind() == reflect.Int64 && t != reflect.TypeFor[time.Duration]() {
 		var n int64

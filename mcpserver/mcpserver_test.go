@@ -81,9 +81,15 @@ func TestToolList(t *testing.T) {
 			if tl.Annotations == nil || tl.Annotations.ReadOnlyHint != (op.MCP.Access == adminapi.MCPRead) {
 				t.Errorf("readOnlyHint: %+v, policy %s", tl.Annotations, op.MCP.Access)
 			}
-			destructive := tl.Annotations != nil && tl.Annotations.DestructiveHint != nil && *tl.Annotations.DestructiveHint
-			if destructive != (op.MCP.Access == adminapi.MCPDestructive) {
-				t.Errorf("destructiveHint %v, policy %s", destructive, op.MCP.Access)
+			hint := tl.Annotations != nil && tl.Annotations.DestructiveHint != nil && *tl.Annotations.DestructiveHint
+			destructive := op.MCP.Access == adminapi.MCPDestructive
+			if hint != (destructive || op.MCP.Destroys) {
+				t.Errorf("destructiveHint %v, policy %s, destroys %v", hint, op.MCP.Access, op.MCP.Destroys)
+			}
+			for _, alias := range op.MCP.Aliases {
+				if a, ok := got[alias]; !ok || !strings.Contains(a.Description, "Deprecated alias of "+name) {
+					t.Errorf("alias %s: listed %v, description %+v", alias, ok, a)
+				}
 			}
 			schema, _ := json.Marshal(tl.InputSchema)
 			var s struct {
@@ -98,11 +104,47 @@ func TestToolList(t *testing.T) {
 			}
 		})
 		if op.MCP.Access != adminapi.MCPNever {
-			want++
+			want += 1 + len(op.MCP.Aliases)
 		}
 	}
 	if len(res.Tools) != want {
 		t.Errorf("%d tools listed; want %d (one per exposed operation)", len(res.Tools), want)
+	}
+}
+
+// TestToolNames: tool names read alike: an initialism is one word, the
+// reaper tick is annotated as able to destroy, and an erase asks for its
+// phrase once, in confirm (docs/operations.md, "MCP server").
+func TestToolNames(t *testing.T) {
+	for id, want := range map[string]string{
+		adminapi.OpGetSSHKey:      "chalupa_admin_get_ssh_key",
+		adminapi.OpListFleet:      "chalupa_admin_list_fleet",
+		adminapi.OpEraseTelemetry: "chalupa_admin_erase_telemetry",
+	} {
+		t.Run(id, func(t *testing.T) {
+			op, _ := adminapi.Lookup(id)
+			if got := mcpserver.ToolName(op); got != want {
+				t.Fatalf("ToolName = %s, want %s", got, want)
+			}
+		})
+	}
+	cs, _ := session(t)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range res.Tools {
+		tools[tl.Name] = tl
+	}
+	if tl := tools["chalupa_admin_run_reaper_tick"]; tl == nil || tl.Annotations.DestructiveHint == nil || !*tl.Annotations.DestructiveHint {
+		t.Errorf("the reaper tick is not annotated destructive: %+v", tl)
+	}
+	for _, name := range []string{"chalupa_admin_erase_telemetry", "chalupa_admin_erase_logs"} {
+		schema, _ := json.Marshal(tools[name].InputSchema)
+		if strings.Contains(string(schema), `"confirmation"`) || !strings.Contains(string(schema), `"confirm"`) {
+			t.Errorf("%s asks for its phrase more than once: %s", name, schema)
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -322,11 +323,29 @@ func (c *agentHeartbeatCmd) Run() error {
 		c.lastActivity = fi.ModTime().UTC()
 	}
 	cl := &signer.Client{BaseURL: c.URL, KeyID: strings.TrimSpace(c.KeyID), Key: key, Retries: c.Retries}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// A signal ends the finite command with 128 + its number (Ctrl-C:
+	// 130), not 0: a script must not read an interrupted run as done
+	// (docs/operations.md, "Exit codes").
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var interrupted atomic.Int32
+	go func() {
+		select {
+		case sig := <-sigs:
+			interrupted.Store(int32(128 + sig.(syscall.Signal)))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	sent, ok := 0, false
 	for {
 		ok, err = c.send(ctx, cl)
+		if code := interrupted.Load(); code != 0 {
+			return &ExitError{Code: int(code)}
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "heartbeat:", err)
 		}
@@ -336,7 +355,7 @@ func (c *agentHeartbeatCmd) Run() error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return &ExitError{Code: int(interrupted.Load())}
 		case <-time.After(c.Every):
 		}
 	}

@@ -73,6 +73,11 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 	// The reaper's and costs' modes and any deprecated variable, every
 	// time (docs/operations.md, "Configuration").
 	notes := append(cfg.ModeNotes(), cfg.Warnings...)
+	// Checked anyway beside a running daemon (docs/operations.md, "Exit
+	// codes"): the next start would see this configuration.
+	if cfg.DataDirInUse() {
+		notes = append(notes, daemonRunningNote)
+	}
 	if c.JSON {
 		m := map[string]string{}
 		for _, r := range rows {
@@ -106,3 +111,7 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 // replicaSharesDiskNote is what `config check` says when the replica is a
 // file:// replica on the data directory's filesystem.
 const replicaSharesDiskNote = "CHALUPA_REPLICA_URL is a file:// replica on the data directory's filesystem: it takes space from the same disk (counted by CHALUPA_MIN_FREE_BYTES) and is lost with it; set an s3:// replica to survive the disk"
+
+// daemonRunningNote is what `config check` adds when a daemon holds the
+// data dir: the configuration was checked all the same.
+const daemonRunningNote = "a chalupa daemon is running on CHALUPA_DATA_DIR: this configuration was checked against its database (read only); a second serve would refuse to start beside it"

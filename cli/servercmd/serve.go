@@ -13,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/schedule"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -63,7 +64,23 @@ func (s *serveCmd) Run(env *cli.Env) error {
 		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
-	err = daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock, PauseLoops: pause})
+	var recorded string
+	listening := func(addr string) {
+		// Once, at start: where the console is and how to give it a
+		// password (docs/operations.md, "Console").
+		fmt.Fprintf(env.Stderr, "chalupa: console at %s/app; set its password with: chalupa admin password\n", cfg.Origin)
+		// The CLI finds this daemon by the address it records, with
+		// CHALUPA_LISTEN alone (docs/operations.md, "Embedded default").
+		if err := datadir.WriteAddress(cfg.DataDir, addr); err != nil {
+			fmt.Fprintf(env.Stderr, "chalupa: warning: %s not written (%v): set CHALUPA_URL for the CLI\n", datadir.AddressFileName, err)
+			return
+		}
+		recorded = addr
+	}
+	err = daemon.Run(ctx, cfg, daemon.RunOptions{LagLimit: s.LagLimit, MaxConnections: s.MaxConnections, Clock: clock, PauseLoops: pause, Listening: listening})
+	if recorded != "" {
+		_ = datadir.RemoveAddress(cfg.DataDir, recorded)
+	}
 	if errors.Is(err, storage.ErrReplicaBehind) {
 		return cli.Exit(exitReplicaBehind, err)
 	}
