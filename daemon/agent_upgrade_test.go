@@ -26,13 +26,15 @@ func TestUpgradeBoxAgentRefusals(t *testing.T) {
 		code     string
 		mentions []string
 	}{
-		{"no release", nil, "up-1", http.StatusUnprocessableEntity, "agent_release_invalid",
+		// An empty value removes the harness's default release.
+		{"no release", map[string]string{"CHALUPA_AGENT_VERSION": "", "CHALUPA_AGENT_RELEASE_URL": "",
+			"CHALUPA_AGENT_SHA256_AMD64": "", "CHALUPA_AGENT_SHA256_ARM64": ""}, "up-1", http.StatusUnprocessableEntity, "agent_release_invalid",
 			[]string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL", "CHALUPA_AGENT_SHA256_AMD64", "CHALUPA_AGENT_SHA256_ARM64"}},
 		{"latest and plain http", map[string]string{"CHALUPA_AGENT_VERSION": "latest", "CHALUPA_AGENT_RELEASE_URL": "http://example.com/rel",
 			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1",
 			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL"}},
 		{"missing digest", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
-			"CHALUPA_AGENT_SHA256_AMD64": digest}, "up-1",
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": ""}, "up-1",
 			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_SHA256_ARM64"}},
 		{"unknown box", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
 			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "nope-1", http.StatusNotFound, "not_found", nil},
