@@ -36,6 +36,11 @@ const (
 	// the box's tag that neither the stacks nor the box record, or more
 	// than one of a kind: remove the extra one at DigitalOcean.
 	DoctorReconcileHost = "reconcile-billable-host"
+	// DoctorCheckProvider: the provider could not be read (its kind in
+	// ProviderInventory.ErrorKind), so nothing that depends on what
+	// DigitalOcean holds can be judged: fix the provision token or the
+	// network, then diagnose again.
+	DoctorCheckProvider = "check-provider"
 )
 
 // JobDiagnosis answers adminDiagnoseJob: what the job, its lease, the
@@ -160,6 +165,13 @@ type ProviderInventory struct {
 	Droplets  []ProviderResource `json:"droplets"`
 	Volumes   []ProviderResource `json:"volumes"`
 	Firewalls []ProviderResource `json:"firewalls"`
+	// Unavailable is true when the provider could not be read: the lists
+	// are then empty and say nothing. ErrorKind is why, one of the
+	// DigitalOcean client's error kinds (token_refused, token_lacks_scope,
+	// rate_limited, provider_error, not_found; docs/operations.md,
+	// "DigitalOcean API"), never a token or URL.
+	Unavailable bool   `json:"unavailable,omitempty"`
+	ErrorKind   string `json:"errorKind,omitempty"`
 }
 
 // ProviderResource is one resource at the provider: its id, name and
@@ -183,8 +195,9 @@ type Recommendation struct {
 
 // DiagnoseJob calls adminDiagnoseJob. Errors: an *APIError with 404
 // not_found (no such job, or its box is gone), 503
-// converge_not_configured, or 502 doctor_failed (a stack or provider read
-// failed; the daemon log says why).
+// converge_not_configured, or 502 doctor_failed (a stack read failed; the
+// daemon log says why). A provider that cannot be read is no error: the
+// diagnosis marks it unavailable.
 func (c *Client) DiagnoseJob(ctx context.Context, id string) (JobDiagnosis, error) {
 	return call[JobDiagnosis](ctx, c, OpDiagnoseJob, DiagnoseJobRequest{ID: id})
 }

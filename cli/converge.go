@@ -88,6 +88,10 @@ func (c *adminConvergeCmd) Run(a *adminCmd) error {
 		}
 	}
 	if job.Status != "succeeded" {
+		if !c.JSON {
+			// The status line above printed the job's error: once.
+			return &exitError{code: 1, err: fmt.Errorf("job %s %s", job.ID, job.Status)}
+		}
 		return &exitError{code: 1, err: fmt.Errorf("job %s %s: %s", job.ID, job.Status, job.Error)}
 	}
 	return nil
@@ -369,6 +373,11 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 		fmt.Fprintln(tw, "STEP\tAT\tATTEMPT\tWORKER\tKIND\tSTATUS\tDETAIL")
 		for _, s := range d.Steps {
 			detail := displayText(s.Reason)
+			if n := strings.Count(s.Reason, "\n"); n > 0 {
+				// A failed run's whole output: the error above is what
+				// matters; --json has the rest.
+				detail = fmt.Sprintf("the run's output, %d lines (--json shows it)", n+1)
+			}
 			if hasJSON(s.Progress) {
 				detail = progressLine(s.Progress)
 			}
@@ -380,7 +389,11 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 	}
 	fmt.Fprintln(w)
 	tw = table(w)
-	fmt.Fprintln(tw, "RESOURCE\tBOX RECORDS\tSTACK STATE\tPROVIDER ("+d.Provider.Tag+")")
+	provider, none := "PROVIDER ("+d.Provider.Tag+")", "-"
+	if d.Provider.Unavailable {
+		provider, none = "PROVIDER ("+d.Provider.Tag+": unavailable, "+d.Provider.ErrorKind+")", "?"
+	}
+	fmt.Fprintln(tw, "RESOURCE\tBOX RECORDS\tSTACK STATE\t"+provider)
 	var st adminapi.ProviderIDs
 	for _, s := range d.Stacks {
 		st.DropletID = orElse(st.DropletID, s.State.DropletID)
@@ -399,7 +412,7 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 		for _, r := range row.at {
 			ids = append(ids, strings.TrimSpace(r.ID+" "+r.Status))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, orElse(row.box, "-"), orElse(row.state, "-"), orElse(strings.Join(ids, ", "), "-"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, orElse(row.box, "-"), orElse(row.state, "-"), orElse(strings.Join(ids, ", "), none))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

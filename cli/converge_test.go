@@ -205,3 +205,28 @@ func TestPrintDiagnosisSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintDiagnosisFailedRun: a failed run's error is printed once, its
+// raw output (the finish step's detail) is summarised, not repeated, and
+// an unreadable provider is marked with its kind instead of showing
+// nothing (docs/operations.md, "Job doctor").
+func TestPrintDiagnosisFailedRun(t *testing.T) {
+	diag := "the DigitalOcean provider plugin 4.62.0 is not installed"
+	raw := "failed to run update: exit status 1\ncode: 1\nstdout: Updating (box-1-data):\n" + diag
+	d := adminapi.JobDiagnosis{Job: adminapi.Job{ID: "J1", Box: "box-1", Action: "up", Status: "failed", Attempts: 1, Error: diag},
+		Steps:    []adminapi.JobStep{{Seq: 1, Kind: "finished", Status: "failed", Attempt: 1, Worker: "W1", Reason: raw}},
+		Provider: adminapi.ProviderInventory{Tag: "chalupa:box:box-1", Unavailable: true, ErrorKind: "token_refused"}}
+	var b bytes.Buffer
+	if err := printDiagnosis(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Count(out, diag) != 1 || strings.Contains(out, "exit status 1") {
+		t.Errorf("the error is not printed exactly once, or the raw output is repeated:\n%s", out)
+	}
+	for _, want := range []string{"the run's output, 4 lines", "chalupa:box:box-1: unavailable, token_refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -109,7 +110,7 @@ func (h *agentUpgradeHandlers) upgrade(ctx context.Context, req adminapi.Upgrade
 // The id is unique per event (kind, droplet, time).
 func (h *agentUpgradeHandlers) event(ctx context.Context, box storage.Box, kind, msg string) error {
 	now := h.clock.Now()
-	dep := deploymentID(box.Resources.DropletID)
+	dep := pulumiexec.DeploymentID(box.Resources.DropletID)
 	return h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		ok, err := storage.DeploymentExists(ctx, tx, box.EnvironmentID, dep)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -240,6 +241,11 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		// (docs/operations.md, "Converge").
 		if exec, err = newConvergeExecutor(cfg, a.DB, keys, sealer, a.Clock, log); err != nil {
 			return err
+		}
+		// Every job would fail without the provider plugin: say so now,
+		// not at the first up (docs/operations.md, "Converge").
+		if err := pulumiexec.CheckPlugin(cfg.PulumiHome); err != nil {
+			log.Warn().Msg("converge is configured but " + err.Error())
 		}
 	}
 	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -15,28 +16,6 @@ import (
 // because the box carries the agent and the configured agent release
 // cannot be installed (docs/operations.md, "Converge").
 const codeAgentReleaseInvalid = "agent_release_invalid"
-
-// rendersUserData reports whether a converge action runs the box's program
-// and so needs its user data: up and preview. Refresh and destroy never
-// create a droplet, so they never wait on the agent release: a box can
-// always be read back or torn down.
-func rendersUserData(action string) bool {
-	return action == jobs.ActionUp || action == jobs.ActionPreview
-}
-
-// BoxUserData is the cloud-init user data converge gives box's droplet
-// (docs/operations.md, "Converge" and "Agent install"): "" for a box with
-// the agent off, else the one template rendered for release with the
-// control plane's origin, the box's environment, size and agent limits.
-// The ingest key is never part of it. Errors: install.RenderCloudInit's
-// (install.ErrRelease naming the variables, install.ErrParams).
-func BoxUserData(box storage.Box, release install.Release, controlPlaneURL string) (string, error) {
-	if !box.Config.Agent {
-		return "", nil
-	}
-	return install.RenderCloudInit(release, install.Params{URL: controlPlaneURL, Environment: box.EnvironmentSlug,
-		Size: box.Config.Size, IdleLimitMinutes: box.Config.AgentIdleMinutes, SessionLimitMinutes: box.Config.AgentSessionMinutes})
-}
 
 // agentReleaseText says what is wrong with a release in words that name
 // the variables and never their values.
@@ -56,7 +35,7 @@ func agentReleaseText(problems []error) string {
 func agentAdmission(release install.Release) func(storage.Box, string) error {
 	problems := release.Check()
 	return func(box storage.Box, action string) error {
-		if len(problems) == 0 || !box.Config.Agent || !rendersUserData(action) {
+		if len(problems) == 0 || !box.Config.Agent || !pulumiexec.RendersUserData(action) {
 			return nil
 		}
 		return &jobs.AdmitError{Code: codeAgentReleaseInvalid, Message: fmt.Sprintf(

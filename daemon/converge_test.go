@@ -645,3 +645,24 @@ func TestConvergeDestroyAfterReap(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWarnsWithoutTheProviderPlugin: with converge configured and no
+// DigitalOcean provider plugin under PULUMI_HOME, the daemon says so at
+// start with the install command; with the plugin installed it says
+// nothing (docs/operations.md, "Converge").
+func TestServeWarnsWithoutTheProviderPlugin(t *testing.T) {
+	const warning = "converge is configured but the DigitalOcean provider plugin is not installed"
+	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+	env := convergeEnv(t, api, droplet)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: env})
+	if strings.Contains(p.Logs.String(), warning) {
+		t.Fatalf("warned with the plugin installed:\n%s", p.Logs.String())
+	}
+	empty := t.TempDir()
+	env["PULUMI_HOME"] = empty
+	p = daemontest.NewInProcess(t, daemontest.AppOptions{Env: env})
+	want := "PULUMI_HOME=" + empty + " pulumi plugin install resource digitalocean " + pulumiexec.ProviderVersion
+	if logs := p.Logs.String(); strings.Count(logs, warning) != 1 || !strings.Contains(logs, want) {
+		t.Fatalf("no single warning naming %q:\n%s", want, logs)
+	}
+}

@@ -38,10 +38,6 @@ func SetProcessCPU(s *Server, cpu func() time.Duration) {
 	s.stats.cpu, s.stats.sinceCPU = cpu, cpu()
 }
 
-// BoxInspection is what a stack inspector returns (the job doctor's read
-// of a box's stacks and provider), so a test can fake one.
-type BoxInspection = boxInspection
-
 // StorageHealth is the storage-health loop, for tests that tick it.
 type StorageHealth = storageHealth
 

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -9,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/jobs/jobstest"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -22,8 +24,8 @@ type failingInspector struct{ jobstest.Executor }
 
 const inspectorSecret = "/var/lib/chalupa/pulumi/.pulumi/locks dop_v1_secrettoken"
 
-func (*failingInspector) Inspect(context.Context, storage.Box) (daemon.BoxInspection, error) {
-	return daemon.BoxInspection{}, errors.New("reading " + inspectorSecret)
+func (*failingInspector) Inspect(context.Context, storage.Box) (pulumiexec.BoxInspection, error) {
+	return pulumiexec.BoxInspection{}, errors.New("reading " + inspectorSecret)
 }
 
 // enqueueDirect stores a queued up job for box without the converge
@@ -59,7 +61,7 @@ func TestDiagnoseJobRefusals(t *testing.T) {
 	}{
 		{"unknown job", nil, "01JNOSUCHJOB00000000000000", http.StatusNotFound, "not_found"},
 		{"converge not configured", nil, "", http.StatusServiceUnavailable, "converge_not_configured"},
-		{"stack or provider read fails", &failingInspector{Executor: jobstest.Executor{Gate: make(chan struct{})}}, "", http.StatusBadGateway, "doctor_failed"},
+		{"stack read fails", &failingInspector{Executor: jobstest.Executor{Gate: make(chan struct{})}}, "", http.StatusBadGateway, "doctor_failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: tc.executor, PauseLoops: []string{"jobs"}})
@@ -91,8 +93,8 @@ func TestDiagnoseJobRefusals(t *testing.T) {
 // nothing, as for a box never converged.
 type agreeingInspector struct{ jobstest.Executor }
 
-func (*agreeingInspector) Inspect(context.Context, storage.Box) (daemon.BoxInspection, error) {
-	return daemon.BoxInspection{}, nil
+func (*agreeingInspector) Inspect(context.Context, storage.Box) (pulumiexec.BoxInspection, error) {
+	return pulumiexec.BoxInspection{}, nil
 }
 
 // TestDiagnoseJobSteps: the doctor shows the job's step journal — the
@@ -137,5 +139,56 @@ func TestDiagnoseJobSteps(t *testing.T) {
 		if s.Seq != int64(i+1) || s.Attempt != 1 || s.Worker == "" {
 			t.Errorf("step %d: %+v", i, s)
 		}
+	}
+}
+
+// TestDiagnoseJobProviderUnavailable: with the DigitalOcean API refusing
+// or failing the provision token's listings, the doctor still answers the
+// job, its lease, steps, both stacks (locks, pending operations,
+// checkpoints) and the recorded ids, marks the provider unavailable with
+// its error kind (never the token or a URL) and recommends checking the
+// provider (docs/operations.md, "Job doctor").
+func TestDiagnoseJobProviderUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		kind   string
+	}{
+		{"token refused", http.StatusUnauthorized, "token_refused"},
+		{"token lacks the scope", http.StatusForbidden, "token_lacks_scope"},
+		{"provider failing", http.StatusServiceUnavailable, "provider_error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+			p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), PauseLoops: []string{"jobs"}})
+			cl := p.Admin
+			newEnv(t, cl, "demo")
+			if _, err := cl.CreateBox(context.Background(), validBox("box-1", "demo")); err != nil {
+				t.Fatal(err)
+			}
+			id := enqueueDirect(t, p, "box-1")
+			api.Inject(dofake.Fault{Route: dofake.RouteListDroplets, Token: "provision", Status: tc.status})
+			d, err := cl.DiagnoseJob(context.Background(), id)
+			if err != nil {
+				t.Fatalf("diagnose with the provider unavailable: %v", err)
+			}
+			if !d.Provider.Unavailable || d.Provider.ErrorKind != tc.kind || d.Provider.Tag != "chalupa:box:box-1" {
+				t.Fatalf("provider %+v, want unavailable %s", d.Provider, tc.kind)
+			}
+			if d.Job.ID != id || d.Job.Status != storage.JobQueued || d.Lease.MaxAttempts != jobs.MaxAttempts || !d.Lease.LanePaused {
+				t.Fatalf("job or lease missing: %+v %+v", d.Job, d.Lease)
+			}
+			if len(d.Stacks) != 2 || d.Stacks[0].Role != "data" || d.Stacks[1].Role != "compute" || d.Stacks[0].Locks == nil || d.Stacks[1].Pending == nil {
+				t.Fatalf("stacks missing: %+v", d.Stacks)
+			}
+			// A queued job in a paused lane: the lane decides, provider or not.
+			if d.Recommendation.Action != adminapi.DoctorResumeLane {
+				t.Fatalf("recommendation %+v, want resume-lane", d.Recommendation)
+			}
+			body, _ := json.Marshal(d)
+			if strings.Contains(string(body), convergeToken) || strings.Contains(string(body), api.URL) {
+				t.Fatalf("the diagnosis carries the token or the API's URL: %s", body)
+			}
+		})
 	}
 }

@@ -79,7 +79,7 @@ func (h *jobHandlers) converge(ctx context.Context, req adminapi.ConvergeRequest
 	if err != nil {
 		return adminapi.Job{}, err
 	}
-	return toAPIJob(job, box.Name), nil
+	return jobs.APIJob(job, box.Name), nil
 }
 
 func (h *jobHandlers) cancel(ctx context.Context, req adminapi.CancelStateRequest) (adminapi.CancelledState, error) {
@@ -166,7 +166,7 @@ func (h *jobHandlers) list(ctx context.Context, req adminapi.ListJobsRequest) (a
 	}
 	out := adminapi.JobList{Jobs: make([]adminapi.Job, 0, len(list)), Configured: h.svc.Configured(), Workers: make([]adminapi.Worker, 0, len(workers))}
 	for _, j := range list {
-		out.Jobs = append(out.Jobs, toAPIJob(j, names[j.ScopeID]))
+		out.Jobs = append(out.Jobs, jobs.APIJob(j, names[j.ScopeID]))
 	}
 	for _, w := range workers {
 		out.Workers = append(out.Workers, adminapi.Worker{WorkerID: w.WorkerID, Version: w.Version, LastSeenAt: w.LastSeenAt, CurrentJobID: w.CurrentJobID})
@@ -186,7 +186,7 @@ func (h *jobHandlers) get(ctx context.Context, req adminapi.GetJobRequest) (admi
 	if err != nil {
 		return adminapi.Job{}, err
 	}
-	return toAPIJob(j, names[j.ScopeID]), nil
+	return jobs.APIJob(j, names[j.ScopeID]), nil
 }
 
 // boxNames maps box ids to names.
@@ -200,11 +200,4 @@ func boxNames(ctx context.Context, db *storage.DB) (map[string]string, error) {
 		m[b.ID] = b.Name
 	}
 	return m, nil
-}
-
-func toAPIJob(j storage.Job, box string) adminapi.Job {
-	return adminapi.Job{ID: j.ID, Scope: adminapi.Scope{Kind: j.ScopeKind, ID: j.ScopeID}, Box: box, Action: j.Action,
-		Status: j.Status, LockedBy: j.LockedBy, LockedAt: j.LockedAt, Attempts: j.Attempts, Progress: j.Progress,
-		ProgressSeq: j.ProgressSeq, IncludeData: j.IncludeData, Result: j.Result, Error: j.Error, CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt,
-		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
 }

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"github.com/chalupa-run/chalupa/pulumiexec/doctor"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"net/http"
 	"strings"
@@ -220,12 +221,12 @@ func newServer(d serverDeps) (*Server, error) {
 	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.AgentRelease, port: cmp.Or(d.Config.SSHPort, DefaultSSHPort), log: d.Log,
 		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
-	doctor := &jobDoctor{db: d.DB, clock: clock, log: d.Log,
-		lanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}
-	if insp, ok := d.Executor.(stackInspector); ok && s.jobRunner != nil {
-		doctor.inspect, doctor.instance = insp, s.jobRunner.InstanceID()
+	dr := &doctor.Doctor{DB: d.DB, Clock: clock, Log: d.Log,
+		LanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}
+	if insp, ok := d.Executor.(doctor.Inspector); ok && s.jobRunner != nil {
+		dr.Inspector, dr.Instance = insp, s.jobRunner.InstanceID()
 	}
-	doctor.register(s.ops)
+	(&doctorHandlers{doc: dr}).register(s.ops)
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats, repl: d.Replicator}).register(s.ops)

@@ -95,6 +95,23 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind}
 }
 
+// KindName names err's sentinel kind for an answer or a log field:
+// token_refused, token_lacks_scope, not_found, rate_limited or
+// provider_error, "unknown" for an error that is none of them (it carries
+// no text of err, so never a token or URL).
+func KindName(err error) string {
+	for _, k := range []struct {
+		kind error
+		name string
+	}{{ErrUnauthorized, "token_refused"}, {ErrForbidden, "token_lacks_scope"}, {ErrNotFound, "not_found"},
+		{ErrRateLimited, "rate_limited"}, {ErrProvider, "provider_error"}} {
+		if errors.Is(err, k.kind) {
+			return k.name
+		}
+	}
+	return "unknown"
+}
+
 // RetryAt returns when a call that failed with ErrRateLimited may be tried
 // again, and false for any other error.
 func RetryAt(err error) (time.Time, bool) {

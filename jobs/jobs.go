@@ -61,7 +61,20 @@ const (
 	MaxResultBytes = 256 << 10
 	// MaxErrorBytes bounds a job's stored error text.
 	MaxErrorBytes = 2000
+	// MaxErrorDetailBytes bounds a DetailedError's detail in the failed
+	// finish step: a progress report's bound, enough for Pulumi's output
+	// of a failed up (a few KiB).
+	MaxErrorDetailBytes = MaxProgressBytes
 )
+
+// DetailedError is an executor error whose Error is the diagnostic that
+// matters (the job's error) and whose Detail is the raw output it was
+// drawn from, kept in the failed finish step of the job's journal
+// (docs/operations.md, "Jobs": a run's error). pulumiexec.RunError is one.
+type DetailedError interface {
+	error
+	Detail() string
+}
 
 // Actions: the Pulumi CLI's four verbs. A converge request must name one;
 // there is no default.

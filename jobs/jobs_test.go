@@ -458,6 +458,23 @@ func TestRunRecordsOutcome(t *testing.T) {
 		}
 	})
 
+	t.Run("a detailed error: the diagnostic is the job's error, the output its finish step", func(t *testing.T) {
+		r.exec.err, r.exec.out = detailedErr{diag: "the DigitalOcean provider plugin 4.62.0 is not installed", raw: "failed to run update\nstdout: …"}, jobs.Outcome{}
+		job := r.enqueue(t, "up")
+		<-runTick(r)
+		<-r.exec.started
+		if j := r.job(t, job.ID); j.Status != storage.JobFailed || j.Error != "the DigitalOcean provider plugin 4.62.0 is not installed" {
+			t.Fatalf("job %+v", j)
+		}
+		steps, err := storage.JobSteps(context.Background(), r.db.Read, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := steps[len(steps)-1]; last.Kind != storage.JobStepFinished || last.Detail != "failed to run update\nstdout: …" {
+			t.Fatalf("finish step %+v", last)
+		}
+	})
+
 	t.Run("a failed run records what it reports it left behind", func(t *testing.T) {
 		recorded := false
 		r.exec.err = errors.New("the up succeeded (droplet 4343 exists and is billable) but delivering its ingest key failed")
@@ -478,6 +495,12 @@ func TestRunRecordsOutcome(t *testing.T) {
 		}
 	})
 }
+
+// detailedErr is a jobs.DetailedError.
+type detailedErr struct{ diag, raw string }
+
+func (e detailedErr) Error() string  { return e.diag }
+func (e detailedErr) Detail() string { return e.raw }
 
 // preparingExec is a fakeExec that must prepare before the lane works.
 type preparingExec struct {

@@ -361,7 +361,11 @@ wait:
 				return err
 			}
 			ran.Status, ran.Error = storage.JobFailed, truncate(d.err.Error(), MaxErrorBytes)
-			return storage.FinishJob(ctx, tx, job.ID, r.instance, storage.JobFailed, nil, ran.Error, now)
+			detail := ran.Error
+			if de, ok := errors.AsType[DetailedError](d.err); ok && de.Detail() != "" {
+				detail = truncate(de.Detail(), MaxErrorDetailBytes)
+			}
+			return storage.FinishJobDetail(ctx, tx, job.ID, r.instance, storage.JobFailed, nil, ran.Error, detail, now)
 		case len(d.out.Summary) > MaxResultBytes:
 			ran.Status, ran.Error = storage.JobFailed, fmt.Sprintf("the run succeeded but its result exceeds %d bytes", MaxResultBytes)
 			return storage.FinishJob(ctx, tx, job.ID, r.instance, storage.JobFailed, nil, ran.Error, now)

@@ -212,3 +212,11 @@ func (s *Service) WipeState(ctx context.Context, ref string) ([]storage.Box, err
 	})
 	return wiped, err
 }
+
+// APIJob is the admin API's view of job j of box (its name).
+func APIJob(j storage.Job, box string) adminapi.Job {
+	return adminapi.Job{ID: j.ID, Scope: adminapi.Scope{Kind: j.ScopeKind, ID: j.ScopeID}, Box: box, Action: j.Action,
+		Status: j.Status, LockedBy: j.LockedBy, LockedAt: j.LockedAt, Attempts: j.Attempts, Progress: j.Progress,
+		ProgressSeq: j.ProgressSeq, IncludeData: j.IncludeData, Result: j.Result, Error: j.Error, CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt,
+		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
+}

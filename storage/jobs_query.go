@@ -213,6 +213,13 @@ func SetJobProgress(ctx context.Context, q Querier, id, worker string, progress 
 // (with errMsg). Errors: ErrNotFound when the job is no longer running
 // under worker's lock (nothing is written).
 func FinishJob(ctx context.Context, q Querier, id, worker, status string, result json.RawMessage, errMsg string, now time.Time) error {
+	return FinishJobDetail(ctx, q, id, worker, status, result, errMsg, errMsg, now)
+}
+
+// FinishJobDetail is FinishJob whose finish step records detail (a failed
+// run's whole output) instead of errMsg (the diagnostic the job keeps).
+// Errors: FinishJob's.
+func FinishJobDetail(ctx context.Context, q Querier, id, worker, status string, result json.RawMessage, errMsg, detail string, now time.Time) error {
 	if status != JobSucceeded && status != JobFailed {
 		return fmt.Errorf("finish job: status %q", status)
 	}
@@ -227,7 +234,7 @@ func FinishJob(ctx context.Context, q Querier, id, worker, status string, result
 	if err := oneRow(r, err, "finish job"); err != nil {
 		return err
 	}
-	return appendJobStep(ctx, q, id, JobStepFinished, worker, errMsg, now)
+	return appendJobStep(ctx, q, id, JobStepFinished, worker, detail, now)
 }
 
 // WorkerLost is the error of a job failed by the attempt rule.

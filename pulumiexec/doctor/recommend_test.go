@@ -1,4 +1,4 @@
-package daemon
+package doctor
 
 import (
 	"slices"
@@ -11,7 +11,8 @@ import (
 )
 
 // TestRecommend: each row of the symptom table (docs/operations.md, "Job
-// doctor") gives its action and commands, and an earlier row wins.
+// doctor") gives its action and commands, and an earlier row wins; with
+// the provider unavailable, no row that needs its answer is judged.
 func TestRecommend(t *testing.T) {
 	res := func(ids ...string) []adminapi.ProviderResource {
 		out := []adminapi.ProviderResource{}
@@ -68,11 +69,21 @@ func TestRecommend(t *testing.T) {
 		{"droplet gone", func(d *adminapi.JobDiagnosis) { d.Provider.Droplets = res() }, adminapi.DoctorRefreshThenUp, "chalupa admin converge box-1 refresh --wait"},
 		{"recorded droplet missing from the state", func(d *adminapi.JobDiagnosis) { d.Stacks[1].State.DropletID = "" }, adminapi.DoctorWipeThenUp, "chalupa admin converge box-1 up --wait"},
 		{"failed, agreeing", func(d *adminapi.JobDiagnosis) { d.Job.Status = storage.JobFailed }, adminapi.DoctorRefreshThenUp, "chalupa admin converge box-1 up --wait"},
+		{"provider unavailable, failed", func(d *adminapi.JobDiagnosis) {
+			d.Job.Status = storage.JobFailed
+			d.Provider = adminapi.ProviderInventory{Tag: d.Provider.Tag, Unavailable: true, ErrorKind: "token_refused",
+				Droplets: res(), Volumes: res(), Firewalls: res()}
+			d.Stacks[1].Pending = []adminapi.PendingOperation{{Kind: "creating"}} // never a wipe on an unread provider
+		}, adminapi.DoctorCheckProvider, "chalupa admin job doctor J1"},
+		{"provider unavailable, queued in a paused lane", func(d *adminapi.JobDiagnosis) {
+			d.Job.Status, d.Lease.LanePaused = storage.JobQueued, true
+			d.Provider = adminapi.ProviderInventory{Tag: d.Provider.Tag, Unavailable: true, ErrorKind: "provider_error"}
+		}, adminapi.DoctorResumeLane, "chalupa admin loops resume jobs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := healthy()
 			tc.mutate(&d)
-			r := recommend(d)
+			r := Recommend(d)
 			if r.Action != tc.action {
 				t.Fatalf("action %q (%s: %s), want %q", r.Action, r.Symptom, r.Reason, tc.action)
 			}

@@ -1,14 +1,11 @@
-package daemon
+package pulumiexec
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"net"
-	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,20 +19,19 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
-	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// Converge executor names (docs/operations.md, "Converge").
+// Executor names (docs/operations.md, "Converge").
 const (
-	// convergeWorkDir is the engine's workspace directory under
+	// WorkDirName is the engine's workspace directory under
 	// CHALUPA_DATA_DIR (one Pulumi workspace per stack).
-	convergeWorkDir = "pulumi-workspaces"
-	// provisionLabel names the provision token wherever the token cannot
+	WorkDirName = "pulumi-workspaces"
+	// ProvisionLabel names the provision token wherever the token cannot
 	// appear (digitalocean client errors, logs).
-	provisionLabel = "provision"
+	ProvisionLabel = "provision"
 	// launchedIDPrefix + job id is the stable id of the launched event an
 	// up records; sunkIDPrefix and endedIDPrefix + job id those of a
 	// destroy's sunk and deployment-ended events.
@@ -58,13 +54,13 @@ const checkpointTimeout = time.Minute
 // (docs/operations.md, "Jobs").
 var ErrRecoverAmbiguous = errors.New("converge recovery: more than one droplet, volume or firewall carries the box's tag; remove the extra one at DigitalOcean")
 
-// ConvergeExecutor runs converge jobs with the Pulumi engine (jobs.Executor,
+// Executor runs converge jobs with the Pulumi engine (jobs.Executor,
 // docs/operations.md, "Converge" and "Jobs"). It alone holds the provision
 // token: inside the engine (for Pulumi's child processes) and its own
 // DigitalOcean client (crash recovery's lookups by tag).
-type ConvergeExecutor struct {
+type Executor struct {
 	// Engine runs the box programs.
-	Engine *pulumiexec.Engine
+	Engine *Engine
 	// API looks a box's resources up at the provider by tag (crash
 	// recovery), with the provision token.
 	API digitalocean.API
@@ -88,59 +84,35 @@ type ConvergeExecutor struct {
 	AgentRelease    install.Release
 	ControlPlaneURL string
 
-	db *storage.DB
+	// DB is the database the executor reads the box's environment from
+	// (checkpoints are keyed by it).
+	DB *storage.DB
+
 	mu sync.Mutex // one engine call at a time: the runner's lane, plus the admin API's wipe and cancel
 }
 
-var _ jobs.Executor = (*ConvergeExecutor)(nil)
+var _ jobs.Executor = (*Executor)(nil)
 
-// newConvergeExecutor builds the executor from the configuration: the
-// engine under CHALUPA_DATA_DIR with PULUMI_BACKEND_URL (an s3:// backend
-// gets CHALUPA_SPACES_KEY/SECRET as the AWS variables of Pulumi's child
-// processes only), a digitalocean client for the provision token, checkpoints in db,
-// and key delivery with keys and sealer (chalupa's SSH identity) to
-// CHALUPA_SSH_PORT.
-func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, sealer *envelope.Sealer, clock clockwork.Clock, log zerolog.Logger) (*ConvergeExecutor, error) {
-	token := cfg.provisionToken().Reveal()
-	eng := &pulumiexec.Engine{
-		WorkDir: filepath.Join(cfg.DataDir, convergeWorkDir), BackendURL: cfg.PulumiBackendURL,
-		PulumiHome: cfg.PulumiHome, CLIPath: cfg.PulumiCLI, ProvisionToken: token, APIURL: cfg.DOAPIURL,
-	}
-	if u, err := url.Parse(cfg.PulumiBackendURL); err == nil && u.Scheme == "s3" {
-		eng.ExtraEnv = map[string]string{
-			"AWS_ACCESS_KEY_ID":     cfg.SpacesKey.Reveal(),
-			"AWS_SECRET_ACCESS_KEY": cfg.SpacesSecret.Reveal(),
-		}
-	}
-	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(token), Label: provisionLabel,
-		Version: buildinfo.Version, Clock: clock, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	log = log.With().Str("component", "converge").Logger()
-	kd := &keyDelivery{db: db, keys: keys, sealer: sealer, clock: clock, port: cfg.SSHPort, log: log,
-		deliverer: sshdeliver.New(db, sealer, clock)}
-	return &ConvergeExecutor{Engine: eng, API: api, Log: log, DeliverKey: kd.deliver,
-		Checkpoints: checkpoint.New(db, clock), AgentRelease: cfg.AgentRelease, ControlPlaneURL: cfg.Origin, db: db}, nil
-}
+// KeyDelivery issues an environment's ingest key for a new droplet and
+// writes it there over SSH (docs/operations.md, "SSH key delivery"); its
+// Deliver is an Executor's DeliverKey.
+type KeyDelivery struct {
+	DB     *storage.DB
+	Keys   *ingest.Keyring
+	Sealer *envelope.Sealer
+	Clock  clockwork.Clock
+	// Port is the droplets' SSH port (CHALUPA_SSH_PORT).
+	Port int
+	Log  zerolog.Logger
 
-// keyDelivery issues an environment's ingest key for a new droplet and
-// writes it there over SSH (docs/operations.md, "SSH key delivery").
-type keyDelivery struct {
-	db        *storage.DB
-	keys      *ingest.Keyring
-	sealer    *envelope.Sealer
-	clock     clockwork.Clock
 	deliverer *sshdeliver.Deliverer
-	port      int
-	log       zerolog.Logger
 }
 
 // ErrNoPublicIPv4: the droplet reported no public IPv4 address to deliver
 // its key to.
 var ErrNoPublicIPv4 = errors.New("the droplet has no public IPv4 address")
 
-// deliver ensures chalupa's SSH identity, issues a fresh active key of the
+// Deliver ensures chalupa's SSH identity, issues a fresh active key of the
 // box's environment (one key per droplet: other droplets' keys are
 // untouched), records it as issued for the box's droplet, and delivers it
 // to ipv4:port, pinning the droplet's host key. A failed delivery revokes
@@ -150,24 +122,27 @@ var ErrNoPublicIPv4 = errors.New("the droplet has no public IPv4 address")
 // one), so no key that no droplet holds stays active. It returns the
 // pinned host key. Errors: ErrNoPublicIPv4, sshdeliver's (no key material,
 // key id or address in them), the keyring's, the database's.
-func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (string, error) {
+func (k *KeyDelivery) Deliver(ctx context.Context, box storage.Box, dropletID int64, ipv4 string) (string, error) {
 	if ipv4 == "" {
 		return "", ErrNoPublicIPv4
 	}
-	if _, err := sshdeliver.EnsureIdentity(ctx, k.db, k.sealer, k.clock.Now()); err != nil {
+	if k.deliverer == nil {
+		k.deliverer = sshdeliver.New(k.DB, k.Sealer, k.Clock)
+	}
+	if _, err := sshdeliver.EnsureIdentity(ctx, k.DB, k.Sealer, k.Clock.Now()); err != nil {
 		return "", err
 	}
-	issued, err := k.keys.Issue(ctx, box.EnvironmentSlug)
+	issued, err := k.Keys.Issue(ctx, box.EnvironmentSlug)
 	if err != nil {
 		return "", fmt.Errorf("issue the environment's ingest key: %w", err)
 	}
-	if err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
-		return storage.RecordKeyIssued(ctx, tx, issued.KeyID, box.ID, dropletID, k.clock.Now())
+	if err := k.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.RecordKeyIssued(ctx, tx, issued.KeyID, box.ID, dropletID, k.Clock.Now())
 	}); err != nil {
 		k.revoke(ctx, dropletID, issued.KeyID, "revoking the unrecorded ingest key failed")
 		return "", err
 	}
-	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.port))
+	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.Port))
 	res, err := k.deliverer.Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
 	if err != nil {
 		k.revoke(ctx, dropletID, issued.KeyID, "revoking the undelivered ingest key failed")
@@ -177,27 +152,27 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 	// ended meanwhile.
 	dctx := context.WithoutCancel(ctx)
 	var earlier []string
-	if err := k.db.Writer.Do(dctx, func(tx storage.Tx) error {
+	if err := k.DB.Writer.Do(dctx, func(tx storage.Tx) error {
 		var err error
-		earlier, err = storage.MarkKeyDelivered(dctx, tx, issued.KeyID, k.clock.Now())
+		earlier, err = storage.MarkKeyDelivered(dctx, tx, issued.KeyID, k.Clock.Now())
 		return err
 	}); err != nil {
 		// The run succeeded all the same; the earlier keys are revoked by
 		// the next delivery to this droplet.
-		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("recording the delivered ingest key failed")
+		k.Log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", issued.KeyID).Msg("recording the delivered ingest key failed")
 	}
 	for _, old := range earlier {
 		k.revoke(ctx, dropletID, old, "revoking an ingest key the droplet no longer holds failed")
 	}
 	if len(earlier) > 0 {
-		k.log.Warn().Str("box", box.Name).Int64("droplet", dropletID).Strs("revokedKeyIds", earlier).
+		k.Log.Warn().Str("box", box.Name).Int64("droplet", dropletID).Strs("revokedKeyIds", earlier).
 			Msg("revoked ingest keys an earlier delivery left on this droplet: its files now hold the new key")
 	}
-	pin, err := storage.SSHHostKeyByDroplet(ctx, k.db.Read, dropletID)
+	pin, err := storage.SSHHostKeyByDroplet(ctx, k.DB.Read, dropletID)
 	if err != nil {
 		return "", fmt.Errorf("read the pinned host key: %w", err)
 	}
-	k.log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("hostKey", res.HostKeyFingerprint).
+	k.Log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("hostKey", res.HostKeyFingerprint).
 		Bool("firstContact", res.FirstContact).Int("attempts", res.Attempts).Msg("delivered the ingest key over SSH")
 	return pin.HostKey, nil
 }
@@ -205,30 +180,30 @@ func (k *keyDelivery) deliver(ctx context.Context, box storage.Box, dropletID in
 // revoke revokes keyID, on a context the job's end does not cancel (the
 // revocation must still happen), logging msg on failure: the operator
 // revokes it with chalupa admin keys revoke.
-func (k *keyDelivery) revoke(ctx context.Context, dropletID int64, keyID, msg string) {
-	if _, err := k.keys.Revoke(context.WithoutCancel(ctx), keyID); err != nil {
-		k.log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", keyID).Msg(msg + "; revoke it with chalupa admin keys revoke")
+func (k *KeyDelivery) revoke(ctx context.Context, dropletID int64, keyID, msg string) {
+	if _, err := k.Keys.Revoke(context.WithoutCancel(ctx), keyID); err != nil {
+		k.Log.Error().Err(err).Int64("droplet", dropletID).Str("keyId", keyID).Msg(msg + "; revoke it with chalupa admin keys revoke")
 	}
 }
 
-// Spec maps a box of the oracle to the engine's input: the recorded
+// BoxSpecOf maps a box of the oracle to the engine's input: the recorded
 // provider ids for adoption, and as the per-job tag the job that created
 // the box's resources (kept on the box as the launch's job) or, for a box
 // with none, job's own id, so that the tags of existing resources never
 // change from one job to the next.
-func Spec(box storage.Box, job jobs.Job) pulumiexec.BoxSpec {
+func BoxSpecOf(box storage.Box, job jobs.Job) BoxSpec {
 	tagJob := job.ID
 	if box.Launch.JobID != "" && (box.Resources.DropletID != 0 || box.Resources.VolumeID != "") {
 		tagJob = box.Launch.JobID
 	}
-	spec := pulumiexec.BoxSpec{
+	spec := BoxSpec{
 		Name: box.Name, EnvironmentSlug: box.EnvironmentSlug,
 		Region: box.Config.Region, Size: box.Config.Size, Image: box.Config.Image,
 		SSHKeyFingerprints: slices.Clone(box.Config.SSHKeyFingerprints),
 		CustomerSource:     box.Config.CustomerSource, ControlPlaneSource: box.Config.ControlPlaneSource,
 		VolumeGiB: int(box.Config.VolumeSizeGiB), Tags: slices.Clone(box.Config.Tags), Managed: box.Managed,
 		JobID: tagJob,
-		Known: pulumiexec.KnownIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
+		Known: KnownIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
 	}
 	if box.Resources.DropletID != 0 {
 		spec.Known.DropletID = strconv.FormatInt(box.Resources.DropletID, 10)
@@ -263,17 +238,17 @@ type convergeSummary struct {
 // and its deployment (`droplet-<id>`, as the agent names it); a destroy
 // that removed the droplet ends its deployment through the sunk path
 // (storage.EndDeployment; the environment sinks when it was the last).
-// Errors: the engine's (the job fails with its text, scrubbed of the
-// token).
-func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
+// Errors: the engine's as a *RunError (the job fails with its diagnostic,
+// and its step journal keeps the output, scrubbed of the token).
+func (x *Executor) Execute(ctx context.Context, job jobs.Job, box storage.Box, progress func(jobs.Progress)) (jobs.Outcome, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	action, err := pulumiexec.ParseAction(job.Action)
+	action, err := ParseAction(job.Action)
 	if err != nil {
 		return jobs.Outcome{}, err
 	}
-	spec := Spec(box, job)
-	if rendersUserData(job.Action) {
+	spec := BoxSpecOf(box, job)
+	if RendersUserData(job.Action) {
 		// User data acts at creation only: the program ignores a change
 		// of it, so a new release never replaces a running droplet.
 		if spec.UserData, err = BoxUserData(box, x.AgentRelease, x.ControlPlaneURL); err != nil {
@@ -281,13 +256,13 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		}
 	}
 	counts := map[string]int{}
-	var opts pulumiexec.RunOptions
+	var opts RunOptions
 	if job.IncludeData {
 		// The admin API checked the typed phrase when it enqueued the job
 		// (jobs.Service.EnqueueRequest); the job keeps the decision.
-		opts = pulumiexec.RunOptions{IncludeData: true, Confirm: pulumiexec.DataConfirmPhrase(box.Name)}
+		opts = RunOptions{IncludeData: true, Confirm: DataConfirmPhrase(box.Name)}
 	}
-	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev pulumiexec.Event) {
+	res, err := x.Engine.Run(ctx, spec, action, opts, func(ev Event) {
 		p := jobs.Progress{Resource: ev.Name, Op: ev.Op}
 		if ev.Op == "done" {
 			p.Message = "stack " + ev.Stack + " done"
@@ -298,7 +273,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		p.Counts = maps(counts)
 		progress(p)
 	})
-	if action != pulumiexec.ActionPreview {
+	if action != ActionPreview {
 		// Every run but a preview may have changed the state, a failed or
 		// cancelled one too: save it before anything else can fail, on a
 		// context the run's cancellation does not end.
@@ -314,14 +289,16 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 		}
 	}
 	if err != nil {
-		return jobs.Outcome{}, err
+		// The job's error is the diagnostic; Pulumi's whole output goes
+		// to its step journal (docs/operations.md, "Jobs").
+		return jobs.Outcome{}, Explain(err, box.Name, x.Engine.PulumiHome)
 	}
 	sum, _ := json.Marshal(convergeSummary{Action: job.Action, Steps: res.Steps.String(), Create: res.Steps.Create,
 		Update: res.Steps.Update, Delete: res.Steps.Delete, Same: res.Steps.Same, Import: res.Steps.Import,
 		Replace: res.Steps.Replace, DropletID: res.DropletID, IPv4: res.IPv4, FirewallID: res.FirewallID,
 		VolumeID: res.VolumeID, AlreadyGone: goneList(res.Gone), ElapsedMS: res.Elapsed.Milliseconds()})
 	out := jobs.Outcome{Summary: sum}
-	if action == pulumiexec.ActionPreview {
+	if action == ActionPreview {
 		return out, nil
 	}
 	found, err := resourcesOf(res)
@@ -330,7 +307,7 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 	}
 	out.Resources = &found
 	switch {
-	case action == pulumiexec.ActionUp && found.DropletID != 0:
+	case action == ActionUp && found.DropletID != 0:
 		launch := storage.BoxLaunch{DropletID: found.DropletID, IPv4: res.IPv4, JobID: spec.JobID}
 		if box.Launch.DropletID == found.DropletID {
 			launch.HostKey, launch.IPv6, launch.LaunchedAt = box.Launch.HostKey, box.Launch.IPv6, box.Launch.LaunchedAt
@@ -348,14 +325,14 @@ func (x *ConvergeExecutor) Execute(ctx context.Context, job jobs.Job, box storag
 			}
 			launch.HostKey = hostKey
 		}
-	case action == pulumiexec.ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
+	case action == ActionDestroy && found.DropletID == 0 && box.Resources.DropletID != 0:
 		out.Record = x.recordSunk(box, job, box.Resources.DropletID, res.Gone.DropletID != "", found.VolumeID)
 	}
 	return out, nil
 }
 
 // goneList names the resources a destroy found missing ("droplet 123").
-func goneList(g pulumiexec.StateIDs) []string {
+func goneList(g StateIDs) []string {
 	var out []string
 	for _, r := range []struct{ kind, id string }{{"droplet", g.DropletID}, {"firewall", g.FirewallID}, {"volume", g.VolumeID}} {
 		if r.id != "" {
@@ -369,11 +346,11 @@ func goneList(g pulumiexec.StateIDs) []string {
 // versions (docs/operations.md, "Checkpoints"). A stack that does not exist
 // has nothing to save. Errors: the store's (checkpoint.ErrTooLarge names the
 // limit and the size, never the content) or the engine's.
-func (x *ConvergeExecutor) checkpoint(ctx context.Context, box storage.Box, spec pulumiexec.BoxSpec) error {
+func (x *Executor) checkpoint(ctx context.Context, box storage.Box, spec BoxSpec) error {
 	if x.Checkpoints == nil {
 		return nil
 	}
-	env, err := storage.EnvironmentBySlug(ctx, x.db.Read, box.EnvironmentSlug)
+	env, err := storage.EnvironmentBySlug(ctx, x.DB.Read, box.EnvironmentSlug)
 	if err != nil {
 		return fmt.Errorf("checkpoint: environment of box %s: %w", box.Name, err)
 	}
@@ -392,7 +369,7 @@ func (x *ConvergeExecutor) checkpoint(ctx context.Context, box storage.Box, spec
 // (jobs.Preparer; docs/operations.md, "Checkpoints"). Existing stacks are
 // never touched. Errors: the store's; the lane stays closed and Prepare is
 // retried.
-func (x *ConvergeExecutor) Prepare(ctx context.Context) error {
+func (x *Executor) Prepare(ctx context.Context) error {
 	if x.Checkpoints == nil {
 		return nil
 	}
@@ -421,7 +398,7 @@ func maps(m map[string]int) map[string]int {
 }
 
 // resourcesOf reads a run's provider ids.
-func resourcesOf(res pulumiexec.Result) (storage.BoxResources, error) {
+func resourcesOf(res Result) (storage.BoxResources, error) {
 	r := storage.BoxResources{FirewallID: res.FirewallID, VolumeID: res.VolumeID}
 	if res.DropletID != "" {
 		id, err := strconv.ParseInt(res.DropletID, 10, 64)
@@ -445,9 +422,9 @@ func launchLimitMinutes(box storage.Box) int64 {
 	return ingest.LaunchedLimitMinutes
 }
 
-// deploymentID is the deployment a box's droplet reports: the agent's
+// DeploymentID is the deployment a box's droplet reports: the agent's
 // default identity "droplet-<id>" (docs/operations.md, "Agent").
-func deploymentID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
+func DeploymentID(dropletID int64) string { return "droplet-" + strconv.FormatInt(dropletID, 10) }
 
 // recordLaunch creates or completes the droplet's deployment as a
 // `launched` event does (storage.ApplyLaunch, the lifecycle route's path;
@@ -456,9 +433,9 @@ func deploymentID(dropletID int64) string { return "droplet-" + strconv.FormatIn
 // applies: the droplet exists already, and refusing to record it would
 // only hide a billable machine. A deployment that has ended (its droplet
 // was reaped while the oracle still named it) is left ended.
-func (x *ConvergeExecutor) recordLaunch(box storage.Box, job jobs.Job, dropletID int64, fresh bool) func(context.Context, storage.Tx, time.Time) error {
+func (x *Executor) recordLaunch(box storage.Box, job jobs.Job, dropletID int64, fresh bool) func(context.Context, storage.Tx, time.Time) error {
 	return func(ctx context.Context, tx storage.Tx, now time.Time) error {
-		dep := deploymentID(dropletID)
+		dep := DeploymentID(dropletID)
 		_, err := storage.ApplyLaunch(ctx, tx, storage.Launch{EnvironmentID: box.EnvironmentID, DeploymentID: dep,
 			DropletID: dropletID, Region: box.Config.Region, Size: box.Config.Size, Managed: box.Managed,
 			At: now, LimitMinutes: launchLimitMinutes(box)}, 0)
@@ -492,13 +469,13 @@ func (x *ConvergeExecutor) recordLaunch(box storage.Box, job jobs.Job, dropletID
 // saying so; each message names the data volume the destroy kept
 // (volumeID, "" for none). A droplet without a deployment records nothing
 // (docs/operations.md, "Converge").
-func (x *ConvergeExecutor) recordSunk(box storage.Box, job jobs.Job, dropletID int64, gone bool, volumeID string) func(context.Context, storage.Tx, time.Time) error {
+func (x *Executor) recordSunk(box storage.Box, job jobs.Job, dropletID int64, gone bool, volumeID string) func(context.Context, storage.Tx, time.Time) error {
 	kept := ""
 	if volumeID != "" {
 		kept = "; volume " + volumeID + " kept"
 	}
 	return func(ctx context.Context, tx storage.Tx, now time.Time) error {
-		dep := deploymentID(dropletID)
+		dep := DeploymentID(dropletID)
 		ended, err := storage.EndDeployment(ctx, tx, box.EnvironmentID, dep, now)
 		if errors.Is(err, storage.ErrNotFound) {
 			return nil
@@ -540,10 +517,10 @@ func (x *ConvergeExecutor) recordSunk(box storage.Box, job jobs.Job, dropletID i
 // CancelLock cancels a held Pulumi lock on the box's stacks
 // (adminCancelPulumiState; the job service has proved the scope idle).
 // Errors: the engine's.
-func (x *ConvergeExecutor) CancelLock(ctx context.Context, box storage.Box) error {
+func (x *Executor) CancelLock(ctx context.Context, box storage.Box) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.Engine.Cancel(ctx, Spec(box, jobs.Job{}))
+	return x.Engine.Cancel(ctx, BoxSpecOf(box, jobs.Job{}))
 }
 
 // Wipe removes the box's stacks from the state cache, with their backups
@@ -551,10 +528,10 @@ func (x *ConvergeExecutor) CancelLock(ctx context.Context, box storage.Box) erro
 // idle). Their checkpoints record the wipe first, so a restart does not
 // restore them (docs/operations.md, "Checkpoints"). The oracle stays: the
 // next up adopts. Errors: the database's, the engine's.
-func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
+func (x *Executor) Wipe(ctx context.Context, box storage.Box) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	spec := Spec(box, jobs.Job{})
+	spec := BoxSpecOf(box, jobs.Job{})
 	if err := x.markWiped(ctx, spec.ComputeStack(), spec.DataStack()); err != nil {
 		return err
 	}
@@ -565,7 +542,7 @@ func (x *ConvergeExecutor) Wipe(ctx context.Context, box storage.Box) error {
 // removed from the state cache, so that restoring missing stacks at the
 // next start leaves them missing and the next up adopts (checkpoint.Store
 // MarkWiped). Without checkpoints there is nothing to restore from.
-func (x *ConvergeExecutor) markWiped(ctx context.Context, stacks ...string) error {
+func (x *Executor) markWiped(ctx context.Context, stacks ...string) error {
 	if x.Checkpoints == nil {
 		return nil
 	}
@@ -586,14 +563,14 @@ func (x *ConvergeExecutor) markWiped(ctx context.Context, stacks ...string) erro
 // and creates only what does not. The returned resources are recorded on
 // the box before the retry. Errors: ErrRecoverAmbiguous; the provider's or
 // the engine's (the lane stays closed and recovery is retried).
-func (x *ConvergeExecutor) Recover(ctx context.Context, job jobs.Job, box storage.Box) (*storage.BoxResources, error) {
+func (x *Executor) Recover(ctx context.Context, job jobs.Job, box storage.Box) (*storage.BoxResources, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	spec := Spec(box, job)
+	spec := BoxSpecOf(box, job)
 	if err := x.Engine.Cancel(ctx, spec); err != nil {
 		return nil, err
 	}
-	tag := pulumiexec.BoxTag(box.Name)
+	tag := BoxTag(box.Name)
 	droplets, err := x.API.ListDropletsByTag(ctx, tag)
 	if err != nil {
 		return nil, err

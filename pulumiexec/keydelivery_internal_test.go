@@ -1,4 +1,4 @@
-package daemon
+package pulumiexec
 
 import (
 	"bytes"
@@ -44,8 +44,8 @@ func TestRedeliveryRevokesTheKeyACrashLeft(t *testing.T) {
 	droplet := sshdtest.New(t, sshdtest.NewSigner(t), nil)
 	droplet.Root = t.TempDir()
 	droplet.Authorize(sshdtest.Authorized(t, line))
-	kd := &keyDelivery{db: db, keys: ingest.NewKeyring(db, sealer, nil), sealer: sealer, clock: clock, port: droplet.Port(),
-		log: zerolog.Nop(), deliverer: sshdeliver.New(db, sealer, clock)}
+	kd := &KeyDelivery{DB: db, Keys: ingest.NewKeyring(db, sealer, nil), Sealer: sealer, Clock: clock, Port: droplet.Port(),
+		Log: zerolog.Nop()}
 	onDroplet := func() string {
 		t.Helper()
 		b, err := os.ReadFile(filepath.Join(droplet.AgentDir(), "key-id"))
@@ -56,7 +56,7 @@ func TestRedeliveryRevokesTheKeyACrashLeft(t *testing.T) {
 	}
 	deliver := func(box storage.Box, dropletID int64) string {
 		t.Helper()
-		if _, err := kd.deliver(ctx, box, dropletID, "127.0.0.1"); err != nil {
+		if _, err := kd.Deliver(ctx, box, dropletID, "127.0.0.1"); err != nil {
 			t.Fatal(err)
 		}
 		return onDroplet()

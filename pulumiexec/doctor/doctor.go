@@ -1,11 +1,15 @@
-package daemon
+// Package doctor is the job doctor's reasoning (docs/operations.md, "Job
+// doctor"): it reads a converge job, its step journal, the box's two
+// stacks, their checkpoints and what the provider holds, side by side, and
+// recommends one next action. It reads and never writes; the daemon serves
+// it as adminDiagnoseJob.
+package doctor
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -14,131 +18,85 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// stackInspector reads a box's stacks and provider inventory without
-// changing anything: what the job doctor needs from the executor beyond
-// jobs.Executor (docs/operations.md, "Job doctor").
-type stackInspector interface {
-	Inspect(ctx context.Context, box storage.Box) (boxInspection, error)
+// Inspector reads a box's stacks and provider inventory without changing
+// anything: what the doctor needs from the executor beyond jobs.Executor
+// (pulumiexec.Executor is one).
+type Inspector interface {
+	Inspect(ctx context.Context, box storage.Box) (pulumiexec.BoxInspection, error)
 }
 
-// boxInspection is a read of a box's two stacks (data, then compute) and
-// of what the provider holds under the box's tag.
-type boxInspection struct {
-	Stacks   []stackInspection
-	Provider adminapi.ProviderInventory
+var _ Inspector = (*pulumiexec.Executor)(nil)
+
+// Errors of Diagnose (the daemon answers 404, 404 and 502 for them).
+var (
+	// ErrNoJob: no job has the id.
+	ErrNoJob = errors.New("no such job")
+	// ErrNoBox: the job's box no longer exists.
+	ErrNoBox = errors.New("the job's box no longer exists")
+	// ErrStacksUnreadable: reading the box's stacks failed; the reason is
+	// logged, never returned (the engine's errors may name paths).
+	ErrStacksUnreadable = errors.New("reading the stacks failed; the daemon log says why")
+)
+
+// Doctor answers adminDiagnoseJob. The zero value is not usable: DB,
+// Clock and LanePaused are required.
+type Doctor struct {
+	DB    *storage.DB
+	Clock clockwork.Clock
+	// Inspector reads the stacks and the provider; nil when converge is
+	// not configured.
+	Inspector Inspector
+	// Instance is this daemon's job lane instance id ("" without one).
+	Instance string
+	// LanePaused reports whether the jobs loop is paused.
+	LanePaused func() bool
+	Log        zerolog.Logger
 }
 
-// stackInspection is one stack's state and locks.
-type stackInspection struct {
-	Name, Role   string
-	View         pulumiexec.StackView
-	Locks        []pulumiexec.StackLock
-	LocksUnknown bool
-}
-
-var _ stackInspector = (*ConvergeExecutor)(nil)
-
-// Inspect reads both of the box's stacks (an export each, and the
-// backend's lock files, never taking a lock) and lists the droplets,
-// volumes and firewalls carrying the box's tag with the executor's
-// provision token (list calls only). It does not take the executor's
-// mutex: a running job must be diagnosable. Errors: the engine's or the
-// provider's (they may name paths: the caller logs them).
-func (x *ConvergeExecutor) Inspect(ctx context.Context, box storage.Box) (boxInspection, error) {
-	spec := Spec(box, jobs.Job{})
-	var out boxInspection
-	for _, st := range []struct{ name, role string }{{spec.DataStack(), "data"}, {spec.ComputeStack(), "compute"}} {
-		si := stackInspection{Name: st.name, Role: st.role}
-		locks, err := x.Engine.StackLocks(st.name)
-		switch {
-		case errors.Is(err, pulumiexec.ErrLocksUnreadable):
-			si.LocksUnknown = true
-		case err != nil:
-			return boxInspection{}, err
-		}
-		si.Locks = locks
-		if si.View, err = x.Engine.ViewStack(ctx, st.name); err != nil {
-			return boxInspection{}, err
-		}
-		out.Stacks = append(out.Stacks, si)
-	}
-	tag := pulumiexec.BoxTag(box.Name)
-	out.Provider = adminapi.ProviderInventory{Tag: tag, Droplets: []adminapi.ProviderResource{},
-		Volumes: []adminapi.ProviderResource{}, Firewalls: []adminapi.ProviderResource{}}
-	droplets, err := x.API.ListDropletsByTag(ctx, tag)
-	if err != nil {
-		return boxInspection{}, err
-	}
-	for _, d := range droplets {
-		out.Provider.Droplets = append(out.Provider.Droplets, adminapi.ProviderResource{ID: strconv.Itoa(d.ID), Name: d.Name, Status: d.Status})
-	}
-	volumes, err := x.API.ListVolumesByTag(ctx, tag)
-	if err != nil {
-		return boxInspection{}, err
-	}
-	for _, v := range volumes {
-		out.Provider.Volumes = append(out.Provider.Volumes, adminapi.ProviderResource{ID: v.ID, Name: v.Name})
-	}
-	firewalls, err := x.API.ListFirewallsByTag(ctx, tag)
-	if err != nil {
-		return boxInspection{}, err
-	}
-	for _, f := range firewalls {
-		out.Provider.Firewalls = append(out.Provider.Firewalls, adminapi.ProviderResource{ID: f.ID, Name: f.Name})
-	}
-	return out, nil
-}
-
-// jobDoctor answers adminDiagnoseJob (docs/operations.md, "Job doctor"):
-// it reads and never writes.
-type jobDoctor struct {
-	db      *storage.DB
-	clock   clockwork.Clock
-	inspect stackInspector // nil: converge is not configured
-	// instance is this daemon's job lane instance id ("" without one).
-	instance string
-	// lanePaused reports whether the jobs loop is paused.
-	lanePaused func() bool
-	log        zerolog.Logger
-}
-
-func (h *jobDoctor) register(o *operations) {
-	handleOp(o, adminapi.OpDiagnoseJob, h.diagnose)
-}
-
-func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobRequest) (adminapi.JobDiagnosis, error) {
-	j, err := storage.JobByID(ctx, h.db.Read, req.ID)
+// Diagnose reads job id and everything about it. A provider that cannot
+// be read does not fail it: the diagnosis marks the provider unavailable
+// with its error kind and recommends DoctorCheckProvider where the
+// provider's answer decides (docs/operations.md, "Job doctor"). Errors:
+// ErrNoJob, ErrNoBox, jobs.ErrNotConfigured (no Inspector),
+// ErrStacksUnreadable, the database's.
+func (h *Doctor) Diagnose(ctx context.Context, id string) (adminapi.JobDiagnosis, error) {
+	j, err := storage.JobByID(ctx, h.DB.Read, id)
 	if errors.Is(err, storage.ErrNotFound) {
-		return adminapi.JobDiagnosis{}, fail(http.StatusNotFound, "not_found", "no such job")
+		return adminapi.JobDiagnosis{}, ErrNoJob
 	}
 	if err != nil {
 		return adminapi.JobDiagnosis{}, err
 	}
-	box, err := storage.BoxByRef(ctx, h.db.Read, j.ScopeID)
+	box, err := storage.BoxByRef(ctx, h.DB.Read, j.ScopeID)
 	if errors.Is(err, storage.ErrNotFound) {
-		return adminapi.JobDiagnosis{}, fail(http.StatusNotFound, "not_found", "the job's box no longer exists")
+		return adminapi.JobDiagnosis{}, ErrNoBox
 	}
 	if err != nil {
 		return adminapi.JobDiagnosis{}, err
 	}
-	if h.inspect == nil {
-		return adminapi.JobDiagnosis{}, jobError(jobs.ErrNotConfigured)
+	if h.Inspector == nil {
+		return adminapi.JobDiagnosis{}, jobs.ErrNotConfigured
 	}
-	ins, err := h.inspect.Inspect(ctx, box)
+	ins, err := h.Inspector.Inspect(ctx, box)
 	if err != nil {
-		// The engine's and the provider's errors may name paths or
-		// backend details: logged, not returned.
-		h.log.Error().Err(err).Str("job", j.ID).Str("box", box.Name).Msg("job doctor: reading the stacks or the provider failed")
-		return adminapi.JobDiagnosis{}, fail(http.StatusBadGateway, "doctor_failed", "reading the stacks or the provider failed; the daemon log says why")
+		// The engine's errors may name paths or backend details: logged,
+		// not returned.
+		h.Log.Error().Err(err).Str("job", j.ID).Str("box", box.Name).Msg("job doctor: reading the stacks failed")
+		return adminapi.JobDiagnosis{}, ErrStacksUnreadable
 	}
-	now := h.clock.Now()
-	d := adminapi.JobDiagnosis{Job: toAPIJob(j, box.Name), CheckedAt: now,
-		Lease:    adminapi.JobLease{LanePaused: h.lanePaused(), MaxAttempts: jobs.MaxAttempts},
+	if ins.ProviderErr != nil {
+		ins.Provider.Unavailable, ins.Provider.ErrorKind = true, digitalocean.KindName(ins.ProviderErr)
+		h.Log.Warn().Err(ins.ProviderErr).Str("job", j.ID).Str("box", box.Name).Msg("job doctor: the provider could not be read; diagnosing without it")
+	}
+	now := h.Clock.Now()
+	d := adminapi.JobDiagnosis{Job: jobs.APIJob(j, box.Name), CheckedAt: now,
+		Lease:    adminapi.JobLease{LanePaused: h.LanePaused(), MaxAttempts: jobs.MaxAttempts},
 		Recorded: adminapi.ProviderIDs{FirewallID: box.Resources.FirewallID, VolumeID: box.Resources.VolumeID},
 		Provider: ins.Provider, Stacks: make([]adminapi.StackDiagnosis, 0, len(ins.Stacks))}
 	if box.Resources.DropletID != 0 {
@@ -146,12 +104,12 @@ func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobReques
 	}
 	if j.Status == storage.JobRunning {
 		d.Lease.Holder = j.LockedBy
-		d.Lease.HolderIsThisDaemon = h.instance != "" && j.LockedBy == h.instance
+		d.Lease.HolderIsThisDaemon = h.Instance != "" && j.LockedBy == h.Instance
 		d.Lease.AgeSeconds = int64(now.Sub(j.LockedAt) / time.Second)
 		d.Lease.ExpiresAt = j.LockedAt.Add(jobs.LeaseDuration)
 		d.Lease.Expired = !now.Before(d.Lease.ExpiresAt)
 	}
-	steps, err := storage.JobSteps(ctx, h.db.Read, j.ID)
+	steps, err := storage.JobSteps(ctx, h.DB.Read, j.ID)
 	if err != nil {
 		return adminapi.JobDiagnosis{}, err
 	}
@@ -169,7 +127,7 @@ func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobReques
 	for _, s := range ins.Stacks {
 		names = append(names, s.Name)
 	}
-	cps, err := storage.StackCheckpoints(ctx, h.db.Read, names, 1)
+	cps, err := storage.StackCheckpoints(ctx, h.DB.Read, names, 1)
 	if err != nil {
 		return adminapi.JobDiagnosis{}, err
 	}
@@ -191,7 +149,7 @@ func (h *jobDoctor) diagnose(ctx context.Context, req adminapi.DiagnoseJobReques
 		}
 		d.Stacks = append(d.Stacks, sd)
 	}
-	d.Recommendation = recommend(d)
+	d.Recommendation = Recommend(d)
 	return d, nil
 }
 
@@ -205,11 +163,30 @@ func wipeCommand(box string) string {
 }
 func deleteAtProvider(kind, id string) string { return "doctl compute " + kind + " delete " + id }
 
+func doctorCommand(id string) string { return "chalupa admin job doctor " + id }
+
+// providerReason says what an unreadable provider's error kind
+// (digitalocean.KindName) asks of the operator.
+func providerReason(kind string) string {
+	const then = "; what DigitalOcean holds under the box's tag decides the next action, so diagnose again once it answers"
+	switch kind {
+	case "token_refused":
+		return "DigitalOcean refused the provision token (DIGITALOCEAN_PROVISION_TOKEN: unknown, expired or deleted): set a valid one and restart serve" + then
+	case "token_lacks_scope":
+		return "the provision token (DIGITALOCEAN_PROVISION_TOKEN) lacks a scope the listing needs (read of droplets, volumes and firewalls): give it full access and restart serve" + then
+	case "rate_limited":
+		return "DigitalOcean is rate-limiting the provision token: wait a minute" + then
+	}
+	return "DigitalOcean could not be reached or failed (the daemon log has the reason): check the control plane's network and DigitalOcean's status" + then
+}
+
 const resumeLaneCommand = "chalupa admin loops resume jobs"
 
-// recommend is the symptom table of docs/operations.md, "Job doctor": the
+// Recommend is the symptom table of docs/operations.md, "Job doctor": the
 // first row whose symptom the diagnosis shows gives the one next action.
-func recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
+// Rows that need the provider's answer are not judged while it is
+// unavailable: the job's own state decides, or DoctorCheckProvider.
+func Recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 	j, box := d.Job, d.Job.Box
 	rec := func(action, symptom, reason string, cmds ...string) adminapi.Recommendation {
 		if cmds == nil {
@@ -269,6 +246,10 @@ func recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 			return rec(adminapi.DoctorResumeLane, "queued, lane paused", "the jobs loop is paused: the job waits until it is resumed", resumeLaneCommand)
 		}
 		return rec(adminapi.DoctorNothing, "queued", "the job waits its turn in the lane", showJobCommand(j.ID))
+	}
+	if d.Provider.Unavailable {
+		return rec(adminapi.DoctorCheckProvider, "the provider cannot be read ("+d.Provider.ErrorKind+")",
+			providerReason(d.Provider.ErrorKind), doctorCommand(j.ID))
 	}
 	// The job has ended: what the stacks and the provider hold decides.
 	for _, k := range kinds[:2] { // a firewall is free: only billable hosts

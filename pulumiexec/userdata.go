@@ -1,0 +1,29 @@
+package pulumiexec
+
+import (
+	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// RendersUserData reports whether a converge action runs the box's program
+// and so needs its user data: up and preview. Refresh and destroy never
+// create a droplet, so they never wait on the agent release: a box can
+// always be read back or torn down.
+func RendersUserData(action string) bool {
+	return action == jobs.ActionUp || action == jobs.ActionPreview
+}
+
+// BoxUserData is the cloud-init user data converge gives box's droplet
+// (docs/operations.md, "Converge" and "Agent install"): "" for a box with
+// the agent off, else the one template rendered for release with the
+// control plane's origin, the box's environment, size and agent limits.
+// The ingest key is never part of it. Errors: install.RenderCloudInit's
+// (install.ErrRelease naming the variables, install.ErrParams).
+func BoxUserData(box storage.Box, release install.Release, controlPlaneURL string) (string, error) {
+	if !box.Config.Agent {
+		return "", nil
+	}
+	return install.RenderCloudInit(release, install.Params{URL: controlPlaneURL, Environment: box.EnvironmentSlug,
+		Size: box.Config.Size, IdleLimitMinutes: box.Config.AgentIdleMinutes, SessionLimitMinutes: box.Config.AgentSessionMinutes})
+}
