@@ -177,7 +177,7 @@ func (c *Client) GetBox(ctx context.Context, box string) (Box, error) {
 }
 
 // OpUpgradeBoxAgent upgrades the agent on a box's running droplet over SSH
-// (docs/operations.md, "Agent install", "Upgrade").
+// (docs/operations.md, "Agent install", under Upgrade).
 const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
 
 // UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.

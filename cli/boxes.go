@@ -21,7 +21,7 @@ type adminBoxCmd struct {
 }
 
 // adminBoxUpgradeAgentCmd upgrades a box's agent (docs/operations.md,
-// "Agent install", "Upgrade").
+// "Agent install", under Upgrade).
 type adminBoxUpgradeAgentCmd struct {
 	Box  string `arg:"" help:"Box name or id."`
 	JSON bool   `help:"Print JSON."`

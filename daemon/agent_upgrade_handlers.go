@@ -20,7 +20,7 @@ import (
 )
 
 // Event kinds of an agent upgrade, recorded on the box's droplet's
-// deployment (docs/operations.md, "Agent install", "Upgrade").
+// deployment (docs/operations.md, "Agent install", under Upgrade).
 const (
 	EventAgentUpgradeStarted = "agent-upgrade-started"
 	EventAgentUpgraded       = "agent-upgraded"
@@ -29,7 +29,7 @@ const (
 
 // agentUpgradeHandlers upgrade the agent on a box's running droplet over
 // SSH with the configured release (docs/operations.md, "Agent install",
-// "Upgrade"). They hold the database, the release and the deliverer
+// under Upgrade). They hold the database, the release and the deliverer
 // (chalupa's SSH identity); no DigitalOcean token.
 type agentUpgradeHandlers struct {
 	db        *storage.DB

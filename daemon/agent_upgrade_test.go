@@ -15,7 +15,7 @@ import (
 // agent_release_invalid naming each variable at fault (never its value)
 // when the agent release does not pass its check, 404 for an unknown box
 // and 409 no_droplet for a box without a running droplet; a refusal
-// records no event (docs/operations.md, "Agent install", "Upgrade").
+// records no event (docs/operations.md, "Agent install", under Upgrade).
 func TestUpgradeBoxAgentRefusals(t *testing.T) {
 	digest := strings.Repeat("a", 64)
 	for _, tc := range []struct {

@@ -10,7 +10,7 @@ import (
 )
 
 // RunError is a failed Pulumi run as a job keeps it (docs/operations.md,
-// "Jobs", "a run's error"): Error is the diagnostic that matters, drawn
+// "Jobs", the row for a run's error): Error is the diagnostic that matters, drawn
 // from the CLI's output by Explain; Detail is the whole output, which the
 // job's step journal keeps (jobs.DetailedError). Both are scrubbed of the
 // provision token by the engine.
@@ -36,7 +36,7 @@ func (e *RunError) Detail() string { return e.Output }
 func (e *RunError) Unwrap() error { return e.err }
 
 // The kinds of failure Explain recognises in Pulumi's output
-// (docs/operations.md, "Converge", "Job errors").
+// (docs/operations.md, "Converge", under Job errors).
 const (
 	ExplainPluginMissing = "plugin_missing"
 	ExplainTokenRefused  = "token_refused"
@@ -72,7 +72,7 @@ const maxDiagnosticBytes = 500
 
 // Explain reads a failed run's error (the CLI's output inside it) and
 // returns the diagnostic that matters for box (docs/operations.md,
-// "Converge", "Job errors"): a missing provider plugin names the install
+// "Converge", under Job errors): a missing provider plugin names the install
 // command with pulumiHome (the daemon's PULUMI_HOME, "" for the CLI's
 // default); a 401, 403, 429 or 5xx from DigitalOcean names the provision
 // token's problem; a held lock names its holder and the cancel command;

@@ -20,7 +20,7 @@ import (
 // token, a read-only token, injected 429 and 500 answers, and a second up
 // while the first held the lock). It names the cause and the fix once,
 // never a URL or the API's request id; the raw output stays the detail
-// (docs/operations.md, "Converge", "Job errors").
+// (docs/operations.md, "Converge", under Job errors).
 func TestExplain(t *testing.T) {
 	const home = "/var/lib/chalupa/.pulumi"
 	for _, tc := range []struct {

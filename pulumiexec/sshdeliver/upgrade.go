@@ -14,7 +14,7 @@ import (
 	"github.com/chalupa-run/chalupa/agent/install"
 )
 
-// Agent upgrade over SSH (docs/operations.md, "Agent install", "Upgrade").
+// Agent upgrade over SSH (docs/operations.md, "Agent install", under Upgrade).
 const (
 	// AgentBinary is the agent's binary on a droplet, which the upgrade
 	// replaces.
