@@ -25,6 +25,7 @@ func EachTelemetryWindow(ctx context.Context, q Querier, environmentID int64, de
 	}
 	defer rows.Close()
 	var sc metricScan
+	var buf [NumTelemetryMetrics]MetricAgg
 	var session string
 	var start int64
 	dst := sc.dest([]any{&session, &start})
@@ -32,7 +33,7 @@ func EachTelemetryWindow(ctx context.Context, q Querier, environmentID int64, de
 		if err := rows.Scan(dst...); err != nil {
 			return fmt.Errorf("read telemetry windows: %w", err)
 		}
-		set := sc.set()
+		set := sc.setIn(&buf)
 		if err := fn(session, time.UnixMilli(start).UTC(), &set); err != nil {
 			return err
 		}
@@ -66,6 +67,7 @@ func EachTelemetryHourly(ctx context.Context, q Querier, environmentID int64, de
 	for i := range m {
 		dst = append(dst, &m[i].n, &m[i].sum, &m[i].min, &m[i].max, &m[i].last, &m[i].lastAt)
 	}
+	var buf [NumTelemetryMetrics]MetricAgg
 	for rows.Next() {
 		if err := rows.Scan(dst...); err != nil {
 			return fmt.Errorf("read telemetry hourly: %w", err)
@@ -76,8 +78,8 @@ func EachTelemetryHourly(ctx context.Context, q Querier, environmentID int64, de
 			if !m[i].n.Valid {
 				continue
 			}
-			set[i] = &MetricAgg{N: m[i].n.Int64, Sum: m[i].sum.Float64, Min: m[i].min.Float64, Max: m[i].max.Float64, Last: m[i].last.Float64}
-			lastAt[i] = fromMS(m[i].lastAt)
+			buf[i] = MetricAgg{N: m[i].n.Int64, Sum: m[i].sum.Float64, Min: m[i].min.Float64, Max: m[i].max.Float64, Last: m[i].last.Float64}
+			set[i], lastAt[i] = &buf[i], fromMS(m[i].lastAt)
 		}
 		if err := fn(time.UnixMilli(hour).UTC(), &set, &lastAt); err != nil {
 			return err
