@@ -6,8 +6,10 @@
 #
 # Usage: contrib/console-pages.sh [COUNT]   (default 20 renders a page)
 # Pins the benchmark to CPU 0 (taskset) with GOMAXPROCS 1, as on a
-# one-vCPU droplet. Prints ns/op (server time of one render) and
-# page-bytes; run it on a quiet machine and compare runs on one machine.
+# one-vCPU droplet. Prints ns/op (server time of one render), cpu-ms/op
+# (the process's CPU time per render, which other load on the core does
+# not inflate) and page-bytes; run it on a quiet machine and compare runs
+# on one machine.
 set -eu
 cd "$(dirname "$0")/.."
 count=${1:-20}

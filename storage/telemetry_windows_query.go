@@ -82,6 +82,20 @@ func (s *metricScan) dest(dst []any) []any {
 	return dst
 }
 
+// setIn is set with its aggregates in buf, which the caller reuses from
+// row to row: no allocation per row.
+func (s *metricScan) setIn(buf *[NumTelemetryMetrics]MetricAgg) TelemetryMetricSet {
+	var out TelemetryMetricSet
+	for i := range s {
+		if !s[i].n.Valid {
+			continue
+		}
+		buf[i] = MetricAgg{N: s[i].n.Int64, Sum: s[i].sum.Float64, Min: s[i].min.Float64, Max: s[i].max.Float64, Last: s[i].last.Float64}
+		out[i] = &buf[i]
+	}
+	return out
+}
+
 func (s *metricScan) set() TelemetryMetricSet {
 	var out TelemetryMetricSet
 	for i := range s {

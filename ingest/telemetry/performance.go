@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -24,6 +25,12 @@ const (
 	// short-lived deployment needs.
 	MinPerformanceStep = time.Minute
 	MaxPerformanceStep = 24 * time.Hour
+	// PerformancePointsFrom is the smallest step whose points are summed
+	// inside SQLite, one query per point and session, rather than read
+	// window by window: from 10 minutes a point holds ten or more windows
+	// per session, and carrying each window's 65 columns into Go costs
+	// more than a point's two queries (contrib/console-pages.sh).
+	PerformancePointsFrom = 10 * time.Minute
 )
 
 // ErrUnknownEnvironment is the refusal of Read and Erase for a slug no
@@ -43,6 +50,9 @@ func (e *ParamRefusal) Error() string { return e.Message }
 type PerformanceReader struct {
 	DB    *storage.DB
 	Clock clockwork.Clock
+	// pointsFrom overrides PerformancePointsFrom (tests compare both
+	// paths over one fleet).
+	pointsFrom time.Duration
 }
 
 // validStep reports whether step is one the API serves: whole minutes from
@@ -125,22 +135,29 @@ type bucket struct {
 // per metric, when its Last was taken.
 func (b *bucket) add(m *storage.TelemetryMetricSet, lastAt func(i int) int64) {
 	for i, a := range m {
-		if a == nil || a.N == 0 {
-			continue
+		if a != nil {
+			b.merge(i, *a, lastAt(i))
 		}
-		at := lastAt(i)
-		cur := &b.agg[i]
-		if cur.N == 0 {
-			*cur, b.lastAt[i] = *a, at
-			continue
-		}
-		last := cur.Last
-		if at >= b.lastAt[i] {
-			last, b.lastAt[i] = a.Last, at
-		}
-		*cur = cur.Merge(*a)
-		cur.Last = last
 	}
+}
+
+// merge merges aggregate a of metric i, whose Last was taken at (unix ms),
+// into b. On equal times the later merge's Last wins.
+func (b *bucket) merge(i int, a storage.MetricAgg, at int64) {
+	if a.N == 0 {
+		return
+	}
+	cur := &b.agg[i]
+	if cur.N == 0 {
+		*cur, b.lastAt[i] = a, at
+		return
+	}
+	last := cur.Last
+	if at >= b.lastAt[i] {
+		last, b.lastAt[i] = a.Last, at
+	}
+	*cur = cur.Merge(a)
+	cur.Last = last
 }
 
 // Read answers adminGetDeploymentPerformance (docs/operations.md,
@@ -179,31 +196,26 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 		return out, err
 	}
 
-	fine := step < time.Hour
-	buckets := map[int64]*bucket{}
-	at := func(key int64) *bucket {
-		b := buckets[key]
-		if b == nil {
-			b = &bucket{}
-			buckets[key] = b
-		}
-		return b
+	all, err := storage.TelemetrySessionsOf(ctx, tx, env.ID, req.DeploymentID)
+	if err != nil {
+		return out, err
 	}
+	bs := &buckets{step: step, from: from, fine: step < time.Hour, by: map[int64]*bucket{}}
 	// Rollups first: below an hour they decide which hours are served
 	// whole. Every point lies inside one hour then (validStep), so an
 	// hour's points start at or after the hour and need its rollup.
 	hourlyFrom := from
-	if fine {
+	if bs.fine {
 		hourlyFrom = from.Truncate(time.Hour)
 	}
 	err = storage.EachTelemetryHourly(ctx, tx, env.ID, req.DeploymentID, hourlyFrom, to,
 		func(hour time.Time, m *storage.TelemetryMetricSet, lastAt *[storage.NumTelemetryMetrics]time.Time) error {
 			key := alignDown(hour, step).UnixMilli()
-			if fine {
+			if bs.fine {
 				key = hour.UnixMilli()
 			}
-			b := at(key)
-			b.hourly = fine
+			b := bs.at(key)
+			b.hourly = bs.fine
 			b.add(m, func(i int) int64 { return lastAt[i].UnixMilli() })
 			return nil
 		})
@@ -212,27 +224,19 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 	}
 	// From the same hour as the rollups: a window before from belongs
 	// only in an hour served whole (it shares the hour's point).
-	err = storage.EachTelemetryWindow(ctx, tx, env.ID, req.DeploymentID, hourlyFrom, to,
-		func(_ string, start time.Time, m *storage.TelemetryMetricSet) error {
-			key := alignDown(start, step).UnixMilli()
-			if fine {
-				if h := start.Truncate(time.Hour).UnixMilli(); buckets[h] != nil && buckets[h].hourly {
-					key = h
-				} else if start.Before(from) {
-					return nil
-				}
-			}
-			ms := start.UnixMilli()
-			at(key).add(m, func(int) int64 { return ms })
-			return nil
-		})
+	pointsFrom := r.pointsFrom
+	if pointsFrom == 0 {
+		pointsFrom = PerformancePointsFrom
+	}
+	if step >= pointsFrom {
+		err = bs.addPoints(ctx, tx, env.ID, req.DeploymentID, all, hourlyFrom, to)
+	} else {
+		err = bs.addWindows(ctx, tx, env.ID, req.DeploymentID, hourlyFrom, to)
+	}
 	if err != nil {
 		return out, err
 	}
-	sessions, truncated, err := sessionsIn(ctx, tx, env.ID, req.DeploymentID, from, to)
-	if err != nil {
-		return out, err
-	}
+	sessions, truncated := sessionsIn(all, from, to)
 	anomalies, err := storage.TelemetryAnomaliesOf(ctx, tx, env.ID, req.DeploymentID)
 	if err != nil {
 		return out, err
@@ -245,8 +249,8 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 		Sessions: sessions, SessionsTruncated: truncated,
 		Anomalies: []adminapi.PerformanceAnomaly{},
 	}
-	keys := make([]int64, 0, len(buckets))
-	for k, b := range buckets {
+	keys := make([]int64, 0, len(bs.by))
+	for k, b := range bs.by {
 		keys = append(keys, k)
 		out.HourlyResolution = out.HourlyResolution || b.hourly
 	}
@@ -257,7 +261,7 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 	for i, m := range storage.TelemetryMetrics {
 		s := adminapi.MetricSeries{Metric: m.Name, Unit: m.Unit, Points: []adminapi.PerformancePoint{}}
 		for _, k := range keys {
-			b := buckets[k]
+			b := bs.by[k]
 			a := b.agg[i]
 			if a.N == 0 {
 				continue
@@ -283,14 +287,10 @@ func (r *PerformanceReader) Read(ctx context.Context, req adminapi.DeploymentPer
 	return out, nil
 }
 
-// sessionsIn returns the deployment's sessions with a window in [from,
-// to), oldest first, at most adminapi.MaxPerformanceSessions (the newest);
-// truncated says some were left out.
-func sessionsIn(ctx context.Context, q storage.Querier, environmentID int64, deploymentID string, from, to time.Time) (out []adminapi.PerformanceSession, truncated bool, err error) {
-	all, err := storage.TelemetrySessionsOf(ctx, q, environmentID, deploymentID)
-	if err != nil {
-		return nil, false, err
-	}
+// sessionsIn returns, of the deployment's sessions (all, oldest first),
+// those with a window in [from, to), at most adminapi.MaxPerformanceSessions
+// (the newest); truncated says some were left out.
+func sessionsIn(all []storage.TelemetrySession, from, to time.Time) (out []adminapi.PerformanceSession, truncated bool) {
 	out = []adminapi.PerformanceSession{}
 	for _, s := range all {
 		if !s.FirstWindowAt.Before(to) || s.LastWindowAt.Add(time.Minute).Compare(from) <= 0 {
@@ -306,5 +306,108 @@ func sessionsIn(ctx context.Context, q storage.Querier, environmentID int64, dep
 	if len(out) > adminapi.MaxPerformanceSessions {
 		out, truncated = out[len(out)-adminapi.MaxPerformanceSessions:], true
 	}
-	return out, truncated, nil
+	return out, truncated
+}
+
+// buckets are the points being built, by start (unix ms).
+type buckets struct {
+	step time.Duration
+	// from is the first point's start; fine is step < 1h, where an
+	// hour with a rollup is served as one point.
+	from time.Time
+	fine bool
+	by   map[int64]*bucket
+}
+
+func (bs *buckets) at(key int64) *bucket {
+	b := bs.by[key]
+	if b == nil {
+		b = &bucket{}
+		bs.by[key] = b
+	}
+	return b
+}
+
+// keyOf is the point that windows starting at start count in: below an
+// hour, an hour with a rollup is one point; ok is false for a window
+// before from outside such an hour.
+func (bs *buckets) keyOf(start time.Time) (key int64, ok bool) {
+	if bs.fine {
+		if h := start.Truncate(time.Hour).UnixMilli(); bs.by[h] != nil && bs.by[h].hourly {
+			return h, true
+		}
+		if start.Before(bs.from) {
+			return 0, false
+		}
+	}
+	return alignDown(start, bs.step).UnixMilli(), true
+}
+
+// addWindows adds the detail windows starting in [from, to) one by one:
+// the path for fine steps, whose points hold a few windows each.
+func (bs *buckets) addWindows(ctx context.Context, q storage.Querier, environmentID int64, deploymentID string, from, to time.Time) error {
+	return storage.EachTelemetryWindow(ctx, q, environmentID, deploymentID, from, to,
+		func(_ string, start time.Time, m *storage.TelemetryMetricSet) error {
+			key, ok := bs.keyOf(start)
+			if !ok {
+				return nil
+			}
+			ms := start.UnixMilli()
+			bs.at(key).add(m, func(int) int64 { return ms })
+			return nil
+		})
+}
+
+// addPoints adds the detail windows starting in [from, to) aggregated
+// point by point in SQLite (storage.TelemetryPointReader), session by
+// session in id order, as addWindows meets them: on equal times the later
+// session's Last wins in both. Only the span between a session's oldest
+// detail window (or first window) and its last window is read: accept and
+// retention keep those bounds in the unit that stores or folds a window.
+// A point lies inside one hour below an hour's step (validStep), so it is
+// routed as its windows would be.
+func (bs *buckets) addPoints(ctx context.Context, q storage.Preparer, environmentID int64, deploymentID string,
+	sessions []storage.TelemetrySession, from, to time.Time) error {
+	pr, err := storage.NewTelemetryPointReader(ctx, q, environmentID, deploymentID)
+	if err != nil {
+		return err
+	}
+	defer pr.Close() // read-only statements: nothing to report on close
+	ordered := slices.Clone(sessions)
+	slices.SortFunc(ordered, func(a, b storage.TelemetrySession) int { return strings.Compare(a.ID, b.ID) })
+	var p storage.TelemetryPoint
+	for _, s := range ordered {
+		lo, hi := later(from, later(s.FirstWindowAt, s.DetailFrom)), earlier(to, s.LastWindowAt.Add(time.Millisecond))
+		for k := alignDown(lo, bs.step); k.Before(hi); k = k.Add(bs.step) {
+			key, ok := bs.keyOf(k)
+			if !ok {
+				continue
+			}
+			if err := pr.Point(ctx, s.ID, later(k, from), earlier(k.Add(bs.step), to), &p); err != nil {
+				return err
+			}
+			if p.Windows == 0 {
+				continue
+			}
+			b := bs.at(key)
+			for i := range p.Metrics {
+				b.merge(i, p.Metrics[i], p.LastAt[i].UnixMilli())
+			}
+		}
+	}
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
