@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/datadir"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )
 
@@ -149,7 +149,7 @@ func (s *smoke) postForm(ctx context.Context, path string, form url.Values) (*ht
 	return resp, nil
 }
 
-var smokeCSRF = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+var smokeCSRF = lazyre.New(`name="csrf_token" value="([^"]+)"`)
 
 func (s *smoke) run(ctx context.Context) {
 	code, _, body, err := s.get(ctx, "/api/health", "")
