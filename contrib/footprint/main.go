@@ -308,15 +308,15 @@ func agentRunRSS(ctx context.Context, bins map[string]string, dir string, d time
 			break
 		}
 	}
-	if m, err := srv.Metrics(ctx); err == nil {
+	if text, err := srv.MetricsText(ctx); err == nil {
 		var accepted []string
-		for k, v := range m {
-			if strings.HasPrefix(k, "chalupa_ingest_results_total{") && strings.Contains(k, `result="accepted"`) {
-				accepted = append(accepted, fmt.Sprintf("%s %.0f", k, v))
+		for line := range strings.Lines(text) {
+			if strings.HasPrefix(line, "chalupa_ingest_results_total{") && strings.Contains(line, `result="accepted"`) {
+				accepted = append(accepted, strings.TrimSpace(strings.TrimPrefix(line, "chalupa_ingest_results_total")))
 			}
 		}
 		sort.Strings(accepted)
-		fmt.Printf("  the daemon accepted: %s\n", strings.Join(accepted, "; "))
+		fmt.Printf("  the daemon accepted (chalupa_ingest_results_total): %s\n", strings.Join(accepted, "; "))
 	}
 	last = samples[len(samples)-1].kib
 	peak := int64(0)
