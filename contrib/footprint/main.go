@@ -140,10 +140,11 @@ func run(ctx context.Context, agentRun time.Duration, runs int, keep bool) (bool
 		return false, err
 	}
 	fmt.Printf("%-44s %14s  (every package, for reference: %.0f KiB)\n", "chalupa: all packages' init", fmt.Sprintf("%.1f ms", allMS), float64(allBytes)/1024)
-	rss, err := peakRSS(ctx, bins["chalupa"], runs, "version")
+	rss, wall, err := peakRSS(ctx, bins["chalupa"], runs, "version")
 	if err != nil {
 		return false, err
 	}
+	fmt.Printf("%-44s %14s  (mean wall time of %d runs, for reference)\n", "chalupa version: wall time", wall.Round(time.Millisecond), runs)
 	all = report("chalupa version: peak RSS", fmt.Sprintf("%.1f MiB", float64(rss)/1024), fmt.Sprintf("≤ %d MiB", versionMaxRSSKiB>>10), rss <= versionMaxRSSKiB, fmt.Sprintf("highest ru_maxrss of %d runs", runs)) && all
 
 	ms, bytes, err = initCost(ctx, bins["chalupa-agent"], "")
@@ -152,7 +153,7 @@ func run(ctx context.Context, agentRun time.Duration, runs int, keep bool) (bool
 	}
 	all = report("chalupa-agent: init, every package", fmt.Sprintf("%.3f ms", ms), fmt.Sprintf("≤ %.0f ms", agentInitMaxMS), ms <= agentInitMaxMS, "GODEBUG=inittrace=1 chalupa-agent version") && all
 	all = report("chalupa-agent: init allocations", fmt.Sprintf("%.0f KiB", float64(bytes)/1024), fmt.Sprintf("≤ %d MiB", agentInitMaxBytes>>20), bytes <= agentInitMaxBytes, "same run") && all
-	rss, err = peakRSS(ctx, bins["chalupa-agent"], runs, "version")
+	rss, _, err = peakRSS(ctx, bins["chalupa-agent"], runs, "version")
 	if err != nil {
 		return false, err
 	}
@@ -211,22 +212,23 @@ func initCost(ctx context.Context, bin, prefix string) (ms float64, bytes int64,
 }
 
 // peakRSS runs bin args runs times and returns the highest ru_maxrss, in
-// KiB.
-func peakRSS(ctx context.Context, bin string, runs int, args ...string) (int64, error) {
+// KiB, and the mean wall time.
+func peakRSS(ctx context.Context, bin string, runs int, args ...string) (int64, time.Duration, error) {
 	var peak int64
+	start := time.Now()
 	for range runs {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = harness.BaseEnv()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("%s %v: %v\n%s", bin, args, err, out)
+			return 0, 0, fmt.Errorf("%s %v: %v\n%s", bin, args, err, out)
 		}
 		ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 		if !ok {
-			return 0, errors.New("no rusage on this platform")
+			return 0, 0, errors.New("no rusage on this platform")
 		}
 		peak = max(peak, ru.Maxrss)
 	}
-	return peak, nil
+	return peak, time.Since(start) / time.Duration(runs), nil
 }
 
 // agentRunRSS runs chalupa-agent run against a chalupa serve for d,
