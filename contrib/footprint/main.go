@@ -188,10 +188,22 @@ func initCost(ctx context.Context, bin, prefix string) (ms float64, bytes int64,
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s version: %v\n%s", bin, err, out)
 	}
-	n := 0
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	ms, bytes, n, err := parseInitTrace(string(out), prefix)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("%s: no inittrace lines for %q", bin, prefix)
+	}
+	return ms, bytes, nil
+}
+
+// parseInitTrace sums the clock milliseconds and allocated bytes of the
+// GODEBUG=inittrace=1 lines ("init PKG @T ms, C ms clock, B bytes, A
+// allocs") of packages whose path starts with prefix, and counts them.
+func parseInitTrace(text, prefix string) (ms float64, bytes int64, n int, err error) {
+	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
-		// init PKG @T ms, C ms clock, B bytes, A allocs
 		f := strings.Fields(sc.Text())
 		if len(f) < 10 || f[0] != "init" || !strings.HasPrefix(f[1], prefix) {
 			continue
@@ -199,16 +211,13 @@ func initCost(ctx context.Context, bin, prefix string) (ms float64, bytes int64,
 		c, err1 := strconv.ParseFloat(f[4], 64)
 		b, err2 := strconv.ParseInt(f[7], 10, 64)
 		if err1 != nil || err2 != nil {
-			return 0, 0, fmt.Errorf("unexpected inittrace line %q", sc.Text())
+			return 0, 0, 0, fmt.Errorf("unexpected inittrace line %q", sc.Text())
 		}
 		ms += c
 		bytes += b
 		n++
 	}
-	if n == 0 {
-		return 0, 0, fmt.Errorf("%s: no inittrace lines for %q", bin, prefix)
-	}
-	return ms, bytes, nil
+	return ms, bytes, n, sc.Err()
 }
 
 // peakRSS runs bin args runs times and returns the highest ru_maxrss, in
