@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // ActivitySource is one place a person's activity shows (docs/operations.md,
@@ -43,7 +45,7 @@ func (s SSHSessions) Name() string { return "ssh" }
 
 // sshSessionTitle matches the title sshd gives an authenticated session's
 // process: a user, "@", and the session's terminals or "notty".
-var sshSessionTitle = regexp.MustCompile(`^(sshd|sshd-session): [^\s@\[\]]+@(notty|[a-z]+/[0-9]+(,[a-z]+/[0-9]+)*)$`)
+var sshSessionTitle = lazyre.New(`^(sshd|sshd-session): [^\s@\[\]]+@(notty|[a-z]+/[0-9]+(,[a-z]+/[0-9]+)*)$`)
 
 // sshdComm holds the executable names an sshd session process can have
 // (<proc>/<pid>/comm): setting a title does not change it, so another

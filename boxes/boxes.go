@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strings"
 
 	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -48,11 +48,11 @@ const (
 var ErrInvalid = errors.New("invalid box")
 
 var (
-	regionRE      = regexp.MustCompile(`^[a-z]{3}[0-9]$`)
-	sizeRE        = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
-	imageRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	fingerprintRE = regexp.MustCompile(`^([0-9a-f]{2}:){15}[0-9a-f]{2}$`)
-	tagRE         = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,64}$`)
+	regionRE      = lazyre.New(`^[a-z]{3}[0-9]$`)
+	sizeRE        = lazyre.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	imageRE       = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	fingerprintRE = lazyre.New(`^([0-9a-f]{2}:){15}[0-9a-f]{2}$`)
+	tagRE         = lazyre.New(`^[A-Za-z0-9_:-]{1,64}$`)
 )
 
 func invalid(format string, args ...any) error {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"regexp"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // adminCostsCmd shows month-to-date cost estimates (the default) and runs
@@ -23,7 +23,7 @@ type adminCostsShowCmd struct {
 
 func (*adminCostsShowCmd) operation() string { return adminapi.OpGetCosts }
 
-var monthFlag = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])$`)
+var monthFlag = lazyre.New(`^[0-9]{4}-(0[1-9]|1[0-2])$`)
 
 // Run prints the estimate.
 func (c *adminCostsShowCmd) Run(a *adminCmd) error {

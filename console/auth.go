@@ -142,7 +142,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if noPassword {
-		hash = dummyHash
+		hash = dummyHash()
 	}
 	if ok := VerifyPassword(hash, r.PostForm.Get("password")); !ok || noPassword {
 		err := c.d.DB.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/argon2"
 
@@ -63,11 +64,14 @@ func HashPassword(pw string) (string, error) {
 }
 
 // dummyHash is verified against when no password is set, so a login takes
-// as long whether or not one exists.
-var dummyHash = func() string {
+// as long whether or not one exists. It is hashed on the first such login,
+// not when the package is initialised: an argon2id hash costs its 19 MiB
+// and tens of milliseconds, which every command of the binary would pay
+// (docs/operations.md, "Footprint").
+var dummyHash = sync.OnceValue(func() string {
 	h, _ := HashPassword("not-a-password-ever-set")
 	return h
-}()
+})
 
 // VerifyPassword reports whether pw matches encoded (a HashPassword
 // string), in constant time. A malformed hash matches nothing.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -26,7 +26,7 @@ const (
 )
 
 var (
-	labelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	labelRE = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
 // The heartbeat's wire types are protocol v1's (ingest/wire), named here as

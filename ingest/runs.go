@@ -7,12 +7,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -46,11 +46,11 @@ const (
 var runStatuses = map[string]bool{"passed": true, "failed": true, "cancelled": true, "errored": true}
 
 var (
-	suiteRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`)
-	commitRE    = regexp.MustCompile(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
-	sha256RE    = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-	mediaTypeRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
-	localIDRE   = regexp.MustCompile(LocalIDPattern)
+	suiteRE     = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`)
+	commitRE    = lazyre.New(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
+	sha256RE    = lazyre.New(`^[0-9a-fA-F]{64}$`)
+	mediaTypeRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
+	localIDRE   = lazyre.New(LocalIDPattern)
 )
 
 // LocalIDPattern is the syntax of a `local` locator's id: a lower-case name

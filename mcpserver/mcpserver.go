@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 )
 
@@ -336,7 +336,7 @@ func paramText(v json.RawMessage, f reflect.StructField) (string, error) {
 }
 
 // placeholder is a {name} or {name.field} of a confirmation template.
-var placeholder = regexp.MustCompile(`\{([A-Za-z0-9_.]+)\}`)
+var placeholder = lazyre.New(`\{([A-Za-z0-9_.]+)\}`)
 
 // Placeholders returns the argument paths a confirmation template names.
 func Placeholders(template string) []string {

@@ -3,9 +3,9 @@ package pulumiexec
 import (
 	"errors"
 	"fmt"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 )
 
@@ -52,18 +52,18 @@ var (
 	// automatically download and install resource plugin
 	// 'pulumi-resource-digitalocean' at version v4.62.0", and "no resource
 	// plugin 'pulumi-resource-digitalocean' found" when downloads are off).
-	pluginMissingRE = regexp.MustCompile(`resource plugin '?pulumi-resource-([a-z0-9-]+)'?(?: at version v?([0-9][0-9A-Za-z.+-]*))?`)
+	pluginMissingRE = lazyre.New(`resource plugin '?pulumi-resource-([a-z0-9-]+)'?(?: at version v?([0-9][0-9A-Za-z.+-]*))?`)
 	// godoErrorRE is a DigitalOcean API error as godo (in the real
 	// provider and the test one) writes it: METHOD URL: STATUS (request
 	// "ID") MESSAGE.
-	godoErrorRE = regexp.MustCompile(`\b(GET|POST|PUT|PATCH|DELETE) \S+: (\d{3}) \(request "[^"]*"\) ([^\n]*)`)
+	godoErrorRE = lazyre.New(`\b(GET|POST|PUT|PATCH|DELETE) \S+: (\d{3}) \(request "[^"]*"\) ([^\n]*)`)
 	// lockedRE is the CLI's held-lock message, with the lock's holder.
-	lockedRE       = regexp.MustCompile(`the stack is currently locked by \d+ lock\(s\)`)
-	lockHolderRE   = regexp.MustCompile(`/([^/\s]+)/[0-9a-f-]+\.json\S*: created by (\S+) \(pid (\d+)\) at (\S+)`)
-	diagHeaderRE   = regexp.MustCompile(`^  (\S+) \((.+)\):$`)
-	diagErrorRE    = regexp.MustCompile(`^    error: (.+)$`)
-	urlRE          = regexp.MustCompile(`[a-z][a-z0-9+.-]*://\S+`)
-	stderrErrorRE  = regexp.MustCompile(`(?m)^stderr: error: (.+)$`)
+	lockedRE       = lazyre.New(`the stack is currently locked by \d+ lock\(s\)`)
+	lockHolderRE   = lazyre.New(`/([^/\s]+)/[0-9a-f-]+\.json\S*: created by (\S+) \(pid (\d+)\) at (\S+)`)
+	diagHeaderRE   = lazyre.New(`^  (\S+) \((.+)\):$`)
+	diagErrorRE    = lazyre.New(`^    error: (.+)$`)
+	urlRE          = lazyre.New(`[a-z][a-z0-9+.-]*://\S+`)
+	stderrErrorRE  = lazyre.New(`(?m)^stderr: error: (.+)$`)
 	genericFailure = map[string]bool{"update failed": true, "preview failed": true, "refresh failed": true, "destroy failed": true}
 )
 

@@ -14,10 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // ProviderVersion is the DigitalOcean provider plugin version the program
@@ -93,9 +94,9 @@ type KnownIDs struct {
 }
 
 var (
-	boxName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
-	slug    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	tagRe   = regexp.MustCompile(`^[A-Za-z0-9:_-]{1,255}$`)
+	boxName = lazyre.New(`^[a-z][a-z0-9-]{0,39}$`)
+	slug    = lazyre.New(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	tagRe   = lazyre.New(`^[A-Za-z0-9:_-]{1,255}$`)
 )
 
 // Validate checks a spec; every error wraps ErrInvalidSpec and names the

@@ -10,11 +10,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // RestorePointDirName is the restore points' directory inside the data dir
@@ -30,7 +31,7 @@ const RolledBackDirName = "rolled-back"
 var ErrNotRestorePoint = errors.New("not a restore point (want restore-points/chalupa-<UTC time>-v<version>.db)")
 
 // restorePointName matches the names restorePoint writes.
-var restorePointName = regexp.MustCompile(`^chalupa-(\d{8}T\d{6}\.\d{3}Z)-v(\d+)\.db$`)
+var restorePointName = lazyre.New(`^chalupa-(\d{8}T\d{6}\.\d{3}Z)-v(\d+)\.db$`)
 
 // RestorePoint is one restore point file.
 type RestorePoint struct {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"text/template"
 
 	"github.com/chalupa-run/chalupa/internal/origin"
@@ -34,14 +35,19 @@ const (
 //go:embed cloud-init.yaml
 var cloudInitTemplate string
 
-var cloudInit = template.Must(template.New("cloud-init.yaml").Funcs(template.FuncMap{
-	// q quotes a string as a YAML double-quoted scalar (JSON's string
-	// syntax is a subset of it).
-	"q": func(s string) (string, error) {
-		b, err := json.Marshal(s)
-		return string(b), err
-	},
-}).Option("missingkey=error").Parse(cloudInitTemplate))
+// cloudInit parses cloudInitTemplate on its first render, not when the
+// package is initialised (docs/operations.md, "Footprint"); it panics if
+// the embedded template does not parse, which the package's tests catch.
+var cloudInit = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("cloud-init.yaml").Funcs(template.FuncMap{
+		// q quotes a string as a YAML double-quoted scalar (JSON's string
+		// syntax is a subset of it).
+		"q": func(s string) (string, error) {
+			b, err := json.Marshal(s)
+			return string(b), err
+		},
+	}).Option("missingkey=error").Parse(cloudInitTemplate))
+})
 
 // Params are one droplet's agent settings, written to
 // /etc/chalupa-agent/agent.env at its first boot.
@@ -107,7 +113,7 @@ func RenderCloudInit(r Release, p Params) (string, error) {
 		p.IdleLimitMinutes = DefaultIdleLimitMinutes
 	}
 	var b bytes.Buffer
-	err := cloudInit.Execute(&b, struct {
+	err := cloudInit().Execute(&b, struct {
 		Params
 		Version, ReleaseURL, SHA256AMD64, SHA256ARM64 string
 	}{p, r.Version, r.URL, r.SHA256["amd64"], r.SHA256["arm64"]})

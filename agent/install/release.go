@@ -9,8 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // Configuration variables (docs/operations.md, "Configuration").
@@ -64,13 +65,13 @@ func FromEnv(get func(string) string) Release {
 }
 
 var (
-	versionRE = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
-	sha256RE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	versionRE = lazyre.New(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
+	sha256RE  = lazyre.New(`^[0-9a-f]{64}$`)
 	// urlRE holds a release URL to the characters a release directory
 	// needs, so that it passes through user data, a command line and the
 	// install script unquoted (docs/operations.md, "Agent install").
-	urlRE  = regexp.MustCompile(`^[A-Za-z0-9._~:/%-]+$`)
-	sizeRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	urlRE  = lazyre.New(`^[A-Za-z0-9._~:/%-]+$`)
+	sizeRE = lazyre.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
 )
 
 // Problem is one reason a Release cannot be installed: the variable at

@@ -12,7 +12,6 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/datadir"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // smokeCmd runs the private smoke list against a running chalupa
@@ -211,7 +211,7 @@ func (s *smoke) postForm(ctx context.Context, path string, form url.Values) (*ht
 	return resp, nil
 }
 
-var smokeCSRF = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+var smokeCSRF = lazyre.New(`name="csrf_token" value="([^"]+)"`)
 
 func (s *smoke) run(ctx context.Context) {
 	code, _, body, err := s.get(ctx, "/api/health", "")

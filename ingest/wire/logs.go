@@ -1,8 +1,9 @@
 package wire
 
 import (
-	"regexp"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // Log bounds an agent plans its chunks and spool by (docs/operations.md,
@@ -22,7 +23,7 @@ const (
 
 // servicePattern is a systemd unit name (or a file label): 1–128 of
 // [A-Za-z0-9@._:-].
-var servicePattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]{1,128}$`)
+var servicePattern = lazyre.New(`^[A-Za-z0-9@._:-]{1,128}$`)
 
 // ValidService reports whether s can name a log service: 1–128 characters
 // of [A-Za-z0-9@._:-] (a systemd unit name or a file label).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"syscall"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -107,7 +107,7 @@ type Result struct {
 
 // safeName is what Dir, Owner and User may hold: they are placed in a
 // remote shell command.
-var safeName = regexp.MustCompile(`^[A-Za-z0-9/._-]+$`)
+var safeName = lazyre.New(`^[A-Za-z0-9/._-]+$`)
 
 // Deliver writes key-id then ingest.key (both mode 0600, owned by Owner when
 // that user exists) into Dir on the droplet at addr (host:port) over SSH.
