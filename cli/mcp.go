@@ -2,12 +2,12 @@ package cli
 
 import (
 	"context"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/mcpserver"
 )
 

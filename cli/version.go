@@ -3,9 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 )
 
 type versionCmd struct {

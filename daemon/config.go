@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/agent/install"
-	"github.com/chalupa-run/chalupa/internal/datadir"
 	"net"
 	"net/netip"
 	"net/url"
@@ -16,14 +14,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/reaper/cost"
-
+	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

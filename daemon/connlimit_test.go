@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/internal/testwait"
-	"time"
 )
 
 // TestCapListenerRefusesBeyondTheCap: with a cap of 2, two connections are

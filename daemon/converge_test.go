@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/testwait"
-	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +20,8 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
 )

@@ -7,9 +7,10 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
-	"github.com/jonboulle/clockwork"
 )
 
 // RewrapReport is what RunRewrap did.

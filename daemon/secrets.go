@@ -13,13 +13,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/datadir"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
 	"github.com/chalupa-run/chalupa/storage"
 )

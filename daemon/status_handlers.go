@@ -2,12 +2,12 @@ package daemon
 
 import (
 	"context"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )

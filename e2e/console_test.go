@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/testwait"
-	"github.com/chalupa-run/chalupa/pulumiexec"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +20,8 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 )
 
 // TestConsoleInChromium drives the built binary's console in Debian's

@@ -3,10 +3,11 @@ package pulumiexec
 import (
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // RunError is a failed Pulumi run as a job keeps it (docs/operations.md,

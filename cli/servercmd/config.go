@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/cli"
 	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/cli"
 	"github.com/chalupa-run/chalupa/daemon"
 )
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/chalupa-run/chalupa/cli"
 	"strings"
 
+	"github.com/chalupa-run/chalupa/cli"
 	"github.com/chalupa-run/chalupa/daemon"
 )
 
