@@ -48,7 +48,9 @@ func (r *Regexp) FindAllStringSubmatch(s string, n int) [][]string {
 }
 
 // ReplaceAllString is regexp.Regexp.ReplaceAllString, compiling on first use.
-func (r *Regexp) ReplaceAllString(src, repl string) string { return r.Regexp().ReplaceAllString(src, repl) }
+func (r *Regexp) ReplaceAllString(src, repl string) string {
+	return r.Regexp().ReplaceAllString(src, repl)
+}
 
 // ReplaceAllStringFunc is regexp.Regexp.ReplaceAllStringFunc.
 func (r *Regexp) ReplaceAllStringFunc(src string, repl func(string) string) string {
