@@ -146,19 +146,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route Route, scop
 	}
 
 	f := s.takeFault(route, label)
-	if f != nil && f.Latency > 0 {
-		s.mu.Unlock()
-		t := time.NewTimer(f.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			s.mu.Lock()
-			s.log[idx].Status = statusClientGone
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Lock()
+	if f != nil && f.Latency > 0 && !pause(s, r, idx, time.After(f.Latency)) {
+		return
 	}
 	if f != nil && f.Status != 0 {
 		if f.Status == http.StatusTooManyRequests {
@@ -180,33 +169,34 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route Route, scop
 		s.mu.Lock()
 	}
 	if f != nil && f.Hold != nil {
-		s.mu.Unlock()
 		f.Hold.arrivedOnce.Do(func() { close(f.Hold.arrived) })
-		select {
-		case <-f.Hold.released:
-		case <-r.Context().Done():
-			s.mu.Lock()
-			s.log[idx].Status = statusClientGone
-			s.mu.Unlock()
+		if !pause(s, r, idx, f.Hold.released) {
 			return
 		}
-		s.mu.Lock()
 	}
-	if f != nil && f.HoldAnswer > 0 {
-		s.mu.Unlock()
-		t := time.NewTimer(f.HoldAnswer)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			s.mu.Lock()
-			s.log[idx].Status = statusClientGone
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Lock()
+	if f != nil && f.HoldAnswer > 0 && !pause(s, r, idx, time.After(f.HoldAnswer)) {
+		return
 	}
 	finish(a)
+}
+
+// pause releases the server's lock (held on entry) until ready delivers
+// or closes, and takes it again; it returns false, with the lock released
+// and request idx logged as statusClientGone, when the client gives up
+// first. It is the one wait behind Fault.Latency, Fault.Hold and
+// Fault.HoldAnswer.
+func pause[T any](s *Server, r *http.Request, idx int, ready <-chan T) bool {
+	s.mu.Unlock()
+	select {
+	case <-ready:
+		s.mu.Lock()
+		return true
+	case <-r.Context().Done():
+		s.mu.Lock()
+		s.log[idx].Status = statusClientGone
+		s.mu.Unlock()
+		return false
+	}
 }
 
 func bearer(r *http.Request) (string, bool) {
