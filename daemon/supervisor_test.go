@@ -12,6 +12,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // waitFor bounds every wait on the supervisor's goroutines: a hang fails the
@@ -283,10 +285,13 @@ func TestSupervisorStopStopsAllLoops(t *testing.T) {
 	idle := newTestLoop("idle", clock.FakeClock, untilDone)
 	ctxErr := newTestLoop("ctx-err", clock.FakeClock, func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() })
 	var slowReturned atomic.Bool
+	draining, release := make(chan struct{}), make(chan struct{})
 	slow := newTestLoop("slow-to-stop", clock.FakeClock, func(ctx context.Context, _ int) error {
 		<-ctx.Done()
-		// Still draining when stop is called: stop must wait for it.
-		time.Sleep(20 * time.Millisecond)
+		// Still draining after stop cancelled it, until the test lets it
+		// finish: stop must wait for it.
+		close(draining)
+		<-release
 		slowReturned.Store(true)
 		return nil
 	})
@@ -300,7 +305,28 @@ func TestSupervisorStopStopsAllLoops(t *testing.T) {
 		t.Fatalf("first back-off %v", d)
 	}
 
-	stopWithin(t, sup)
+	stopped := make(chan struct{})
+	go func() { sup.stop(); close(stopped) }()
+	<-draining
+	// Every other Run returns once cancelled; a stop that did not wait for
+	// the slow one would have returned by then.
+	for _, l := range []*testLoop{idle, ctxErr, backingOff} {
+		testwait.Eventually(t, testwait.Short, "loop "+l.name+" to return", func() (bool, string) {
+			n := l.running.Load()
+			return n == 0, fmt.Sprintf("%d Runs running", n)
+		})
+	}
+	select {
+	case <-stopped:
+		t.Error("stop returned while a loop's Run was still draining")
+	default:
+	}
+	close(release)
+	select {
+	case <-stopped:
+	case <-time.After(waitFor):
+		t.Fatal("supervisor.stop did not return")
+	}
 	if !slowReturned.Load() {
 		t.Error("stop returned before a loop's Run did")
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // TestOpenOneClassifies checks each way a connection attempt can end, as a
@@ -99,7 +103,15 @@ func TestOpenOneClassifies(t *testing.T) {
 			}
 			conns = append(conns, conn)
 		}
-		time.Sleep(50 * time.Millisecond)
+		// The hang-up server's close and the capped server's 503 reach
+		// the client when they do: wait until both have arrived, so that
+		// silentCheck's 5 ms look finds them.
+		testwait.Eventually(t, testwait.Short, "the hang-up's close and the capped server's 503 at the client", func() (bool, string) {
+			var hungUp, answered bool
+			conns[1], hungUp = arrived(t, conns[1])
+			conns[2], answered = arrived(t, conns[2])
+			return hungUp && answered, fmt.Sprintf("hang-up arrived %v, 503 arrived %v", hungUp, answered)
+		})
 		outcomes, statuses := make([]outcome, len(conns)), map[int]int{}
 		silentCheck(conns, outcomes, statuses, 2)
 		want := []outcome{accepted, closedEarly, otherStatus}
@@ -125,7 +137,13 @@ func TestOpenOneClassifies(t *testing.T) {
 		defer c1.Close()
 		defer c2.Close()
 		ok.CloseClientConnections() // the server lets go of both
-		time.Sleep(50 * time.Millisecond)
+		// Its closes reach the client when they do: wait until both have.
+		testwait.Eventually(t, testwait.Short, "the server's closes at the client", func() (bool, string) {
+			var closed1, closed2 bool
+			c1, closed1 = arrived(t, c1)
+			c2, closed2 = arrived(t, c2)
+			return closed1 && closed2, fmt.Sprintf("first closed %v, second closed %v", closed1, closed2)
+		})
 		_, _, c3 := openOne(context.Background(), host(ok.URL), "keepalive", 2*time.Second)
 		if c3 == nil {
 			t.Fatal("not accepted")
@@ -136,4 +154,46 @@ func TestOpenOneClassifies(t *testing.T) {
 			t.Errorf("open %d closed %d, want 1 and 2", open, closed)
 		}
 	})
+}
+
+// arrived reports whether the server has sent c anything, bytes or its
+// close, without losing it: the bytes read are kept in the returned
+// connection, which replays them before reading on (a close, once seen, is
+// seen again by the next read).
+func arrived(t *testing.T, c net.Conn) (net.Conn, bool) {
+	t.Helper()
+	if r, ok := c.(*replayConn); ok && len(r.buf) > 0 {
+		return c, true
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer c.SetReadDeadline(time.Time{})
+	b := make([]byte, 1024)
+	n, err := c.Read(b)
+	var ne net.Error
+	if n == 0 && errors.As(err, &ne) && ne.Timeout() {
+		return c, false
+	}
+	if n == 0 {
+		return c, true // closed (EOF or reset): the next read says so again
+	}
+	if r, ok := c.(*replayConn); ok {
+		r.buf = append(r.buf, b[:n]...)
+		return r, true
+	}
+	return &replayConn{Conn: c, buf: b[:n]}, true
+}
+
+// replayConn is a connection whose first reads return buf.
+type replayConn struct {
+	net.Conn
+	buf []byte
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.buf) > 0 {
+		n := copy(p, r.buf)
+		r.buf = r.buf[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
 }

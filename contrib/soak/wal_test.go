@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 func TestWALStatsAndShrinks(t *testing.T) {
@@ -47,11 +50,23 @@ func TestWatchWALSamplesARealFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.db-wal")
 	ctx, cancel := context.WithCancel(context.Background())
 	w := watchWAL(ctx, path, 10*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	// sampled waits until the watch has taken n samples of size.
+	sampled := func(what string, size int64, n int) {
+		testwait.Eventually(t, testwait.Short, what, func() (bool, string) {
+			got := 0
+			for _, s := range w.samples() {
+				if s.size == size {
+					got++
+				}
+			}
+			return got >= n, fmt.Sprintf("%d samples of %d bytes", got, size)
+		})
+	}
+	sampled("samples of the missing file", 0, 3)
 	if err := os.WriteFile(path, make([]byte, 8192), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	sampled("samples of the written file", 8192, 2)
 	cancel()
 	<-w.done
 	s := w.samples()
