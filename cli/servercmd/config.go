@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/chalupa-run/chalupa/agent/install"
 	"github.com/chalupa-run/chalupa/cli"
@@ -89,9 +87,9 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 		if len(notes) > 0 {
 			m["warnings"] = strings.Join(notes, "; ")
 		}
-		return json.NewEncoder(os.Stdout).Encode(m)
+		return json.NewEncoder(env.Stdout).Encode(m)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := table(env.Stdout)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
@@ -104,8 +102,8 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Println("configuration ok")
-	return nil
+	_, err = fmt.Fprintln(env.Stdout, "configuration ok")
+	return err
 }
 
 // replicaSharesDiskNote is what `config check` says when the replica is a

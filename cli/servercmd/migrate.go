@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/chalupa-run/chalupa/cli"
@@ -66,12 +65,12 @@ func (m *migrateStatusCmd) Run(env *cli.Env) error {
 		refused = cli.Exit(1, fmt.Errorf("serve would refuse this database: %w", refused))
 	}
 	if m.JSON {
-		if err := json.NewEncoder(os.Stdout).Encode(sts); err != nil {
+		if err := json.NewEncoder(env.Stdout).Encode(sts); err != nil {
 			return err
 		}
 		return refused
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := table(env.Stdout)
 	fmt.Fprintln(tw, "VERSION\tNAME\tSTATE\tAPPLIED AT")
 	for _, s := range sts {
 		state, at := "pending", ""

@@ -28,14 +28,14 @@ func (rewrapCmd) Run(env *cli.Env) error {
 		return cli.Exit(1, err)
 	}
 	if rep.AlreadyDone {
-		fmt.Printf("the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
+		fmt.Fprintf(env.Stdout, "the database is already sealed under the new key (master key version %d): an earlier rewrap committed before it was stopped\n", rep.ToVersion)
 	} else {
-		fmt.Printf("rewrapped %d ingest key, %d provider token and %d SSH identity envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.ProviderTokens, rep.SSHIdentities, rep.FromVersion, rep.ToVersion)
+		fmt.Fprintf(env.Stdout, "rewrapped %d ingest key, %d provider token and %d SSH identity envelopes: master key version %d -> %d (replicated)\n", rep.Keys, rep.ProviderTokens, rep.SSHIdentities, rep.FromVersion, rep.ToVersion)
 	}
 	if rep.SecretsFileUpdated {
-		fmt.Printf("the new key is now in %s\n", rep.SecretsFile)
+		fmt.Fprintf(env.Stdout, "the new key is now in %s\n", rep.SecretsFile)
 	} else {
-		fmt.Println("set CHALUPA_INGEST_MASTER_KEY to the value of CHALUPA_INGEST_MASTER_KEY_NEW before the next serve")
+		fmt.Fprintln(env.Stdout, "set CHALUPA_INGEST_MASTER_KEY to the value of CHALUPA_INGEST_MASTER_KEY_NEW before the next serve")
 	}
 	return nil
 }

@@ -50,13 +50,13 @@ func (c *migrateRestorePointsCmd) Run(env *cli.Env) error {
 			out = append(out, restorePointJSON{Name: p.Name, Path: p.Path, TakenAt: p.TakenAt, SchemaVersion: p.SchemaVersion,
 				SizeBytes: p.SizeBytes, Verified: p.Verified(), Check: p.Check})
 		}
-		return json.NewEncoder(os.Stdout).Encode(out)
+		return json.NewEncoder(env.Stdout).Encode(out)
 	}
 	if len(pts) == 0 {
-		fmt.Println("no restore points (one is taken before each migration of a database that holds a schema)")
+		fmt.Fprintln(env.Stdout, "no restore points (one is taken before each migration of a database that holds a schema)")
 		return nil
 	}
-	tw := table(os.Stdout)
+	tw := table(env.Stdout)
 	fmt.Fprintln(tw, "NAME\tTAKEN AT\tSCHEMA\tSIZE\tCHECK")
 	for _, p := range pts {
 		fmt.Fprintf(tw, "%s\t%s\tv%d\t%d bytes\t%s\n", p.Name, p.TakenAt.Format(time.RFC3339), p.SchemaVersion, p.SizeBytes, p.Check)
@@ -102,12 +102,12 @@ func (c *migrateRollbackCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return cli.Exit(1, fmt.Errorf("nothing changed: %w", err))
 	}
-	printRollbackPlan(os.Stdout, cfg.DatabasePath(), plan)
+	printRollbackPlan(env.Stdout, cfg.DatabasePath(), plan)
 	phrase := rollbackPhrase(plan.Point.Name)
 	typed := c.Confirmation
 	if typed == "" {
-		fmt.Fprintf(os.Stderr, "type %q to roll back: ", phrase)
-		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		fmt.Fprintf(env.Stderr, "type %q to roll back: ", phrase)
+		line, _ := bufio.NewReader(env.Stdin).ReadString('\n')
 		typed = strings.TrimSpace(line)
 	}
 	if typed != phrase {
@@ -117,12 +117,12 @@ func (c *migrateRollbackCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return cli.Exit(1, err)
 	}
-	fmt.Printf("rolled back to %s\n", plan.Point.Name)
-	fmt.Printf("previous database moved to %s\n", res.MovedTo)
-	fmt.Printf("replica generation %s: replication starts a fresh history at the replica URL with /%s appended;\n", res.Generation, res.Generation)
-	fmt.Println("  restore from that URL from now on (chalupa admin status shows the generation). A chalupa built before")
-	fmt.Println("  replica generations ignores it: before starting one, set CHALUPA_REPLICA_URL to that URL yourself.")
-	fmt.Println("next: chalupa serve --pause-loops reaper,retention,costs,jobs; verify health, login and ingest; then chalupa admin loops resume NAME")
+	fmt.Fprintf(env.Stdout, "rolled back to %s\n", plan.Point.Name)
+	fmt.Fprintf(env.Stdout, "previous database moved to %s\n", res.MovedTo)
+	fmt.Fprintf(env.Stdout, "replica generation %s: replication starts a fresh history at the replica URL with /%s appended;\n", res.Generation, res.Generation)
+	fmt.Fprintln(env.Stdout, "  restore from that URL from now on (chalupa admin status shows the generation). A chalupa built before")
+	fmt.Fprintln(env.Stdout, "  replica generations ignores it: before starting one, set CHALUPA_REPLICA_URL to that URL yourself.")
+	fmt.Fprintln(env.Stdout, "next: chalupa serve --pause-loops reaper,retention,costs,jobs; verify health, login and ingest; then chalupa admin loops resume NAME")
 	return nil
 }
 

@@ -61,7 +61,7 @@ func (s *serveCmd) Run(env *cli.Env) error {
 		<-sigs
 		cancel()
 		<-sigs
-		fmt.Fprintln(os.Stderr, "chalupa: second signal, exiting now")
+		fmt.Fprintln(env.Stderr, "chalupa: second signal, exiting now")
 		os.Exit(1)
 	}()
 	var recorded string
