@@ -1,8 +1,8 @@
 // Package cli is chalupa's command line: the kong command tree of the
-// operator's commands (`chalupa admin …`, `mcp`, `version`), argument
-// parsing, exit codes (docs/operations.md, "Exit codes") and output
+// operator's commands (`chalupa admin …`, `smoke`, `mcp`, `version`),
+// argument parsing, exit codes (docs/operations.md, "Exit codes") and output
 // formatting, with no business logic. The commands that need the server's
-// packages (cli/servercmd: serve, migrate, config, rewrap, smoke) and the
+// packages (cli/servercmd: serve, migrate, config, rewrap) and the
 // agent's are wired in by main, so this package imports neither daemon nor
 // storage (docs/architecture.md, "Dependency direction").
 package cli
@@ -24,6 +24,7 @@ import (
 // commands beside it.
 type root struct {
 	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
+	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
 	MCP     mcpCmd     `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
 	Version versionCmd `cmd:"" help:"Print the version."`
 }

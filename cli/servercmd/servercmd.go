@@ -1,8 +1,7 @@
 // Package servercmd holds the commands that run or maintain the server on
-// its host: `serve`, `migrate`, `config check`, `rewrap` and the private
-// `smoke` test (which builds ingest's wire types). They import daemon and
-// storage; main wires Commands into cli.Run, so the operator's commands in
-// cli do not (docs/architecture.md, "Dependency direction").
+// its host: `serve`, `migrate`, `config check` and `rewrap`. They import
+// daemon and storage; main wires Commands into cli.Run, so the operator's
+// commands in cli do not (docs/architecture.md, "Dependency direction").
 package servercmd
 
 import (
@@ -16,7 +15,6 @@ type Commands struct {
 	Migrate migrateCmd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
 	Config  configCmd  `cmd:"" help:"Check the configuration read from the environment."`
 	Rewrap  rewrapCmd  `cmd:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
-	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
 }
 
 // table is a tab-aligned writer for command output (cli's layout).

@@ -1,4 +1,4 @@
-package servercmd
+package cli
 
 import (
 	"context"
@@ -11,14 +11,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/cli"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
@@ -65,13 +62,13 @@ var errSmokeFailed = errors.New("smoke: at least one check failed")
 
 // Run runs every check in order, prints the table, and cleans up what it
 // can (the deployment is ended, its telemetry erased, the key revoked).
-func (c *smokeCmd) Run(env *cli.Env) error {
-	base, err := cli.DaemonURL(c.URL, c.DataDir)
+func (c *smokeCmd) Run(env *Env) error {
+	base, err := DaemonURL(c.URL, c.DataDir)
 	if err != nil {
 		return err
 	}
 	if !strings.HasPrefix(c.Env, "smoke-") {
-		return cli.Exit(cli.ExitUsage, errors.New("--env must start with smoke- (a clearly synthetic environment)"))
+		return Exit(ExitUsage, errors.New("--env must start with smoke- (a clearly synthetic environment)"))
 	}
 	secrets, _ := datadir.ReadSecrets(filepath.Join(c.DataDir, datadir.SecretsFileName))
 	secret := func(k string) string {
@@ -82,9 +79,9 @@ func (c *smokeCmd) Run(env *cli.Env) error {
 	}
 	password := env.Getenv("CHALUPA_CONSOLE_PASSWORD")
 	if c.PasswordFile != "" {
-		pw, err := cli.ReadPasswordFile(c.PasswordFile)
+		pw, err := ReadPasswordFile(c.PasswordFile)
 		if err != nil {
-			return cli.Exit(1, err)
+			return Exit(1, err)
 		}
 		password = pw
 	}
@@ -106,7 +103,7 @@ func (c *smokeCmd) Run(env *cli.Env) error {
 			return err
 		}
 	} else {
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		tw := table(env.Stdout)
 		fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
 		for _, r := range s.rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Step, r.Result, r.Detail)
@@ -114,7 +111,7 @@ func (c *smokeCmd) Run(env *cli.Env) error {
 		_ = tw.Flush()
 	}
 	if failed {
-		return cli.Exit(1, errSmokeFailed)
+		return Exit(1, errSmokeFailed)
 	}
 	return nil
 }
@@ -294,9 +291,9 @@ func (s *smoke) setup(ctx context.Context) bool {
 
 func (s *smoke) ingest(ctx context.Context) {
 	now := time.Now().UTC()
-	hb, _ := json.Marshal(ingest.HeartbeatV1{EnvironmentSlug: s.env, Deployment: ingest.HeartbeatDeploy{ID: s.deployment},
+	hb, _ := json.Marshal(wire.HeartbeatV1{EnvironmentSlug: s.env, Deployment: wire.HeartbeatDeploy{ID: s.deployment},
 		AgentVersion: "chalupa-smoke/" + buildinfo.Version, SentAt: now,
-		Reaper: ingest.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}})
+		Reaper: wire.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}})
 	req, err := s.signer.NewRequest(ctx, "POST", "/api/ingest/heartbeat", hb, signer.NewNonce(), now)
 	if err != nil {
 		s.add("signed heartbeat", false, "%v", err)
@@ -317,10 +314,10 @@ func (s *smoke) ingest(ctx context.Context) {
 	code = send()
 	s.add("replayed nonce", code == http.StatusConflict, "the same signed request again: %d", code)
 
-	w := telemetry.WindowV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, SessionID: "smoke-session",
+	w := wire.WindowV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, SessionID: "smoke-session",
 		WindowStart: now.Truncate(time.Minute).Add(-2 * time.Minute), WindowSeconds: 60,
-		Metrics: telemetry.MetricsV1{CPUPct: &telemetry.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
-	post := func(w telemetry.WindowV1) (int, string) {
+		Metrics: wire.MetricsV1{CPUPct: &wire.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
+	post := func(w wire.WindowV1) (int, string) {
 		b, _ := json.Marshal(w)
 		r, err := s.signer.Post(ctx, "/api/ingest/telemetry", b)
 		if err != nil {
@@ -347,10 +344,10 @@ func (s *smoke) runReport(ctx context.Context) {
 	now := time.Now().UTC()
 	runID := "smoke-run-" + strings.TrimPrefix(s.deployment, "smoke-")
 	artifact := "smoke-report.txt"
-	rep := ingest.RunReportV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, RunID: runID, Suite: "smoke",
+	rep := wire.RunReportV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, RunID: runID, Suite: "smoke",
 		Status: "passed", StartedAt: now.Add(-time.Second), FinishedAt: now,
-		Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: artifact, MediaType: "text/plain", SizeBytes: 5,
-			SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Locator: ingest.LocalLocator("smoke-artifact-1")}}}
+		Artifacts: []wire.ArtifactRefV1{{V: 1, Name: artifact, MediaType: "text/plain", SizeBytes: 5,
+			SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Locator: wire.LocalLocator("smoke-artifact-1")}}}
 	b, _ := json.Marshal(rep)
 	r, err := s.signer.Post(ctx, "/api/ingest/runs", b)
 	if err != nil || r.Status != http.StatusAccepted {
