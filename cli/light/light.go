@@ -100,7 +100,7 @@ func (f *Forwarder) forward(env *cli.Env, name string) error {
 	}
 	err = f.Exec(path, env.Args)
 	var coded interface{ ExitCode() int }
-	if errors.As(err, &coded) {
+	if err == nil || errors.As(err, &coded) {
 		return err
 	}
 	return cli.Exit(1, fmt.Errorf("run %s: %w", path, err))
