@@ -19,7 +19,7 @@ var terminalQueriers = map[string]struct{ why, standIn string }{
 	},
 }
 
-// TestNoTerminalQueryLinked: the packages of chalupa and chalupa-agent,
+// TestNoTerminalQueryLinked: the packages of chalupad (.), chalupa and chalupa-agent,
 // for each platform the release builds, link no terminalQueriers module
 // other than its stand-in, in the manner of cmd/chalupa-agent's TestDeps.
 func TestNoTerminalQueryLinked(t *testing.T) {
@@ -28,7 +28,7 @@ func TestNoTerminalQueryLinked(t *testing.T) {
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		t.Run("linux/"+arch, func(t *testing.T) {
-			cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}} {{with .Replace}}{{.Path}}{{end}}{{end}}", ".", "./cmd/chalupa-agent")
+			cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}} {{with .Replace}}{{.Path}}{{end}}{{end}}", ".", "./cmd/chalupa", "./cmd/chalupa-agent")
 			cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
 			out, err := cmd.Output()
 			if err != nil {

@@ -9,15 +9,18 @@
 # "latest" or a branch name. The tree must be clean (a dirty tree would be
 # stamped "modified" and could not be rebuilt from its commit).
 #
-# Output: OUTDIR (default dist/VERSION) with
-#   chalupa_VERSION_linux_amd64.tar.gz, chalupa_VERSION_linux_arm64.tar.gz
-#   (each holds one file, "chalupa", mode 0755: the whole binary, from .),
-#   chalupa-agent_VERSION_linux_amd64.tar.gz,
-#   chalupa-agent_VERSION_linux_arm64.tar.gz (each holds one file,
-#   "chalupa-agent", mode 0755: the fleet agent alone, from
-#   ./cmd/chalupa-agent) and checksums.txt (sha256sum format, the chalupa
-#   archives then the chalupa-agent archives, each in arch order) — the
-#   sha256 a droplet's agent install pins.
+# Output: OUTDIR (default dist/VERSION) with, for each ARCH (amd64, arm64):
+#   chalupa_VERSION_linux_ARCH.tar.gz: "chalupa" (the operator's commands,
+#     light: ./cmd/chalupa) and "chalupad" (the whole control plane, from
+#     .), mode 0755 — the server's archive: chalupa's server commands
+#     forward to the chalupad beside it;
+#   chalupa-cli_VERSION_linux_ARCH.tar.gz: "chalupa" alone, for a
+#     workstation that only talks to a daemon;
+#   chalupa-agent_VERSION_linux_ARCH.tar.gz: "chalupa-agent", the fleet
+#     agent alone (./cmd/chalupa-agent);
+# and checksums.txt (sha256sum format: the chalupa archives, then the
+# chalupa-cli ones, then the chalupa-agent ones, each in arch order) — the
+# agent's lines are the sha256 a droplet's agent install pins.
 set -eu
 
 usage() { echo "usage: contrib/release.sh VERSION [OUTDIR]   (VERSION like v1.2.3 or v1.2.3-rc.1)" >&2; exit 2; }
@@ -49,29 +52,32 @@ arches=${CHALUPA_RELEASE_ARCHES:-amd64 arm64}
 # would be stamped vcs.modified.
 build() {
 	name=$1 pkg=$2 arch=$3
-	mkdir -p "$stage/$name/$arch"
+	mkdir -p "$stage/$arch"
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS= go build -trimpath -buildvcs=true \
 		-ldflags "-s -w -buildid= -X github.com/chalupa-run/chalupa/internal/buildinfo.Version=$version" \
-		-o "$stage/$name/$arch/$name" "$pkg"
-	chmod 0755 "$stage/$name/$arch/$name"
-	touch -d "@$epoch" "$stage/$name/$arch/$name"
+		-o "$stage/$arch/$name" "$pkg"
+	chmod 0755 "$stage/$arch/$name"
+	touch -d "@$epoch" "$stage/$arch/$name"
 }
-# archive NAME ARCH writes NAME_VERSION_linux_ARCH.tar.gz holding the one
-# file NAME.
+# archive NAME ARCH FILE... writes NAME_VERSION_linux_ARCH.tar.gz holding
+# the FILEs built for ARCH.
 archive() {
 	name=$1 arch=$2
+	shift 2
 	tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --format=gnu \
-		-C "$stage/$name/$arch" -cf - "$name" | gzip -n -9 >"$out/${name}_${version}_linux_${arch}.tar.gz"
+		-C "$stage/$arch" -cf - "$@" | gzip -n -9 >"$out/${name}_${version}_linux_${arch}.tar.gz"
 }
 for arch in $arches; do
-	build chalupa . "$arch"
+	build chalupa ./cmd/chalupa "$arch"
+	build chalupad . "$arch"
 	build chalupa-agent ./cmd/chalupa-agent "$arch"
 done
 for arch in $arches; do
-	archive chalupa "$arch"
-	archive chalupa-agent "$arch"
+	archive chalupa "$arch" chalupa chalupad
+	archive chalupa-cli "$arch" chalupa
+	archive chalupa-agent "$arch" chalupa-agent
 done
-(cd "$out" && for name in chalupa chalupa-agent; do
+(cd "$out" && for name in chalupa chalupa-cli chalupa-agent; do
 	for arch in $arches; do sha256sum "${name}_${version}_linux_${arch}.tar.gz"; done
 done >checksums.txt)
 echo "release $version written to $out:"

@@ -131,7 +131,7 @@ func TestSystemdUnit(t *testing.T) {
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/chalupa", "ProtectHome=yes",
 		"PrivateTmp=yes", "EnvironmentFile=/etc/chalupa/chalupa.env", "User=chalupa", "StateDirectory=chalupa",
 		"WorkingDirectory=/var/lib/chalupa", "Environment=CHALUPA_DATA_DIR=/var/lib/chalupa", "KillSignal=SIGTERM",
-		"TimeoutStopSec=45", "Restart=on-failure", "ExecStart=/usr/local/bin/chalupa serve",
+		"TimeoutStopSec=45", "Restart=on-failure", "ExecStart=/usr/local/bin/chalupad serve",
 	} {
 		if !have[want] {
 			t.Errorf("contrib/chalupa.service lacks %q", want)

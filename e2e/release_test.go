@@ -21,11 +21,14 @@ import (
 // in different directories, with contrib/release.sh and compares the
 // archives' checksums byte for byte (docs/operations.md, "Releases"). It
 // builds linux/amd64 only (CHALUPA_RELEASE_ARCHES); arm64 goes through the
-// same steps. Both archives of each build, chalupa and chalupa-agent, hold
-// their one binary (mode 0755, owner 0, the commit's time) stamped with the
-// version and commit, and checksums.txt lists them in the order the agent
-// install reads (agent/install: ArchiveName, Arches). The clones hold the
-// repository's HEAD, so uncommitted changes are not part of what is built.
+// same steps. Each archive of the first build holds exactly its binaries
+// (mode 0755, owner 0, the commit's time) stamped with the version and
+// commit: chalupa's holds the light chalupa and the full chalupad (and
+// chalupa's server commands reach the chalupad beside it), chalupa-cli's
+// the same light chalupa alone, chalupa-agent's the agent; checksums.txt
+// lists them in the documented order (the agent install reads its lines:
+// agent/install, ArchiveName, Arches). The clones hold the repository's
+// HEAD, so uncommitted changes are not part of what is built.
 func TestReleaseIsReproducible(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is required to build a release")
@@ -51,30 +54,59 @@ func TestReleaseIsReproducible(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkChecksums(t, out, sums[i], []string{"chalupa_v0.0.0-test_linux_amd64.tar.gz", install.ArchiveName("v0.0.0-test", "amd64")})
+		checkChecksums(t, out, sums[i], []string{"chalupa_v0.0.0-test_linux_amd64.tar.gz", "chalupa-cli_v0.0.0-test_linux_amd64.tar.gz",
+			install.ArchiveName("v0.0.0-test", "amd64")})
 		if i == 0 {
 			checkAgentArchive(t, filepath.Join(out, install.ArchiveName("v0.0.0-test", "amd64")), commit)
-			bin := filepath.Join(t.TempDir(), "x")
-			runIn(t, "", "mkdir", "-p", bin)
-			runIn(t, "", "tar", "-xzf", filepath.Join(out, "chalupa_v0.0.0-test_linux_amd64.tar.gz"), "-C", bin)
-			v, err := exec.Command(filepath.Join(bin, "chalupa"), "version", "--json").Output()
-			if err != nil {
-				t.Fatalf("released binary: %v", err)
-			}
-			var info struct {
-				Version, Commit string
-				Modified        bool
-			}
-			if err := json.Unmarshal(v, &info); err != nil {
-				t.Fatal(err)
-			}
-			if info.Version != "v0.0.0-test" || info.Commit != commit || info.Modified {
-				t.Fatalf("released binary says %+v; want version v0.0.0-test, commit %s, unmodified", info, commit)
-			}
+			checkServerArchives(t, out, commit)
 		}
 	}
 	if !bytes.Equal(sums[0], sums[1]) || len(sums[0]) == 0 {
 		t.Fatalf("two builds of %s differ:\n%s\n%s", commit, sums[0], sums[1])
+	}
+}
+
+// checkServerArchives: chalupa's archive holds chalupa and chalupad,
+// chalupa-cli's the same chalupa alone; all three say the version and
+// commit; chalupa is the light binary (a fraction of chalupad's size) and
+// its server commands reach the chalupad beside it.
+func checkServerArchives(t *testing.T, out, commit string) {
+	t.Helper()
+	server := checkArchive(t, filepath.Join(out, "chalupa_v0.0.0-test_linux_amd64.tar.gz"), commit, "chalupa", "chalupad")
+	cli := checkArchive(t, filepath.Join(out, "chalupa-cli_v0.0.0-test_linux_amd64.tar.gz"), commit, "chalupa")
+	for _, bin := range []string{filepath.Join(server, "chalupa"), filepath.Join(server, "chalupad"), filepath.Join(cli, "chalupa")} {
+		checkVersion(t, bin, commit)
+	}
+	light, _ := os.ReadFile(filepath.Join(server, "chalupa"))
+	if alone, _ := os.ReadFile(filepath.Join(cli, "chalupa")); !bytes.Equal(light, alone) {
+		t.Error("chalupa-cli's chalupa differs from the one beside chalupad")
+	}
+	full, _ := os.ReadFile(filepath.Join(server, "chalupad"))
+	if len(light) == 0 || len(light)*3 > len(full) {
+		t.Errorf("chalupa is %d bytes beside chalupad's %d: not the light binary", len(light), len(full))
+	}
+	help, err := exec.Command(filepath.Join(server, "chalupa"), "serve", "--help").Output()
+	if err != nil || !strings.HasPrefix(string(help), "Usage: chalupa serve [flags]\n") || !strings.Contains(string(help), "--lag-limit") {
+		t.Errorf("chalupa serve --help beside chalupad (%v):\n%s", err, help)
+	}
+}
+
+// checkVersion: bin says the release's version and commit, unmodified.
+func checkVersion(t *testing.T, bin, commit string) {
+	t.Helper()
+	v, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatalf("released %s: %v", bin, err)
+	}
+	var info struct {
+		Version, Commit string
+		Modified        bool
+	}
+	if err := json.Unmarshal(v, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != "v0.0.0-test" || info.Commit != commit || info.Modified {
+		t.Fatalf("released %s says %+v; want version v0.0.0-test, commit %s, unmodified", bin, info, commit)
 	}
 }
 
@@ -97,48 +129,11 @@ func checkChecksums(t *testing.T, dir string, sums []byte, names []string) {
 	}
 }
 
-// checkAgentArchive: the agent archive holds exactly chalupa-agent, mode
-// 0755, owned by 0:0 at the commit's time, and the binary says its version
-// and commit.
+// checkAgentArchive: the agent archive holds exactly chalupa-agent, and
+// the binary says its version and commit and prints its unit.
 func checkAgentArchive(t *testing.T, path, commit string) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !zr.ModTime.IsZero() || zr.Name != "" {
-		t.Errorf("gzip header carries a name %q or time %v", zr.Name, zr.ModTime)
-	}
-	tr := tar.NewReader(zr)
-	hdr, err := tr.Next()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct, err := exec.Command("git", "log", "-1", "--format=%ct", commit).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hdr.Name != "chalupa-agent" || hdr.Mode&0o7777 != 0o755 || hdr.Uid != 0 || hdr.Gid != 0 ||
-		fmt.Sprint(hdr.ModTime.Unix()) != strings.TrimSpace(string(ct)) {
-		t.Errorf("agent archive entry %q mode %o owner %d:%d time %v", hdr.Name, hdr.Mode, hdr.Uid, hdr.Gid, hdr.ModTime)
-	}
-	bin := filepath.Join(t.TempDir(), "chalupa-agent")
-	out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, tr); err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	if _, err := tr.Next(); err != io.EOF {
-		t.Errorf("agent archive holds more than chalupa-agent (%v)", err)
-	}
+	bin := filepath.Join(checkArchive(t, path, commit, "chalupa-agent"), "chalupa-agent")
 	v, err := exec.Command(bin, "version").Output()
 	if err != nil {
 		t.Fatalf("released agent: %v", err)
@@ -150,6 +145,54 @@ func checkAgentArchive(t *testing.T, path, commit string) {
 	if err != nil || !strings.Contains(string(unit), "\nExecStart=/usr/local/bin/chalupa-agent run\n") {
 		t.Fatalf("released agent's unit (%v):\n%s", err, unit)
 	}
+}
+
+// checkArchive: the archive at path holds exactly names, in that order,
+// each mode 0755, owned by 0:0 at the commit's time, behind a gzip header
+// without name or time; it unpacks them into a fresh directory and
+// returns it.
+func checkArchive(t *testing.T, path, commit string, names ...string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !zr.ModTime.IsZero() || zr.Name != "" {
+		t.Errorf("%s: gzip header carries a name %q or time %v", path, zr.Name, zr.ModTime)
+	}
+	ct, err := exec.Command("git", "log", "-1", "--format=%ct", commit).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(zr)
+	for _, name := range names {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s: %v before %s", path, err, name)
+		}
+		if hdr.Name != name || hdr.Mode&0o7777 != 0o755 || hdr.Uid != 0 || hdr.Gid != 0 ||
+			fmt.Sprint(hdr.ModTime.Unix()) != strings.TrimSpace(string(ct)) {
+			t.Errorf("%s: entry %q mode %o owner %d:%d time %v; want %s", path, hdr.Name, hdr.Mode, hdr.Uid, hdr.Gid, hdr.ModTime, name)
+		}
+		out, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, tr); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+	}
+	if _, err := tr.Next(); err != io.EOF {
+		t.Errorf("%s holds more than %v (%v)", path, names, err)
+	}
+	return dir
 }
 
 // TestReleaseArchOrder: release.sh builds, by default, the architectures

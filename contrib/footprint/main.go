@@ -9,11 +9,14 @@
 // v0.0.0-footprint) and measures the binaries inside them:
 //
 //   - package initialisation before main (GODEBUG=inittrace=1): chalupa's own
-//     packages in the chalupa binary, and everything in chalupa-agent;
+//     packages in chalupad (the full binary, which links them all), and
+//     everything in chalupa-agent;
 //   - peak RSS (getrusage's ru_maxrss, what /usr/bin/time -v reports) of
-//     `chalupa version` and `chalupa-agent version`, the highest of -runs;
+//     `chalupa version` (the light binary every operator command runs),
+//     `chalupad version` (for reference) and `chalupa-agent version`, the
+//     highest of -runs;
 //   - the gzipped size of the chalupa-agent archive;
-//   - `chalupa-agent run` against a `chalupa serve` on loopback (generated
+//   - `chalupa-agent run` against a `chalupad serve` on loopback (generated
 //     secrets, a temporary data dir) for -agent-run: RSS every 30 s, and
 //     the RSS after an hour extrapolated from the growth over the second
 //     half of the run by least squares (the first half holds the start-up).
@@ -115,32 +118,54 @@ func run(ctx context.Context, agentRun time.Duration, runs int, keep bool) (bool
 	if b, err := rel.CombinedOutput(); err != nil {
 		return false, fmt.Errorf("release.sh: %v\n%s", err, b)
 	}
+	// The chalupa archive holds chalupa (light) and chalupad (full).
 	bins := map[string]string{}
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return false, err
+	}
 	for _, name := range []string{"chalupa", "chalupa-agent"} {
 		archive := filepath.Join(dist, fmt.Sprintf("%s_%s_linux_amd64.tar.gz", name, version))
-		out := filepath.Join(dir, "bin", name)
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return false, err
-		}
-		if b, err := exec.CommandContext(ctx, "tar", "-xzf", archive, "-C", filepath.Dir(out)).CombinedOutput(); err != nil {
+		if b, err := exec.CommandContext(ctx, "tar", "-xzf", archive, "-C", binDir).CombinedOutput(); err != nil {
 			return false, fmt.Errorf("unpack %s: %v\n%s", archive, err, b)
 		}
-		bins[name] = out
+	}
+	for _, name := range []string{"chalupa", "chalupa-cli"} {
+		fi, err := os.Stat(filepath.Join(dist, fmt.Sprintf("%s_%s_linux_amd64.tar.gz", name, version)))
+		if err != nil {
+			return false, err
+		}
+		fmt.Printf("%-44s %14s\n", name+" archive, gzipped", fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20)))
+	}
+	for _, name := range []string{"chalupa", "chalupad", "chalupa-agent"} {
+		bins[name] = filepath.Join(binDir, name)
+		fi, err := os.Stat(bins[name])
+		if err != nil {
+			return false, err
+		}
+		fmt.Printf("%-44s %14s\n", name+" binary", fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20)))
 	}
 	all := true
 
-	ms, bytes, err := initCost(ctx, bins["chalupa"], module)
+	ms, bytes, err := initCost(ctx, bins["chalupad"], module)
 	if err != nil {
 		return false, err
 	}
-	all = report("chalupa: own packages' init", fmt.Sprintf("%.3f ms", ms), fmt.Sprintf("≤ %.0f ms", ownInitMaxMS), ms <= ownInitMaxMS, "GODEBUG=inittrace=1 chalupa version, summed over "+module+"…") && all
-	all = report("chalupa: own packages' init allocations", fmt.Sprintf("%.0f KiB", float64(bytes)/1024), fmt.Sprintf("≤ %d KiB", ownInitMaxBytes>>10), bytes <= ownInitMaxBytes, "same run") && all
-	allMS, allBytes, err := initCost(ctx, bins["chalupa"], "")
+	all = report("chalupad: own packages' init", fmt.Sprintf("%.3f ms", ms), fmt.Sprintf("≤ %.0f ms", ownInitMaxMS), ms <= ownInitMaxMS, "GODEBUG=inittrace=1 chalupad version, summed over "+module+"…") && all
+	all = report("chalupad: own packages' init allocations", fmt.Sprintf("%.0f KiB", float64(bytes)/1024), fmt.Sprintf("≤ %d KiB", ownInitMaxBytes>>10), bytes <= ownInitMaxBytes, "same run") && all
+	for _, name := range []string{"chalupad", "chalupa"} {
+		allMS, allBytes, err := initCost(ctx, bins[name], "")
+		if err != nil {
+			return false, err
+		}
+		fmt.Printf("%-44s %14s  (every package, for reference: %.0f KiB)\n", name+": all packages' init", fmt.Sprintf("%.1f ms", allMS), float64(allBytes)/1024)
+	}
+	rss, wall, err := peakRSS(ctx, bins["chalupad"], runs, "version")
 	if err != nil {
 		return false, err
 	}
-	fmt.Printf("%-44s %14s  (every package, for reference: %.0f KiB)\n", "chalupa: all packages' init", fmt.Sprintf("%.1f ms", allMS), float64(allBytes)/1024)
-	rss, wall, err := peakRSS(ctx, bins["chalupa"], runs, "version")
+	fmt.Printf("%-44s %14s  (highest ru_maxrss of %d runs, mean wall time %s; for reference)\n", "chalupad version: peak RSS", fmt.Sprintf("%.1f MiB", float64(rss)/1024), runs, wall.Round(time.Millisecond))
+	rss, wall, err = peakRSS(ctx, bins["chalupa"], runs, "version")
 	if err != nil {
 		return false, err
 	}
@@ -163,9 +188,6 @@ func run(ctx context.Context, agentRun time.Duration, runs int, keep bool) (bool
 		return false, err
 	}
 	all = report("chalupa-agent archive, gzipped", fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20)), fmt.Sprintf("≤ %d MiB", agentMaxGzipBytes>>20), fi.Size() <= agentMaxGzipBytes, "contrib/release.sh's chalupa-agent_VERSION_linux_amd64.tar.gz") && all
-	if fi, err := os.Stat(bins["chalupa-agent"]); err == nil {
-		fmt.Printf("%-44s %14s\n", "chalupa-agent binary", fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20)))
-	}
 
 	if agentRun > 0 {
 		last, hour, err := agentRunRSS(ctx, bins, dir, agentRun)
@@ -240,11 +262,11 @@ func peakRSS(ctx context.Context, bin string, runs int, args ...string) (int64, 
 	return peak, time.Since(start) / time.Duration(runs), nil
 }
 
-// agentRunRSS runs chalupa-agent run against a chalupa serve for d,
+// agentRunRSS runs chalupa-agent run against a chalupad serve for d,
 // sampling its VmRSS every sampleEvery, and returns the last sample and
 // the extrapolated RSS after an hour (KiB).
 func agentRunRSS(ctx context.Context, bins map[string]string, dir string, d time.Duration) (last, hour int64, err error) {
-	srv, err := harness.StartChalupa(ctx, bins["chalupa"], dir, harness.StartOptions{DefaultQuotas: true})
+	srv, err := harness.StartChalupa(ctx, bins["chalupad"], dir, harness.StartOptions{DefaultQuotas: true})
 	if err != nil {
 		return 0, 0, err
 	}

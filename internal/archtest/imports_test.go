@@ -37,10 +37,12 @@ var layers = []layer{
 	// The server's commands (serve, migrate, rollback, rewrap, config),
 	// which main wires into cli.Run.
 	{name: "server commands", pkgs: []string{"cli/servercmd/..."}},
-	// Clients of the server's HTTP surfaces: the operator's commands (cli),
-	// the fleet agent and its binary, and the MCP server (which calls the
-	// admin API's typed client). They link no server package.
-	{name: "clients", pkgs: []string{"cli", "agent/...", "cmd/chalupa-agent", "mcpserver/..."}, peers: true, leavesOnly: true},
+	// Clients of the server's HTTP surfaces: the operator's commands (cli,
+	// and cli/light with cmd/chalupa, the light binary that forwards the
+	// server's commands to chalupad), the fleet agent and its binary, and
+	// the MCP server (which calls the admin API's typed client). They link
+	// no server package.
+	{name: "clients", pkgs: []string{"cli", "cli/light", "cmd/chalupa", "agent/...", "cmd/chalupa-agent", "mcpserver/..."}, peers: true, leavesOnly: true},
 	// Assembles daemon.Apps in process for tests.
 	{name: "in-process harness", pkgs: []string{"daemon/daemontest"}},
 	{name: "daemon", pkgs: []string{"daemon"}},
