@@ -114,4 +114,3 @@ func thousands(n int) string {
 	}
 	return s
 }
-
