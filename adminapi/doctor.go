@@ -41,6 +41,11 @@ const (
 	// DigitalOcean holds can be judged: fix the provision token or the
 	// network, then diagnose again.
 	DoctorCheckProvider = "check-provider"
+	// DoctorCheckState: a stack's state or locks could not be read (its
+	// kind in StackDiagnosis.ErrorKind), so nothing that depends on what
+	// the stacks record can be judged: fix the state backend, then
+	// diagnose again.
+	DoctorCheckState = "check-state"
 )
 
 // JobDiagnosis answers adminDiagnoseJob: what the job, its lease, the
@@ -135,6 +140,13 @@ type StackDiagnosis struct {
 	// CheckpointAt when it was saved.
 	CheckpointVersion int64     `json:"checkpointVersion"`
 	CheckpointAt      time.Time `json:"checkpointAt"`
+	// Unavailable is true when the stack's state or locks could not be
+	// read: Exists, State and Pending then say nothing (nor Locks, when
+	// LocksUnknown); the checkpoint is still the database's. ErrorKind is
+	// why: backend_unreadable, state_corrupt or pulumi_failed
+	// (docs/operations.md, "Job doctor"), never a path or the CLI's text.
+	Unavailable bool   `json:"unavailable,omitempty"`
+	ErrorKind   string `json:"errorKind,omitempty"`
 }
 
 // StackLockInfo is one held stack lock: the holding pulumi process, its
@@ -195,9 +207,9 @@ type Recommendation struct {
 
 // DiagnoseJob calls adminDiagnoseJob. Errors: an *APIError with 404
 // not_found (no such job, or its box is gone), 503
-// converge_not_configured, or 502 doctor_failed (a stack read failed; the
-// daemon log says why). A provider that cannot be read is no error: the
-// diagnosis marks it unavailable.
+// converge_not_configured, or 502 doctor_failed (the executor could not
+// inspect the box at all; the daemon log says why). A provider or a stack
+// that cannot be read is no error: the diagnosis marks it unavailable.
 func (c *Client) DiagnoseJob(ctx context.Context, id string) (JobDiagnosis, error) {
 	return call[JobDiagnosis](ctx, c, OpDiagnoseJob, DiagnoseJobRequest{ID: id})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -393,13 +394,17 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 	if d.Provider.Unavailable {
 		provider, none = "PROVIDER ("+d.Provider.Tag+": unavailable, "+d.Provider.ErrorKind+")", "?"
 	}
-	fmt.Fprintln(tw, "RESOURCE\tBOX RECORDS\tSTACK STATE\t"+provider)
+	state, noState := "STACK STATE", "-"
 	var st adminapi.ProviderIDs
 	for _, s := range d.Stacks {
+		if s.Unavailable {
+			state, noState = "STACK STATE ("+s.Stack+": unavailable, "+s.ErrorKind+")", "?"
+		}
 		st.DropletID = orElse(st.DropletID, s.State.DropletID)
 		st.FirewallID = orElse(st.FirewallID, s.State.FirewallID)
 		st.VolumeID = orElse(st.VolumeID, s.State.VolumeID)
 	}
+	fmt.Fprintln(tw, "RESOURCE\tBOX RECORDS\t"+state+"\t"+provider)
 	for _, row := range []struct {
 		kind, box, state string
 		at               []adminapi.ProviderResource
@@ -412,7 +417,7 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 		for _, r := range row.at {
 			ids = append(ids, strings.TrimSpace(r.ID+" "+r.Status))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, orElse(row.box, "-"), orElse(row.state, "-"), orElse(strings.Join(ids, ", "), none))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, orElse(row.box, "-"), orElse(row.state, noState), orElse(strings.Join(ids, ", "), none))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -421,9 +426,15 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 	tw = table(w)
 	fmt.Fprintln(tw, "STACK\tEXISTS\tLOCK\tPENDING\tCHECKPOINT")
 	for _, s := range d.Stacks {
-		lock := "none"
-		if s.LocksUnknown {
+		lock, exists, noPending := "none", strconv.FormatBool(s.Exists), "none"
+		switch {
+		case s.Unavailable && s.LocksUnknown:
+			lock = "?"
+		case s.LocksUnknown:
 			lock = "unknown (not a file:// backend)"
+		}
+		if s.Unavailable {
+			exists, noPending = "unavailable, "+s.ErrorKind, "?"
 		}
 		var locks []string
 		for _, l := range s.Locks {
@@ -444,7 +455,7 @@ func printDiagnosis(w io.Writer, d adminapi.JobDiagnosis) error {
 		if s.CheckpointVersion > 0 {
 			cp = fmt.Sprintf("v%d at %s", s.CheckpointVersion, timeOrDash(s.CheckpointAt))
 		}
-		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\n", s.Stack, s.Exists, lock, orElse(strings.Join(pending, ", "), "none"), cp)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Stack, exists, lock, orElse(strings.Join(pending, ", "), noPending), cp)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

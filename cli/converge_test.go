@@ -230,3 +230,29 @@ func TestPrintDiagnosisFailedRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintDiagnosisStackUnavailable: a stack the doctor could not read is
+// marked unavailable with its kind, its lock and pending operations and
+// the state column are "?" (unknown), not "none" or "-", and its
+// checkpoint still shows (docs/operations.md, "Job doctor").
+func TestPrintDiagnosisStackUnavailable(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	d := adminapi.JobDiagnosis{Job: adminapi.Job{ID: "J1", Box: "box-1", Action: "up", Status: "failed", Attempts: 1},
+		Stacks: []adminapi.StackDiagnosis{
+			{Stack: "box-1-data", Role: "data", Unavailable: true, ErrorKind: "state_corrupt", Locks: []adminapi.StackLockInfo{},
+				LocksUnknown: true, Pending: []adminapi.PendingOperation{}, CheckpointVersion: 3, CheckpointAt: at},
+			{Stack: "box-1-compute", Role: "compute", Exists: true, Locks: []adminapi.StackLockInfo{}, Pending: []adminapi.PendingOperation{}},
+		},
+		Provider: adminapi.ProviderInventory{Tag: "chalupa:box:box-1", Droplets: []adminapi.ProviderResource{}}}
+	var b bytes.Buffer
+	if err := printDiagnosis(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"STACK STATE (box-1-data: unavailable, state_corrupt)", "droplet   -            ?",
+		"box-1-data     unavailable, state_corrupt  ?     ?        v3 at 2026-12-01T12:00:00Z", "box-1-compute  true                        none  none     none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -188,6 +190,116 @@ func TestDiagnoseJobProviderUnavailable(t *testing.T) {
 			body, _ := json.Marshal(d)
 			if strings.Contains(string(body), convergeToken) || strings.Contains(string(body), api.URL) {
 				t.Fatalf("the diagnosis carries the token or the API's URL: %s", body)
+			}
+		})
+	}
+}
+
+// TestDiagnoseJobStackUnreadable: with the Pulumi state backend's
+// directory unusable or a stack's state file corrupt, the real pulumi CLI
+// fails to read the stack, and the doctor still answers the job, its
+// lease, steps, the other stack, every stack's checkpoint and the
+// provider, marks each unread stack unavailable with its error kind (never
+// a path or the CLI's text) and logs the reason (docs/operations.md, "Job
+// doctor").
+func TestDiagnoseJobStackUnreadable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// backend prepares the file:// backend's path and returns it.
+		backend func(t *testing.T) string
+		kind    []string // each stack's error kind, data then compute ("": read)
+		action  string   // the recommendation for the failed job
+	}{
+		{"backend not a directory", func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "state")
+			if err := os.WriteFile(p, []byte("not a directory\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, []string{pulumiexec.StackBackendUnreadable, pulumiexec.StackBackendUnreadable}, adminapi.DoctorCheckState},
+		{"state file corrupt", func(t *testing.T) string {
+			p := t.TempDir()
+			stacks := filepath.Join(p, ".pulumi", "stacks", "chalupa")
+			if err := os.MkdirAll(stacks, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for name, body := range map[string]string{
+				filepath.Join(p, ".pulumi", "meta.yaml"): "version: 1\n",
+				filepath.Join(stacks, "box-1-data.json"): "{\"version\":3,\"checkpoint\": not json",
+			} {
+				if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return p
+		}, []string{pulumiexec.StackStateCorrupt, ""}, adminapi.DoctorCheckState},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api, droplet := newConvergeAPI(t), newFakeDroplet(t)
+			env := convergeEnv(t, api, droplet)
+			backend := tc.backend(t)
+			env["PULUMI_BACKEND_URL"] = "file://" + backend
+			p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: env, PauseLoops: []string{"jobs"}})
+			cl := p.Admin
+			newEnv(t, cl, "demo")
+			if _, err := cl.CreateBox(context.Background(), validBox("box-1", "demo")); err != nil {
+				t.Fatal(err)
+			}
+			id := enqueueDirect(t, p, "box-1")
+			// A checkpoint of the data stack, and the job failed: the
+			// database's part of the answer.
+			err := p.App.DB.Writer.Do(t.Context(), func(tx storage.Tx) error {
+				b, err := storage.BoxByRef(t.Context(), tx, "box-1")
+				if err != nil {
+					return err
+				}
+				var org int64
+				if err := tx.QueryRowContext(t.Context(), `SELECT org_id FROM environments WHERE id = ?`, b.EnvironmentID).Scan(&org); err != nil {
+					return err
+				}
+				exp := []byte(`{"version":3,"deployment":{}}`)
+				if _, err := storage.InsertStackState(t.Context(), tx, storage.StackState{OrganizationID: org, EnvironmentID: b.EnvironmentID,
+					Stack: "box-1-data", Export: exp, SHA256: make([]byte, 32), SizeBytes: int64(len(exp))}, p.App.Clock.Now()); err != nil {
+					return err
+				}
+				_, err = tx.ExecContext(t.Context(), `UPDATE jobs SET status = 'failed', error = 'droplet limit reached' WHERE id = ?`, id)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := cl.DiagnoseJob(context.Background(), id)
+			if err != nil {
+				t.Fatalf("diagnose with a stack unreadable: %v", err)
+			}
+			if d.Job.ID != id || d.Job.Status != storage.JobFailed || d.Lease.MaxAttempts != jobs.MaxAttempts || !d.Lease.LanePaused {
+				t.Fatalf("job or lease missing: %+v %+v", d.Job, d.Lease)
+			}
+			if d.Provider.Unavailable || d.Provider.Tag != "chalupa:box:box-1" || d.Provider.Droplets == nil {
+				t.Fatalf("provider %+v, want read", d.Provider)
+			}
+			if len(d.Stacks) != 2 || d.Stacks[0].Role != "data" || d.Stacks[1].Role != "compute" {
+				t.Fatalf("stacks missing: %+v", d.Stacks)
+			}
+			for i, s := range d.Stacks {
+				if s.Unavailable != (tc.kind[i] != "") || s.ErrorKind != tc.kind[i] || s.Locks == nil || s.Pending == nil {
+					t.Errorf("stack %s: unavailable %v kind %q (locks %v, pending %v), want kind %q", s.Stack, s.Unavailable, s.ErrorKind, s.Locks, s.Pending, tc.kind[i])
+				}
+			}
+			if d.Stacks[0].CheckpointVersion != 1 {
+				t.Errorf("data stack checkpoint v%d, want v1 (the database's, read whatever the backend says)", d.Stacks[0].CheckpointVersion)
+			}
+			if d.Recommendation.Action != tc.action || !slices.Contains(d.Recommendation.Commands, "chalupa admin job doctor "+id) {
+				t.Errorf("recommendation %+v, want %s", d.Recommendation, tc.action)
+			}
+			body, _ := json.Marshal(d)
+			for _, secret := range []string{backend, "file://", "checkpoint:", "not a directory", "failed to load", convergeToken, api.URL} {
+				if strings.Contains(string(body), secret) {
+					t.Errorf("the diagnosis carries %q: %s", secret, body)
+				}
+			}
+			if !strings.Contains(p.Logs.String(), "job doctor: the stack could not be read") {
+				t.Errorf("the reason was not logged:\n%s", p.Logs.String())
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -27,7 +28,9 @@ import (
 // TestConsoleInChromium drives the built binary's console in Debian's
 // headless Chromium: /app sends a stranger to login; sign in; the fleet;
 // an environment whose deployment has 40 minutes of telemetry; its charts
-// with one vertex per point; events (an ended deployment's); costs; the box's Settings → Pulumi,
+// with one vertex per point, axes with tick labels, and under the pointer
+// hovering a point that point's <title> (its time and value with the
+// unit); events (an ended deployment's); costs; the box's Settings → Pulumi,
 // whose preview form enqueues a job (the real pulumi CLI with the test
 // provider) and whose destroy form refuses a wrong phrase enqueuing
 // nothing; the oracle; every page at phone width (390 px: no sideways
@@ -186,6 +189,7 @@ func TestConsoleInChromium(t *testing.T) {
 		YLabels, XLabels   []string
 		PointTitles, GPU   int
 		FirstTitle, Legend string
+		Grid, Ticks        int
 	}
 	facts, err := chromedp.Run(ctx, chromedp.Evaluate[chartFacts](`(() => {
 		const f = document.querySelector('figure[data-metric=cpuPct]');
@@ -193,6 +197,7 @@ func TestConsoleInChromium(t *testing.T) {
 		const titles = f.querySelectorAll('svg .pts title');
 		return {Title: f.querySelector('.chart-title').textContent, YLabels: txt('svg .yaxis text'), XLabels: txt('svg .xaxis text'),
 			PointTitles: titles.length, FirstTitle: titles.length ? titles[0].textContent : '',
+			Grid: f.querySelectorAll('svg .yaxis line.grid').length, Ticks: f.querySelectorAll('svg .xaxis line.tick').length,
 			GPU: document.querySelectorAll('figure[data-metric^=gpu]').length,
 			Legend: [...document.querySelectorAll('figure[data-metric=netRxBytes] .key')].map(e => e.textContent).join(',')};
 	})()`))
@@ -212,11 +217,67 @@ func TestConsoleInChromium(t *testing.T) {
 	if clock < 3 || !slices.Contains(facts.XLabels, "UTC") {
 		t.Errorf("time axis labels %q: want at least 3 clock times and UTC", facts.XLabels)
 	}
+	if facts.Grid != len(facts.YLabels) || facts.Ticks != clock {
+		t.Errorf("%d grid lines for %d value labels, %d tick marks for %d time labels: want one each", facts.Grid, len(facts.YLabels), facts.Ticks, clock)
+	}
 	if facts.PointTitles != windows || !strings.HasSuffix(facts.FirstTitle, "%") {
 		t.Errorf("%d point titles (first %q), want %d ending in %%", facts.PointTitles, facts.FirstTitle, windows)
 	}
 	if facts.GPU != 0 {
 		t.Errorf("%d GPU charts for a deployment without GPU data", facts.GPU)
+	}
+	// Hovering a point: the pointer moves to window `hovered`'s dot, which
+	// is then the element under it, drawn (:hover), and the tooltip the
+	// browser shows there (the <title> of the nearest element that has
+	// one) is that window's time and value with its unit. Headless
+	// Chromium paints no native tooltip, so the screenshot shows the dot.
+	const hovered = 20
+	type point struct{ X, Y float64 }
+	at, err := chromedp.Run(ctx, chromedp.Evaluate[point](fmt.Sprintf(`(() => {
+		const p = document.querySelectorAll('figure[data-metric=cpuPct] svg .pts path')[%d];
+		p.scrollIntoView({block: 'center'});
+		const b = p.getBBox(), s = p.ownerSVGElement.createSVGPoint();
+		s.x = b.x; s.y = b.y;
+		const c = s.matrixTransform(p.getScreenCTM());
+		return {X: c.x, Y: c.y};
+	})()`, hovered)))
+	if err != nil {
+		t.Fatalf("point %d's position: %v", hovered, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, at.X, at.Y)); err != nil {
+		t.Fatalf("hover point %d: %v", hovered, err)
+	}
+	type hover struct {
+		Tag, Tooltip, Opacity string
+		Index                 int
+		Hovered               bool
+	}
+	hv, err := chromedp.Run(ctx, chromedp.Evaluate[hover](fmt.Sprintf(`(() => {
+		const e = document.elementFromPoint(%f, %f);
+		let tip = '';
+		for (let n = e; n && !tip; n = n.parentElement) {
+			const t = [...n.children].find(c => c.tagName === 'title');
+			if (t) tip = t.textContent;
+		}
+		const all = [...document.querySelectorAll('figure[data-metric=cpuPct] svg .pts path')];
+		return {Tag: e ? e.tagName : '', Tooltip: tip, Index: all.indexOf(e), Hovered: !!e && e.matches(':hover'),
+			Opacity: e ? getComputedStyle(e).strokeOpacity : ''};
+	})()`, at.X, at.Y)))
+	if err != nil {
+		t.Fatalf("under the pointer: %v", err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot chart-hover: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(art, "chart-hover.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hover at (%.0f, %.0f): %+v", at.X, at.Y, hv)
+	wantTip := fmt.Sprintf("%s %.1f%%", first.Add(hovered*time.Minute).Format("15:04"), float64(10+hovered%7))
+	if hv.Index != hovered || !hv.Hovered || hv.Opacity != "1" || hv.Tooltip != wantTip {
+		t.Errorf("hovering point %d: under the pointer %s (point %d, :hover %v, stroke-opacity %q) with tooltip %q, want point %d drawn with tooltip %q",
+			hovered, hv.Tag, hv.Index, hv.Hovered, hv.Opacity, hv.Tooltip, hovered, wantTip)
 	}
 	visit("/getting-started", "#steps")
 	shot("getting-started")

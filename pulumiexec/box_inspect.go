@@ -28,6 +28,11 @@ type StackInspection struct {
 	View         StackView
 	Locks        []StackLock
 	LocksUnknown bool
+	// Err is why the stack's locks or state could not be read (nil when
+	// they were); View, and Locks when LocksUnknown, then say nothing.
+	// Its text may name paths: StackErrorKind classifies it for answers,
+	// the text is for the log.
+	Err error
 }
 
 // Inspect reads both of the box's stacks (an export each, and the
@@ -35,9 +40,11 @@ type StackInspection struct {
 // volumes and firewalls carrying the box's tag with the executor's
 // provision token (list calls only). It does not take the executor's
 // mutex: a running job must be diagnosable. A failed provider listing is
-// reported in BoxInspection.ProviderErr with the stacks still read, so the
-// doctor answers everything else it knows. Errors: the engine's (they may
-// name paths: the caller logs them).
+// reported in BoxInspection.ProviderErr, and a stack whose locks or state
+// cannot be read (an unreadable backend directory, a corrupt state file)
+// in its StackInspection.Err, with everything else still read, so the
+// doctor answers all else it knows (docs/operations.md, "Job doctor").
+// Errors: none; every failure is reported in the inspection.
 func (x *Executor) Inspect(ctx context.Context, box storage.Box) (BoxInspection, error) {
 	spec := BoxSpecOf(box, jobs.Job{})
 	var out BoxInspection
@@ -48,11 +55,14 @@ func (x *Executor) Inspect(ctx context.Context, box storage.Box) (BoxInspection,
 		case errors.Is(err, ErrLocksUnreadable):
 			si.LocksUnknown = true
 		case err != nil:
-			return BoxInspection{}, err
+			si.LocksUnknown, si.Err = true, err
 		}
 		si.Locks = locks
 		if si.View, err = x.Engine.ViewStack(ctx, st.name); err != nil {
-			return BoxInspection{}, err
+			si.View = StackView{}
+			if si.Err == nil {
+				si.Err = err
+			}
 		}
 		out.Stacks = append(out.Stacks, si)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,54 @@ import (
 // files the engine reads; the doctor reports the stack's lock as unknown
 // (docs/operations.md, "Job doctor").
 var ErrLocksUnreadable = errors.New("converge: only a file:// state backend's locks can be read")
+
+// ErrStateCorrupt: a stack's state, or a lock file beside it, is not what
+// Pulumi writes (docs/operations.md, "Job doctor").
+var ErrStateCorrupt = errors.New("converge: a stack's state or lock file is not Pulumi's")
+
+// The kinds of stack read failure the job doctor reports in place of a
+// stack it cannot read (docs/operations.md, "Job doctor"): words, never
+// the error's text, which may name paths.
+const (
+	// StackBackendUnreadable: the state backend's directory or a file in
+	// it cannot be opened (missing, not a directory, permissions).
+	StackBackendUnreadable = "backend_unreadable"
+	// StackStateCorrupt: the state or a lock file cannot be parsed.
+	StackStateCorrupt = "state_corrupt"
+	// StackReadFailed: the pulumi CLI failed otherwise (it could not run,
+	// or the read was cancelled).
+	StackReadFailed = "pulumi_failed"
+)
+
+// StackErrorKind classifies an error of StackLocks or ViewStack as one of
+// StackBackendUnreadable, StackStateCorrupt or StackReadFailed, by the
+// sentinel, the file-system error, or the pulumi CLI's own words ("failed
+// to load checkpoint", "corrupt store", "unable to open state
+// directory"). It returns "" for nil.
+func StackErrorKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	if errors.Is(err, ErrStateCorrupt) {
+		return StackStateCorrupt
+	}
+	msg := err.Error()
+	for _, w := range []string{"failed to load checkpoint", "corrupt store", "could not deserialize"} {
+		if strings.Contains(msg, w) {
+			return StackStateCorrupt
+		}
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return StackBackendUnreadable
+	}
+	for _, w := range []string{"unable to open state directory", "permission denied", "not a directory", "no such file or directory"} {
+		if strings.Contains(msg, w) {
+			return StackBackendUnreadable
+		}
+	}
+	return StackReadFailed
+}
 
 // StackLock is one lock a Pulumi process holds on a stack, read from the
 // backend's lock file (never taken, never removed).
@@ -77,7 +126,7 @@ func (e *Engine) StackLocks(name string) ([]StackLock, error) {
 		}
 		var c lockContent
 		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("converge: stack %s: a lock file is not Pulumi's: %w", name, err)
+			return nil, fmt.Errorf("%w: stack %s: a lock file is not Pulumi's: %w", ErrStateCorrupt, name, err)
 		}
 		out = append(out, StackLock{PID: c.PID, Hostname: c.Hostname, AcquiredAt: c.Timestamp,
 			HolderAlive: c.Hostname == host && processAlive(c.PID)})
@@ -143,7 +192,7 @@ type StackView struct {
 // ViewStack reads stack name's state through an export (ExportStack: no
 // lock taken, nothing written to the stack), for the job doctor
 // (docs/operations.md, "Job doctor"). Errors: the CLI's failure; a state
-// that is not a deployment.
+// that is not a deployment, wrapping ErrStateCorrupt.
 func (e *Engine) ViewStack(ctx context.Context, name string) (StackView, error) {
 	exp, ok, err := e.ExportStack(ctx, name)
 	if err != nil || !ok {
@@ -151,7 +200,7 @@ func (e *Engine) ViewStack(ctx context.Context, name string) (StackView, error) 
 	}
 	v, err := viewOf(exp)
 	if err != nil {
-		return StackView{}, fmt.Errorf("converge: stack %s state: %w", name, err)
+		return StackView{}, fmt.Errorf("%w: stack %s: %w", ErrStateCorrupt, name, err)
 	}
 	return v, nil
 }

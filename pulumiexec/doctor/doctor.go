@@ -39,8 +39,10 @@ var (
 	ErrNoJob = errors.New("no such job")
 	// ErrNoBox: the job's box no longer exists.
 	ErrNoBox = errors.New("the job's box no longer exists")
-	// ErrStacksUnreadable: reading the box's stacks failed; the reason is
-	// logged, never returned (the engine's errors may name paths).
+	// ErrStacksUnreadable: the Inspector failed as a whole; the reason is
+	// logged, never returned (the engine's errors may name paths). A
+	// single stack that cannot be read is not this error: the diagnosis
+	// marks it unavailable.
 	ErrStacksUnreadable = errors.New("reading the stacks failed; the daemon log says why")
 )
 
@@ -59,10 +61,11 @@ type Doctor struct {
 	Log        zerolog.Logger
 }
 
-// Diagnose reads job id and everything about it. A provider that cannot
-// be read does not fail it: the diagnosis marks the provider unavailable
-// with its error kind and recommends DoctorCheckProvider where the
-// provider's answer decides (docs/operations.md, "Job doctor"). Errors:
+// Diagnose reads job id and everything about it. A provider or a stack
+// that cannot be read does not fail it: the diagnosis marks that part
+// unavailable with its error kind (the reason is logged) and recommends
+// DoctorCheckProvider or DoctorCheckState where its answer decides
+// (docs/operations.md, "Job doctor"). Errors:
 // ErrNoJob, ErrNoBox, jobs.ErrNotConfigured (no Inspector),
 // ErrStacksUnreadable, the database's.
 func (h *Doctor) Diagnose(ctx context.Context, id string) (adminapi.JobDiagnosis, error) {
@@ -132,7 +135,13 @@ func (h *Doctor) Diagnose(ctx context.Context, id string) (adminapi.JobDiagnosis
 		return adminapi.JobDiagnosis{}, err
 	}
 	for _, s := range ins.Stacks {
+		if s.Err != nil {
+			// The engine's errors may name paths: logged, the kind returned.
+			h.Log.Warn().Err(s.Err).Str("job", j.ID).Str("box", box.Name).Str("stack", s.Name).
+				Msg("job doctor: the stack could not be read; diagnosing without it")
+		}
 		sd := adminapi.StackDiagnosis{Stack: s.Name, Role: s.Role, Exists: s.View.Exists, LocksUnknown: s.LocksUnknown,
+			Unavailable: s.Err != nil, ErrorKind: pulumiexec.StackErrorKind(s.Err),
 			Locks: []adminapi.StackLockInfo{}, Pending: []adminapi.PendingOperation{},
 			State: adminapi.ProviderIDs{DropletID: s.View.IDs.DropletID, FirewallID: s.View.IDs.FirewallID, VolumeID: s.View.IDs.VolumeID}}
 		for _, l := range s.Locks {
@@ -180,12 +189,26 @@ func providerReason(kind string) string {
 	return "DigitalOcean could not be reached or failed (the daemon log has the reason): check the control plane's network and DigitalOcean's status" + then
 }
 
+// stateReason says what an unreadable stack's error kind
+// (pulumiexec.StackErrorKind) asks of the operator.
+func stateReason(stack, kind string) string {
+	const then = "; what the stacks record decides the next action, so diagnose again once it reads"
+	switch kind {
+	case pulumiexec.StackBackendUnreadable:
+		return "the state backend of " + stack + " cannot be opened (the daemon log names the path and the reason): check that the Pulumi backend directory exists and belongs to the daemon's user" + then
+	case pulumiexec.StackStateCorrupt:
+		return "the state of " + stack + " is not Pulumi's (the daemon log has the parse error; a state wipe cannot remove it either): move the stack's state file aside in the Pulumi backend and restart serve, which imports the stack's newest checkpoint, or, without one, lets the next up adopt what the box records" + then
+	}
+	return "the pulumi CLI could not read " + stack + " (the daemon log has its output): check CHALUPA_PULUMI_CLI and PULUMI_HOME" + then
+}
+
 const resumeLaneCommand = "chalupa admin loops resume jobs"
 
 // Recommend is the symptom table of docs/operations.md, "Job doctor": the
 // first row whose symptom the diagnosis shows gives the one next action.
-// Rows that need the provider's answer are not judged while it is
-// unavailable: the job's own state decides, or DoctorCheckProvider.
+// Rows that need the provider's or the stacks' answer are not judged
+// while one is unavailable: the job's own state decides, or
+// DoctorCheckProvider, or DoctorCheckState.
 func Recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 	j, box := d.Job, d.Job.Box
 	rec := func(action, symptom, reason string, cmds ...string) adminapi.Recommendation {
@@ -200,7 +223,11 @@ func Recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 			showJobCommand(j.ID))
 	}
 	var stateDroplet, stateFirewall, stateVolume string
-	for _, s := range d.Stacks {
+	unread := -1 // the first stack that could not be read
+	for i, s := range d.Stacks {
+		if s.Unavailable && unread < 0 {
+			unread = i
+		}
 		stateDroplet = firstNonEmpty(stateDroplet, s.State.DropletID)
 		stateFirewall = firstNonEmpty(stateFirewall, s.State.FirewallID)
 		stateVolume = firstNonEmpty(stateVolume, s.State.VolumeID)
@@ -216,7 +243,9 @@ func Recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 		list []adminapi.ProviderResource
 	}{{"droplet", d.Provider.Droplets}, {"volume", d.Provider.Volumes}, {"firewall", d.Provider.Firewalls}}
 	for _, k := range kinds {
-		if len(k.list) < 2 {
+		// With a stack unread, which one it records is unknown: row 2
+		// waits for the state (DoctorCheckState below).
+		if len(k.list) < 2 || unread >= 0 {
 			continue
 		}
 		// Delete what neither the box nor a stack records; when nothing
@@ -250,6 +279,11 @@ func Recommend(d adminapi.JobDiagnosis) adminapi.Recommendation {
 	if d.Provider.Unavailable {
 		return rec(adminapi.DoctorCheckProvider, "the provider cannot be read ("+d.Provider.ErrorKind+")",
 			providerReason(d.Provider.ErrorKind), doctorCommand(j.ID))
+	}
+	if unread >= 0 {
+		s := d.Stacks[unread]
+		return rec(adminapi.DoctorCheckState, "a stack cannot be read ("+s.ErrorKind+")",
+			stateReason(s.Stack, s.ErrorKind), doctorCommand(j.ID))
 	}
 	// The job has ended: what the stacks and the provider hold decides.
 	for _, k := range kinds[:2] { // a firewall is free: only billable hosts

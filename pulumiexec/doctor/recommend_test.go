@@ -12,7 +12,8 @@ import (
 
 // TestRecommend: each row of the symptom table (docs/operations.md, "Job
 // doctor") gives its action and commands, and an earlier row wins; with
-// the provider unavailable, no row that needs its answer is judged.
+// the provider or a stack unavailable, no row that needs its answer is
+// judged.
 func TestRecommend(t *testing.T) {
 	res := func(ids ...string) []adminapi.ProviderResource {
 		out := []adminapi.ProviderResource{}
@@ -79,6 +80,24 @@ func TestRecommend(t *testing.T) {
 			d.Job.Status, d.Lease.LanePaused = storage.JobQueued, true
 			d.Provider = adminapi.ProviderInventory{Tag: d.Provider.Tag, Unavailable: true, ErrorKind: "provider_error"}
 		}, adminapi.DoctorResumeLane, "chalupa admin loops resume jobs"},
+		{"stack unreadable, failed", func(d *adminapi.JobDiagnosis) {
+			d.Job.Status = storage.JobFailed
+			d.Stacks[1] = adminapi.StackDiagnosis{Stack: "box-1-compute", Unavailable: true, ErrorKind: "state_corrupt"}
+			d.Stacks[0].Pending = []adminapi.PendingOperation{{Kind: "creating"}} // never a wipe on an unread stack
+		}, adminapi.DoctorCheckState, "chalupa admin job doctor J1"},
+		{"stack unreadable, two droplets", func(d *adminapi.JobDiagnosis) {
+			// Which droplet the unread stack records is unknown: no delete.
+			d.Stacks[1] = adminapi.StackDiagnosis{Stack: "box-1-compute", Unavailable: true, ErrorKind: "backend_unreadable"}
+			d.Provider.Droplets = res("7", "8")
+		}, adminapi.DoctorCheckState, "chalupa admin job doctor J1"},
+		{"stack unreadable, queued in a paused lane", func(d *adminapi.JobDiagnosis) {
+			d.Job.Status, d.Lease.LanePaused = storage.JobQueued, true
+			d.Stacks[0] = adminapi.StackDiagnosis{Stack: "box-1-data", Unavailable: true, ErrorKind: "pulumi_failed"}
+		}, adminapi.DoctorResumeLane, "chalupa admin loops resume jobs"},
+		{"provider and stack unreadable", func(d *adminapi.JobDiagnosis) {
+			d.Stacks[0] = adminapi.StackDiagnosis{Stack: "box-1-data", Unavailable: true, ErrorKind: "state_corrupt"}
+			d.Provider = adminapi.ProviderInventory{Tag: d.Provider.Tag, Unavailable: true, ErrorKind: "rate_limited"}
+		}, adminapi.DoctorCheckProvider, "chalupa admin job doctor J1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := healthy()
