@@ -143,13 +143,13 @@ func (c *agentRunCmd) logConfigs() []agent.LogConfig {
 // within agent.ShutdownDeadline. A --url or other value breaking its rule on
 // its face exits 2; an exposed key file exits 1 (docs/operations.md, "Exit
 // codes"); missing key files are waited for.
-func (c *agentRunCmd) Run() error {
+func (c *agentRunCmd) Run(k *kong.Context) error {
 	cfg := c.config()
 	cfg.URL, cfg.KeyID, cfg.KeyIDFile, cfg.KeyFile, cfg.Environment = c.URL, c.KeyID, c.KeyIDFile, c.KeyFile, c.Env
 	cfg.DeploymentID, cfg.DropletID, cfg.Region, cfg.Size = c.Deployment, c.DropletID, c.Region, c.Size
 	cfg.SessionExpiresAt, cfg.MetadataURL, cfg.DiskPath, cfg.NvidiaSMI = c.SessionExpiresAt, c.MetadataURL, c.DiskPath, c.NvidiaSMI
 	cfg.Logs = c.logConfigs()
-	cfg.Log = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	cfg.Log = zerolog.New(k.Stderr).With().Timestamp().Logger()
 	if c.SSHPort != 0 {
 		cfg.Log.Warn().Msg("--ssh-port / CHALUPA_AGENT_SSH_PORT is ignored and will be removed: SSH sessions are seen as authenticated sshd session processes, whatever the port")
 	}
@@ -288,11 +288,15 @@ type agentHeartbeatCmd struct {
 	// activityGone is set once its disappearance has been reported.
 	lastActivity time.Time
 	activityGone bool
+	// stdout and stderr are the injected standard streams (kong's
+	// writers), set by Run.
+	stdout, stderr io.Writer
 }
 
 // Run sends heartbeats and prints each answer's status. It exits non-zero
 // when the last answer was not 2xx.
-func (c *agentHeartbeatCmd) Run() error {
+func (c *agentHeartbeatCmd) Run(k *kong.Context) error {
+	c.stdout, c.stderr = k.Stdout, k.Stderr
 	// The URL's rule is checked on the value alone: breaking it is a usage
 	// mistake (2). The files are checked against the disk: a missing,
 	// unreadable or exposed file is a refusal (1), the same for --key-file
@@ -347,7 +351,7 @@ func (c *agentHeartbeatCmd) Run() error {
 			return &ExitError{Code: int(code)}
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "heartbeat:", err)
+			fmt.Fprintln(c.stderr, "heartbeat:", err)
 		}
 		sent++
 		if c.Every <= 0 || (c.Count > 0 && sent >= c.Count) {
@@ -377,7 +381,7 @@ func (c *agentHeartbeatCmd) activity() time.Time {
 	if err != nil {
 		if !c.activityGone {
 			c.activityGone = true
-			fmt.Fprintf(os.Stderr, "heartbeat: --activity-file: %v; reporting the last activity seen (%s) until it is back\n", err, c.lastActivity.Format(time.RFC3339))
+			fmt.Fprintf(c.stderr, "heartbeat: --activity-file: %v; reporting the last activity seen (%s) until it is back\n", err, c.lastActivity.Format(time.RFC3339))
 		}
 		return c.lastActivity
 	}
@@ -415,7 +419,7 @@ func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client) (bool, 
 	}
 	resp, err := cl.Post(ctx, "/api/ingest/heartbeat", body)
 	if resp != nil {
-		fmt.Printf("%s %d %s\n", time.Now().UTC().Format(time.RFC3339), resp.Status, strings.TrimSpace(string(resp.Body)))
+		fmt.Fprintf(c.stdout, "%s %d %s\n", time.Now().UTC().Format(time.RFC3339), resp.Status, strings.TrimSpace(string(resp.Body)))
 	}
 	if err != nil {
 		return false, err

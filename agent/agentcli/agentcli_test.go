@@ -3,10 +3,16 @@ package agentcli
 import (
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/chalupa-run/chalupa/ingest/signer"
 )
 
 // fullTree is the full binary's `chalupa agent` as the root CLI embeds it.
@@ -132,5 +138,32 @@ func TestFullUnitIsTheTemplate(t *testing.T) {
 	}
 	if StandaloneUnit() == u {
 		t.Fatal("the standalone unit is the full binary's")
+	}
+}
+
+// TestCommandsWriteToTheInjectedStreams: the agent's commands print to the
+// writers they are given (cli.Run's and Main's), never to the process's
+// own: a heartbeat's answer line goes to stdout, its refusal to stderr.
+func TestCommandsWriteToTheInjectedStreams(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"error":"invalid_body"}`)
+	}))
+	defer srv.Close()
+	keyFile := filepath.Join(t.TempDir(), "ingest.key")
+	if err := os.WriteFile(keyFile, []byte(signer.NewKeyMaterial()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"heartbeat", "--url", srv.URL, "--key-id", "k1", "--key-file", keyFile,
+		"--env", "demo", "--deployment", "d1", "--retries", "0"}, &stdout, &stderr, func(c int) { panic(fmt.Sprintf("exit %d", c)) })
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stdout %q stderr %q", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), ` 422 {"error":"invalid_body"}`) {
+		t.Errorf("stdout %q lacks the answer line", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "heartbeat: refused") {
+		t.Errorf("stderr %q lacks the refusal", stderr.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent"
@@ -37,7 +38,7 @@ type agentReportRunCmd struct {
 // Exit 0 when it was delivered or spooled for later (the message says
 // which); 1 when it was refused or could not be spooled; 2 for flags
 // breaking their rule on their face.
-func (c *agentReportRunCmd) Run() error {
+func (c *agentReportRunCmd) Run(k *kong.Context) error {
 	var rep wire.RunReportV1
 	if c.File != "" {
 		b, err := os.ReadFile(c.File)
@@ -65,7 +66,7 @@ func (c *agentReportRunCmd) Run() error {
 		}
 	}
 	cfg := agent.Config{URL: c.URL, KeyID: c.KeyID, KeyIDFile: c.KeyIDFile, KeyFile: c.KeyFile, Environment: c.Env,
-		DeploymentID: c.Deployment, StateDir: c.StateDir, Log: zerolog.New(os.Stderr).With().Timestamp().Logger()}
+		DeploymentID: c.Deployment, StateDir: c.StateDir, Log: zerolog.New(k.Stderr).With().Timestamp().Logger()}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
@@ -85,9 +86,9 @@ func (c *agentReportRunCmd) Run() error {
 		return &ExitError{Code: 1, Err: fmt.Errorf("the control plane refused a report (%s); %d report(s) stay in %s and are retried for at most %s; %d delivered",
 			res.Refused, res.Spooled, cfg.StateDir, agent.MaxReportAge, res.Delivered)}
 	case res.Spooled > 0:
-		fmt.Printf("spooled: %d report(s) wait in %s for the control plane; %d delivered\n", res.Spooled, cfg.StateDir, res.Delivered)
+		fmt.Fprintf(k.Stdout, "spooled: %d report(s) wait in %s for the control plane; %d delivered\n", res.Spooled, cfg.StateDir, res.Delivered)
 	default:
-		fmt.Printf("delivered: %d report(s)\n", res.Delivered)
+		fmt.Fprintf(k.Stdout, "delivered: %d report(s)\n", res.Delivered)
 	}
 	return nil
 }
