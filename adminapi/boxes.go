@@ -201,8 +201,9 @@ type BoxAgentUpgrade struct {
 }
 
 // UpgradeBoxAgent calls adminUpgradeBoxAgent. Errors: an *APIError with
-// 404 not_found, 409 no_droplet, 422 agent_release_invalid (naming the
-// variables), 502 agent_upgrade_failed.
+// 404 not_found, 409 agent_off (the box does not carry the agent), 409
+// no_droplet, 422 agent_release_invalid (naming the variables), 502
+// agent_upgrade_failed.
 func (c *Client) UpgradeBoxAgent(ctx context.Context, box string) (BoxAgentUpgrade, error) {
 	return call[BoxAgentUpgrade](ctx, c, OpUpgradeBoxAgent, UpgradeBoxAgentRequest{Box: box})
 }

@@ -14,7 +14,8 @@ import (
 // TestUpgradeBoxAgentRefusals: adminUpgradeBoxAgent refuses 422
 // agent_release_invalid naming each variable at fault (never its value)
 // when the agent release does not pass its check, 404 for an unknown box
-// and 409 no_droplet for a box without a running droplet; a refusal
+// 409 agent_off for a box that does not carry the agent and 409 no_droplet
+// for a box without a running droplet; a refusal
 // records no event (docs/operations.md, "Agent install", under Upgrade).
 func TestUpgradeBoxAgentRefusals(t *testing.T) {
 	digest := strings.Repeat("a", 64)
@@ -22,30 +23,40 @@ func TestUpgradeBoxAgentRefusals(t *testing.T) {
 		name     string
 		env      map[string]string
 		box      string
+		agentOff bool
 		status   int
 		code     string
 		mentions []string
 	}{
 		// An empty value removes the harness's default release.
 		{"no release", map[string]string{"CHALUPA_AGENT_VERSION": "", "CHALUPA_AGENT_RELEASE_URL": "",
-			"CHALUPA_AGENT_SHA256_AMD64": "", "CHALUPA_AGENT_SHA256_ARM64": ""}, "up-1", http.StatusUnprocessableEntity, "agent_release_invalid",
+			"CHALUPA_AGENT_SHA256_AMD64": "", "CHALUPA_AGENT_SHA256_ARM64": ""}, "up-1", false, http.StatusUnprocessableEntity, "agent_release_invalid",
 			[]string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL", "CHALUPA_AGENT_SHA256_AMD64", "CHALUPA_AGENT_SHA256_ARM64"}},
 		{"latest and plain http", map[string]string{"CHALUPA_AGENT_VERSION": "latest", "CHALUPA_AGENT_RELEASE_URL": "http://example.com/rel",
 			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1",
-			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL"}},
+			false, http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_VERSION", "CHALUPA_AGENT_RELEASE_URL"}},
 		{"missing digest", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
 			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": ""}, "up-1",
-			http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_SHA256_ARM64"}},
+			false, http.StatusUnprocessableEntity, "agent_release_invalid", []string{"CHALUPA_AGENT_SHA256_ARM64"}},
 		{"unknown box", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
-			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "nope-1", http.StatusNotFound, "not_found", nil},
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "nope-1", false, http.StatusNotFound, "not_found", nil},
 		{"no droplet", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
-			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1", http.StatusConflict, "no_droplet", nil},
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1", false, http.StatusConflict, "no_droplet", nil},
+		// A box without the agent has no unit to restart: refused before
+		// anything looks for its droplet.
+		{"agent off", map[string]string{"CHALUPA_AGENT_VERSION": "v1.2.3", "CHALUPA_AGENT_RELEASE_URL": "https://example.com/rel",
+			"CHALUPA_AGENT_SHA256_AMD64": digest, "CHALUPA_AGENT_SHA256_ARM64": digest}, "up-1", true, http.StatusConflict, "agent_off", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: tc.env})
 			ctx := context.Background()
 			newEnv(t, p.Admin, "demo")
-			if _, err := p.Admin.CreateBox(ctx, validBox("up-1", "demo")); err != nil {
+			req := validBox("up-1", "demo")
+			if tc.agentOff {
+				off := false
+				req.Agent = &off
+			}
+			if _, err := p.Admin.CreateBox(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 			_, err := p.Admin.UpgradeBoxAgent(ctx, tc.box)
