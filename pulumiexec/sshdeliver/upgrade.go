@@ -101,7 +101,11 @@ func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int
 			res.HostKeyFingerprint = dr.HostKeyFingerprint
 			return d.runUpgrade(ctx, client, dropletID, rel, res)
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if retryable(err) && ctx.Err() != nil {
+			// Cancelled mid-attempt: the net error names the address.
+			return res, fmt.Errorf("%w on droplet %d: %w while waiting for SSH (%s)", ErrUnreachable, dropletID, ctx.Err(), errKind(err))
+		}
+		if !retryable(err) {
 			return res, err
 		}
 		if !d.clock.Now().Before(deadline) {
