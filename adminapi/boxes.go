@@ -180,6 +180,14 @@ func (c *Client) GetBox(ctx context.Context, box string) (Box, error) {
 // (docs/operations.md, "Agent install", under Upgrade).
 const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
 
+// UpgradeBoxAgentCallBound is the least time a client gives one
+// adminUpgradeBoxAgent call (docs/operations.md, "Agent install", under
+// Upgrade): the daemon waits up to 1 min for SSH, whose last attempt may
+// take 20 s more, then up to 3 min for the remote upgrade. A shorter bound
+// (the CLI's default --timeout is 60 s) gives up before the daemon can
+// answer that a droplet is unreachable, and cancels the upgrade.
+const UpgradeBoxAgentCallBound = 5 * time.Minute
+
 // UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.
 type UpgradeBoxAgentRequest struct {
 	Box string `path:"box" json:"-"`

@@ -518,8 +518,12 @@ type rerollRow struct {
 	Error  string `json:"error"`
 }
 
-// Run rerolls.
+// Run rerolls. upgrade-agent's calls get at least
+// adminapi.UpgradeBoxAgentCallBound each, as `box upgrade-agent` does.
 func (c *adminRerollCmd) Run(a *adminCmd) error {
+	if c.Action == rerollUpgradeAgent {
+		a.Timeout = max(a.Timeout, adminapi.UpgradeBoxAgentCallBound)
+	}
 	cl, err := a.client()
 	if err != nil {
 		return err

@@ -304,3 +304,36 @@ func TestRerollUpgradeAgent(t *testing.T) {
 		}
 	})
 }
+
+// TestUpgradeAgentCallBound: `box upgrade-agent` and reroll's upgrade-agent
+// give each call at least adminapi.UpgradeBoxAgentCallBound whatever
+// --timeout says, since the daemon's own SSH wait (1 min plus an attempt)
+// outlasts the default 60 s: with a shorter bound the operator saw
+// "context deadline exceeded" for an unreachable droplet, and the upgrade
+// was cancelled (docs/operations.md, "Agent install", under Upgrade).
+func TestUpgradeAgentCallBound(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/admin/boxes":
+			_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{{ID: "BX-A", Name: "bx-a", Agent: true,
+				Resources: adminapi.BoxResources{DropletID: 7}}}})
+		case strings.HasSuffix(r.URL.Path, "/agent-upgrade"):
+			_ = json.NewEncoder(w).Encode(adminapi.BoxAgentUpgrade{Box: "bx-a", DropletID: 7, Before: "v1", After: "v2"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	for _, args := range [][]string{
+		{"admin", "box", "upgrade-agent", "bx-a", "--timeout", "1ns"},
+		{"admin", "reroll", "--all", "--action", "upgrade-agent", "--timeout", "1ns"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			out, code := cliRun(t, ts.URL, nil, args...)
+			if code != 0 || !strings.Contains(out, "v1 -> v2") {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+		})
+	}
+}

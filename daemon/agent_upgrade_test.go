@@ -9,6 +9,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 )
 
 // TestUpgradeBoxAgentRefusals: adminUpgradeBoxAgent refuses 422
@@ -79,5 +80,15 @@ func TestUpgradeBoxAgentRefusals(t *testing.T) {
 				t.Errorf("a refusal recorded %d events (%v)", n, err)
 			}
 		})
+	}
+}
+
+// TestUpgradeCallBoundCoversTheDaemon: the least bound a client gives one
+// upgrade call covers the daemon's own: the SSH wait, one more attempt
+// and the remote upgrade (docs/operations.md, "Agent install", under
+// Upgrade).
+func TestUpgradeCallBoundCoversTheDaemon(t *testing.T) {
+	if need := sshdeliver.UpgradeWait + sshdeliver.DefaultAttemptTimeout + sshdeliver.UpgradeTimeout; adminapi.UpgradeBoxAgentCallBound < need {
+		t.Fatalf("UpgradeBoxAgentCallBound %v < the daemon's %v", adminapi.UpgradeBoxAgentCallBound, need)
 	}
 }
