@@ -602,9 +602,9 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 			case ctx.Err() != nil:
 				return rows, ctx.Err()
 			case err != nil:
-				// The call itself failed (the per-request --timeout ran
-				// out, the connection dropped): this box failed, the
-				// daemon may still finish it; --keep-going goes on.
+				// The call itself failed (the connection dropped, or the
+				// per-request bound ran out): this box failed;
+				// --keep-going goes on.
 				row.Status, row.Error = "failed", err.Error()
 			default:
 				fmt.Fprintf(w, "%s: agent %s -> %s\n", b.Name, u.Before, u.After)
