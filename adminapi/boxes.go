@@ -29,7 +29,7 @@ var boxOperations = []Operation{
 	{ID: OpGetBox, MCP: mcpRead, Method: methodGet, Path: pathBox, Status: http.StatusOK,
 		Request: typeOf[GetBoxRequest](), Response: typeOf[Box](),
 		Summary: "one box: its configuration, recorded provider ids and last launch result"},
-	{ID: OpUpgradeBoxAgent, Method: methodPost, Path: pathBox + "/agent-upgrade",
+	{ID: OpUpgradeBoxAgent, Method: methodPost, Path: pathBox + "/agent-upgrade", Bound: UpgradeBoxAgentCallBound,
 		Status: http.StatusOK, Mutates: true, Request: typeOf[UpgradeBoxAgentRequest](), Response: typeOf[BoxAgentUpgrade](),
 		// Destructive-ish: it replaces the droplet's agent binary and
 		// restarts its unit (a monitoring gap of seconds), so a call
@@ -184,8 +184,9 @@ const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
 // adminUpgradeBoxAgent call (docs/operations.md, "Agent install", under
 // Upgrade): the daemon waits up to 1 min for SSH, whose last attempt may
 // take 20 s more, then up to 3 min for the remote upgrade. A shorter bound
-// (the CLI's default --timeout is 60 s) gives up before the daemon can
-// answer that a droplet is unreachable, and cancels the upgrade.
+// (the CLI's default --timeout is 60 s, the daemon's write timeout 60 s)
+// gives up before the daemon can answer that a droplet is unreachable.
+// The operation's Bound.
 const UpgradeBoxAgentCallBound = 5 * time.Minute
 
 // UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.

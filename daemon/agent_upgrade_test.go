@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
@@ -90,5 +92,35 @@ func TestUpgradeBoxAgentRefusals(t *testing.T) {
 func TestUpgradeCallBoundCoversTheDaemon(t *testing.T) {
 	if need := sshdeliver.UpgradeWait + sshdeliver.DefaultAttemptTimeout + sshdeliver.UpgradeTimeout; adminapi.UpgradeBoxAgentCallBound < need {
 		t.Fatalf("UpgradeBoxAgentCallBound %v < the daemon's %v", adminapi.UpgradeBoxAgentCallBound, need)
+	}
+}
+
+// TestLongOperationOutlivesTheWriteTimeout: an operation with a Bound
+// (adminUpgradeBoxAgent) extends its answer's write deadline past the
+// server's write timeout, through the daemon's middleware: behind a server
+// whose write timeout has already passed, its answer still arrives, while
+// an operation without a Bound is cut (docs/operations.md, "Agent
+// install", under Upgrade: the daemon's 60 s write timeout cut the upgrade's
+// answer after its 1 min SSH wait, and the CLI saw EOF).
+func TestLongOperationOutlivesTheWriteTimeout(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	if _, err := p.Admin.CreateBox(ctx, validBox("up-1", "demo")); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(p.App.Server.Handler())
+	srv.Config.WriteTimeout = time.Nanosecond // past by the time any handler writes
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cl := &adminapi.Client{BaseURL: srv.URL, Token: p.Admin.Token}
+	_, err := cl.UpgradeBoxAgent(ctx, "up-1")
+	var ae *adminapi.APIError
+	if !errors.As(err, &ae) || ae.Code != "no_droplet" {
+		t.Fatalf("upgrade behind an expired write timeout: %v, want its 409 no_droplet answer", err)
+	}
+	// The control: an ordinary operation's answer is cut.
+	if _, err := cl.GetBox(ctx, "up-1"); err == nil || errors.As(err, &ae) {
+		t.Fatalf("an operation without a Bound answered behind an expired write timeout: %v", err)
 	}
 }
