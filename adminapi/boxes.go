@@ -29,7 +29,7 @@ var boxOperations = []Operation{
 	{ID: OpGetBox, MCP: mcpRead, Method: methodGet, Path: pathBox, Status: http.StatusOK,
 		Request: typeOf[GetBoxRequest](), Response: typeOf[Box](),
 		Summary: "one box: its configuration, recorded provider ids and last launch result"},
-	{ID: OpUpgradeBoxAgent, Method: methodPost, Path: pathBox + "/agent-upgrade",
+	{ID: OpUpgradeBoxAgent, Method: methodPost, Path: pathBox + "/agent-upgrade", Bound: UpgradeBoxAgentCallBound,
 		Status: http.StatusOK, Mutates: true, Request: typeOf[UpgradeBoxAgentRequest](), Response: typeOf[BoxAgentUpgrade](),
 		// Destructive-ish: it replaces the droplet's agent binary and
 		// restarts its unit (a monitoring gap of seconds), so a call
@@ -180,6 +180,15 @@ func (c *Client) GetBox(ctx context.Context, box string) (Box, error) {
 // (docs/operations.md, "Agent install", under Upgrade).
 const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
 
+// UpgradeBoxAgentCallBound is the least time a client gives one
+// adminUpgradeBoxAgent call (docs/operations.md, "Agent install", under
+// Upgrade): the daemon waits up to 1 min for SSH, whose last attempt may
+// take 20 s more, then up to 3 min for the remote upgrade. A shorter bound
+// (the CLI's default --timeout is 60 s, the daemon's write timeout 60 s)
+// gives up before the daemon can answer that a droplet is unreachable.
+// The operation's Bound.
+const UpgradeBoxAgentCallBound = 5 * time.Minute
+
 // UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.
 type UpgradeBoxAgentRequest struct {
 	Box string `path:"box" json:"-"`
@@ -201,8 +210,9 @@ type BoxAgentUpgrade struct {
 }
 
 // UpgradeBoxAgent calls adminUpgradeBoxAgent. Errors: an *APIError with
-// 404 not_found, 409 no_droplet, 422 agent_release_invalid (naming the
-// variables), 502 agent_upgrade_failed.
+// 404 not_found, 409 agent_off (the box does not carry the agent), 409
+// no_droplet, 422 agent_release_invalid (naming the variables), 502
+// agent_upgrade_failed.
 func (c *Client) UpgradeBoxAgent(ctx context.Context, box string) (BoxAgentUpgrade, error) {
 	return call[BoxAgentUpgrade](ctx, c, OpUpgradeBoxAgent, UpgradeBoxAgentRequest{Box: box})
 }

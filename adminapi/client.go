@@ -59,6 +59,12 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 	if hc == nil {
 		hc = &http.Client{Timeout: defaultTimeout}
 	}
+	if op.Bound > 0 && hc.Timeout > 0 && hc.Timeout < op.Bound {
+		// The operation takes longer than the client's usual bound.
+		long := *hc
+		long.Timeout = op.Bound
+		hc = &long
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("call %s: %w", id, err)

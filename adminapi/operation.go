@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"time"
 )
 
 // Operation is one admin API operation: the unit the daemon registers a
@@ -37,6 +38,11 @@ type Operation struct {
 	// MCP is how `chalupa mcp` exposes the operation; every operation has
 	// one (the accounting test checks it).
 	MCP MCPPolicy
+	// Bound, when non-zero, is the least time one call may take: the
+	// daemon extends the answer's write deadline to it (its server's
+	// default is 60 s) and Client.Call waits at least as long, whatever
+	// its HTTP client's timeout. 0 for the calls that answer at once.
+	Bound time.Duration
 }
 
 // MCPAccess is how the MCP server exposes an operation (docs/operations.md,

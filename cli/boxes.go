@@ -29,8 +29,11 @@ type adminBoxUpgradeAgentCmd struct {
 
 func (*adminBoxUpgradeAgentCmd) operation() string { return adminapi.OpUpgradeBoxAgent }
 
-// Run upgrades the agent and prints the versions before and after.
+// Run upgrades the agent and prints the versions before and after. The
+// call gets at least adminapi.UpgradeBoxAgentCallBound, whatever
+// --timeout says: a shorter bound gives up before the daemon answers.
 func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
+	a.Timeout = max(a.Timeout, adminapi.UpgradeBoxAgentCallBound)
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxAgentUpgrade, error) {
 		return cl.UpgradeBoxAgent(ctx, c.Box)
 	}, func(w io.Writer, u adminapi.BoxAgentUpgrade) error {

@@ -529,8 +529,12 @@ type rerollRow struct {
 	Error  string `json:"error"`
 }
 
-// Run rerolls.
+// Run rerolls. upgrade-agent's calls get at least
+// adminapi.UpgradeBoxAgentCallBound each, as `box upgrade-agent` does.
 func (c *adminRerollCmd) Run(a *adminCmd) error {
+	if c.Action == rerollUpgradeAgent {
+		a.Timeout = max(a.Timeout, adminapi.UpgradeBoxAgentCallBound)
+	}
 	cl, err := a.client()
 	if err != nil {
 		return err
@@ -553,8 +557,10 @@ func (c *adminRerollCmd) Run(a *adminCmd) error {
 	} else if err := printReroll(a.env.Stdout, rows); err != nil {
 		return err
 	}
+	// A skipped box is not a failure: either it had nothing to do, or a
+	// failed box before it stopped the reroll (and fails it).
 	for _, r := range rows {
-		if r.Status != "succeeded" {
+		if r.Status != "succeeded" && r.Status != "skipped" {
 			return &exitError{code: 1, err: errors.New("reroll: not every box succeeded")}
 		}
 	}
@@ -568,8 +574,11 @@ const rerollUpgradeAgent = "upgrade-agent"
 // reroll runs action on every box of env ("" for all), in the order the
 // daemon lists them (environment, then name), waiting for each job, and
 // returns one row per box: stopped at the first box that did not succeed
-// unless keepGoing (the boxes not reached are listed "skipped"). Errors:
-// listing the boxes failed, or ctx ended.
+// unless keepGoing (the boxes not reached are listed "skipped"). The
+// upgrade-agent action skips a box without the agent or without a droplet
+// (its row says why), and a call that failed without the daemon's answer
+// (the per-request timeout) fails that box only. Errors: listing the boxes
+// failed, or ctx ended.
 func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGoing bool, timeout, poll time.Duration, w io.Writer) ([]rerollRow, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	list, err := cl.ListBoxes(rctx, adminapi.ListBoxesRequest{Environment: env})
@@ -587,14 +596,27 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 		row := rerollRow{Box: b.Name}
 		var ae *adminapi.APIError
 		if action == rerollUpgradeAgent {
+			// A box without the agent or without a droplet has nothing to
+			// upgrade (its next up installs the configured release): it
+			// is skipped, not failed (docs/operations.md, "Agent install",
+			// under Upgrade).
+			if reason := upgradeSkipReason(b); reason != "" {
+				rows = append(rows, rerollRow{Box: b.Name, Status: "skipped", Error: reason})
+				continue
+			}
 			// No job: the upgrade runs in the call (bounded by the
 			// daemon's SSH wait and upgrade timeout).
 			u, err := cl.UpgradeBoxAgent(ctx, b.ID)
 			switch {
 			case errors.As(err, &ae):
 				row.Status, row.Error = "failed", ae.Code+": "+ae.Message
+			case ctx.Err() != nil:
+				return rows, ctx.Err()
 			case err != nil:
-				return rows, err
+				// The call itself failed (the connection dropped, or the
+				// per-request bound ran out): this box failed;
+				// --keep-going goes on.
+				row.Status, row.Error = "failed", err.Error()
 			default:
 				fmt.Fprintf(w, "%s: agent %s -> %s\n", b.Name, u.Before, u.After)
 				row.Status = "succeeded"
@@ -628,6 +650,18 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 		}
 	}
 	return rows, nil
+}
+
+// upgradeSkipReason says why reroll's upgrade-agent leaves box b alone, or
+// "" when it upgrades it.
+func upgradeSkipReason(b adminapi.Box) string {
+	switch {
+	case !b.Agent:
+		return "the box does not carry the agent"
+	case b.Resources.DropletID == 0:
+		return "no droplet: its next up installs the configured release"
+	}
+	return ""
 }
 
 func printReroll(w io.Writer, rows []rerollRow) error {

@@ -3,9 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,5 +258,108 @@ func TestPrintDiagnosisStackUnavailable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
+	}
+}
+
+// TestRerollUpgradeAgent: reroll's upgrade-agent skips a box without the
+// agent or without a droplet (nothing to upgrade; not a failure), and a
+// call that ends without the daemon's answer fails that box only, so
+// --keep-going goes on to the next (docs/operations.md, "Agent install",
+// under Upgrade).
+func TestRerollUpgradeAgent(t *testing.T) {
+	t.Run("boxes without the agent or a droplet are skipped", func(t *testing.T) {
+		p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+		declareBoxes(t, p.Admin, "demo", "bx-a")
+		off := false
+		if _, err := p.Admin.CreateBox(context.Background(), adminapi.CreateBoxRequest{Name: "bx-b", Environment: "demo", Agent: &off,
+			BoxConfig: adminapi.BoxConfig{Region: "nyc3", Size: "s-2vcpu-4gb", Image: "ubuntu-24-04-x64",
+				SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
+				CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32"}}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := reroll(context.Background(), p.Admin, "demo", rerollUpgradeAgent, false, 10*time.Second, time.Millisecond, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 2 || rows[0].Status != "skipped" || !strings.Contains(rows[0].Error, "no droplet") ||
+			rows[1].Status != "skipped" || !strings.Contains(rows[1].Error, "does not carry the agent") {
+			t.Fatalf("rows %+v, want both skipped with their reasons", rows)
+		}
+		// Nothing failed: the command exits 0.
+		out, code := runIn(map[string]string{"CHALUPA_ADMIN_TOKEN": p.Admin.Token, "CHALUPA_URL": p.URL}, "",
+			"admin", "reroll", "--env", "demo", "--action", "upgrade-agent")
+		if code != 0 || !strings.Contains(out, "skipped") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("a call without an answer fails that box only", func(t *testing.T) {
+		var mu sync.Mutex
+		var upgraded []string
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch {
+			case r.Method == http.MethodGet && r.URL.Path == "/api/admin/boxes":
+				box := func(name string) adminapi.Box {
+					return adminapi.Box{ID: strings.ToUpper(name), Name: name, Agent: true, Resources: adminapi.BoxResources{DropletID: 7}}
+				}
+				_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{box("bx-a"), box("bx-b")}})
+			case r.URL.Path == "/api/admin/boxes/BX-A/agent-upgrade":
+				<-r.Context().Done() // never answers: the client's timeout ends it
+			case r.URL.Path == "/api/admin/boxes/BX-B/agent-upgrade":
+				mu.Lock()
+				upgraded = append(upgraded, "bx-b")
+				mu.Unlock()
+				_ = json.NewEncoder(w).Encode(adminapi.BoxAgentUpgrade{Box: "bx-b", Before: "v1", After: "v2"})
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		t.Cleanup(ts.Close)
+		cl := &adminapi.Client{BaseURL: ts.URL, Token: "t", HTTP: &http.Client{Timeout: 200 * time.Millisecond}}
+		rows, err := reroll(context.Background(), cl, "", rerollUpgradeAgent, true, 10*time.Second, time.Millisecond, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("reroll stopped: %v (rows %+v)", err, rows)
+		}
+		if len(rows) != 2 || rows[0].Status != "failed" || rows[0].Error == "" || rows[1].Status != "succeeded" {
+			t.Fatalf("rows %+v, want bx-a failed and bx-b succeeded", rows)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(upgraded) != 1 {
+			t.Fatalf("upgraded %v", upgraded)
+		}
+	})
+}
+
+// TestUpgradeAgentCallBound: `box upgrade-agent` and reroll's upgrade-agent
+// give each call at least adminapi.UpgradeBoxAgentCallBound whatever
+// --timeout says, since the daemon's own SSH wait (1 min plus an attempt)
+// outlasts the default 60 s: with a shorter bound the operator saw
+// "context deadline exceeded" for an unreachable droplet, and the upgrade
+// was cancelled (docs/operations.md, "Agent install", under Upgrade).
+func TestUpgradeAgentCallBound(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/admin/boxes":
+			_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{{ID: "BX-A", Name: "bx-a", Agent: true,
+				Resources: adminapi.BoxResources{DropletID: 7}}}})
+		case strings.HasSuffix(r.URL.Path, "/agent-upgrade"):
+			_ = json.NewEncoder(w).Encode(adminapi.BoxAgentUpgrade{Box: "bx-a", DropletID: 7, Before: "v1", After: "v2"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	for _, args := range [][]string{
+		{"admin", "box", "upgrade-agent", "bx-a", "--timeout", "1ns"},
+		{"admin", "reroll", "--all", "--action", "upgrade-agent", "--timeout", "1ns"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			out, code := cliRun(t, ts.URL, nil, args...)
+			if code != 0 || !strings.Contains(out, "v1 -> v2") {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+		})
 	}
 }

@@ -62,8 +62,9 @@ func releaseProblems(problems []error) error {
 }
 
 // upgrade checks the release (422 naming the variables; nothing written),
-// finds the box's droplet (404, or 409 no_droplet when it has none or its
-// address is unknown), records agent-upgrade-started, runs the upgrade over
+// finds the box's droplet (404; 409 agent_off when the box does not carry
+// the agent, 409 no_droplet when it has no droplet or its address is
+// unknown), records agent-upgrade-started, runs the upgrade over
 // SSH and records agent-upgraded or agent-upgrade-failed; a failure is 502
 // agent_upgrade_failed with the failure's kind and the droplet id (never an
 // address or URL).
@@ -77,6 +78,12 @@ func (h *agentUpgradeHandlers) upgrade(ctx context.Context, req adminapi.Upgrade
 	}
 	if err != nil {
 		return adminapi.BoxAgentUpgrade{}, err
+	}
+	// A box without the agent has no unit to restart: an upgrade would
+	// leave a stray root binary and fail at the restart
+	// (docs/operations.md, "Agent install", under Upgrade).
+	if !box.Config.Agent {
+		return adminapi.BoxAgentUpgrade{}, fail(http.StatusConflict, "agent_off", "the box does not carry the agent (--agent=false): there is nothing to upgrade")
 	}
 	dropletID := box.Resources.DropletID
 	if dropletID == 0 || box.Launch.DropletID != dropletID || box.Launch.IPv4 == "" {

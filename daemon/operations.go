@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -184,6 +185,13 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 					return
 				}
 				b = picked
+			}
+		}
+		if b.op.Bound > 0 {
+			// A long operation: the server's write timeout would cut its
+			// answer (adminapi.Operation.Bound).
+			if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(b.op.Bound)); err != nil {
+				s.log.Warn().Err(err).Str("operation", b.op.ID).Msg("cannot extend the write deadline")
 			}
 		}
 		resp, err := b.call(r.Context(), req)

@@ -278,6 +278,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection (a long
+// operation extends its write deadline).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
 // Write counts the bytes written (an implicit 200 if no header was written).
 func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {

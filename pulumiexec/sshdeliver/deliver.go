@@ -44,7 +44,9 @@ const (
 
 // Errors.
 var (
-	// ErrUnreachable: the droplet's SSH did not answer within the wait.
+	// ErrUnreachable: the droplet's SSH did not answer within the wait,
+	// or the caller's context ended while waiting (the error then wraps
+	// its context error too).
 	ErrUnreachable = errors.New("the droplet's SSH did not come up")
 	// ErrHostKeyChanged: the droplet presented a host key other than the
 	// one pinned at first contact; nothing was sent.
@@ -143,7 +145,11 @@ func (d *Deliverer) Deliver(ctx context.Context, addr string, dropletID int64, f
 			defer client.Close()
 			return res, d.writeFiles(ctx, client, dropletID, f)
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if retryable(err) && ctx.Err() != nil {
+			// Cancelled mid-attempt: the net error names the address.
+			return res, fmt.Errorf("%w on droplet %d: %w while waiting for SSH (%s)", ErrUnreachable, dropletID, ctx.Err(), errKind(err))
+		}
+		if !retryable(err) {
 			return res, err
 		}
 		last = err
@@ -283,9 +289,12 @@ func WriteCommand(dir, name, owner string) string {
 const maxStderr = 200
 
 // unreachable marks an error as "SSH is not up yet": worth another attempt.
+// Its text is the failure's kind only (errKind): the net error it wraps
+// names the address, which no error may carry (docs/operations.md, "SSH
+// key delivery").
 type unreachable struct{ err error }
 
-func (u unreachable) Error() string { return u.err.Error() }
+func (u unreachable) Error() string { return errKind(u.err) }
 func (u unreachable) Unwrap() error { return u.err }
 
 func retryable(err error) bool {

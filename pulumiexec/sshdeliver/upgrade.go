@@ -54,13 +54,18 @@ var (
 	// ErrUpgradeRestart: the binary was replaced but restarting the unit
 	// failed.
 	ErrUpgradeRestart = errors.New("the agent binary was replaced but restarting chalupa-agent.service failed")
+	// ErrUpgradeNoAgent: the droplet has no agent to upgrade (its user
+	// data installed none: the box's agent was turned on after the
+	// droplet was created, or the first-boot install failed); nothing was
+	// downloaded or replaced.
+	ErrUpgradeNoAgent = errors.New("the droplet has no agent installed (its first boot installed none); nothing was replaced: replace the droplet to install the agent")
 	// ErrUpgrade: the remote upgrade failed otherwise.
 	ErrUpgrade = errors.New("the agent upgrade over SSH failed")
 )
 
 // exitErrors maps UpgradeScript's exit codes to errors.
 var exitErrors = map[int]error{10: ErrUpgradeArch, 11: ErrUpgradeDownload, 12: ErrUpgradeDigest,
-	13: ErrUpgradeArchive, 14: ErrUpgradeReplace, 15: ErrUpgradeRestart}
+	13: ErrUpgradeArchive, 14: ErrUpgradeReplace, 15: ErrUpgradeRestart, 16: ErrUpgradeNoAgent}
 
 // UpgradeResult says what an upgrade found and left.
 type UpgradeResult struct {
@@ -101,7 +106,11 @@ func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int
 			res.HostKeyFingerprint = dr.HostKeyFingerprint
 			return d.runUpgrade(ctx, client, dropletID, rel, res)
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if retryable(err) && ctx.Err() != nil {
+			// Cancelled mid-attempt: the net error names the address.
+			return res, fmt.Errorf("%w on droplet %d: %w while waiting for SSH (%s)", ErrUnreachable, dropletID, ctx.Err(), errKind(err))
+		}
+		if !retryable(err) {
 			return res, err
 		}
 		if !d.clock.Now().Before(deadline) {
@@ -182,7 +191,8 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // its `version`, rename it over AgentBinary (atomic: the same file
 // system), restart AgentUnit. It prints arch=, before= and after= lines and
 // exits 10 (architecture), 11 (download), 12 (digest), 13 (archive), 14
-// (replace) or 15 (restart). Every value is single-quoted.
+// (replace), 15 (restart) or 16 (no agent installed: nothing downloaded).
+// Every value is single-quoted.
 func UpgradeScript(rel install.Release) string {
 	bin := AgentBinary
 	dir := bin[:strings.LastIndex(bin, "/")]
@@ -196,6 +206,9 @@ func UpgradeScript(rel install.Release) string {
 		"echo \"arch=$arch\"",
 		"before=$(" + bin + " version 2>/dev/null | head -n 1) || before=''",
 		"echo \"before=${before:-none}\"",
+		// No agent to upgrade: a binary alone, without the unit and
+		// settings the first boot writes, would never run.
+		"[ -n \"$before\" ] || exit 16",
 		"install -d -m 0755 " + dir + " || exit 14",
 		"tmp=$(mktemp -d " + dir + "/.chalupa-agent-upgrade.XXXXXX) || exit 14",
 		"trap 'rm -rf \"$tmp\"' EXIT",

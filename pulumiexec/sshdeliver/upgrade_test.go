@@ -153,6 +153,30 @@ func TestUpgradeAgent(t *testing.T) {
 		})
 	}
 
+	// A droplet whose first boot installed no agent (the box's agent
+	// turned on after creation, or a failed install): a binary alone
+	// would never run, so nothing is downloaded, placed or restarted.
+	t.Run("no agent installed", func(t *testing.T) {
+		u := newUpgradeRig(t)
+		if err := os.Remove(u.srv.AgentBinary()); err != nil {
+			t.Fatal(err)
+		}
+		res, err := u.deliver.UpgradeAgent(ctx, u.srv.Addr, 42, u.rel)
+		if !errors.Is(err, sshdeliver.ErrUpgradeNoAgent) {
+			t.Fatalf("upgrade: %v, want ErrUpgradeNoAgent", err)
+		}
+		if _, err := os.Stat(u.srv.AgentBinary()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a binary was placed: %v", err)
+		}
+		if r := u.restarts(t); r != "" {
+			t.Errorf("systemctl ran: %q", r)
+		}
+		if res.Before != "none" {
+			t.Errorf("result %+v", res)
+		}
+		leftovers(t, u.srv)
+	})
+
 	t.Run("success replaces and restarts", func(t *testing.T) {
 		u := newUpgradeRig(t)
 		res, err := u.deliver.UpgradeAgent(ctx, u.srv.Addr, 42, u.rel)
