@@ -304,7 +304,12 @@ func TestRerollUpgradeAgent(t *testing.T) {
 				}
 				_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{box("bx-a"), box("bx-b")}})
 			case r.URL.Path == "/api/admin/boxes/BX-A/agent-upgrade":
-				<-r.Context().Done() // never answers: the client's timeout ends it
+				// The connection ends without an answer (a daemon killed
+				// mid-call, a proxy's cut): the call fails at once.
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close()
+				}
 			case r.URL.Path == "/api/admin/boxes/BX-B/agent-upgrade":
 				mu.Lock()
 				upgraded = append(upgraded, "bx-b")
@@ -315,7 +320,7 @@ func TestRerollUpgradeAgent(t *testing.T) {
 			}
 		}))
 		t.Cleanup(ts.Close)
-		cl := &adminapi.Client{BaseURL: ts.URL, Token: "t", HTTP: &http.Client{Timeout: 200 * time.Millisecond}}
+		cl := &adminapi.Client{BaseURL: ts.URL, Token: "t"}
 		rows, err := reroll(context.Background(), cl, "", rerollUpgradeAgent, true, 10*time.Second, time.Millisecond, &bytes.Buffer{})
 		if err != nil {
 			t.Fatalf("reroll stopped: %v (rows %+v)", err, rows)
