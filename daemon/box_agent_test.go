@@ -178,6 +178,9 @@ func TestConfigWarnsAboutTheAgentRelease(t *testing.T) {
 			if tc.converge {
 				env["DIGITALOCEAN_PROVISION_TOKEN"] = "provision-token-for-the-config-test"
 				env["CHALUPA_PULUMI_CLI"] = pulumi
+				// The origin droplets reach (a loopback one is its own
+				// warning: TestConfigWarnsWhereBoxAgentsCannotWork).
+				env["CHALUPA_ORIGIN"] = "https://chalupa.example.net"
 			}
 			cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 			if err != nil {

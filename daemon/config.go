@@ -492,6 +492,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	if w := agentReleaseWarning(c.AgentRelease, provision != ""); w != "" {
 		c.Warnings = append(c.Warnings, w)
 	}
+	c.Warnings = append(c.Warnings, agentReachWarnings(c.AgentRelease, c.Origin, provision != "")...)
 	c.PulumiCLI = get("CHALUPA_PULUMI_CLI")
 	if c.PulumiCLI == "" {
 		c.PulumiCLI, _ = exec.LookPath("pulumi")

@@ -664,3 +664,62 @@ func TestConfigExplicitModes(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigWarnsWhereBoxAgentsCannotWork: with converge on, a loopback
+// CHALUPA_ORIGIN (the agent URL converge writes into each box) and one
+// digest in both architectures' variables are warnings that name the
+// variables (docs/operations.md, "Configuration"); serve still starts.
+func TestConfigWarnsWhereBoxAgentsCannotWork(t *testing.T) {
+	const (
+		digestA = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+		digestB = "486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7"
+	)
+	converge := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": "dop_v1_provision_" + proctest.RandomToken(24), "CHALUPA_PULUMI_CLI": "/bin/true"}
+	for _, tc := range []struct {
+		name  string
+		set   map[string]string
+		warn  string
+		quiet string
+	}{
+		{name: "converge with a loopback origin", set: map[string]string{"CHALUPA_LISTEN": "127.0.0.1:8443", "CHALUPA_ORIGIN": "http://127.0.0.1:8443"},
+			warn: "CHALUPA_ORIGIN is a loopback address"},
+		{name: "converge with the public origin", quiet: "CHALUPA_ORIGIN is a loopback"},
+		{name: "loopback origin without converge", set: map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": "", "CHALUPA_LISTEN": "127.0.0.1:8443", "CHALUPA_ORIGIN": ""},
+			quiet: "CHALUPA_ORIGIN is a loopback"},
+		{name: "one digest for both architectures", set: map[string]string{"CHALUPA_AGENT_SHA256_AMD64": digestA, "CHALUPA_AGENT_SHA256_ARM64": digestA},
+			warn: "CHALUPA_AGENT_SHA256_AMD64 and CHALUPA_AGENT_SHA256_ARM64 hold the same digest"},
+		{name: "a digest per architecture", set: map[string]string{"CHALUPA_AGENT_SHA256_AMD64": digestA, "CHALUPA_AGENT_SHA256_ARM64": digestB},
+			quiet: "hold the same digest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := goodEnv(t.TempDir())
+			env["CHALUPA_AGENT_VERSION"], env["CHALUPA_AGENT_RELEASE_URL"] = "v1.2.3", "https://releases.example.net/chalupa/v1.2.3"
+			for k, v := range converge {
+				env[k] = v
+			}
+			for k, v := range tc.set {
+				if v == "" {
+					delete(env, k)
+				} else {
+					env[k] = v
+				}
+			}
+			cfg, err := daemon.LoadConfig(envFunc(env))
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			warnings := strings.Join(cfg.Warnings, "\n")
+			if tc.warn != "" && !strings.Contains(warnings, tc.warn) {
+				t.Errorf("warnings %q lack %q", warnings, tc.warn)
+			}
+			if tc.quiet != "" && strings.Contains(warnings, tc.quiet) {
+				t.Errorf("warnings %q say %q", warnings, tc.quiet)
+			}
+			for _, v := range []string{digestA, "127.0.0.1:8443"} {
+				if strings.Contains(warnings, v) {
+					t.Errorf("warnings repeat the value %q", v)
+				}
+			}
+		})
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/chalupa-run/chalupa/agent/install"
+	originpkg "github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
@@ -65,4 +67,27 @@ func agentReleaseWarning(release install.Release, convergeOn bool) string {
 		return ""
 	}
 	return "the agent release cannot be installed: " + agentReleaseText(problems)
+}
+
+// agentReachWarnings are what config check and serve say when boxes would
+// get an agent that cannot do its work (docs/operations.md,
+// "Configuration"): with converge on, a loopback CHALUPA_ORIGIN is the
+// agent URL converge writes into every box, so a real droplet's agent
+// would report to itself and the reaper end the box at its idle deadline;
+// and one digest pasted into both architectures' variables cannot match
+// both archives, so droplets of one architecture refuse the install.
+// Warnings, not refusals: a loopback origin is right for a converge whose
+// droplets run on this host (the tests' stand-in provider).
+func agentReachWarnings(release install.Release, origin string, convergeOn bool) []string {
+	var out []string
+	if u, err := url.Parse(origin); convergeOn && err == nil && u.Host != "" && originpkg.IsLoopbackHost(u.Hostname()) {
+		out = append(out, "CHALUPA_ORIGIN is a loopback address and converge writes it into each box's agent configuration: "+
+			"an agent on a droplet would report to itself and the reaper end its box at the idle deadline; set CHALUPA_ORIGIN to the https origin droplets reach")
+	}
+	amd, arm := release.SHA256["amd64"], release.SHA256["arm64"]
+	if amd != "" && strings.EqualFold(amd, arm) {
+		out = append(out, install.EnvSHA256AMD64+" and "+install.EnvSHA256ARM64+
+			" hold the same digest, which one archive cannot match for both architectures: copy each from the release's checksums.txt")
+	}
+	return out
 }
