@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/crypto/argon2"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/console"
@@ -102,6 +104,33 @@ func setPassword(t *testing.T, p *daemontest.InProcess) {
 	}
 }
 
+// setCheapPassword stores consolePassword's argon2id hash made with the
+// smallest parameters argon2id takes (8 KiB, one pass) straight into the
+// database, as the admin API stores its own (storage.SetConsolePassword).
+// A stored hash carries its parameters, so every login still runs the real
+// verification (console.VerifyPassword), in microseconds instead of the
+// production hash's tens of milliseconds, which -race makes a quarter of a
+// second: for a test that signs in dozens of times and is about the rate
+// limit, not the hash (console's own tests cover the hash, and
+// setPassword the admin API's path).
+func setCheapPassword(t *testing.T, p *daemontest.InProcess) {
+	t.Helper()
+	salt := []byte("sixteen byte slt")
+	key := argon2.IDKey([]byte(consolePassword), salt, 1, 8, 1, 32)
+	hash := fmt.Sprintf("$argon2id$v=%d$m=8,t=1,p=1$%s$%s", argon2.Version,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+	if !console.VerifyPassword(hash, consolePassword) || console.VerifyPassword(hash, "wrong") {
+		t.Fatal("the cheap hash does not verify as a stored hash")
+	}
+	ctx := context.Background()
+	if err := p.App.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.SetConsolePassword(ctx, tx, hash, p.App.Clock.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConsoleLoginRateLimit: ten failures from one source lock it out for
 // the window, the right password included, with Retry-After; other
 // sources still sign in; fifty failures across sources lock everyone out;
@@ -111,7 +140,7 @@ func TestConsoleLoginRateLimit(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Second))
 	opt := daemontest.AppOptions{Clock: clock, Env: map[string]string{"CHALUPA_TRUSTED_PROXIES": "127.0.0.1"}}
 	p := daemontest.NewInProcess(t, opt)
-	setPassword(t, p)
+	setCheapPassword(t, p)
 	from := func(addr string) *consoleClient {
 		c := newConsoleClient(t, p)
 		c.xff = addr
@@ -145,7 +174,7 @@ func TestConsoleLoginRateLimit(t *testing.T) {
 	})
 	t.Run("X-Forwarded-For is ignored from an untrusted peer", func(t *testing.T) {
 		q := daemontest.NewInProcess(t, daemontest.AppOptions{})
-		setPassword(t, q)
+		setCheapPassword(t, q)
 		for i := 0; i < console.LoginFailuresPerSource; i++ {
 			c := newConsoleClient(t, q)
 			c.xff = "192.0.2." + strconv.Itoa(i+1)

@@ -264,6 +264,7 @@ func TestOperationsReportReplica(t *testing.T) {
 		if r.Replica.Known || !strings.HasPrefix(r.Replica.Note, storage.ErrReplicaListing.Error()) || strings.Contains(r.Replica.Note, u.Path) {
 			t.Fatalf("replica %+v: want unknown, the failure's kind, no path", r.Replica)
 		}
+		p.CloseWithoutFinalSync() // the replica is gone on purpose
 	})
 }
 
@@ -290,6 +291,7 @@ func TestOperationsReportReplicaS3(t *testing.T) {
 		t.Fatalf("replica with S3 down %+v: want unknown, the failure's kind only", r.Replica)
 	}
 	t.Logf("S3 down: %s", r.Replica.Note)
+	p.CloseWithoutFinalSync() // the S3 server is down on purpose
 }
 
 // ltxFiles counts the .ltx files under dir and their bytes.

@@ -139,12 +139,27 @@ func (p *InProcess) open(opt AppOptions) {
 // Close stops the HTTP server and closes the App (loops, database, final
 // replica sync). Closing twice does nothing.
 func (p *InProcess) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.close(ctx)
+}
+
+// CloseWithoutFinalSync closes like Close but gives up the final replica
+// sync at once instead of retrying it for storage.DefaultShutdownSyncTimeout
+// (20 s): for a test that broke the replica on purpose (removed its
+// directory, stopped its S3 server) and asserts nothing about shutdown.
+// Closing twice does nothing.
+func (p *InProcess) CloseWithoutFinalSync() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.close(ctx)
+}
+
+func (p *InProcess) close(ctx context.Context) {
 	if p.ts == nil {
 		return
 	}
 	p.ts.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	p.App.Close(ctx)
 	p.ts, p.App = nil, nil
 }

@@ -27,9 +27,15 @@ var propertyStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 // several sessions each spanning up to 30 days from propertyStart: sparse
 // minutes (a few windows in most hours) plus dense hours (50–60 windows),
 // so groups of every size exist. It returns the windows (not yet stored)
-// and the sessions.
+// and the sessions. A session has 50 to 199 sparse minutes, or 25 to 74
+// under -short (contrib/test.sh --fast: a smaller fleet with groups of
+// every size still; the full run's is as large as ever).
 func genFleet(t testing.TB, db *storage.DB, rng *rand.Rand) ([]storage.TelemetryWindow, []storage.TelemetrySessionRef) {
 	t.Helper()
+	sparseMin, sparseRange := 50, 150
+	if testing.Short() {
+		sparseMin, sparseRange = 25, 50
+	}
 	var out []storage.TelemetryWindow
 	var sessions []storage.TelemetrySessionRef
 	envs := []int64{storagetest.Environment(t, db, storage.Environment{}).ID, storagetest.Environment(t, db, storage.Environment{}).ID}
@@ -42,7 +48,7 @@ func genFleet(t testing.TB, db *storage.DB, rng *rand.Rand) ([]storage.Telemetry
 			from := rng.IntN(minutes / 2)
 			span := 1 + rng.IntN(minutes-from)
 			used := map[int]bool{}
-			for range 50 + rng.IntN(150) {
+			for range sparseMin + rng.IntN(sparseRange) {
 				used[from+rng.IntN(span)] = true
 			}
 			for range 1 + rng.IntN(2) {

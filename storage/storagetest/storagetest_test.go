@@ -29,8 +29,16 @@ func TestNewDB(t *testing.T) {
 	if err := db.CheckApplied(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if other := storagetest.NewDB(t); other.Path == db.Path {
+	other := storagetest.NewDB(t)
+	if other.Path == db.Path {
 		t.Fatal("two NewDB calls share a file")
+	}
+	// Each database its own identity, as each migrated database has:
+	// replication refuses a replica marked with another database's.
+	id1, err1 := storage.DatabaseIdentity(ctx, db.Read)
+	id2, err2 := storage.DatabaseIdentity(ctx, other.Read)
+	if err1 != nil || err2 != nil || id1 == "" || id1 == id2 {
+		t.Fatalf("identities %q (%v) and %q (%v), want two different ones", id1, err1, id2, err2)
 	}
 }
 
