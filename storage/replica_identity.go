@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -176,8 +177,31 @@ func (r *Replicator) writeMarker(ctx context.Context) error {
 // start from: a snapshot, or an LTX file at L2, L1 or L0 that begins at
 // transaction 1; and whether it holds any LTX file at all.
 func (r *Replicator) replicaBase(ctx context.Context) (base, any bool, err error) {
+	return replicaBase(ctx, r.replica.Client)
+}
+
+// listingAttempts bounds how often replicaBase lists the replica again
+// when a file vanished while it was being listed: the file replica client
+// stats each entry after reading the directory, and compaction renames
+// and removes files meanwhile, so a listing can fail with "no such file"
+// although nothing is wrong. Three is ample: each retry is a fresh
+// listing of a few directories.
+const listingAttempts = 3
+
+// replicaBase is Replicator.replicaBase over any replica client.
+func replicaBase(ctx context.Context, client litestream.ReplicaClient) (base, any bool, err error) {
+	for attempt := 1; ; attempt++ {
+		base, any, err = replicaBaseOnce(ctx, client)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == listingAttempts {
+			return base, any, err
+		}
+	}
+}
+
+// replicaBaseOnce is one listing of replicaBase.
+func replicaBaseOnce(ctx context.Context, client litestream.ReplicaClient) (base, any bool, err error) {
 	for _, level := range []int{litestream.SnapshotLevel, 2, 1, 0} {
-		it, err := r.replica.Client.LTXFiles(ctx, level, 0, false)
+		it, err := client.LTXFiles(ctx, level, 0, false)
 		if err != nil {
 			return false, false, err
 		}
