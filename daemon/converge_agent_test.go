@@ -21,6 +21,7 @@ import (
 // droplet; a box with the agent off gets no user data (docs/operations.md,
 // "Converge").
 func TestConvergeInstallsTheAgent(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
 	cl, ctx := p.Admin, context.Background()

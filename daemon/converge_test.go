@@ -168,6 +168,7 @@ func events(t *testing.T, db *storage.DB, kind string) []storage.LifecycleEventR
 // everything; the provision token reaches no job row, event, log or
 // stack export.
 func TestConvergeThroughTheQueue(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
 	cl, ctx := p.Admin, context.Background()
@@ -336,6 +337,7 @@ func noSecret(t *testing.T, p *daemontest.InProcess, secret string) {
 // billable), revokes the key it issued, and carries no key in the job; the
 // next up, once the identity is authorized, delivers a key and succeeds.
 func TestConvergeKeyDeliveryFailure(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
 	cl, ctx := p.Admin, context.Background()
@@ -396,6 +398,7 @@ func TestConvergeKeyDeliveryFailure(t *testing.T) {
 // "destroy data <box>" the job carries includeData and removes the volume
 // at the provider (docs/operations.md, "Jobs" and "Converge").
 func TestConvergeDestroyIncludeData(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true})
 	cl, ctx := p.Admin, context.Background()
@@ -470,6 +473,7 @@ func TestConvergeDestroyIncludeData(t *testing.T) {
 // (imports, no creates, nothing "same"), and the up after it creates
 // nothing (docs/operations.md, "Checkpoints").
 func TestConvergeWipeSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
 	p := daemontest.NewInProcess(t, opt)
@@ -503,6 +507,7 @@ func TestConvergeWipeSurvivesRestart(t *testing.T) {
 // stacks' checkpoints, on a context the cancellation did not end; the job
 // is left running for crash recovery (docs/operations.md, "Checkpoints").
 func TestConvergeCheckpointAfterCancelledRun(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	opt := daemontest.AppOptions{Env: convergeEnv(t, api, droplet), StartLoops: true}
 	p := daemontest.NewInProcess(t, opt)
@@ -575,6 +580,7 @@ func noToken(t *testing.T, p *daemontest.InProcess) {
 // the firewall is deleted, the data volume is kept, and the box and its
 // events say so (docs/operations.md, "Converge").
 func TestConvergeDestroyAfterReap(t *testing.T) {
+	t.Parallel()
 	api, droplet := newConvergeAPI(t), newFakeDroplet(t)
 	env := convergeEnv(t, api, droplet)
 	env["DIGITALOCEAN_WRITE_TOKEN"] = api.AddToken("write", dofake.FullAccess...)

@@ -38,6 +38,7 @@ const convergeE2EToken = "dop_v1_provision_sentinel_e2e0123456789abcdef012345678
 // exactly one droplet. The provision token is in no log, database or
 // state file.
 func TestConvergeSIGKILLRecovery(t *testing.T) {
+	t.Parallel()
 	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteGetDroplet)
 	if n := len(api.Droplets()); n != 1 {
 		t.Fatalf("%d droplets at the kill, want 1", n)
@@ -262,6 +263,7 @@ func e2eBox(t *testing.T, cl *adminapi.Client, name string, volumeGiB int64) {
 // imports nothing and creates nothing: the test server still holds exactly
 // one droplet.
 func TestConvergeCheckpointRestore(t *testing.T) {
+	t.Parallel()
 	bin := proctest.BuildBinary(t)
 	litestream := proctest.ToolPath(t, "litestream")
 	s3 := proctest.StartVersityGW(t)
@@ -325,6 +327,7 @@ func TestConvergeCheckpointRestore(t *testing.T) {
 // adopts it: exactly one firewall (and one droplet) exists, recorded on the
 // box.
 func TestConvergeSIGKILLFirewallRecovery(t *testing.T) {
+	t.Parallel()
 	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteCreateFirewall)
 	ctx := context.Background()
 	fw := api.Firewalls()[0]

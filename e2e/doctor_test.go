@@ -35,6 +35,7 @@ import (
 // provider are unchanged by it (list calls only). Running the recommended
 // command lets recovery finish the job; the doctor then says nothing to do.
 func TestJobDoctorEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin, api, d, job := e2eKilledMidUp(t, dofake.RouteCreateDroplet)
 	ctx := context.Background()
 	checkpoints := stackCheckpointVersions(t, d.DatabasePath())

@@ -6,9 +6,11 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/chalupa-run/chalupa/ingest/signer"
@@ -18,9 +20,29 @@ import (
 // (docs/operations.md, "Exit codes").
 const exitUsage = 2
 
+// defaultParallel is how many of this package's parallel tests run at once
+// when go test is given no -parallel (whose own default is GOMAXPROCS, 2 on
+// CI's machine). The tests here mostly wait on other processes — a daemon's
+// loops, an agent's cadence, the reaper's deadline, pulumi and its plugins —
+// so a CPU apiece would leave the machine idle through most of the lane.
+// Eight keeps the CPU-bound steps (go build, contrib/release.sh, Chromium)
+// overlapping at most a few at a time; every wait is bounded by
+// internal/testwait for a loaded machine. An explicit -parallel wins.
+const defaultParallel = 8
+
 // TestMain runs the tests from the module root, so they name the
-// repository's files (README.md, contrib/…, docs/…) by their paths there.
+// repository's files (README.md, contrib/…, docs/…) by their paths there,
+// defaultParallel at a time unless -parallel says otherwise.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			os.Exit(1)
+		}
+	}
 	if err := os.Chdir(".."); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,12 +25,19 @@ func TestServeRecordsAddress(t *testing.T) {
 	bin := proctest.BuildBinary(t)
 	d := proctest.StartDaemon(t, bin, nil)
 	addrFile := filepath.Join(d.DataDir, datadir.AddressFileName)
-	fi, err := os.Stat(addrFile)
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("%s: %v (mode %v), want 0600", datadir.AddressFileName, err, fi.Mode())
-	}
-	if n := strings.Count(d.Logs(), "console at "+d.URL+"/app; set its password with: chalupa admin password"); n != 1 {
-		t.Fatalf("the console line appears %d times, want once:\n%s", n, d.Logs())
+	console := "console at " + d.URL + "/app; set its password with: chalupa admin password"
+	// Serve prints the console line and writes the address once it accepts
+	// connections, so /api/health may answer before either is seen: wait
+	// for both, then count the line in the whole output after the stop.
+	var fi os.FileInfo
+	testwait.Eventually(t, testwait.Long, "the console line and "+datadir.AddressFileName, func() (bool, string) {
+		var err error
+		fi, err = os.Stat(addrFile)
+		seen := strings.Contains(d.Logs(), console)
+		return err == nil && seen, fmt.Sprintf("%s: %v; console line seen: %v", datadir.AddressFileName, err, seen)
+	})
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: mode %v, want 0600", datadir.AddressFileName, fi.Mode())
 	}
 	env := map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_DATA_DIR": d.DataDir}
 	if out, code := proctest.RunCommand(t, bin, "", env, "admin", "status"); code != 0 || !strings.Contains(out, "schema version") {
@@ -45,6 +53,9 @@ func TestServeRecordsAddress(t *testing.T) {
 	}
 	if _, err := os.Stat(addrFile); !os.IsNotExist(err) {
 		t.Fatalf("%s after a clean stop: %v, want it removed", datadir.AddressFileName, err)
+	}
+	if n := strings.Count(d.Logs(), console); n != 1 {
+		t.Fatalf("the console line appears %d times, want once:\n%s", n, d.Logs())
 	}
 }
 

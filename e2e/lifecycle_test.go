@@ -55,8 +55,13 @@ const (
 // volume. Box 2 goes up with a one-minute idle limit; its agent runs, then
 // stops; the reaper destroys the droplet at its deadline with the write
 // token; `converge destroy` afterwards succeeds and keeps the volume. Each
-// box's events tell that story in order.
+// box's events tell that story in order. The two stories overlap in time:
+// box 2 goes up while box 1's agent fills its first whole minute (an agent
+// sends only complete windows) and box 2's idle minute runs while box 1
+// goes down, so the proof waits on the real clock for about one window
+// and one idle limit at once, not one after the other.
 func TestLifecycleProof(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	bin, rel := proctest.BuildBinary(t), lifecycleBuildRelease(t)
 	boot := &lifecycleBoot{rel: rel, repo: proctest.RepoRoot(t), dir: t.TempDir(), roots: map[int]string{}}
@@ -81,10 +86,25 @@ func TestLifecycleProof(t *testing.T) {
 		return d.Status == "active" && !d.LastHeartbeatAt.IsZero() && d.AgentVersion == "chalupa-agent/"+lifecycleVersion
 	}
 
-	// Box 1: up, the agent live and sending windows, down.
+	// Box 1: up, its agent live.
 	drop1, root1 := lifecycleUp(t, cl, api, boot, "proof-1", "box-1", 30)
 	a1 := lifecycleStartAgent(t, root1, drop1, d.URL, "proof-1", 30)
 	dep1 := lifecycleDeployment(t, cl, "proof-1", "droplet-"+strconv.Itoa(drop1.ID), time.Minute, live)
+
+	// Box 2: up (box 1's key is delivered: the SSH server now writes into
+	// box 2's root), its agent live, then its activity stops.
+	drop2, root2 := lifecycleUp(t, cl, api, boot, "proof-2", "box-2", 1)
+	a2 := lifecycleStartAgent(t, root2, drop2, d.URL, "proof-2", 1)
+	dep2 := lifecycleDeployment(t, cl, "proof-2", "droplet-"+strconv.Itoa(drop2.ID), time.Minute, live)
+	if dep2.IdleDeadlineAt.After(dep2.LastHeartbeatAt.Add(2 * time.Minute)) {
+		t.Fatalf("box 2's idle deadline %v: its one-minute limit did not reach the agent", dep2.IdleDeadlineAt)
+	}
+	_ = a2.cmd.Process.Signal(syscall.SIGTERM) // its final window and shutdown event, then silence
+	if err := <-a2.exited; err != nil {
+		t.Fatalf("box 2's agent on SIGTERM: %v", err)
+	}
+
+	// Box 1: its agent sends windows; down.
 	testwait.Eventually(t, testwait.Long, "a telemetry window from box 1's agent", func() (bool, string) {
 		p, err := cl.GetDeploymentPerformance(ctx, adminapi.DeploymentPerformanceRequest{EnvironmentSlug: "proof-1", DeploymentID: dep1.ID})
 		return err == nil && len(p.Sessions) > 0 && p.Sessions[0].Windows > 0, fmt.Sprintf("%+v %v", p.Sessions, err)
@@ -99,18 +119,8 @@ func TestLifecycleProof(t *testing.T) {
 	lifecycleVolumeKept(t, cl, api, "box-1")
 	lifecycleStory(t, cl, "proof-1", "launched", "deployment-ended+sunk")
 
-	// Box 2: up, the agent live, then its activity stops; the reaper
-	// destroys the droplet at its deadline; destroy afterwards.
-	drop2, root2 := lifecycleUp(t, cl, api, boot, "proof-2", "box-2", 1)
-	a2 := lifecycleStartAgent(t, root2, drop2, d.URL, "proof-2", 1)
-	dep2 := lifecycleDeployment(t, cl, "proof-2", "droplet-"+strconv.Itoa(drop2.ID), time.Minute, live)
-	if dep2.IdleDeadlineAt.After(dep2.LastHeartbeatAt.Add(2 * time.Minute)) {
-		t.Fatalf("box 2's idle deadline %v: its one-minute limit did not reach the agent", dep2.IdleDeadlineAt)
-	}
-	_ = a2.cmd.Process.Signal(syscall.SIGTERM) // its final window and shutdown event, then silence
-	if err := <-a2.exited; err != nil {
-		t.Fatalf("box 2's agent on SIGTERM: %v", err)
-	}
+	// Box 2: the reaper destroys the droplet at its deadline; destroy
+	// afterwards.
 	reaped := func() []dofake.Request {
 		return api.Requests(dofake.WithToken("write"), func(r dofake.Request) bool { return r.Method == http.MethodDelete })
 	}

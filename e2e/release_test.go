@@ -30,6 +30,7 @@ import (
 // agent/install, ArchiveName, Arches). The clones hold the repository's
 // HEAD, so uncommitted changes are not part of what is built.
 func TestReleaseIsReproducible(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is required to build a release")
 	}

@@ -82,12 +82,12 @@ type Daemon struct {
 	// Pid is the process id.
 	Pid int
 
-	t    testing.TB
-	cmd  *exec.Cmd
-	logs *SyncBuffer
-	done chan struct{}
-	code int
-	hc   *http.Client
+	t       testing.TB
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	code    int
+	hc      *http.Client
 }
 
 // StartDaemon runs `chalupa serve extraArgs…` from bin with env on top of the
@@ -146,18 +146,27 @@ func Start(t testing.TB, bin string, opt Options) *Daemon {
 		t.Fatalf("proctest: CHALUPA_LISTEN: %v", err)
 	}
 
-	logs := &SyncBuffer{}
+	// The output goes straight into a file, not through a pipe and a
+	// copying goroutine: whatever the daemon wrote before it answered a
+	// request is in Logs when the answer arrives.
+	logPath := filepath.Join(t.TempDir(), "serve.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatalf("proctest: serve's log file: %v", err)
+	}
 	cmd := exec.Command(bin, append([]string{"serve"}, opt.Args...)...)
 	cmd.Dir = dir
 	cmd.Env = childEnv(env)
-	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	logFile.Close() // the child has its own descriptor
+	if err != nil {
 		t.Fatalf("start %s serve: %v", bin, err)
 	}
 	d := &Daemon{
 		URL: base, DataDir: dataDir, Dir: dir, Env: env, Pid: cmd.Process.Pid,
-		t: t, cmd: cmd, logs: logs, done: make(chan struct{}), code: -1,
+		t: t, cmd: cmd, logPath: logPath, done: make(chan struct{}), code: -1,
 		hc: &http.Client{Timeout: RequestTimeout},
 	}
 	go func() {
@@ -222,8 +231,15 @@ func (d *Daemon) waitHealthy(timeout time.Duration) {
 	}
 }
 
-// Logs returns everything the process wrote to stdout and stderr so far.
-func (d *Daemon) Logs() string { return d.logs.String() }
+// Logs returns everything the process wrote to stdout and stderr so far
+// (a line saying why, should its log file be unreadable).
+func (d *Daemon) Logs() string {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return fmt.Sprintf("proctest: read serve's output: %v\n", err)
+	}
+	return string(b)
+}
 
 // DatabasePath is DataDir/chalupa.db.
 func (d *Daemon) DatabasePath() string { return filepath.Join(d.DataDir, DatabaseFileName) }
