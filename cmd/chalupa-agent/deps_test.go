@@ -1,84 +1,26 @@
 package main
 
 import (
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/chalupa-run/chalupa/internal/depstest"
 )
 
-// module is this module's path.
-const module = "github.com/chalupa-run/chalupa"
+const module = depstest.Module
 
-// leafPackages are the packages a fleet droplet or an operator's laptop
-// links: the agent and its command, and the leaves they share with the
-// server (docs/architecture.md, "Dependency direction").
-var leafPackages = []string{
-	module + "/cmd/chalupa-agent",
-	module + "/agent",
-	module + "/agent/agentcli",
-	module + "/agent/install",
-	module + "/agent/logship",
-	module + "/adminapi",
-	module + "/ingest/signer",
-	module + "/ingest/wire",
-}
-
-// badDeps are the packages none of leafPackages may link, by import path
-// prefix, each with why: the server's storage, replication, migrations,
-// Pulumi, AWS and the server's own packages.
-var badDeps = map[string]string{
-	"modernc.org/sqlite":                "SQLite is the server's database",
-	"github.com/benbjohnson/litestream": "replication is the server's",
-	"github.com/pressly/goose":          "migrations are the server's",
-	"github.com/pulumi/":                "Pulumi is the converge engine's",
-	"github.com/aws/":                   "the AWS SDK is the replica's and the log store's",
-	"github.com/digitalocean/godo":      "provider calls are the server's",
-	module + "/storage":                 "the server's database",
-	module + "/schema":                  "the server's migrations",
-	module + "/daemon":                  "the server's wiring",
-	module + "/reaper":                  "the server's reaper",
-	module + "/jobs":                    "the server's job queue",
-	module + "/pulumiexec":              "the server's Pulumi engine",
-	module + "/console":                 "the server's web console",
-	module + "/mcpserver":               "the server's MCP tools",
-	module + "/digitalocean":            "the server's provider client",
-	module + "/boxes":                   "the server's converge intent",
-	module + "/ingest":                  "the server's ingest (only ingest/signer and ingest/wire are leaves)",
-}
-
-// allowed are the exceptions to the module + "/ingest" prefix: the leaves.
-var allowed = map[string]bool{module + "/ingest/signer": true, module + "/ingest/wire": true}
-
-// TestDeps: the agent, its command and the leaves link none of badDeps, for
-// each platform the release builds (docs/operations.md, "Releases"), in the
-// manner of Tailscale's cmd/tailscale/deps_test.go.
+// TestDeps: the agent, its command and the leaves they share with the
+// server (what a fleet droplet or an operator's laptop links) link no
+// server package, not even mcpserver (docs/architecture.md, "Dependency
+// direction").
 func TestDeps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	for _, arch := range []string{"amd64", "arm64"} {
-		t.Run("linux/"+arch, func(t *testing.T) {
-			cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, leafPackages...)...)
-			cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("go list: %v", err)
-			}
-			deps := strings.Fields(string(out))
-			if len(deps) < len(leafPackages) {
-				t.Fatalf("go list listed %d packages", len(deps))
-			}
-			for _, dep := range deps {
-				if allowed[dep] {
-					continue
-				}
-				for prefix, why := range badDeps {
-					if dep == prefix || strings.HasPrefix(dep, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(dep, prefix)) {
-						t.Errorf("%s is linked by the agent or a leaf: %s", dep, why)
-					}
-				}
-			}
-		})
-	}
+	depstest.Check(t, "the agent or a leaf", []string{
+		module + "/cmd/chalupa-agent",
+		module + "/agent",
+		module + "/agent/agentcli",
+		module + "/agent/install",
+		module + "/agent/logship",
+		module + "/adminapi",
+		module + "/ingest/signer",
+		module + "/ingest/wire",
+	}, depstest.Forbidden(map[string]string{module + "/mcpserver": "the server's MCP tools"}))
 }
