@@ -94,6 +94,20 @@ func readLine(r io.Reader, limit int64, sigs <-chan os.Signal) (string, error) {
 	}
 }
 
+// PromptLine reads one line of an interactive prompt from r (at most
+// limit bytes): the server commands' prompts use it as cli's own do.
+// Ctrl-C or SIGTERM while it waits ends it with an error that exits 130
+// (143) (docs/operations.md, "Exit codes"); at the end of r it returns
+// what it read and io.EOF.
+func PromptLine(r io.Reader, limit int64) (string, error) { return promptLine(r, limit) }
+
+// IsInterrupted reports whether err is PromptLine's interruption (a
+// signal while the prompt waited): the command returns it as it is.
+func IsInterrupted(err error) bool {
+	var ee *exitError
+	return errors.As(err, &ee) && ee.code > 128
+}
+
 // promptLine reads one line of a terminal prompt; Ctrl-C ends it with
 // ExitInterrupted (after the caller's deferred terminal restore runs).
 func promptLine(r io.Reader, limit int64) (string, error) {

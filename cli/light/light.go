@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -74,12 +75,21 @@ func (f *Forwarder) Server() (string, error) {
 	if p, err := f.LookPath(ServerBinary); err == nil {
 		candidates = append(candidates, p)
 	}
+	var notExecutable []string
 	for _, c := range candidates {
 		fi, err := os.Stat(c)
-		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 || (selfInfo != nil && os.SameFile(fi, selfInfo)) {
+		if err != nil || fi.IsDir() || (selfInfo != nil && os.SameFile(fi, selfInfo)) {
+			continue
+		}
+		if fi.Mode()&0o111 == 0 {
+			notExecutable = append(notExecutable, c)
 			continue
 		}
 		return c, nil
+	}
+	if len(notExecutable) > 0 {
+		return "", fmt.Errorf("%w: %s is there but not executable (chmod 0755 it; docs/operations.md, \"Releases\")",
+			ErrNoServer, strings.Join(notExecutable, " and "))
 	}
 	where := "on PATH"
 	if self != "" {

@@ -133,6 +133,17 @@ func TestServerLookup(t *testing.T) {
 			t.Fatalf("Server() = %q, %v; want %q", got, err, onPath)
 		}
 	})
+	t.Run("only a file that is not executable", func(t *testing.T) {
+		d := t.TempDir()
+		beside := filepath.Join(d, ServerBinary)
+		if err := os.WriteFile(beside, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, _ := testForwarder(filepath.Join(d, "chalupa"), "", 0)
+		if _, err := f.Server(); !errors.Is(err, ErrNoServer) || !strings.Contains(err.Error(), beside+" is there but not executable") {
+			t.Fatalf("Server() error %v; want ErrNoServer naming %s as not executable", err, beside)
+		}
+	})
 	t.Run("never itself", func(t *testing.T) {
 		d := t.TempDir()
 		me := executable(t, d, ServerBinary)

@@ -1,7 +1,6 @@
 package servercmd
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,8 +106,14 @@ func (c *migrateRollbackCmd) Run(env *cli.Env) error {
 	typed := c.Confirmation
 	if typed == "" {
 		fmt.Fprintf(env.Stderr, "type %q to roll back: ", phrase)
-		line, _ := bufio.NewReader(env.Stdin).ReadString('\n')
+		line, err := cli.PromptLine(env.Stdin, 4096)
+		if cli.IsInterrupted(err) {
+			return err // Ctrl-C: 130, nothing changed
+		}
 		typed = strings.TrimSpace(line)
+		if err != nil && typed == "" {
+			return cli.Exit(1, fmt.Errorf("standard input ended before the confirmation phrase (type it, or pass --confirmation %q): nothing changed", phrase))
+		}
 	}
 	if typed != phrase {
 		return cli.Exit(1, fmt.Errorf("confirmation does not match %q: nothing changed", phrase))

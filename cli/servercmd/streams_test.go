@@ -141,6 +141,15 @@ func TestRollbackWritesToTheInjectedStreams(t *testing.T) {
 			t.Errorf("a refused rollback moved the database aside (stat: %v)", err)
 		}
 	})
+	t.Run("empty stdin", func(t *testing.T) {
+		_, errOut, code := runStreams(env, "", "migrate", "rollback", "--to", name)
+		if code != 1 || !strings.Contains(errOut, "standard input ended before the confirmation phrase") || !strings.Contains(errOut, "nothing changed") {
+			t.Errorf("exit %d, want 1 saying standard input ended\nstderr:\n%s", code, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(dataDir, storage.RolledBackDirName)); !os.IsNotExist(err) {
+			t.Errorf("a refused rollback moved the database aside (stat: %v)", err)
+		}
+	})
 	t.Run("the phrase from stdin", func(t *testing.T) {
 		out, errOut, code := runStreams(env, rollbackPhrase(name)+"\n", "migrate", "rollback", "--to", name)
 		if code != 0 || !strings.Contains(out, "rolled back to "+name) || !strings.Contains(out, "previous database moved to") {
