@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/blang/semver"
 	"github.com/digitalocean/godo"
@@ -65,13 +66,29 @@ func main() {
 	}
 }
 
+// engineCheck is how often the plugin asks whether the engine that started
+// it is still there. Real providers (pulumi's provider.Main) ask every
+// 5 minutes; the test double asks often, so a daemon SIGKILLed mid-run by
+// a test leaves no plugin behind for long.
+const engineCheck = 2 * time.Second
+
 func serve() error {
 	p := &provider{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if len(os.Args) > 1 { // the engine's address, as for any plugin
+		if err := rpcutil.Healthcheck(ctx, os.Args[1], engineCheck, cancel); err != nil {
+			return err
+		}
+	}
+	stop := make(chan bool)
+	go func() { <-ctx.Done(); close(stop) }()
 	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
 		Init: func(s *grpc.Server) error {
 			pulumirpc.RegisterResourceProviderServer(s, plugin.NewProviderServer(p))
 			return nil
 		},
+		Cancel: stop,
 	})
 	if err != nil {
 		return err
