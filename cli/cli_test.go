@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -57,25 +56,5 @@ func TestRunExitCodes(t *testing.T) {
 				t.Errorf("exit %d, want %d with %q:\n%s", code, tc.code, tc.want, out)
 			}
 		})
-	}
-}
-
-// TestOwnCommands: OwnCommands names exactly the top-level commands of
-// cli's own tree, as kong builds it (the light binary forwards the rest).
-func TestOwnCommands(t *testing.T) {
-	env := Env{LookupEnv: func(string) (string, bool) { return "", false }}
-	p, err := NewParser(&env, Wiring{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for _, n := range p.Model.Children {
-		want = append(want, n.Name)
-	}
-	got := OwnCommands()
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("OwnCommands() = %v, want %v", got, want)
 	}
 }

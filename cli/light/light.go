@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -131,17 +130,9 @@ func (f *Forwarder) openAPI(string) ([]byte, error) {
 }
 
 // Wiring is the light binary's cli.Wiring over f: the agent's commands and
-// every server command cli does not declare itself (cli.OwnCommands), as
-// forwarding commands.
+// the server's, as forwarding commands.
 func Wiring(f *Forwarder) cli.Wiring {
-	w := cli.Wiring{Commands: []any{&agentCommands{}}, OpenAPI: f.openAPI}
-	own := cli.OwnCommands()
-	for _, c := range serverCommands(f) {
-		if !slices.Contains(own, c.name) {
-			w.Commands = append(w.Commands, c.cmds)
-		}
-	}
-	return w
+	return cli.Wiring{Commands: []any{&agentCommands{}, newServerCommands(f)}, OpenAPI: f.openAPI}
 }
 
 // agentCommands puts the fleet agent's commands under `chalupa agent`, as
@@ -163,32 +154,21 @@ func (c *fwd) Run(env *cli.Env, ctx *kong.Context) error {
 	return c.f.forward(env, ctx.Selected().Path())
 }
 
-// serverCommand is one top-level server command's kong struct, by name.
-type serverCommand struct {
-	name string
-	cmds any
-}
-
 // serverCommands are cli/servercmd's commands as forwarding commands: the
 // same names, nesting and help text, so `chalupa --help` is the full
 // binary's (the root package's TestLightHelpGolden compares every
 // command's help with testdata/help.golden).
-func serverCommands(f *Forwarder) []serverCommand {
+type serverCommands struct {
+	Serve   fwd        `cmd:"" passthrough:"" help:"Run the daemon (HTTP API, background loops, replication)."`
+	Migrate migrateFwd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
+	Config  configFwd  `cmd:"" help:"Check the configuration read from the environment."`
+	Rewrap  fwd        `cmd:"" passthrough:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
+}
+
+// newServerCommands is serverCommands forwarding through f.
+func newServerCommands(f *Forwarder) *serverCommands {
 	c := fwd{f: f}
-	return []serverCommand{
-		{"serve", &struct {
-			Serve fwd `cmd:"" passthrough:"" help:"Run the daemon (HTTP API, background loops, replication)."`
-		}{c}},
-		{"migrate", &struct {
-			Migrate migrateFwd `cmd:"" help:"Inspect schema migrations (serve applies them)."`
-		}{migrateFwd{c, c, c}}},
-		{"config", &struct {
-			Config configFwd `cmd:"" help:"Check the configuration read from the environment."`
-		}{configFwd{c, c}}},
-		{"rewrap", &struct {
-			Rewrap fwd `cmd:"" passthrough:"" help:"Re-encrypt every envelope from CHALUPA_INGEST_MASTER_KEY to CHALUPA_INGEST_MASTER_KEY_NEW (daemon stopped)."`
-		}{c}},
-	}
+	return &serverCommands{Serve: c, Migrate: migrateFwd{c, c, c}, Config: configFwd{c, c}, Rewrap: c}
 }
 
 // migrateFwd is `migrate`'s subcommands, forwarded.

@@ -436,8 +436,8 @@ func Heartbeat(t testing.TB, db *storage.DB, seed storage.Heartbeat) storage.Hea
 	return seed
 }
 
-// PlaceholderEnvelope returns the envelope IngestKey stores when the seed
-// has none: fixed bytes that are not a sealed envelope, so ingest's keyring
+// PlaceholderEnvelope returns the envelope IngestKey stores when the row
+// it is given has none: fixed bytes that are not a sealed envelope, so ingest's keyring
 // refuses to open them (envelope.ErrMalformed). A new slice every call.
 //
 // storagetest cannot seal a real one: a key's envelope is bound to its key
@@ -463,7 +463,7 @@ func PlaceholderEnvelope() []byte {
 //     unless given (it was revoked without being rotated first)
 //   - RevokedAt, for a revoked key: CreatedAt
 //
-// EnvironmentSlug is read from the environment and ignored in the seed.
+// EnvironmentSlug is read from the environment and ignored in the row given.
 // Rotating is a direct UPDATE (storage.RotateEnvironmentKeys would rotate
 // the environment's other keys too); revoking uses storage.RevokeIngestKey.
 // Fails the test on any error, for example a duplicate key id, and for a
