@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
@@ -34,13 +34,13 @@ const (
 	// DefaultAgentIdleMinutes is a new box's agent idle limit: the agent's
 	// own default, so a box that says nothing is watched as a hand-started
 	// agent watches.
-	DefaultAgentIdleMinutes = install.DefaultIdleLimitMinutes
+	DefaultAgentIdleMinutes = agentrelease.DefaultIdleLimitMinutes
 	// MaxAgentIdleMinutes is the heartbeat's bound on the idle limit (one
 	// week; docs/operations.md, "Heartbeats and deadlines").
-	MaxAgentIdleMinutes = install.MaxIdleLimitMinutes
+	MaxAgentIdleMinutes = agentrelease.MaxIdleLimitMinutes
 	// MaxAgentSessionMinutes bounds the agent's session limit at 30 days,
 	// the longest session policy (docs/operations.md, "Session policies").
-	MaxAgentSessionMinutes = install.MaxSessionLimitMinutes
+	MaxAgentSessionMinutes = agentrelease.MaxSessionLimitMinutes
 )
 
 // ErrInvalid is wrapped by every validation error; the message names the

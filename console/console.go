@@ -22,7 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/randtoken"
@@ -110,7 +110,7 @@ type Deps struct {
 	// AgentRelease is the configured agent release (CHALUPA_AGENT_*): an
 	// environment's getting-started page renders its cloud-init from it
 	// (docs/operations.md, "Agent install").
-	AgentRelease install.Release
+	AgentRelease agentrelease.Release
 	// Version is the build version shown on every page.
 	Version string
 	// Origin is the daemon's public origin (CHALUPA_ORIGIN): state-changing

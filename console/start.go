@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -33,7 +33,7 @@ type envStartView struct {
 
 // envGettingStarted is a signed-in environment's page for adding a
 // hand-made droplet: the cloud-init for the configured agent release,
-// rendered by install.RenderCloudInit exactly as `chalupa config
+// rendered by agentrelease.RenderCloudInit exactly as `chalupa config
 // cloud-init --env SLUG` renders it (both digests), and the key delivery
 // steps. Nothing on it is secret: the key is issued by the CLI and never
 // shown. Without a usable release it names the variables to set
@@ -52,17 +52,17 @@ func (c *Console) envGettingStarted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rel := c.d.AgentRelease
-	v := envStartView{Env: sl, Origin: c.d.Origin, IdleMinutes: install.DefaultIdleLimitMinutes}
-	out, err := install.RenderCloudInit(rel, install.Params{URL: c.d.Origin, Environment: sl})
+	v := envStartView{Env: sl, Origin: c.d.Origin, IdleMinutes: agentrelease.DefaultIdleLimitMinutes}
+	out, err := agentrelease.RenderCloudInit(rel, agentrelease.Params{URL: c.d.Origin, Environment: sl})
 	switch {
-	case errors.Is(err, install.ErrRelease):
-		v.Missing = install.Variables(err)
+	case errors.Is(err, agentrelease.ErrRelease):
+		v.Missing = agentrelease.Variables(err)
 	case err != nil:
 		v.OriginProblem = true
 	default:
 		v.CloudInit = out
 		v.Version, v.SHA256AMD64, v.SHA256ARM64 = rel.Version, rel.SHA256["amd64"], rel.SHA256["arm64"]
-		v.ArchiveAMD64, v.ArchiveARM64 = install.ArchiveName(rel.Version, "amd64"), install.ArchiveName(rel.Version, "arm64")
+		v.ArchiveAMD64, v.ArchiveARM64 = agentrelease.ArchiveName(rel.Version, "amd64"), agentrelease.ArchiveName(rel.Version, "arm64")
 	}
 	c.render(w, r, http.StatusOK, "env-getting-started", v)
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -39,7 +39,7 @@ func TestGettingStartedPublic(t *testing.T) {
 }
 
 // TestEnvGettingStarted: signed in, an environment's page carries the
-// cloud-init install.RenderCloudInit renders for the configured release
+// cloud-init agentrelease.RenderCloudInit renders for the configured release
 // (as `chalupa config cloud-init` does), both digests and the key
 // delivery steps for that environment; without a usable release it names
 // exactly the variables to set and shows no cloud-init; an unknown
@@ -49,14 +49,14 @@ func TestEnvGettingStarted(t *testing.T) {
 	c.d.Origin = "https://chalupa.example.com"
 	storagetest.Environment(t, db, storage.Environment{Slug: "harbor"})
 	amd, arm := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
-	good := install.Release{Version: "v1.4.2", URL: "https://releases.example.com/chalupa/v1.4.2", SHA256: map[string]string{"amd64": amd, "arm64": arm}}
+	good := agentrelease.Release{Version: "v1.4.2", URL: "https://releases.example.com/chalupa/v1.4.2", SHA256: map[string]string{"amd64": amd, "arm64": arm}}
 	get := func(t *testing.T, slug string) (int, string) {
 		t.Helper()
 		return pageOf(t, c.envGettingStarted, "/app/env/"+slug+"/getting-started", "slug", slug)
 	}
 	t.Run("release configured", func(t *testing.T) {
 		c.d.AgentRelease = good
-		want, err := install.RenderCloudInit(good, install.Params{URL: c.d.Origin, Environment: "harbor"})
+		want, err := agentrelease.RenderCloudInit(good, agentrelease.Params{URL: c.d.Origin, Environment: "harbor"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,11 +83,11 @@ func TestEnvGettingStarted(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name    string
-		release install.Release
+		release agentrelease.Release
 		want    []string
 	}{
-		{"no release", install.Release{}, []string{install.EnvVersion, install.EnvReleaseURL, install.EnvSHA256AMD64, install.EnvSHA256ARM64}},
-		{"a bad digest", install.Release{Version: good.Version, URL: good.URL, SHA256: map[string]string{"amd64": amd, "arm64": "latest"}}, []string{install.EnvSHA256ARM64}},
+		{"no release", agentrelease.Release{}, []string{agentrelease.EnvVersion, agentrelease.EnvReleaseURL, agentrelease.EnvSHA256AMD64, agentrelease.EnvSHA256ARM64}},
+		{"a bad digest", agentrelease.Release{Version: good.Version, URL: good.URL, SHA256: map[string]string{"amd64": amd, "arm64": "latest"}}, []string{agentrelease.EnvSHA256ARM64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.d.AgentRelease = tc.release
@@ -95,7 +95,7 @@ func TestEnvGettingStarted(t *testing.T) {
 			if code != http.StatusOK || !strings.Contains(body, `id="release-missing"`) || strings.Contains(body, `id="cloud-init"`) {
 				t.Fatalf("status %d, want the missing variables and no cloud-init:\n%s", code, body)
 			}
-			for _, v := range []string{install.EnvVersion, install.EnvReleaseURL, install.EnvSHA256AMD64, install.EnvSHA256ARM64} {
+			for _, v := range []string{agentrelease.EnvVersion, agentrelease.EnvReleaseURL, agentrelease.EnvSHA256AMD64, agentrelease.EnvSHA256ARM64} {
 				named := strings.Contains(body, "<code>"+v+"</code>")
 				if wanted := strings.Contains(strings.Join(tc.want, " "), v); named != wanted {
 					t.Errorf("%s named %v, want %v", v, named, wanted)

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"
@@ -34,7 +34,7 @@ const (
 type agentUpgradeHandlers struct {
 	db        *storage.DB
 	clock     clockwork.Clock
-	release   install.Release
+	release   agentrelease.Release
 	deliverer *sshdeliver.Deliverer
 	port      int
 	log       zerolog.Logger
@@ -49,12 +49,12 @@ func (h *agentUpgradeHandlers) register(o *operations) {
 func releaseProblems(problems []error) error {
 	var vars []string
 	for _, p := range problems {
-		var pr install.Problem
+		var pr agentrelease.Problem
 		switch {
 		case errors.As(p, &pr):
 			vars = append(vars, pr.Var)
-		case errors.Is(p, install.ErrNotConfigured):
-			vars = append(vars, install.EnvVersion, install.EnvReleaseURL, install.EnvSHA256AMD64, install.EnvSHA256ARM64)
+		case errors.Is(p, agentrelease.ErrNotConfigured):
+			vars = append(vars, agentrelease.EnvVersion, agentrelease.EnvReleaseURL, agentrelease.EnvSHA256AMD64, agentrelease.EnvSHA256ARM64)
 		}
 	}
 	return fail(http.StatusUnprocessableEntity, "agent_release_invalid",

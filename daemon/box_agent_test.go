@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/proctest"
@@ -103,10 +103,10 @@ func TestConvergeRefusesTheAgentWithoutARelease(t *testing.T) {
 		vars []string
 	}{
 		{"nothing configured", map[string]string{"CHALUPA_AGENT_VERSION": "", "CHALUPA_AGENT_RELEASE_URL": "", "CHALUPA_AGENT_SHA256_AMD64": "", "CHALUPA_AGENT_SHA256_ARM64": ""},
-			[]string{install.EnvVersion, install.EnvReleaseURL, install.EnvSHA256AMD64, install.EnvSHA256ARM64}},
-		{"latest", map[string]string{"CHALUPA_AGENT_VERSION": "latest"}, []string{install.EnvVersion}},
-		{"plain http", map[string]string{"CHALUPA_AGENT_RELEASE_URL": "http://releases.example/v1.2.3"}, []string{install.EnvReleaseURL}},
-		{"missing arm64 digest", map[string]string{"CHALUPA_AGENT_SHA256_ARM64": ""}, []string{install.EnvSHA256ARM64}},
+			[]string{agentrelease.EnvVersion, agentrelease.EnvReleaseURL, agentrelease.EnvSHA256AMD64, agentrelease.EnvSHA256ARM64}},
+		{"latest", map[string]string{"CHALUPA_AGENT_VERSION": "latest"}, []string{agentrelease.EnvVersion}},
+		{"plain http", map[string]string{"CHALUPA_AGENT_RELEASE_URL": "http://releases.example/v1.2.3"}, []string{agentrelease.EnvReleaseURL}},
+		{"missing arm64 digest", map[string]string{"CHALUPA_AGENT_SHA256_ARM64": ""}, []string{agentrelease.EnvSHA256ARM64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := daemontest.NewInProcess(t, daemontest.AppOptions{Executor: &jobstest.Executor{}, Env: tc.env})
@@ -165,10 +165,10 @@ func TestConfigWarnsAboutTheAgentRelease(t *testing.T) {
 		want     string // the variable the warning names; "" for no warning
 	}{
 		{"a good release", proctest.AgentRelease(), true, ""},
-		{"latest with converge on", with(proctest.AgentRelease(), "CHALUPA_AGENT_VERSION", "latest"), true, install.EnvVersion},
-		{"no release with converge on", map[string]string{}, true, install.EnvSHA256ARM64},
+		{"latest with converge on", with(proctest.AgentRelease(), "CHALUPA_AGENT_VERSION", "latest"), true, agentrelease.EnvVersion},
+		{"no release with converge on", map[string]string{}, true, agentrelease.EnvSHA256ARM64},
 		{"no release with converge off", map[string]string{}, false, ""},
-		{"a missing digest with converge off", with(proctest.AgentRelease(), "CHALUPA_AGENT_SHA256_AMD64", ""), false, install.EnvSHA256AMD64},
+		{"a missing digest with converge off", with(proctest.AgentRelease(), "CHALUPA_AGENT_SHA256_AMD64", ""), false, agentrelease.EnvSHA256AMD64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"CHALUPA_DATA_DIR": t.TempDir()}
@@ -239,8 +239,8 @@ func TestConsoleBoxAgent(t *testing.T) {
 		t.Fatal("no csrf token")
 	}
 	r, body := c.post(t, "/app/boxes/box-web/converge", url.Values{"csrf_token": {m[1]}, "action": {"up"}}, nil)
-	if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, install.EnvVersion) || strings.Contains(body, "latest") {
-		t.Fatalf("up from the console: %d, want 422 naming %s without its value:\n%s", r.StatusCode, install.EnvVersion, body)
+	if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, agentrelease.EnvVersion) || strings.Contains(body, "latest") {
+		t.Fatalf("up from the console: %d, want 422 naming %s without its value:\n%s", r.StatusCode, agentrelease.EnvVersion, body)
 	}
 	if l, _ := p.Admin.ListJobs(ctx, adminapi.ListJobsRequest{}); len(l.Jobs) != 0 {
 		t.Fatalf("the refused form enqueued: %+v", l.Jobs)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
@@ -110,7 +110,7 @@ type Config struct {
 	// (CHALUPA_AGENT_VERSION, CHALUPA_AGENT_RELEASE_URL,
 	// CHALUPA_AGENT_SHA256_AMD64/ARM64; docs/operations.md, "Agent install").
 	// Read as given; AgentRelease.Check says what is missing or unsafe.
-	AgentRelease install.Release `json:"-" env:"CHALUPA_AGENT_VERSION CHALUPA_AGENT_RELEASE_URL CHALUPA_AGENT_SHA256_AMD64 CHALUPA_AGENT_SHA256_ARM64"`
+	AgentRelease agentrelease.Release `json:"-" env:"CHALUPA_AGENT_VERSION CHALUPA_AGENT_RELEASE_URL CHALUPA_AGENT_SHA256_AMD64 CHALUPA_AGENT_SHA256_ARM64"`
 	// PulumiHome is PULUMI_HOME for Pulumi's child processes, where the
 	// DigitalOcean provider plugin is installed (default $HOME/.pulumi).
 	PulumiHome string `json:"PULUMI_HOME"`
@@ -485,7 +485,7 @@ func LoadConfig(env Getenv) (*Config, error) {
 	} else if u.Scheme == "s3" && provision != "" && (c.SpacesKey == "" || c.SpacesSecret == "") {
 		bad("CHALUPA_SPACES_KEY and CHALUPA_SPACES_SECRET are required for an s3:// PULUMI_BACKEND_URL")
 	}
-	c.AgentRelease = install.FromEnv(get)
+	c.AgentRelease = agentrelease.FromEnv(get)
 	// An agent release converge cannot install is a warning, not a
 	// refusal: serve starts, boxes that carry the agent answer 422
 	// (docs/operations.md, "Converge").

@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	originpkg "github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/pulumiexec"
@@ -34,7 +34,7 @@ func agentReleaseText(problems []error) string {
 // 422 agent_release_invalid, nothing enqueued, while release fails its
 // checks (docs/operations.md, "Converge"). serve still starts; config
 // check warns (agentReleaseWarning).
-func agentAdmission(release install.Release) func(storage.Box, string) error {
+func agentAdmission(release agentrelease.Release) func(storage.Box, string) error {
 	problems := release.Check()
 	return func(box storage.Box, action string) error {
 		if len(problems) == 0 || !box.Config.Agent || !pulumiexec.RendersUserData(action) {
@@ -55,7 +55,7 @@ func agentAdmitAnswer(e *jobs.AdmitError) error {
 // release (docs/operations.md, "Configuration"): with converge on, any
 // problem (boxes that carry the agent cannot be brought up); with it off,
 // a release set but not installable. "" when there is nothing to say.
-func agentReleaseWarning(release install.Release, convergeOn bool) string {
+func agentReleaseWarning(release agentrelease.Release, convergeOn bool) string {
 	problems := release.Check()
 	switch {
 	case len(problems) == 0:
@@ -63,7 +63,7 @@ func agentReleaseWarning(release install.Release, convergeOn bool) string {
 	case convergeOn:
 		return "converge cannot install the agent, so up and preview of a box that carries it answer 422 " +
 			codeAgentReleaseInvalid + ": " + agentReleaseText(problems)
-	case len(problems) == 1 && errors.Is(problems[0], install.ErrNotConfigured):
+	case len(problems) == 1 && errors.Is(problems[0], agentrelease.ErrNotConfigured):
 		return ""
 	}
 	return "the agent release cannot be installed: " + agentReleaseText(problems)
@@ -78,7 +78,7 @@ func agentReleaseWarning(release install.Release, convergeOn bool) string {
 // both archives, so droplets of one architecture refuse the install.
 // Warnings, not refusals: a loopback origin is right for a converge whose
 // droplets run on this host (the tests' stand-in provider).
-func agentReachWarnings(release install.Release, origin string, convergeOn bool) []string {
+func agentReachWarnings(release agentrelease.Release, origin string, convergeOn bool) []string {
 	var out []string
 	if u, err := url.Parse(origin); convergeOn && err == nil && u.Host != "" && originpkg.IsLoopbackHost(u.Hostname()) {
 		out = append(out, "CHALUPA_ORIGIN is a loopback address and converge writes it into each box's agent configuration: "+
@@ -86,7 +86,7 @@ func agentReachWarnings(release install.Release, origin string, convergeOn bool)
 	}
 	amd, arm := release.SHA256["amd64"], release.SHA256["arm64"]
 	if amd != "" && strings.EqualFold(amd, arm) {
-		out = append(out, install.EnvSHA256AMD64+" and "+install.EnvSHA256ARM64+
+		out = append(out, agentrelease.EnvSHA256AMD64+" and "+agentrelease.EnvSHA256ARM64+
 			" hold the same digest, which one archive cannot match for both architectures: copy each from the release's checksums.txt")
 	}
 	return out

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 )
 
@@ -21,19 +21,19 @@ func TestConfigCloudInit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	want, err := install.RenderCloudInit(install.FromEnv(func(k string) string { return rel[k] }),
-		install.Params{URL: "https://chalupa.example", Environment: "demo-harbor", Size: "s-1vcpu-1gb", IdleLimitMinutes: 45})
+	want, err := agentrelease.RenderCloudInit(agentrelease.FromEnv(func(k string) string { return rel[k] }),
+		agentrelease.Params{URL: "https://chalupa.example", Environment: "demo-harbor", Size: "s-1vcpu-1gb", IdleLimitMinutes: 45})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out != want {
-		t.Fatalf("printed user data differs from install.RenderCloudInit's:\n%s", out)
+		t.Fatalf("printed user data differs from agentrelease.RenderCloudInit's:\n%s", out)
 	}
 
 	rel["CHALUPA_AGENT_VERSION"] = "latest"
 	out, code = proctest.RunCommand(t, bin, "", rel, "config", "cloud-init", "--env", "demo-harbor", "--url", "https://chalupa.example")
-	if code != 1 || !strings.Contains(out, install.EnvVersion) || strings.Contains(out, "#cloud-config") {
-		t.Fatalf("latest: exit %d, want 1 naming %s and printing no user data:\n%s", code, install.EnvVersion, out)
+	if code != 1 || !strings.Contains(out, agentrelease.EnvVersion) || strings.Contains(out, "#cloud-config") {
+		t.Fatalf("latest: exit %d, want 1 naming %s and printing no user data:\n%s", code, agentrelease.EnvVersion, out)
 	}
 	if _, code := proctest.RunCommand(t, bin, "", proctest.AgentRelease(), "config", "cloud-init", "--env", "demo-harbor",
 		"--url", "https://chalupa.example", "--idle-minutes", "20000"); code != 2 {
@@ -57,11 +57,11 @@ func TestConfigCheckWarnsAboutTheAgentRelease(t *testing.T) {
 	}
 	var warning string
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "warning") && strings.Contains(l, install.EnvReleaseURL) {
+		if strings.HasPrefix(l, "warning") && strings.Contains(l, agentrelease.EnvReleaseURL) {
 			warning = l
 		}
 	}
 	if warning == "" || strings.Contains(warning, "releases.example") {
-		t.Fatalf("want a warning naming %s without its value:\n%s", install.EnvReleaseURL, out)
+		t.Fatalf("want a warning naming %s without its value:\n%s", agentrelease.EnvReleaseURL, out)
 	}
 }

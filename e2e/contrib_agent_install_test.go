@@ -19,7 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 )
 
 // renderedUserData is the part of the rendered cloud-init the test reads.
@@ -63,7 +63,7 @@ func sha256Hex(b []byte) string {
 }
 
 // TestAgentInstallVerifiesTheChecksum renders the one cloud-init template
-// (install.RenderCloudInit; docs/operations.md, "Agent install") for a
+// (agentrelease.RenderCloudInit; docs/operations.md, "Agent install") for a
 // release served over https on loopback and runs its install command, argv
 // as rendered, under CHALUPA_INSTALL_ROOT with `uname -m` stubbed: the
 // machine's archive is picked by its own digest and verified before
@@ -74,7 +74,7 @@ func TestAgentInstallVerifiesTheChecksum(t *testing.T) {
 	archives := map[string][]byte{"amd64": stubAgentArchive(t, "amd64"), "arm64": stubAgentArchive(t, "arm64")}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for arch, b := range archives {
-			if r.URL.Path == "/rel/"+install.ArchiveName(version, arch) {
+			if r.URL.Path == "/rel/"+agentrelease.ArchiveName(version, arch) {
 				w.Write(b)
 				return
 			}
@@ -87,11 +87,11 @@ func TestAgentInstallVerifiesTheChecksum(t *testing.T) {
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rel := install.Release{Version: version, URL: srv.URL + "/rel",
+	rel := agentrelease.Release{Version: version, URL: srv.URL + "/rel",
 		SHA256: map[string]string{"amd64": sha256Hex(archives["amd64"]), "arm64": sha256Hex(archives["arm64"])}}
-	params := install.Params{URL: "https://chalupa.example", Environment: "demo-harbor", Size: "s-1vcpu-1gb",
+	params := agentrelease.Params{URL: "https://chalupa.example", Environment: "demo-harbor", Size: "s-1vcpu-1gb",
 		IdleLimitMinutes: 45, SessionLimitMinutes: 90}
-	userData, err := install.RenderCloudInit(rel, params)
+	userData, err := agentrelease.RenderCloudInit(rel, params)
 	if err != nil {
 		t.Fatal(err)
 	}

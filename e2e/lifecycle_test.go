@@ -33,7 +33,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
@@ -175,8 +175,8 @@ func lifecycleBuildRelease(t *testing.T) lifecycleRelease {
 }
 
 // lifecycleArchive names the release's agent archive for arch
-// (install.ArchiveName).
-func lifecycleArchive(arch string) string { return install.ArchiveName(lifecycleVersion, arch) }
+// (agentrelease.ArchiveName).
+func lifecycleArchive(arch string) string { return agentrelease.ArchiveName(lifecycleVersion, arch) }
 
 // daemonEnv is the agent release configuration (docs/operations.md,
 // "Configuration"). The architecture not built gets a digest no archive

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 )
 
 // TestReleaseIsReproducible builds the same commit twice, from two clones
@@ -27,7 +27,7 @@ import (
 // chalupa's server commands reach the chalupad beside it), chalupa-cli's
 // the same light chalupa alone, chalupa-agent's the agent; checksums.txt
 // lists them in the documented order (the agent install reads its lines:
-// agent/install, ArchiveName, Arches). The clones hold the repository's
+// boxes/agentrelease, ArchiveName, Arches). The clones hold the repository's
 // HEAD, so uncommitted changes are not part of what is built.
 func TestReleaseIsReproducible(t *testing.T) {
 	t.Parallel()
@@ -56,9 +56,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkChecksums(t, out, sums[i], []string{"chalupa_v0.0.0-test_linux_amd64.tar.gz", "chalupa-cli_v0.0.0-test_linux_amd64.tar.gz",
-			install.ArchiveName("v0.0.0-test", "amd64")})
+			agentrelease.ArchiveName("v0.0.0-test", "amd64")})
 		if i == 0 {
-			checkAgentArchive(t, filepath.Join(out, install.ArchiveName("v0.0.0-test", "amd64")), commit)
+			checkAgentArchive(t, filepath.Join(out, agentrelease.ArchiveName("v0.0.0-test", "amd64")), commit)
 			checkServerArchives(t, out, commit)
 		}
 	}
@@ -197,14 +197,14 @@ func checkArchive(t *testing.T, path, commit string, names ...string) string {
 }
 
 // TestReleaseArchOrder: release.sh builds, by default, the architectures
-// the agent install pins, in install.Arches order (checksums.txt lists each
+// the agent install pins, in agentrelease.Arches order (checksums.txt lists each
 // binary's archives in that order).
 func TestReleaseArchOrder(t *testing.T) {
 	b, err := os.ReadFile("contrib/release.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "arches=${CHALUPA_RELEASE_ARCHES:-" + strings.Join(install.Arches, " ") + "}\n"; !strings.Contains(string(b), want) {
+	if want := "arches=${CHALUPA_RELEASE_ARCHES:-" + strings.Join(agentrelease.Arches, " ") + "}\n"; !strings.Contains(string(b), want) {
 		t.Fatalf("contrib/release.sh does not build %q by default", want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
@@ -81,7 +81,7 @@ type Executor struct {
 	// AgentRelease and ControlPlaneURL (CHALUPA_ORIGIN) render the user
 	// data of a box that carries the agent, for up and preview
 	// (BoxUserData; docs/operations.md, "Converge").
-	AgentRelease    install.Release
+	AgentRelease    agentrelease.Release
 	ControlPlaneURL string
 
 	// DB is the database the executor reads the box's environment from

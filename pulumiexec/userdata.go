@@ -1,7 +1,7 @@
 package pulumiexec
 
 import (
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -18,12 +18,12 @@ func RendersUserData(action string) bool {
 // (docs/operations.md, "Converge" and "Agent install"): "" for a box with
 // the agent off, else the one template rendered for release with the
 // control plane's origin, the box's environment, size and agent limits.
-// The ingest key is never part of it. Errors: install.RenderCloudInit's
-// (install.ErrRelease naming the variables, install.ErrParams).
-func BoxUserData(box storage.Box, release install.Release, controlPlaneURL string) (string, error) {
+// The ingest key is never part of it. Errors: agentrelease.RenderCloudInit's
+// (agentrelease.ErrRelease naming the variables, agentrelease.ErrParams).
+func BoxUserData(box storage.Box, release agentrelease.Release, controlPlaneURL string) (string, error) {
 	if !box.Config.Agent {
 		return "", nil
 	}
-	return install.RenderCloudInit(release, install.Params{URL: controlPlaneURL, Environment: box.EnvironmentSlug,
+	return agentrelease.RenderCloudInit(release, agentrelease.Params{URL: controlPlaneURL, Environment: box.EnvironmentSlug,
 		Size: box.Config.Size, IdleLimitMinutes: box.Config.AgentIdleMinutes, SessionLimitMinutes: box.Config.AgentSessionMinutes})
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/cli"
 	"github.com/chalupa-run/chalupa/daemon"
 )
@@ -36,10 +36,10 @@ func (c *configCloudInitCmd) Run(env *cli.Env) error {
 	if c.IdleMinutes < 1 {
 		return cli.Exit(cli.ExitUsage, errors.New("--idle-minutes must be 1-10080"))
 	}
-	out, err := install.RenderCloudInit(install.FromEnv(env.Getenv), install.Params{URL: c.URL, Environment: c.Env,
+	out, err := agentrelease.RenderCloudInit(agentrelease.FromEnv(env.Getenv), agentrelease.Params{URL: c.URL, Environment: c.Env,
 		Size: c.Size, IdleLimitMinutes: c.IdleMinutes, SessionLimitMinutes: c.SessionMinutes})
 	switch {
-	case errors.Is(err, install.ErrRelease):
+	case errors.Is(err, agentrelease.ErrRelease):
 		return cli.Exit(1, err)
 	case err != nil:
 		return cli.Exit(cli.ExitUsage, err)

@@ -17,7 +17,6 @@ func TestDeps(t *testing.T) {
 		module + "/cmd/chalupa-agent",
 		module + "/agent",
 		module + "/agent/agentcli",
-		module + "/agent/install",
 		module + "/agent/logship",
 		module + "/adminapi",
 		module + "/ingest/signer",

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 )
 
@@ -46,7 +46,7 @@ func TestCancelledWaitNamesNoAddress(t *testing.T) {
 			return err
 		}},
 		{"upgrade", func(ctx context.Context, r *rig) error {
-			rel := install.Release{Version: "v1.1.0", URL: "https://releases.example/rel",
+			rel := agentrelease.Release{Version: "v1.1.0", URL: "https://releases.example/rel",
 				SHA256: map[string]string{"amd64": strings.Repeat("a", 64), "arm64": strings.Repeat("b", 64)}}
 			_, err := r.deliver.UpgradeAgent(ctx, ln.Addr().String(), 42, rel)
 			return err

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 )
 
 // Agent upgrade over SSH (docs/operations.md, "Agent install", under Upgrade).
@@ -83,10 +83,10 @@ type UpgradeResult struct {
 // first contact pins it), waiting up to UpgradeWait for SSH. The remote
 // script (UpgradeScript) picks the archive by `uname -m`, verifies its
 // sha256 before anything is replaced, replaces AgentBinary atomically and
-// restarts AgentUnit. rel must have passed install.Release.Check (the
+// restarts AgentUnit. rel must have passed agentrelease.Release.Check (the
 // caller's rule). Errors: ErrUnreachable, ErrHostKeyChanged, ErrAuth, the
 // ErrUpgrade* kinds; none carries the address or the release URL.
-func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int64, rel install.Release) (UpgradeResult, error) {
+func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int64, rel agentrelease.Release) (UpgradeResult, error) {
 	var res UpgradeResult
 	signer, err := Signer(ctx, d.db.Read, d.sealer)
 	if err != nil {
@@ -124,7 +124,7 @@ func (d *Deliverer) UpgradeAgent(ctx context.Context, addr string, dropletID int
 	}
 }
 
-func (d *Deliverer) runUpgrade(ctx context.Context, client *ssh.Client, dropletID int64, rel install.Release, res UpgradeResult) (UpgradeResult, error) {
+func (d *Deliverer) runUpgrade(ctx context.Context, client *ssh.Client, dropletID int64, rel agentrelease.Release, res UpgradeResult) (UpgradeResult, error) {
 	sess, err := client.NewSession()
 	if err != nil {
 		return res, fmt.Errorf("%w (droplet %d): %v", ErrUpgrade, dropletID, errKind(err))
@@ -193,7 +193,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // exits 10 (architecture), 11 (download), 12 (digest), 13 (archive), 14
 // (replace), 15 (restart) or 16 (no agent installed: nothing downloaded).
 // Every value is single-quoted.
-func UpgradeScript(rel install.Release) string {
+func UpgradeScript(rel agentrelease.Release) string {
 	bin := AgentBinary
 	dir := bin[:strings.LastIndex(bin, "/")]
 	return strings.Join([]string{

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/agent/install"
+	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 )
@@ -50,7 +50,7 @@ func agentArchive(t *testing.T, version string) []byte {
 type upgradeRig struct {
 	*rig
 	srv     *sshdtest.Server
-	rel     install.Release
+	rel     agentrelease.Release
 	archive []byte
 	unitLog string
 }
@@ -74,8 +74,8 @@ func newUpgradeRig(t *testing.T) *upgradeRig {
 	}
 	archive := agentArchive(t, "v1.1.0")
 	release := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		for _, a := range install.Arches {
-			if req.URL.Path == "/rel/"+install.ArchiveName("v1.1.0", a) {
+		for _, a := range agentrelease.Arches {
+			if req.URL.Path == "/rel/"+agentrelease.ArchiveName("v1.1.0", a) {
 				_, _ = w.Write(archive)
 				return
 			}
@@ -85,7 +85,7 @@ func newUpgradeRig(t *testing.T) *upgradeRig {
 	t.Cleanup(release.Close)
 	sum := sha256.Sum256(archive)
 	digest := hex.EncodeToString(sum[:])
-	rel := install.Release{Version: "v1.1.0", URL: release.URL + "/rel", SHA256: map[string]string{"amd64": digest, "arm64": digest}}
+	rel := agentrelease.Release{Version: "v1.1.0", URL: release.URL + "/rel", SHA256: map[string]string{"amd64": digest, "arm64": digest}}
 	return &upgradeRig{rig: r, srv: srv, rel: rel, archive: archive, unitLog: unitLog}
 }
 
@@ -121,13 +121,13 @@ func TestUpgradeAgent(t *testing.T) {
 	old := "#!/bin/sh\necho 'chalupa-agent v1.0.0'\n"
 	for _, tc := range []struct {
 		name   string
-		mutate func(*install.Release)
+		mutate func(*agentrelease.Release)
 		want   error
 	}{
-		{"digest mismatch", func(r *install.Release) {
+		{"digest mismatch", func(r *agentrelease.Release) {
 			r.SHA256 = map[string]string{"amd64": strings.Repeat("0", 64), "arm64": strings.Repeat("0", 64)}
 		}, sshdeliver.ErrUpgradeDigest},
-		{"archive missing", func(r *install.Release) { r.Version = "v9.9.9" }, sshdeliver.ErrUpgradeDownload},
+		{"archive missing", func(r *agentrelease.Release) { r.Version = "v9.9.9" }, sshdeliver.ErrUpgradeDownload},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := newUpgradeRig(t)

@@ -1,9 +1,9 @@
-// Package install describes the agent release a control plane installs on
+// Package agentrelease describes the agent release a control plane installs on
 // the droplets it converges (docs/operations.md, "Agent install"): which
-// version, where its archives are, and the sha256 of each. A leaf: the
-// server reads it from configuration, the install and upgrade paths render
-// it, and nothing here imports a server package.
-package install
+// version, where its archives are, and the sha256 of each. Server code: the
+// daemon reads it from configuration, converge and the agent upgrade render
+// it, and nothing under agent/ (what runs on a droplet) imports it.
+package agentrelease
 
 import (
 	"errors"
