@@ -154,10 +154,10 @@ func (a *App) open(ctx context.Context, opt Options) error {
 			return err
 		}
 		if wrote {
-			log.Warn().Str("path", cfg.SecretsFile).Strs("generated", cfg.Generated).
+			log.Warn().Str("path", cfg.Secrets.File).Strs("generated", cfg.Secrets.Generated).
 				Msg("generated secrets for the embedded default; values are in this file (0600), never printed")
-		} else if len(cfg.Generated) > 0 {
-			log.Info().Str("path", cfg.SecretsFile).Strs("from_file", cfg.Generated).Msg("using generated secrets")
+		} else if len(cfg.Secrets.Generated) > 0 {
+			log.Info().Str("path", cfg.Secrets.File).Strs("from_file", cfg.Secrets.Generated).Msg("using generated secrets")
 		}
 	}
 
@@ -181,7 +181,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 				return rerr
 			}
 			if recovered {
-				log.Warn().Str("path", cfg.SecretsFile).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
+				log.Warn().Str("path", cfg.Secrets.File).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
 				s, err = ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
 			}
 		}
@@ -211,10 +211,10 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		Identity:        identity,
 		Fresh:           fresh || res.From == 0,
 		OnEvent:         a.replicaEventRecorder(a.DB),
-		URL:             cfg.ReplicaURL,
+		URL:             cfg.Replica.URL,
 		Generation:      gen,
-		AccessKeyID:     cfg.SpacesKey.Reveal(),
-		SecretAccessKey: cfg.SpacesSecret.Reveal(),
+		AccessKeyID:     cfg.Replica.SpacesKey.Reveal(),
+		SecretAccessKey: cfg.Replica.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,
 		Clock:           a.Clock,
 		Logger:          replLog,
@@ -236,7 +236,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
 	exec := opt.Executor
-	if exec == nil && cfg.provisionToken() != "" {
+	if exec == nil && cfg.Converge.token() != "" {
 		// The provision token reaches the executor alone
 		// (docs/operations.md, "Converge").
 		if exec, err = newConvergeExecutor(cfg, a.DB, keys, sealer, a.Clock, log); err != nil {
@@ -244,7 +244,7 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		}
 		// Every job would fail without the provider plugin: say so now,
 		// not at the first up (docs/operations.md, "Converge").
-		if err := pulumiexec.CheckPlugin(cfg.PulumiHome); err != nil {
+		if err := pulumiexec.CheckPlugin(cfg.Converge.PulumiHome); err != nil {
 			log.Warn().Msg("converge is configured but " + err.Error())
 		}
 	}
@@ -337,7 +337,7 @@ const replicaCheckTimeout = 15 * time.Second
 func (a *App) checkReplicaUnused(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, replicaCheckTimeout)
 	defer cancel()
-	err := storage.CheckReplicaUnused(cctx, a.Config.ReplicaURL, a.Config.SpacesKey.Reveal(), a.Config.SpacesSecret.Reveal())
+	err := storage.CheckReplicaUnused(cctx, a.Config.Replica.URL, a.Config.Replica.SpacesKey.Reveal(), a.Config.Replica.SpacesSecret.Reveal())
 	switch {
 	case errors.Is(err, storage.ErrReplicaForeign):
 		return fmt.Errorf("CHALUPA_DATA_DIR holds no database, and CHALUPA_REPLICA_URL already holds a database's history: "+

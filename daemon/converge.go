@@ -28,26 +28,26 @@ import (
 // client for the provision token, checkpoints in db, and key delivery with
 // keys and sealer (chalupa's SSH identity) to CHALUPA_SSH_PORT.
 func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, sealer *envelope.Sealer, clock clockwork.Clock, log zerolog.Logger) (*pulumiexec.Executor, error) {
-	token := cfg.provisionToken().Reveal()
+	token := cfg.Converge.token().Reveal()
 	eng := &pulumiexec.Engine{
-		WorkDir: filepath.Join(cfg.DataDir, pulumiexec.WorkDirName), BackendURL: cfg.PulumiBackendURL,
-		PulumiHome: cfg.PulumiHome, CLIPath: cfg.PulumiCLI, ProvisionToken: token, APIURL: cfg.DOAPIURL,
+		WorkDir: filepath.Join(cfg.DataDir, pulumiexec.WorkDirName), BackendURL: cfg.Converge.PulumiBackendURL,
+		PulumiHome: cfg.Converge.PulumiHome, CLIPath: cfg.Converge.PulumiCLI, ProvisionToken: token, APIURL: cfg.DigitalOcean.APIURL,
 	}
-	if u, err := url.Parse(cfg.PulumiBackendURL); err == nil && u.Scheme == "s3" {
+	if u, err := url.Parse(cfg.Converge.PulumiBackendURL); err == nil && u.Scheme == "s3" {
 		eng.ExtraEnv = map[string]string{
-			"AWS_ACCESS_KEY_ID":     cfg.SpacesKey.Reveal(),
-			"AWS_SECRET_ACCESS_KEY": cfg.SpacesSecret.Reveal(),
+			"AWS_ACCESS_KEY_ID":     cfg.Replica.SpacesKey.Reveal(),
+			"AWS_SECRET_ACCESS_KEY": cfg.Replica.SpacesSecret.Reveal(),
 		}
 	}
-	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(token), Label: pulumiexec.ProvisionLabel,
+	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DigitalOcean.APIURL, Token: digitalocean.Token(token), Label: pulumiexec.ProvisionLabel,
 		Version: buildinfo.Version, Clock: clock, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	log = log.With().Str("component", "converge").Logger()
-	kd := &pulumiexec.KeyDelivery{DB: db, Keys: keys, Sealer: sealer, Clock: clock, Port: cfg.SSHPort, Log: log}
+	kd := &pulumiexec.KeyDelivery{DB: db, Keys: keys, Sealer: sealer, Clock: clock, Port: cfg.Converge.SSHPort, Log: log}
 	return &pulumiexec.Executor{Engine: eng, API: api, Log: log, DeliverKey: kd.Deliver,
-		Checkpoints: checkpoint.New(db, clock), AgentRelease: cfg.AgentRelease, ControlPlaneURL: cfg.Origin, DB: db}, nil
+		Checkpoints: checkpoint.New(db, clock), AgentRelease: cfg.Converge.AgentRelease, ControlPlaneURL: cfg.HTTP.Origin, DB: db}, nil
 }
 
 // doctorHandlers serves adminDiagnoseJob with the job doctor

@@ -144,10 +144,10 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 // while it is unset): inventory, prices, and the droplet lookup of `sunk`
 // lifecycle events.
 func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*digitalocean.Client, error) {
-	if cfg.DOReadToken == "" {
+	if cfg.Costs.ReadToken == "" {
 		return nil, nil
 	}
-	return digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(cfg.DOReadToken.Reveal()),
+	return digitalocean.New(digitalocean.Config{BaseURL: cfg.DigitalOcean.APIURL, Token: digitalocean.Token(cfg.Costs.ReadToken.Reveal()),
 		Label: "read", Version: buildinfo.Version, Clock: clock, Logger: d.Log})
 }
 
@@ -159,11 +159,11 @@ func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*digitaloc
 // token: inventory lists, adopts and ends only that organization's
 // droplets with it; prices still come from the read token.
 func newCostReconciler(cfg *Config, client *digitalocean.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
-	if client == nil || !cfg.Costs {
+	if client == nil || !cfg.Costs.On {
 		return nil, nil
 	}
 	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
-		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB, Rule: cfg.BillingRule}
+		VolumeUSDPerGiBMonth: cfg.Costs.VolumeUSDPerGiB, Rule: cfg.Costs.BillingRule}
 	if customers != nil {
 		cc.Customers = func(ctx context.Context) ([]cost.Account, error) { return customerAccounts(ctx, db, customers) }
 	}

@@ -41,14 +41,14 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 	if err != nil {
 		return nil, err
 	}
-	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
-		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.ReaperMaxDestroy,
+	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.Reaper.DryRun, CIFreshness: cfg.Reaper.CIFreshness,
+		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.Reaper.MaxDestroy,
 		StorageFault: storageFault(db.Writer, clock)}
 	if customers != nil {
 		rc.Customers = customers
 	}
-	if tok := cfg.writeToken(); tok != "" && cfg.ReaperMode != ReaperModeOff {
-		write, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(tok.Reveal()), Label: "write",
+	if tok := cfg.Reaper.token(); tok != "" && cfg.Reaper.Mode != ReaperModeOff {
+		write, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DigitalOcean.APIURL, Token: digitalocean.Token(tok.Reveal()), Label: "write",
 			Version: buildinfo.Version, Clock: clock, Logger: log})
 		if err != nil {
 			return nil, err
@@ -78,7 +78,7 @@ func storageFault(w *storage.Writer, clock clockwork.Clock) func() (bool, time.T
 // nothing else.
 type reaperHandlers struct {
 	reaper *reaper.Reaper
-	// mode is Config.ReaperMode, reported by the status.
+	// mode is Config.Reaper.Mode, reported by the status.
 	mode string
 }
 

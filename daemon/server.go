@@ -119,10 +119,10 @@ func newServer(d serverDeps) (*Server, error) {
 		clock = clockwork.NewRealClock()
 	}
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock, ingestLimit: maxIngestInFlight,
-		disk: storage.NewDiskGuard(storage.DiskGuardConfig{Path: d.Config.DataDir, MinFreeBytes: d.Config.MinFreeBytes, Statfs: d.Statfs})}
+		disk: storage.NewDiskGuard(storage.DiskGuardConfig{Path: d.Config.DataDir, MinFreeBytes: d.Config.Disk.MinFreeBytes, Statfs: d.Statfs})}
 	var shared []byte
-	if d.Config.IngestKey != "" {
-		shared = []byte(d.Config.IngestKey.Reveal())
+	if d.Config.Secrets.IngestKey != "" {
+		shared = []byte(d.Config.Secrets.IngestKey.Reveal())
 	}
 	read, err := newReadClient(d.Config, clock, d)
 	if err != nil {
@@ -130,7 +130,7 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	var customers *reaper.CustomerTokens
 	if d.ProviderTokens != nil {
-		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: buildinfo.Version, Clock: clock, Log: d.Log}
+		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DigitalOcean.APIURL, Version: buildinfo.Version, Clock: clock, Log: d.Log}
 	}
 	var droplets ingest.DropletLookup
 	if read != nil || customers != nil {
@@ -145,7 +145,7 @@ func newServer(d serverDeps) (*Server, error) {
 	// (docs/operations.md, "Reaper"); ingest never imports the reaper.
 	guard := clockguard.New(clock)
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard})
+		Quotas: d.Config.Quotas, Droplets: droplets, Logs: s.logs, Contact: guard})
 	s.m = newMetrics(s)
 	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
 	s.router = newRouter(s)
@@ -195,12 +195,12 @@ func newServer(d serverDeps) (*Server, error) {
 		return nil, err
 	}
 	s.costs = costs
-	billing := d.Config.BillingRule
+	billing := d.Config.Costs.BillingRule
 	if billing == (cost.Rule{}) { // a Config built without LoadConfig
 		billing = cost.DefaultRule
 	}
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: billing}).register(s.ops)
-	(&reaperHandlers{reaper: s.reaper, mode: d.Config.ReaperMode}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
 	s.jobWatch = jobs.NewWatch(d.DB, clock, d.Log)
@@ -215,10 +215,10 @@ func newServer(d serverDeps) (*Server, error) {
 	}
 	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
 	if s.jobRunner != nil {
-		s.jobs.SetAdmit(agentAdmission(d.Config.AgentRelease))
+		s.jobs.SetAdmit(agentAdmission(d.Config.Converge.AgentRelease))
 	}
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
-	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.AgentRelease, port: cmp.Or(d.Config.SSHPort, DefaultSSHPort), log: d.Log,
+	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.Converge.AgentRelease, port: cmp.Or(d.Config.Converge.SSHPort, DefaultSSHPort), log: d.Log,
 		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	dr := &doctor.Doctor{DB: d.DB, Clock: clock, Log: d.Log,
@@ -257,8 +257,8 @@ func newServer(d serverDeps) (*Server, error) {
 		logStore = s.logs.Store()
 	}
 	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: d.Config.AgentRelease, Version: buildinfo.Version, Origin: d.Config.Origin,
-		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: d.Config.Converge.AgentRelease, Version: buildinfo.Version, Origin: d.Config.HTTP.Origin,
+		TrustedProxies: d.Config.HTTP.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
 		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
 	s.console = con
 	for _, rt := range con.Routes() {
@@ -286,11 +286,11 @@ func (s *Server) loopConfigured(name string) bool {
 // newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log
 // credentials alone, or nil when it is unset (docs/operations.md, "Logs").
 func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
-	if c.LogsURL == "" {
+	if c.Logs.URL == "" {
 		return nil
 	}
-	store := logs.NewS3(c.LogsLocation, c.LogsKey.Reveal(), c.LogsSecret.Reveal(), clock)
-	return logs.NewBroker(store, c.LogsLocation, logs.Limits{})
+	store := logs.NewS3(c.Logs.Location, c.Logs.Key.Reveal(), c.Logs.Secret.Reveal(), clock)
+	return logs.NewBroker(store, c.Logs.Location, logs.Limits{})
 }
 
 // logRetention is the log retention loop, holding only the log store
@@ -299,7 +299,7 @@ func (s *Server) logRetention() *logs.Retention {
 	if s.logs == nil {
 		return nil
 	}
-	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.LogsRetention}
+	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.Logs.Retention}
 }
 
 // Handler returns the root handler.
