@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -8,6 +9,16 @@ import (
 	"strings"
 
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
+	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec"
+	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 )
 
 // ConvergeConfig is the Pulumi engine converge drives and the agent release
@@ -117,5 +128,51 @@ func (c *Config) validateConverge(l *loader) {
 		} else if fi, err := os.Stat(v.PulumiCLI); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			l.bad("CHALUPA_PULUMI_CLI is not an executable file")
 		}
+	}
+}
+
+// newConvergeExecutor builds the converge executor from the configuration
+// (docs/operations.md, "Converge"): the engine under CHALUPA_DATA_DIR with
+// PULUMI_BACKEND_URL (an s3:// backend gets CHALUPA_SPACES_KEY/SECRET as
+// the AWS variables of Pulumi's child processes only), a digitalocean
+// client for the provision token, checkpoints in db, and key delivery with
+// keys and sealer (chalupa's SSH identity) to CHALUPA_SSH_PORT.
+func newConvergeExecutor(cfg *Config, db *storage.DB, keys *ingest.Keyring, sealer *envelope.Sealer, clock clockwork.Clock, log zerolog.Logger) (*pulumiexec.Executor, error) {
+	token := cfg.Converge.token().Reveal()
+	eng := &pulumiexec.Engine{
+		WorkDir: filepath.Join(cfg.DataDir, pulumiexec.WorkDirName), BackendURL: cfg.Converge.PulumiBackendURL,
+		PulumiHome: cfg.Converge.PulumiHome, CLIPath: cfg.Converge.PulumiCLI, ProvisionToken: token, APIURL: cfg.DigitalOcean.APIURL,
+	}
+	if u, err := url.Parse(cfg.Converge.PulumiBackendURL); err == nil && u.Scheme == "s3" {
+		eng.ExtraEnv = map[string]string{
+			"AWS_ACCESS_KEY_ID":     cfg.Replica.SpacesKey.Reveal(),
+			"AWS_SECRET_ACCESS_KEY": cfg.Replica.SpacesSecret.Reveal(),
+		}
+	}
+	api, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DigitalOcean.APIURL, Token: digitalocean.Token(token), Label: pulumiexec.ProvisionLabel,
+		Version: buildinfo.Version, Clock: clock, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log = log.With().Str("component", "converge").Logger()
+	kd := &pulumiexec.KeyDelivery{DB: db, Keys: keys, Sealer: sealer, Clock: clock, Port: cfg.Converge.SSHPort, Log: log}
+	return &pulumiexec.Executor{Engine: eng, API: api, Log: log, DeliverKey: kd.Deliver,
+		Checkpoints: checkpoint.New(db, clock), AgentRelease: cfg.Converge.AgentRelease, ControlPlaneURL: cfg.HTTP.Origin, DB: db}, nil
+}
+
+// agentAdmission is the job service's admission check while converge is
+// configured: up and preview of a box that carries the agent are refused
+// 422 agent_release_invalid, nothing enqueued, while release fails its
+// checks (docs/operations.md, "Converge"). serve still starts; config
+// check warns (agentReleaseWarning).
+func agentAdmission(release agentrelease.Release) func(storage.Box, string) error {
+	problems := release.Check()
+	return func(box storage.Box, action string) error {
+		if len(problems) == 0 || !box.Config.Agent || !pulumiexec.RendersUserData(action) {
+			return nil
+		}
+		return &jobs.AdmitError{Code: codeAgentReleaseInvalid, Message: fmt.Sprintf(
+			"box %s carries the agent, but the agent release cannot be installed: %s (chalupa config check says the same); or opt the box out with chalupa admin box update %s --agent=false. Nothing was enqueued",
+			box.Name, agentReleaseText(problems), box.Name)}
 	}
 }

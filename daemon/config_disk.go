@@ -43,3 +43,9 @@ func minFreeText(n int64) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
+
+// guard is the free-space guard on dataDir's filesystem (statfs nil: the
+// real one).
+func (k DiskConfig) guard(dataDir string, statfs storage.StatfsFunc) *storage.DiskGuard {
+	return storage.NewDiskGuard(storage.DiskGuardConfig{Path: dataDir, MinFreeBytes: k.MinFreeBytes, Statfs: statfs})
+}

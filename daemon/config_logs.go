@@ -5,6 +5,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/storage"
+	"github.com/jonboulle/clockwork"
 )
 
 // LogsConfig is the log broker's bucket and credentials (CHALUPA_LOGS_*;
@@ -58,4 +59,23 @@ func (c *Config) validateLogs(l *loader) {
 	if bucket, p, ok := storage.ReplicaBucketPath(r.URL); ok && loc.Overlaps(bucket, p) {
 		l.bad("CHALUPA_LOGS_URL overlaps CHALUPA_REPLICA_URL (same bucket, one path within the other): log retention and erase delete objects and must never reach the database replica")
 	}
+}
+
+// newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log
+// credentials alone, or nil when it is unset (docs/operations.md, "Logs").
+func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
+	if c.Logs.URL == "" {
+		return nil
+	}
+	store := logs.NewS3(c.Logs.Location, c.Logs.Key.Reveal(), c.Logs.Secret.Reveal(), clock)
+	return logs.NewBroker(store, c.Logs.Location, logs.Limits{})
+}
+
+// logRetention is the log retention loop, holding only the log store
+// (nil without CHALUPA_LOGS_URL).
+func (s *Server) logRetention() *logs.Retention {
+	if s.logs == nil {
+		return nil
+	}
+	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.Logs.Retention}
 }

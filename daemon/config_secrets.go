@@ -77,3 +77,11 @@ func (c *Config) validateSecrets(l *loader) {
 	}
 	checkToken("CHALUPA_INGEST_KEY", s.IngestKey)
 }
+
+// sharedKey is CHALUPA_INGEST_KEY as ingest takes it (nil when unset).
+func (s *SecretsConfig) sharedKey() []byte {
+	if s.IngestKey == "" {
+		return nil
+	}
+	return []byte(s.IngestKey.Reveal())
+}
