@@ -18,6 +18,7 @@ import (
 	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/jonboulle/clockwork"
+	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 )
 
@@ -175,4 +176,27 @@ func agentAdmission(release agentrelease.Release) func(storage.Box, string) erro
 			"box %s carries the agent, but the agent release cannot be installed: %s (chalupa config check says the same); or opt the box out with chalupa admin box update %s --agent=false. Nothing was enqueued",
 			box.Name, agentReleaseText(problems), box.Name)}
 	}
+}
+
+// newJobLane is the converge job lane over d.Executor (no runner without
+// one: converge answers 503 converge_not_configured), the offline watch,
+// and the service the admin API calls, admitting up and preview only with
+// an installable agent release (agentAdmission).
+func newJobLane(d serverDeps) (*jobs.Runner, *jobs.Watch, *jobs.Service) {
+	watch := jobs.NewWatch(d.DB, d.Clock, d.Log)
+	var runner *jobs.Runner
+	if d.Executor != nil {
+		// The instance id locks this process's jobs: serve holds the data
+		// dir lock, so a job locked by another id is provably dead
+		// (docs/operations.md, "Jobs").
+		runner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: d.Clock, Log: d.Log, Executor: d.Executor,
+			InstanceID: ulid.Make().String(), Version: buildinfo.Version})
+	} else {
+		d.Log.Warn().Msg(convergeOffMessage)
+	}
+	svc := jobs.NewService(d.DB, d.Clock, runner, watch)
+	if runner != nil {
+		svc.SetAdmit(agentAdmission(d.Config.Converge.AgentRelease))
+	}
+	return runner, watch, svc
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -65,4 +66,28 @@ func dropletLookup(db *storage.DB, platform digitalocean.DropletAPI, customers *
 		}
 		return err == nil, err
 	}
+}
+
+// dropletLookupFor is dropletLookup over the read client and the customer
+// tokens, nil when neither is there (the `sunk` check then has no
+// credential: docs/operations.md, "Lifecycle events and runs").
+func dropletLookupFor(db *storage.DB, read *digitalocean.Client, customers *reaper.CustomerTokens) ingest.DropletLookup {
+	if read == nil && customers == nil {
+		return nil
+	}
+	var platform digitalocean.DropletAPI
+	if read != nil {
+		platform = read
+	}
+	return dropletLookup(db, platform, customers)
+}
+
+// newCustomerTokens opens customer organizations' own provider tokens
+// against the DigitalOcean API (nil without the token store:
+// docs/operations.md, "Customer organizations").
+func newCustomerTokens(d serverDeps) *reaper.CustomerTokens {
+	if d.ProviderTokens == nil {
+		return nil
+	}
+	return &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DigitalOcean.APIURL, Version: buildinfo.Version, Clock: d.Clock, Log: d.Log}
 }

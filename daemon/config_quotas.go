@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 )
 
 // minArtifactKiB is the smallest non-zero artifact bucket (KiB): the
@@ -117,4 +119,13 @@ func thousands(n int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// newIngestService is the signed-ingest service the quotas bound, with the
+// deprecated shared key (CHALUPA_INGEST_KEY), the droplet lookup of the
+// `sunk` check, the log broker and the clock guard it tells of each
+// agent's contact (docs/operations.md, "Signed ingest" and "Quotas").
+func newIngestService(d serverDeps, droplets ingest.DropletLookup, broker *logs.Broker, guard *clockguard.Guard) *ingest.Service {
+	return ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: d.Config.Secrets.sharedKey(), Clock: d.Clock, Log: d.Log,
+		Quotas: d.Config.Quotas, Droplets: droplets, Logs: broker, Contact: guard})
 }

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
@@ -70,11 +67,8 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.ProviderTokens != nil {
-		w.customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: cfg.DigitalOcean.APIURL, Version: buildinfo.Version, Clock: clock, Log: log}
-	}
-	w.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: cfg.Secrets.sharedKey(), Clock: clock, Log: log,
-		Quotas: cfg.Quotas, Droplets: dropletLookupFor(d.DB, read, w.customers), Logs: w.logs, Contact: w.guard})
+	w.customers = newCustomerTokens(d)
+	w.ingest = newIngestService(d, dropletLookupFor(d.DB, read, w.customers), w.logs, w.guard)
 	if w.costs, err = newCostReconciler(cfg, read, d.DB, clock, log, w.customers); err != nil {
 		return nil, err
 	}
@@ -84,35 +78,8 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 	if w.switches, err = newLoopSwitches(ctx, d.DB, clock, log, w.collectors); err != nil {
 		return nil, err
 	}
-	w.jobWatch = jobs.NewWatch(d.DB, clock, log)
-	if d.Executor != nil {
-		// The instance id locks this process's jobs: serve holds the data
-		// dir lock, so a job locked by another id is provably dead
-		// (docs/operations.md, "Jobs").
-		w.jobRunner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: clock, Log: log, Executor: d.Executor,
-			InstanceID: ulid.Make().String(), Version: buildinfo.Version})
-	} else {
-		log.Warn().Msg(convergeOffMessage)
-	}
-	w.jobs = jobs.NewService(d.DB, clock, w.jobRunner, w.jobWatch)
-	if w.jobRunner != nil {
-		w.jobs.SetAdmit(agentAdmission(cfg.Converge.AgentRelease))
-	}
+	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d)
 	return w, nil
-}
-
-// dropletLookupFor is dropletLookup over the read client and the customer
-// tokens, nil when neither is there (the `sunk` check then has no
-// credential: docs/operations.md, "Lifecycle events and runs").
-func dropletLookupFor(db *storage.DB, read *digitalocean.Client, customers *reaper.CustomerTokens) ingest.DropletLookup {
-	if read == nil && customers == nil {
-		return nil
-	}
-	var platform digitalocean.DropletAPI
-	if read != nil {
-		platform = read
-	}
-	return dropletLookup(db, platform, customers)
 }
 
 // pendingCollectors is the prometheus.Registerer workers register their
