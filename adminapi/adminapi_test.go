@@ -171,13 +171,13 @@ var heavy = []string{
 }
 
 // TestDeps keeps the leaves light (Tailscale's client/local TestDeps):
-// adminapi imports only the standard library, and ingest/signer,
+// adminapi imports only the standard library, and protocol,
 // which agents embed, nothing heavy either.
 func TestDeps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	for _, pkg := range []string{"github.com/chalupa-run/chalupa/adminapi", "github.com/chalupa-run/chalupa/ingest/signer"} {
+	for _, pkg := range []string{"github.com/chalupa-run/chalupa/adminapi", "github.com/chalupa-run/chalupa/protocol"} {
 		t.Run(pkg, func(t *testing.T) {
 			out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
 			if err != nil {

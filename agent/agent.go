@@ -15,8 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Version is the agentVersion heartbeats carry ("chalupa-agent/<Version>");
@@ -33,8 +32,8 @@ type Agent struct {
 	clock    clockwork.Clock
 	log      zerolog.Logger
 	id       Identity
-	client   *signer.Client
-	hbClient *signer.Client
+	client   *protocol.Client
+	hbClient *protocol.Client
 	tracker  *IdleTracker
 	sampler  *Sampler
 	windower *Windower
@@ -98,7 +97,7 @@ func New(cfg Config, creds Credentials, id Identity) (*Agent, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: RequestTimeout}
 	}
-	a.client = &signer.Client{BaseURL: cfg.URL, KeyID: creds.KeyID, Key: creds.Key, HTTP: hc, Now: a.clock.Now}
+	a.client = &protocol.Client{BaseURL: cfg.URL, KeyID: creds.KeyID, Key: creds.Key, HTTP: hc, Now: a.clock.Now}
 	hb := *a.client
 	a.hbClient = &hb
 	a.deliver = newDeliverer(sp, a.client, a.clock, a.log, st, cfg.ReplayRate)
@@ -240,13 +239,13 @@ func (a *Agent) Heartbeat(ctx context.Context) (int, error) {
 	return status, nil
 }
 
-func (a *Agent) heartbeatBody(now time.Time, obs Observation) wire.HeartbeatV1 {
-	hb := wire.HeartbeatV1{
+func (a *Agent) heartbeatBody(now time.Time, obs Observation) protocol.HeartbeatV1 {
+	hb := protocol.HeartbeatV1{
 		EnvironmentSlug: a.cfg.Environment,
-		Deployment:      wire.HeartbeatDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
+		Deployment:      protocol.HeartbeatDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
 		AgentVersion:    "chalupa-agent/" + Version,
 		SentAt:          now,
-		Reaper: wire.ReaperObservation{
+		Reaper: protocol.ReaperObservation{
 			IdleChecks: obs.IdleChecks, LimitMinutes: a.cfg.LimitMinutes,
 			LastActivityAt: obs.LastActivityAt, CIActive: obs.CIActive,
 		},
@@ -262,7 +261,7 @@ func (a *Agent) heartbeatBody(now time.Time, obs Observation) wire.HeartbeatV1 {
 // closes a window, that window is spooled (durably, before any send) and
 // delivery is woken. It returns the spooled window, or nil. Errors: the
 // spool write failed (the window is lost; logged by Run).
-func (a *Agent) Sample(ctx context.Context) (*wire.WindowV1, error) {
+func (a *Agent) Sample(ctx context.Context) (*protocol.WindowV1, error) {
 	s := a.sampler.Take(ctx, a.clock.Now().UTC())
 	w := a.windower.Add(s)
 	if w == nil {
@@ -271,14 +270,14 @@ func (a *Agent) Sample(ctx context.Context) (*wire.WindowV1, error) {
 	return w, a.spoolWindow(w)
 }
 
-func (a *Agent) spoolWindow(w *wire.WindowV1) error {
+func (a *Agent) spoolWindow(w *protocol.WindowV1) error {
 	body, err := json.Marshal(w)
 	if err != nil {
 		return err
 	}
 	_, err = a.spool.Append(Record{
 		Route: TelemetryRoute, Kind: "telemetry", Created: a.clock.Now().UTC(), Body: body,
-		DropAfter: w.WindowStart.Add(WindowLength + MaxWindowAge),
+		DropAfter: w.WindowStart.Add(WindowLength + protocol.MaxWindowAge),
 	})
 	if err != nil {
 		return err
@@ -296,9 +295,9 @@ func (a *Agent) ShutdownEventID() string { return "shutdown:" + a.windower.Sessi
 // spoolShutdown spools this run's `shutdown` lifecycle event (delivered
 // with the final window, or replayed by the next start).
 func (a *Agent) spoolShutdown(now time.Time) error {
-	body, err := json.Marshal(wire.LifecycleEventV1{
-		EnvironmentSlug: a.cfg.Environment, ID: a.ShutdownEventID(), Kind: wire.EventShutdown, OccurredAt: now,
-		Deployment: wire.LifecycleDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
+	body, err := json.Marshal(protocol.LifecycleEventV1{
+		EnvironmentSlug: a.cfg.Environment, ID: a.ShutdownEventID(), Kind: protocol.EventShutdown, OccurredAt: now,
+		Deployment: protocol.LifecycleDeploy{ID: a.id.DeploymentID, DropletID: a.id.DropletID, Region: a.id.Region, Size: a.cfg.Size},
 	})
 	if err != nil {
 		return err

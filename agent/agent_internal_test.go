@@ -15,8 +15,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // writeProc writes a fake process: its comm and its command line (a
@@ -433,6 +433,6 @@ func newTestServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	return ts
 }
 
-func testClient(ts *httptest.Server, clock clockwork.Clock) *signer.Client {
-	return &signer.Client{BaseURL: ts.URL, KeyID: "env_e1_0000000000000000", Key: make([]byte, 32), HTTP: ts.Client(), Now: clock.Now}
+func testClient(ts *httptest.Server, clock clockwork.Clock) *protocol.Client {
+	return &protocol.Client{BaseURL: ts.URL, KeyID: "env_e1_0000000000000000", Key: make([]byte, 32), HTTP: ts.Client(), Now: clock.Now}
 }

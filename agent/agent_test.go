@@ -22,13 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/agenttest"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
 )
 
 // fleetStart is the clocks' start: 23 s into a minute, so the first
@@ -116,7 +117,7 @@ func TestAgentDropsOldWindows(t *testing.T) {
 		t.Fatal("nothing spooled")
 	}
 	f.SetMode(agenttest.Up)
-	f.advance(agent.MaxWindowAge)
+	f.advance(protocol.MaxWindowAge)
 	before := f.Seen(agent.TelemetryRoute)
 	res := a.Deliver(context.Background())
 	if res.Dropped != held || res.Sent != 0 || f.Seen(agent.TelemetryRoute) != before {
@@ -243,11 +244,11 @@ func TestAgentReportRunThroughSpool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := func(id string) ingest.RunReportV1 {
+	report := func(id string) protocol.RunReportV1 {
 		now := f.Clock.Now().UTC()
-		return ingest.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
-			Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
-				Locator: ingest.LocalLocator("log-" + id)}}}
+		return protocol.RunReportV1{RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			Artifacts: []protocol.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
+				Locator: protocol.LocalLocator("log-" + id)}}}
 	}
 	f.SetMode(agenttest.Down)
 	res, err := agent.ReportRun(context.Background(), cfg, creds, report("run-1"))
@@ -291,10 +292,10 @@ func TestAgentReportForUnknownDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := func(dep, id string) ingest.RunReportV1 {
+	report := func(dep, id string) protocol.RunReportV1 {
 		now := f.Clock.Now().UTC()
-		return ingest.RunReportV1{DeploymentID: dep, RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
-			Artifacts: []ingest.ArtifactRefV1{}}
+		return protocol.RunReportV1{DeploymentID: dep, RunID: id, Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+			Artifacts: []protocol.ArtifactRefV1{}}
 	}
 	res, err := agent.ReportRun(context.Background(), cfg, creds, report("dep-typo", "run-1"))
 	if err != nil || res.Refused != "deployment_not_found" || res.Spooled != 1 {
@@ -450,8 +451,8 @@ func TestAgentSpoolDrainUnderDefaultQuotas(t *testing.T) {
 		f.Step(a)
 		if i%60 == 59 { // a CI job's report every five minutes
 			now := f.Clock.Now().UTC()
-			if _, err := agent.ReportRun(context.Background(), cfg, creds, ingest.RunReportV1{RunID: fmt.Sprintf("run-%d", i), Suite: "e2e", Status: "passed",
-				StartedAt: now.Add(-4 * time.Minute), FinishedAt: now, Artifacts: []ingest.ArtifactRefV1{}}); err != nil {
+			if _, err := agent.ReportRun(context.Background(), cfg, creds, protocol.RunReportV1{RunID: fmt.Sprintf("run-%d", i), Suite: "e2e", Status: "passed",
+				StartedAt: now.Add(-4 * time.Minute), FinishedAt: now, Artifacts: []protocol.ArtifactRefV1{}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Config is the agent's configuration (docs/operations.md, "Agent": flags
@@ -35,7 +35,7 @@ type Config struct {
 	Region       string
 	// Size is the droplet's size slug (the metadata service has none).
 	Size string
-	// LimitMinutes is the idle limit (1..wire.MaxLimitMinutes).
+	// LimitMinutes is the idle limit (1..protocol.MaxLimitMinutes).
 	LimitMinutes int64
 	// SessionExpiresAt is the optional absolute session expiry.
 	SessionExpiresAt time.Time
@@ -130,13 +130,13 @@ func (c *Config) Validate() error {
 		return bad("--deployment must be 1-128 characters of [A-Za-z0-9._:-]")
 	case c.DropletID < 0:
 		return bad("--droplet-id must not be negative")
-	case c.LimitMinutes < 1 || c.LimitMinutes > wire.MaxLimitMinutes:
-		return bad("--limit-minutes must be 1..%d", wire.MaxLimitMinutes)
+	case c.LimitMinutes < 1 || c.LimitMinutes > protocol.MaxLimitMinutes:
+		return bad("--limit-minutes must be 1..%d", protocol.MaxLimitMinutes)
 	}
 	seen := map[string]bool{}
 	for _, l := range c.Logs {
 		switch {
-		case !wire.ValidService(l.Service):
+		case !protocol.ValidService(l.Service):
 			return bad("log service %q must be 1-128 characters of [A-Za-z0-9@._:-]", l.Service)
 		case seen[l.Service]:
 			return bad("log service %q is named twice", l.Service)

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/time/rate"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Verdict is what an answer to a spooled record means for it.
@@ -108,7 +108,7 @@ func retryAfter(h http.Header) time.Duration {
 // after a 2xx (docs/operations.md, "Agent").
 type Deliverer struct {
 	spool  *Spool
-	client *signer.Client
+	client *protocol.Client
 	clock  clockwork.Clock
 	log    zerolog.Logger
 	state  *stateFile
@@ -120,7 +120,7 @@ type Deliverer struct {
 	wake     chan struct{}
 }
 
-func newDeliverer(sp *Spool, cl *signer.Client, clock clockwork.Clock, log zerolog.Logger, st *stateFile, pace rate.Limit) *Deliverer {
+func newDeliverer(sp *Spool, cl *protocol.Client, clock clockwork.Clock, log zerolog.Logger, st *stateFile, pace rate.Limit) *Deliverer {
 	if pace == 0 {
 		pace = ReplayRate
 	}

@@ -2,7 +2,7 @@
 // (docs/operations.md, "Agent"): it watches the droplet for a person's
 // activity and a running CI job and reports both in a heartbeat every 30 s
 // (the reaper observation), samples the machine every 5 s into one-minute
-// Monitor windows (wire.WindowV1), and delivers those windows through a
+// Monitor windows (protocol.WindowV1), and delivers those windows through a
 // durable on-disk spool that survives the control plane being unreachable
 // and the agent's own shutdown.
 //
@@ -15,7 +15,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Cadences and bounds (docs/operations.md, "Agent").
@@ -27,8 +27,8 @@ const (
 	// SampleInterval is the Monitor's sampling cadence, aligned to
 	// multiples of 5 s of the wall clock: 12 samples per minute window.
 	SampleInterval = 5 * time.Second
-	// WindowLength is one telemetry window (wire.WindowSeconds).
-	WindowLength = wire.WindowSeconds * time.Second
+	// WindowLength is one telemetry window (protocol.WindowSeconds).
+	WindowLength = protocol.WindowSeconds * time.Second
 	// ShutdownDeadline bounds how long a stopping agent spends sending the
 	// final window and whatever else the spool holds: systemd's default
 	// stop timeout is 90 s, and a control plane that does not answer within
@@ -48,10 +48,6 @@ const (
 	// RetryAfterMax caps a server's Retry-After, so a bogus header cannot
 	// park the spool for days.
 	RetryAfterMax = time.Hour
-	// MaxWindowAge is how old a spooled window may get: the control plane
-	// refuses a window whose end is more than 2 hours old, so such windows
-	// are dropped from the spool (counted) rather than sent to be refused.
-	MaxWindowAge = wire.MaxWindowAge
 	// MaxReportAge is how long a spooled run report is kept while the
 	// control plane cannot take it: after that it is dropped, counted and
 	// logged (reason too-old). A report refused as deployment_not_found is

@@ -15,8 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // idleHourBudget bounds what an idle agent sends and receives in an hour
@@ -83,7 +82,7 @@ func BenchmarkSpoolReplay1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		key, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+		key, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,9 +100,9 @@ func BenchmarkSpoolReplay1000(b *testing.B) {
 		const sessions, perSession = 10, 100
 		for s := range sessions {
 			for m := range perSession {
-				w := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-replay", SessionID: "replay-" + strconv.Itoa(s),
+				w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-replay", SessionID: "replay-" + strconv.Itoa(s),
 					WindowStart: now.Add(time.Duration(m-perSession-2) * time.Minute), WindowSeconds: 60, Final: m == perSession-1,
-					Metrics: telemetry.MetricsV1{CPUPct: &telemetry.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
+					Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
 				body, err := json.Marshal(w)
 				if err != nil {
 					b.Fatal(err)

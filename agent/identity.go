@@ -15,7 +15,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Metadata reads the droplet's identity from DigitalOcean's metadata service
@@ -140,7 +140,7 @@ func ReadCredentials(cfg *Config) (Credentials, error) {
 	if err != nil {
 		return Credentials{}, fmt.Errorf("key file: %w", err)
 	}
-	key, err := signer.DecodeKeyMaterial(string(b))
+	key, err := protocol.DecodeKeyMaterial(string(b))
 	if err != nil {
 		return Credentials{}, fmt.Errorf("key file: %w", err)
 	}
@@ -194,7 +194,7 @@ func WaitForCredentials(ctx context.Context, cfg *Config, clock clockwork.Clock,
 // still being put in place: not readable by the agent's user yet, a key
 // that does not decode (partly written), an empty key id.
 func notYet(err error) bool {
-	return errors.Is(err, fs.ErrPermission) || errors.Is(err, signer.ErrBadKeyMaterial) ||
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, protocol.ErrBadKeyMaterial) ||
 		errors.Is(err, errEmptyKeyID)
 }
 

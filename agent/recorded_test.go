@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/agent"
-	"github.com/chalupa-run/chalupa/ingest"
 )
 
 // update rewrites testdata/agent-requests-v1.json from the agent of this
@@ -87,9 +88,9 @@ func TestAgentRequestsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := f.Clock.Now().UTC()
-	rep := ingest.RunReportV1{RunID: "run-recorded", Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
-		Artifacts: []ingest.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
-			Locator: ingest.LocalLocator("log-recorded")}}}
+	rep := protocol.RunReportV1{RunID: "run-recorded", Suite: "e2e", Status: "passed", StartedAt: now.Add(-time.Minute), FinishedAt: now,
+		Artifacts: []protocol.ArtifactRefV1{{V: 1, Name: "log", MediaType: "text/plain", SizeBytes: 3, SHA256: strings.Repeat("ab", 32),
+			Locator: protocol.LocalLocator("log-recorded")}}}
 	if res, err := agent.ReportRun(context.Background(), cfg, creds, rep); err != nil || res.Delivered != 1 {
 		t.Fatalf("report-run: %+v, %v", res, err)
 	}

@@ -11,8 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // The run report spool (docs/operations.md, "Agent"): `agent report-run`
@@ -91,7 +90,7 @@ func lockReports(stateDir string, wait time.Duration) (func(), error) {
 // Errors: no deployment id known, the report does not encode, the spool
 // cannot be written or is busy (ErrReportSpoolBusy); an undelivered report
 // is no error (ReportResult.Spooled).
-func ReportRun(ctx context.Context, cfg Config, creds Credentials, report wire.RunReportV1) (ReportResult, error) {
+func ReportRun(ctx context.Context, cfg Config, creds Credentials, report protocol.RunReportV1) (ReportResult, error) {
 	cfg = cfg.WithDefaults()
 	if report.EnvironmentSlug == "" {
 		report.EnvironmentSlug = cfg.Environment
@@ -110,7 +109,7 @@ func ReportRun(ctx context.Context, cfg Config, creds Credentials, report wire.R
 		return ReportResult{}, fmt.Errorf("%w: no deployment id (--deployment, or a running agent's state file)", ErrBadConfig)
 	}
 	if report.Artifacts == nil {
-		report.Artifacts = []wire.ArtifactRefV1{}
+		report.Artifacts = []protocol.ArtifactRefV1{}
 	}
 	body, err := json.Marshal(report)
 	if err != nil {
@@ -133,7 +132,7 @@ func ReportRun(ctx context.Context, cfg Config, creds Credentials, report wire.R
 	if hc == nil {
 		hc = &http.Client{Timeout: RequestTimeout}
 	}
-	cl := &signer.Client{BaseURL: cfg.URL, KeyID: creds.KeyID, Key: creds.Key, HTTP: hc, Now: cfg.Clock.Now}
+	cl := &protocol.Client{BaseURL: cfg.URL, KeyID: creds.KeyID, Key: creds.Key, HTTP: hc, Now: cfg.Clock.Now}
 	// No state file: the running agent owns state.json.
 	d := newDeliverer(sp, cl, cfg.Clock, cfg.Log, nil, cfg.ReplayRate)
 	dctx, cancel := context.WithTimeout(ctx, ShutdownDeadline)

@@ -16,10 +16,10 @@ import (
 )
 
 // Metric indexes one of the fixed telemetry metrics, in the order of
-// wire.MetricsV1 (docs/operations.md, "Telemetry").
+// protocol.MetricsV1 (docs/operations.md, "Telemetry").
 type Metric int
 
-// The metrics a sample can hold, each in the unit of its wire.MetricsV1
+// The metrics a sample can hold, each in the unit of its protocol.MetricsV1
 // namesake (docs/operations.md, "Telemetry"): percent, bytes, load, °C, W.
 const (
 	CPUPct Metric = iota

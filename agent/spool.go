@@ -46,7 +46,7 @@ type Record struct {
 	// Created is when the record was spooled.
 	Created time.Time `json:"created"`
 	// DropAfter, when set, is when the record is too old to send (a
-	// window's end + MaxWindowAge): it is dropped, counted, never sent.
+	// window's end + protocol.MaxWindowAge): it is dropped, counted, never sent.
 	DropAfter time.Time `json:"dropAfter,omitzero"`
 	// Body is the exact request body.
 	Body []byte `json:"-"`

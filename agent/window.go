@@ -3,10 +3,10 @@ package agent
 import (
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
-// Windower aggregates samples into minute windows (wire.WindowV1): n,
+// Windower aggregates samples into minute windows (protocol.WindowV1): n,
 // sum, min, max and last of every metric sampled inside
 // [windowStart, windowStart+1 min). The first window is the first whole
 // minute after Start — the samples of the partial minute the agent started
@@ -20,7 +20,7 @@ type Windower struct {
 
 	cur    time.Time
 	n      int
-	aggs   [numMetrics]*wire.AggV1
+	aggs   [numMetrics]*protocol.AggV1
 	active bool
 }
 
@@ -37,9 +37,9 @@ func (w *Windower) firstWindow() time.Time {
 // Add folds s into its minute. When s is the first sample of a new minute,
 // the window it closes is returned (nil when that window was the partial
 // first minute or held no sample).
-func (w *Windower) Add(s Sample) *wire.WindowV1 {
+func (w *Windower) Add(s Sample) *protocol.WindowV1 {
 	start := s.At.UTC().Truncate(WindowLength)
-	var done *wire.WindowV1
+	var done *protocol.WindowV1
 	if w.active && !start.Equal(w.cur) {
 		if !w.cur.Before(w.firstWindow()) && start.After(w.cur) {
 			done = w.build(false)
@@ -47,7 +47,7 @@ func (w *Windower) Add(s Sample) *wire.WindowV1 {
 		w.active = false
 	}
 	if !w.active {
-		w.cur, w.n, w.aggs, w.active = start, 0, [numMetrics]*wire.AggV1{}, true
+		w.cur, w.n, w.aggs, w.active = start, 0, [numMetrics]*protocol.AggV1{}, true
 	}
 	w.n++
 	for m := range numMetrics {
@@ -57,7 +57,7 @@ func (w *Windower) Add(s Sample) *wire.WindowV1 {
 		v := s.Value[m]
 		a := w.aggs[m]
 		if a == nil {
-			w.aggs[m] = &wire.AggV1{N: 1, Sum: v, Min: v, Max: v, Last: v}
+			w.aggs[m] = &protocol.AggV1{N: 1, Sum: v, Min: v, Max: v, Last: v}
 			continue
 		}
 		a.N++
@@ -72,9 +72,9 @@ func (w *Windower) Add(s Sample) *wire.WindowV1 {
 // Final returns the window of the current minute, marked final:true: the
 // partial last minute of a stopping agent, which ends its session. With no
 // sample taken yet it is the current minute of now, with no metrics.
-func (w *Windower) Final(now time.Time) *wire.WindowV1 {
+func (w *Windower) Final(now time.Time) *protocol.WindowV1 {
 	if !w.active {
-		w.cur, w.aggs, w.active = now.UTC().Truncate(WindowLength), [numMetrics]*wire.AggV1{}, true
+		w.cur, w.aggs, w.active = now.UTC().Truncate(WindowLength), [numMetrics]*protocol.AggV1{}, true
 	}
 	out := w.build(true)
 	w.active = false
@@ -83,19 +83,19 @@ func (w *Windower) Final(now time.Time) *wire.WindowV1 {
 
 // Current returns the window in progress (not final), for `agent status`;
 // nil before the first sample.
-func (w *Windower) Current() *wire.WindowV1 {
+func (w *Windower) Current() *protocol.WindowV1 {
 	if !w.active {
 		return nil
 	}
 	return w.build(false)
 }
 
-func (w *Windower) build(final bool) *wire.WindowV1 {
+func (w *Windower) build(final bool) *protocol.WindowV1 {
 	a := w.aggs
-	return &wire.WindowV1{
+	return &protocol.WindowV1{
 		EnvironmentSlug: w.EnvironmentSlug, DeploymentID: w.DeploymentID, SessionID: w.SessionID,
-		WindowStart: w.cur, WindowSeconds: wire.WindowSeconds, Final: final,
-		Metrics: wire.MetricsV1{
+		WindowStart: w.cur, WindowSeconds: protocol.WindowSeconds, Final: final,
+		Metrics: protocol.MetricsV1{
 			CPUPct: a[CPUPct], MemUsedBytes: a[MemUsedBytes], MemTotalBytes: a[MemTotalBytes],
 			DiskUsedBytes: a[DiskUsedBytes], DiskTotalBytes: a[DiskTotalBytes], Load1: a[Load1],
 			NetRxBytes: a[NetRxBytes], NetTxBytes: a[NetTxBytes], GPUUtilPct: a[GPUUtilPct],

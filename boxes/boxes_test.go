@@ -5,9 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/boxes"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -58,9 +59,9 @@ func TestValidateAcceptsAFullBox(t *testing.T) {
 // agent's own default and is bounded by the heartbeat's limit, the session
 // limit is none by default and at most 30 days.
 func TestAgentLimits(t *testing.T) {
-	if boxes.DefaultAgentIdleMinutes != agent.DefaultLimitMinutes || boxes.MaxAgentIdleMinutes != ingest.MaxLimitMinutes {
+	if boxes.DefaultAgentIdleMinutes != agent.DefaultLimitMinutes || boxes.MaxAgentIdleMinutes != protocol.MaxLimitMinutes {
 		t.Fatalf("box idle limits %d/%d, agent default %d, heartbeat bound %d", boxes.DefaultAgentIdleMinutes,
-			boxes.MaxAgentIdleMinutes, agent.DefaultLimitMinutes, ingest.MaxLimitMinutes)
+			boxes.MaxAgentIdleMinutes, agent.DefaultLimitMinutes, protocol.MaxLimitMinutes)
 	}
 	base := boxes.WithDefaults(storage.BoxConfig{Region: "ams3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
 		SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},

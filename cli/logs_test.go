@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // TestLogsGetFollow: `admin logs get --follow` writes the chunk committed
@@ -32,11 +30,11 @@ func TestLogsGetFollow(t *testing.T) {
 	}})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, p.Admin, "follow-env")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := &signer.Client{BaseURL: p.URL, KeyID: k.KeyID, Key: raw}
+	agent := &protocol.Client{BaseURL: p.URL, KeyID: k.KeyID, Key: raw}
 	post := func(path string, v any) []byte {
 		t.Helper()
 		b, _ := json.Marshal(v)
@@ -47,14 +45,14 @@ func TestLogsGetFollow(t *testing.T) {
 		return resp.Body
 	}
 	now := time.Now().UTC()
-	post("/api/ingest/heartbeat", ingest.HeartbeatV1{EnvironmentSlug: "follow-env", Deployment: ingest.HeartbeatDeploy{ID: "dep-f"},
-		AgentVersion: "test/1", SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}})
-	post("/api/ingest/logs/sessions", logs.OpenV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f", Service: "cloud-init.service"})
+	post("/api/ingest/heartbeat", protocol.HeartbeatV1{EnvironmentSlug: "follow-env", Deployment: protocol.HeartbeatDeploy{ID: "dep-f"},
+		AgentVersion: "test/1", SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}})
+	post("/api/ingest/logs/sessions", protocol.OpenV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f", Service: "cloud-init.service"})
 	ship := func(seq int64, body []byte) {
 		t.Helper()
 		sum := sha256.Sum256(body)
-		ch := logs.ChunkV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f", Seq: seq, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
-		var pl ingest.LogChunkPlanned
+		ch := protocol.ChunkV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f", Seq: seq, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+		var pl protocol.LogChunkPlanned
 		if err := json.Unmarshal(post("/api/ingest/logs/plan", ch), &pl); err != nil || pl.Upload == nil {
 			t.Fatalf("plan %d: %+v %v", seq, pl, err)
 		}
@@ -84,8 +82,8 @@ func TestLogsGetFollow(t *testing.T) {
 	}
 
 	ship(1, second)
-	post("/api/ingest/logs/finish", logs.FinishV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f",
-		Final: logs.FinalV1{Chunks: 2, Bytes: int64(len(first) + len(second)), Reason: "shutdown"}})
+	post("/api/ingest/logs/finish", protocol.FinishV1{EnvironmentSlug: "follow-env", DeploymentID: "dep-f", SessionID: "s-f",
+		Final: protocol.FinalV1{Chunks: 2, Bytes: int64(len(first) + len(second)), Reason: "shutdown"}})
 	select {
 	case err := <-errc:
 		if err != nil {

@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // smokeCmd runs the private smoke list against a running chalupa
@@ -121,7 +120,7 @@ type smoke struct {
 	base, env, ready, password string
 	admin                      *adminapi.Client
 	browser                    *http.Client
-	signer                     *signer.Client
+	signer                     *protocol.Client
 	keyID, deployment          string
 	rows                       []smokeRow
 	// originMismatch is the daemon's origin when --url is another
@@ -279,22 +278,22 @@ func (s *smoke) setup(ctx context.Context) bool {
 	if err != nil {
 		return s.add("setup", false, "issue key: %v", err)
 	}
-	key, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	key, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		return s.add("setup", false, "key material: %v", err)
 	}
 	s.keyID = k.KeyID
 	s.deployment = fmt.Sprintf("smoke-%d", time.Now().UnixNano())
-	s.signer = &signer.Client{BaseURL: s.base, KeyID: k.KeyID, Key: key}
+	s.signer = &protocol.Client{BaseURL: s.base, KeyID: k.KeyID, Key: key}
 	return true
 }
 
 func (s *smoke) ingest(ctx context.Context) {
 	now := time.Now().UTC()
-	hb, _ := json.Marshal(wire.HeartbeatV1{EnvironmentSlug: s.env, Deployment: wire.HeartbeatDeploy{ID: s.deployment},
+	hb, _ := json.Marshal(protocol.HeartbeatV1{EnvironmentSlug: s.env, Deployment: protocol.HeartbeatDeploy{ID: s.deployment},
 		AgentVersion: "chalupa-smoke/" + buildinfo.Version, SentAt: now,
-		Reaper: wire.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}})
-	req, err := s.signer.NewRequest(ctx, "POST", "/api/ingest/heartbeat", hb, signer.NewNonce(), now)
+		Reaper: protocol.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}})
+	req, err := s.signer.NewRequest(ctx, "POST", "/api/ingest/heartbeat", hb, protocol.NewNonce(), now)
 	if err != nil {
 		s.add("signed heartbeat", false, "%v", err)
 		return
@@ -314,10 +313,10 @@ func (s *smoke) ingest(ctx context.Context) {
 	code = send()
 	s.add("replayed nonce", code == http.StatusConflict, "the same signed request again: %d", code)
 
-	w := wire.WindowV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, SessionID: "smoke-session",
+	w := protocol.WindowV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, SessionID: "smoke-session",
 		WindowStart: now.Truncate(time.Minute).Add(-2 * time.Minute), WindowSeconds: 60,
-		Metrics: wire.MetricsV1{CPUPct: &wire.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
-	post := func(w wire.WindowV1) (int, string) {
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
+	post := func(w protocol.WindowV1) (int, string) {
 		b, _ := json.Marshal(w)
 		r, err := s.signer.Post(ctx, "/api/ingest/telemetry", b)
 		if err != nil {
@@ -344,10 +343,10 @@ func (s *smoke) runReport(ctx context.Context) {
 	now := time.Now().UTC()
 	runID := "smoke-run-" + strings.TrimPrefix(s.deployment, "smoke-")
 	artifact := "smoke-report.txt"
-	rep := wire.RunReportV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, RunID: runID, Suite: "smoke",
+	rep := protocol.RunReportV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, RunID: runID, Suite: "smoke",
 		Status: "passed", StartedAt: now.Add(-time.Second), FinishedAt: now,
-		Artifacts: []wire.ArtifactRefV1{{V: 1, Name: artifact, MediaType: "text/plain", SizeBytes: 5,
-			SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Locator: wire.LocalLocator("smoke-artifact-1")}}}
+		Artifacts: []protocol.ArtifactRefV1{{V: 1, Name: artifact, MediaType: "text/plain", SizeBytes: 5,
+			SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Locator: protocol.LocalLocator("smoke-artifact-1")}}}
 	b, _ := json.Marshal(rep)
 	r, err := s.signer.Post(ctx, "/api/ingest/runs", b)
 	if err != nil || r.Status != http.StatusAccepted {

@@ -16,9 +16,8 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -56,7 +55,7 @@ func BenchmarkHeartbeatWhileUp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	raw, err := signer.DecodeKeyMaterial(key.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(key.KeyMaterial)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,13 +77,13 @@ func BenchmarkHeartbeatWhileUp(b *testing.B) {
 				defer wg.Done()
 				dep := i % 500
 				now := time.Now().UTC()
-				body, _ := json.Marshal(ingest.HeartbeatV1{EnvironmentSlug: "bench",
-					Deployment:   ingest.HeartbeatDeploy{ID: "dep-" + strconv.Itoa(dep), DropletID: 500000000 + int64(dep)},
+				body, _ := json.Marshal(protocol.HeartbeatV1{EnvironmentSlug: "bench",
+					Deployment:   protocol.HeartbeatDeploy{ID: "dep-" + strconv.Itoa(dep), DropletID: 500000000 + int64(dep)},
 					AgentVersion: "bench/1", SentAt: now,
-					Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
+					Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
 				req, _ := http.NewRequest(http.MethodPost, "/api/ingest/heartbeat", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				signer.Attach(req.Header, key.KeyID, raw, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, "/api/ingest/heartbeat", body)
+				protocol.Attach(req.Header, key.KeyID, raw, strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, "/api/ingest/heartbeat", body)
 				var rw discardWriter
 				handler.ServeHTTP(&rw, req)
 				d := time.Since(at)

@@ -17,10 +17,9 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver/sshdtest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -93,16 +92,16 @@ func delivered(t *testing.T, droplet *sshdtest.Server) (keyID, key string) {
 // key, as the droplet's agent does, and returns the HTTP status.
 func sendHeartbeat(t *testing.T, p *daemontest.InProcess, env, dep string, dropletID int64, keyID, material string) int {
 	t.Helper()
-	raw, err := signer.DecodeKeyMaterial(material)
+	raw, err := protocol.DecodeKeyMaterial(material)
 	if err != nil {
 		t.Fatalf("the delivered key is not key material: %v", err)
 	}
 	now := time.Now().UTC()
-	body, _ := json.Marshal(ingest.HeartbeatV1{EnvironmentSlug: env,
-		Deployment: ingest.HeartbeatDeploy{ID: dep, DropletID: dropletID}, AgentVersion: "test/1", SentAt: now,
-		Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
+	body, _ := json.Marshal(protocol.HeartbeatV1{EnvironmentSlug: env,
+		Deployment: protocol.HeartbeatDeploy{ID: dep, DropletID: dropletID}, AgentVersion: "test/1", SentAt: now,
+		Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
 	req, _ := http.NewRequest(http.MethodPost, p.URL+"/api/ingest/heartbeat", bytes.NewReader(body))
-	signer.Attach(req.Header, keyID, raw, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, "/api/ingest/heartbeat", body)
+	protocol.Attach(req.Header, keyID, raw, strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, "/api/ingest/heartbeat", body)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

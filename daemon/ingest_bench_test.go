@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // BenchmarkHeartbeat drives the real POST /api/ingest/heartbeat handler
@@ -59,7 +59,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 					b.Fatal(err)
 				}
 				req.Header.Set("Content-Type", "application/json")
-				signer.Attach(req.Header, k.ID, k.Raw, ts, signer.NewNonce(), "POST", heartbeatPath, body)
+				protocol.Attach(req.Header, k.ID, k.Raw, ts, protocol.NewNonce(), "POST", heartbeatPath, body)
 				reqs[i] = req
 			}
 			handler := h.handler

@@ -13,7 +13,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // fuzzEpoch is the fixed server clock of FuzzVerify, so that timestamps in
@@ -111,7 +111,7 @@ func FuzzVerify(f *testing.F) {
 		if ts == "" {
 			ts = strconv.FormatInt(fuzzEpoch.Unix()+tsDelta, 10)
 		}
-		sigHeader := signer.Sign(key, ts, nonce, "POST", heartbeatPath, body)
+		sigHeader := protocol.Sign(key, ts, nonce, "POST", heartbeatPath, body)
 		switch sigMode % 3 {
 		case fuzzSigRaw:
 			sigHeader = sig
@@ -130,10 +130,10 @@ func FuzzVerify(f *testing.F) {
 				req.Header[k] = []string{v}
 			}
 		}
-		set(signer.HeaderKeyID, idHeader)
-		set(signer.HeaderTimestamp, ts)
-		set(signer.HeaderNonce, nonce)
-		set(signer.HeaderSignature, sigHeader)
+		set(protocol.HeaderKeyID, idHeader)
+		set(protocol.HeaderTimestamp, ts)
+		set(protocol.HeaderNonce, nonce)
+		set(protocol.HeaderSignature, sigHeader)
 		req.Header.Set("Content-Type", "application/json")
 
 		before := countRows(t, conn, `SELECT coalesce(max(id), 0) FROM heartbeats`)
@@ -156,7 +156,7 @@ func FuzzVerify(f *testing.F) {
 
 		// The server's view of which key (and nonce partition) was used:
 		// the header as the handler reads it (Header.Get of the set value).
-		serverID := req.Header.Get(signer.HeaderKeyID)
+		serverID := req.Header.Get(protocol.HeaderKeyID)
 		partition := serverID
 		var serverKey []byte
 		var keyEnv string
@@ -180,7 +180,7 @@ func FuzzVerify(f *testing.F) {
 			if eb.Error.Code == "nonce_replayed" && !accepted[claimKey] {
 				t.Fatalf("409 nonce_replayed for a nonce never accepted in partition %q", partition)
 			}
-			if signer.ValidNonce(nonce) {
+			if protocol.ValidNonce(nonce) {
 				claimed := countRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) == 1
 				if claimed != accepted[claimKey] {
 					t.Fatalf("refusal %d (%s): nonce claimed = %v, but accepted before = %v", status, eb.Error.Code, claimed, accepted[claimKey])
@@ -194,7 +194,7 @@ func FuzzVerify(f *testing.F) {
 		if serverKey == nil {
 			t.Fatalf("202 for key id %q, which is unknown or revoked", serverID)
 		}
-		ok, err := signer.Verify(serverKey, req.Header.Get(signer.HeaderSignature), ts, nonce, "POST", heartbeatPath, body)
+		ok, err := protocol.Verify(serverKey, req.Header.Get(protocol.HeaderSignature), ts, nonce, "POST", heartbeatPath, body)
 		if err != nil || !ok {
 			t.Fatalf("202 for a signature that does not verify (key %q, ts %q, nonce %q): %v", serverID, ts, nonce, err)
 		}
@@ -202,7 +202,7 @@ func FuzzVerify(f *testing.F) {
 		if err != nil || sec-fuzzEpoch.Unix() > 300 || fuzzEpoch.Unix()-sec > 300 {
 			t.Fatalf("202 for timestamp %q outside the 300 s window (%v)", ts, err)
 		}
-		if !signer.ValidNonce(nonce) {
+		if !protocol.ValidNonce(nonce) {
 			t.Fatalf("202 for invalid nonce %q", nonce)
 		}
 		if accepted[claimKey] {
@@ -212,7 +212,7 @@ func FuzzVerify(f *testing.F) {
 		if len(body) > ingest.MaxHeartbeatBody {
 			t.Fatalf("202 for a body of %d bytes", len(body))
 		}
-		var hbv ingest.HeartbeatV1
+		var hbv protocol.HeartbeatV1
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&hbv); err != nil || strings.TrimSpace(string(body[dec.InputOffset():])) != "" {
@@ -227,7 +227,7 @@ func FuzzVerify(f *testing.F) {
 		if keyEnv == "" && hbv.EnvironmentSlug != "demo-harbor" && hbv.EnvironmentSlug != "other-env" {
 			t.Fatalf("202 on the shared path for unknown environment %q", hbv.EnvironmentSlug)
 		}
-		var acc ingest.HeartbeatAccepted
+		var acc protocol.HeartbeatAccepted
 		if err := json.Unmarshal(respBody, &acc); err != nil || !acc.Accepted {
 			t.Fatalf("202 body %s", respBody)
 		}

@@ -31,9 +31,8 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -299,7 +298,7 @@ func (h *ingestHarness) keyCall(call func(context.Context, string) (adminapi.Iss
 	if err != nil {
 		h.t.Fatalf("%s: %v", what, err)
 	}
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		h.t.Fatalf("%s: key material: %v", what, err)
 	}
@@ -365,7 +364,7 @@ func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
 		r.TS = strconv.FormatInt(h.clock.Now().Unix(), 10)
 	}
 	if r.Nonce == "" {
-		r.Nonce = signer.NewNonce()
+		r.Nonce = protocol.NewNonce()
 	}
 	if r.Path == "" {
 		r.Path = heartbeatPath
@@ -384,9 +383,9 @@ func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	signer.Attach(req.Header, r.KeyID, r.Key, r.TS, r.Nonce, sm, sp, sb)
+	protocol.Attach(req.Header, r.KeyID, r.Key, r.TS, r.Nonce, sm, sp, sb)
 	if r.Sig != "" {
-		req.Header.Set(signer.HeaderSignature, r.Sig)
+		req.Header.Set(protocol.HeaderSignature, r.Sig)
 	}
 	for _, o := range r.Omit {
 		req.Header.Del(o)
@@ -436,12 +435,12 @@ func (h *ingestHarness) heartbeat(o hbOpts) []byte {
 	if o.AgentVersion == "" {
 		o.AgentVersion = "test/1"
 	}
-	b, err := json.Marshal(ingest.HeartbeatV1{
+	b, err := json.Marshal(protocol.HeartbeatV1{
 		EnvironmentSlug:  o.Env,
-		Deployment:       ingest.HeartbeatDeploy{ID: o.Deployment, DropletID: o.DropletID, Region: o.Region, Size: o.Size},
+		Deployment:       protocol.HeartbeatDeploy{ID: o.Deployment, DropletID: o.DropletID, Region: o.Region, Size: o.Size},
 		AgentVersion:     o.AgentVersion,
 		SentAt:           o.SentAt,
-		Reaper:           ingest.ReaperObservation{IdleChecks: o.IdleChecks, LimitMinutes: o.LimitMinutes, LastActivityAt: o.LastActivityAt, CIActive: o.CIActive},
+		Reaper:           protocol.ReaperObservation{IdleChecks: o.IdleChecks, LimitMinutes: o.LimitMinutes, LastActivityAt: o.LastActivityAt, CIActive: o.CIActive},
 		SessionExpiresAt: o.SessionExpiresAt,
 	})
 	if err != nil {
@@ -561,7 +560,7 @@ func (h *ingestHarness) assertNoSecretLeak(t testing.TB) {
 	secrets = append(secrets, secret{name: "CHALUPA_INGEST_MASTER_KEY", forms: secretForms(h.env["CHALUPA_INGEST_MASTER_KEY"], h.cfg.MasterKey())})
 	h.mu.Lock()
 	for m, what := range h.issuance {
-		raw, _ := signer.DecodeKeyMaterial(m)
+		raw, _ := protocol.DecodeKeyMaterial(m)
 		secrets = append(secrets, secret{name: "key material issued by " + what, forms: secretForms(m, raw), issuedIn: what})
 	}
 	h.mu.Unlock()

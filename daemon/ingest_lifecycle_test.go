@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
-	"github.com/chalupa-run/chalupa/ingest"
 )
 
 const (
@@ -20,10 +21,10 @@ const (
 )
 
 // lifecycleEvent returns a LifecycleEventV1 body occurring now.
-func (h *ingestHarness) lifecycleEvent(env, id, kind, dep string, mutate func(*ingest.LifecycleEventV1)) []byte {
+func (h *ingestHarness) lifecycleEvent(env, id, kind, dep string, mutate func(*protocol.LifecycleEventV1)) []byte {
 	h.t.Helper()
-	ev := ingest.LifecycleEventV1{EnvironmentSlug: env, ID: id, Kind: kind, OccurredAt: h.clock.Now().UTC(),
-		Deployment: ingest.LifecycleDeploy{ID: dep}}
+	ev := protocol.LifecycleEventV1{EnvironmentSlug: env, ID: id, Kind: kind, OccurredAt: h.clock.Now().UTC(),
+		Deployment: protocol.LifecycleDeploy{ID: dep}}
 	if mutate != nil {
 		mutate(&ev)
 	}
@@ -63,7 +64,7 @@ func TestIngestLifecycleAnswers(t *testing.T) {
 	send := func(body []byte) apiResponse {
 		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: body, Path: lifecyclePath})
 	}
-	launched := h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) {
+	launched := h.lifecycleEvent("demo-harbor", "launch-1", protocol.EventLaunched, "dep-1", func(e *protocol.LifecycleEventV1) {
 		e.Deployment.DropletID, e.Deployment.Region, e.Deployment.Size, e.Deployment.Managed = 4242, "nyc3", "s-1vcpu-1gb", true
 	})
 	if r := send(launched); r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"created":true`) {
@@ -85,22 +86,22 @@ func TestIngestLifecycleAnswers(t *testing.T) {
 		code   string
 	}{
 		{"exact retry", launched, http.StatusAccepted, ""},
-		{"same id, re-encoded time", h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) {
+		{"same id, re-encoded time", h.lifecycleEvent("demo-harbor", "launch-1", protocol.EventLaunched, "dep-1", func(e *protocol.LifecycleEventV1) {
 			e.Deployment.DropletID, e.Deployment.Region, e.Deployment.Size, e.Deployment.Managed = 4242, "nyc3", "s-1vcpu-1gb", true
 			e.OccurredAt = e.OccurredAt.In(time.FixedZone("x", 3600))
 		}), http.StatusAccepted, ""},
-		{"same id, other body", h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventLaunched, "dep-1", nil), http.StatusConflict, "event_conflict"},
-		{"launched, other droplet", h.lifecycleEvent("demo-harbor", "launch-2", ingest.EventLaunched, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
-		{"booted, other droplet", h.lifecycleEvent("demo-harbor", "boot-x", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
-		{"booted, unknown deployment", h.lifecycleEvent("demo-harbor", "boot-1", ingest.EventBooted, "dep-none", nil), http.StatusNotFound, "deployment_not_found"},
-		{"launched, ended deployment", h.lifecycleEvent("demo-harbor", "launch-3", ingest.EventLaunched, "dep-old", nil), http.StatusConflict, "deployment_ended"},
-		{"ci-started, ended deployment", h.lifecycleEvent("demo-harbor", "ci-1", ingest.EventCIStarted, "dep-old", nil), http.StatusConflict, "deployment_ended"},
+		{"same id, other body", h.lifecycleEvent("demo-harbor", "launch-1", protocol.EventLaunched, "dep-1", nil), http.StatusConflict, "event_conflict"},
+		{"launched, other droplet", h.lifecycleEvent("demo-harbor", "launch-2", protocol.EventLaunched, "dep-1", func(e *protocol.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
+		{"booted, other droplet", h.lifecycleEvent("demo-harbor", "boot-x", protocol.EventBooted, "dep-1", func(e *protocol.LifecycleEventV1) { e.Deployment.DropletID = 9 }), http.StatusConflict, "droplet_mismatch"},
+		{"booted, unknown deployment", h.lifecycleEvent("demo-harbor", "boot-1", protocol.EventBooted, "dep-none", nil), http.StatusNotFound, "deployment_not_found"},
+		{"launched, ended deployment", h.lifecycleEvent("demo-harbor", "launch-3", protocol.EventLaunched, "dep-old", nil), http.StatusConflict, "deployment_ended"},
+		{"ci-started, ended deployment", h.lifecycleEvent("demo-harbor", "ci-1", protocol.EventCIStarted, "dep-old", nil), http.StatusConflict, "deployment_ended"},
 		{"unknown kind", h.lifecycleEvent("demo-harbor", "x-1", "exploded", "dep-1", nil), http.StatusUnprocessableEntity, "invalid_body"},
-		{"managed on booted", h.lifecycleEvent("demo-harbor", "x-2", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.Deployment.Managed = true }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"in the future", h.lifecycleEvent("demo-harbor", "x-3", ingest.EventBooted, "dep-1", func(e *ingest.LifecycleEventV1) { e.OccurredAt = e.OccurredAt.Add(time.Hour) }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"unknown field", []byte(strings.TrimSuffix(string(h.lifecycleEvent("demo-harbor", "x-4", ingest.EventBooted, "dep-1", nil)), "}") + `,"extra":1}`), http.StatusUnprocessableEntity, "invalid_body"},
-		{"unknown field in deployment", []byte(strings.Replace(string(h.lifecycleEvent("demo-harbor", "x-5", ingest.EventBooted, "dep-1", nil)), `"id":"dep-1"`, `"id":"dep-1","extra":1`, 1)), http.StatusUnprocessableEntity, "invalid_body"},
-		{"other environment", h.lifecycleEvent("other-env", "x-6", ingest.EventBooted, "dep-1", nil), http.StatusForbidden, "environment_mismatch"},
+		{"managed on booted", h.lifecycleEvent("demo-harbor", "x-2", protocol.EventBooted, "dep-1", func(e *protocol.LifecycleEventV1) { e.Deployment.Managed = true }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"in the future", h.lifecycleEvent("demo-harbor", "x-3", protocol.EventBooted, "dep-1", func(e *protocol.LifecycleEventV1) { e.OccurredAt = e.OccurredAt.Add(time.Hour) }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"unknown field", []byte(strings.TrimSuffix(string(h.lifecycleEvent("demo-harbor", "x-4", protocol.EventBooted, "dep-1", nil)), "}") + `,"extra":1}`), http.StatusUnprocessableEntity, "invalid_body"},
+		{"unknown field in deployment", []byte(strings.Replace(string(h.lifecycleEvent("demo-harbor", "x-5", protocol.EventBooted, "dep-1", nil)), `"id":"dep-1"`, `"id":"dep-1","extra":1`, 1)), http.StatusUnprocessableEntity, "invalid_body"},
+		{"other environment", h.lifecycleEvent("other-env", "x-6", protocol.EventBooted, "dep-1", nil), http.StatusForbidden, "environment_mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := h.lifecycleRows()
@@ -117,17 +118,17 @@ func TestIngestLifecycleAnswers(t *testing.T) {
 		})
 	}
 	t.Run("after the end", func(t *testing.T) {
-		for _, kind := range []string{ingest.EventShutdown, ingest.EventCIFinished, ingest.EventSunk} {
+		for _, kind := range []string{protocol.EventShutdown, protocol.EventCIFinished, protocol.EventSunk} {
 			if r := send(h.lifecycleEvent("demo-harbor", "late-"+kind, kind, "dep-old", nil)); r.Status != http.StatusAccepted || strings.Contains(string(r.Body), "droplet") {
 				t.Fatalf("%s for an ended deployment: %s", kind, r)
 			}
 		}
 	})
 	t.Run("booted is recorded", func(t *testing.T) {
-		if r := send(h.lifecycleEvent("demo-harbor", "boot-2", ingest.EventBooted, "dep-1", nil)); r.Status != http.StatusAccepted {
+		if r := send(h.lifecycleEvent("demo-harbor", "boot-2", protocol.EventBooted, "dep-1", nil)); r.Status != http.StatusAccepted {
 			t.Fatalf("booted: %s", r)
 		}
-		ev, err := h.client().ListEvents(context.Background(), adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: ingest.EventBooted})
+		ev, err := h.client().ListEvents(context.Background(), adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: protocol.EventBooted})
 		if err != nil || len(ev.Events) != 1 || ev.Events[0].Deployment != "dep-1" {
 			t.Fatalf("events = %+v, %v", ev, err)
 		}
@@ -161,7 +162,7 @@ func TestIngestLifecycleSunk(t *testing.T) {
 	fake.RemoveDroplet(gone.ID)
 
 	t.Run("droplet still exists", func(t *testing.T) {
-		r := send(h.lifecycleEvent("demo-harbor", "sunk-live", ingest.EventSunk, "dep-live", nil))
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-live", protocol.EventSunk, "dep-live", nil))
 		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"exists"`) {
 			t.Fatalf("sunk: %s", r)
 		}
@@ -176,7 +177,7 @@ func TestIngestLifecycleSunk(t *testing.T) {
 		}
 	})
 	t.Run("droplet gone", func(t *testing.T) {
-		r := send(h.lifecycleEvent("demo-harbor", "sunk-gone", ingest.EventSunk, "dep-gone", nil))
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-gone", protocol.EventSunk, "dep-gone", nil))
 		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"gone"`) {
 			t.Fatalf("sunk: %s", r)
 		}
@@ -197,7 +198,7 @@ func TestIngestLifecycleSunk(t *testing.T) {
 		if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-anon"})}); r.Status != http.StatusAccepted {
 			t.Fatalf("heartbeat: %s", r)
 		}
-		r := send(h.lifecycleEvent("demo-harbor", "sunk-anon", ingest.EventSunk, "dep-anon", func(e *ingest.LifecycleEventV1) { e.Deployment.DropletID = int64(gone.ID) }))
+		r := send(h.lifecycleEvent("demo-harbor", "sunk-anon", protocol.EventSunk, "dep-anon", func(e *protocol.LifecycleEventV1) { e.Deployment.DropletID = int64(gone.ID) }))
 		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
 			t.Fatalf("sunk: %s", r)
 		}
@@ -230,7 +231,7 @@ func TestIngestLifecycleSunk(t *testing.T) {
 			t.Fatalf("heartbeat: %s", r)
 		}
 		before := len(fake.Requests())
-		r := h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c1", ingest.EventSunk, "dep-c", nil), Path: lifecyclePath})
+		r := h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c1", protocol.EventSunk, "dep-c", nil), Path: lifecyclePath})
 		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
 			t.Fatalf("sunk without a customer token: %s", r)
 		}
@@ -241,7 +242,7 @@ func TestIngestLifecycleSunk(t *testing.T) {
 		if _, err := h.client().SetProviderToken(ctx, "acme", custToken); err != nil {
 			t.Fatal(err)
 		}
-		r = h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c2", ingest.EventSunk, "dep-c", nil), Path: lifecyclePath})
+		r = h.send(signedReq{KeyID: ck.ID, Key: ck.Raw, Body: h.lifecycleEvent("acme-gpu", "sunk-c2", protocol.EventSunk, "dep-c", nil), Path: lifecyclePath})
 		if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"exists"`) {
 			t.Fatalf("sunk with the customer token: %s", r)
 		}
@@ -266,7 +267,7 @@ func TestIngestLifecycleSunkWithoutToken(t *testing.T) {
 	if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1", DropletID: 11})}); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
-	r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.lifecycleEvent("demo-harbor", "s-1", ingest.EventSunk, "dep-1", nil), Path: lifecyclePath})
+	r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.lifecycleEvent("demo-harbor", "s-1", protocol.EventSunk, "dep-1", nil), Path: lifecyclePath})
 	if r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"droplet":"unchecked"`) {
 		t.Fatalf("sunk: %s", r)
 	}

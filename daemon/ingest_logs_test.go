@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 )
@@ -74,19 +75,19 @@ func (h *logsHarness) post(path string, v any) apiResponse {
 }
 
 func (h *logsHarness) open(dep, session, service string) apiResponse {
-	return h.post("/api/ingest/logs/sessions", logs.OpenV1{EnvironmentSlug: h.env, DeploymentID: dep, SessionID: session, Service: service})
+	return h.post("/api/ingest/logs/sessions", protocol.OpenV1{EnvironmentSlug: h.env, DeploymentID: dep, SessionID: session, Service: service})
 }
 
-func chunkBody(env, dep, session string, seq int64, body []byte) logs.ChunkV1 {
+func chunkBody(env, dep, session string, seq int64, body []byte) protocol.ChunkV1 {
 	sum := sha256.Sum256(body)
-	return logs.ChunkV1{EnvironmentSlug: env, DeploymentID: dep, SessionID: session, Seq: seq, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+	return protocol.ChunkV1{EnvironmentSlug: env, DeploymentID: dep, SessionID: session, Seq: seq, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
 }
 
 // plan plans body as seq of session and returns the answer and its grant.
-func (h *logsHarness) plan(session string, seq int64, body []byte) (apiResponse, ingest.LogChunkPlanned) {
+func (h *logsHarness) plan(session string, seq int64, body []byte) (apiResponse, protocol.LogChunkPlanned) {
 	h.t.Helper()
 	r := h.post("/api/ingest/logs/plan", chunkBody(h.env, h.dep, session, seq, body))
-	var p ingest.LogChunkPlanned
+	var p protocol.LogChunkPlanned
 	if r.Status == http.StatusAccepted {
 		if err := json.Unmarshal(r.Body, &p); err != nil {
 			h.t.Fatal(err)
@@ -100,7 +101,7 @@ func (h *logsHarness) commit(session string, seq int64, body []byte) apiResponse
 }
 
 // put sends body with the grant, as the agent does.
-func put(t *testing.T, up *ingest.LogUpload, body []byte) int {
+func put(t *testing.T, up *protocol.LogUpload, body []byte) int {
 	t.Helper()
 	if up == nil {
 		t.Fatal("no upload grant")
@@ -221,7 +222,7 @@ func TestIngestLogsProtocol(t *testing.T) {
 		t.Fatalf("stored object: %+v %v", o, err)
 	}
 
-	fin := logs.FinishV1{EnvironmentSlug: h.env, DeploymentID: h.dep, SessionID: "s1", Final: logs.FinalV1{Chunks: 1, Bytes: int64(len(chunk)), Cursor: "s=abc", Reason: "shutdown"}}
+	fin := protocol.FinishV1{EnvironmentSlug: h.env, DeploymentID: h.dep, SessionID: "s1", Final: protocol.FinalV1{Chunks: 1, Bytes: int64(len(chunk)), Cursor: "s=abc", Reason: "shutdown"}}
 	if r := h.post("/api/ingest/logs/finish", fin); r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"deduplicated":false`) {
 		t.Fatalf("finish: %s", r)
 	}
@@ -279,7 +280,7 @@ func TestIngestLogsBoundaries(t *testing.T) {
 		h.exec(`UPDATE log_sessions SET finished_at = 1 WHERE session_id = 'q8'`)
 	})
 	t.Run("chunk size", func(t *testing.T) {
-		max := bytes.Repeat([]byte("y"), logs.DefaultMaxChunkBytes)
+		max := bytes.Repeat([]byte("y"), protocol.DefaultMaxChunkBytes)
 		if r, _ := h.plan("q0", 0, max); r.Status != http.StatusAccepted {
 			t.Fatalf("chunk of exactly 1 MiB: %s", r)
 		}
@@ -302,7 +303,7 @@ func TestIngestLogsBoundaries(t *testing.T) {
 		h.exec(`UPDATE deployments SET log_chunks = 0 WHERE id = ?`, h.dep)
 	})
 	t.Run("bytes", func(t *testing.T) {
-		h.exec(`UPDATE deployments SET log_bytes = ? WHERE id = ?`, logs.DefaultDeploymentBytes-1, h.dep)
+		h.exec(`UPDATE deployments SET log_bytes = ? WHERE id = ?`, protocol.DefaultDeploymentBytes-1, h.dep)
 		if r, _ := h.plan("q0", 2, small); r.Status != http.StatusAccepted {
 			t.Fatalf("chunk filling the byte quota exactly: %s", r)
 		}
@@ -357,20 +358,20 @@ func TestIngestLogsCommitVerifies(t *testing.T) {
 	for i, tc := range []struct {
 		name string
 		// upload puts other bytes at the planned key and returns them.
-		upload func(t *testing.T, key string, grant *ingest.LogUpload) []byte
+		upload func(t *testing.T, key string, grant *protocol.LogUpload) []byte
 	}{
-		{"another size, with the bucket's own credentials", func(t *testing.T, key string, _ *ingest.LogUpload) []byte {
+		{"another size, with the bucket's own credentials", func(t *testing.T, key string, _ *protocol.LogUpload) []byte {
 			wrong := append([]byte("tampered "), chunk...)
 			g, err := h.store.PresignPut(ctx, key, int64(len(wrong)), sha256.Sum256(wrong), time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if code := put(t, &ingest.LogUpload{Method: g.Method, URL: g.URL, Headers: g.Headers}, wrong); code != http.StatusOK {
+			if code := put(t, &protocol.LogUpload{Method: g.Method, URL: g.URL, Headers: g.Headers}, wrong); code != http.StatusOK {
 				t.Fatalf("tampered PUT: %d", code)
 			}
 			return wrong
 		}},
-		{"the planned size, other bytes, with the chunk's grant", func(t *testing.T, _ string, grant *ingest.LogUpload) []byte {
+		{"the planned size, other bytes, with the chunk's grant", func(t *testing.T, _ string, grant *protocol.LogUpload) []byte {
 			wrong := bytes.ToUpper(chunk)
 			if code := put(t, grant, wrong); code != http.StatusOK {
 				t.Fatalf("versitygw refused other bytes under the grant (%d): it now enforces the checksum; say so in docs/operations.md, \"Logs\"", code)

@@ -8,20 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // runReport returns a valid RunReportV1 body with two artifacts.
-func (h *ingestHarness) runReport(env, dep, runID string, mutate func(*ingest.RunReportV1)) []byte {
+func (h *ingestHarness) runReport(env, dep, runID string, mutate func(*protocol.RunReportV1)) []byte {
 	h.t.Helper()
 	now := h.clock.Now().UTC()
-	r := ingest.RunReportV1{EnvironmentSlug: env, DeploymentID: dep, RunID: runID, Suite: "unit/go", Status: "passed",
+	r := protocol.RunReportV1{EnvironmentSlug: env, DeploymentID: dep, RunID: runID, Suite: "unit/go", Status: "passed",
 		StartedAt: now.Add(-5 * time.Minute), FinishedAt: now.Add(-time.Minute), Commit: strings.Repeat("ab", 20),
-		Artifacts: []ingest.ArtifactRefV1{
+		Artifacts: []protocol.ArtifactRefV1{
 			{V: 1, Name: "report.xml", MediaType: "application/xml", SizeBytes: 1234, SHA256: strings.Repeat("0f", 32),
-				Locator: ingest.HTTPSLocator("https://ci.example.com/runs/1/report.xml")},
+				Locator: protocol.HTTPSLocator("https://ci.example.com/runs/1/report.xml")},
 			{V: 1, Name: "coverage", MediaType: "text/plain", SizeBytes: 10, SHA256: strings.Repeat("a1", 32),
-				Locator: ingest.LocalLocator("cover-1.out")},
+				Locator: protocol.LocalLocator("cover-1.out")},
 		}}
 	if mutate != nil {
 		mutate(&r)
@@ -60,14 +60,14 @@ func TestIngestRunsAnswers(t *testing.T) {
 		}
 		return []byte(strings.Replace(raw, old, new, 1))
 	}
-	art := func(f func(a *ingest.ArtifactRefV1)) []byte {
-		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { f(&r.Artifacts[0]) })
+	art := func(f func(a *protocol.ArtifactRefV1)) []byte {
+		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { f(&r.Artifacts[0]) })
 	}
 	url := func(u string) []byte {
-		return art(func(a *ingest.ArtifactRefV1) { a.Locator.URL = &u })
+		return art(func(a *protocol.ArtifactRefV1) { a.Locator.URL = &u })
 	}
 	localID := func(id string) []byte {
-		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Locator.ID = &id })
+		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Locator.ID = &id })
 	}
 	for _, tc := range []struct {
 		name   string
@@ -76,13 +76,13 @@ func TestIngestRunsAnswers(t *testing.T) {
 		code   string
 	}{
 		{"exact retry", first, http.StatusAccepted, ""},
-		{"retry, artifacts reordered and upper-case hex", h.runReport("demo-harbor", "dep-1", "run-1", func(r *ingest.RunReportV1) {
+		{"retry, artifacts reordered and upper-case hex", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) {
 			r.Artifacts[0], r.Artifacts[1] = r.Artifacts[1], r.Artifacts[0]
 			r.Artifacts[0].SHA256 = strings.ToUpper(r.Artifacts[0].SHA256)
 			r.StartedAt = r.StartedAt.In(time.FixedZone("x", -7200))
 		}), http.StatusAccepted, ""},
-		{"same run id, other status", h.runReport("demo-harbor", "dep-1", "run-1", func(r *ingest.RunReportV1) { r.Status = "failed" }), http.StatusConflict, "run_conflict"},
-		{"same run id, other artifact", h.runReport("demo-harbor", "dep-1", "run-1", func(r *ingest.RunReportV1) { r.Artifacts[0].SizeBytes++ }), http.StatusConflict, "run_conflict"},
+		{"same run id, other status", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Status = "failed" }), http.StatusConflict, "run_conflict"},
+		{"same run id, other artifact", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Artifacts[0].SizeBytes++ }), http.StatusConflict, "run_conflict"},
 		{"unknown deployment", h.runReport("demo-harbor", "dep-none", "run-2", nil), http.StatusNotFound, "deployment_not_found"},
 		{"extra field in the run", replace(`"suite":`, `"extra":1,"suite":`), http.StatusUnprocessableEntity, "invalid_body"},
 		{"extra field in an artifact", replace(`"name":"report.xml"`, `"name":"report.xml","extra":1`), http.StatusUnprocessableEntity, "invalid_body"},
@@ -97,14 +97,14 @@ func TestIngestRunsAnswers(t *testing.T) {
 		{"URL with DEL", url("https://ci.example.com/r\x7f.xml"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"URL with a space", url("https://ci.example.com/r .xml"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"URL with a backslash", url(`https://ci.example.com\@evil.example/r.xml`), http.StatusUnprocessableEntity, "invalid_body"},
-		{"name with a control character", art(func(a *ingest.ArtifactRefV1) { a.Name = "rep\x1bort" }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"name with a control character", art(func(a *protocol.ArtifactRefV1) { a.Name = "rep\x1bort" }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id with ..", localID("a..b"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id with a slash", localID("a/b"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id upper-case", localID("Cover"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id empty", localID(""), http.StatusUnprocessableEntity, "invalid_body"},
 		{"local id starting with a dot", localID(".hidden"), http.StatusUnprocessableEntity, "invalid_body"},
-		{"local locator with a url", art(func(a *ingest.ArtifactRefV1) {
-			a.Locator = ingest.LocalLocator("x")
+		{"local locator with a url", art(func(a *protocol.ArtifactRefV1) {
+			a.Locator = protocol.LocalLocator("x")
 			u := "https://a.example/x"
 			a.Locator.URL = &u
 		}), http.StatusUnprocessableEntity, "invalid_body"},
@@ -115,15 +115,15 @@ func TestIngestRunsAnswers(t *testing.T) {
 		{"URL with an empty fragment", url("https://ci.example.com/r.xml#"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"URL with percent-encoded CR LF", url("https://ci.example.com/r%0d%0a.xml"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"URL with percent-encoded NUL in the query", url("https://ci.example.com/r.xml?x=%00"), http.StatusUnprocessableEntity, "invalid_body"},
-		{"unknown locator kind", art(func(a *ingest.ArtifactRefV1) { a.Locator.Kind = "s3" }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"duplicate names", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"v 2", art(func(a *ingest.ArtifactRefV1) { a.V = 2 }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"unknown locator kind", art(func(a *protocol.ArtifactRefV1) { a.Locator.Kind = "s3" }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"duplicate names", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"v 2", art(func(a *protocol.ArtifactRefV1) { a.V = 2 }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"v missing", replace(`{"v":1,"name":"report.xml"`, `{"name":"report.xml"`), http.StatusUnprocessableEntity, "invalid_body"},
-		{"bad sha256", art(func(a *ingest.ArtifactRefV1) { a.SHA256 = "abc" }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"negative size", art(func(a *ingest.ArtifactRefV1) { a.SizeBytes = -1 }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"bad status", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Status = "running" }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"finished before started", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.FinishedAt = r.StartedAt.Add(-time.Second) }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"artifacts missing", h.runReport("demo-harbor", "dep-1", "run-2", func(r *ingest.RunReportV1) { r.Artifacts = nil }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"bad sha256", art(func(a *protocol.ArtifactRefV1) { a.SHA256 = "abc" }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"negative size", art(func(a *protocol.ArtifactRefV1) { a.SizeBytes = -1 }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"bad status", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Status = "running" }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"finished before started", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.FinishedAt = r.StartedAt.Add(-time.Second) }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"artifacts missing", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts = nil }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"malformed JSON", []byte(raw[:len(raw)-1]), http.StatusBadRequest, "malformed_json"},
 		{"other environment", h.runReport("other-env", "dep-1", "run-2", nil), http.StatusForbidden, "environment_mismatch"},
 	} {

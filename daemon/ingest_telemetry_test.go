@@ -10,20 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 const telemetryPath = "/api/ingest/telemetry"
 
 // telemetryWindow returns a valid window body: cpuPct only, one minute
 // before the clock's current minute unless start is set.
-func (h *ingestHarness) telemetryWindow(env, dep, session string, start time.Time, mutate func(*telemetry.WindowV1)) []byte {
+func (h *ingestHarness) telemetryWindow(env, dep, session string, start time.Time, mutate func(*protocol.WindowV1)) []byte {
 	h.t.Helper()
 	if start.IsZero() {
 		start = h.clock.Now().UTC().Truncate(time.Minute).Add(-time.Minute)
 	}
-	w := telemetry.WindowV1{EnvironmentSlug: env, DeploymentID: dep, SessionID: session, WindowStart: start, WindowSeconds: 60,
-		Metrics: telemetry.MetricsV1{CPUPct: &telemetry.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
+	w := protocol.WindowV1{EnvironmentSlug: env, DeploymentID: dep, SessionID: session, WindowStart: start, WindowSeconds: 60,
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
 	if mutate != nil {
 		mutate(&w)
 	}
@@ -77,14 +77,14 @@ func TestIngestTelemetryAnswers(t *testing.T) {
 		code   string
 	}{
 		{"exact retry", first, http.StatusAccepted, ""},
-		{"changed retry", h.telemetryWindow("demo-harbor", "dep-1", "s1", time.Time{}, func(w *telemetry.WindowV1) { w.Metrics.CPUPct.Sum = 121 }), http.StatusConflict, "window_conflict"},
+		{"changed retry", h.telemetryWindow("demo-harbor", "dep-1", "s1", time.Time{}, func(w *protocol.WindowV1) { w.Metrics.CPUPct.Sum = 121 }), http.StatusConflict, "window_conflict"},
 		{"unknown metric", bytes.Replace(h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, nil), []byte(`"cpuPct"`), []byte(`"cpuTemp"`), 1), http.StatusUnprocessableEntity, "invalid_body"},
 		// A null metric is an absent one: the same window as the first.
 		{"exact retry with a null metric", bytes.Replace(first, []byte(`"metrics":{`), []byte(`"metrics":{"load1":null,`), 1), http.StatusAccepted, ""},
 		{"bad alignment", h.telemetryWindow("demo-harbor", "dep-1", "s2", minute.Add(-90*time.Second), nil), http.StatusUnprocessableEntity, "invalid_body"},
-		{"windowSeconds 30", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *telemetry.WindowV1) { w.WindowSeconds = 30 }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"n zero", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *telemetry.WindowV1) { w.Metrics.CPUPct.N = 0 }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"cpu above 100", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *telemetry.WindowV1) { w.Metrics.CPUPct.Max = 101 }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"windowSeconds 30", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *protocol.WindowV1) { w.WindowSeconds = 30 }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"n zero", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *protocol.WindowV1) { w.Metrics.CPUPct.N = 0 }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"cpu above 100", h.telemetryWindow("demo-harbor", "dep-1", "s2", time.Time{}, func(w *protocol.WindowV1) { w.Metrics.CPUPct.Max = 101 }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"too old", h.telemetryWindow("demo-harbor", "dep-1", "s2", minute.Add(-3*time.Hour), nil), http.StatusUnprocessableEntity, "window_too_old"},
 		{"future", h.telemetryWindow("demo-harbor", "dep-1", "s2", minute.Add(10*time.Minute), nil), http.StatusUnprocessableEntity, "window_in_future"},
 		{"unknown deployment", h.telemetryWindow("demo-harbor", "dep-none", "s2", time.Time{}, nil), http.StatusNotFound, "deployment_not_found"},

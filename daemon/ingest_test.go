@@ -19,8 +19,8 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // padJSON pads a JSON object with trailing spaces to exactly n bytes.
@@ -65,7 +65,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 
 	// An ended deployment: accepted once, then ended by direct SQL (test
 	// setup: the reaper's claim belongs to a later issue).
-	endedReq := signedReq{KeyID: active.ID, Key: active.Raw, Nonce: signer.NewNonce(),
+	endedReq := signedReq{KeyID: active.ID, Key: active.Raw, Nonce: protocol.NewNonce(),
 		Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-ended"})}
 	if resp := h.send(endedReq); resp.Status != http.StatusAccepted {
 		t.Fatalf("setup heartbeat for dep-ended: %s", resp)
@@ -84,21 +84,21 @@ func TestIngestRefusalMatrix(t *testing.T) {
 	}
 	rows := []row{
 		{name: "key id missing, no shared key configured", status: 401, code: "missing_headers",
-			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderKeyID}; return r }},
+			req: func() signedReq { r := ok(active); r.Omit = []string{protocol.HeaderKeyID}; return r }},
 		{name: "timestamp missing", status: 401, code: "missing_headers",
-			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderTimestamp}; return r }},
+			req: func() signedReq { r := ok(active); r.Omit = []string{protocol.HeaderTimestamp}; return r }},
 		{name: "nonce missing", status: 401, code: "missing_headers",
-			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderNonce}; return r }},
+			req: func() signedReq { r := ok(active); r.Omit = []string{protocol.HeaderNonce}; return r }},
 		{name: "nonce header twice", status: 401, code: "duplicate_header",
 			req: func() signedReq {
 				r := ok(active)
-				r.Extra = map[string]string{signer.HeaderNonce: signer.NewNonce()}
+				r.Extra = map[string]string{protocol.HeaderNonce: protocol.NewNonce()}
 				return r
 			}},
 		{name: "signature header twice", status: 401, code: "duplicate_header",
 			req: func() signedReq {
 				r := ok(active)
-				r.Extra = map[string]string{signer.HeaderSignature: "v1=00"}
+				r.Extra = map[string]string{protocol.HeaderSignature: "v1=00"}
 				return r
 			}},
 		{name: "agentVersion with an escape byte", status: 422, code: "invalid_body",
@@ -115,7 +115,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 				}
 			}},
 		{name: "signature missing", status: 401, code: "missing_headers",
-			req: func() signedReq { r := ok(active); r.Omit = []string{signer.HeaderSignature}; return r }},
+			req: func() signedReq { r := ok(active); r.Omit = []string{protocol.HeaderSignature}; return r }},
 		{name: "timestamp not a number", status: 401, code: "bad_timestamp",
 			req: func() signedReq { r := ok(active); r.TS = "12abc"; return r }},
 		{name: "timestamp in milliseconds", status: 401, code: "bad_timestamp",
@@ -219,7 +219,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 		{name: "field value out of range", status: 422, code: "invalid_body",
 			req: func() signedReq {
 				r := ok(active)
-				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: ingest.MaxLimitMinutes + 1})
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: protocol.MaxLimitMinutes + 1})
 				return r
 			}},
 		{name: "lastActivityAt beyond the skew window in the future", status: 422, code: "invalid_body",
@@ -231,7 +231,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 		{name: "lastActivityAt in year 9999 (deadline past RFC 3339's range)", status: 422, code: "invalid_body",
 			req: func() signedReq {
 				r := ok(active)
-				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: ingest.MaxLimitMinutes,
+				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LimitMinutes: protocol.MaxLimitMinutes,
 					LastActivityAt: time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)})
 				return r
 			}},
@@ -296,7 +296,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 			}
 			wantHB, wantN := hbBefore, nBefore
 			if rw.status == http.StatusAccepted {
-				var acc ingest.HeartbeatAccepted
+				var acc protocol.HeartbeatAccepted
 				if err := json.Unmarshal(resp.Body, &acc); err != nil || !acc.Accepted {
 					t.Fatalf("202 body %s", resp.Body)
 				}
@@ -405,7 +405,7 @@ func TestIngestConcurrentReplay(t *testing.T) {
 				errs[i] = err
 				return
 			}
-			signer.Attach(req.Header, sent.KeyID, sent.Key, sent.TS, sent.Nonce, "POST", heartbeatPath, sent.Body)
+			protocol.Attach(req.Header, sent.KeyID, sent.Key, sent.TS, sent.Nonce, "POST", heartbeatPath, sent.Body)
 			<-start
 			r, err := doRequest(h.hc, req)
 			statuses[i], codes[i], errs[i] = r.Status, r.Code, err
@@ -692,7 +692,7 @@ func TestIngestSharedKey(t *testing.T) {
 	// The shared path has its own nonce partition: the same nonce is
 	// accepted once there and once under a per-environment key.
 	k := h.issue("demo-harbor")
-	nonce := signer.NewNonce()
+	nonce := protocol.NewNonce()
 	s1 := sharedReq("demo-harbor", "dep-shared")
 	s1.Nonce = nonce
 	if r = h.send(s1); r.Status != 202 {
@@ -923,7 +923,7 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 		rcancel()
 		t.Fatal("Run with the right key did not listen within a minute")
 	}
-	cl := &signer.Client{BaseURL: base, KeyID: k.ID, Key: k.Raw, HTTP: h.hc}
+	cl := &protocol.Client{BaseURL: base, KeyID: k.ID, Key: k.Raw, HTTP: h.hc}
 	body := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: time.Now(), LastActivityAt: time.Now()})
 	resp, err := cl.Post(context.Background(), heartbeatPath, body)
 	rcancel()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -72,7 +74,7 @@ func (h *logHandlers) setServices(ctx context.Context, req adminapi.SetLogServic
 	}
 	seen := map[string]bool{}
 	for _, s := range req.Services {
-		if !logs.ValidService(s) {
+		if !protocol.ValidService(s) {
 			return adminapi.LogServices{}, bad("each service must be 1-128 characters of [A-Za-z0-9@._:-]")
 		}
 		if seen[s] {

@@ -9,10 +9,8 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // OpenAPIPath is the admin route serving the OpenAPI document
@@ -43,21 +41,21 @@ type ingestRoute struct {
 // ingest", "Telemetry", "Lifecycle events and runs", "Logs").
 var ingestRoutes = []ingestRoute{
 	{"/api/ingest/heartbeat", "an agent's heartbeat (HeartbeatV1): records the deployment and moves its deadlines",
-		reflect.TypeFor[ingest.HeartbeatV1](), ingest.MaxHeartbeatBody},
+		reflect.TypeFor[protocol.HeartbeatV1](), ingest.MaxHeartbeatBody},
 	{"/api/ingest/telemetry", "one minute window of one Monitor session (WindowV1)",
-		reflect.TypeFor[telemetry.WindowV1](), ingest.MaxTelemetryBody},
+		reflect.TypeFor[protocol.WindowV1](), ingest.MaxTelemetryBody},
 	{"/api/ingest/lifecycle", "a lifecycle event of a deployment (LifecycleEventV1), stored once by its id",
-		reflect.TypeFor[ingest.LifecycleEventV1](), ingest.MaxLifecycleBody},
+		reflect.TypeFor[protocol.LifecycleEventV1](), ingest.MaxLifecycleBody},
 	{"/api/ingest/runs", "a CI suite run with its artifacts (RunReportV1)",
-		reflect.TypeFor[ingest.RunReportV1](), ingest.MaxRunBody},
+		reflect.TypeFor[protocol.RunReportV1](), ingest.MaxRunBody},
 	{"/api/ingest/logs/sessions", "open a log session for one service of a deployment (OpenV1); 503 logs_not_configured without CHALUPA_LOGS_URL",
-		reflect.TypeFor[logs.OpenV1](), ingest.MaxLogBody},
+		reflect.TypeFor[protocol.OpenV1](), ingest.MaxLogBody},
 	{"/api/ingest/logs/plan", "reserve a log chunk's seq and persist its plan; answers a presigned PUT (ChunkV1)",
-		reflect.TypeFor[logs.ChunkV1](), ingest.MaxLogBody},
+		reflect.TypeFor[protocol.ChunkV1](), ingest.MaxLogBody},
 	{"/api/ingest/logs/commit", "verify an uploaded log chunk with the store and record it (ChunkV1)",
-		reflect.TypeFor[logs.ChunkV1](), ingest.MaxLogBody},
+		reflect.TypeFor[protocol.ChunkV1](), ingest.MaxLogBody},
 	{"/api/ingest/logs/finish", "finish a log session with its one exact final payload (FinishV1)",
-		reflect.TypeFor[logs.FinishV1](), ingest.MaxLogBody},
+		reflect.TypeFor[protocol.FinishV1](), ingest.MaxLogBody},
 }
 
 // OpenAPI returns the OpenAPI 3.1 document of the admin, ingest and
@@ -159,10 +157,10 @@ func openAPIDocument(version string) obj {
 			"securitySchemes": obj{
 				schemeAdmin:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_ADMIN_TOKEN; cookies never authenticate"},
 				schemeReady:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_READY_TOKEN"},
-				schemeKeyID:     obj{"type": "apiKey", "in": "header", "name": signer.HeaderKeyID, "description": "protocol v1: the ingest key's id"},
-				schemeTimestamp: obj{"type": "apiKey", "in": "header", "name": signer.HeaderTimestamp, "description": "protocol v1: Unix seconds, within the skew window"},
-				schemeNonce:     obj{"type": "apiKey", "in": "header", "name": signer.HeaderNonce, "description": "protocol v1: single-use nonce"},
-				schemeSignature: obj{"type": "apiKey", "in": "header", "name": signer.HeaderSignature, "description": "protocol v1: v1=<hex HMAC-SHA256 of the canonical string>"},
+				schemeKeyID:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderKeyID, "description": "protocol v1: the ingest key's id"},
+				schemeTimestamp: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderTimestamp, "description": "protocol v1: Unix seconds, within the skew window"},
+				schemeNonce:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderNonce, "description": "protocol v1: single-use nonce"},
+				schemeSignature: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderSignature, "description": "protocol v1: v1=<hex HMAC-SHA256 of the canonical string>"},
 			},
 		},
 	}

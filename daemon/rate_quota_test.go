@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -42,7 +40,7 @@ var rateRoutes = []rateRoute{
 		perMin: "CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE", burst: "CHALUPA_QUOTA_LIFECYCLE_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentLifecycle, envQuota: ingest.QuotaEnvironmentLifecycle,
 		body: func(h *ingestHarness, dep string, i int) []byte {
-			return h.lifecycleEvent("demo-harbor", fmt.Sprintf("ci-started:%s:%d", dep, i), ingest.EventCIStarted, dep, nil)
+			return h.lifecycleEvent("demo-harbor", fmt.Sprintf("ci-started:%s:%d", dep, i), protocol.EventCIStarted, dep, nil)
 		}},
 	{name: "runs", path: runsPath,
 		perMin: "CHALUPA_QUOTA_RUNS_PER_MINUTE", burst: "CHALUPA_QUOTA_RUN_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE",
@@ -54,7 +52,7 @@ var rateRoutes = []rateRoute{
 		perMin: "CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE", burst: "CHALUPA_QUOTA_LOG_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentLogRequests, envQuota: ingest.QuotaEnvironmentLogRequests,
 		body: func(h *ingestHarness, dep string, i int) []byte {
-			b, _ := json.Marshal(logs.OpenV1{EnvironmentSlug: "demo-harbor", DeploymentID: dep, SessionID: fmt.Sprintf("log-session-%d", i), Service: "chalupa-agent.service"})
+			b, _ := json.Marshal(protocol.OpenV1{EnvironmentSlug: "demo-harbor", DeploymentID: dep, SessionID: fmt.Sprintf("log-session-%d", i), Service: "chalupa-agent.service"})
 			return b
 		}},
 }
@@ -112,7 +110,7 @@ func TestQuotaRouteRates(t *testing.T) {
 				}
 			}
 			before := h.rows()
-			refusedReq := signedReq{Nonce: signer.NewNonce(), TS: strconv.FormatInt(h.clock.Now().Unix(), 10), Body: rt.body(h.ingestHarness, "dep-0", 3)}
+			refusedReq := signedReq{Nonce: protocol.NewNonce(), TS: strconv.FormatInt(h.clock.Now().Unix(), 10), Body: rt.body(h.ingestHarness, "dep-0", 3)}
 			r := send(refusedReq)
 			wantRateLimited(t, r, "10")
 			if !strings.Contains(r.Message, "deployment") {
@@ -168,13 +166,13 @@ func TestQuotaRouteRates(t *testing.T) {
 // bigRun is a run report of 64 artifacts with 2,000-character URLs: about
 // 131 KiB of artifact references.
 func (h *ingestHarness) bigRun(dep, runID string) []byte {
-	return h.runReport("demo-harbor", dep, runID, func(r *ingest.RunReportV1) {
+	return h.runReport("demo-harbor", dep, runID, func(r *protocol.RunReportV1) {
 		r.Artifacts = nil
 		for i := range ingest.MaxArtifactsPerRun {
 			u := fmt.Sprintf("https://ci.example.com/%d/", i)
 			u += strings.Repeat("a", 2000-len(u))
-			r.Artifacts = append(r.Artifacts, ingest.ArtifactRefV1{V: 1, Name: fmt.Sprintf("artifact-%02d", i), MediaType: "text/plain",
-				SizeBytes: 1, SHA256: strings.Repeat("0f", 32), Locator: ingest.HTTPSLocator(u)})
+			r.Artifacts = append(r.Artifacts, protocol.ArtifactRefV1{V: 1, Name: fmt.Sprintf("artifact-%02d", i), MediaType: "text/plain",
+				SizeBytes: 1, SHA256: strings.Repeat("0f", 32), Locator: protocol.HTTPSLocator(u)})
 		}
 	})
 }
@@ -190,7 +188,7 @@ func TestQuotaArtifactBytes(t *testing.T) {
 	send := func(dep string, i int) apiResponse {
 		return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: runsPath, Body: h.bigRun(dep, fmt.Sprintf("big-%s-%d", dep, i))})
 	}
-	var one ingest.RunReportV1
+	var one protocol.RunReportV1
 	if err := json.Unmarshal(h.bigRun("dep-0", "x"), &one); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +261,7 @@ func TestQuotaSessionsOpenedPerHour(t *testing.T) {
 			start := h.clock.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
 			final := func(session string) apiResponse {
 				return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: telemetryPath,
-					Body: h.telemetryWindow("demo-harbor", "dep-1", session, start, func(w *telemetry.WindowV1) { w.Final = true })})
+					Body: h.telemetryWindow("demo-harbor", "dep-1", session, start, func(w *protocol.WindowV1) { w.Final = true })})
 			}
 			for i := range ingest.DefaultOpenSessions {
 				if r := final("final-" + strconv.Itoa(i)); r.Status != http.StatusAccepted {

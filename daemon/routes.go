@@ -208,7 +208,7 @@ const sharedKeyDeprecation = "@1767225600"
 // The price: a write stall longer than ~250 ms (Litestream's checkpoint
 // holds the write lock; on a busy disk it has taken that long) sheds at
 // 1,000 heartbeats/s too. Agents retry a 5xx with back-off
-// (ingest/signer.Client).
+// (protocol.Client).
 const maxIngestInFlight = 256
 
 // ingestRetryAfter is the Retry-After of a shed ingest request, in seconds:

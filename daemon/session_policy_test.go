@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -69,7 +70,7 @@ func TestSessionPolicyClampsHeartbeats(t *testing.T) {
 			if r.Status != http.StatusAccepted {
 				t.Fatalf("heartbeat: %s", r)
 			}
-			var acc ingest.HeartbeatAccepted
+			var acc protocol.HeartbeatAccepted
 			if err := json.Unmarshal(r.Body, &acc); err != nil {
 				t.Fatal(err)
 			}

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -123,7 +124,7 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 			{"run", runsPath, h.runReport("demo-harbor", "dep-1", "gh-"+strings.ReplaceAll(stage, " ", "-"), nil)},
 			{"window", telemetryPath, window(k + 1)},
 			{"final window of a new session", telemetryPath, h.telemetryWindow("demo-harbor", "dep-1", "sess-final", time.Time{},
-				func(w *telemetry.WindowV1) { w.Final = true })},
+				func(w *protocol.WindowV1) { w.Final = true })},
 			{"event", lifecyclePath, h.lifecycleEvent("demo-harbor", "ci-last", "ci-started", "dep-1", nil)},
 		} {
 			t.Run(stage+"/"+c.name, func(t *testing.T) {

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -49,7 +50,7 @@ func TestDiskLowGuard(t *testing.T) {
 	if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1"})}); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat while the disk is low: %s, want 202 (heartbeats are exempt)", r)
 	}
-	launched := h.lifecycleEvent("demo-harbor", "launch-1", ingest.EventBooted, "dep-1", nil)
+	launched := h.lifecycleEvent("demo-harbor", "launch-1", protocol.EventBooted, "dep-1", nil)
 	for _, c := range []struct {
 		path string
 		body []byte

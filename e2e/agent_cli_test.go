@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // The agent's command-line checks, on the built binary: the agent's
@@ -48,7 +48,7 @@ func TestAgentRefusesUnsafeURLAndKeyFile(t *testing.T) {
 		t.Errorf("agent with a missing key file: exit %d, want 1 naming --key-file:\n%s", code, out)
 	}
 	loose := filepath.Join(dir, "loose.key")
-	if err := os.WriteFile(loose, []byte(signer.NewKeyMaterial()+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(loose, []byte(protocol.NewKeyMaterial()+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(loose, 0o644); err != nil {

@@ -18,10 +18,9 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 )
 
@@ -71,7 +70,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := signer.DecodeKeyMaterial(string(material))
+	key, err := protocol.DecodeKeyMaterial(string(material))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,16 +78,16 @@ func TestConsoleInChromium(t *testing.T) {
 		"--key-file", filepath.Join(keyDir, "ingest.key"), "--env", "demo-harbor", "--deployment", "dep-web"); code != 0 {
 		t.Fatalf("agent heartbeat exited %d:\n%s", code, out)
 	}
-	cl := &signer.Client{BaseURL: d.URL, KeyID: keyID, Key: key, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	cl := &protocol.Client{BaseURL: d.URL, KeyID: keyID, Key: key, HTTP: &http.Client{Timeout: 30 * time.Second}}
 	// 40 one-minute windows ending two minutes ago: 40 points at the 1h
 	// range's one-minute step.
 	const windows = 40
 	first := time.Now().UTC().Truncate(time.Minute).Add(-(windows + 2) * time.Minute)
 	for i := 0; i < windows; i++ {
 		c := float64(10 + i%7)
-		w := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-web", SessionID: "sess-web",
+		w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-web", SessionID: "sess-web",
 			WindowStart: first.Add(time.Duration(i) * time.Minute), WindowSeconds: 60,
-			Metrics: telemetry.MetricsV1{CPUPct: &telemetry.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c}}}
+			Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c}}}
 		b, _ := json.Marshal(w)
 		r, err := cl.Post(context.Background(), "/api/ingest/telemetry", b)
 		if err != nil || r.Status != http.StatusAccepted {

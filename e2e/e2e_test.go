@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // exitUsage is the exit status the binary gives a command-line mistake
@@ -60,7 +60,7 @@ func agentKeyFile(t *testing.T) (dir, key string) {
 	t.Helper()
 	dir = t.TempDir()
 	key = filepath.Join(dir, "ingest.key")
-	if err := os.WriteFile(key, []byte(signer.NewKeyMaterial()+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(key, []byte(protocol.NewKeyMaterial()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir, key

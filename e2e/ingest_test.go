@@ -17,9 +17,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -89,7 +88,7 @@ func TestIngestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := signer.DecodeKeyMaterial(string(material)); err != nil {
+	if _, err := protocol.DecodeKeyMaterial(string(material)); err != nil {
 		t.Fatalf("ingest.key: %v", err)
 	}
 	idBytes, err := os.ReadFile(filepath.Join(keyDir, "key-id"))
@@ -273,7 +272,7 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+		raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,11 +288,11 @@ func TestIngestRewrapRoundTrip(t *testing.T) {
 	heartbeat := func(base string, k key) (int, string) {
 		t.Helper()
 		now := time.Now().UTC()
-		body, _ := json.Marshal(ingest.HeartbeatV1{
-			EnvironmentSlug: "demo-harbor", Deployment: ingest.HeartbeatDeploy{ID: "dep-rewrap"}, AgentVersion: "e2e/1",
-			SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
+		body, _ := json.Marshal(protocol.HeartbeatV1{
+			EnvironmentSlug: "demo-harbor", Deployment: protocol.HeartbeatDeploy{ID: "dep-rewrap"}, AgentVersion: "e2e/1",
+			SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
 		})
-		resp, err := (&signer.Client{BaseURL: base, KeyID: k.id, Key: k.raw}).Post(ctx, "/api/ingest/heartbeat", body)
+		resp, err := (&protocol.Client{BaseURL: base, KeyID: k.id, Key: k.raw}).Post(ctx, "/api/ingest/heartbeat", body)
 		if err != nil {
 			t.Fatalf("heartbeat with %s: %v", k.id, err)
 		}

@@ -20,10 +20,9 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // BenchmarkLogsPlanCommitOneCore: the figure "plan/commit p99 on one core"
@@ -59,12 +58,12 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 	}
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(b, d.Admin(), "bench-plan")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		b.Fatal(err)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}, Timeout: 30 * time.Second}
-	cl := &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw, HTTP: hc}
+	cl := &protocol.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw, HTTP: hc}
 	post := func(path string, v any) (int, []byte, time.Duration) {
 		body, _ := json.Marshal(v)
 		t0 := time.Now()
@@ -77,8 +76,8 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 	}
 	now := time.Now().UTC()
 	for i := range deployments {
-		hb := ingest.HeartbeatV1{EnvironmentSlug: "bench-plan", Deployment: ingest.HeartbeatDeploy{ID: fmt.Sprintf("dep-%02d", i)},
-			AgentVersion: "bench/1", SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}}
+		hb := protocol.HeartbeatV1{EnvironmentSlug: "bench-plan", Deployment: protocol.HeartbeatDeploy{ID: fmt.Sprintf("dep-%02d", i)},
+			AgentVersion: "bench/1", SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}}
 		if code, body, _ := post("/api/ingest/heartbeat", hb); code != http.StatusAccepted {
 			b.Fatalf("heartbeat: %d %s", code, body)
 		}
@@ -98,7 +97,7 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 			var myPlans, myCommits []time.Duration
 			for dep := w; dep < deployments; dep += workers {
 				depID, session := fmt.Sprintf("dep-%02d", dep), fmt.Sprintf("s-%02d", dep)
-				if code, body, _ := post("/api/ingest/logs/sessions", logs.OpenV1{EnvironmentSlug: "bench-plan", DeploymentID: depID,
+				if code, body, _ := post("/api/ingest/logs/sessions", protocol.OpenV1{EnvironmentSlug: "bench-plan", DeploymentID: depID,
 					SessionID: session, Service: "cloud-init.service"}); code != http.StatusAccepted {
 					b.Errorf("open: %d %s", code, body)
 					return
@@ -107,9 +106,9 @@ func BenchmarkLogsPlanCommitOneCore(b *testing.B) {
 					chunk := make([]byte, chunkBytes)
 					rand.Read(chunk)
 					sum := sha256.Sum256(chunk)
-					c := logs.ChunkV1{EnvironmentSlug: "bench-plan", DeploymentID: depID, SessionID: session, Seq: seq, Size: chunkBytes, SHA256: hex.EncodeToString(sum[:])}
+					c := protocol.ChunkV1{EnvironmentSlug: "bench-plan", DeploymentID: depID, SessionID: session, Seq: seq, Size: chunkBytes, SHA256: hex.EncodeToString(sum[:])}
 					code, body, took := post("/api/ingest/logs/plan", c)
-					var p ingest.LogChunkPlanned
+					var p protocol.LogChunkPlanned
 					if code != http.StatusAccepted || json.Unmarshal(body, &p) != nil || p.Upload == nil {
 						b.Errorf("plan: %d %s", code, body)
 						return

@@ -24,11 +24,10 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // TestLogsConfigRefusesReplicaCredentials: the built binary's `config
@@ -80,34 +79,34 @@ func TestLogsEndToEnd(t *testing.T) {
 	}})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "log-demo")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	post := func(base, path string, v any) (int, []byte) {
 		t.Helper()
 		b, _ := json.Marshal(v)
-		resp, err := (&signer.Client{BaseURL: base, KeyID: k.KeyID, Key: raw}).Post(ctx, path, b)
+		resp, err := (&protocol.Client{BaseURL: base, KeyID: k.KeyID, Key: raw}).Post(ctx, path, b)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		return resp.Status, resp.Body
 	}
 	now := time.Now().UTC()
-	if code, body := post(d.URL, "/api/ingest/heartbeat", ingest.HeartbeatV1{EnvironmentSlug: "log-demo", Deployment: ingest.HeartbeatDeploy{ID: "dep-log"},
-		AgentVersion: "e2e/1", SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}}); code != 202 {
+	if code, body := post(d.URL, "/api/ingest/heartbeat", protocol.HeartbeatV1{EnvironmentSlug: "log-demo", Deployment: protocol.HeartbeatDeploy{ID: "dep-log"},
+		AgentVersion: "e2e/1", SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}}); code != 202 {
 		t.Fatalf("heartbeat: %d %s", code, body)
 	}
-	if code, body := post(d.URL, "/api/ingest/logs/sessions", logs.OpenV1{EnvironmentSlug: "log-demo", DeploymentID: "dep-log", SessionID: "s-e2e", Service: "cloud-init.service"}); code != 202 {
+	if code, body := post(d.URL, "/api/ingest/logs/sessions", protocol.OpenV1{EnvironmentSlug: "log-demo", DeploymentID: "dep-log", SessionID: "s-e2e", Service: "cloud-init.service"}); code != 202 {
 		t.Fatalf("open: %d %s", code, body)
 	}
 	chunk := bytes.Repeat([]byte("cloud-init: module ran\n"), 50)
 	sum := sha256.Sum256(chunk)
-	plan := logs.ChunkV1{EnvironmentSlug: "log-demo", DeploymentID: "dep-log", SessionID: "s-e2e", Seq: 0, Size: int64(len(chunk)), SHA256: hex.EncodeToString(sum[:])}
-	planAt := func(base string) ingest.LogChunkPlanned {
+	plan := protocol.ChunkV1{EnvironmentSlug: "log-demo", DeploymentID: "dep-log", SessionID: "s-e2e", Seq: 0, Size: int64(len(chunk)), SHA256: hex.EncodeToString(sum[:])}
+	planAt := func(base string) protocol.LogChunkPlanned {
 		t.Helper()
 		code, body := post(base, "/api/ingest/logs/plan", plan)
-		var p ingest.LogChunkPlanned
+		var p protocol.LogChunkPlanned
 		if code != 202 || json.Unmarshal(body, &p) != nil || p.Upload == nil {
 			t.Fatalf("plan: %d %s", code, body)
 		}

@@ -17,9 +17,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/schema"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -41,16 +40,16 @@ func opsHeartbeat(t *testing.T, d *proctest.Daemon, slug, deployment string) int
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	body, _ := json.Marshal(ingest.HeartbeatV1{
-		EnvironmentSlug: slug, Deployment: ingest.HeartbeatDeploy{ID: deployment}, AgentVersion: "e2e/1",
-		SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
+	body, _ := json.Marshal(protocol.HeartbeatV1{
+		EnvironmentSlug: slug, Deployment: protocol.HeartbeatDeploy{ID: deployment}, AgentVersion: "e2e/1",
+		SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
 	})
-	resp, err := (&signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}).Post(ctx, "/api/ingest/heartbeat", body)
+	resp, err := (&protocol.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}).Post(ctx, "/api/ingest/heartbeat", body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // TestReaperClockOffsetRestart: two agents with one-minute limits report
@@ -34,7 +34,7 @@ func TestReaperClockOffsetRestart(t *testing.T) {
 	writeToken := fake.AddToken("write", dofake.FullAccess...)
 	d := proctest.StartDaemon(t, bin, map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": writeToken})
 	k := daemontest.EnvironmentKey(t, d.Admin(), "demo-clock")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestReaperClockOffsetRestart(t *testing.T) {
 				"deployment": map[string]any{"id": "dep-clock-" + string(rune('a'+i)), "dropletId": drop},
 				"reaper":     map[string]any{"idleChecks": 1, "limitMinutes": 1, "lastActivityAt": now.Add(-5 * time.Second), "ciActive": false},
 			})
-			cl := &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
+			cl := &protocol.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
 			resp, err := cl.Post(context.Background(), ingest.HeartbeatRoute, body)
 			if err != nil {
 				t.Fatal(err)

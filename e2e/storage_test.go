@@ -22,10 +22,9 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -85,19 +84,19 @@ func storageE2EFill(t *testing.T, path string) int64 {
 // storageE2ESender sends signed heartbeats for environment slug.
 type storageE2ESender struct {
 	t      *testing.T
-	client *signer.Client
+	client *protocol.Client
 	slug   string
 	n      int
 }
 
 // heartbeat sends one heartbeat for one of ten deployments and returns the
 // answer (never a transport error: that fails the test).
-func (s *storageE2ESender) heartbeat() *signer.Response {
+func (s *storageE2ESender) heartbeat() *protocol.Response {
 	s.t.Helper()
 	now := time.Now().UTC()
-	body, _ := json.Marshal(ingest.HeartbeatV1{
-		EnvironmentSlug: s.slug, Deployment: ingest.HeartbeatDeploy{ID: fmt.Sprintf("dep-%d", s.n%10)}, AgentVersion: "e2e/1",
-		SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
+	body, _ := json.Marshal(protocol.HeartbeatV1{
+		EnvironmentSlug: s.slug, Deployment: protocol.HeartbeatDeploy{ID: fmt.Sprintf("dep-%d", s.n%10)}, AgentVersion: "e2e/1",
+		SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now},
 	})
 	s.n++
 	resp, err := s.client.Post(context.Background(), "/api/ingest/heartbeat", body)
@@ -128,11 +127,11 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	})
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "disk-full")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := &storageE2ESender{t: t, client: &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}, slug: "disk-full"}
+	send := &storageE2ESender{t: t, client: &protocol.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}, slug: "disk-full"}
 	acked := 0
 	for range 20 {
 		if r := send.heartbeat(); r.Status != http.StatusAccepted {
@@ -253,17 +252,17 @@ func TestDiskLowEndToEnd(t *testing.T) {
 	d := proctest.StartDaemon(t, bin, env)
 	ctx := context.Background()
 	k := daemontest.EnvironmentKey(t, d.Admin(), "disk-low")
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &signer.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
+	client := &protocol.Client{BaseURL: d.URL, KeyID: k.KeyID, Key: raw}
 	send := &storageE2ESender{t: t, client: client, slug: "disk-low"}
 	if r := send.heartbeat(); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat below the floor: %d %s, want 202", r.Status, r.Body)
 	}
-	ev, _ := json.Marshal(ingest.LifecycleEventV1{EnvironmentSlug: "disk-low", ID: "boot-1", Kind: ingest.EventBooted,
-		OccurredAt: time.Now().UTC(), Deployment: ingest.LifecycleDeploy{ID: "dep-0"}})
+	ev, _ := json.Marshal(protocol.LifecycleEventV1{EnvironmentSlug: "disk-low", ID: "boot-1", Kind: protocol.EventBooted,
+		OccurredAt: time.Now().UTC(), Deployment: protocol.LifecycleDeploy{ID: "dep-0"}})
 	r, err := client.Post(ctx, "/api/ingest/lifecycle", ev)
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // hourTotals is one hour's aggregate of one metric as the performance API
@@ -72,13 +71,13 @@ func TestTelemetryEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := signer.DecodeKeyMaterial(string(material))
+	key, err := protocol.DecodeKeyMaterial(string(material))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &signer.Client{BaseURL: d.URL, KeyID: keyID, Key: key, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	cl := &protocol.Client{BaseURL: d.URL, KeyID: keyID, Key: key, HTTP: &http.Client{Timeout: 30 * time.Second}}
 	ctx := context.Background()
-	post := func(w telemetry.WindowV1) (int, string) {
+	post := func(w protocol.WindowV1) (int, string) {
 		t.Helper()
 		b, err := json.Marshal(w)
 		if err != nil {
@@ -93,14 +92,14 @@ func TestTelemetryEndToEnd(t *testing.T) {
 
 	// 40 windows ending a minute ago; cpuPct and netRxBytes vary by minute.
 	first := time.Now().UTC().Truncate(time.Minute).Add(-41 * time.Minute)
-	window := func(i int) telemetry.WindowV1 {
+	window := func(i int) protocol.WindowV1 {
 		c := float64(10 + i%7)
 		rx := float64(1000 * (i + 1))
-		return telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-tel", SessionID: "sess-e2e",
+		return protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-tel", SessionID: "sess-e2e",
 			WindowStart: first.Add(time.Duration(i) * time.Minute), WindowSeconds: 60, Final: i == 39,
-			Metrics: telemetry.MetricsV1{
-				CPUPct:     &telemetry.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c},
-				NetRxBytes: &telemetry.AggV1{N: 12, Sum: 12 * rx, Min: rx, Max: rx, Last: rx},
+			Metrics: protocol.MetricsV1{
+				CPUPct:     &protocol.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c},
+				NetRxBytes: &protocol.AggV1{N: 12, Sum: 12 * rx, Min: rx, Max: rx, Last: rx},
 			}}
 	}
 	want := map[string]map[time.Time]hourTotals{"cpuPct": {}, "netRxBytes": {}}
@@ -110,7 +109,7 @@ func TestTelemetryEndToEnd(t *testing.T) {
 			t.Fatalf("window %d: %d %s", i, st, body)
 		}
 		hour := w.WindowStart.Truncate(time.Hour)
-		for name, a := range map[string]*telemetry.AggV1{"cpuPct": w.Metrics.CPUPct, "netRxBytes": w.Metrics.NetRxBytes} {
+		for name, a := range map[string]*protocol.AggV1{"cpuPct": w.Metrics.CPUPct, "netRxBytes": w.Metrics.NetRxBytes} {
 			h, ok := want[name][hour]
 			if !ok {
 				h = hourTotals{Min: a.Min, Max: a.Max}

@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -17,11 +17,9 @@ const MaxHeartbeatBody = 64 << 10
 
 // Heartbeat field bounds.
 const (
-	// MaxLimitMinutes is the longest idle limit accepted (wire.MaxLimitMinutes).
-	MaxLimitMinutes = wire.MaxLimitMinutes
 	// maxActivityAge is how far before sentAt (and the server's clock) a
 	// lastActivityAt may lie: the longest idle limit.
-	maxActivityAge = MaxLimitMinutes * time.Minute
+	maxActivityAge = protocol.MaxLimitMinutes * time.Minute
 	maxLabel       = 64
 )
 
@@ -29,22 +27,9 @@ var (
 	labelRE = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
-// The heartbeat's wire types are protocol v1's (ingest/wire), named here as
-// aliases so the server's handlers and tests keep their names.
-type (
-	// HeartbeatV1 is wire.HeartbeatV1, the body of POST /api/ingest/heartbeat.
-	HeartbeatV1 = wire.HeartbeatV1
-	// HeartbeatDeploy is wire.HeartbeatDeploy.
-	HeartbeatDeploy = wire.HeartbeatDeploy
-	// ReaperObservation is wire.ReaperObservation.
-	ReaperObservation = wire.ReaperObservation
-	// HeartbeatAccepted is wire.HeartbeatAccepted, the 202 body.
-	HeartbeatAccepted = wire.HeartbeatAccepted
-)
-
 // validateHeartbeat checks field values (422 invalid_body). Messages name the field,
 // never echo its value.
-func validateHeartbeat(h *HeartbeatV1) *Refusal {
+func validateHeartbeat(h *protocol.HeartbeatV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case !slug.Valid(h.EnvironmentSlug):
@@ -63,7 +48,7 @@ func validateHeartbeat(h *HeartbeatV1) *Refusal {
 		return bad("sentAt is required")
 	case h.Reaper.LastActivityAt.IsZero():
 		return bad("reaper.lastActivityAt is required")
-	case h.Reaper.LimitMinutes < 1 || h.Reaper.LimitMinutes > MaxLimitMinutes:
+	case h.Reaper.LimitMinutes < 1 || h.Reaper.LimitMinutes > protocol.MaxLimitMinutes:
 		return bad("reaper.limitMinutes must be between 1 and 10080")
 	case h.Reaper.IdleChecks < 0:
 		return bad("reaper.idleChecks must not be negative")
@@ -92,9 +77,9 @@ func utcYearInRange(t time.Time) bool {
 // per environment) may refuse it 429 rate_limited with Retry-After; in the
 // unit, a first heartbeat beyond the environment's active-deployment quota
 // is 429 deployment_quota (docs/operations.md, "Quotas"). Success is 202
-// HeartbeatAccepted.
+// protocol.HeartbeatAccepted.
 func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
-	var hb HeartbeatV1
+	var hb protocol.HeartbeatV1
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &hb); rf != nil {
 			return rf
@@ -181,7 +166,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		// schema's millisecond resolution) only when the environment's
 		// session policy clamped it.
 		clamped := hb.SessionExpiresAt != nil && applied.SessionExpiresAt.Before(hb.SessionExpiresAt.Truncate(time.Millisecond))
-		return HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, SessionExpiresAt: applied.SessionExpiresAt,
+		return protocol.HeartbeatAccepted{Accepted: true, IdleDeadlineAt: applied.IdleDeadlineAt, SessionExpiresAt: applied.SessionExpiresAt,
 			SessionExpiresAtClamped: clamped, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 	if resp.Status == http.StatusAccepted {

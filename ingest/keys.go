@@ -18,7 +18,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -138,8 +138,8 @@ func (k *Keyring) Rotate(ctx context.Context, slug string) (adminapi.IssuedKey, 
 }
 
 func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi.IssuedKey, error) {
-	material := signer.NewKeyMaterial()
-	raw, _ := signer.DecodeKeyMaterial(material)
+	material := protocol.NewKeyMaterial()
+	raw, _ := protocol.DecodeKeyMaterial(material)
 	out := adminapi.IssuedKey{KeyMaterial: material, EnvironmentSlug: slug, Status: storage.KeyActive}
 	var environmentID int64
 	now := k.clock.Now()

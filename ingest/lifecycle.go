@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -39,23 +39,13 @@ const LaunchedLimitMinutes = 30
 // reconciliation settles it.
 const SunkCheckTimeout = 5 * time.Second
 
-// Lifecycle event kinds a producer reports (wire.EventLaunched …).
-const (
-	EventLaunched   = wire.EventLaunched
-	EventBooted     = wire.EventBooted
-	EventCIStarted  = wire.EventCIStarted
-	EventCIFinished = wire.EventCIFinished
-	EventShutdown   = wire.EventShutdown
-	EventSunk       = wire.EventSunk
-)
-
 // eventKinds maps each kind to whether it is admitted for an ended
 // deployment: what happens at or after the end (a shutdown, the end of a
 // CI job, the teardown) is history worth keeping; a launch, boot or CI
 // start of an ended deployment is not (409 deployment_ended).
 var eventKinds = map[string]bool{
-	EventLaunched: false, EventBooted: false, EventCIStarted: false,
-	EventCIFinished: true, EventShutdown: true, EventSunk: true,
+	protocol.EventLaunched: false, protocol.EventBooted: false, protocol.EventCIStarted: false,
+	protocol.EventCIFinished: true, protocol.EventShutdown: true, protocol.EventSunk: true,
 }
 
 // Kinds chalupa records itself in answer to a `sunk` event, besides
@@ -65,16 +55,6 @@ const (
 	// EventDeploymentEnded is recorded when a `sunk` event's droplet is
 	// gone (404) and the deployment ended.
 	EventDeploymentEnded = "deployment-ended"
-)
-
-// The lifecycle event's wire types are protocol v1's (ingest/wire), named
-// here as aliases so the server's handlers and tests keep their names.
-type (
-	// LifecycleEventV1 is wire.LifecycleEventV1, the body of POST
-	// /api/ingest/lifecycle.
-	LifecycleEventV1 = wire.LifecycleEventV1
-	// LifecycleDeploy is wire.LifecycleDeploy.
-	LifecycleDeploy = wire.LifecycleDeploy
 )
 
 // Droplet check outcomes of a `sunk` event (LifecycleAccepted.Droplet).
@@ -131,7 +111,7 @@ type DropletLookup func(ctx context.Context, owner DropletOwner, dropletID int64
 
 // validateLifecycleEvent checks an event's values against now (422
 // invalid_body). Messages name the field, never echo its value.
-func validateLifecycleEvent(e *LifecycleEventV1, now time.Time) *Refusal {
+func validateLifecycleEvent(e *protocol.LifecycleEventV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	_, known := eventKinds[e.Kind]
 	switch {
@@ -153,7 +133,7 @@ func validateLifecycleEvent(e *LifecycleEventV1, now time.Time) *Refusal {
 		return bad("deployment.region must be a provider slug")
 	case e.Deployment.Size != "" && !labelRE.MatchString(e.Deployment.Size):
 		return bad("deployment.size must be a provider slug")
-	case e.Deployment.Managed && e.Kind != EventLaunched:
+	case e.Deployment.Managed && e.Kind != protocol.EventLaunched:
 		return bad("deployment.managed applies to launched events only")
 	}
 	return nil
@@ -162,7 +142,7 @@ func validateLifecycleEvent(e *LifecycleEventV1, now time.Time) *Refusal {
 // lifecycleHash is the SHA-256 of the event's canonical encoding: the
 // decoded fields re-encoded in a fixed order, times in UTC at the stored
 // millisecond resolution, so two bodies that say the same thing hash alike.
-func lifecycleHash(e *LifecycleEventV1) [32]byte {
+func lifecycleHash(e *protocol.LifecycleEventV1) [32]byte {
 	c := *e
 	c.OccurredAt = c.OccurredAt.UTC().Truncate(time.Millisecond)
 	b, _ := json.Marshal(c) // a struct of strings, numbers and a time: cannot fail
@@ -192,7 +172,7 @@ func storedEventID(environmentID int64, id string) string {
 // runs"). Before the unit, the lifecycle rate quotas may refuse it 429
 // rate_limited with Retry-After (docs/operations.md, "Quotas").
 func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
-	var ev LifecycleEventV1
+	var ev protocol.LifecycleEventV1
 	var hash [32]byte
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &ev); rf != nil {
@@ -234,7 +214,7 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 		}
 		now := s.clock.Now().UTC()
 		notFound := refuse(http.StatusNotFound, "deployment_not_found", "the deployment does not exist in this environment; a heartbeat or a launched event creates it")
-		if ev.Kind == EventLaunched {
+		if ev.Kind == protocol.EventLaunched {
 			created, err = storage.ApplyLaunch(ctx, tx, storage.Launch{
 				EnvironmentID: environmentID, DeploymentID: ev.Deployment.ID, DropletID: ev.Deployment.DropletID,
 				Region: ev.Deployment.Region, Size: ev.Deployment.Size, Managed: ev.Deployment.Managed,
@@ -267,7 +247,7 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 			if ev.Deployment.DropletID != 0 && dropletID != 0 && ev.Deployment.DropletID != dropletID {
 				return nil, refuse(http.StatusConflict, "droplet_mismatch", "deployment.dropletId differs from the droplet this deployment already reported")
 			}
-			if ev.Kind == EventSunk && status == storage.DeploymentActive {
+			if ev.Kind == protocol.EventSunk && status == storage.DeploymentActive {
 				// Only the droplet the deployment recorded (a heartbeat's or
 				// a launched event's) is looked up, never one the sunk event
 				// names: any droplet of the environment can sign a sunk, and
@@ -300,7 +280,7 @@ func (s *Service) Lifecycle(ctx context.Context, v Verified) Response {
 
 // eventMessage is the operator-facing text of a producer event: ids and
 // provider slugs only.
-func eventMessage(ev *LifecycleEventV1) string {
+func eventMessage(ev *protocol.LifecycleEventV1) string {
 	msg := "reported by the agent"
 	if ev.Deployment.DropletID != 0 {
 		msg += fmt.Sprintf("; droplet %d", ev.Deployment.DropletID)

@@ -6,32 +6,13 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // MaxLogBody bounds a log route's body (bytes): 4 KiB holds any plan,
 // commit or final payload; log bytes never pass through chalupa.
 const MaxLogBody = 4 << 10
-
-// The log routes' answers are protocol v1's (ingest/wire), named here as
-// aliases so the server's handlers and tests keep their names.
-type (
-	// LogSessionOpened is wire.LogSessionOpened, the 202 body of POST
-	// /api/ingest/logs/sessions.
-	LogSessionOpened = wire.LogSessionOpened
-	// LogUpload is wire.LogUpload, a presigned PUT.
-	LogUpload = wire.LogUpload
-	// LogChunkPlanned is wire.LogChunkPlanned, the 202 body of POST
-	// /api/ingest/logs/plan.
-	LogChunkPlanned = wire.LogChunkPlanned
-	// LogChunkCommitted is wire.LogChunkCommitted, the 202 body of POST
-	// /api/ingest/logs/commit.
-	LogChunkCommitted = wire.LogChunkCommitted
-	// LogSessionFinished is wire.LogSessionFinished, the 202 body of POST
-	// /api/ingest/logs/finish.
-	LogSessionFinished = wire.LogSessionFinished
-)
 
 // logRefusals maps the broker's refusals to their answers
 // (docs/operations.md, "Logs").
@@ -112,7 +93,7 @@ func (s *Service) LogSessions(ctx context.Context, v Verified) Response {
 	if s.logs == nil {
 		return logsOff(v)
 	}
-	var b logs.OpenV1
+	var b protocol.OpenV1
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
 	return s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateOpen), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
@@ -125,7 +106,7 @@ func (s *Service) LogSessions(ctx context.Context, v Verified) Response {
 		} else if err != nil {
 			return nil, err
 		}
-		body := LogSessionOpened{SessionID: b.SessionID, ExpiresAt: o.Session.ExpiresAt, MaxChunkBytes: s.logs.Limits().MaxChunkBytes, Replayed: o.Replayed}
+		body := protocol.LogSessionOpened{SessionID: b.SessionID, ExpiresAt: o.Session.ExpiresAt, MaxChunkBytes: s.logs.Limits().MaxChunkBytes, Replayed: o.Replayed}
 		if o.Replayed {
 			return nil, &noChange{body: body}
 		}
@@ -141,7 +122,7 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 	if s.logs == nil {
 		return logsOff(v)
 	}
-	var b logs.ChunkV1
+	var b protocol.ChunkV1
 	var planned logs.Planned
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
 	resp := s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateChunk), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
@@ -156,11 +137,11 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		if planned.Committed {
-			return nil, &noChange{body: LogChunkPlanned{Seq: b.Seq, Committed: true}}
+			return nil, &noChange{body: protocol.LogChunkPlanned{Seq: b.Seq, Committed: true}}
 		}
-		return LogChunkPlanned{Seq: b.Seq, Renewed: planned.Renewed}, nil
+		return protocol.LogChunkPlanned{Seq: b.Seq, Renewed: planned.Renewed}, nil
 	})
-	body, ok := resp.Body.(LogChunkPlanned)
+	body, ok := resp.Body.(protocol.LogChunkPlanned)
 	if resp.Refusal != nil || !ok || body.Committed {
 		return resp
 	}
@@ -171,7 +152,7 @@ func (s *Service) LogPlan(ctx context.Context, v Verified) Response {
 		return fault(err)
 	}
 	s.logGrants.Add(1)
-	body.Upload = &LogUpload{Method: up.Method, URL: up.URL, Headers: up.Headers, ExpiresAt: up.Expires.UTC()}
+	body.Upload = &protocol.LogUpload{Method: up.Method, URL: up.URL, Headers: up.Headers, ExpiresAt: up.Expires.UTC()}
 	resp.Body = body
 	return resp
 }
@@ -185,7 +166,7 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 	if s.logs == nil {
 		return logsOff(v)
 	}
-	var b logs.ChunkV1
+	var b protocol.ChunkV1
 	admit := func() *Refusal {
 		// The rate quota first: a flood never reaches the store's HEAD.
 		if rf := s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID); rf != nil {
@@ -224,9 +205,9 @@ func (s *Service) LogCommit(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		if dedup {
-			return nil, &noChange{body: LogChunkCommitted{Committed: true, Deduplicated: true}}
+			return nil, &noChange{body: protocol.LogChunkCommitted{Committed: true, Deduplicated: true}}
 		}
-		return LogChunkCommitted{Committed: true}, nil
+		return protocol.LogChunkCommitted{Committed: true}, nil
 	})
 }
 
@@ -236,7 +217,7 @@ func (s *Service) LogFinish(ctx context.Context, v Verified) Response {
 	if s.logs == nil {
 		return logsOff(v)
 	}
-	var b logs.FinishV1
+	var b protocol.FinishV1
 	admit := func() *Refusal { return s.admitRate(s.logRate, v, b.EnvironmentSlug, b.DeploymentID) }
 	return s.handleAdmitted(ctx, v, logBody(&b, logs.ValidateFinish), admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		env, err := resolveEnvironment(ctx, tx, v, b.EnvironmentSlug)
@@ -250,9 +231,9 @@ func (s *Service) LogFinish(ctx context.Context, v Verified) Response {
 			return nil, err
 		}
 		if dedup {
-			return nil, &noChange{body: LogSessionFinished{Finished: true, Deduplicated: true}}
+			return nil, &noChange{body: protocol.LogSessionFinished{Finished: true, Deduplicated: true}}
 		}
-		return LogSessionFinished{Finished: true}, nil
+		return protocol.LogSessionFinished{Finished: true}, nil
 	})
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -84,14 +84,14 @@ type signedHeartbeat struct {
 func (r *nonceRig) heartbeat(dep string) signedHeartbeat {
 	r.t.Helper()
 	now := r.wall.Now()
-	body, err := json.Marshal(ingest.HeartbeatV1{EnvironmentSlug: "demo-harbor", Deployment: ingest.HeartbeatDeploy{ID: dep},
+	body, err := json.Marshal(protocol.HeartbeatV1{EnvironmentSlug: "demo-harbor", Deployment: protocol.HeartbeatDeploy{ID: dep},
 		AgentVersion: "test/1", SentAt: now,
-		Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
+		Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Minute)}})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	h := signedHeartbeat{body: body, ts: strconv.FormatInt(now.Unix(), 10), nonce: signer.NewNonce()}
-	h.sig = signer.Sign(r.key, h.ts, h.nonce, http.MethodPost, "/api/ingest/heartbeat", body)
+	h := signedHeartbeat{body: body, ts: strconv.FormatInt(now.Unix(), 10), nonce: protocol.NewNonce()}
+	h.sig = protocol.Sign(r.key, h.ts, h.nonce, http.MethodPost, "/api/ingest/heartbeat", body)
 	return h
 }
 
@@ -99,9 +99,9 @@ func (r *nonceRig) heartbeat(dep string) signedHeartbeat {
 func (r *nonceRig) send(h signedHeartbeat) (int, string) {
 	r.t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/api/ingest/heartbeat", bytes.NewReader(h.body))
-	req.Header.Set(signer.HeaderTimestamp, h.ts)
-	req.Header.Set(signer.HeaderNonce, h.nonce)
-	req.Header.Set(signer.HeaderSignature, h.sig)
+	req.Header.Set(protocol.HeaderTimestamp, h.ts)
+	req.Header.Set(protocol.HeaderNonce, h.nonce)
+	req.Header.Set(protocol.HeaderSignature, h.sig)
 	v, refusal := r.svc.Authenticate(req, ingest.MaxHeartbeatBody)
 	resp := refusal
 	if resp == nil {

@@ -47,7 +47,7 @@ const (
 	// restart's final and first windows and retries never meet it.
 	DefaultTelemetryPerMinute = 6
 	// DefaultTelemetryBurst is two hours of minute windows
-	// (telemetry.MaxWindowAge): the whole spool of the longest outage
+	// (protocol.MaxWindowAge): the whole spool of the longest outage
 	// whose windows are still admitted replays at the agent's pace (5 a
 	// second) without one refusal.
 	DefaultTelemetryBurst = 120

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -68,23 +68,6 @@ var credentialParams = map[string]bool{
 	"x-goog-signature": true, "x-goog-credential": true,
 }
 
-// The run report's wire types are protocol v1's (ingest/wire), named here
-// as aliases so the server's handlers and tests keep their names.
-type (
-	// RunReportV1 is wire.RunReportV1, the body of POST /api/ingest/runs.
-	RunReportV1 = wire.RunReportV1
-	// ArtifactRefV1 is wire.ArtifactRefV1.
-	ArtifactRefV1 = wire.ArtifactRefV1
-	// ArtifactLocator is wire.ArtifactLocator.
-	ArtifactLocator = wire.ArtifactLocator
-)
-
-// HTTPSLocator is the locator {"kind":"https","url":u} (wire.HTTPSLocator).
-func HTTPSLocator(u string) ArtifactLocator { return wire.HTTPSLocator(u) }
-
-// LocalLocator is the locator {"kind":"local","id":id} (wire.LocalLocator).
-func LocalLocator(id string) ArtifactLocator { return wire.LocalLocator(id) }
-
 // deref is *p, or "" for nil.
 func deref(p *string) string {
 	if p == nil {
@@ -104,7 +87,7 @@ type RunAccepted struct {
 // normalizeRun validates r and puts it in normal form: times in UTC at
 // millisecond resolution, hex digits and media types lower-case, artifacts
 // sorted by name. Messages name a field, never its value.
-func normalizeRun(r *RunReportV1, now time.Time) *Refusal {
+func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case !slug.Valid(r.EnvironmentSlug):
@@ -152,11 +135,11 @@ func normalizeRun(r *RunReportV1, now time.Time) *Refusal {
 
 // validateArtifact checks one artifact reference (422 invalid_body),
 // naming the field, never its value.
-func validateArtifact(a *ArtifactRefV1) *Refusal {
+func validateArtifact(a *protocol.ArtifactRefV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	switch {
 	case a.V != 1:
-		return bad("artifact v must be 1 (ArtifactRefV1 only)")
+		return bad("artifact v must be 1 (protocol.ArtifactRefV1 only)")
 	case a.Name == "" || len(a.Name) > maxArtifactName || !printableASCII(a.Name) || strings.TrimSpace(a.Name) != a.Name:
 		return bad("artifact name must be 1-255 printable ASCII characters without surrounding spaces")
 	case !mediaTypeRE.MatchString(a.MediaType):
@@ -240,7 +223,7 @@ func hasControl(s string) bool {
 // artifact's name, media type, sha256 and locator (URL or id), in bytes.
 // The artifact-bytes rate quotas count it (docs/operations.md, "Quotas"):
 // it is what a run report stores beyond its few bounded fields.
-func ArtifactBytes(r *RunReportV1) int {
+func ArtifactBytes(r *protocol.RunReportV1) int {
 	n := 0
 	for _, a := range r.Artifacts {
 		n += len(a.Name) + len(a.MediaType) + len(a.SHA256) + len(deref(a.Locator.URL)) + len(deref(a.Locator.ID))
@@ -251,7 +234,7 @@ func ArtifactBytes(r *RunReportV1) int {
 // runFingerprint is the SHA-256 of the normalized run: its fields and its
 // artifact array (sorted by name), re-encoded in a fixed order. The
 // environment is the key's, so it is not part of it.
-func runFingerprint(r *RunReportV1) [32]byte {
+func runFingerprint(r *protocol.RunReportV1) [32]byte {
 	b, _ := json.Marshal(r) // strings, numbers and times only: cannot fail
 	return sha256.Sum256(b)
 }
@@ -269,7 +252,7 @@ func runFingerprint(r *RunReportV1) [32]byte {
 // (docs/operations.md, "Quotas"). Every refusal writes nothing
 // (docs/operations.md, "Lifecycle events and runs").
 func (s *Service) Runs(ctx context.Context, v Verified) Response {
-	var run RunReportV1
+	var run protocol.RunReportV1
 	var fp [32]byte
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &run); rf != nil {

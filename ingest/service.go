@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -260,7 +262,7 @@ func (s *Service) skewContact(v Verified) {
 	if s.contact == nil || v.key == nil {
 		return
 	}
-	var hb HeartbeatV1
+	var hb protocol.HeartbeatV1
 	if DecodeBody(v.body, &hb) != nil || validateHeartbeat(&hb) != nil || hb.EnvironmentSlug != v.key.EnvironmentSlug {
 		return
 	}

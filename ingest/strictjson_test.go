@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
-// validHeartbeatJSON is a HeartbeatV1 body with every field present.
+// validHeartbeatJSON is a protocol.HeartbeatV1 body with every field present.
 const validHeartbeatJSON = `{"environmentSlug":"demo-harbor",` +
 	`"deployment":{"id":"dep-1","dropletId":4242,"region":"nyc3","size":"s-1vcpu-1gb"},` +
 	`"agentVersion":"agent/1","sentAt":"2026-01-01T00:00:00Z",` +
@@ -25,7 +27,7 @@ func hbWith(t *testing.T, old, new string) []byte {
 }
 
 // TestDecodeBodyStrictKeys drives decodeBody (the production path) into a
-// HeartbeatV1: keys that encoding/json would match only case-insensitively,
+// protocol.HeartbeatV1: keys that encoding/json would match only case-insensitively,
 // and keys repeated within one object, are 422 invalid_body naming the key
 // (never a value); malformed JSON stays 400; valid bodies still decode.
 func TestDecodeBodyStrictKeys(t *testing.T) {
@@ -75,7 +77,7 @@ func TestDecodeBodyStrictKeys(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var hb HeartbeatV1
+			var hb protocol.HeartbeatV1
 			rf := DecodeBody(tc.body, &hb)
 			switch tc.want {
 			case accept:
@@ -122,7 +124,7 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			var hb HeartbeatV1
+			var hb protocol.HeartbeatV1
 			dec := json.NewDecoder(bytes.NewReader(body))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&hb); err != nil || dec.More() {
@@ -134,7 +136,7 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			var hb HeartbeatV1
+			var hb protocol.HeartbeatV1
 			if rf := DecodeBody(body, &hb); rf != nil {
 				b.Fatal(rf.Message)
 			}

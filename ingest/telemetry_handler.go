@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -47,7 +49,7 @@ var telemetryRefusals = []struct {
 // (docs/operations.md, "Quotas"). Success is 202 TelemetryAccepted (an
 // exact retry included); every refusal writes nothing.
 func (s *Service) Telemetry(ctx context.Context, v Verified) Response {
-	var w telemetry.WindowV1
+	var w protocol.WindowV1
 	var hash [32]byte
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &w); rf != nil {

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -72,22 +72,22 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 	h := r.Header
 	// A repeated protocol header is ambiguous: this server reads the first
 	// value, a proxy or auditor might read the last and see another request.
-	for _, name := range []string{signer.HeaderKeyID, signer.HeaderTimestamp, signer.HeaderNonce, signer.HeaderSignature} {
+	for _, name := range []string{protocol.HeaderKeyID, protocol.HeaderTimestamp, protocol.HeaderNonce, protocol.HeaderSignature} {
 		if len(h.Values(name)) > 1 {
 			return v, refuse(http.StatusUnauthorized, "duplicate_header", "%s appears more than once", name), nil
 		}
 	}
-	keyID := h.Get(signer.HeaderKeyID)
-	ts, nonce, sig := h.Get(signer.HeaderTimestamp), h.Get(signer.HeaderNonce), h.Get(signer.HeaderSignature)
+	keyID := h.Get(protocol.HeaderKeyID)
+	ts, nonce, sig := h.Get(protocol.HeaderTimestamp), h.Get(protocol.HeaderNonce), h.Get(protocol.HeaderSignature)
 	if ts == "" || nonce == "" || sig == "" {
 		return v, refuse(http.StatusUnauthorized, "missing_headers",
-			"%s, %s and %s are required", signer.HeaderTimestamp, signer.HeaderNonce, signer.HeaderSignature), nil
+			"%s, %s and %s are required", protocol.HeaderTimestamp, protocol.HeaderNonce, protocol.HeaderSignature), nil
 	}
 	if keyID == "" && s.sharedKey == nil {
-		return v, refuse(http.StatusUnauthorized, "missing_headers", "%s is required", signer.HeaderKeyID), nil
+		return v, refuse(http.StatusUnauthorized, "missing_headers", "%s is required", protocol.HeaderKeyID), nil
 	}
-	if !signer.ValidNonce(nonce) {
-		return v, refuse(http.StatusUnauthorized, "bad_nonce", "%s", signer.ErrBadNonce.Error()), nil
+	if !protocol.ValidNonce(nonce) {
+		return v, refuse(http.StatusUnauthorized, "bad_nonce", "%s", protocol.ErrBadNonce.Error()), nil
 	}
 
 	if r.ContentLength > maxBody {
@@ -118,7 +118,7 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 		v.key, hmacKey, v.storedKeyID = key, key.material, key.ID
 	}
 
-	sec, err := signer.ParseTimestamp(ts)
+	sec, err := protocol.ParseTimestamp(ts)
 	if err != nil {
 		return v, refuse(http.StatusUnauthorized, "bad_timestamp", "%s", err.Error()), nil
 	}
@@ -128,12 +128,12 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 		// Still refused for its timestamp whatever the signature says; a
 		// valid one makes it contact (Authenticate; docs/operations.md,
 		// "Heartbeats and deadlines").
-		ok, err := signer.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
+		ok, err := protocol.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
 		v.skewSigned = err == nil && ok && v.key != nil
 		return v, refuse(http.StatusUnauthorized, codeTimestampSkew, "timestamp is more than %d seconds from server time", int(SkewWindow/time.Second)), nil
 	}
 
-	ok, err := signer.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
+	ok, err := protocol.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
 	if err != nil || !ok {
 		return v, refuse(http.StatusUnauthorized, "bad_signature", "signature does not match"), nil
 	}

@@ -16,11 +16,9 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/logs"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/mcpserver"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 const (
@@ -114,7 +112,7 @@ func TestNoToolAnswerCarriesACredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := signer.DecodeKeyMaterial(key.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(key.KeyMaterial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +195,7 @@ func connect(t *testing.T, d *daemontest.InProcess) *mcp.ClientSession {
 func shipChunk(t *testing.T, d *daemontest.InProcess, keyID string, raw []byte) {
 	t.Helper()
 	ctx := context.Background()
-	cl := &signer.Client{BaseURL: d.URL, KeyID: keyID, Key: raw}
+	cl := &protocol.Client{BaseURL: d.URL, KeyID: keyID, Key: raw}
 	post := func(path string, v any) []byte {
 		t.Helper()
 		b, err := json.Marshal(v)
@@ -211,13 +209,13 @@ func shipChunk(t *testing.T, d *daemontest.InProcess, keyID string, raw []byte) 
 		return resp.Body
 	}
 	now := time.Now().UTC()
-	post("/api/ingest/heartbeat", ingest.HeartbeatV1{EnvironmentSlug: walkEnv, Deployment: ingest.HeartbeatDeploy{ID: walkDep}, AgentVersion: "test/1",
-		SentAt: now, Reaper: ingest.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}})
-	post("/api/ingest/logs/sessions", logs.OpenV1{EnvironmentSlug: walkEnv, DeploymentID: walkDep, SessionID: "s1", Service: "chalupa-agent.service"})
+	post("/api/ingest/heartbeat", protocol.HeartbeatV1{EnvironmentSlug: walkEnv, Deployment: protocol.HeartbeatDeploy{ID: walkDep}, AgentVersion: "test/1",
+		SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now}})
+	post("/api/ingest/logs/sessions", protocol.OpenV1{EnvironmentSlug: walkEnv, DeploymentID: walkDep, SessionID: "s1", Service: "chalupa-agent.service"})
 	chunk := []byte("one chunk of logs\n")
 	sum := sha256.Sum256(chunk)
-	wire := logs.ChunkV1{EnvironmentSlug: walkEnv, DeploymentID: walkDep, SessionID: "s1", Seq: 0, Size: int64(len(chunk)), SHA256: hex.EncodeToString(sum[:])}
-	var p ingest.LogChunkPlanned
+	wire := protocol.ChunkV1{EnvironmentSlug: walkEnv, DeploymentID: walkDep, SessionID: "s1", Seq: 0, Size: int64(len(chunk)), SHA256: hex.EncodeToString(sum[:])}
+	var p protocol.LogChunkPlanned
 	if err := json.Unmarshal(post("/api/ingest/logs/plan", wire), &p); err != nil || p.Upload == nil {
 		t.Fatalf("plan answer: %+v %v", p, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -454,7 +456,7 @@ func (x *Executor) recordLaunch(box storage.Box, job jobs.Job, dropletID int64, 
 			msg += "; managed"
 		}
 		_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: launchedIDPrefix + job.ID,
-			EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: ingest.EventLaunched, Message: msg, OccurredAt: now})
+			EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: protocol.EventLaunched, Message: msg, OccurredAt: now})
 		return err
 	}
 }
@@ -488,7 +490,7 @@ func (x *Executor) recordSunk(box storage.Box, job jobs.Job, dropletID int64, go
 				return nil
 			}
 			_, err := storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{ID: sunkIDPrefix + job.ID,
-				EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: ingest.EventSunk, OccurredAt: now,
+				EnvironmentID: box.EnvironmentID, DeploymentID: dep, Kind: protocol.EventSunk, OccurredAt: now,
 				Message: fmt.Sprintf("converge job %s: droplet %d was already gone (its deployment had ended); counted as deleted%s", job.ID, dropletID, kept)})
 			return err
 		}
@@ -501,7 +503,7 @@ func (x *Executor) recordSunk(box storage.Box, job jobs.Job, dropletID int64, go
 			reason = "provider"
 		}
 		for _, ev := range []storage.LifecycleEvent{
-			{ID: sunkIDPrefix + job.ID, Kind: ingest.EventSunk, Message: sunkMsg},
+			{ID: sunkIDPrefix + job.ID, Kind: protocol.EventSunk, Message: sunkMsg},
 			{ID: endedIDPrefix + job.ID, Kind: ingest.EventDeploymentEnded, Reason: reason, Message: endedMsg},
 		} {
 			ev.EnvironmentID, ev.DeploymentID, ev.OccurredAt = box.EnvironmentID, dep, now

@@ -21,7 +21,7 @@ import (
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
@@ -106,7 +106,7 @@ func newFleetRig(t *testing.T, tweak ...func(*reaper.Config)) *fleetRig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+		raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func (rig *fleetRig) heartbeat(a *fleetAgent, signedAt time.Time) (int, string) 
 		rig.t.Fatal(err)
 	}
 	k := rig.keys[a.env]
-	signer.Attach(req.Header, k.id, k.key, strconv.FormatInt(signedAt.Unix(), 10), signer.NewNonce(), http.MethodPost, ingest.HeartbeatRoute, body)
+	protocol.Attach(req.Header, k.id, k.key, strconv.FormatInt(signedAt.Unix(), 10), protocol.NewNonce(), http.MethodPost, ingest.HeartbeatRoute, body)
 	v, refusal := rig.svc.Authenticate(req, ingest.MaxHeartbeatBody)
 	resp := refusal
 	if resp == nil {

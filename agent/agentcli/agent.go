@@ -2,7 +2,7 @@
 // the full binary and the same commands at the top of the standalone
 // `chalupa-agent` (cmd/chalupa-agent), so both take exactly the same flags
 // and CHALUPA_AGENT_* variables (docs/operations.md, "Agent"). It imports
-// the agent and the leaves it needs (ingest/wire, ingest/signer,
+// the agent and the leaves it needs (protocol,
 // internal/…), never a server package: cmd/chalupa-agent's dependency test
 // holds it to that.
 package agentcli
@@ -27,10 +27,9 @@ import (
 
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/logship"
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/internal/origin"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Cmd is `chalupa agent`: the agent's commands under the full binary. The
@@ -311,7 +310,7 @@ func (c *agentHeartbeatCmd) Run(k *kong.Context) error {
 	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("read --key-file: %w", err)}
 	}
-	key, err := signer.DecodeKeyMaterial(string(b))
+	key, err := protocol.DecodeKeyMaterial(string(b))
 	if err != nil {
 		return &ExitError{Code: 1, Err: fmt.Errorf("--key-file: %w", err)}
 	}
@@ -326,7 +325,7 @@ func (c *agentHeartbeatCmd) Run(k *kong.Context) error {
 		}
 		c.lastActivity = fi.ModTime().UTC()
 	}
-	cl := &signer.Client{BaseURL: c.URL, KeyID: strings.TrimSpace(c.KeyID), Key: key, Retries: c.Retries}
+	cl := &protocol.Client{BaseURL: c.URL, KeyID: strings.TrimSpace(c.KeyID), Key: key, Retries: c.Retries}
 	// A signal ends the finite command with 128 + its number (Ctrl-C:
 	// 130), not 0: a script must not read an interrupted run as done
 	// (docs/operations.md, "Exit codes").
@@ -390,19 +389,19 @@ func (c *agentHeartbeatCmd) activity() time.Time {
 	return c.lastActivity
 }
 
-func (c *agentHeartbeatCmd) send(ctx context.Context, cl *signer.Client) (bool, error) {
+func (c *agentHeartbeatCmd) send(ctx context.Context, cl *protocol.Client) (bool, error) {
 	last := c.activity()
 	// An mtime ahead of this clock is no activity later than now (and
 	// would make idleChecks negative, which the daemon refuses).
 	if now := time.Now().UTC(); last.After(now) {
 		last = now
 	}
-	hb := wire.HeartbeatV1{
+	hb := protocol.HeartbeatV1{
 		EnvironmentSlug: c.Env,
-		Deployment:      wire.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
+		Deployment:      protocol.HeartbeatDeploy{ID: c.Deployment, DropletID: c.DropletID, Region: c.Region, Size: c.Size},
 		AgentVersion:    "chalupa-agent/" + buildinfo.Version,
 		SentAt:          time.Now().UTC(),
-		Reaper: wire.ReaperObservation{
+		Reaper: protocol.ReaperObservation{
 			IdleChecks:     int64(time.Since(last) / time.Minute),
 			LimitMinutes:   c.LimitMinutes,
 			LastActivityAt: last,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // fullTree is the full binary's `chalupa agent` as the root CLI embeds it.
@@ -151,7 +151,7 @@ func TestCommandsWriteToTheInjectedStreams(t *testing.T) {
 	}))
 	defer srv.Close()
 	keyFile := filepath.Join(t.TempDir(), "ingest.key")
-	if err := os.WriteFile(keyFile, []byte(signer.NewKeyMaterial()), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte(protocol.NewKeyMaterial()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer

@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/agent"
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // agentReportRunCmd is `chalupa agent report-run`: a CI job's report of one
@@ -39,7 +39,7 @@ type agentReportRunCmd struct {
 // which); 1 when it was refused or could not be spooled; 2 for flags
 // breaking their rule on their face.
 func (c *agentReportRunCmd) Run(k *kong.Context) error {
-	var rep wire.RunReportV1
+	var rep protocol.RunReportV1
 	if c.File != "" {
 		b, err := os.ReadFile(c.File)
 		if err != nil {
@@ -52,13 +52,13 @@ func (c *agentReportRunCmd) Run(k *kong.Context) error {
 		if c.Suite == "" || c.RunID == "" || c.Status == "" || c.StartedAt.IsZero() {
 			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--suite, --run-id, --status and --started-at are required without --file")}
 		}
-		rep = wire.RunReportV1{Suite: c.Suite, RunID: c.RunID, Status: c.Status, StartedAt: c.StartedAt.UTC(),
-			FinishedAt: c.FinishedAt.UTC(), Commit: c.Commit, Artifacts: []wire.ArtifactRefV1{}}
+		rep = protocol.RunReportV1{Suite: c.Suite, RunID: c.RunID, Status: c.Status, StartedAt: c.StartedAt.UTC(),
+			FinishedAt: c.FinishedAt.UTC(), Commit: c.Commit, Artifacts: []protocol.ArtifactRefV1{}}
 		if c.FinishedAt.IsZero() {
 			rep.FinishedAt = time.Now().UTC()
 		}
 		for i, raw := range c.Artifact {
-			var a wire.ArtifactRefV1
+			var a protocol.ArtifactRefV1
 			if err := strictjson.Decode([]byte(raw), &a); err != nil {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--artifact %d: %w", i+1, err)}
 			}

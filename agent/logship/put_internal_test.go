@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // TestPutErrorCarriesNoGrant: an upload that gets no answer, or whose grant
@@ -27,7 +27,7 @@ func TestPutErrorCarriesNoGrant(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Shipper{cfg: Config{HTTP: &http.Client{}}}
-			err := s.put(context.Background(), &ingest.LogUpload{Method: "PUT", URL: tc.url}, []byte("x"))
+			err := s.put(context.Background(), &protocol.LogUpload{Method: "PUT", URL: tc.url}, []byte("x"))
 			if err == nil {
 				t.Fatal("put succeeded")
 			}

@@ -28,8 +28,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Bounds and paces (docs/operations.md, "Logs").
@@ -37,14 +36,11 @@ const (
 	// FlushInterval is the longest a line waits in memory before it is cut
 	// into a chunk: a quiet service's lines still arrive within a minute.
 	FlushInterval = 60 * time.Second
-	// DefaultMaxChunkBytes is the chunk bound used until the daemon's
-	// session answer says its own (wire.DefaultMaxChunkBytes, 1 MiB).
-	DefaultMaxChunkBytes = wire.DefaultMaxChunkBytes
 	// SpoolMaxBytes bounds one service's spooled chunks (compressed
 	// bytes): the daemon's per-deployment byte quota, since more could
 	// never be stored. Past it the oldest chunks not yet planned are
 	// dropped, counted.
-	SpoolMaxBytes = wire.DefaultDeploymentBytes
+	SpoolMaxBytes = protocol.DefaultDeploymentBytes
 	// readBlock is one read from a source: small beside a chunk, so a cut
 	// falls close to the target and on a cursor.
 	readBlock = 64 << 10
@@ -84,7 +80,7 @@ var ErrPaused = errors.New("log shipping paused")
 
 // Config is one service's shipper.
 type Config struct {
-	// Service is the unit name or file label (wire.ValidService).
+	// Service is the unit name or file label (protocol.ValidService).
 	Service string
 	// Source yields the lines; OpenSource opens it at a saved cursor.
 	OpenSource func(cursor string) Source
@@ -94,7 +90,7 @@ type Config struct {
 	Environment, Deployment string
 	// Client signs the protocol's requests; HTTP sends the PUTs (never
 	// to chalupa).
-	Client *signer.Client
+	Client *protocol.Client
 	HTTP   *http.Client
 	Clock  clockwork.Clock
 	Log    zerolog.Logger
@@ -143,7 +139,7 @@ type TickResult struct {
 // final payload (reason "restart") spooled. Errors: the spool cannot be
 // read or written.
 func Open(cfg Config) (*Shipper, error) {
-	if !wire.ValidService(cfg.Service) {
+	if !protocol.ValidService(cfg.Service) {
 		return nil, fmt.Errorf("log service %q: must be 1-128 characters of [A-Za-z0-9@._:-]", cfg.Service)
 	}
 	if cfg.Clock == nil {
@@ -156,7 +152,7 @@ func Open(cfg Config) (*Shipper, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shipper{cfg: cfg, sp: sp, target: 4 * DefaultMaxChunkBytes, maxSize: DefaultMaxChunkBytes, opened: map[string]bool{}}
+	s := &Shipper{cfg: cfg, sp: sp, target: 4 * protocol.DefaultMaxChunkBytes, maxSize: protocol.DefaultMaxChunkBytes, opened: map[string]bool{}}
 	if old := sp.st.Session; old != "" && !s.finishing(old) {
 		if err := s.spoolFinish(old, "restart"); err != nil {
 			return nil, err
@@ -200,7 +196,7 @@ func (s *Shipper) spoolFinish(session, reason string) error {
 	if len(cursor) > 512 {
 		cursor = cursor[:512]
 	}
-	b, err := json.Marshal(wire.FinalV1{Chunks: sc.NextSeq, Bytes: sc.Bytes, Cursor: cursor, Reason: reason})
+	b, err := json.Marshal(protocol.FinalV1{Chunks: sc.NextSeq, Bytes: sc.Bytes, Cursor: cursor, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -483,14 +479,14 @@ func (s *Shipper) open(ctx context.Context, session string) error {
 	if s.opened[session] {
 		return nil
 	}
-	b, status, code, err := s.post(ctx, openRoute, wire.OpenV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: session, Service: s.cfg.Service})
+	b, status, code, err := s.post(ctx, openRoute, protocol.OpenV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: session, Service: s.cfg.Service})
 	if err != nil {
 		return err
 	}
 	if status/100 != 2 {
 		return s.refused("open", status, code)
 	}
-	var o wire.LogSessionOpened
+	var o protocol.LogSessionOpened
 	if json.Unmarshal(b, &o) == nil && o.MaxChunkBytes > 0 {
 		s.maxSize = o.MaxChunkBytes
 	}
@@ -523,7 +519,7 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 	if err := s.open(ctx, c.Session); err != nil {
 		return false, err
 	}
-	chunk := wire.ChunkV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: c.Session, Seq: c.Seq, Size: c.Size, SHA256: c.SHA256}
+	chunk := protocol.ChunkV1{EnvironmentSlug: s.cfg.Environment, DeploymentID: s.cfg.Deployment, SessionID: c.Session, Seq: c.Seq, Size: c.Size, SHA256: c.SHA256}
 	b, status, code, err := s.post(ctx, planRoute, chunk)
 	if err != nil {
 		return false, err
@@ -557,7 +553,7 @@ func (s *Shipper) shipOne(ctx context.Context, moved bool) (bool, error) {
 		return false, s.refused("plan", status, code)
 	}
 	for uploads := 1; ; uploads++ {
-		var p wire.LogChunkPlanned
+		var p protocol.LogChunkPlanned
 		if err := json.Unmarshal(b, &p); err != nil {
 			return false, fmt.Errorf("%w: plan answer: %v", ErrPaused, err)
 		}
@@ -630,7 +626,7 @@ func withoutURL(err error) error {
 
 // put uploads body with the grant: exactly its headers, to its URL, with
 // the shipper's own HTTP client (no chalupa credentials).
-func (s *Shipper) put(ctx context.Context, up *wire.LogUpload, body []byte) error {
+func (s *Shipper) put(ctx context.Context, up *protocol.LogUpload, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%w: upload: %v", ErrPaused, withoutURL(err))

@@ -30,8 +30,8 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent/logship"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 const (
@@ -81,7 +81,7 @@ func newRig(t *testing.T, logsOn bool) *rig {
 		t.Fatal(err)
 	}
 	r.key = k
-	if r.raw, err = signer.DecodeKeyMaterial(k.KeyMaterial); err != nil {
+	if r.raw, err = protocol.DecodeKeyMaterial(k.KeyMaterial); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
@@ -131,8 +131,8 @@ func (r *rig) forward(w http.ResponseWriter, req *http.Request) {
 	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, req)
 }
 
-func (r *rig) client() *signer.Client {
-	return &signer.Client{BaseURL: r.proxy.URL, KeyID: r.key.KeyID, Key: r.raw}
+func (r *rig) client() *protocol.Client {
+	return &protocol.Client{BaseURL: r.proxy.URL, KeyID: r.key.KeyID, Key: r.raw}
 }
 
 // open opens a shipper for service over the rig's file; put is the

@@ -19,7 +19,6 @@ func TestDeps(t *testing.T) {
 		module + "/agent/agentcli",
 		module + "/agent/logship",
 		module + "/adminapi",
-		module + "/ingest/signer",
-		module + "/ingest/wire",
+		module + "/protocol",
 	}, depstest.Forbidden(map[string]string{module + "/mcpserver": "the server's MCP tools"}))
 }

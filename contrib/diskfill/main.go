@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Defaults of the figure (docs/operations.md, "Quotas").
@@ -243,7 +243,7 @@ func (d *driver) post(ctx context.Context, path string, body []byte) (int, strin
 		return 0, "request", ""
 	}
 	req.Header.Set("Content-Type", "application/json")
-	signer.Attach(req.Header, d.keyID, d.key, strconv.FormatInt(time.Now().Unix(), 10), signer.NewNonce(), http.MethodPost, path, body)
+	protocol.Attach(req.Header, d.keyID, d.key, strconv.FormatInt(time.Now().Unix(), 10), protocol.NewNonce(), http.MethodPost, path, body)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return 0, "transport", ""

@@ -11,15 +11,15 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // startTestReference serves the reference handler on loopback over a real
 // SQLite file.
 func startTestReference(t *testing.T) (*httptest.Server, *refServer, []byte, string) {
 	t.Helper()
-	material := signer.NewKeyMaterial()
-	key, err := signer.DecodeKeyMaterial(material)
+	material := protocol.NewKeyMaterial()
+	key, err := protocol.DecodeKeyMaterial(material)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestReferenceServerVerifiesAndWritesOnce(t *testing.T) {
 
 	now := time.Now()
 	body := w.Body(nil, 3, now)
-	nonce := signer.NewNonce()
+	nonce := protocol.NewNonce()
 	post := func(body []byte, sign func(h http.Header)) int {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL+harness.HeartbeatPath, bytes.NewReader(body))
 		sign(req.Header)
@@ -56,7 +56,7 @@ func TestReferenceServerVerifiesAndWritesOnce(t *testing.T) {
 		return resp.StatusCode
 	}
 	good := func(h http.Header) {
-		signer.Attach(h, keyID, key, strconv.FormatInt(now.Unix(), 10), nonce, http.MethodPost, harness.HeartbeatPath, body)
+		protocol.Attach(h, keyID, key, strconv.FormatInt(now.Unix(), 10), nonce, http.MethodPost, harness.HeartbeatPath, body)
 	}
 	if got := post(body, good); got != http.StatusAccepted {
 		t.Fatalf("signed heartbeat: %d, want 202", got)
@@ -65,18 +65,18 @@ func TestReferenceServerVerifiesAndWritesOnce(t *testing.T) {
 		t.Errorf("replayed nonce: %d, want 409", got)
 	}
 	if got := post(body, func(h http.Header) {
-		signer.Attach(h, keyID, []byte("another key of thirty-two bytes!"), strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, harness.HeartbeatPath, body)
+		protocol.Attach(h, keyID, []byte("another key of thirty-two bytes!"), strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, harness.HeartbeatPath, body)
 	}); got != http.StatusUnauthorized {
 		t.Errorf("wrong key: %d, want 401", got)
 	}
 	if got := post(body, func(h http.Header) {
-		signer.Attach(h, keyID, key, strconv.FormatInt(now.Add(-301*time.Second).Unix(), 10), signer.NewNonce(), http.MethodPost, harness.HeartbeatPath, body)
+		protocol.Attach(h, keyID, key, strconv.FormatInt(now.Add(-301*time.Second).Unix(), 10), protocol.NewNonce(), http.MethodPost, harness.HeartbeatPath, body)
 	}); got != http.StatusUnauthorized {
 		t.Errorf("stale timestamp: %d, want 401", got)
 	}
 	other := bytes.Replace(body, []byte(`"load-test"`), []byte(`"elsewhere"`), 1)
 	if got := post(other, func(h http.Header) {
-		signer.Attach(h, keyID, key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, harness.HeartbeatPath, other)
+		protocol.Attach(h, keyID, key, strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, harness.HeartbeatPath, other)
 	}); got != http.StatusForbidden {
 		t.Errorf("other environment: %d, want 403", got)
 	}

@@ -8,7 +8,7 @@
 // It builds and starts `chalupa serve` with a fresh data dir, creates an
 // environment and issues a key through the admin API, then starts the
 // reference (this executable re-run with -serve-reference: net/http +
-// signer.Verify + one SQLite transaction per request on chalupa's driver and
+// protocol.Verify + one SQLite transaction per request on chalupa's driver and
 // pragmas). Against each it runs a closed-loop maximum-throughput phase and an
 // open-loop constant-rate phase, and with -open-loop an open-loop rate sweep,
 // then prints them, the throughput ratio, the highest rate served within the
@@ -39,7 +39,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Targets (docs/architecture.md, "Performance measurements").
@@ -741,8 +741,8 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 			}
 		}
 	case "reference":
-		material := signer.NewKeyMaterial()
-		key, _ = signer.DecodeKeyMaterial(material)
+		material := protocol.NewKeyMaterial()
+		key, _ = protocol.DecodeKeyMaterial(material)
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		keyID = "env_" + cfg.EnvSlug + "_" + hex.EncodeToString(b)
@@ -754,7 +754,7 @@ func runTarget(ctx context.Context, cfg config, name, dir string) ([]phaseResult
 	case "floor":
 		// The floor checks no signature; the requests are signed all
 		// the same, so the client does the same work for every target.
-		key, _ = signer.DecodeKeyMaterial(signer.NewKeyMaterial())
+		key, _ = protocol.DecodeKeyMaterial(protocol.NewKeyMaterial())
 		keyID = "env_" + cfg.EnvSlug + "_floor"
 		progress("floor: starting (net/http alone)")
 		var err error

@@ -23,11 +23,11 @@ import (
 
 	"github.com/chalupa-run/chalupa/contrib/internal/harness"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // The reference server is the "raw limit" of docs/architecture.md's performance measurements: net/http,
-// the protocol-v1 HMAC check (signer.Verify), the JSON body, and ONE SQLite
+// the protocol-v1 HMAC check (protocol.Verify), the JSON body, and ONE SQLite
 // transaction per request (BEGIN IMMEDIATE; INSERT nonce; INSERT heartbeat;
 // COMMIT) on chalupa's driver and pragmas, through a pool that lets
 // concurrent requests each run their own transaction. SQLite admits one
@@ -133,12 +133,12 @@ func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := r.Header
-	keyID, ts, nonce, sig := h.Get(signer.HeaderKeyID), h.Get(signer.HeaderTimestamp), h.Get(signer.HeaderNonce), h.Get(signer.HeaderSignature)
+	keyID, ts, nonce, sig := h.Get(protocol.HeaderKeyID), h.Get(protocol.HeaderTimestamp), h.Get(protocol.HeaderNonce), h.Get(protocol.HeaderSignature)
 	if keyID == "" || ts == "" || nonce == "" || sig == "" {
 		refError(w, http.StatusUnauthorized, "missing_headers")
 		return
 	}
-	if !signer.ValidNonce(nonce) {
+	if !protocol.ValidNonce(nonce) {
 		refError(w, http.StatusUnauthorized, "bad_nonce")
 		return
 	}
@@ -155,7 +155,7 @@ func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refError(w, http.StatusUnauthorized, "unknown_key")
 		return
 	}
-	sec, err := signer.ParseTimestamp(ts)
+	sec, err := protocol.ParseTimestamp(ts)
 	if err != nil {
 		refError(w, http.StatusUnauthorized, "bad_timestamp")
 		return
@@ -165,11 +165,11 @@ func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refError(w, http.StatusUnauthorized, "timestamp_skew")
 		return
 	}
-	if ok, err := signer.Verify(s.key, sig, ts, nonce, r.Method, r.URL.Path, body); err != nil || !ok {
+	if ok, err := protocol.Verify(s.key, sig, ts, nonce, r.Method, r.URL.Path, body); err != nil || !ok {
 		refError(w, http.StatusUnauthorized, "bad_signature")
 		return
 	}
-	var hb ingest.HeartbeatV1
+	var hb protocol.HeartbeatV1
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&hb); err != nil {
@@ -195,7 +195,7 @@ func (s *refServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // write is the one transaction of a request: claim the nonce, store the
 // heartbeat, commit (one WAL fsync under synchronous=FULL).
-func (s *refServer) write(ctx context.Context, nonce string, signedAt int64, now, deadline time.Time, hb *ingest.HeartbeatV1) (int, string) {
+func (s *refServer) write(ctx context.Context, nonce string, signedAt int64, now, deadline time.Time, hb *protocol.HeartbeatV1) (int, string) {
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
 		return http.StatusServiceUnavailable, "begin_failed"
@@ -245,7 +245,7 @@ const (
 func runReferenceServer(dbPath string, conns int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	key, err := signer.DecodeKeyMaterial(os.Getenv(envRefKey))
+	key, err := protocol.DecodeKeyMaterial(os.Getenv(envRefKey))
 	if err != nil {
 		return errors.New("reference: " + envRefKey + " must hold key material")
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -70,32 +70,12 @@ func (e *Invalid) Error() string { return e.Message }
 
 func invalid(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 
-// ValidService reports whether s can name a log service
-// (wire.ValidService: 1–128 of [A-Za-z0-9@._:-], a systemd unit name or a
-// file label).
-func ValidService(s string) bool { return wire.ValidService(s) }
-
-// The log routes' bodies are protocol v1's (ingest/wire), named here as
-// aliases so the broker and its tests keep their names; their validation
-// is the broker's (ValidateOpen, ValidateChunk, ValidateFinish).
-type (
-	// OpenV1 is wire.OpenV1, the body of POST /api/ingest/logs/sessions.
-	OpenV1 = wire.OpenV1
-	// ChunkV1 is wire.ChunkV1, the body of POST /api/ingest/logs/plan and
-	// /commit.
-	ChunkV1 = wire.ChunkV1
-	// FinishV1 is wire.FinishV1, the body of POST /api/ingest/logs/finish.
-	FinishV1 = wire.FinishV1
-	// FinalV1 is wire.FinalV1, a session's final payload.
-	FinalV1 = wire.FinalV1
-)
-
 // ValidateOpen checks an open body's values. Errors: *Invalid.
-func ValidateOpen(b *OpenV1) error {
+func ValidateOpen(b *protocol.OpenV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
-	if !ValidService(b.Service) {
+	if !protocol.ValidService(b.Service) {
 		return invalid("service must be 1-128 characters of [A-Za-z0-9@._:-]")
 	}
 	return nil
@@ -114,7 +94,7 @@ func validIDs(env, dep, sess string) error {
 }
 
 // ValidateChunk checks a chunk body's values. Errors: *Invalid.
-func ValidateChunk(b *ChunkV1) error {
+func ValidateChunk(b *protocol.ChunkV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
@@ -133,7 +113,7 @@ func ValidateChunk(b *ChunkV1) error {
 
 // ChunkSum is b's SHA256 decoded; the zero sum for one ValidateChunk
 // refuses (every broker path validates first).
-func ChunkSum(b *ChunkV1) [32]byte {
+func ChunkSum(b *protocol.ChunkV1) [32]byte {
 	var sum [32]byte
 	if raw, err := hex.DecodeString(b.SHA256); err == nil && len(raw) == len(sum) {
 		copy(sum[:], raw)
@@ -142,7 +122,7 @@ func ChunkSum(b *ChunkV1) [32]byte {
 }
 
 // ValidateFinish checks a finish body's values. Errors: *Invalid.
-func ValidateFinish(b *FinishV1) error {
+func ValidateFinish(b *protocol.FinishV1) error {
 	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
 		return err
 	}
@@ -158,7 +138,7 @@ func ValidateFinish(b *FinishV1) error {
 }
 
 // CanonicalFinal is the exact payload stored for b: its final's JSON.
-func CanonicalFinal(b *FinishV1) []byte {
+func CanonicalFinal(b *protocol.FinishV1) []byte {
 	out, _ := json.Marshal(b.Final) // a struct of numbers and strings cannot fail
 	return out
 }
@@ -211,7 +191,7 @@ type Opened struct {
 // allowed, and the open sessions below the bound. Errors: the sentinels
 // above (nothing written), *Invalid never (Validate first), or a storage
 // fault.
-func (b *Broker) Open(ctx context.Context, q storage.Querier, env int64, o *OpenV1, now time.Time) (Opened, error) {
+func (b *Broker) Open(ctx context.Context, q storage.Querier, env int64, o *protocol.OpenV1, now time.Time) (Opened, error) {
 	dep, err := storage.LogDeploymentState(ctx, q, env, o.DeploymentID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return Opened{}, ErrUnknownDeployment
@@ -277,7 +257,7 @@ func objectName(env int64, dep, sess string, seq int64) string {
 // within the chunk bound, and the deployment's chunk and byte quotas must
 // hold it. The grant's expiry (now + GrantTTL) is stored with the plan.
 // Errors: the sentinels above (nothing written) or a storage fault.
-func (b *Broker) Plan(ctx context.Context, q storage.Querier, env int64, ch *ChunkV1, now time.Time) (Planned, error) {
+func (b *Broker) Plan(ctx context.Context, q storage.Querier, env int64, ch *protocol.ChunkV1, now time.Time) (Planned, error) {
 	s, err := storage.LogSessionByID(ctx, q, env, ch.DeploymentID, ch.SessionID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return Planned{}, ErrUnknownSession
@@ -343,7 +323,7 @@ func (b *Broker) Upload(ctx context.Context, c storage.LogChunk, now time.Time) 
 // Lookup reads the plan a commit names, for Verify (outside the writer).
 // Errors: ErrUnknownSession, ErrChunkNotPlanned, ErrChunkConflict (the
 // commit describes another body), or a storage fault.
-func (b *Broker) Lookup(ctx context.Context, q storage.Querier, env int64, ch *ChunkV1) (storage.LogChunk, error) {
+func (b *Broker) Lookup(ctx context.Context, q storage.Querier, env int64, ch *protocol.ChunkV1) (storage.LogChunk, error) {
 	s, err := storage.LogSessionByID(ctx, q, env, ch.DeploymentID, ch.SessionID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return storage.LogChunk{}, ErrUnknownSession
@@ -387,7 +367,7 @@ func (b *Broker) Verify(ctx context.Context, c storage.LogChunk) error {
 // Commit records a verified chunk as committed, re-checking its plan
 // inside the writer unit. It reports whether the chunk was committed
 // already (an exact repeat: nothing written). Errors: as Lookup.
-func (b *Broker) Commit(ctx context.Context, q storage.Querier, env int64, ch *ChunkV1, now time.Time) (deduplicated bool, err error) {
+func (b *Broker) Commit(ctx context.Context, q storage.Querier, env int64, ch *protocol.ChunkV1, now time.Time) (deduplicated bool, err error) {
 	c, err := b.Lookup(ctx, q, env, ch)
 	if err != nil {
 		return false, err
@@ -402,7 +382,7 @@ func (b *Broker) Commit(ctx context.Context, q storage.Querier, env int64, ch *C
 // Finish stores the session's final payload once: an identical repeat is
 // deduplicated (nothing written), another payload ErrFinalConflict.
 // Errors: ErrUnknownSession, ErrFinalConflict, or a storage fault.
-func (b *Broker) Finish(ctx context.Context, q storage.Querier, env int64, f *FinishV1, now time.Time) (deduplicated bool, err error) {
+func (b *Broker) Finish(ctx context.Context, q storage.Querier, env int64, f *protocol.FinishV1, now time.Time) (deduplicated bool, err error) {
 	s, err := storage.LogSessionByID(ctx, q, env, f.DeploymentID, f.SessionID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return false, ErrUnknownSession

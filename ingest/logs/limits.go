@@ -3,7 +3,7 @@ package logs
 import (
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // Broker defaults (docs/operations.md, "Logs").
@@ -17,22 +17,12 @@ const (
 	// DefaultSessionTTL is how long a log session accepts chunks: 24 h,
 	// a day of a droplet's life per session; the agent opens another.
 	DefaultSessionTTL = 24 * time.Hour
-	// DefaultMaxChunkBytes bounds one chunk (compressed, bytes): 1 MiB
-	// (wire.DefaultMaxChunkBytes), a few seconds on a slow link, so a
-	// grant of DefaultGrantTTL always suffices and a lost upload costs
-	// little to redo.
-	DefaultMaxChunkBytes = wire.DefaultMaxChunkBytes
 	// DefaultOpenSessions bounds the unfinished, unexpired sessions of one
 	// deployment: 8, a few services plus restarts.
 	DefaultOpenSessions = 8
 	// DefaultDeploymentChunks bounds the chunks one deployment may plan
 	// over its life: 256.
 	DefaultDeploymentChunks = 256
-	// DefaultDeploymentBytes bounds the bytes one deployment may plan
-	// over its life: 64 MiB (wire.DefaultDeploymentBytes). Compressed
-	// journald of a short-lived droplet is a few MiB; the bound caps what
-	// a leaked ingest key can make chalupa grant at cents of storage.
-	DefaultDeploymentBytes = wire.DefaultDeploymentBytes
 	// MaxFinalPayload bounds a session's final payload (bytes): 4 KiB, a
 	// summary (counts, last cursor), never log lines.
 	MaxFinalPayload = 4 << 10
@@ -61,7 +51,7 @@ func (l Limits) withDefaults() Limits {
 		l.SessionTTL = DefaultSessionTTL
 	}
 	if l.MaxChunkBytes <= 0 {
-		l.MaxChunkBytes = DefaultMaxChunkBytes
+		l.MaxChunkBytes = protocol.DefaultMaxChunkBytes
 	}
 	if l.OpenSessions <= 0 {
 		l.OpenSessions = DefaultOpenSessions
@@ -70,7 +60,7 @@ func (l Limits) withDefaults() Limits {
 		l.DeploymentChunks = DefaultDeploymentChunks
 	}
 	if l.DeploymentBytes <= 0 {
-		l.DeploymentBytes = DefaultDeploymentBytes
+		l.DeploymentBytes = protocol.DefaultDeploymentBytes
 	}
 	if l.GrantTTL <= 0 || l.GrantTTL > MaxGrantTTL {
 		l.GrantTTL = DefaultGrantTTL

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -220,7 +222,7 @@ func BenchmarkDigestChunk(b *testing.B) {
 	}
 	st := logs.NewS3(loc, gw.AccessKey, gw.SecretKey, nil)
 	ctx := context.Background()
-	body := make([]byte, logs.DefaultMaxChunkBytes)
+	body := make([]byte, protocol.DefaultMaxChunkBytes)
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
@@ -249,7 +251,7 @@ func BenchmarkDigestChunk(b *testing.B) {
 
 // BenchmarkSHA256Chunk is the hashing alone of one 1 MiB chunk.
 func BenchmarkSHA256Chunk(b *testing.B) {
-	body := make([]byte, logs.DefaultMaxChunkBytes)
+	body := make([]byte, protocol.DefaultMaxChunkBytes)
 	b.SetBytes(int64(len(body)))
 	for range b.N {
 		sha256.Sum256(body)

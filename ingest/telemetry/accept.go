@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -74,7 +76,7 @@ var (
 	// ErrWindowConflict: a window of the same identity was accepted with a
 	// different body. 409 window_conflict.
 	ErrWindowConflict = errors.New("a different window with this identity was already accepted")
-	// ErrWindowTooOld: the window ended more than MaxWindowAge ago.
+	// ErrWindowTooOld: the window ended more than protocol.MaxWindowAge ago.
 	// 422 window_too_old.
 	ErrWindowTooOld = errors.New("window is older than two hours")
 	// ErrWindowInFuture: the window ends later than the clock-skew window
@@ -97,7 +99,7 @@ type Admission struct {
 	// EnvironmentID is the environment the request may write to (the
 	// key's binding, checked against the body by ingest).
 	EnvironmentID int64
-	Window        *WindowV1
+	Window        *protocol.WindowV1
 	// Now is the server's clock.
 	Now time.Time
 	// SkewWindow is the clock skew tolerated for a window's end
@@ -155,7 +157,7 @@ func Accept(ctx context.Context, q storage.Querier, a Admission) (Result, error)
 		return Result{}, err
 	}
 	switch {
-	case end.Before(a.Now.Add(-MaxWindowAge)):
+	case end.Before(a.Now.Add(-protocol.MaxWindowAge)):
 		return Result{}, ErrWindowTooOld
 	case end.After(a.Now.Add(a.SkewWindow)):
 		return Result{}, ErrWindowInFuture

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
@@ -42,16 +44,16 @@ func take(t *testing.T, db *storage.DB) snapshot {
 }
 
 // win returns a valid window for the deployment starting at start.
-func win(d storage.Deployment, session string, start time.Time) *telemetry.WindowV1 {
-	return &telemetry.WindowV1{
+func win(d storage.Deployment, session string, start time.Time) *protocol.WindowV1 {
+	return &protocol.WindowV1{
 		EnvironmentSlug: "ignored-here", DeploymentID: d.ID, SessionID: session,
 		WindowStart: start, WindowSeconds: 60,
-		Metrics: telemetry.MetricsV1{CPUPct: &telemetry.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}},
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}},
 	}
 }
 
 // accept runs Accept in its own writer unit; a refusal rolls the unit back.
-func accept(t *testing.T, db *storage.DB, d storage.Deployment, w *telemetry.WindowV1, now time.Time, lim telemetry.Limits) (telemetry.Result, error) {
+func accept(t *testing.T, db *storage.DB, d storage.Deployment, w *protocol.WindowV1, now time.Time, lim telemetry.Limits) (telemetry.Result, error) {
 	t.Helper()
 	var res telemetry.Result
 	err := db.Writer.Do(context.Background(), func(tx storage.Tx) error {
@@ -149,7 +151,7 @@ func TestAcceptRetries(t *testing.T) {
 		t.Fatalf("first window: %+v %v", res, err)
 	}
 	changed := *w
-	changed.Metrics.CPUPct = &telemetry.AggV1{N: 12, Sum: 121, Min: 5, Max: 15, Last: 9}
+	changed.Metrics.CPUPct = &protocol.AggV1{N: 12, Sum: 121, Min: 5, Max: 15, Last: 9}
 	finalFlag := *w
 	finalFlag.Final = true
 	check := func(t *testing.T, at time.Time) {
@@ -158,7 +160,7 @@ func TestAcceptRetries(t *testing.T) {
 		if err != nil || !res.Deduplicated {
 			t.Fatalf("exact retry: %+v %v; want deduplicated", res, err)
 		}
-		for _, c := range []*telemetry.WindowV1{&changed, &finalFlag} {
+		for _, c := range []*protocol.WindowV1{&changed, &finalFlag} {
 			if _, err := accept(t, db, d, c, at, telemetry.DefaultLimits()); !errors.Is(err, telemetry.ErrWindowConflict) {
 				t.Fatalf("changed retry: %v; want ErrWindowConflict", err)
 			}
@@ -274,17 +276,17 @@ func TestAcceptReceiptCapAtTheRealLimit(t *testing.T) {
 func TestValidateBoundsKeepTotalsFinite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		m    telemetry.MetricsV1
+		m    protocol.MetricsV1
 		ok   bool
 	}{
-		{"1 EiB of memory", telemetry.MetricsV1{MemUsedBytes: &telemetry.AggV1{N: 600, Sum: 600 * (1 << 60), Min: 1 << 60, Max: 1 << 60, Last: 1 << 60}}, true},
-		{"beyond 1 EiB", telemetry.MetricsV1{MemUsedBytes: &telemetry.AggV1{N: 600, Sum: 1.7e308, Min: 0, Max: 1.7e308, Last: 1.7e308}}, false},
-		{"load of 1e7", telemetry.MetricsV1{Load1: &telemetry.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
-		{"10 MW", telemetry.MetricsV1{GPUPowerW: &telemetry.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
-		{"negative bytes", telemetry.MetricsV1{NetRxBytes: &telemetry.AggV1{N: 1, Sum: -1, Min: -1, Max: -1, Last: -1}}, false},
+		{"1 EiB of memory", protocol.MetricsV1{MemUsedBytes: &protocol.AggV1{N: 600, Sum: 600 * (1 << 60), Min: 1 << 60, Max: 1 << 60, Last: 1 << 60}}, true},
+		{"beyond 1 EiB", protocol.MetricsV1{MemUsedBytes: &protocol.AggV1{N: 600, Sum: 1.7e308, Min: 0, Max: 1.7e308, Last: 1.7e308}}, false},
+		{"load of 1e7", protocol.MetricsV1{Load1: &protocol.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"10 MW", protocol.MetricsV1{GPUPowerW: &protocol.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"negative bytes", protocol.MetricsV1{NetRxBytes: &protocol.AggV1{N: 1, Sum: -1, Min: -1, Max: -1, Last: -1}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
+			w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
 				WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60, Metrics: tc.m}
 			err := telemetry.ValidateWindow(&w)
 			var inv *telemetry.Invalid
@@ -298,11 +300,11 @@ func TestValidateBoundsKeepTotalsFinite(t *testing.T) {
 // TestCanonicalNegativeZero: -0 and 0 are one value, so one window.
 func TestCanonicalNegativeZero(t *testing.T) {
 	negZero := math.Copysign(0, -1)
-	a := telemetry.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
+	a := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
 		WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60,
-		Metrics: telemetry.MetricsV1{GPUTempC: &telemetry.AggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
+		Metrics: protocol.MetricsV1{GPUTempC: &protocol.AggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
 	b := a
-	b.Metrics.GPUTempC = &telemetry.AggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
+	b.Metrics.GPUTempC = &protocol.AggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
 	if _, ha := telemetry.CanonicalWindow(&a); func() bool { _, hb := telemetry.CanonicalWindow(&b); return ha != hb }() {
 		t.Fatal("a window with -0 hashes differently from the same window with 0")
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
@@ -14,19 +16,19 @@ import (
 // for its run of consecutive minutes, is one row per session and rule, and
 // counts the windows at which it held.
 func TestAnomalyRules(t *testing.T) {
-	idleGPU := telemetry.MetricsV1{GPUUtilPct: &telemetry.AggV1{N: 6, Sum: 6, Min: 0, Max: 4.9, Last: 1}}
-	busyGPU := telemetry.MetricsV1{GPUUtilPct: &telemetry.AggV1{N: 6, Sum: 300, Min: 40, Max: 60, Last: 50}}
-	memHigh := telemetry.MetricsV1{
-		MemUsedBytes:  &telemetry.AggV1{N: 2, Sum: 2 * 960, Min: 960, Max: 960, Last: 960},
-		MemTotalBytes: &telemetry.AggV1{N: 2, Sum: 2 * 1000, Min: 1000, Max: 1000, Last: 1000},
+	idleGPU := protocol.MetricsV1{GPUUtilPct: &protocol.AggV1{N: 6, Sum: 6, Min: 0, Max: 4.9, Last: 1}}
+	busyGPU := protocol.MetricsV1{GPUUtilPct: &protocol.AggV1{N: 6, Sum: 300, Min: 40, Max: 60, Last: 50}}
+	memHigh := protocol.MetricsV1{
+		MemUsedBytes:  &protocol.AggV1{N: 2, Sum: 2 * 960, Min: 960, Max: 960, Last: 960},
+		MemTotalBytes: &protocol.AggV1{N: 2, Sum: 2 * 1000, Min: 1000, Max: 1000, Last: 1000},
 	}
-	diskFull := telemetry.MetricsV1{
-		DiskUsedBytes:  &telemetry.AggV1{N: 1, Sum: 91, Min: 91, Max: 91, Last: 91},
-		DiskTotalBytes: &telemetry.AggV1{N: 1, Sum: 100, Min: 100, Max: 100, Last: 100},
+	diskFull := protocol.MetricsV1{
+		DiskUsedBytes:  &protocol.AggV1{N: 1, Sum: 91, Min: 91, Max: 91, Last: 91},
+		DiskTotalBytes: &protocol.AggV1{N: 1, Sum: 100, Min: 100, Max: 100, Last: 100},
 	}
 	for _, tc := range []struct {
 		name    string
-		minutes []telemetry.MetricsV1 // one window per minute, in order
+		minutes []protocol.MetricsV1 // one window per minute, in order
 		ended   bool
 		kind    string
 		windows int64 // 0: no anomaly row
@@ -78,8 +80,8 @@ func TestAnomalyRules(t *testing.T) {
 	}
 }
 
-func repeat(m telemetry.MetricsV1, n int) []telemetry.MetricsV1 {
-	out := make([]telemetry.MetricsV1, n)
+func repeat(m protocol.MetricsV1, n int) []protocol.MetricsV1 {
+	out := make([]protocol.MetricsV1, n)
 	for i := range out {
 		out[i] = m
 	}

@@ -12,20 +12,13 @@ import (
 	"math"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/wire"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // Window bounds (docs/operations.md, "Telemetry").
 const (
-	// WindowSeconds is the only window length accepted (seconds): one
-	// minute (wire.WindowSeconds).
-	WindowSeconds = wire.WindowSeconds
-	// MaxWindowAge is how old a window may be: one whose end
-	// (windowStart + 60 s) is more than two hours before the server's
-	// clock is refused as window_too_old (wire.MaxWindowAge).
-	MaxWindowAge = wire.MaxWindowAge
 	// FinalWindowGrace is how long after a deployment ended its final
 	// windows (those starting before ended_at) are still admitted.
 	FinalWindowGrace = 15 * time.Minute
@@ -36,24 +29,11 @@ const (
 )
 
 // window is one minute; windowStart is aligned to it.
-const window = WindowSeconds * time.Second
-
-// The window's wire types are protocol v1's (ingest/wire), named here as
-// aliases so admission and its tests keep their names; the value rules are
-// this package's (ValidateWindow).
-type (
-	// WindowV1 is wire.WindowV1, the body of POST /api/ingest/telemetry.
-	WindowV1 = wire.WindowV1
-	// MetricsV1 is wire.MetricsV1, the fixed metric set in
-	// storage.TelemetryMetrics order.
-	MetricsV1 = wire.MetricsV1
-	// AggV1 is wire.AggV1, one metric's aggregate over a window.
-	AggV1 = wire.AggV1
-)
+const window = protocol.WindowSeconds * time.Second
 
 // metricList returns m's metrics in storage.TelemetryMetrics order.
-func metricList(m *MetricsV1) [storage.NumTelemetryMetrics]*AggV1 {
-	return [...]*AggV1{m.CPUPct, m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes, m.Load1,
+func metricList(m *protocol.MetricsV1) [storage.NumTelemetryMetrics]*protocol.AggV1 {
+	return [...]*protocol.AggV1{m.CPUPct, m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes, m.Load1,
 		m.NetRxBytes, m.NetTxBytes, m.GPUUtilPct, m.GPUMemUsedBytes, m.GPUMemTotalBytes, m.GPUTempC, m.GPUPowerW}
 }
 
@@ -92,7 +72,7 @@ func (e *Invalid) Error() string { return e.Message }
 
 // ValidateWindow checks w's values (docs/operations.md, "Telemetry").
 // Errors: *Invalid.
-func ValidateWindow(w *WindowV1) error {
+func ValidateWindow(w *protocol.WindowV1) error {
 	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 	switch {
 	case !slug.Valid(w.EnvironmentSlug):
@@ -107,7 +87,7 @@ func ValidateWindow(w *WindowV1) error {
 		return bad("windowStart must be aligned to a whole minute")
 	case w.WindowStart.UTC().Year() < 2000 || w.WindowStart.UTC().Year() > 9999:
 		return bad("windowStart must fall within the years 2000-9999 in UTC")
-	case w.WindowSeconds != WindowSeconds:
+	case w.WindowSeconds != protocol.WindowSeconds:
 		return bad("windowSeconds must be 60")
 	}
 	for i, a := range metricList(&w.Metrics) {
@@ -134,7 +114,7 @@ func ValidateWindow(w *WindowV1) error {
 
 // sumFits reports whether sum could be the sum of n samples within
 // [min, max], allowing float rounding.
-func sumFits(a *AggV1) bool {
+func sumFits(a *protocol.AggV1) bool {
 	n := float64(a.N)
 	lo, hi := n*a.Min, n*a.Max
 	slack := 1e-9 * math.Max(math.Abs(lo), math.Abs(hi))
@@ -146,19 +126,19 @@ func sumFits(a *AggV1) bool {
 // the body hash a retry receipt holds. Two bodies that decode to the same
 // window (whitespace, key order, an equivalent time offset) are the same
 // window; any change of value is a different one.
-func CanonicalWindow(w *WindowV1) ([]byte, [32]byte) {
+func CanonicalWindow(w *protocol.WindowV1) ([]byte, [32]byte) {
 	c := *w
 	c.WindowStart = c.WindowStart.UTC()
 	// -0 and 0 are the same value: encode both as 0 (x + 0 is +0 for
 	// x = -0 and x otherwise).
-	norm := func(a *AggV1) *AggV1 {
+	norm := func(a *protocol.AggV1) *protocol.AggV1 {
 		if a == nil {
 			return nil
 		}
-		return &AggV1{N: a.N, Sum: a.Sum + 0, Min: a.Min + 0, Max: a.Max + 0, Last: a.Last + 0}
+		return &protocol.AggV1{N: a.N, Sum: a.Sum + 0, Min: a.Min + 0, Max: a.Max + 0, Last: a.Last + 0}
 	}
 	m := &c.Metrics
-	for _, p := range []**AggV1{&m.CPUPct, &m.MemUsedBytes, &m.MemTotalBytes, &m.DiskUsedBytes, &m.DiskTotalBytes, &m.Load1,
+	for _, p := range []**protocol.AggV1{&m.CPUPct, &m.MemUsedBytes, &m.MemTotalBytes, &m.DiskUsedBytes, &m.DiskTotalBytes, &m.Load1,
 		&m.NetRxBytes, &m.NetTxBytes, &m.GPUUtilPct, &m.GPUMemUsedBytes, &m.GPUMemTotalBytes, &m.GPUTempC, &m.GPUPowerW} {
 		*p = norm(*p)
 	}
@@ -172,7 +152,7 @@ func CanonicalWindow(w *WindowV1) ([]byte, [32]byte) {
 }
 
 // metricSet converts w's metrics to storage's indexed set.
-func metricSet(w *WindowV1) storage.TelemetryMetricSet {
+func metricSet(w *protocol.WindowV1) storage.TelemetryMetricSet {
 	var out storage.TelemetryMetricSet
 	for i, a := range metricList(&w.Metrics) {
 		if a != nil {

@@ -27,9 +27,9 @@ var ServerModules = map[string]string{
 	"github.com/digitalocean/godo":      "provider calls are the server's",
 }
 
-// ServerPackages are this module's server packages, each with why.
-// Module + "/ingest" covers ingest's subpackages too; its leaves
-// (Leaves) are the exceptions.
+// ServerPackages are this module's server packages, each with why; a
+// prefix covers its subpackages too. What clients share with the server
+// (the protocol, adminapi, internal leaves) lives outside these prefixes.
 var ServerPackages = map[string]string{
 	Module + "/storage":      "the server's database",
 	Module + "/schema":       "the server's migrations",
@@ -40,12 +40,8 @@ var ServerPackages = map[string]string{
 	Module + "/console":      "the server's web console",
 	Module + "/digitalocean": "the server's provider client",
 	Module + "/boxes":        "the server's converge intent",
-	Module + "/ingest":       "the server's ingest (only ingest/signer and ingest/wire are leaves)",
+	Module + "/ingest":       "the server's ingest",
 }
-
-// Leaves are the packages under a forbidden prefix that clients may link:
-// the protocol's signer and wire types.
-var Leaves = []string{Module + "/ingest/signer", Module + "/ingest/wire"}
 
 // Forbidden is ServerModules and ServerPackages with extra added: the
 // usual rule set of a client, plus what that client must also keep out.
@@ -58,7 +54,7 @@ func Forbidden(extra map[string]string) map[string]string {
 
 // Check fails t for every package that pkgs link (go list -deps, for
 // linux on each architecture the release builds: docs/operations.md,
-// "Releases") matching a prefix of forbidden, apart from Leaves; who
+// "Releases") matching a prefix of forbidden; who
 // names the linker in the failure. It skips under -short (it runs
 // go list over the module).
 func Check(t *testing.T, who string, pkgs []string, forbidden map[string]string) {
@@ -79,9 +75,6 @@ func Check(t *testing.T, who string, pkgs []string, forbidden map[string]string)
 				t.Fatalf("go list listed %d packages for %d", len(deps), len(pkgs))
 			}
 			for _, dep := range deps {
-				if isLeaf(dep) {
-					continue
-				}
 				for prefix, why := range forbidden {
 					if Matches(dep, prefix) {
 						t.Errorf("%s is linked by %s: %s", dep, who, why)
@@ -96,13 +89,4 @@ func Check(t *testing.T, who string, pkgs []string, forbidden map[string]string)
 // prefix ending in "/" matches every path that starts with it.
 func Matches(dep, prefix string) bool {
 	return dep == prefix || strings.HasPrefix(dep, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(dep, prefix))
-}
-
-func isLeaf(dep string) bool {
-	for _, l := range Leaves {
-		if dep == l {
-			return true
-		}
-	}
-	return false
 }

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // ChalupaStopGrace bounds a SIGTERM'd chalupa: its drain (10 s) plus its
@@ -216,7 +216,7 @@ func (t *Chalupa) IssueKeyExisting(ctx context.Context, slug string) (keyID stri
 	if err != nil {
 		return "", nil, fmt.Errorf("issue key: %w", err)
 	}
-	raw, err := signer.DecodeKeyMaterial(k.KeyMaterial)
+	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
 		return "", nil, err
 	}

@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/protocol"
+
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 )
 
@@ -70,7 +71,7 @@ func TestBodyIsAStrictHeartbeatV1(t *testing.T) {
 		b := w.Body(nil, n, time.Now())
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
-		var hb ingest.HeartbeatV1
+		var hb protocol.HeartbeatV1
 		if err := dec.Decode(&hb); err != nil {
 			t.Fatalf("body %d: %v\n%s", n, err, b)
 		}
@@ -157,7 +158,7 @@ func TestProcCPUCoversEveryThread(t *testing.T) {
 }
 
 // TestTelemetryBodyIsAValidWindow: the windows MixTelemetry sends pass the
-// server's own decoding and value rules (telemetry.WindowV1.Validate), are
+// server's own decoding and value rules (protocol.WindowV1.Validate), are
 // minute-aligned, spread round-robin over the deployments with one
 // session each, and advance one minute per round.
 func TestTelemetryBodyIsAValidWindow(t *testing.T) {
@@ -167,7 +168,7 @@ func TestTelemetryBodyIsAValidWindow(t *testing.T) {
 	}
 	var starts []time.Time
 	for k := range uint64(7) {
-		var win telemetry.WindowV1
+		var win protocol.WindowV1
 		dec := json.NewDecoder(bytes.NewReader(w.TelemetryBody(nil, k)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&win); err != nil {

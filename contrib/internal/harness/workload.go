@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // HeartbeatPath is the signed route under load.
@@ -220,7 +220,7 @@ func (w *Workload) post(ctx context.Context, url, path string, body []byte, now 
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	signer.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), signer.NewNonce(), http.MethodPost, path, body)
+	protocol.Attach(req.Header, w.keyID, w.key, strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, path, body)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, err

@@ -1,13 +1,4 @@
-// Package signer implements chalupa's signed-ingest protocol v1 (docs/operations.md,
-// "Signed ingest") for both sides: the canonical string, the
-// signature, header parsing, and a Client that agents (and chalupa's own
-// tests and load generator) use to send signed requests.
-//
-// Signature = hex(HMAC-SHA256(key, "v1\n" + timestamp + "\n" + nonce + "\n" +
-// METHOD + "\n" + path + "\n" + hex(SHA256(body)))), sent as
-// "X-Chalupa-Signature: v1=<hex>". The key is the raw key bytes: for a
-// per-environment key, the 32 bytes its base64url material decodes to.
-package signer
+package protocol
 
 import (
 	"crypto/hmac"

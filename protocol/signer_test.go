@@ -1,4 +1,4 @@
-package signer_test
+package protocol_test
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/ingest/signer"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // vector is a fixed protocol-v1 test vector (docs/operations.md,
@@ -55,7 +55,7 @@ func TestCanonicalAndSignVector(t *testing.T) {
 	if hex.EncodeToString(sum[:]) != v.bodySHA {
 		t.Fatalf("body sha256 = %x, vector says %s", sum, v.bodySHA)
 	}
-	got := signer.Canonical(v.ts, v.nonce, v.method, v.path, v.body)
+	got := protocol.Canonical(v.ts, v.nonce, v.method, v.path, v.body)
 	if string(got) != v.canonical {
 		t.Fatalf("Canonical =\n%q\nwant\n%q", got, v.canonical)
 	}
@@ -66,25 +66,25 @@ func TestCanonicalAndSignVector(t *testing.T) {
 	if independent != v.signatureHex {
 		t.Fatalf("crypto/hmac over the canonical string = %s, vector says %s", independent, v.signatureHex)
 	}
-	if s := signer.Sign(v.key, v.ts, v.nonce, v.method, v.path, v.body); s != "v1="+v.signatureHex {
+	if s := protocol.Sign(v.key, v.ts, v.nonce, v.method, v.path, v.body); s != "v1="+v.signatureHex {
 		t.Fatalf("Sign = %s, want v1=%s", s, v.signatureHex)
 	}
-	if s := signer.Sum(v.key, v.ts, v.nonce, v.method, v.path, v.body); hex.EncodeToString(s) != v.signatureHex {
+	if s := protocol.Sum(v.key, v.ts, v.nonce, v.method, v.path, v.body); hex.EncodeToString(s) != v.signatureHex {
 		t.Fatalf("Sum = %x, want %s", s, v.signatureHex)
 	}
-	ok, err := signer.Verify(v.key, "v1="+v.signatureHex, v.ts, v.nonce, v.method, v.path, v.body)
+	ok, err := protocol.Verify(v.key, "v1="+v.signatureHex, v.ts, v.nonce, v.method, v.path, v.body)
 	if err != nil || !ok {
 		t.Fatalf("Verify of the vector = %v, %v", ok, err)
 	}
 	// Upper-case hex is the same signature.
-	ok, err = signer.Verify(v.key, "v1="+strings.ToUpper(v.signatureHex), v.ts, v.nonce, v.method, v.path, v.body)
+	ok, err = protocol.Verify(v.key, "v1="+strings.ToUpper(v.signatureHex), v.ts, v.nonce, v.method, v.path, v.body)
 	if err != nil || !ok {
 		t.Fatalf("Verify of upper-case hex = %v, %v", ok, err)
 	}
 }
 
 func TestCanonicalEmptyBodyAndMethodCase(t *testing.T) {
-	got := string(signer.Canonical("1", "n", "post", "/p", nil))
+	got := string(protocol.Canonical("1", "n", "post", "/p", nil))
 	want := "v1\n1\nn\nPOST\n/p\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 	if got != want {
 		t.Fatalf("Canonical = %q, want %q (method upper-cased, sha256 of empty body)", got, want)
@@ -94,25 +94,25 @@ func TestCanonicalEmptyBodyAndMethodCase(t *testing.T) {
 // Every signed component changes the signature.
 func TestSignCoversEveryComponent(t *testing.T) {
 	v := vector
-	base := signer.Sign(v.key, v.ts, v.nonce, v.method, v.path, v.body)
+	base := protocol.Sign(v.key, v.ts, v.nonce, v.method, v.path, v.body)
 	other := bytes.Clone(v.key)
 	other[31] ^= 1
 	variants := map[string]string{
-		"key":       signer.Sign(other, v.ts, v.nonce, v.method, v.path, v.body),
-		"timestamp": signer.Sign(v.key, "1767225601", v.nonce, v.method, v.path, v.body),
-		"nonce":     signer.Sign(v.key, v.ts, v.nonce+"x", v.method, v.path, v.body),
-		"method":    signer.Sign(v.key, v.ts, v.nonce, "PUT", v.path, v.body),
-		"path":      signer.Sign(v.key, v.ts, v.nonce, v.method, "/api/ingest/telemetry", v.body),
-		"body":      signer.Sign(v.key, v.ts, v.nonce, v.method, v.path, append(bytes.Clone(v.body), ' ')),
+		"key":       protocol.Sign(other, v.ts, v.nonce, v.method, v.path, v.body),
+		"timestamp": protocol.Sign(v.key, "1767225601", v.nonce, v.method, v.path, v.body),
+		"nonce":     protocol.Sign(v.key, v.ts, v.nonce+"x", v.method, v.path, v.body),
+		"method":    protocol.Sign(v.key, v.ts, v.nonce, "PUT", v.path, v.body),
+		"path":      protocol.Sign(v.key, v.ts, v.nonce, v.method, "/api/ingest/telemetry", v.body),
+		"body":      protocol.Sign(v.key, v.ts, v.nonce, v.method, v.path, append(bytes.Clone(v.body), ' ')),
 		// Moving a separator between fields must not produce the same string.
-		"shifted": signer.Sign(v.key, v.ts+"\n"+v.nonce[:4], v.nonce[4:], v.method, v.path, v.body),
+		"shifted": protocol.Sign(v.key, v.ts+"\n"+v.nonce[:4], v.nonce[4:], v.method, v.path, v.body),
 	}
 	for name, s := range variants {
 		t.Run(name, func(t *testing.T) {
 			if s == base {
 				t.Errorf("changing the %s does not change the signature", name)
 			}
-			ok, err := signer.Verify(v.key, s, v.ts, v.nonce, v.method, v.path, v.body)
+			ok, err := protocol.Verify(v.key, s, v.ts, v.nonce, v.method, v.path, v.body)
 			if err != nil || ok {
 				t.Errorf("%s variant verified against the vector: %v, %v", name, ok, err)
 			}
@@ -129,7 +129,7 @@ func TestParseSignature(t *testing.T) {
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h
-			b, err := signer.ParseSignature(h)
+			b, err := protocol.ParseSignature(h)
 			if err != nil || len(b) != 32 {
 				t.Errorf("ParseSignature(%q) = %x, %v", h, b, err)
 			}
@@ -153,11 +153,11 @@ func TestParseSignature(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.h
-			if _, err := signer.ParseSignature(h); !errors.Is(err, signer.ErrBadSignatureHeader) {
+			if _, err := protocol.ParseSignature(h); !errors.Is(err, protocol.ErrBadSignatureHeader) {
 				t.Errorf("ParseSignature(%q) err = %v, want ErrBadSignatureHeader", h, err)
 			}
-			ok, err := signer.Verify(vector.key, h, vector.ts, vector.nonce, vector.method, vector.path, vector.body)
-			if ok || !errors.Is(err, signer.ErrBadSignatureHeader) {
+			ok, err := protocol.Verify(vector.key, h, vector.ts, vector.nonce, vector.method, vector.path, vector.body)
+			if ok || !errors.Is(err, protocol.ErrBadSignatureHeader) {
 				t.Errorf("Verify with header %q = %v, %v", h, ok, err)
 			}
 		})
@@ -195,7 +195,7 @@ func TestValidNonce(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := signer.ValidNonce(c.nonce); got != c.ok {
+			if got := protocol.ValidNonce(c.nonce); got != c.ok {
 				t.Errorf("ValidNonce(%q) (len %d) = %v, want %v", c.nonce, len(c.nonce), got, c.ok)
 			}
 		})
@@ -205,8 +205,8 @@ func TestValidNonce(t *testing.T) {
 func TestNewNonceIsValidAndFresh(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
-		n := signer.NewNonce()
-		if !signer.ValidNonce(n) {
+		n := protocol.NewNonce()
+		if !protocol.ValidNonce(n) {
 			t.Fatalf("NewNonce() = %q is not a valid nonce", n)
 		}
 		if seen[n] {
@@ -234,7 +234,7 @@ func TestParseTimestamp(t *testing.T) {
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {
 			s, want := tc.s, tc.want
-			got, err := signer.ParseTimestamp(s)
+			got, err := protocol.ParseTimestamp(s)
 			if err != nil || got != want {
 				t.Errorf("ParseTimestamp(%q) = %d, %v; want %d", s, got, err, want)
 			}
@@ -265,7 +265,7 @@ func TestParseTimestamp(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.s
-			if n, err := signer.ParseTimestamp(s); !errors.Is(err, signer.ErrBadTimestamp) {
+			if n, err := protocol.ParseTimestamp(s); !errors.Is(err, protocol.ErrBadTimestamp) {
 				t.Errorf("ParseTimestamp(%q) = %d, %v; want ErrBadTimestamp", s, n, err)
 			}
 		})
@@ -284,7 +284,7 @@ func TestDecodeKeyMaterial(t *testing.T) {
 	for _, tc := range good {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.s
-			b, err := signer.DecodeKeyMaterial(s)
+			b, err := protocol.DecodeKeyMaterial(s)
 			if err != nil || !bytes.Equal(b, raw) {
 				t.Errorf("DecodeKeyMaterial(%q) = %x, %v", s, b, err)
 			}
@@ -305,17 +305,17 @@ func TestDecodeKeyMaterial(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.s
-			if b, err := signer.DecodeKeyMaterial(s); !errors.Is(err, signer.ErrBadKeyMaterial) {
+			if b, err := protocol.DecodeKeyMaterial(s); !errors.Is(err, protocol.ErrBadKeyMaterial) {
 				t.Errorf("DecodeKeyMaterial(%q) = %x, %v; want ErrBadKeyMaterial", s, b, err)
 			}
 		})
 	}
 	// Fresh material round-trips and is fresh.
-	a, b := signer.NewKeyMaterial(), signer.NewKeyMaterial()
+	a, b := protocol.NewKeyMaterial(), protocol.NewKeyMaterial()
 	if a == b {
 		t.Fatal("NewKeyMaterial repeated")
 	}
-	if k, err := signer.DecodeKeyMaterial(a); err != nil || len(k) != signer.KeySize {
+	if k, err := protocol.DecodeKeyMaterial(a); err != nil || len(k) != protocol.KeySize {
 		t.Fatalf("DecodeKeyMaterial(NewKeyMaterial()) = %d bytes, %v", len(k), err)
 	}
 }
@@ -323,14 +323,14 @@ func TestDecodeKeyMaterial(t *testing.T) {
 func TestAttachHeaders(t *testing.T) {
 	v := vector
 	h := http.Header{}
-	signer.Attach(h, "env_demo-harbor_0123456789abcdef", v.key, v.ts, v.nonce, v.method, v.path, v.body)
-	if h.Get(signer.HeaderKeyID) != "env_demo-harbor_0123456789abcdef" || h.Get(signer.HeaderTimestamp) != v.ts ||
-		h.Get(signer.HeaderNonce) != v.nonce || h.Get(signer.HeaderSignature) != "v1="+v.signatureHex {
+	protocol.Attach(h, "env_demo-harbor_0123456789abcdef", v.key, v.ts, v.nonce, v.method, v.path, v.body)
+	if h.Get(protocol.HeaderKeyID) != "env_demo-harbor_0123456789abcdef" || h.Get(protocol.HeaderTimestamp) != v.ts ||
+		h.Get(protocol.HeaderNonce) != v.nonce || h.Get(protocol.HeaderSignature) != "v1="+v.signatureHex {
 		t.Fatalf("Attach set %v", h)
 	}
 	h = http.Header{}
-	signer.Attach(h, "", v.key, v.ts, v.nonce, v.method, v.path, v.body)
-	if _, ok := h[signer.HeaderKeyID]; ok {
+	protocol.Attach(h, "", v.key, v.ts, v.nonce, v.method, v.path, v.body)
+	if _, ok := h[protocol.HeaderKeyID]; ok {
 		t.Fatal("Attach with an empty key id set X-Chalupa-Key-Id")
 	}
 }
@@ -344,15 +344,15 @@ func TestClientSignsWhatItSendsAndRetries5xx(t *testing.T) {
 	calls := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		ts, nonce := r.Header.Get(signer.HeaderTimestamp), r.Header.Get(signer.HeaderNonce)
-		ok, err := signer.Verify(key, r.Header.Get(signer.HeaderSignature), ts, nonce, r.Method, r.URL.Path, body)
+		ts, nonce := r.Header.Get(protocol.HeaderTimestamp), r.Header.Get(protocol.HeaderNonce)
+		ok, err := protocol.Verify(key, r.Header.Get(protocol.HeaderSignature), ts, nonce, r.Method, r.URL.Path, body)
 		mu.Lock()
 		calls++
 		n := calls
 		nonces = append(nonces, nonce)
 		mu.Unlock()
 		switch {
-		case err != nil || !ok || r.Header.Get(signer.HeaderKeyID) != "kid" || !signer.ValidNonce(nonce):
+		case err != nil || !ok || r.Header.Get(protocol.HeaderKeyID) != "kid" || !protocol.ValidNonce(nonce):
 			w.WriteHeader(http.StatusUnauthorized)
 		case ts != strconv.FormatInt(time.Unix(1767225600, 0).Unix(), 10):
 			w.WriteHeader(http.StatusBadRequest)
@@ -364,7 +364,7 @@ func TestClientSignsWhatItSendsAndRetries5xx(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := &signer.Client{BaseURL: srv.URL, KeyID: "kid", Key: key, Retries: 3, Backoff: time.Millisecond,
+	c := &protocol.Client{BaseURL: srv.URL, KeyID: "kid", Key: key, Retries: 3, Backoff: time.Millisecond,
 		Now: func() time.Time { return time.Unix(1767225600, 0) }}
 	resp, err := c.Post(context.Background(), "/api/ingest/heartbeat", []byte(`{"x":1}`))
 	if err != nil {
