@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -39,7 +40,7 @@ func InsertLifecycleEvent(ctx context.Context, q Querier, ev LifecycleEvent) (in
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 SELECT ?, org_id, id, ?, ?, ?, ?, ? FROM environments WHERE id = ?`,
-		ev.ID, dep, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt), ev.EnvironmentID)
+		ev.ID, dep, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)), ev.EnvironmentID)
 	if err != nil {
 		return false, fmt.Errorf("insert lifecycle event: %w", err)
 	}
@@ -110,4 +111,20 @@ func LatestLifecycleEventAt(ctx context.Context, q Querier, idPrefix string) (ti
 		return time.Time{}, fmt.Errorf("latest lifecycle event: %w", err)
 	}
 	return fromMS(at), nil
+}
+
+// LifecycleEventAt returns when the event with id occurred; ok is false
+// when there is none. A writer whose ids are bucketed by time reads it to
+// tell an event of its bucket from one written under a clock that was
+// ahead (reaper's trouble events; docs/operations.md, "Reaper").
+func LifecycleEventAt(ctx context.Context, q Querier, id string) (at time.Time, ok bool, err error) {
+	var v int64
+	err = q.QueryRowContext(ctx, `SELECT occurred_at FROM lifecycle_events WHERE id = ?`, id).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("lifecycle event time: %w", err)
+	}
+	return time.UnixMilli(v).UTC(), true, nil
 }

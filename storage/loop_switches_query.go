@@ -63,7 +63,7 @@ func InsertPlatformEvent(ctx context.Context, q Querier, ev LifecycleEvent) (boo
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 VALUES (?, ?, NULL, NULL, ?, ?, ?, ?)`,
-		ev.ID, PlatformOrgID, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt))
+		ev.ID, PlatformOrgID, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)))
 	if err != nil {
 		return false, fmt.Errorf("insert platform event: %w", err)
 	}

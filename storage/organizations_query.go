@@ -87,7 +87,7 @@ func InsertOrgEvent(ctx context.Context, q Querier, ev OrgEvent) (inserted bool,
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 VALUES (?, ?, NULL, NULL, ?, ?, ?, ?)`,
-		ev.ID, ev.OrgID, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt))
+		ev.ID, ev.OrgID, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)))
 	if err != nil {
 		return false, fmt.Errorf("insert organization event: %w", err)
 	}
