@@ -113,18 +113,28 @@ func LatestLifecycleEventAt(ctx context.Context, q Querier, idPrefix string) (ti
 	return fromMS(at), nil
 }
 
-// LifecycleEventAt returns when the event with id occurred; ok is false
-// when there is none. A writer whose ids are bucketed by time reads it to
-// tell an event of its bucket from one written under a clock that was
-// ahead (reaper's trouble events; docs/operations.md, "Reaper").
-func LifecycleEventAt(ctx context.Context, q Querier, id string) (at time.Time, ok bool, err error) {
-	var v int64
-	err = q.QueryRowContext(ctx, `SELECT occurred_at FROM lifecycle_events WHERE id = ?`, id).Scan(&v)
+// PlatformEventFromAhead reports whether the platform event id (one with
+// no environment) was written under a wall clock that was ahead: it is
+// stamped after now (the writer's trusted time), or more than tolerance
+// after a platform event inserted later. Platform events are stamped by
+// the server alone, so their times follow their insertion but for
+// tolerance. A writer whose ids are bucketed by time asks it when its id is
+// taken, so an event of a wrong clock never silently drops a genuine one
+// (docs/operations.md, "Reaper", event times). False when there is no such
+// event.
+func PlatformEventFromAhead(ctx context.Context, q Querier, id string, now time.Time, tolerance time.Duration) (bool, error) {
+	var ahead bool
+	err := q.QueryRowContext(ctx,
+		`SELECT e.occurred_at > ?2 OR EXISTS (
+		   SELECT 1 FROM lifecycle_events l
+		   WHERE l.rowid > e.rowid AND l.environment_id IS NULL AND l.occurred_at < e.occurred_at - ?3)
+		 FROM lifecycle_events e WHERE e.id = ?1 AND e.environment_id IS NULL`,
+		id, ms(now), tolerance.Milliseconds()).Scan(&ahead)
 	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("lifecycle event time: %w", err)
+		return false, fmt.Errorf("platform event from ahead: %w", err)
 	}
-	return time.UnixMilli(v).UTC(), true, nil
+	return ahead, nil
 }
