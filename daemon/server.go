@@ -144,8 +144,11 @@ func newServer(d serverDeps) (*Server, error) {
 	// One clock guard hears ingest's contact and holds the reaper
 	// (docs/operations.md, "Reaper"); ingest never imports the reaper.
 	guard := clockguard.New(clock)
+	if err := openClockMark(d.DB, guard, d.Log); err != nil {
+		return nil, err
+	}
 	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard})
+		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard, Mark: guard})
 	s.m = newMetrics(s)
 	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
 	s.router = newRouter(s)
