@@ -62,7 +62,8 @@ type Verified struct {
 }
 
 // verify runs the protocol-v1 checks in the order of docs/operations.md, "Signed ingest": headers present,
-// body within maxBody, key known and usable, timestamp within SkewWindow,
+// body within maxBody, key known and usable, timestamp within SkewWindow
+// and not before the high-water mark minus SkewWindow (Config.Mark),
 // signature. The nonce, JSON and environment checks happen in the write
 // (claimNonce and the handlers), so a refusal at any step writes nothing.
 // A nil *Refusal and a nil error mean the request is authentic; a non-nil

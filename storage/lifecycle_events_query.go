@@ -30,7 +30,8 @@ type LifecycleEvent struct {
 
 // InsertLifecycleEvent records ev unless an event with its id exists
 // (INSERT OR IGNORE) and reports whether it inserted a row. The
-// organization is the environment's. Errors: ErrNotFound when the
+// organization is the environment's; inside a writer unit OccurredAt is
+// stored as the writer's event time (Writer.SetEventTime). Errors: ErrNotFound when the
 // environment does not exist.
 func InsertLifecycleEvent(ctx context.Context, q Querier, ev LifecycleEvent) (inserted bool, err error) {
 	var dep any

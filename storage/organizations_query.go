@@ -81,7 +81,8 @@ type OrgEvent struct {
 }
 
 // InsertOrgEvent records ev unless an event with its id exists (INSERT OR
-// IGNORE) and reports whether it inserted a row. Errors: a database
+// IGNORE) and reports whether it inserted a row; inside a writer unit
+// OccurredAt is stored as the writer's event time (Writer.SetEventTime). Errors: a database
 // fault, including a foreign-key failure for an unknown organization.
 func InsertOrgEvent(ctx context.Context, q Querier, ev OrgEvent) (inserted bool, err error) {
 	res, err := q.ExecContext(ctx,
