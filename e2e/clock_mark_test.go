@@ -37,8 +37,9 @@ type markBeat struct {
 // the signing window again and is refused 401 timestamp_skew, never 202,
 // whether or not its nonce is still stored (the in-process
 // TestReplayAfterStepBack prunes it). The same after a restore from the
-// replica, which holds the mark. Wall time: about 15 s (four starts and a
-// restore).
+// replica, which holds the mark. Wall time: about 21 s (five starts, four
+// clean stops and a restore), run in parallel with the other end-to-end
+// tests.
 func TestReplayAfterStepBackBinary(t *testing.T) {
 	t.Parallel()
 	bin := proctest.BuildBinary(t)
