@@ -115,7 +115,8 @@ type ClockGuard struct {
 type ClockHold struct {
 	// Environment is the environment held ("" for the fleet).
 	Environment string `json:"environment,omitempty"`
-	// Reason is clock-step, fleet-skew or environment-skew.
+	// Reason is clock-step, clock-behind-mark, fleet-skew or
+	// environment-skew.
 	Reason string `json:"reason"`
 	// Since is when the hold began.
 	Since time.Time `json:"since"`

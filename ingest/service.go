@@ -60,6 +60,8 @@ type Service struct {
 	nonces *NonceLedger
 	// contact hears the fleet's contact (nil: nobody listens).
 	contact ContactRecorder
+	// mark is the wall-clock high-water mark (nil: none kept).
+	mark ClockMark
 }
 
 // Config configures a Service.
@@ -98,6 +100,12 @@ type Config struct {
 	// their timestamp (the reaper's clock guard, wired by the daemon);
 	// nil: nobody listens.
 	Contact ContactRecorder
+	// Mark is the wall-clock high-water mark (the reaper's clock guard,
+	// wired by the daemon; docs/operations.md, "Signed ingest"): requests
+	// signed before it minus SkewWindow are refused, accepted ones advance
+	// it, and the nonce pruner deletes only nonces below it. nil keeps
+	// none: the wall-clock window alone.
+	Mark ClockMark
 }
 
 // ContactRecorder hears what the reaper's clock guard needs from ingest
@@ -132,11 +140,13 @@ func NewService(c Config) *Service {
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
+	s := &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
 		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
 		notes: newQuotaNotes(), storage: newStorageHints(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact, mark: c.Mark}
+	s.nonces.mark = c.Mark
+	return s
 }
 
 // NonceLedger is the record of claimed nonces the nonce pruner must hold
@@ -292,9 +302,23 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	}
 	var body any
 	var rf *Refusal
+	var mark time.Time
+	var markDue bool
 	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if err := s.claim(ctx, tx, v); err != nil {
 			return err
+		}
+		if s.mark != nil {
+			// The mark rides along with a unit committed anyway, at most
+			// every clockguard.MarkPersistEvery (docs/operations.md,
+			// "Signed ingest").
+			m, overridden, ok := s.mark.MarkDue(false)
+			if ok {
+				if err := writeMark(ctx, tx, m, overridden); err != nil {
+					return err
+				}
+				mark, markDue = m, true
+			}
 		}
 		if bodyRefusal != nil {
 			return bodyRefusal
@@ -308,6 +332,7 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	}
 	var nc *noChange
 	if errors.As(err, &nc) {
+		s.accepted(v)
 		return Response{Status: http.StatusAccepted, Body: nc.body, Shared: shared}
 	}
 	if err != nil {
@@ -320,11 +345,23 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 		resp.Shared = shared
 		return resp
 	}
+	if markDue {
+		s.mark.MarkPersisted(mark)
+	}
+	s.accepted(v)
 	select {
 	case s.activity <- struct{}{}:
 	default:
 	}
 	return Response{Status: http.StatusAccepted, Body: body, Shared: shared}
+}
+
+// accepted advances the high-water mark with an accepted request's signed
+// time.
+func (s *Service) accepted(v Verified) {
+	if s.mark != nil {
+		s.mark.MarkAccepted(v.signedAt)
+	}
 }
 
 // noChange is returned by a write that accepts the request without

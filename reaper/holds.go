@@ -211,6 +211,8 @@ func suspectMessage(env string, h clockguard.Hold) string {
 	switch h.Reason {
 	case clockguard.ReasonStep:
 		what = fmt.Sprintf("the server's wall clock stepped %s against its monotonic clock", h.Offset.Round(time.Second))
+	case clockguard.ReasonBehindMark:
+		what = fmt.Sprintf("the server started with its wall clock %s behind the newest signed request it had accepted (the high-water mark)", (-h.Offset).Round(time.Second))
 	case clockguard.ReasonFleetSkew:
 		what = fmt.Sprintf("heartbeats of %d or more environments were refused for timestamps %s off the server clock", clockguard.ClusterEnvironments, h.Offset.Round(time.Second))
 	case clockguard.ReasonEnvironmentSkew:

@@ -452,17 +452,16 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	if r.creds == nil {
 		return res, ErrNotConfigured
 	}
-	// Whatever holds them, deployments an hour past their deadline are
-	// the reaper's trouble, said as an event (troubles.go).
-	r.checkOverdue(ctx, start)
 	var due []storage.ReaperCandidate
 	if until := r.limitedUntil(); start.Before(until) {
 		res.RateLimitedUntil = until
 		if r.customers == nil {
+			r.checkOverdue(ctx, start)
 			r.finish(res, "rate-limited")
 			return res, nil
 		}
 	} else if due, err = storage.ReaperDue(ctx, r.db.Read, start, r.fresh, MaxPerTick+1); err != nil {
+		r.checkOverdue(ctx, start)
 		r.finish(res, "error")
 		return res, err
 	}
@@ -470,6 +469,10 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 		due, res.More = due[:MaxPerTick], true
 	}
 	g := r.openGate(ctx, start)
+	// Whatever holds them, deployments an hour past their deadline are
+	// the reaper's trouble, said as an event (troubles.go); after the
+	// gate, so a step it detects already sets the event's time.
+	r.checkOverdue(ctx, start)
 	if len(due) > 0 {
 		r.massDue(ctx, start)
 	}

@@ -14,6 +14,7 @@ package clockguard
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -187,6 +188,11 @@ type envState struct {
 type Guard struct {
 	clock clockwork.Clock
 	mono  func() time.Duration
+	// suspect is whether a global hold stands, as last decided under mu:
+	// read without the lock on ingest's path (MarkAccepted, EventTime).
+	suspect atomic.Bool
+	// mark is the wall-clock high-water mark (mark.go).
+	mark markState
 
 	mu           sync.Mutex
 	checked      bool
@@ -208,6 +214,7 @@ func New(clock clockwork.Clock) *Guard {
 		clock = clockwork.NewRealClock()
 	}
 	g := &Guard{clock: clock, envs: map[string]*envState{}}
+	g.mark.floor.Store(noMark)
 	start := clock.Now()
 	switch m, ok := clock.(Monotonic); {
 	case ok:
@@ -317,6 +324,7 @@ func (g *Guard) Lift(env string) {
 	if env == "" {
 		if g.global != nil && g.global.agreed {
 			g.global = nil
+			g.suspect.Store(false)
 		}
 		return
 	}
@@ -378,6 +386,7 @@ func (g *Guard) Evaluate() State {
 			g.global = nil
 		}
 	}
+	g.suspect.Store(g.global != nil)
 	if g.global != nil {
 		p := g.global.public(mono)
 		st.Global = &p
