@@ -26,8 +26,10 @@ const (
 	// clock stepped back moves it with its third heartbeat after the step.
 	transitSamples = 5
 	// maxTransitDeployments bounds the table (least recently heard
-	// evicted): 65,536 deployments, about 12 MB. An evicted deployment's
-	// next heartbeat starts its history afresh and is not filtered.
+	// evicted): 65,536 deployments, measured at 17 MB with 20-character
+	// deployment ids and 24 MB with the longest (128). An evicted
+	// deployment's next heartbeat starts its history afresh and is not
+	// filtered.
 	maxTransitDeployments = 1 << 16
 )
 
