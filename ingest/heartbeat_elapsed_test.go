@@ -104,6 +104,21 @@ func beat(dep string, sentAt, activity time.Time, limitMinutes int64) []byte {
 	return b
 }
 
+// due reports whether the reaper's own due query names dep at at.
+func (h *elapsedHarness) due(dep string, at time.Time) bool {
+	h.t.Helper()
+	cs, err := storage.ReaperDue(context.Background(), h.db.Read, at, 10*time.Minute, 100)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.DeploymentID == dep {
+			return true
+		}
+	}
+	return false
+}
+
 // deployment reads dep's stored idle deadline and CI flag.
 func (h *elapsedHarness) deployment(dep string) (deadline time.Time, ci bool) {
 	h.t.Helper()
@@ -171,6 +186,9 @@ func TestHeartbeatDeadlineFromElapsedTime(t *testing.T) {
 				if min := h.clock.Now().Add(limit*time.Minute - time.Second); d.Before(min) {
 					t.Fatalf("active agent's deadline %s is less than a limit ahead of the server's clock %s", d, h.clock.Now())
 				}
+				if h.due(a.dep, h.clock.Now().Add(interval)) {
+					t.Fatalf("active agent's deployment is due before its next heartbeat (deadline %s)", d)
+				}
 				h.clock.Advance(interval)
 			}
 			// The person leaves right after this beat's activity.
@@ -186,6 +204,9 @@ func TestHeartbeatDeadlineFromElapsedTime(t *testing.T) {
 			d, _ := h.deployment(a.dep)
 			if d.Before(right) || d.After(right.Add(interval)) {
 				t.Fatalf("idle agent's deadline %s, want within one interval after %s (activity on the server's clock + the limit)", d, right)
+			}
+			if h.due(a.dep, right.Add(-time.Second)) || !h.due(a.dep, right.Add(interval)) {
+				t.Fatalf("idle agent's deployment (deadline %s) is due before %s or not due an interval after it", d, right)
 			}
 		})
 	}
