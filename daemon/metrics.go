@@ -92,7 +92,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"mode"})
 	for _, mode := range ReaperModes {
 		v := 0.0
-		if mode == s.cfg.ReaperMode {
+		if mode == s.cfg.Reaper.Mode {
 			v = 1
 		}
 		reaperMode.WithLabelValues(mode).Set(v)
@@ -102,7 +102,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"mode"})
 	for _, mode := range []string{CostsOn, CostsOff} {
 		v := 0.0
-		if mode == onOff(s.cfg.Costs) {
+		if mode == onOff(s.cfg.Costs.On) {
 			v = 1
 		}
 		costsMode.WithLabelValues(mode).Set(v)
