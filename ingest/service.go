@@ -62,6 +62,13 @@ type Service struct {
 	contact ContactRecorder
 	// mark is the wall-clock high-water mark (nil: none kept).
 	mark ClockMark
+	// transits holds each deployment's recent heartbeat transits (the
+	// transit rule); mono, monoStart and wallStart make the steady frame
+	// arrivals are measured in for it (steadyNow).
+	transits  *transits
+	mono      clockwork.Clock
+	monoStart time.Time
+	wallStart time.Time
 }
 
 // Config configures a Service.
@@ -144,9 +151,18 @@ func NewService(c Config) *Service {
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
 		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
 		notes: newQuotaNotes(), storage: newStorageHints(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact, mark: c.Mark}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact, mark: c.Mark,
+		transits: newTransits(maxTransitDeployments), mono: mono, monoStart: mono.Now(), wallStart: clock.Now()}
 	s.nonces.mark = c.Mark
 	return s
+}
+
+// steadyNow is the wall time the process started at plus the monotonic
+// time elapsed since: it moves with real time whatever the wall clock does
+// while the process runs, so a transit measured in it is not moved by a
+// wall-clock step (the transit rule).
+func (s *Service) steadyNow() time.Time {
+	return s.wallStart.Add(s.mono.Since(s.monoStart))
 }
 
 // NonceLedger is the record of claimed nonces the nonce pruner must hold

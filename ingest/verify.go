@@ -56,6 +56,13 @@ type Verified struct {
 	nonce       string
 	signedAt    time.Time
 	body        []byte
+	// receivedAt is the server's wall time when the request arrived
+	// (before its body was read), and steadyAt the same moment in the
+	// steady frame (Service.steadyNow): the heartbeat's activity is placed
+	// and its transit measured from them, not from when the writer got to
+	// it (docs/operations.md, "Heartbeats and deadlines").
+	receivedAt time.Time
+	steadyAt   time.Time
 	// skewSigned is set on a request refused timestamp_skew whose
 	// signature is valid: the agent that signed it is alive.
 	skewSigned bool
@@ -69,7 +76,7 @@ type Verified struct {
 // A nil *Refusal and a nil error mean the request is authentic; a non-nil
 // error is an internal fault (it may hold details; log it, never send it).
 func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (Verified, *Refusal, error) {
-	var v Verified
+	v := Verified{receivedAt: s.clock.Now(), steadyAt: s.steadyNow()}
 	h := r.Header
 	// A repeated protocol header is ambiguous: this server reads the first
 	// value, a proxy or auditor might read the last and see another request.
