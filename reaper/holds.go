@@ -140,7 +140,7 @@ func (r *Reaper) openGate(ctx context.Context, now time.Time) gate {
 	}
 	r.settle(ctx, &g)
 	r.raise(ctx, g)
-	r.reanchor(ctx, now)
+	r.reanchor(ctx)
 	if r.metrics != nil {
 		r.metrics.ClockSuspect.Set(0)
 		if g.clock.Global != nil {
@@ -207,9 +207,11 @@ func (r *Reaper) raise(ctx context.Context, g gate) {
 // most ReanchorPerPass of them, each with a reaper-hold-reanchored event,
 // so a hold ends within its maximum of the clock being right
 // (docs/operations.md, "Reaper", holds that end). A read on the pool
-// first: the usual look finds none and takes no writer unit.
-func (r *Reaper) reanchor(ctx context.Context, now time.Time) {
-	n, err := storage.ReaperHoldsBeyondMax(ctx, r.db.Read, now)
+// first: the usual look finds none and takes no writer unit. Now is read
+// inside the unit, after every hold committed before it was written, so a
+// hold written just before is never taken for one from a wrong clock.
+func (r *Reaper) reanchor(ctx context.Context) {
+	n, err := storage.ReaperHoldsBeyondMax(ctx, r.db.Read, r.clock.Now())
 	if err != nil {
 		r.log.Error().Err(err).Msg("reading the reaper's holds failed")
 		return
@@ -218,8 +220,10 @@ func (r *Reaper) reanchor(ctx context.Context, now time.Time) {
 		return
 	}
 	var moved []storage.Reanchored
+	var now time.Time
 	err = r.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		var err error
+		now = r.clock.Now()
 		if moved, err = storage.ReanchorReaperHolds(ctx, tx, now, ReanchorPerPass); err != nil {
 			return err
 		}

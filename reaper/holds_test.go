@@ -111,6 +111,9 @@ func TestSkewContactHoldsOnlyItsDeployment(t *testing.T) {
 	if st, _ := rig.r.Status(context.Background()); st.Clock.Global != nil {
 		t.Fatalf("clock guard %+v: one environment's skew held the fleet", st.Clock)
 	}
+	if ev := rig.events(reaper.KindHoldReanchored); len(ev) != 0 {
+		t.Fatalf("holds written on a right clock were re-anchored: %+v", ev)
+	}
 
 	// The agent stops: its last request was just now.
 	last := rig.base.Now()

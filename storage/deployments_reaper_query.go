@@ -202,10 +202,13 @@ func SetReaperHold(ctx context.Context, q Querier, environmentID int64, deployme
 	if h.Max <= 0 {
 		return fmt.Errorf("set reaper hold: hold %q has no maximum", h.Reason)
 	}
+	// The maximum is rounded up to the millisecond, so a hold of exactly
+	// its maximum, stored in milliseconds, never looks beyond it.
+	maxMS := int64((h.Max + time.Millisecond - 1) / time.Millisecond)
 	if _, err := q.ExecContext(ctx,
 		`UPDATE deployments SET reaper_hold_until = ?, reaper_hold_reason = ?, reaper_hold_evidence = ?, reaper_hold_max_ms = ?
 		 WHERE environment_id = ? AND id = ? AND status = 'active'`,
-		ms(h.Until), h.Reason, h.Evidence, h.Max.Milliseconds(), environmentID, deploymentID); err != nil {
+		ms(h.Until), h.Reason, h.Evidence, maxMS, environmentID, deploymentID); err != nil {
 		return fmt.Errorf("set reaper hold: %w", err)
 	}
 	return nil

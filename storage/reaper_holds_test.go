@@ -20,7 +20,7 @@ func TestReanchorReaperHolds(t *testing.T) {
 	ctx := context.Background()
 	env := storagetest.Environment(t, db, storage.Environment{})
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, id := range []string{"dep-wrong", "dep-right", "dep-legacy", "dep-ended"} {
+	for _, id := range []string{"dep-wrong", "dep-right", "dep-exact", "dep-legacy", "dep-ended"} {
 		storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: env.ID, ID: id})
 	}
 	write := func(f func(tx storage.Tx) error) {
@@ -33,6 +33,8 @@ func TestReanchorReaperHolds(t *testing.T) {
 		for id, h := range map[string]storage.ReaperHold{
 			"dep-wrong": {Until: now.Add(2 * time.Hour), Reason: "grace", Evidence: "no heartbeat since the start", Max: time.Minute},
 			"dep-right": {Until: now.Add(30 * time.Second), Reason: "contact", Evidence: "refused only for its timestamp", Max: time.Minute},
+			// Exactly its maximum, not a whole millisecond: never beyond it.
+			"dep-exact": {Until: now.Add(31*time.Second + 500*time.Microsecond), Reason: "rate-limited", Max: 31*time.Second + 500*time.Microsecond},
 			"dep-ended": {Until: now.Add(2 * time.Hour), Reason: "guard", Max: time.Hour},
 		} {
 			if err := storage.SetReaperHold(ctx, tx, env.ID, id, h); err != nil {
@@ -54,9 +56,9 @@ func TestReanchorReaperHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total != 3 || len(held) != 3 || held[0].DeploymentID != "dep-right" || held[0].Hold.Reason != "contact" ||
+	if total != 4 || len(held) != 4 || held[0].DeploymentID != "dep-right" || held[0].Hold.Reason != "contact" ||
 		held[0].Hold.Evidence != "refused only for its timestamp" || !held[0].Hold.Until.Equal(now.Add(30*time.Second)) {
-		t.Fatalf("held %+v (total %d), want three active ones, the earliest end first", held, total)
+		t.Fatalf("held %+v (total %d), want four active ones, the earliest end first", held, total)
 	}
 	if n, err := storage.ReaperHoldsBeyondMax(ctx, db.Read, now); err != nil || n != 2 {
 		t.Fatalf("beyond their maximum: %d, %v; want 2", n, err)
