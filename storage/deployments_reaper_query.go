@@ -64,7 +64,7 @@ type ReaperCandidate struct {
 	CIActive bool
 	// HoldUntil is the reaper's hold (zero: none); HoldReason is why
 	// (one of the reaper's hold reasons; "" for a hold stored without
-	// one, by a release before migration 0026).
+	// one, by a release before migration 0028).
 	HoldUntil  time.Time
 	HoldReason string
 	// DecideAt is the next decision time (zero: never).
@@ -188,7 +188,7 @@ type ReaperHold struct {
 }
 
 // LegacyReaperHoldMax bounds a hold stored without its maximum (before
-// migration 0026, or by a release without it): the longest hold such a
+// migration 0028, or by a release without it): the longest hold such a
 // release writes, the tag guard's hour.
 const LegacyReaperHoldMax = time.Hour
 

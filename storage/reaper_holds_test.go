@@ -12,7 +12,7 @@ import (
 // TestReanchorReaperHolds: a hold whose stored end lies further ahead than
 // its own maximum is re-anchored to now + maximum (once: a second pass
 // moves nothing); a hold within its maximum is left; a hold stored
-// without a maximum (before migration 0026) is bounded by
+// without a maximum (before migration 0028) is bounded by
 // LegacyReaperHoldMax; ReaperHeld lists every held active deployment with
 // its reason, evidence and end.
 func TestReanchorReaperHolds(t *testing.T) {
@@ -44,7 +44,7 @@ func TestReanchorReaperHolds(t *testing.T) {
 		if err := storage.SetReaperHold(ctx, tx, env.ID, "dep-right", storage.ReaperHold{Until: now, Reason: "x"}); err == nil {
 			t.Error("a hold without a maximum was stored")
 		}
-		// As a release before migration 0026 stores it.
+		// As a release before migration 0028 stores it.
 		if _, err := tx.ExecContext(ctx, `UPDATE deployments SET reaper_hold_until = ? WHERE id = 'dep-legacy'`, now.Add(3*time.Hour).UnixMilli()); err != nil {
 			return err
 		}
