@@ -224,7 +224,7 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		for _, n := range st.ModeNotes {
 			fmt.Fprintf(tw, "warning\t%s\n", n)
 		}
-		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+		if c := st.ReaperClock; c.Suspect {
 			for _, l := range clockLines(c) {
 				fmt.Fprintf(tw, "reaper %s\n", l)
 			}

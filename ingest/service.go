@@ -121,7 +121,9 @@ type ContactRecorder interface {
 	// SkewRefused is a heartbeat of deployment in environment refused
 	// only for its signed timestamp signedAt: known usable key, valid
 	// signature, a valid body naming the key's environment, admitted by
-	// the heartbeat rate quotas. Nothing of it was written.
+	// the heartbeat rate quotas, for a deployment that exists and is
+	// active in that environment (a made-up id is no one's contact).
+	// Nothing of it was written.
 	SkewRefused(environment, deployment string, signedAt time.Time)
 	// HeartbeatAccepted is a heartbeat of environment that was stored.
 	HeartbeatAccepted(environment string)
@@ -271,7 +273,7 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 	}
 	if rf != nil {
 		if v.skewSigned && r.URL.Path == HeartbeatRoute {
-			s.skewContact(v)
+			s.skewContact(r.Context(), v)
 		}
 		resp := refused(rf, v.Shared())
 		return v, &resp
@@ -281,10 +283,12 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 
 // skewContact tells the contact recorder about a heartbeat refused only
 // for its timestamp: its signature verified (Verified.skewSigned), its
-// body is a valid heartbeat naming the key's environment, and the
-// heartbeat rate quotas admit it. It writes nothing; the answer stays
-// 401 timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
-func (s *Service) skewContact(v Verified) {
+// body is a valid heartbeat naming the key's environment, the heartbeat
+// rate quotas admit it, and its deployment exists and is active in that
+// environment (one read on the pool), so a made-up id holds nothing
+// (docs/operations.md, "Reaper"). It writes nothing; the answer stays 401
+// timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
+func (s *Service) skewContact(ctx context.Context, v Verified) {
 	if s.contact == nil || v.key == nil {
 		return
 	}
@@ -293,6 +297,16 @@ func (s *Service) skewContact(v Verified) {
 		return
 	}
 	if s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID) != nil {
+		return
+	}
+	st, err := storage.DeploymentStatus(ctx, s.db.Read, v.key.EnvironmentID, hb.Deployment.ID)
+	if err != nil {
+		if !errors.Is(err, storage.ErrNotFound) {
+			s.log.Error().Err(err).Msg("reading a skew-refused heartbeat's deployment failed")
+		}
+		return
+	}
+	if st != storage.DeploymentActive {
 		return
 	}
 	s.contact.SkewRefused(hb.EnvironmentSlug, hb.Deployment.ID, v.signedAt)
