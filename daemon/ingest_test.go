@@ -249,7 +249,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 					LastActivityAt: time.Date(0, 1, 1, 0, 0, 0, 0, time.FixedZone("", 23*3600+59*60))})
 				return r
 			}},
-		{name: "lastActivityAt within the skew window ahead accepted", status: 202,
+		{name: "lastActivityAt after sentAt (a negative age) refused", status: 422, code: "invalid_body",
 			req: func() signedReq {
 				r := ok(active)
 				r.Body = h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-matrix", LastActivityAt: now.Add(299 * time.Second)})
@@ -924,7 +924,8 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 		t.Fatal("Run with the right key did not listen within a minute")
 	}
 	cl := &protocol.Client{BaseURL: base, KeyID: k.ID, Key: k.Raw, HTTP: h.hc}
-	body := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: time.Now(), LastActivityAt: time.Now()})
+	sent := time.Now()
+	body := h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: sent, LastActivityAt: sent})
 	resp, err := cl.Post(context.Background(), heartbeatPath, body)
 	rcancel()
 	if rerr := <-done; rerr != nil {
