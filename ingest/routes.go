@@ -38,6 +38,17 @@ type Route struct {
 	Quotas []string
 }
 
+// Paths of the signed routes besides HeartbeatRoute.
+const (
+	TelemetryRoute   = "/api/ingest/telemetry"
+	LifecycleRoute   = "/api/ingest/lifecycle"
+	RunsRoute        = "/api/ingest/runs"
+	LogSessionsRoute = "/api/ingest/logs/sessions"
+	LogPlanRoute     = "/api/ingest/logs/plan"
+	LogCommitRoute   = "/api/ingest/logs/commit"
+	LogFinishRoute   = "/api/ingest/logs/finish"
+)
+
 // Rate quota classes of the routes, by the limiter that guards them.
 var (
 	heartbeatQuotas = []string{QuotaDeploymentHeartbeats, QuotaEnvironmentHeartbeats, QuotaActiveDeployments}
@@ -53,19 +64,19 @@ var (
 var Routes = []Route{
 	{http.MethodPost, HeartbeatRoute, "an agent's heartbeat (HeartbeatV1): records the deployment and moves its deadlines",
 		(*Service).Heartbeat, MaxHeartbeatBody, typeOf[protocol.HeartbeatV1](), typeOf[protocol.HeartbeatAccepted](), heartbeatQuotas},
-	{http.MethodPost, "/api/ingest/telemetry", "one minute window of one Monitor session (WindowV1)",
+	{http.MethodPost, TelemetryRoute, "one minute window of one Monitor session (WindowV1)",
 		(*Service).Telemetry, MaxTelemetryBody, typeOf[protocol.WindowV1](), typeOf[TelemetryAccepted](), telemetryQuotas},
-	{http.MethodPost, "/api/ingest/lifecycle", "a lifecycle event of a deployment (LifecycleEventV1), stored once by its id",
+	{http.MethodPost, LifecycleRoute, "a lifecycle event of a deployment (LifecycleEventV1), stored once by its id",
 		(*Service).Lifecycle, MaxLifecycleBody, typeOf[protocol.LifecycleEventV1](), typeOf[LifecycleAccepted](), lifecycleQuotas},
-	{http.MethodPost, "/api/ingest/runs", "a CI suite run with its artifacts (RunReportV1)",
+	{http.MethodPost, RunsRoute, "a CI suite run with its artifacts (RunReportV1)",
 		(*Service).Runs, MaxRunBody, typeOf[protocol.RunReportV1](), typeOf[RunAccepted](), runQuotas},
-	{http.MethodPost, "/api/ingest/logs/sessions", "open a log session for one service of a deployment (OpenV1); 503 logs_not_configured without CHALUPA_LOGS_URL",
+	{http.MethodPost, LogSessionsRoute, "open a log session for one service of a deployment (OpenV1); 503 logs_not_configured without CHALUPA_LOGS_URL",
 		(*Service).LogSessions, MaxLogBody, typeOf[protocol.OpenV1](), typeOf[protocol.LogSessionOpened](), slices.Concat(logQuotas, []string{QuotaLogSessions})},
-	{http.MethodPost, "/api/ingest/logs/plan", "reserve a log chunk's seq and persist its plan; answers a presigned PUT (ChunkV1)",
+	{http.MethodPost, LogPlanRoute, "reserve a log chunk's seq and persist its plan; answers a presigned PUT (ChunkV1)",
 		(*Service).LogPlan, MaxLogBody, typeOf[protocol.ChunkV1](), typeOf[protocol.LogChunkPlanned](), slices.Concat(logQuotas, []string{QuotaLogChunks, QuotaLogBytes})},
-	{http.MethodPost, "/api/ingest/logs/commit", "verify an uploaded log chunk with the store and record it (ChunkV1)",
+	{http.MethodPost, LogCommitRoute, "verify an uploaded log chunk with the store and record it (ChunkV1)",
 		(*Service).LogCommit, MaxLogBody, typeOf[protocol.ChunkV1](), typeOf[protocol.LogChunkCommitted](), logQuotas},
-	{http.MethodPost, "/api/ingest/logs/finish", "finish a log session with its one exact final payload (FinishV1)",
+	{http.MethodPost, LogFinishRoute, "finish a log session with its one exact final payload (FinishV1)",
 		(*Service).LogFinish, MaxLogBody, typeOf[protocol.FinishV1](), typeOf[protocol.LogSessionFinished](), logQuotas},
 }
 

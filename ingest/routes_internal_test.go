@@ -16,14 +16,14 @@ import (
 func TestRoutesTable(t *testing.T) {
 	s := NewService(Config{Quotas: DefaultQuotas()})
 	limiters := map[string]*rateLimiter{
-		HeartbeatRoute:              s.heartbeats,
-		"/api/ingest/telemetry":     s.telemetryRate,
-		"/api/ingest/lifecycle":     s.lifecycleRate,
-		"/api/ingest/runs":          s.runRate,
-		"/api/ingest/logs/sessions": s.logRate,
-		"/api/ingest/logs/plan":     s.logRate,
-		"/api/ingest/logs/commit":   s.logRate,
-		"/api/ingest/logs/finish":   s.logRate,
+		HeartbeatRoute:   s.heartbeats,
+		TelemetryRoute:   s.telemetryRate,
+		LifecycleRoute:   s.lifecycleRate,
+		RunsRoute:        s.runRate,
+		LogSessionsRoute: s.logRate,
+		LogPlanRoute:     s.logRate,
+		LogCommitRoute:   s.logRate,
+		LogFinishRoute:   s.logRate,
 	}
 	rateQuota := map[string]bool{}
 	for _, lim := range limiters {
