@@ -205,9 +205,11 @@ func (h *Ingest) Restart() {
 
 // Response is one answer, with the JSON error decoded when there is one.
 type Response struct {
-	Status  int
-	Header  http.Header
-	Body    []byte
+	// Status is the HTTP status; Header and Body are the answer's.
+	Status int
+	Header http.Header
+	Body   []byte
+	// Code and Message are the error body's (4xx and 5xx), else "".
 	Code    string
 	Message string
 }
@@ -315,10 +317,14 @@ func (h *Ingest) CreateEnv(slug string) {
 
 // Key is an issued key as the test holds it.
 type Key struct {
-	ID       string
+	// ID is the key id (X-Chalupa-Key-Id).
+	ID string
+	// Material is the key as issued (its text form); Raw its bytes, the
+	// HMAC key.
 	Material string
 	Raw      []byte
-	Env      string
+	// Env is the slug of the environment the key is bound to.
+	Env string
 }
 
 // keyCall runs issue or rotate and records where the material was issued
@@ -378,12 +384,15 @@ func (h *Ingest) Fleet() adminapi.Fleet {
 // TS is the clock's now, Nonce a fresh one, the signature covers POST,
 // ingest.HeartbeatRoute and Body.
 type SignedReq struct {
-	KeyID string // "" sends no X-Chalupa-Key-Id
+	// KeyID and Key sign the request; "" sends no X-Chalupa-Key-Id.
+	KeyID string
 	Key   []byte
+	// TS (Unix seconds) and Nonce are the headers' values.
 	TS    string
 	Nonce string
-	Body  []byte
-	Path  string // sent to; default ingest.HeartbeatRoute
+	// Body is sent to Path (default ingest.HeartbeatRoute).
+	Body []byte
+	Path string
 
 	SignMethod, SignPath string // what the signature covers, when it differs
 	SignBody             []byte
@@ -441,6 +450,8 @@ func (h *Ingest) Send(r SignedReq) Response {
 
 // HeartbeatOpts shapes a heartbeat body.
 type HeartbeatOpts struct {
+	// The fields are HeartbeatV1's: the environment and deployment, the
+	// droplet, the reaper's observation, the session expiry, the agent.
 	Env, Deployment   string
 	DropletID         int64
 	LimitMinutes      int64
