@@ -624,6 +624,22 @@ func headerBytes(h http.Header) []byte {
 	return b.Bytes()
 }
 
+// PlantResponse records a response as if the client had received it (what
+// is "METHOD path -> status") and returns the function that forgets it and
+// every response recorded after it: the secret scan's own test plants
+// leaks with it to prove AssertNoSecretLeak reports them.
+func (h *Ingest) PlantResponse(what string, header http.Header, body []byte) (forget func()) {
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	n := len(h.rec.all)
+	h.rec.all = append(h.rec.all, recordedResponse{what: what, header: header, body: body})
+	return func() {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		h.rec.all = h.rec.all[:n]
+	}
+}
+
 // AssertNoSecretLeak scans the logs and every recorded response, reporting
 // each leak with t.Errorf.
 func (h *Ingest) AssertNoSecretLeak(t testing.TB) {
