@@ -104,9 +104,7 @@ for p in $(go list ./...); do
 		continue
 	fi
 	fast+=("$p")
-	# The module root holds end-to-end tests until they live in e2e/ (its
-	# in-process tests run in the fast lane, under -race).
-	if [[ $p == "$module" ]]; then norace+=("$p"); else race+=("$p"); fi
+	race+=("$p")
 done
 
 # The fast lane compiles the SQLite driver (modernc.org/…: C translated to

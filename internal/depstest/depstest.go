@@ -1,7 +1,8 @@
 // Package depstest checks what a package links, in the manner of
 // Tailscale's cmd/tailscale/deps_test.go: the agent, the light binary and
 // the CLI each keep the server's packages out (docs/architecture.md,
-// "Dependency direction"), and each says so with one call.
+// "Dependency direction"), and each says so with one call; Count measures
+// how much one links, for the agent's bound on it.
 package depstest
 
 import (
@@ -83,6 +84,24 @@ func Check(t *testing.T, who string, pkgs []string, forbidden map[string]string)
 			}
 		})
 	}
+}
+
+// Count returns how many packages pkg links for goos/goarch with cgo off,
+// as the release builds it: the lines of `go list -deps pkg`, which names
+// pkg itself and every standard-library package too. Errors fail t.
+func Count(t *testing.T, goos, goarch, pkg string) int {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", pkg)
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
+	}
+	return len(strings.Fields(string(out)))
 }
 
 // Matches reports whether the import path dep is prefix or under it; a

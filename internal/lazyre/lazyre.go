@@ -1,8 +1,8 @@
 // Package lazyre is a regular expression compiled on its first use rather
-// than at package initialisation: every command of the one chalupa binary
-// initialises every linked package, and a validation pattern with a counted
-// repetition ({0,127}) compiles into a program of thousands of instructions
-// (docs/operations.md, "Footprint").
+// than at package initialisation: every command of a chalupa binary
+// initialises every package that binary links, and a validation pattern
+// with a counted repetition ({0,127}) compiles into a program of thousands
+// of instructions (docs/operations.md, "Footprint").
 package lazyre
 
 import (

@@ -87,9 +87,10 @@ func ToolPath(t testing.TB, name string) string {
 	return ""
 }
 
-// BuildBinary builds the chalupa binary from the repository root with
-// CGO_ENABLED=0, once per test process, and returns its absolute path. The
-// binary lives in a directory made by os.MkdirTemp (shared by every test of
+// BuildBinary builds the full binary (what a release ships as chalupad)
+// from the repository root with CGO_ENABLED=0, once per test process, and
+// returns its absolute path; the file is named chalupa, as the tests run
+// it. The binary lives in a directory made by os.MkdirTemp (shared by every test of
 // the process, so not t.TempDir); directories left by earlier runs more than
 // an hour old are removed. A failed build fails every caller with the
 // compiler's output. Under FastLaneFlag it skips the test instead.

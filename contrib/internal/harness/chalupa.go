@@ -52,7 +52,8 @@ func FindRepoRoot() (string, error) {
 }
 
 // BuildChalupa runs `CGO_ENABLED=0 go build -o tmp/chalupa .` in the
-// repository root and returns the binary's path.
+// repository root and returns the binary's path: the full binary (a
+// release's chalupad), under the name the tools have always used.
 func BuildChalupa(ctx context.Context, root string) (string, error) {
 	out := filepath.Join(root, "tmp", "chalupa")
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
