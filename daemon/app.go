@@ -127,40 +127,10 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
 	}
 	a.unlock = unlock
-
-	_, statErr := os.Stat(cfg.DatabasePath())
-	fresh := errors.Is(statErr, os.ErrNotExist)
-	if opt.Offline {
-		if fresh {
-			return ErrNoDatabase
-		}
-	} else {
-		// A new database never joins a replica that holds a history
-		// (docs/operations.md, "Backup and restore"): refused before
-		// anything is created in the data dir.
-		if fresh {
-			if err := a.checkReplicaUnused(ctx); err != nil {
-				return err
-			}
-		}
-		// Prove an existing database's master key (and schema) read-only
-		// before the first write: a refusal must leave the data dir as it
-		// was, without a secrets.env generated for a daemon that never ran.
-		if err := cfg.preflightExistingDB(ctx); err != nil {
-			return err
-		}
-		wrote, err := cfg.EnsureSecrets()
-		if err != nil {
-			return err
-		}
-		if wrote {
-			log.Warn().Str("path", cfg.SecretsFile).Strs("generated", cfg.Generated).
-				Msg("generated secrets for the embedded default; values are in this file (0600), never printed")
-		} else if len(cfg.Generated) > 0 {
-			log.Info().Str("path", cfg.SecretsFile).Strs("from_file", cfg.Generated).Msg("using generated secrets")
-		}
+	fresh, err := a.prepareDataDir(ctx, opt.Offline)
+	if err != nil {
+		return err
 	}
-
 	if a.DB, err = storage.Open(ctx, cfg.DatabasePath()); err != nil {
 		return err
 	}
@@ -169,31 +139,82 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		return err
 	}
 	log.Info().Int64("from", res.From).Int64("to", res.To).Strs("applied", res.Applied).Msg("schema ready")
-
-	var keys *ingest.Keyring
-	var tokens *ingest.ProviderTokens
-	var sealer *envelope.Sealer
 	if !opt.Offline {
-		s, err := ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
-		if errors.Is(err, ingest.ErrWrongMasterKey) {
-			recovered, rerr := cfg.recoverPendingRewrap(ctx, a.DB, true)
-			if rerr != nil {
-				return rerr
-			}
-			if recovered {
-				log.Warn().Str("path", cfg.SecretsFile).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
-				s, err = ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
-			}
-		}
-		if err != nil {
+		if a.Sealer, err = a.openSealer(ctx); err != nil {
 			return err
 		}
-		sealer = s
-		keys = ingest.NewKeyring(a.DB, s, a.Clock)
-		tokens = ingest.NewProviderTokens(a.DB, s, a.Clock)
 	}
+	if err := a.startReplication(ctx, opt, fresh || res.From == 0); err != nil {
+		return err
+	}
+	if opt.Offline {
+		return nil
+	}
+	return a.openServices(ctx, opt)
+}
 
-	replLog := slog.New(storage.NewLitestreamLogHandler(log, slog.LevelWarn))
+// prepareDataDir checks the data dir before anything is written to it and
+// reports whether it holds no database yet. Offline: the database must
+// exist (ErrNoDatabase). Otherwise a new database never joins a replica
+// that holds a history (docs/operations.md, "Backup and restore"), an
+// existing database's master key (and schema) is proven read-only before
+// the first write, so a refusal leaves the data dir as it was, without a
+// secrets.env generated for a daemon that never ran; then the embedded
+// default's secrets are generated.
+func (a *App) prepareDataDir(ctx context.Context, offline bool) (fresh bool, err error) {
+	cfg, log := a.Config, a.Log
+	_, statErr := os.Stat(cfg.DatabasePath())
+	fresh = errors.Is(statErr, os.ErrNotExist)
+	if offline {
+		if fresh {
+			return fresh, ErrNoDatabase
+		}
+		return fresh, nil
+	}
+	if fresh {
+		if err := a.checkReplicaUnused(ctx); err != nil {
+			return fresh, err
+		}
+	}
+	if err := cfg.preflightExistingDB(ctx); err != nil {
+		return fresh, err
+	}
+	wrote, err := cfg.EnsureSecrets()
+	if err != nil {
+		return fresh, err
+	}
+	if wrote {
+		log.Warn().Str("path", cfg.Secrets.File).Strs("generated", cfg.Secrets.Generated).
+			Msg("generated secrets for the embedded default; values are in this file (0600), never printed")
+	} else if len(cfg.Secrets.Generated) > 0 {
+		log.Info().Str("path", cfg.Secrets.File).Strs("from_file", cfg.Secrets.Generated).Msg("using generated secrets")
+	}
+	return fresh, nil
+}
+
+// openSealer proves the master key against the stored check value,
+// finishing an interrupted rewrap first when the key is the old one.
+func (a *App) openSealer(ctx context.Context) (*envelope.Sealer, error) {
+	cfg := a.Config
+	s, err := ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
+	if errors.Is(err, ingest.ErrWrongMasterKey) {
+		recovered, rerr := cfg.recoverPendingRewrap(ctx, a.DB, true)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if recovered {
+			a.Log.Warn().Str("path", cfg.Secrets.File).Msg("finished an interrupted rewrap: secrets.env now holds the new master key")
+			s, err = ingest.OpenSealer(ctx, a.DB, cfg.MasterKey(), a.Clock.Now())
+		}
+	}
+	return s, err
+}
+
+// startReplication starts the embedded Litestream on the database (fresh:
+// a database without a history yet) and hooks it to the writer's commits.
+func (a *App) startReplication(ctx context.Context, opt Options, fresh bool) error {
+	cfg := a.Config
+	replLog := slog.New(storage.NewLitestreamLogHandler(a.Log, slog.LevelWarn))
 	if opt.Offline {
 		replLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -209,12 +230,12 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	}
 	if a.Replicator, err = storage.StartReplication(ctx, cfg.DatabasePath(), storage.ReplicaConfig{
 		Identity:        identity,
-		Fresh:           fresh || res.From == 0,
+		Fresh:           fresh,
 		OnEvent:         a.replicaEventRecorder(a.DB),
-		URL:             cfg.ReplicaURL,
+		URL:             cfg.Replica.URL,
 		Generation:      gen,
-		AccessKeyID:     cfg.SpacesKey.Reveal(),
-		SecretAccessKey: cfg.SpacesSecret.Reveal(),
+		AccessKeyID:     cfg.Replica.SpacesKey.Reveal(),
+		SecretAccessKey: cfg.Replica.SpacesSecret.Reveal(),
 		LagLimit:        opt.LagLimit,
 		Clock:           a.Clock,
 		Logger:          replLog,
@@ -223,10 +244,16 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	}
 	// Replication follows commits instead of polling the WAL.
 	a.DB.Writer.SetCommitHook(a.Replicator.Committed)
-	if opt.Offline {
-		return nil
-	}
-	a.Keys, a.Sealer = keys, sealer
+	return nil
+}
+
+// openServices builds the key ring, the converge executor (unless
+// opt.Executor is given), the workers and the server over them, and pauses
+// the loops opt.PauseLoops names.
+func (a *App) openServices(ctx context.Context, opt Options) error {
+	cfg, log := a.Config, a.Log
+	a.Keys = ingest.NewKeyring(a.DB, a.Sealer, a.Clock)
+	tokens := ingest.NewProviderTokens(a.DB, a.Sealer, a.Clock)
 	// The reaper's and costs' modes and deprecated variables, every start
 	// (docs/operations.md, "Configuration").
 	for _, w := range append(cfg.ModeNotes(), cfg.Warnings...) {
@@ -236,21 +263,26 @@ func (a *App) open(ctx context.Context, opt Options) error {
 		log.Warn().Strs("unlimited", off).Msg("ingest quotas set to 0 (unlimited): for benchmarks only; one leaked key can then fill the disk (docs/operations.md, \"Quotas\")")
 	}
 	exec := opt.Executor
-	if exec == nil && cfg.provisionToken() != "" {
+	if exec == nil && cfg.Converge.token() != "" {
 		// The provision token reaches the executor alone
 		// (docs/operations.md, "Converge").
-		if exec, err = newConvergeExecutor(cfg, a.DB, keys, sealer, a.Clock, log); err != nil {
+		var err error
+		if exec, err = newConvergeExecutor(cfg, a.DB, a.Keys, a.Sealer, a.Clock, log); err != nil {
 			return err
 		}
 		// Every job would fail without the provider plugin: say so now,
 		// not at the first up (docs/operations.md, "Converge").
-		if err := pulumiexec.CheckPlugin(cfg.PulumiHome); err != nil {
+		if err := pulumiexec.CheckPlugin(cfg.Converge.PulumiHome); err != nil {
 			log.Warn().Msg("converge is configured but " + err.Error())
 		}
 	}
-	a.Server, err = newServer(serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: keys, ProviderTokens: tokens, Sealer: sealer, Log: log, Clock: a.Clock,
-		Executor: exec, Statfs: opt.Statfs})
+	deps := serverDeps{Config: cfg, DB: a.DB, Replicator: a.Replicator, Keys: a.Keys, ProviderTokens: tokens, Sealer: a.Sealer, Log: log, Clock: a.Clock,
+		Executor: exec, Statfs: opt.Statfs}
+	w, err := buildWorkers(ctx, deps)
 	if err != nil {
+		return err
+	}
+	if a.Server, err = newServer(deps, w); err != nil {
 		return err
 	}
 	for _, name := range opt.PauseLoops {
@@ -337,7 +369,7 @@ const replicaCheckTimeout = 15 * time.Second
 func (a *App) checkReplicaUnused(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, replicaCheckTimeout)
 	defer cancel()
-	err := storage.CheckReplicaUnused(cctx, a.Config.ReplicaURL, a.Config.SpacesKey.Reveal(), a.Config.SpacesSecret.Reveal())
+	err := storage.CheckReplicaUnused(cctx, a.Config.Replica.URL, a.Config.Replica.SpacesKey.Reveal(), a.Config.Replica.SpacesSecret.Reveal())
 	switch {
 	case errors.Is(err, storage.ErrReplicaForeign):
 		return fmt.Errorf("CHALUPA_DATA_DIR holds no database, and CHALUPA_REPLICA_URL already holds a database's history: "+

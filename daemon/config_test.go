@@ -64,8 +64,8 @@ func TestLoadConfigAcceptsGoodEnvironmentAndRedacts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig(good env): %v", err)
 	}
-	if len(cfg.MasterKey()) != 32 || cfg.ReplicaKind() != "s3" || cfg.VolumeUSDPerGiB != 0.10 || cfg.DOAPIURL != "https://api.digitalocean.com/" {
-		t.Fatalf("unexpected config: master key %d bytes, replica %q, volume %v, DO API %q", len(cfg.MasterKey()), cfg.ReplicaKind(), cfg.VolumeUSDPerGiB, cfg.DOAPIURL)
+	if len(cfg.MasterKey()) != 32 || cfg.ReplicaKind() != "s3" || cfg.Costs.VolumeUSDPerGiB != 0.10 || cfg.DigitalOcean.APIURL != "https://api.digitalocean.com/" {
+		t.Fatalf("unexpected config: master key %d bytes, replica %q, volume %v, DO API %q", len(cfg.MasterKey()), cfg.ReplicaKind(), cfg.Costs.VolumeUSDPerGiB, cfg.DigitalOcean.APIURL)
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -488,7 +488,7 @@ func TestLoadConfigDOAPIURL(t *testing.T) {
 			env := goodEnv(t.TempDir())
 			env["CHALUPA_DO_API_URL"] = set
 			cfg, err := daemon.LoadConfig(envFunc(env))
-			if err != nil || cfg.DOAPIURL != want {
+			if err != nil || cfg.DigitalOcean.APIURL != want {
 				t.Fatalf("CHALUPA_DO_API_URL=%q: %v, %v; want %q", set, cfg, err, want)
 			}
 			rows := map[string]string{}
@@ -512,8 +512,8 @@ func TestBillingRuleFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.BillingRule != cost.DefaultRule {
-		t.Fatalf("rule without DO_BILLING_*: %+v, want %+v", cfg.BillingRule, cost.DefaultRule)
+	if cfg.Costs.BillingRule != cost.DefaultRule {
+		t.Fatalf("rule without DO_BILLING_*: %+v, want %+v", cfg.Costs.BillingRule, cost.DefaultRule)
 	}
 	env["DO_BILLING_GRANULARITY_SECONDS"] = "3600"
 	env["DO_BILLING_MINIMUM_SECONDS"] = "3600"
@@ -522,8 +522,8 @@ func TestBillingRuleFromEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := cost.Rule{Granularity: time.Hour, MinimumBilled: time.Hour, MinimumChargeUSD: cost.DefaultRule.MinimumChargeUSD, CapHours: 730}
-	if cfg.BillingRule != want {
-		t.Fatalf("rule = %+v, want %+v", cfg.BillingRule, want)
+	if cfg.Costs.BillingRule != want {
+		t.Fatalf("rule = %+v, want %+v", cfg.Costs.BillingRule, want)
 	}
 }
 
@@ -547,8 +547,8 @@ func TestLoadConfigMinFreeBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.MinFreeBytes != tc.want {
-				t.Fatalf("MinFreeBytes = %d, want %d", cfg.MinFreeBytes, tc.want)
+			if cfg.Disk.MinFreeBytes != tc.want {
+				t.Fatalf("MinFreeBytes = %d, want %d", cfg.Disk.MinFreeBytes, tc.want)
 			}
 		})
 	}
@@ -625,7 +625,7 @@ func TestConfigExplicitModes(t *testing.T) {
 			cfg, err := daemon.LoadConfig(envFunc(env))
 			if len(tc.want) > 0 {
 				if err == nil {
-					t.Fatalf("accepted (reaper %s, costs %v), want a refusal naming %q", cfg.ReaperMode, cfg.Costs, tc.want)
+					t.Fatalf("accepted (reaper %s, costs %v), want a refusal naming %q", cfg.Reaper.Mode, cfg.Costs.On, tc.want)
 				}
 				for _, w := range tc.want {
 					if !strings.Contains(err.Error(), w) {
@@ -647,8 +647,8 @@ func TestConfigExplicitModes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
-			if cfg.ReaperMode != tc.mode || cfg.ReaperDryRun != (tc.mode == daemon.ReaperModeDryRun) || cfg.Costs != tc.costs {
-				t.Errorf("reaper %q (dry run %v), costs %v; want %q, %v", cfg.ReaperMode, cfg.ReaperDryRun, cfg.Costs, tc.mode, tc.costs)
+			if cfg.Reaper.Mode != tc.mode || cfg.Reaper.DryRun != (tc.mode == daemon.ReaperModeDryRun) || cfg.Costs.On != tc.costs {
+				t.Errorf("reaper %q (dry run %v), costs %v; want %q, %v", cfg.Reaper.Mode, cfg.Reaper.DryRun, cfg.Costs.On, tc.mode, tc.costs)
 			}
 			warnings := strings.Join(cfg.Warnings, "\n")
 			if (tc.warn == "") != (warnings == "") || !strings.Contains(warnings, tc.warn) {

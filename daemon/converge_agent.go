@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,8 +9,6 @@ import (
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	originpkg "github.com/chalupa-run/chalupa/internal/origin"
 	"github.com/chalupa-run/chalupa/jobs"
-	"github.com/chalupa-run/chalupa/pulumiexec"
-	"github.com/chalupa-run/chalupa/storage"
 )
 
 // codeAgentReleaseInvalid is the 422 code of a converge request refused
@@ -27,23 +24,6 @@ func agentReleaseText(problems []error) string {
 		parts = append(parts, p.Error())
 	}
 	return strings.Join(parts, "; ")
-}
-
-// agentAdmission is the job service's admission check while converge is
-// configured: up and preview of a box that carries the agent are refused
-// 422 agent_release_invalid, nothing enqueued, while release fails its
-// checks (docs/operations.md, "Converge"). serve still starts; config
-// check warns (agentReleaseWarning).
-func agentAdmission(release agentrelease.Release) func(storage.Box, string) error {
-	problems := release.Check()
-	return func(box storage.Box, action string) error {
-		if len(problems) == 0 || !box.Config.Agent || !pulumiexec.RendersUserData(action) {
-			return nil
-		}
-		return &jobs.AdmitError{Code: codeAgentReleaseInvalid, Message: fmt.Sprintf(
-			"box %s carries the agent, but the agent release cannot be installed: %s (chalupa config check says the same); or opt the box out with chalupa admin box update %s --agent=false. Nothing was enqueued",
-			box.Name, agentReleaseText(problems), box.Name)}
-	}
 }
 
 // agentAdmitAnswer is the admin API's answer to an admission refusal.

@@ -10,8 +10,6 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/digitalocean"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
-	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -138,53 +136,4 @@ func apiSnapshot(s storage.CostSnapshot) adminapi.CostSnapshot {
 	return adminapi.CostSnapshot{ID: s.ID, Trigger: s.Trigger, StartedAt: s.StartedAt, DurationMs: s.Duration.Milliseconds(),
 		Month: s.Month, DropletsSeen: s.DropletsSeen, VolumesSeen: s.VolumesSeen, Adopted: s.Adopted, Ended: s.Ended,
 		RatesCaptured: s.RatesCaptured, Unpriced: s.Unpriced, TotalUSD: s.TotalUSD}
-}
-
-// newReadClient builds the client for DIGITALOCEAN_READ_TOKEN (nil, nil
-// while it is unset): inventory, prices, and the droplet lookup of `sunk`
-// lifecycle events.
-func newReadClient(cfg *Config, clock clockwork.Clock, d serverDeps) (*digitalocean.Client, error) {
-	if cfg.DOReadToken == "" {
-		return nil, nil
-	}
-	return digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(cfg.DOReadToken.Reveal()),
-		Label: "read", Version: buildinfo.Version, Clock: clock, Logger: d.Log})
-}
-
-// newCostReconciler builds the reconciler on the read-token client (nil,
-// nil without one, or with CHALUPA_COSTS=off: docs/operations.md,
-// "Configuration").
-//
-// customers builds each customer organization's client from its own active
-// token: inventory lists, adopts and ends only that organization's
-// droplets with it; prices still come from the read token.
-func newCostReconciler(cfg *Config, client *digitalocean.Client, db *storage.DB, clock clockwork.Clock, d serverDeps, customers *reaper.CustomerTokens) (*cost.Reconciler, error) {
-	if client == nil || !cfg.Costs {
-		return nil, nil
-	}
-	cc := cost.Config{DB: db, Platform: client, Clock: clock, Log: d.Log.With().Str("loop", "cost-reconcile").Logger(),
-		VolumeUSDPerGiBMonth: cfg.VolumeUSDPerGiB, Rule: cfg.BillingRule}
-	if customers != nil {
-		cc.Customers = func(ctx context.Context) ([]cost.Account, error) { return customerAccounts(ctx, db, customers) }
-	}
-	return cost.New(cc)
-}
-
-// customerAccounts is one inventory account per customer organization
-// with an active provider token; an organization whose token cannot be
-// opened (revoked meanwhile) is left out of this pass.
-func customerAccounts(ctx context.Context, db *storage.DB, customers *reaper.CustomerTokens) ([]cost.Account, error) {
-	tokens, err := storage.ListActiveProviderTokens(ctx, db.Read)
-	if err != nil {
-		return nil, err
-	}
-	var out []cost.Account
-	for _, t := range tokens {
-		client, _, err := customers.CustomerClient(ctx, storage.Organization{ID: t.OrgID, Slug: t.OrgSlug, Kind: storage.OrgCustomer})
-		if err != nil {
-			continue
-		}
-		out = append(out, cost.Account{OrgID: t.OrgID, Droplets: client})
-	}
-	return out, nil
 }

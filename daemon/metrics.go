@@ -161,13 +161,13 @@ func modeMetrics(c *Config) []prometheus.Collector {
 		Name: "chalupa_reaper_mode", Help: "1 for the reaper's mode (CHALUPA_REAPER: live, dry-run or off), 0 for the others.",
 	}, []string{"mode"})
 	for _, mode := range ReaperModes {
-		reaperMode.WithLabelValues(mode).Set(one(mode == c.ReaperMode))
+		reaperMode.WithLabelValues(mode).Set(one(mode == c.Reaper.Mode))
 	}
 	costsMode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chalupa_costs_mode", Help: "1 for the cost reconciler's mode (CHALUPA_COSTS: on or off), 0 for the other.",
 	}, []string{"mode"})
 	for _, mode := range []string{CostsOn, CostsOff} {
-		costsMode.WithLabelValues(mode).Set(one(mode == onOff(c.Costs)))
+		costsMode.WithLabelValues(mode).Set(one(mode == onOff(c.Costs.On)))
 	}
 	return []prometheus.Collector{reaperMode, costsMode}
 }

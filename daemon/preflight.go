@@ -74,7 +74,7 @@ func preflightDB(ctx context.Context, c *Config, db *storage.DB) error {
 // secrets.env was lost): its envelopes are sealed under another key, and a
 // fresh one would be written to secrets.env only to be refused.
 func (c *Config) checkMasterKeyForExistingDB() error {
-	if c.IngestMasterKey != "" {
+	if c.Secrets.IngestMasterKey != "" {
 		return nil
 	}
 	if _, err := os.Stat(c.DatabasePath()); err != nil {

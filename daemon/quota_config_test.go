@@ -113,7 +113,7 @@ func TestQuotaConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := cfg.IngestQuotas(); got != tc.want {
+			if got := cfg.Quotas; got != tc.want {
 				t.Fatalf("quotas = %+v, want %+v", got, tc.want)
 			}
 			if got := strings.Join(cfg.UnlimitedQuotas(), ","); got != strings.Join(tc.unlimited, ",") {

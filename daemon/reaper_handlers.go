@@ -9,76 +9,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/digitalocean"
-	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// newReaper builds the reaper from the configuration: the write token goes
-// into its client here and nowhere else (docs/architecture.md, "Dependency
-// direction"). Without the write token the reaper has no
-// credentials: it is not started, and its status says so. Errors: a
-// client that cannot be built, or metrics already registered.
-//
-// customers opens customer organizations' own tokens for the customer
-// sweep (docs/operations.md, "Customer organizations").
-//
-// guard is the clock guard ingest feeds. The storage-fault hold
-// (reaper.Config.StorageFault) reads the writer's storage health: while
-// commits fail a deadline that could not move is not evidence
-// (docs/operations.md, "Reaper").
-func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockguard.Guard, clock clockwork.Clock, log zerolog.Logger,
-	reg prometheus.Registerer, customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
-	m, err := reaper.NewMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
-	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.ReaperDryRun, CIFreshness: cfg.ReaperCIFreshness,
-		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.ReaperMaxDestroy,
-		StorageFault: storageFault(db.Writer, clock)}
-	if customers != nil {
-		rc.Customers = customers
-	}
-	if tok := cfg.writeToken(); tok != "" && cfg.ReaperMode != ReaperModeOff {
-		write, err := digitalocean.New(digitalocean.Config{BaseURL: cfg.DOAPIURL, Token: digitalocean.Token(tok.Reveal()), Label: "write",
-			Version: buildinfo.Version, Clock: clock, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		rc.Credentials = reaper.Platform{Write: write}
-	} else {
-		log.Warn().Str("reaper", ReaperModeOff).Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
-	}
-	return reaper.New(rc), nil
-}
-
-// storageFault adapts the writer's storage health to the reaper's hold. The
-// writer stamps faults with the process's wall clock; the last fault's age
-// (monotonic) is carried onto the reaper's clock, so the hold stays right
-// whatever that clock reads.
-func storageFault(w *storage.Writer, clock clockwork.Clock) func() (bool, time.Time) {
-	return func() (bool, time.Time) {
-		h := w.StorageHealth()
-		if h.LastFaultAt.IsZero() {
-			return h.Failing, time.Time{}
-		}
-		return h.Failing, clock.Now().Add(-time.Since(h.LastFaultAt))
-	}
-}
-
 // reaperHandlers serve the reaper's operations; they hold the reaper and
 // nothing else.
 type reaperHandlers struct {
 	reaper *reaper.Reaper
-	// mode is Config.ReaperMode, reported by the status.
+	// mode is Config.Reaper.Mode, reported by the status.
 	mode string
 }
 

@@ -53,7 +53,7 @@ func RunRewrap(ctx context.Context, cfg *Config, newKeyB64 string, clock clockwo
 	if err != nil || len(newKey) != 32 {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY_NEW must be base64 of exactly 32 bytes"}}
 	}
-	if cfg.IngestMasterKey == "" {
+	if cfg.Secrets.IngestMasterKey == "" {
 		return rep, &ConfigError{Problems: []string{"CHALUPA_INGEST_MASTER_KEY (the current key) is required"}}
 	}
 	app, err := Open(ctx, cfg, Options{Offline: true, Logs: io.Discard, Clock: clock})

@@ -112,9 +112,9 @@ func newRouter(s *Server) *httprouter.Router {
 		}
 		switch groupOf(r.URL.Path) {
 		case GroupAdmin:
-			bearer(s.cfg.AdminToken, notAllowed)(w, r)
+			bearer(s.cfg.Secrets.AdminToken, notAllowed)(w, r)
 		case GroupProbe:
-			bearer(s.cfg.ReadyToken, notAllowed)(w, r)
+			bearer(s.cfg.Secrets.ReadyToken, notAllowed)(w, r)
 		case GroupConsole:
 			if allow != "" {
 				w.Header().Set("Allow", allow)
@@ -184,12 +184,12 @@ func (s *Server) public(method, pattern string, h http.HandlerFunc) {
 
 // probe registers a route behind Bearer CHALUPA_READY_TOKEN.
 func (s *Server) probe(method, pattern string, h http.HandlerFunc) {
-	s.handle(GroupProbe, method, pattern, bearer(s.cfg.ReadyToken, h))
+	s.handle(GroupProbe, method, pattern, bearer(s.cfg.Secrets.ReadyToken, h))
 }
 
 // admin registers a route behind Bearer CHALUPA_ADMIN_TOKEN.
 func (s *Server) admin(method, pattern string, h http.HandlerFunc) {
-	s.handle(GroupAdmin, method, pattern, bearer(s.cfg.AdminToken, h))
+	s.handle(GroupAdmin, method, pattern, bearer(s.cfg.Secrets.AdminToken, h))
 }
 
 // sharedKeyDeprecation is the Deprecation header (RFC 9745) sent on the

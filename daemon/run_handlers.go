@@ -7,10 +7,7 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/digitalocean"
-	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/slug"
-	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -51,41 +48,4 @@ func (h *runHandlers) list(ctx context.Context, req adminapi.ListRunsRequest) (a
 		out.Runs = append(out.Runs, run)
 	}
 	return out, nil
-}
-
-// errNoCredential: no credential may look a droplet up in its owner's
-// account (no read token for the platform's; no active token for a
-// customer organization's).
-var errNoCredential = errors.New("no provider credential for this droplet's account")
-
-// dropletLookup is ingest.DropletLookup over the provider clients: the
-// platform read client (nil without DIGITALOCEAN_READ_TOKEN) for the
-// platform's droplets, and a customer organization's own client (its
-// active stored token; never the platform's) for a customer's
-// (docs/operations.md, "Customer organizations"). A 404 is a droplet that
-// is gone.
-func dropletLookup(db *storage.DB, platform digitalocean.DropletAPI, customers *reaper.CustomerTokens) ingest.DropletLookup {
-	return func(ctx context.Context, owner ingest.DropletOwner, dropletID int64) (bool, error) {
-		c := platform
-		if owner.Customer() {
-			c = nil
-			if customers != nil {
-				org, err := storage.OrganizationByID(ctx, db.Read, owner.OrgID)
-				if err != nil {
-					return false, err
-				}
-				if c, _, err = customers.CustomerClient(ctx, org); err != nil {
-					return false, err
-				}
-			}
-		}
-		if c == nil {
-			return false, errNoCredential
-		}
-		_, err := c.GetDroplet(ctx, int(dropletID))
-		if errors.Is(err, digitalocean.ErrNotFound) {
-			return false, nil
-		}
-		return err == nil, err
-	}
 }

@@ -29,18 +29,18 @@ import (
 // 0700 data dir). Later starts reuse the file. It returns true when it wrote
 // the file. Values already in the file are never replaced.
 func (c *Config) EnsureSecrets() (bool, error) {
-	if len(c.Generated) == 0 {
+	if len(c.Secrets.Generated) == 0 {
 		return false, nil
 	}
 	missing := false
-	for _, k := range c.Generated {
+	for _, k := range c.Secrets.Generated {
 		switch k {
 		case "CHALUPA_ADMIN_TOKEN":
-			missing = missing || c.AdminToken == ""
+			missing = missing || c.Secrets.AdminToken == ""
 		case "CHALUPA_READY_TOKEN":
-			missing = missing || c.ReadyToken == ""
+			missing = missing || c.Secrets.ReadyToken == ""
 		case "CHALUPA_INGEST_MASTER_KEY":
-			missing = missing || c.IngestMasterKey == ""
+			missing = missing || c.Secrets.IngestMasterKey == ""
 		}
 	}
 	if !missing {
@@ -49,7 +49,7 @@ func (c *Config) EnsureSecrets() (bool, error) {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return false, fmt.Errorf("create data dir: %w", err)
 	}
-	existing, err := ReadSecretsFile(c.SecretsFile)
+	existing, err := ReadSecretsFile(c.Secrets.File)
 	if err != nil {
 		return false, fmt.Errorf("read %s: %s", SecretsFileName, errKind(err))
 	}
@@ -65,14 +65,14 @@ func (c *Config) EnsureSecrets() (bool, error) {
 		existing[k] = cur.Reveal()
 	}
 	token := func() string { return randtoken.New(32) }
-	gen("CHALUPA_ADMIN_TOKEN", &c.AdminToken, token)
-	gen("CHALUPA_READY_TOKEN", &c.ReadyToken, token)
-	gen("CHALUPA_INGEST_MASTER_KEY", &c.IngestMasterKey, func() string {
+	gen("CHALUPA_ADMIN_TOKEN", &c.Secrets.AdminToken, token)
+	gen("CHALUPA_READY_TOKEN", &c.Secrets.ReadyToken, token)
+	gen("CHALUPA_INGEST_MASTER_KEY", &c.Secrets.IngestMasterKey, func() string {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		return base64.StdEncoding.EncodeToString(b)
 	})
-	if err := writeSecretsFile(c.SecretsFile, existing); err != nil {
+	if err := writeSecretsFile(c.Secrets.File, existing); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -196,6 +196,6 @@ func (c *Config) recoverPendingRewrap(ctx context.Context, db *storage.DB, write
 	if err := writeSecretsFile(path, m); err != nil {
 		return false, err
 	}
-	c.IngestMasterKey = Secret(m["CHALUPA_INGEST_MASTER_KEY"])
+	c.Secrets.IngestMasterKey = Secret(m["CHALUPA_INGEST_MASTER_KEY"])
 	return true, nil
 }

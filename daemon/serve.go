@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	if cur, want := runtime.GOMAXPROCS(0), procsFor(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); want != cur {
 		runtime.GOMAXPROCS(want)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on CHALUPA_LISTEN: %w", err)
 	}
@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 		Help: "Client connections open now.",
 	}, func() float64 { return float64(capped.open.Load()) }))
 	go func() { serveErr <- hs.Serve(capped) }()
-	log.Info().Str("addr", ln.Addr().String()).Str("origin", cfg.Origin).Str("version", buildinfo.Version).
+	log.Info().Str("addr", ln.Addr().String()).Str("origin", cfg.HTTP.Origin).Str("version", buildinfo.Version).
 		Str("replica", cfg.ReplicaKind()).Int("gomaxprocs", runtime.GOMAXPROCS(0)).Msg("chalupa serving")
 	if opt.Listening != nil {
 		opt.Listening(ln.Addr().String())

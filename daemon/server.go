@@ -7,18 +7,15 @@ package daemon
 
 import (
 	"cmp"
-	"context"
 	"net/http"
 	"strings"
 	"sync/atomic"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/julienschmidt/httprouter"
-	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/console"
-	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -28,7 +25,6 @@ import (
 	"github.com/chalupa-run/chalupa/pulumiexec/doctor"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/reaper"
-	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -100,7 +96,7 @@ type serverDeps struct {
 	Sealer *envelope.Sealer
 	Log    zerolog.Logger
 	// Clock judges X-Chalupa-Timestamp skew, stamps writes and measures
-	// uptime; nil means the real clock.
+	// uptime (the App's; never nil).
 	Clock clockwork.Clock
 	// Executor runs converge jobs; nil: converge is not configured.
 	Executor jobs.Executor
@@ -109,53 +105,22 @@ type serverDeps struct {
 	Statfs storage.StatfsFunc
 }
 
-// newServer builds the server: every route group with its authentication,
-// and every admin operation's handler from the domain handler sets. Errors:
-// an operation of adminapi.Operations without a handler (the daemon refuses
-// to start rather than answer 404 for it).
-func newServer(d serverDeps) (*Server, error) {
-	clock := d.Clock
-	if clock == nil {
-		clock = clockwork.NewRealClock()
-	}
-	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: clock, ingestLimit: maxIngestInFlight,
-		disk: storage.NewDiskGuard(storage.DiskGuardConfig{Path: d.Config.DataDir, MinFreeBytes: d.Config.MinFreeBytes, Statfs: d.Statfs})}
-	var shared []byte
-	if d.Config.IngestKey != "" {
-		shared = []byte(d.Config.IngestKey.Reveal())
-	}
-	read, err := newReadClient(d.Config, clock, d)
-	if err != nil {
-		return nil, err
-	}
-	var customers *reaper.CustomerTokens
-	if d.ProviderTokens != nil {
-		customers = &reaper.CustomerTokens{Source: d.ProviderTokens, BaseURL: d.Config.DOAPIURL, Version: buildinfo.Version, Clock: clock, Log: d.Log}
-	}
-	var droplets ingest.DropletLookup
-	if read != nil || customers != nil {
-		var platform digitalocean.DropletAPI
-		if read != nil {
-			platform = read
-		}
-		droplets = dropletLookup(d.DB, platform, customers)
-	}
-	s.logs = newLogBroker(d.Config, clock)
-	// One clock guard hears ingest's contact and holds the reaper
-	// (docs/operations.md, "Reaper"); ingest never imports the reaper.
-	guard := clockguard.New(clock)
-	s.ingest = ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: shared, Clock: clock, Log: d.Log,
-		Quotas: d.Config.IngestQuotas(), Droplets: droplets, Logs: s.logs, Contact: guard})
+// newServer builds the server over the workers App.open built (workers.go):
+// every route group with its authentication, and every admin operation's
+// handler from the domain handler sets; it builds no worker. Errors: a
+// worker's metrics refused by the server's registry, or an operation of
+// adminapi.Operations without a handler (the daemon refuses to start rather
+// than answer 404 for it).
+func newServer(d serverDeps, w *workers) (*Server, error) {
+	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
+		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper,
+		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches}
 	s.m = newMetrics(s)
-	s.stats = newRequestStats(d.DB, clock, d.Log, processCPU)
+	if err := w.collectors.register(s.m.reg); err != nil {
+		return nil, err
+	}
+	s.stats = newRequestStats(d.DB, d.Clock, d.Log, processCPU)
 	s.router = newRouter(s)
-	if s.switches, err = newLoopSwitches(context.Background(), d.DB, clock, d.Log, s.m.reg); err != nil {
-		return nil, err
-	}
-	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
-	if s.reaper, err = newReaper(d.Config, d.DB, s.ingest, guard, clock, d.Log, s.m.reg, customers); err != nil {
-		return nil, err
-	}
 
 	// Public and probe routes.
 	s.public("GET", "/api/health", s.handleHealth)
@@ -167,10 +132,30 @@ func newServer(d serverDeps) (*Server, error) {
 		s.signed(rt)
 	}
 
-	// Admin operations, one handler set per domain, each holding only its
-	// own dependencies.
+	if err := s.registerAdmin(d, w); err != nil {
+		return nil, err
+	}
+	s.registerConsole(d, w)
+	return s, nil
+}
+
+// billingRule is the configured billing rule (cost.DefaultRule for a
+// Config built without LoadConfig).
+func (s *Server) billingRule() cost.Rule {
+	if s.cfg.Costs.BillingRule == (cost.Rule{}) {
+		return cost.DefaultRule
+	}
+	return s.cfg.Costs.BillingRule
+}
+
+// registerAdmin registers the admin operations, one handler set per
+// domain, each holding only its own dependencies, and the OpenAPI
+// document. Errors: an operation without a handler; the document.
+func (s *Server) registerAdmin(d serverDeps, w *workers) error {
+	clock := d.Clock
+	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: guard, cfg: d.Config}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard, cfg: d.Config}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -179,41 +164,17 @@ func newServer(d serverDeps) (*Server, error) {
 	(&fleetHandlers{db: d.DB}).register(s.ops)
 	(&sshKeyHandlers{db: d.DB, sealer: d.Sealer, clock: clock}).register(s.ops)
 	(&deploymentHandlers{db: d.DB, clock: clock}).register(s.ops)
-	s.retention = &telemetry.Retention{DB: d.DB, Clock: clock, Log: d.Log}
 	(&retentionHandlers{db: d.DB, retention: s.retention}).register(s.ops)
 	(&telemetryHandlers{
 		eraser: &telemetry.Eraser{DB: d.DB, Clock: clock},
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
 	}).register(s.ops)
-	costs, err := newCostReconciler(d.Config, read, d.DB, clock, d, customers)
-	if err != nil {
-		return nil, err
-	}
-	s.costs = costs
-	billing := d.Config.BillingRule
-	if billing == (cost.Rule{}) { // a Config built without LoadConfig
-		billing = cost.DefaultRule
-	}
-	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: billing}).register(s.ops)
-	(&reaperHandlers{reaper: s.reaper, mode: d.Config.ReaperMode}).register(s.ops)
+	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: s.billingRule()}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
-	s.jobWatch = jobs.NewWatch(d.DB, clock, d.Log)
-	if d.Executor != nil {
-		// The instance id locks this process's jobs: serve holds the data
-		// dir lock, so a job locked by another id is provably dead
-		// (docs/operations.md, "Jobs").
-		s.jobRunner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: clock, Log: d.Log, Executor: d.Executor,
-			InstanceID: ulid.Make().String(), Version: buildinfo.Version})
-	} else {
-		d.Log.Warn().Msg(convergeOffMessage)
-	}
-	s.jobs = jobs.NewService(d.DB, clock, s.jobRunner, s.jobWatch)
-	if s.jobRunner != nil {
-		s.jobs.SetAdmit(agentAdmission(d.Config.AgentRelease))
-	}
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
-	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.AgentRelease, port: cmp.Or(d.Config.SSHPort, DefaultSSHPort), log: d.Log,
+	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.Converge.AgentRelease, port: cmp.Or(d.Config.Converge.SSHPort, DefaultSSHPort), log: d.Log,
 		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	dr := &doctor.Doctor{DB: d.DB, Clock: clock, Log: d.Log,
@@ -226,7 +187,7 @@ func newServer(d serverDeps) (*Server, error) {
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats, repl: d.Replicator}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
-		return nil, err
+		return err
 	}
 	for _, rt := range s.ops.routes() {
 		s.admin(rt.method, rt.path, s.ops.serve(s, rt))
@@ -234,16 +195,19 @@ func newServer(d serverDeps) (*Server, error) {
 	// The document is a pure function of the table: built once.
 	doc, err := OpenAPI(buildinfo.Version)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.admin(http.MethodGet, OpenAPIPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(doc)
 	})
+	return nil
+}
 
-	// The console, on the same listener, reading through the same
-	// services (docs/operations.md, "Console").
-	rule := billing
+// registerConsole mounts the console on the same listener, reading through
+// the same services (docs/operations.md, "Console").
+func (s *Server) registerConsole(d serverDeps, w *workers) {
+	rule := s.billingRule()
 	if s.costs != nil {
 		rule = s.costs.Rule()
 	}
@@ -251,15 +215,14 @@ func newServer(d serverDeps) (*Server, error) {
 	if s.logs != nil {
 		logStore = s.logs.Store()
 	}
-	con := console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: clock}, Jobs: s.jobs,
-		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: d.Config.AgentRelease, Version: buildinfo.Version, Origin: d.Config.Origin,
-		TrustedProxies: d.Config.TrustedProxies, Clock: clock, Log: d.Log, ClockWarning: func() string { return clockWarning(guard.Evaluate()) },
-		ModeWarning: strings.Join(d.Config.ModeNotes(), "; ")})
-	s.console = con
-	for _, rt := range con.Routes() {
+	cfg := d.Config
+	s.console = console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: d.Clock}, Jobs: s.jobs,
+		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: cfg.Converge.AgentRelease,
+		Version: buildinfo.Version, Origin: cfg.HTTP.Origin, TrustedProxies: cfg.HTTP.TrustedProxies, Clock: d.Clock, Log: d.Log,
+		ClockWarning: func() string { return clockWarning(w.guard.Evaluate()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
+	for _, rt := range s.console.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}
-	return s, nil
 }
 
 // loopConfigured reports whether this daemon runs the switchable loop name
@@ -276,25 +239,6 @@ func (s *Server) loopConfigured(name string) bool {
 		return s.jobRunner != nil
 	}
 	return false
-}
-
-// newLogBroker returns the log broker on CHALUPA_LOGS_URL with the log
-// credentials alone, or nil when it is unset (docs/operations.md, "Logs").
-func newLogBroker(c *Config, clock clockwork.Clock) *logs.Broker {
-	if c.LogsURL == "" {
-		return nil
-	}
-	store := logs.NewS3(c.LogsLocation, c.LogsKey.Reveal(), c.LogsSecret.Reveal(), clock)
-	return logs.NewBroker(store, c.LogsLocation, logs.Limits{})
-}
-
-// logRetention is the log retention loop, holding only the log store
-// (nil without CHALUPA_LOGS_URL).
-func (s *Server) logRetention() *logs.Retention {
-	if s.logs == nil {
-		return nil
-	}
-	return &logs.Retention{DB: s.db, Store: s.logs.Store(), Clock: s.clock, Log: s.log, Age: s.cfg.LogsRetention}
 }
 
 // Handler returns the root handler.

@@ -41,7 +41,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 	now := h.clock.Now()
 	return adminapi.Status{
 		Version:       buildinfo.Version,
-		Origin:        h.cfg.Origin,
+		Origin:        h.cfg.HTTP.Origin,
 		StartedAt:     h.started.UTC(),
 		UptimeSeconds: now.Sub(h.started).Seconds(),
 		SchemaVersion: v,
@@ -50,8 +50,8 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		Loops:         h.loops(),
 		Storage:       toAPIStorage(h.db.Writer.StorageHealth(), h.disk.Check()),
 		ReaperClock:   clockWire(h.guard.Evaluate()),
-		ReaperMode:    h.cfg.ReaperMode,
-		Costs:         onOff(h.cfg.Costs),
+		ReaperMode:    h.cfg.Reaper.Mode,
+		Costs:         onOff(h.cfg.Costs.On),
 		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/schedule"
+	"github.com/chalupa-run/chalupa/internal/servehelp"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -26,6 +27,10 @@ type serveCmd struct {
 	// only; refused unless CHALUPA_LISTEN is loopback).
 	ClockOffset time.Duration `hidden:"" help:"Tests only: run the daemon's clock this far ahead (loopback listen only)."`
 }
+
+// Help is serve's detailed help: the environment it reads, one line a
+// variable, as the daemon's variable table writes it (internal/servehelp).
+func (s *serveCmd) Help() string { return servehelp.Environment }
 
 // Run starts the daemon. The first SIGTERM/SIGINT starts a graceful shutdown;
 // a second one exits at once with status 1.
@@ -68,7 +73,7 @@ func (s *serveCmd) Run(env *cli.Env) error {
 	listening := func(addr string) {
 		// Once, at start: where the console is and how to give it a
 		// password (docs/operations.md, "Console").
-		fmt.Fprintf(env.Stderr, "chalupa: console at %s/app; set its password with: chalupa admin password\n", cfg.Origin)
+		fmt.Fprintf(env.Stderr, "chalupa: console at %s/app; set its password with: chalupa admin password\n", cfg.HTTP.Origin)
 		// The CLI finds this daemon by the address it records, with
 		// CHALUPA_LISTEN alone (docs/operations.md, "Embedded default").
 		if err := datadir.WriteAddress(cfg.DataDir, addr); err != nil {
