@@ -22,7 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the recorded agent requests")
 
 // recordedFile holds the signed requests this release's agent sends (bodies
-// only: headers are signed afresh when replayed). daemon's
+// only: headers are signed afresh when replayed). ingest's
 // TestRecordedAgentRequestsAreAccepted replays them against the server of
 // every later change, so a server change that would refuse today's agents
 // fails there (docs/operations.md, "Rollback").
