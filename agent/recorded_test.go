@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // update rewrites testdata/agent-requests-v1.json from the agent of this

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/console"
-
 	"github.com/julienschmidt/httprouter"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 )
 

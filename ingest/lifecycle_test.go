@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/protocol"
-
-	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 )
 
 // TestIngestLifecycleAnswers: POST /api/ingest/lifecycle (docs/operations.md,

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // TestIngestLogsNotConfigured: without CHALUPA_LOGS_URL every log route
