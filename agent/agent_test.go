@@ -22,14 +22,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/agent/agenttest"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // fleetStart is the clocks' start: 23 s into a minute, so the first

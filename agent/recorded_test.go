@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/agent"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // update rewrites testdata/agent-requests-v1.json from the agent of this
@@ -22,7 +21,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the recorded agent requests")
 
 // recordedFile holds the signed requests this release's agent sends (bodies
-// only: headers are signed afresh when replayed). daemon's
+// only: headers are signed afresh when replayed). ingest's
 // TestRecordedAgentRequestsAreAccepted replays them against the server of
 // every later change, so a server change that would refuse today's agents
 // fails there (docs/operations.md, "Rollback").

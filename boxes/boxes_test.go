@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/agent"
 	"github.com/chalupa-run/chalupa/boxes"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

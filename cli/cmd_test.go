@@ -15,9 +15,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chalupa-run/chalupa/internal/datadir"
-
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/datadir"
 )
 
 // cliTestToken is the admin bearer the fake API expects.

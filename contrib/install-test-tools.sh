@@ -43,7 +43,9 @@ mkdir -p "$bin"
 if ! command -v /usr/bin/chromium >/dev/null 2>&1; then
 	if [[ $(id -u) -eq 0 ]]; then
 		echo "install-test-tools: installing chromium (apt)" >&2
-		apt-get update && apt-get install -y --no-install-recommends chromium
+		# apt's progress goes to stderr: this script's standard output is the
+		# tool directory's path alone (contrib/test.sh reads it).
+		{ apt-get update && apt-get install -y --no-install-recommends chromium; } >&2
 	elif [[ "${CI:-}" == "true" ]]; then
 		echo "install-test-tools: chromium is missing and this is not root: the browser tests cannot run" >&2
 		exit 1

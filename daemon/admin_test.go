@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 )
 
 // TestCreateEnvironmentRefusesUndisplayableNames: a name that would drive
@@ -13,7 +14,7 @@ import (
 // or that arrived as invalid UTF-8 is refused with 400 invalid_name, and no
 // environment is created; printable Unicode names are still accepted.
 func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
 	refused := []struct{ name, body string }{
 		{"NUL and ESC", `{"slug":"x1","name":"a\u0000b\u001b[31m"}`},
 		{"ESC sequence", `{"slug":"x2","name":"\u001b]0;pwned\u0007"}`},
@@ -29,7 +30,7 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
-			r := h.admin(adminapi.OpCreateEnvironment, tc.body)
+			r := h.AdminOp(adminapi.OpCreateEnvironment, tc.body)
 			if r.Status != http.StatusBadRequest || r.Code != "invalid_name" {
 				t.Errorf("got %s, want 400 invalid_name", r)
 			}
@@ -37,13 +38,13 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 	}
 	accepted := map[string]string{"ok-ascii": "Demo harbor (GPU)", "ok-unicode": "Präsentation – 東京 🚀"}
 	for slug, name := range accepted {
-		r := h.admin(adminapi.OpCreateEnvironment, adminapi.CreateEnvironmentRequest{Slug: slug, Name: name})
+		r := h.AdminOp(adminapi.OpCreateEnvironment, adminapi.CreateEnvironmentRequest{Slug: slug, Name: name})
 		if r.Status != http.StatusCreated {
 			t.Errorf("create %s with name %q: got %s, want 201", slug, name, r)
 		}
 	}
 
-	r := h.admin(adminapi.OpListEnvironments, nil)
+	r := h.AdminOp(adminapi.OpListEnvironments, nil)
 	var l adminapi.EnvironmentList
 	if err := json.Unmarshal(r.Body, &l); err != nil {
 		t.Fatalf("list environments: %s: %v", r, err)
@@ -67,7 +68,7 @@ func TestCreateEnvironmentRefusesUndisplayableNames(t *testing.T) {
 // after the object is refused with 400 bad_body and nothing is written
 // (encoding/json alone would take the last or the case-folded value).
 func TestAdminBodiesAreStrict(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
 	for name, body := range map[string]string{
 		"repeated key":       `{"slug":"dup-a","slug":"dup-b","name":"x"}`,
 		"case-variant key":   `{"slug":"cv-a","SLUG":"cv-b"}`,
@@ -75,14 +76,14 @@ func TestAdminBodiesAreStrict(t *testing.T) {
 		"stray bracket":      `{"slug":"tr-a"}]`,
 		"second JSON object": `{"slug":"tr-b"}{}`,
 	} {
-		if r := h.admin(adminapi.OpCreateEnvironment, body); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+		if r := h.AdminOp(adminapi.OpCreateEnvironment, body); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
 			t.Errorf("%s: got %s, want 400 bad_body", name, r)
 		}
 	}
-	if r := h.admin(adminapi.OpIssueIngestKey, `{"action":"revoke","keyId":"x","KeyId":"y"}`); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
+	if r := h.AdminOp(adminapi.OpIssueIngestKey, `{"action":"revoke","keyId":"x","KeyId":"y"}`); r.Status != http.StatusBadRequest || r.Code != "bad_body" {
 		t.Errorf("case-variant keyId: got %s, want 400 bad_body", r)
 	}
-	r := h.admin(adminapi.OpListEnvironments, nil)
+	r := h.AdminOp(adminapi.OpListEnvironments, nil)
 	var l adminapi.EnvironmentList
 	if err := json.Unmarshal(r.Body, &l); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/oklog/ulid/v2"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
@@ -17,9 +21,6 @@ import (
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
 	"github.com/chalupa-run/chalupa/storage"
-	"github.com/jonboulle/clockwork"
-	"github.com/oklog/ulid/v2"
-	"github.com/rs/zerolog"
 )
 
 // ConvergeConfig is the Pulumi engine converge drives and the agent release

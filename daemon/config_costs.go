@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
-	"github.com/jonboulle/clockwork"
-	"github.com/rs/zerolog"
 )
 
 // The cost reconciler's switch (CHALUPA_COSTS).

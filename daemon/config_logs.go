@@ -3,9 +3,10 @@ package daemon
 import (
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/storage"
-	"github.com/jonboulle/clockwork"
 )
 
 // LogsConfig is the log broker's bucket and credentials (CHALUPA_LOGS_*;

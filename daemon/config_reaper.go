@@ -5,15 +5,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
-	"github.com/jonboulle/clockwork"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 )
 
 // The reaper's modes (CHALUPA_REAPER; docs/operations.md, "Configuration"

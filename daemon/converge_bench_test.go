@@ -41,7 +41,7 @@ func BenchmarkHeartbeatWhileUp(b *testing.B) {
 	const quiet = 20 * time.Second
 	api, droplet := newConvergeAPI(b), newFakeDroplet(b)
 	env := convergeEnv(b, api, droplet)
-	for k, v := range unlimitedQuotas {
+	for k, v := range daemontest.UnlimitedQuotas() {
 		env[k] = v
 	}
 	p := daemontest.NewInProcess(b, daemontest.AppOptions{Env: env, StartLoops: true})
@@ -84,12 +84,12 @@ func BenchmarkHeartbeatWhileUp(b *testing.B) {
 				req, _ := http.NewRequest(http.MethodPost, "/api/ingest/heartbeat", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				protocol.Attach(req.Header, key.KeyID, raw, strconv.FormatInt(now.Unix(), 10), protocol.NewNonce(), http.MethodPost, "/api/ingest/heartbeat", body)
-				var rw discardWriter
+				var rw daemontest.DiscardWriter
 				handler.ServeHTTP(&rw, req)
 				d := time.Since(at)
-				if rw.code != http.StatusAccepted {
+				if rw.Code != http.StatusAccepted {
 					refusedMu.Lock()
-					refused[rw.code]++
+					refused[rw.Code]++
 					refusedMu.Unlock()
 				}
 				mu.Lock()

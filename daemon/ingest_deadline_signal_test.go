@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 )
 
 // TestHeartbeatWakesTheReaperOnlyForAnEarlierDeadline: an accepted
@@ -14,11 +15,11 @@ import (
 // and not when it moves the deadline later; a refused heartbeat never
 // signals (docs/operations.md, "Reaper").
 func TestHeartbeatWakesTheReaperOnlyForAnEarlierDeadline(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
-	sig := daemon.DeadlineActivity(h.p.App.Server)
-	now := h.clock.Now()
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
+	sig := daemon.DeadlineActivity(h.App.Server)
+	now := h.Clock.Now()
 	pending := func() bool {
 		select {
 		case <-sig.C():
@@ -27,28 +28,28 @@ func TestHeartbeatWakesTheReaperOnlyForAnEarlierDeadline(t *testing.T) {
 			return false
 		}
 	}
-	send := func(o hbOpts) int {
+	send := func(o daemontest.HeartbeatOpts) int {
 		t.Helper()
 		o.Env, o.Deployment = "demo-harbor", "dep-1"
-		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(o)}).Status
+		return h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(o)}).Status
 	}
 
 	// The reaper has published no wake-up: the first heartbeat signals.
-	if st := send(hbOpts{LastActivityAt: now.Add(-5 * time.Minute)}); st != http.StatusAccepted || !pending() {
+	if st := send(daemontest.HeartbeatOpts{LastActivityAt: now.Add(-5 * time.Minute)}); st != http.StatusAccepted || !pending() {
 		t.Fatalf("first heartbeat: %d, signalled=false; want 202 and a signal", st)
 	}
 	// The reaper now sleeps until that deadline (activity + 30 min).
 	deadline := now.Add(25 * time.Minute).Truncate(time.Millisecond)
 	sig.SleepUntil(deadline)
-	if st := send(hbOpts{LastActivityAt: now.Add(-time.Minute)}); st != http.StatusAccepted || pending() {
+	if st := send(daemontest.HeartbeatOpts{LastActivityAt: now.Add(-time.Minute)}); st != http.StatusAccepted || pending() {
 		t.Fatalf("heartbeat moving the deadline later: %d; it must not wake the reaper", st)
 	}
 	soon := now.Add(time.Minute)
-	if st := send(hbOpts{LastActivityAt: now.Add(-time.Minute), SessionExpiresAt: &soon}); st != http.StatusAccepted || !pending() {
+	if st := send(daemontest.HeartbeatOpts{LastActivityAt: now.Add(-time.Minute), SessionExpiresAt: &soon}); st != http.StatusAccepted || !pending() {
 		t.Fatalf("heartbeat with an earlier session expiry: %d; it must wake the reaper", st)
 	}
 	sig.SleepUntil(time.Time{})
-	if st := send(hbOpts{LastActivityAt: now.Add(-30 * 24 * time.Hour)}); st == http.StatusAccepted || pending() {
+	if st := send(daemontest.HeartbeatOpts{LastActivityAt: now.Add(-30 * 24 * time.Hour)}); st == http.StatusAccepted || pending() {
 		t.Fatalf("a refused heartbeat: %d; it must not wake the reaper", st)
 	}
 }

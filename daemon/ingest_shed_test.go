@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
@@ -20,17 +21,17 @@ import (
 // that once the lock is released the waiting heartbeats are accepted and
 // the bound admits requests again.
 func TestIngestShedsBeyondInFlightBound(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
-	srv := h.p.App.Server
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
+	srv := h.App.Server
 	daemon.SetIngestInFlightLimit(srv, 2)
-	hb := func(dep string) signedReq {
-		return signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: dep})}
+	hb := func(dep string) daemontest.SignedReq {
+		return daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: dep})}
 	}
 	shedCount := func() float64 {
 		t.Helper()
-		r := h.do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+		r := h.Do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.ReadyToken()}}, nil)
 		m := regexp.MustCompile(`(?m)^chalupa_ingest_shed_total (\S+)$`).FindSubmatch(r.Body)
 		if r.Status != http.StatusOK || m == nil {
 			t.Fatalf("chalupa_ingest_shed_total missing from /metrics: %s", r)
@@ -42,7 +43,7 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 	// Hold the write lock; the writer polls BEGIN for up to 5 s, so the
 	// rest of the test must take less.
 	ctx := context.Background()
-	conn, err := h.sqlConn().Conn(ctx) // the check pool's only connection, until unlock
+	conn, err := h.SQL().Conn(ctx) // the check pool's only connection, until unlock
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +64,14 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 	defer unlock()
 
 	type answer struct {
-		r   apiResponse
+		r   daemontest.Response
 		err error
 	}
 	waiting := make(chan answer, 2)
 	for _, dep := range []string{"dep-a", "dep-b"} {
-		req, _ := h.build(hb(dep))
+		req, _ := h.Build(hb(dep))
 		go func() {
-			r, err := doRequest(h.hc, req)
+			r, err := daemontest.DoRequest(h.HTTP, req)
 			waiting <- answer{r, err}
 		}()
 	}
@@ -79,8 +80,8 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 		return n >= 2, fmt.Sprintf("%d in flight", n)
 	})
 
-	shedReq, shed := h.build(hb("dep-c"))
-	r := h.roundTrip(shedReq)
+	shedReq, shed := h.Build(hb("dep-c"))
+	r := h.RoundTrip(shedReq)
 	if r.Status != http.StatusServiceUnavailable || r.Code != "overloaded" {
 		t.Fatalf("request beyond the bound: %s, want 503 overloaded", r)
 	}
@@ -95,10 +96,10 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 			t.Fatalf("heartbeat inside the bound: %v %s", a.err, a.r)
 		}
 	}
-	if n := h.heartbeatRows(); n != 2 {
+	if n := h.HeartbeatRows(); n != 2 {
 		t.Fatalf("heartbeat rows = %d, want 2 (the shed request wrote nothing)", n)
 	}
-	if n := h.count(`SELECT count(*) FROM nonces WHERE nonce = ?`, shed.Nonce); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM nonces WHERE nonce = ?`, shed.Nonce); n != 0 {
 		t.Fatal("the shed request claimed its nonce")
 	}
 	if v := shedCount(); v != 1 {
@@ -106,14 +107,14 @@ func TestIngestShedsBeyondInFlightBound(t *testing.T) {
 	}
 	// The bound is free again: the shed request, resent as is (its nonce
 	// unclaimed), is accepted.
-	if r := h.roundTrip(mustRebuild(t, h, shed)); r.Status != http.StatusAccepted {
+	if r := h.RoundTrip(mustRebuild(t, h, shed)); r.Status != http.StatusAccepted {
 		t.Fatalf("after the bound freed: %s", r)
 	}
 }
 
 // mustRebuild builds r again (a request body can be sent once).
-func mustRebuild(t *testing.T, h *ingestHarness, r signedReq) *http.Request {
+func mustRebuild(t *testing.T, h *daemontest.Ingest, r daemontest.SignedReq) *http.Request {
 	t.Helper()
-	req, _ := h.build(r)
+	req, _ := h.Build(r)
 	return req
 }

@@ -10,13 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

@@ -32,8 +32,23 @@ type metrics struct {
 	quotaRefused *prometheus.CounterVec
 }
 
+// newMetrics builds s's registry: the HTTP and ingest families, the
+// writer's and replication's, the configured modes, storage and disk, and
+// the Go runtime and process collectors.
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	m.registerHTTP()
+	m.registerIngest(s)
+	m.reg.MustRegister(writerMetrics(s.db)...)
+	m.reg.MustRegister(replicationMetrics(s)...)
+	m.reg.MustRegister(modeMetrics(s.cfg)...)
+	m.reg.MustRegister(storageMetrics(s)...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// registerHTTP registers every route's request count and latency.
+func (m *metrics) registerHTTP() {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chalupa_http_requests_total",
 		Help: "HTTP requests by route pattern, method and status code.",
@@ -43,6 +58,14 @@ func newMetrics(s *Server) *metrics {
 		Help:    "HTTP request latency in seconds by route pattern.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"route"})
+	m.reg.MustRegister(m.requests, m.latency)
+}
+
+// registerIngest registers the signed-ingest families: outcomes, the
+// shared key, shedding and the in-flight bound, quota refusals (every
+// quota's series from the start, at 0; docs/operations.md, "Quotas") and
+// the log grants.
+func (m *metrics) registerIngest(s *Server) {
 	m.sharedKey = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chalupa_ingest_shared_key_requests_total",
 		Help: "Requests authenticated with the deprecated shared CHALUPA_INGEST_KEY (no key id).",
@@ -51,12 +74,29 @@ func newMetrics(s *Server) *metrics {
 		Name: "chalupa_ingest_results_total",
 		Help: "Signed ingest outcomes by route and result code (accepted or the refusal code).",
 	}, []string{"route", "result"})
-	replicated := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "chalupa_replication_commit_delay_seconds",
-		Help:    "Time from each writer COMMIT to the end of the sync that put it in the replica, in seconds (one observation per COMMIT).",
-		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	m.shed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chalupa_ingest_shed_total",
+		Help: "Signed ingest requests answered 503 overloaded because the in-flight bound was reached.",
 	})
-	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })
+	m.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chalupa_ingest_quota_refused_total",
+		Help: "Signed ingest requests refused by a deployment or environment quota, by quota.",
+	}, []string{"quota"})
+	for _, q := range ingest.QuotaNames {
+		m.quotaRefused.WithLabelValues(q)
+	}
+	m.reg.MustRegister(m.sharedKey, m.ingest, m.shed, m.quotaRefused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),
+		}, func() float64 { return float64(s.ingestInFlight.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_log_grants_total", Help: "Presigned log upload grants signed since start (docs/operations.md, \"Logs\").",
+		}, func() float64 { return float64(s.ingest.LogGrants()) }))
+}
+
+// writerMetrics are the single writer's families: lock wait and COMMIT
+// time (observed through the writer's timing hook), commits and units.
+func writerMetrics(db *storage.DB) []prometheus.Collector {
 	writerBuckets := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	lockWait := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "chalupa_writer_lock_wait_seconds",
@@ -68,91 +108,81 @@ func newMetrics(s *Server) *metrics {
 		Help:    "Time of each writer COMMIT (WAL append and fsync), in seconds.",
 		Buckets: writerBuckets,
 	})
-	s.db.Writer.SetTimingHook(func(t storage.BatchTiming) {
+	db.Writer.SetTimingHook(func(t storage.BatchTiming) {
 		if t.LockWait > 0 {
 			lockWait.Observe(t.LockWait.Seconds())
 		}
 		commitTime.Observe(t.Commit.Seconds())
 	})
-	m.shed = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "chalupa_ingest_shed_total",
-		Help: "Signed ingest requests answered 503 overloaded because the in-flight bound was reached.",
-	})
-	m.quotaRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chalupa_ingest_quota_refused_total",
-		Help: "Signed ingest requests refused by a deployment or environment quota, by quota.",
-	}, []string{"quota"})
-	for _, q := range ingest.QuotaNames {
-		m.quotaRefused.WithLabelValues(q) // every quota's series exists from the start, at 0
+	return []prometheus.Collector{lockWait, commitTime,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_writer_commits_total", Help: "Write transactions committed by the single writer.",
+		}, func() float64 { c, _ := db.Writer.Stats(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_writer_units_total", Help: "Units of work committed by the writer (units/commits = mean batch).",
+		}, func() float64 { _, u := db.Writer.Stats(); return float64(u) }),
 	}
-	// The reaper's and costs' modes, one series each (docs/operations.md,
-	// "Configuration").
+}
+
+// replicationMetrics are the replicator's families: the commit-to-replica
+// delay (observed through its hook) and its health read at each scrape
+// (docs/operations.md, "Replication").
+func replicationMetrics(s *Server) []prometheus.Collector {
+	replicated := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chalupa_replication_commit_delay_seconds",
+		Help:    "Time from each writer COMMIT to the end of the sync that put it in the replica, in seconds (one observation per COMMIT).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	s.repl.SetReplicatedHook(func(d time.Duration) { replicated.Observe(d.Seconds()) })
+	health := func() storage.ReplicationHealth { return s.repl.Health(s.clock.Now()) }
+	return []prometheus.Collector{replicated,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_lag_seconds", Help: "Age of the oldest local change not yet in the replica, in seconds.",
+		}, func() float64 { return health().LagSeconds }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_replication_sync_errors_total", Help: "Sync attempts with the replica that failed since start.",
+		}, func() float64 { return float64(health().SyncErrors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_failing", Help: "1 while replication lag or errors exceed the lag limit.",
+		}, func() float64 { return one(health().Failing) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chalupa_replication_refused", Help: "1 while the replica path holds another database's history and nothing is written to it (docs/operations.md, \"Replication\").",
+		}, func() float64 { return one(health().Refused != "") }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chalupa_replication_reseeds_total", Help: "Times since start a replica with no restorable history was re-seeded with a fresh snapshot.",
+		}, func() float64 { return float64(health().Reseeds) }),
+	}
+}
+
+// modeMetrics are the reaper's and costs' modes, one series each, 1 for
+// the mode in force (docs/operations.md, "Configuration").
+func modeMetrics(c *Config) []prometheus.Collector {
 	reaperMode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chalupa_reaper_mode", Help: "1 for the reaper's mode (CHALUPA_REAPER: live, dry-run or off), 0 for the others.",
 	}, []string{"mode"})
 	for _, mode := range ReaperModes {
-		v := 0.0
-		if mode == s.cfg.Reaper.Mode {
-			v = 1
-		}
-		reaperMode.WithLabelValues(mode).Set(v)
+		reaperMode.WithLabelValues(mode).Set(one(mode == c.Reaper.Mode))
 	}
 	costsMode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chalupa_costs_mode", Help: "1 for the cost reconciler's mode (CHALUPA_COSTS: on or off), 0 for the other.",
 	}, []string{"mode"})
 	for _, mode := range []string{CostsOn, CostsOff} {
-		v := 0.0
-		if mode == onOff(s.cfg.Costs.On) {
-			v = 1
-		}
-		costsMode.WithLabelValues(mode).Set(v)
+		costsMode.WithLabelValues(mode).Set(one(mode == onOff(c.Costs.On)))
 	}
-	m.reg.MustRegister(reaperMode, costsMode)
-	m.reg.MustRegister(m.requests, m.latency, m.sharedKey, m.ingest, replicated, lockWait, commitTime, m.shed, m.quotaRefused,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chalupa_ingest_in_flight", Help: fmt.Sprintf("Signed ingest requests being served now (bound: %d).", maxIngestInFlight),
-		}, func() float64 { return float64(s.ingestInFlight.Load()) }),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	return []prometheus.Collector{reaperMode, costsMode}
+}
+
+// storageMetrics are the database's size, the writer's storage faults and
+// the free-space guard (docs/operations.md, "Storage and the writer",
+// "Quotas").
+func storageMetrics(s *Server) []prometheus.Collector {
+	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_db_size_bytes", Help: "SQLite database file plus WAL, in bytes.",
 		}, func() float64 { return float64(s.db.Size()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chalupa_replication_lag_seconds", Help: "Age of the oldest local change not yet in the replica, in seconds.",
-		}, func() float64 { return s.repl.Health(s.clock.Now()).LagSeconds }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_replication_sync_errors_total", Help: "Sync attempts with the replica that failed since start.",
-		}, func() float64 { return float64(s.repl.Health(s.clock.Now()).SyncErrors) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chalupa_replication_failing", Help: "1 while replication lag or errors exceed the lag limit.",
-		}, func() float64 {
-			if s.repl.Health(s.clock.Now()).Failing {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chalupa_replication_refused", Help: "1 while the replica path holds another database's history and nothing is written to it (docs/operations.md, \"Replication\").",
-		}, func() float64 {
-			if s.repl.Health(s.clock.Now()).Refused != "" {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_replication_reseeds_total", Help: "Times since start a replica with no restorable history was re-seeded with a fresh snapshot.",
-		}, func() float64 { return float64(s.repl.Health(s.clock.Now()).Reseeds) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_log_grants_total", Help: "Presigned log upload grants signed since start (docs/operations.md, \"Logs\").",
-		}, func() float64 { return float64(s.ingest.LogGrants()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_storage_failing", Help: "1 while the writer's commits fail for storage reasons (disk full, I/O error, read-only file system); /api/ready answers 503 then.",
-		}, func() float64 {
-			if _, failing := s.db.Writer.Failing(); failing {
-				return 1
-			}
-			return 0
-		}),
+		}, func() float64 { _, failing := s.db.Writer.Failing(); return one(failing) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_storage_faults_total", Help: "Writer batches that met a storage fault since start.",
 		}, func() float64 { return float64(s.db.Writer.StorageHealth().Faults) }),
@@ -164,20 +194,16 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 { return float64(s.disk.Check().MinFreeBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chalupa_disk_low", Help: "1 from free space falling below the floor until it is back above the floor plus its margin: signed ingest other than heartbeats is refused 503 disk_low.",
-		}, func() float64 {
-			if s.disk.Check().Low {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_writer_commits_total", Help: "Write transactions committed by the single writer.",
-		}, func() float64 { c, _ := s.db.Writer.Stats(); return float64(c) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "chalupa_writer_units_total", Help: "Units of work committed by the writer (units/commits = mean batch).",
-		}, func() float64 { _, u := s.db.Writer.Stats(); return float64(u) }),
-	)
-	return m
+		}, func() float64 { return one(s.disk.Check().Low) }),
+	}
+}
+
+// one is a boolean gauge's value: 1 for true, 0 for false.
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // knownMethod returns method if it is a standard HTTP method, else "other":

@@ -29,35 +29,6 @@ const (
 	schemeSignature = "v1Signature"
 )
 
-// ingestRoute is one signed ingest route as the document describes it;
-// server.go registers the same paths (TestOpenAPIMatchesRoutes).
-type ingestRoute struct {
-	path, summary string
-	body          reflect.Type
-	maxBody       int64
-}
-
-// ingestRoutes are the signed ingest routes (docs/operations.md, "Signed
-// ingest", "Telemetry", "Lifecycle events and runs", "Logs").
-var ingestRoutes = []ingestRoute{
-	{"/api/ingest/heartbeat", "an agent's heartbeat (HeartbeatV1): records the deployment and moves its deadlines",
-		reflect.TypeFor[protocol.HeartbeatV1](), ingest.MaxHeartbeatBody},
-	{"/api/ingest/telemetry", "one minute window of one Monitor session (WindowV1)",
-		reflect.TypeFor[protocol.WindowV1](), ingest.MaxTelemetryBody},
-	{"/api/ingest/lifecycle", "a lifecycle event of a deployment (LifecycleEventV1), stored once by its id",
-		reflect.TypeFor[protocol.LifecycleEventV1](), ingest.MaxLifecycleBody},
-	{"/api/ingest/runs", "a CI suite run with its artifacts (RunReportV1)",
-		reflect.TypeFor[protocol.RunReportV1](), ingest.MaxRunBody},
-	{"/api/ingest/logs/sessions", "open a log session for one service of a deployment (OpenV1); 503 logs_not_configured without CHALUPA_LOGS_URL",
-		reflect.TypeFor[protocol.OpenV1](), ingest.MaxLogBody},
-	{"/api/ingest/logs/plan", "reserve a log chunk's seq and persist its plan; answers a presigned PUT (ChunkV1)",
-		reflect.TypeFor[protocol.ChunkV1](), ingest.MaxLogBody},
-	{"/api/ingest/logs/commit", "verify an uploaded log chunk with the store and record it (ChunkV1)",
-		reflect.TypeFor[protocol.ChunkV1](), ingest.MaxLogBody},
-	{"/api/ingest/logs/finish", "finish a log session with its one exact final payload (FinishV1)",
-		reflect.TypeFor[protocol.FinishV1](), ingest.MaxLogBody},
-}
-
 // OpenAPI returns the OpenAPI 3.1 document of the admin, ingest and
 // health APIs, generated from the admin operation table, the ingest routes
 // and the wire types; version is the build's. Console pages are HTML for a
@@ -82,50 +53,89 @@ func statusBody(values ...string) obj {
 		"properties": obj{"status": obj{"type": "string", "enum": values}}}
 }
 
-func openAPIDocument(version string) obj {
-	paths := obj{}
-	// Named wire types are described once, under components/schemas.
-	comps := apischema.NewComponents()
-	add := func(path, method string, op obj) {
-		p := strings.ToLower(method)
-		item, _ := paths[path].(obj)
-		if item == nil {
-			item = obj{}
-			paths[path] = item
-		}
-		item[p] = op
-	}
+// docPaths is the document's paths object under construction.
+type docPaths obj
 
-	add("/api/health", http.MethodGet, obj{"operationId": "health", "summary": "liveness: the process serves HTTP",
+// add sets the operation op of path and method.
+func (p docPaths) add(path, method string, op obj) {
+	item, _ := p[path].(obj)
+	if item == nil {
+		item = obj{}
+		p[path] = item
+	}
+	item[strings.ToLower(method)] = op
+}
+
+// openAPIDocument is the whole document: info, paths (health and probes,
+// signed ingest, admin) and components. Named wire types are described
+// once, under components/schemas, in the order the paths first use them.
+func openAPIDocument(version string) obj {
+	p := docPaths{}
+	comps := apischema.NewComponents()
+	addProbePaths(p)
+	addIngestPaths(p, comps)
+	addAdminPaths(p, comps)
+	// errorResponse refers to ErrorBody by name.
+	comps.For(reflect.TypeFor[adminapi.ErrorBody](), apischema.Response)
+	schemas := obj{}
+	for name, s := range comps.Schemas {
+		schemas[name] = s
+	}
+	return obj{
+		"openapi": "3.1.0",
+		"info": obj{"title": "chalupa", "version": version,
+			"description": "The control plane's admin, signed ingest and health APIs, generated from the admin operation table (docs/operations.md, \"OpenAPI\")."},
+		"paths":      obj(p),
+		"components": obj{"schemas": schemas, "securitySchemes": securitySchemes()},
+	}
+}
+
+// addProbePaths adds the public and probe routes: health, readiness and
+// metrics.
+func addProbePaths(p docPaths) {
+	p.add("/api/health", http.MethodGet, obj{"operationId": "health", "summary": "liveness: the process serves HTTP",
 		"security": []obj{}, "responses": obj{"200": obj{"description": "serving", "content": jsonContent(statusBody("ok"))}}})
-	add("/api/ready", http.MethodGet, obj{"operationId": "ready", "summary": "readiness: the database answers and replication is not failing",
+	p.add("/api/ready", http.MethodGet, obj{"operationId": "ready", "summary": "readiness: the database answers and replication is not failing",
 		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
 			"200": obj{"description": "ready", "content": jsonContent(statusBody("ready"))},
 			"503": obj{"description": "not ready (no detail)", "content": jsonContent(statusBody("unavailable"))},
 			"401": errorResponse("missing or wrong ready token")}})
-	add("/metrics", http.MethodGet, obj{"operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
+	p.add("/metrics", http.MethodGet, obj{"operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
 		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
 			"200": obj{"description": "metrics", "content": obj{"text/plain": obj{"schema": obj{"type": "string"}}}},
 			"401": errorResponse("missing or wrong ready token")}})
+}
 
+// addIngestPaths adds the signed ingest routes of ingest.Routes, the table
+// the daemon mounts them from: all four protocol-v1 headers required.
+func addIngestPaths(p docPaths, comps *apischema.Components) {
 	signed := []obj{{schemeKeyID: []string{}, schemeTimestamp: []string{}, schemeNonce: []string{}, schemeSignature: []string{}}}
-	for _, r := range ingestRoutes {
-		schema := comps.For(r.body, apischema.Request)
-		add(r.path, http.MethodPost, obj{"operationId": "ingest" + strings.ToUpper(r.path[len("/api/ingest/"):][:1]) + r.path[len("/api/ingest/")+1:],
-			"summary": r.summary, "security": signed,
-			"requestBody": obj{"required": true, "description": "at most " + bytesText(r.maxBody), "content": jsonContent(schema)},
+	for _, r := range ingest.Routes {
+		schema := comps.For(r.Request, apischema.Request)
+		p.add(r.Path, r.Method, obj{"operationId": ingestOperationID(r.Path),
+			"summary": r.Summary, "security": signed,
+			"requestBody": obj{"required": true, "description": "at most " + bytesText(r.MaxBody), "content": jsonContent(schema)},
 			"responses": obj{
 				"202":     obj{"description": "accepted (or already stored)", "content": jsonContent(obj{"type": "object"})},
 				"default": errorResponse("refused: signature, body, quota or overload (docs/operations.md, \"Signed ingest\")")}})
 	}
+}
 
-	add(OpenAPIPath, http.MethodGet, obj{"operationId": "adminGetOpenAPI", "summary": "this document",
+// ingestOperationID is "ingest" and the path after /api/ingest/ with its
+// first letter upper-cased: /api/ingest/logs/plan is ingestLogs/plan.
+func ingestOperationID(path string) string {
+	rest := strings.TrimPrefix(path, "/api/ingest/")
+	return "ingest" + strings.ToUpper(rest[:1]) + rest[1:]
+}
+
+// addAdminPaths adds this document's own route and every admin operation
+// of adminapi.Operations; operations sharing a route become one OpenAPI
+// operation (the body's action selects), named by the default one.
+func addAdminPaths(p docPaths, comps *apischema.Components) {
+	p.add(OpenAPIPath, http.MethodGet, obj{"operationId": "adminGetOpenAPI", "summary": "this document",
 		"security": []obj{{schemeAdmin: []string{}}}, "responses": obj{
 			"200": obj{"description": "the OpenAPI 3.1 document", "content": jsonContent(obj{"type": "object"})},
 			"401": errorResponse("missing or wrong admin token")}})
-
-	// Admin operations; those sharing a route become one OpenAPI operation
-	// (the body's action selects), named by the default one.
 	type route struct{ method, path string }
 	shared := map[route][]adminapi.Operation{}
 	var order []route
@@ -137,32 +147,20 @@ func openAPIDocument(version string) obj {
 		shared[r] = append(shared[r], op)
 	}
 	for _, r := range order {
-		ops := shared[r]
-		add(openAPIPath(r.path), r.method, adminOperation(comps, ops))
+		p.add(openAPIPath(r.path), r.method, adminOperation(comps, shared[r]))
 	}
+}
 
-	// errorResponse refers to ErrorBody by name.
-	comps.For(reflect.TypeFor[adminapi.ErrorBody](), apischema.Response)
-	schemas := obj{}
-	for name, s := range comps.Schemas {
-		schemas[name] = s
-	}
+// securitySchemes are the admin and ready bearers and the four headers of
+// a protocol-v1 signature, one apiKey scheme each.
+func securitySchemes() obj {
 	return obj{
-		"openapi": "3.1.0",
-		"info": obj{"title": "chalupa", "version": version,
-			"description": "The control plane's admin, signed ingest and health APIs, generated from the admin operation table (docs/operations.md, \"OpenAPI\")."},
-		"paths": paths,
-		"components": obj{
-			"schemas": schemas,
-			"securitySchemes": obj{
-				schemeAdmin:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_ADMIN_TOKEN; cookies never authenticate"},
-				schemeReady:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_READY_TOKEN"},
-				schemeKeyID:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderKeyID, "description": "protocol v1: the ingest key's id"},
-				schemeTimestamp: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderTimestamp, "description": "protocol v1: Unix seconds, within the skew window"},
-				schemeNonce:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderNonce, "description": "protocol v1: single-use nonce"},
-				schemeSignature: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderSignature, "description": "protocol v1: v1=<hex HMAC-SHA256 of the canonical string>"},
-			},
-		},
+		schemeAdmin:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_ADMIN_TOKEN; cookies never authenticate"},
+		schemeReady:     obj{"type": "http", "scheme": "bearer", "description": "CHALUPA_READY_TOKEN"},
+		schemeKeyID:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderKeyID, "description": "protocol v1: the ingest key's id"},
+		schemeTimestamp: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderTimestamp, "description": "protocol v1: Unix seconds, within the skew window"},
+		schemeNonce:     obj{"type": "apiKey", "in": "header", "name": protocol.HeaderNonce, "description": "protocol v1: single-use nonce"},
+		schemeSignature: obj{"type": "apiKey", "in": "header", "name": protocol.HeaderSignature, "description": "protocol v1: v1=<hex HMAC-SHA256 of the canonical string>"},
 	}
 }
 

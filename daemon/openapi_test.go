@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -106,7 +108,9 @@ func jsonEqual(a, b any) bool {
 
 // TestOpenAPIMatchesRoutes: every registered route outside the console
 // (whose pages are HTML for a browser) is in the document with its method
-// and its group's security, and every documented route is registered.
+// and its group's security, and every documented route is registered; the
+// signed ingest routes are exactly ingest.Routes, in the router and in the
+// document (TestIngestRoutesFromTable).
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
 	raw, err := daemon.OpenAPI(buildinfo.Version)
@@ -150,6 +154,75 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		for method := range item {
 			if key := strings.ToUpper(method) + " " + path; !registered[key] {
 				t.Errorf("documented route %s is not registered", key)
+			}
+		}
+	}
+}
+
+// TestIngestRoutesFromTable: the router's ingest group holds exactly the
+// rows of ingest.Routes (method and path, nothing more, nothing less), and
+// the document describes each row with its summary, its body bound and its
+// request type's schema.
+func TestIngestRoutesFromTable(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	raw, err := daemon.OpenAPI(buildinfo.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Summary     string `json:"summary"`
+			RequestBody struct {
+				Description string `json:"description"`
+				Content     map[string]struct {
+					Schema struct {
+						Ref string `json:"$ref"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"requestBody"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	registered := map[string]bool{}
+	for _, rt := range p.App.Server.Routes() {
+		if rt.Group == daemon.GroupIngest {
+			registered[rt.Method+" "+rt.Pattern] = true
+		}
+	}
+	inTable := map[string]bool{}
+	for _, rt := range ingest.Routes {
+		key := rt.Method + " " + rt.Path
+		inTable[key] = true
+		t.Run(key, func(t *testing.T) {
+			if !registered[key] {
+				t.Errorf("%s is in ingest.Routes but not registered in group %s", key, daemon.GroupIngest)
+			}
+			op, ok := doc.Paths[rt.Path][strings.ToLower(rt.Method)]
+			if !ok {
+				t.Fatalf("%s is in ingest.Routes but not in the document", key)
+			}
+			if op.Summary != rt.Summary {
+				t.Errorf("summary %q; the table says %q", op.Summary, rt.Summary)
+			}
+			if want := fmt.Sprintf("at most %d KiB", rt.MaxBody>>10); op.RequestBody.Description != want {
+				t.Errorf("request body %q; want %q", op.RequestBody.Description, want)
+			}
+			if ref, want := op.RequestBody.Content["application/json"].Schema.Ref, "#/components/schemas/"+rt.Request.Name()+"Input"; ref != want {
+				t.Errorf("request schema %q; want %q", ref, want)
+			}
+		})
+	}
+	for key := range registered {
+		if !inTable[key] {
+			t.Errorf("registered ingest route %s is not in ingest.Routes", key)
+		}
+	}
+	for path, item := range doc.Paths {
+		for method := range item {
+			if key := strings.ToUpper(method) + " " + path; strings.HasPrefix(path, "/api/ingest/") && !inTable[key] {
+				t.Errorf("documented ingest route %s is not in ingest.Routes", key)
 			}
 		}
 	}

@@ -10,41 +10,16 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
-// unlimitedQuotas sets every CHALUPA_QUOTA_* to 0 (unlimited): for tests and
-// benchmarks that measure something else and send far beyond a quota.
-var unlimitedQuotas = map[string]string{
-	"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE":               "0",
-	"CHALUPA_QUOTA_HEARTBEAT_BURST":                     "0",
-	"CHALUPA_QUOTA_OPEN_SESSIONS":                       "0",
-	"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                  "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE":   "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":           "0",
-	"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE":                "0",
-	"CHALUPA_QUOTA_TELEMETRY_BURST":                     "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE":    "0",
-	"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE":                "0",
-	"CHALUPA_QUOTA_LIFECYCLE_BURST":                     "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE":    "0",
-	"CHALUPA_QUOTA_RUNS_PER_MINUTE":                     "0",
-	"CHALUPA_QUOTA_RUN_BURST":                           "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE":         "0",
-	"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE":             "0",
-	"CHALUPA_QUOTA_ARTIFACT_KIB_BURST":                  "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE": "0",
-	"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE":             "0",
-	"CHALUPA_QUOTA_LOG_BURST":                           "0",
-	"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
-}
-
 // quotaHarness is an ingest harness with one environment and its key.
 type quotaHarness struct {
-	*ingestHarness
-	key testKey
+	*daemontest.Ingest
+	key daemontest.Key
 }
 
 func newQuotaHarness(t *testing.T, env map[string]string) *quotaHarness {
@@ -57,33 +32,33 @@ func newQuotaHarness(t *testing.T, env map[string]string) *quotaHarness {
 // whatever the time it runs.
 func newQuotaHarnessAt(t *testing.T, env map[string]string, epoch time.Time) *quotaHarness {
 	t.Helper()
-	h := newIngestHarness(t, harnessOptions{Env: env, Epoch: epoch})
-	h.createEnv("demo-harbor")
-	return &quotaHarness{ingestHarness: h, key: h.issue("demo-harbor")}
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: env, Epoch: epoch})
+	h.CreateEnv("demo-harbor")
+	return &quotaHarness{Ingest: h, key: h.Issue("demo-harbor")}
 }
 
 // beat sends one signed heartbeat of deployment dep in demo-harbor with a
 // fresh nonce (or nonce, when set).
-func (h *quotaHarness) beat(dep, nonce string) apiResponse {
-	h.t.Helper()
-	return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Nonce: nonce, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: dep})})
+func (h *quotaHarness) beat(dep, nonce string) daemontest.Response {
+	h.T.Helper()
+	return h.Send(daemontest.SignedReq{KeyID: h.key.ID, Key: h.key.Raw, Nonce: nonce, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: dep})})
 }
 
 func (h *quotaHarness) heartbeatsOf(dep string) int {
-	return h.count(`SELECT count(*) FROM heartbeats WHERE deployment_id = ?`, dep)
+	return h.Count(`SELECT count(*) FROM heartbeats WHERE deployment_id = ?`, dep)
 }
 
 // recordWarnings records every queued quota warning, as the quota-events
 // loop does, and returns how many were queued.
 func (h *quotaHarness) recordWarnings() int {
-	h.t.Helper()
-	writer := &ingest.QuotaEventWriter{DB: h.p.App.DB}
+	h.T.Helper()
+	writer := &ingest.QuotaEventWriter{DB: h.App.DB}
 	n := 0
 	for {
 		select {
-		case ev := <-daemon.QuotaEvents(h.p.App.Server):
+		case ev := <-daemon.QuotaEvents(h.App.Server):
 			if _, err := writer.Record(context.Background(), ev); err != nil {
-				h.t.Fatal(err)
+				h.T.Fatal(err)
 			}
 			n++
 		default:
@@ -94,44 +69,44 @@ func (h *quotaHarness) recordWarnings() int {
 
 // warnings lists the quota-exceeded events as "id deployment message".
 func (h *quotaHarness) warnings() []string {
-	h.t.Helper()
-	rows, err := h.sqlConn().Query(`SELECT id || ' ' || coalesce(deployment_id, '-') || ' ' || message FROM lifecycle_events WHERE kind = 'quota-exceeded' ORDER BY id`)
+	h.T.Helper()
+	rows, err := h.SQL().Query(`SELECT id || ' ' || coalesce(deployment_id, '-') || ' ' || message FROM lifecycle_events WHERE kind = 'quota-exceeded' ORDER BY id`)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return out
 }
 
 // quotaRefused reads chalupa_ingest_quota_refused_total{quota} from /metrics.
-func (h *ingestHarness) quotaRefused(quota string) float64 {
-	h.t.Helper()
-	r := h.do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.readyToken()}}, nil)
+func quotaRefused(h *daemontest.Ingest, quota string) float64 {
+	h.T.Helper()
+	r := h.Do("GET", "/metrics", http.Header{"Authorization": {"Bearer " + h.ReadyToken()}}, nil)
 	m := regexp.MustCompile(`(?m)^chalupa_ingest_quota_refused_total\{quota="` + quota + `"\} (\S+)$`).FindSubmatch(r.Body)
 	if m == nil {
-		h.t.Fatalf("chalupa_ingest_quota_refused_total{quota=%q} missing from /metrics", quota)
+		h.T.Fatalf("chalupa_ingest_quota_refused_total{quota=%q} missing from /metrics", quota)
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return v
 }
 
 // wantRateLimited fails unless r is 429 rate_limited with Retry-After
 // retryAfter (whole seconds).
-func wantRateLimited(t *testing.T, r apiResponse, retryAfter string) {
+func wantRateLimited(t *testing.T, r daemontest.Response, retryAfter string) {
 	t.Helper()
 	if r.Status != http.StatusTooManyRequests || r.Code != "rate_limited" {
 		t.Fatalf("got %s, want 429 rate_limited", r)
@@ -153,7 +128,7 @@ func TestQuotaDeploymentFloodIsCapped(t *testing.T) {
 			t.Fatalf("heartbeat %d within the burst: %s", i+1, r)
 		}
 	}
-	rows, nonces := h.heartbeatRows(), h.nonceRows()
+	rows, nonces := h.HeartbeatRows(), h.NonceRows()
 	const refusedNonce = "quota-refused-nonce-0001"
 	for i := range 50 {
 		nonce := ""
@@ -162,13 +137,13 @@ func TestQuotaDeploymentFloodIsCapped(t *testing.T) {
 		}
 		wantRateLimited(t, h.beat("dep-flood", nonce), "5")
 	}
-	if got := h.heartbeatRows(); got != rows {
+	if got := h.HeartbeatRows(); got != rows {
 		t.Fatalf("refused heartbeats wrote %d heartbeat rows", got-rows)
 	}
-	if got := h.nonceRows(); got != nonces {
+	if got := h.NonceRows(); got != nonces {
 		t.Fatalf("refused heartbeats claimed %d nonces", got-nonces)
 	}
-	if got := h.quotaRefused(ingest.QuotaDeploymentHeartbeats); got != 50 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaDeploymentHeartbeats); got != 50 {
 		t.Fatalf("quota_refused_total{deployment_heartbeats} = %v, want 50", got)
 	}
 
@@ -181,7 +156,7 @@ func TestQuotaDeploymentFloodIsCapped(t *testing.T) {
 
 	// 5 s later one token is back: the refused request's own nonce was
 	// never claimed, so it is accepted now; the next is refused again.
-	h.clock.Advance(5 * time.Second)
+	h.Clock.Advance(5 * time.Second)
 	if r := h.beat("dep-flood", refusedNonce); r.Status != http.StatusAccepted {
 		t.Fatalf("a token later, the refused nonce: %s", r)
 	}
@@ -199,8 +174,8 @@ func TestQuotaEnvironmentPerMinute(t *testing.T) {
 		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE": "6",
 		"CHALUPA_QUOTA_HEARTBEAT_BURST":                   "2",
 	})
-	h.createEnv("other-env")
-	other := h.issue("other-env")
+	h.CreateEnv("other-env")
+	other := h.Issue("other-env")
 
 	for range 2 {
 		if r := h.beat("dep-a", ""); r.Status != http.StatusAccepted {
@@ -215,34 +190,34 @@ func TestQuotaEnvironmentPerMinute(t *testing.T) {
 			t.Fatalf("%s within the environment's minute: %s", dep, r)
 		}
 	}
-	rows := h.heartbeatRows()
+	rows := h.HeartbeatRows()
 	// The environment's 6 are spent: one token comes back every 10 s.
 	r := h.beat("dep-f", "")
 	wantRateLimited(t, r, "10")
 	if !strings.Contains(r.Message, "environment") {
 		t.Fatalf("refusal does not name the environment quota: %s", r)
 	}
-	if got := h.count(`SELECT count(*) FROM deployments WHERE id = 'dep-f'`); got != 0 {
+	if got := h.Count(`SELECT count(*) FROM deployments WHERE id = 'dep-f'`); got != 0 {
 		t.Fatalf("a refused first heartbeat created its deployment")
 	}
-	if got := h.heartbeatRows(); got != rows {
+	if got := h.HeartbeatRows(); got != rows {
 		t.Fatalf("refused heartbeat wrote %d rows", got-rows)
 	}
 	// Another environment has its own bound.
-	if r := h.send(signedReq{KeyID: other.ID, Key: other.Raw, Body: h.heartbeat(hbOpts{Env: "other-env", Deployment: "dep-f"})}); r.Status != http.StatusAccepted {
+	if r := h.Send(daemontest.SignedReq{KeyID: other.ID, Key: other.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "other-env", Deployment: "dep-f"})}); r.Status != http.StatusAccepted {
 		t.Fatalf("another environment: %s", r)
 	}
-	if got := h.quotaRefused(ingest.QuotaEnvironmentHeartbeats); got != 1 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaEnvironmentHeartbeats); got != 1 {
 		t.Fatalf("quota_refused_total{environment_heartbeats} = %v, want 1", got)
 	}
 	h.recordWarnings()
-	hour := h.clock.Now().UTC().Format("2006-01-02T15")
+	hour := h.Clock.Now().UTC().Format("2006-01-02T15")
 	if got := h.warnings(); len(got) != 2 ||
 		!strings.HasPrefix(got[0], "quota:deployment_heartbeats:demo-harbor:dep-a:"+hour+" dep-a ") ||
 		!strings.HasPrefix(got[1], "quota:environment_heartbeats:demo-harbor::"+hour+" - ") {
 		t.Fatalf("warnings = %q", got)
 	}
-	h.clock.Advance(10 * time.Second)
+	h.Clock.Advance(10 * time.Second)
 	if r := h.beat("dep-f", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("10 s later: %s", r)
 	}
@@ -258,36 +233,36 @@ func TestQuotaActiveDeployments(t *testing.T) {
 			t.Fatalf("%s: %s", dep, r)
 		}
 	}
-	rows, nonces := h.heartbeatRows(), h.nonceRows()
+	rows, nonces := h.HeartbeatRows(), h.NonceRows()
 	r := h.beat("dep-4", "")
 	if r.Status != http.StatusTooManyRequests || r.Code != "deployment_quota" {
 		t.Fatalf("deployment 4 of 3: %s, want 429 deployment_quota", r)
 	}
-	if got := h.count(`SELECT count(*) FROM deployments`); got != 3 {
+	if got := h.Count(`SELECT count(*) FROM deployments`); got != 3 {
 		t.Fatalf("%d deployments after the refusal, want 3", got)
 	}
-	if h.heartbeatRows() != rows || h.nonceRows() != nonces {
-		t.Fatalf("the refusal wrote heartbeats (%d) or nonces (%d)", h.heartbeatRows()-rows, h.nonceRows()-nonces)
+	if h.HeartbeatRows() != rows || h.NonceRows() != nonces {
+		t.Fatalf("the refusal wrote heartbeats (%d) or nonces (%d)", h.HeartbeatRows()-rows, h.NonceRows()-nonces)
 	}
 	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("an existing deployment at the quota: %s", r)
 	}
-	if got := h.quotaRefused(ingest.QuotaActiveDeployments); got != 1 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaActiveDeployments); got != 1 {
 		t.Fatalf("quota_refused_total{active_deployments} = %v, want 1", got)
 	}
 	// The warning is the environment's (no deployment: it was never made).
 	h.recordWarnings()
-	hour := h.clock.Now().UTC().Format("2006-01-02T15")
+	hour := h.Clock.Now().UTC().Format("2006-01-02T15")
 	if got := h.warnings(); len(got) != 1 || !strings.HasPrefix(got[0], "quota:active_deployments:demo-harbor::"+hour+" - ") {
 		t.Fatalf("warnings = %q", got)
 	}
 
-	db := h.p.App.DB
+	db := h.App.DB
 	env, err := storage.EnvironmentBySlug(context.Background(), db.Read, "demo-harbor")
 	if err != nil {
 		t.Fatal(err)
 	}
-	storagetest.EndDeployment(t, db, env.ID, "dep-2", h.clock.Now())
+	storagetest.EndDeployment(t, db, env.ID, "dep-2", h.Clock.Now())
 	if r := h.beat("dep-4", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("deployment 4 after one ended: %s", r)
 	}
@@ -300,7 +275,7 @@ func TestQuotaActiveDeployments(t *testing.T) {
 // past the default burst and an environment holds more than the default
 // active deployments; start-up warns naming each variable.
 func TestQuotaZeroIsUnlimited(t *testing.T) {
-	h := newQuotaHarness(t, unlimitedQuotas)
+	h := newQuotaHarness(t, daemontest.UnlimitedQuotas())
 	for i := range 3 * ingest.DefaultHeartbeatBurst {
 		if r := h.beat("dep-busy", ""); r.Status != http.StatusAccepted {
 			t.Fatalf("heartbeat %d: %s", i+1, r)
@@ -311,8 +286,8 @@ func TestQuotaZeroIsUnlimited(t *testing.T) {
 			t.Fatalf("deployment %d: %s", i, r)
 		}
 	}
-	logs := string(h.logs.Bytes())
-	for k := range unlimitedQuotas {
+	logs := string(h.Logs.Bytes())
+	for k := range daemontest.UnlimitedQuotas() {
 		if !regexp.MustCompile(`"level":"warn".*` + k).MatchString(logs) {
 			t.Fatalf("no start-up warning naming %s in the log", k)
 		}
@@ -325,9 +300,9 @@ func TestQuotaZeroIsUnlimited(t *testing.T) {
 // quota-events loop, never on the refused request's path.
 func TestQuotaWarningOncePerHour(t *testing.T) {
 	epoch := time.Date(2026, 12, 1, 10, 41, 0, 0, time.UTC)
-	h := &quotaHarness{ingestHarness: newIngestHarness(t, harnessOptions{Epoch: epoch, Env: map[string]string{"CHALUPA_QUOTA_HEARTBEAT_BURST": "1"}})}
-	h.createEnv("demo-harbor")
-	h.key = h.issue("demo-harbor")
+	h := &quotaHarness{Ingest: daemontest.NewIngest(t, daemontest.IngestOptions{Epoch: epoch, Env: map[string]string{"CHALUPA_QUOTA_HEARTBEAT_BURST": "1"}})}
+	h.CreateEnv("demo-harbor")
+	h.key = h.Issue("demo-harbor")
 	drain := h.recordWarnings
 	events := h.warnings
 	h.beat("dep-1", "")
@@ -347,7 +322,7 @@ func TestQuotaWarningOncePerHour(t *testing.T) {
 	}
 
 	// A restart forgets what was noted; the stable id keeps it once.
-	h.restart()
+	h.Restart()
 	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted { // a new process, a full bucket
 		t.Fatalf("after a restart: %s", r)
 	}
@@ -360,7 +335,7 @@ func TestQuotaWarningOncePerHour(t *testing.T) {
 	}
 
 	// The next clock hour is recorded again.
-	h.clock.Advance(time.Hour)
+	h.Clock.Advance(time.Hour)
 	h.beat("dep-1", "")
 	wantRateLimited(t, h.beat("dep-1", ""), "5")
 	drain()
@@ -377,26 +352,26 @@ func TestQuotaOpenSessions(t *testing.T) {
 	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
-	window := func(session string) apiResponse {
-		return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: telemetryPath, Body: h.telemetryWindow("demo-harbor", "dep-1", session, time.Time{}, nil)})
+	window := func(session string) daemontest.Response {
+		return h.Send(daemontest.SignedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: ingest.TelemetryRoute, Body: h.TelemetryWindow("demo-harbor", "dep-1", session, time.Time{}, nil)})
 	}
 	for _, session := range []string{"session-1", "session-2"} {
 		if r := window(session); r.Status != http.StatusAccepted {
 			t.Fatalf("%s: %s", session, r)
 		}
 	}
-	before := h.telemetryRows()
+	before := h.TelemetryRows()
 	if r := window("session-3"); r.Status != http.StatusTooManyRequests || r.Code != "session_quota" {
 		t.Fatalf("a third open session of 2: %s, want 429 session_quota", r)
 	}
-	if got := h.telemetryRows(); got != before {
+	if got := h.TelemetryRows(); got != before {
 		t.Fatalf("the refusal wrote: %s -> %s", before, got)
 	}
-	if got := h.quotaRefused(ingest.QuotaOpenSessions); got != 1 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaOpenSessions); got != 1 {
 		t.Fatalf("quota_refused_total{open_sessions} = %v, want 1", got)
 	}
 	h.recordWarnings()
-	hour := h.clock.Now().UTC().Format("2006-01-02T15")
+	hour := h.Clock.Now().UTC().Format("2006-01-02T15")
 	if got := h.warnings(); len(got) != 1 || !strings.HasPrefix(got[0], "quota:open_sessions:demo-harbor:dep-1:"+hour+" dep-1 ") ||
 		!strings.Contains(got[0], "CHALUPA_QUOTA_OPEN_SESSIONS=2") {
 		t.Fatalf("warnings = %q", got)

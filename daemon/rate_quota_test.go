@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
@@ -26,32 +27,32 @@ type rateRoute struct {
 	depQuota, envQuota       string
 	logs                     bool
 	// body is request i of deployment dep: each a new write.
-	body func(h *ingestHarness, dep string, i int) []byte
+	body func(h *daemontest.Ingest, dep string, i int) []byte
 }
 
 var rateRoutes = []rateRoute{
-	{name: "telemetry", path: telemetryPath,
+	{name: "telemetry", path: ingest.TelemetryRoute,
 		perMin: "CHALUPA_QUOTA_TELEMETRY_PER_MINUTE", burst: "CHALUPA_QUOTA_TELEMETRY_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentTelemetry, envQuota: ingest.QuotaEnvironmentTelemetry,
-		body: func(h *ingestHarness, dep string, i int) []byte {
-			return h.telemetryWindow("demo-harbor", dep, "session-1", h.clock.Now().UTC().Truncate(time.Minute).Add(-time.Duration(i+1)*time.Minute), nil)
+		body: func(h *daemontest.Ingest, dep string, i int) []byte {
+			return h.TelemetryWindow("demo-harbor", dep, "session-1", h.Clock.Now().UTC().Truncate(time.Minute).Add(-time.Duration(i+1)*time.Minute), nil)
 		}},
-	{name: "lifecycle", path: lifecyclePath,
+	{name: "lifecycle", path: ingest.LifecycleRoute,
 		perMin: "CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE", burst: "CHALUPA_QUOTA_LIFECYCLE_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentLifecycle, envQuota: ingest.QuotaEnvironmentLifecycle,
-		body: func(h *ingestHarness, dep string, i int) []byte {
-			return h.lifecycleEvent("demo-harbor", fmt.Sprintf("ci-started:%s:%d", dep, i), protocol.EventCIStarted, dep, nil)
+		body: func(h *daemontest.Ingest, dep string, i int) []byte {
+			return h.LifecycleEvent("demo-harbor", fmt.Sprintf("ci-started:%s:%d", dep, i), protocol.EventCIStarted, dep, nil)
 		}},
-	{name: "runs", path: runsPath,
+	{name: "runs", path: ingest.RunsRoute,
 		perMin: "CHALUPA_QUOTA_RUNS_PER_MINUTE", burst: "CHALUPA_QUOTA_RUN_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentRuns, envQuota: ingest.QuotaEnvironmentRuns,
-		body: func(h *ingestHarness, dep string, i int) []byte {
-			return h.runReport("demo-harbor", dep, fmt.Sprintf("run-%s-%d", dep, i), nil)
+		body: func(h *daemontest.Ingest, dep string, i int) []byte {
+			return h.RunReport("demo-harbor", dep, fmt.Sprintf("run-%s-%d", dep, i), nil)
 		}},
 	{name: "logs", path: "/api/ingest/logs/sessions", logs: true,
 		perMin: "CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE", burst: "CHALUPA_QUOTA_LOG_BURST", envPerMin: "CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE",
 		depQuota: ingest.QuotaDeploymentLogRequests, envQuota: ingest.QuotaEnvironmentLogRequests,
-		body: func(h *ingestHarness, dep string, i int) []byte {
+		body: func(h *daemontest.Ingest, dep string, i int) []byte {
 			b, _ := json.Marshal(protocol.OpenV1{EnvironmentSlug: "demo-harbor", DeploymentID: dep, SessionID: fmt.Sprintf("log-session-%d", i), Service: "chalupa-agent.service"})
 			return b
 		}},
@@ -60,8 +61,8 @@ var rateRoutes = []rateRoute{
 // rateHarness is one route's daemon: an environment demo-harbor, its key,
 // deployments dep-0…dep-9, and a count of everything the route writes.
 type rateHarness struct {
-	*ingestHarness
-	key  testKey
+	*daemontest.Ingest
+	key  daemontest.Key
 	rows func() string
 }
 
@@ -69,18 +70,18 @@ func newRateHarness(t *testing.T, rt rateRoute, env map[string]string) *rateHarn
 	t.Helper()
 	rh := &rateHarness{}
 	if rt.logs {
-		lh := newLogsHarnessEnv(t, env)
-		lh.createEnv("demo-harbor")
-		rh.ingestHarness, rh.rows = lh.ingestHarness, lh.logRows
+		lh := daemontest.NewIngestLogsEnv(t, env)
+		lh.CreateEnv("demo-harbor")
+		rh.Ingest, rh.rows = lh.Ingest, lh.LogRows
 	} else {
-		h := newIngestHarness(t, harnessOptions{Env: env})
-		h.createEnv("demo-harbor")
-		rh.ingestHarness = h
-		rh.rows = func() string { return h.telemetryRows() + " " + h.lifecycleRows() }
+		h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: env})
+		h.CreateEnv("demo-harbor")
+		rh.Ingest = h
+		rh.rows = func() string { return h.TelemetryRows() + " " + h.LifecycleRows() }
 	}
-	rh.key = rh.issue("demo-harbor")
+	rh.key = rh.Issue("demo-harbor")
 	for i := range 10 {
-		if r := rh.send(signedReq{KeyID: rh.key.ID, Key: rh.key.Raw, Body: rh.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-" + strconv.Itoa(i)})}); r.Status != http.StatusAccepted {
+		if r := rh.Send(daemontest.SignedReq{KeyID: rh.key.ID, Key: rh.key.Raw, Body: rh.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-" + strconv.Itoa(i)})}); r.Status != http.StatusAccepted {
 			t.Fatalf("heartbeat of dep-%d: %s", i, r)
 		}
 	}
@@ -100,17 +101,17 @@ func TestQuotaRouteRates(t *testing.T) {
 			// 6 a minute (a token every 10 s), burst 3; 5 a minute across
 			// the environment.
 			h := newRateHarness(t, rt, map[string]string{rt.perMin: "6", rt.burst: "3", rt.envPerMin: "5"})
-			send := func(r signedReq) apiResponse {
+			send := func(r daemontest.SignedReq) daemontest.Response {
 				r.KeyID, r.Key, r.Path = h.key.ID, h.key.Raw, rt.path
-				return h.send(r)
+				return h.Send(r)
 			}
 			for i := range 3 {
-				if r := send(signedReq{Body: rt.body(h.ingestHarness, "dep-0", i)}); r.Status != http.StatusAccepted {
+				if r := send(daemontest.SignedReq{Body: rt.body(h.Ingest, "dep-0", i)}); r.Status != http.StatusAccepted {
 					t.Fatalf("request %d within the burst: %s", i+1, r)
 				}
 			}
 			before := h.rows()
-			refusedReq := signedReq{Nonce: protocol.NewNonce(), TS: strconv.FormatInt(h.clock.Now().Unix(), 10), Body: rt.body(h.ingestHarness, "dep-0", 3)}
+			refusedReq := daemontest.SignedReq{Nonce: protocol.NewNonce(), TS: strconv.FormatInt(h.Clock.Now().Unix(), 10), Body: rt.body(h.Ingest, "dep-0", 3)}
 			r := send(refusedReq)
 			wantRateLimited(t, r, "10")
 			if !strings.Contains(r.Message, "deployment") {
@@ -119,13 +120,13 @@ func TestQuotaRouteRates(t *testing.T) {
 			if got := h.rows(); got != before {
 				t.Fatalf("the refused request wrote: %s -> %s", before, got)
 			}
-			if got := h.quotaRefused(rt.depQuota); got != 1 {
+			if got := quotaRefused(h.Ingest, rt.depQuota); got != 1 {
 				t.Fatalf("quota_refused_total{%s} = %v, want 1", rt.depQuota, got)
 			}
 
 			// A token later the very same request (its nonce never claimed)
 			// is accepted.
-			h.clock.Advance(10 * time.Second)
+			h.Clock.Advance(10 * time.Second)
 			if r := send(refusedReq); r.Status != http.StatusAccepted {
 				t.Fatalf("the refused request re-sent 10 s later: %s", r)
 			}
@@ -134,7 +135,7 @@ func TestQuotaRouteRates(t *testing.T) {
 			// refilled): nine more deployment ids get one request in between.
 			accepted := 0
 			for i := 1; i < 10; i++ {
-				r := send(signedReq{Body: rt.body(h.ingestHarness, "dep-"+strconv.Itoa(i), 0)})
+				r := send(daemontest.SignedReq{Body: rt.body(h.Ingest, "dep-"+strconv.Itoa(i), 0)})
 				switch {
 				case r.Status == http.StatusAccepted:
 					accepted++
@@ -146,13 +147,13 @@ func TestQuotaRouteRates(t *testing.T) {
 			if accepted != 1 {
 				t.Fatalf("%d of 9 deployments accepted past the environment's 5 a minute, want 1", accepted)
 			}
-			if got := h.quotaRefused(rt.envQuota); got != 8 {
+			if got := quotaRefused(h.Ingest, rt.envQuota); got != 8 {
 				t.Fatalf("quota_refused_total{%s} = %v, want 8", rt.envQuota, got)
 			}
 
-			qh := &quotaHarness{ingestHarness: h.ingestHarness}
+			qh := &quotaHarness{Ingest: h.Ingest}
 			qh.recordWarnings()
-			hour := h.clock.Now().UTC().Format("2006-01-02T15")
+			hour := h.Clock.Now().UTC().Format("2006-01-02T15")
 			got := qh.warnings()
 			if len(got) != 2 ||
 				!strings.HasPrefix(got[0], "quota:"+rt.depQuota+":demo-harbor:dep-0:"+hour+" dep-0 ") || !strings.Contains(got[0], rt.perMin+"=6") ||
@@ -165,8 +166,8 @@ func TestQuotaRouteRates(t *testing.T) {
 
 // bigRun is a run report of 64 artifacts with 2,000-character URLs: about
 // 131 KiB of artifact references.
-func (h *ingestHarness) bigRun(dep, runID string) []byte {
-	return h.runReport("demo-harbor", dep, runID, func(r *protocol.RunReportV1) {
+func bigRun(h *daemontest.Ingest, dep, runID string) []byte {
+	return h.RunReport("demo-harbor", dep, runID, func(r *protocol.RunReportV1) {
 		r.Artifacts = nil
 		for i := range ingest.MaxArtifactsPerRun {
 			u := fmt.Sprintf("https://ci.example.com/%d/", i)
@@ -185,11 +186,11 @@ func (h *ingestHarness) bigRun(dep, runID string) []byte {
 // holds the report's bytes again.
 func TestQuotaArtifactBytes(t *testing.T) {
 	h := newRateHarness(t, rateRoutes[2], nil)
-	send := func(dep string, i int) apiResponse {
-		return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: runsPath, Body: h.bigRun(dep, fmt.Sprintf("big-%s-%d", dep, i))})
+	send := func(dep string, i int) daemontest.Response {
+		return h.Send(daemontest.SignedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: ingest.RunsRoute, Body: bigRun(h.Ingest, dep, fmt.Sprintf("big-%s-%d", dep, i))})
 	}
 	var one protocol.RunReportV1
-	if err := json.Unmarshal(h.bigRun("dep-0", "x"), &one); err != nil {
+	if err := json.Unmarshal(bigRun(h.Ingest, "dep-0", "x"), &one); err != nil {
 		t.Fatal(err)
 	}
 	size := ingest.ArtifactBytes(&one)
@@ -212,7 +213,7 @@ func TestQuotaArtifactBytes(t *testing.T) {
 	if got := h.rows(); got != before {
 		t.Fatalf("the refused report wrote: %s -> %s", before, got)
 	}
-	if got := h.quotaRefused(ingest.QuotaDeploymentArtifactBytes); got != 1 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaDeploymentArtifactBytes); got != 1 {
 		t.Fatalf("quota_refused_total{deployment_artifact_bytes} = %v", got)
 	}
 	// Many deployment ids of the same key: the environment's bucket.
@@ -230,7 +231,7 @@ func TestQuotaArtifactBytes(t *testing.T) {
 	if max := ingest.DefaultEnvironmentArtifactKiBPerMinute * 1024 / size; accepted > max {
 		t.Fatalf("%d big reports accepted in the environment, at most %d fit its minute", accepted, max)
 	}
-	if got := h.quotaRefused(ingest.QuotaEnvironmentArtifactBytes); got == 0 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaEnvironmentArtifactBytes); got == 0 {
 		t.Fatal("quota_refused_total{environment_artifact_bytes} = 0")
 	}
 }
@@ -252,24 +253,24 @@ func TestQuotaSessionsOpenedPerHour(t *testing.T) {
 				t.Fatalf("heartbeat: %s", r)
 			}
 			if tc.ended {
-				env, err := storage.EnvironmentBySlug(context.Background(), h.p.App.DB.Read, "demo-harbor")
+				env, err := storage.EnvironmentBySlug(context.Background(), h.App.DB.Read, "demo-harbor")
 				if err != nil {
 					t.Fatal(err)
 				}
-				storagetest.EndDeployment(t, h.p.App.DB, env.ID, "dep-1", h.clock.Now())
+				storagetest.EndDeployment(t, h.App.DB, env.ID, "dep-1", h.Clock.Now())
 			}
-			start := h.clock.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
-			final := func(session string) apiResponse {
-				return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: telemetryPath,
-					Body: h.telemetryWindow("demo-harbor", "dep-1", session, start, func(w *protocol.WindowV1) { w.Final = true })})
+			start := h.Clock.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
+			final := func(session string) daemontest.Response {
+				return h.Send(daemontest.SignedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: ingest.TelemetryRoute,
+					Body: h.TelemetryWindow("demo-harbor", "dep-1", session, start, func(w *protocol.WindowV1) { w.Final = true })})
 			}
 			for i := range ingest.DefaultOpenSessions {
 				if r := final("final-" + strconv.Itoa(i)); r.Status != http.StatusAccepted {
 					t.Fatalf("final window %d: %s", i+1, r)
 				}
-				h.clock.Advance(time.Second)
+				h.Clock.Advance(time.Second)
 			}
-			before := h.telemetryRows()
+			before := h.TelemetryRows()
 			r := final("final-extra")
 			if r.Status != http.StatusTooManyRequests || r.Code != "session_quota" {
 				t.Fatalf("session %d opened within an hour: %s, want 429 session_quota", ingest.DefaultOpenSessions+1, r)
@@ -277,17 +278,17 @@ func TestQuotaSessionsOpenedPerHour(t *testing.T) {
 			if got, want := r.Header.Get("Retry-After"), strconv.Itoa(3600-ingest.DefaultOpenSessions); got != want {
 				t.Fatalf("Retry-After = %q, want %s (the oldest session leaves the hour)", got, want)
 			}
-			if got := h.telemetryRows(); got != before {
+			if got := h.TelemetryRows(); got != before {
 				t.Fatalf("the refusal wrote: %s -> %s", before, got)
 			}
-			if got := h.quotaRefused(ingest.QuotaOpenSessions); got != 1 {
+			if got := quotaRefused(h.Ingest, ingest.QuotaOpenSessions); got != 1 {
 				t.Fatalf("quota_refused_total{open_sessions} = %v", got)
 			}
 			if tc.ended {
 				return // its windows are admitted only 15 minutes past its end
 			}
-			h.clock.Advance(time.Hour)
-			start = h.clock.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
+			h.Clock.Advance(time.Hour)
+			start = h.Clock.Now().UTC().Truncate(time.Minute).Add(-2 * time.Minute)
 			if r := final("final-extra"); r.Status != http.StatusAccepted {
 				t.Fatalf("an hour later: %s", r)
 			}

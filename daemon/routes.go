@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -10,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/console"
-
 	"github.com/julienschmidt/httprouter"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 )
 
@@ -215,13 +213,15 @@ const maxIngestInFlight = 256
 // long enough for the queue ahead to drain many times over.
 const ingestRetryAfter = "1"
 
-// signed registers POST pattern behind protocol-v1 authentication with a
-// body bound of maxBody bytes: fn runs only on a request Authenticate
-// verified. Every outcome is counted by route and result. Beyond
-// maxIngestInFlight requests at once (over the whole group) a request is
-// shed: 503 overloaded with Retry-After, counted, nothing read or written.
-func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Context, v ingest.Verified) ingest.Response) {
-	s.handle(GroupIngest, http.MethodPost, pattern, func(w http.ResponseWriter, r *http.Request) {
+// signed registers rt (a row of ingest.Routes) behind protocol-v1
+// authentication with a body bound of rt.MaxBody bytes: rt.Handler runs
+// only on a request Authenticate verified. Every outcome is counted by
+// route and result. Beyond maxIngestInFlight requests at once (over the
+// whole group) a request is shed: 503 overloaded with Retry-After, counted,
+// nothing read or written.
+func (s *Server) signed(rt ingest.Route) {
+	pattern := rt.Path
+	s.handle(GroupIngest, rt.Method, pattern, func(w http.ResponseWriter, r *http.Request) {
 		if s.ingestInFlight.Add(1) > s.ingestLimit {
 			s.ingestInFlight.Add(-1)
 			s.m.shed.Inc()
@@ -230,7 +230,7 @@ func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Conte
 			return
 		}
 		defer s.ingestInFlight.Add(-1)
-		v, refusal := s.ingest.Authenticate(r, maxBody)
+		v, refusal := s.ingest.Authenticate(r, rt.MaxBody)
 		var resp ingest.Response
 		switch {
 		case refusal != nil:
@@ -242,7 +242,7 @@ func (s *Server) signed(pattern string, maxBody int64, fn func(ctx context.Conte
 			resp = diskLowRefusal()
 			resp.Shared = v.Shared()
 		default:
-			resp = fn(r.Context(), v)
+			resp = rt.Handler(s.ingest, r.Context(), v)
 		}
 		s.m.ingest.WithLabelValues(pattern, resp.Result()).Inc()
 		if resp.Shared {

@@ -127,15 +127,10 @@ func newServer(d serverDeps, w *workers) (*Server, error) {
 	s.probe("GET", "/api/ready", s.handleReady)
 	s.probe("GET", "/metrics", s.m.handler().ServeHTTP)
 
-	// Signed ingest.
-	s.signed("/api/ingest/heartbeat", ingest.MaxHeartbeatBody, s.ingest.Heartbeat)
-	s.signed("/api/ingest/telemetry", ingest.MaxTelemetryBody, s.ingest.Telemetry)
-	s.signed("/api/ingest/lifecycle", ingest.MaxLifecycleBody, s.ingest.Lifecycle)
-	s.signed("/api/ingest/runs", ingest.MaxRunBody, s.ingest.Runs)
-	s.signed("/api/ingest/logs/sessions", ingest.MaxLogBody, s.ingest.LogSessions)
-	s.signed("/api/ingest/logs/plan", ingest.MaxLogBody, s.ingest.LogPlan)
-	s.signed("/api/ingest/logs/commit", ingest.MaxLogBody, s.ingest.LogCommit)
-	s.signed("/api/ingest/logs/finish", ingest.MaxLogBody, s.ingest.LogFinish)
+	// Signed ingest: ingest's route table, each route behind the group.
+	for _, rt := range ingest.Routes {
+		s.signed(rt)
+	}
 
 	if err := s.registerAdmin(d, w); err != nil {
 		return nil, err

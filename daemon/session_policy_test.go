@@ -15,20 +15,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/internal/testwait"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // storedExpiry is the deployment's session_expires_at (zero: NULL).
-func (h *ingestHarness) storedExpiry(deployment string) time.Time {
-	h.t.Helper()
+func storedExpiry(h *daemontest.Ingest, deployment string) time.Time {
+	h.T.Helper()
 	var at *int64
-	if err := h.sqlConn().QueryRow(`SELECT session_expires_at FROM deployments WHERE id = ?`, deployment).Scan(&at); err != nil {
-		h.t.Fatal(err)
+	if err := h.SQL().QueryRow(`SELECT session_expires_at FROM deployments WHERE id = ?`, deployment).Scan(&at); err != nil {
+		h.T.Fatal(err)
 	}
 	if at == nil {
 		return time.Time{}
@@ -41,15 +41,15 @@ func (h *ingestHarness) storedExpiry(deployment string) time.Time {
 // asking for exactly that is not clamped, one asking a second later is
 // clamped to it (and the 202 says so), an earlier one is kept.
 func TestSessionPolicyClampsHeartbeats(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
 	ctx := context.Background()
-	res, err := h.client().SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "demo", MaxSessionSeconds: 7200})
+	res, err := h.Admin.SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "demo", MaxSessionSeconds: 7200})
 	if err != nil || res.Policy == nil || res.Policy.Kind != "demo" || res.Policy.MaxSessionSeconds != 7200 || res.Applied != 0 {
 		t.Fatalf("set policy: %+v, %v", res, err)
 	}
-	launch := h.clock.Now().UTC()
+	launch := h.Clock.Now().UTC()
 	bound := launch.Add(2 * time.Hour)
 	at := func(d time.Duration) *time.Time { v := launch.Add(d); return &v }
 	for _, tc := range []struct {
@@ -66,7 +66,7 @@ func TestSessionPolicyClampsHeartbeats(t *testing.T) {
 		{"no expiry keeps the stored one", nil, launch.Add(time.Hour), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1", SessionExpiresAt: tc.ask})})
+			r := h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-1", SessionExpiresAt: tc.ask})})
 			if r.Status != http.StatusAccepted {
 				t.Fatalf("heartbeat: %s", r)
 			}
@@ -77,11 +77,11 @@ func TestSessionPolicyClampsHeartbeats(t *testing.T) {
 			if !acc.SessionExpiresAt.Equal(tc.want) || acc.SessionExpiresAtClamped != tc.wantClamped {
 				t.Errorf("202 %s: want sessionExpiresAt %s clamped %v", r.Body, tc.want, tc.wantClamped)
 			}
-			if got := h.storedExpiry("dep-1"); !got.Equal(tc.want) {
+			if got := storedExpiry(h, "dep-1"); !got.Equal(tc.want) {
 				t.Errorf("stored expiry %s, want %s", got, tc.want)
 			}
 		})
-		h.clock.Advance(time.Second)
+		h.Clock.Advance(time.Second)
 	}
 }
 
@@ -93,40 +93,40 @@ func TestSessionPolicyClampsHeartbeats(t *testing.T) {
 func TestSessionPolicyReaperDestroysAtExpiry(t *testing.T) {
 	fake := dofake.New(t)
 	token := fake.AddToken("write", dofake.FullAccess...)
-	h := newIngestHarness(t, harnessOptions{Env: map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": token}})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: map[string]string{"CHALUPA_DO_API_URL": fake.URL, "DIGITALOCEAN_WRITE_TOKEN": token}})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
 	ctx := context.Background()
-	drop := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-harbor"), CreatedAt: h.clock.Now().Add(-time.Minute)})
-	launch := h.clock.Now().UTC()
+	drop := fake.AddDroplet(dofake.Droplet{Tags: dofake.EnvTags("demo-harbor"), CreatedAt: h.Clock.Now().Add(-time.Minute)})
+	launch := h.Clock.Now().UTC()
 	// Active for a week as far as idleness goes: only the policy can end it.
-	r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1",
+	r := h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-1",
 		DropletID: int64(drop.ID), LimitMinutes: 7 * 24 * 60, LastActivityAt: launch})})
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
-	if got := h.storedExpiry("dep-1"); !got.IsZero() {
+	if got := storedExpiry(h, "dep-1"); !got.IsZero() {
 		t.Fatalf("expiry %s before any policy", got)
 	}
-	h.clock.Advance(10 * time.Minute)
-	res, err := h.client().SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "test", MaxSessionSeconds: 3600})
+	h.Clock.Advance(10 * time.Minute)
+	res, err := h.Admin.SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "test", MaxSessionSeconds: 3600})
 	if err != nil || res.Applied != 1 {
 		t.Fatalf("set policy: %+v, %v; want it applied to the active deployment", res, err)
 	}
 	expiry := launch.Add(time.Hour)
-	if got := h.storedExpiry("dep-1"); !got.Equal(expiry) {
+	if got := storedExpiry(h, "dep-1"); !got.Equal(expiry) {
 		t.Fatalf("expiry %s, want launch + 1 h = %s", got, expiry)
 	}
 
-	h.clock.Advance(expiry.Sub(h.clock.Now()) - time.Second)
-	if _, err := h.client().RunReaperTick(ctx); err != nil {
+	h.Clock.Advance(expiry.Sub(h.Clock.Now()) - time.Second)
+	if _, err := h.Admin.RunReaperTick(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := fake.Droplet(drop.ID); !ok || len(fake.Deletes()) != 0 {
 		t.Fatalf("destroyed a second before the expiry: %v", fake.Deletes())
 	}
-	h.clock.Advance(time.Second)
-	if _, err := h.client().RunReaperTick(ctx); err != nil {
+	h.Clock.Advance(time.Second)
+	if _, err := h.Admin.RunReaperTick(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The reaper's own loop, woken by the same clock, may be the one that
@@ -139,7 +139,7 @@ func TestSessionPolicyReaperDestroysAtExpiry(t *testing.T) {
 		t.Fatalf("DELETEs %v", d)
 	}
 	testwait.Eventually(t, testwait.Short, "the reaper-destroyed event", func() (bool, string) {
-		ev, err := h.client().ListEvents(ctx, adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: "reaper-destroyed"})
+		ev, err := h.Admin.ListEvents(ctx, adminapi.ListEventsRequest{Environment: "demo-harbor", Kind: "reaper-destroyed"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,14 +151,14 @@ func TestSessionPolicyReaperDestroysAtExpiry(t *testing.T) {
 // written, leaving an existing policy as it was; clearing reports whether
 // there was a policy; the adminapi bounds are storage's.
 func TestSessionPolicyRefusals(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
-	h.createEnv("demo-harbor")
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
 	ctx := context.Background()
 	if adminapi.MinSessionSeconds != storage.MinSessionSeconds || adminapi.MaxSessionSeconds != storage.MaxSessionSeconds ||
 		adminapi.SessionKindDemo != storage.SessionKindDemo || adminapi.SessionKindTest != storage.SessionKindTest {
 		t.Fatal("adminapi's session policy constants differ from storage's")
 	}
-	policies := func() int { return h.count(`SELECT count(*) FROM environment_session_policies`) }
+	policies := func() int { return h.Count(`SELECT count(*) FROM environment_session_policies`) }
 	for _, tc := range []struct {
 		name       string
 		req        adminapi.SetSessionPolicyRequest
@@ -180,12 +180,12 @@ func TestSessionPolicyRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := 0
 			if tc.afterValid {
-				if _, err := h.client().SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "demo", MaxSessionSeconds: 60}); err != nil {
+				if _, err := h.Admin.SetSessionPolicy(ctx, adminapi.SetSessionPolicyRequest{EnvironmentSlug: "demo-harbor", Kind: "demo", MaxSessionSeconds: 60}); err != nil {
 					t.Fatal(err)
 				}
 				want = 1
 			}
-			_, err := h.client().SetSessionPolicy(ctx, tc.req)
+			_, err := h.Admin.SetSessionPolicy(ctx, tc.req)
 			var apiErr *adminapi.APIError
 			if !errors.As(err, &apiErr) || apiErr.Status != tc.status || apiErr.Code != tc.code {
 				t.Fatalf("got %v, want %d %s", err, tc.status, tc.code)
@@ -193,7 +193,7 @@ func TestSessionPolicyRefusals(t *testing.T) {
 			if n := policies(); n != want {
 				t.Fatalf("%d policy rows after a refusal, want %d", n, want)
 			}
-			list, err := h.client().ListEnvironments(ctx)
+			list, err := h.Admin.ListEnvironments(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,16 +203,16 @@ func TestSessionPolicyRefusals(t *testing.T) {
 			}
 		})
 	}
-	res, err := h.client().ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "demo-harbor"})
+	res, err := h.Admin.ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "demo-harbor"})
 	if err != nil || !res.Cleared || res.Policy != nil || policies() != 0 {
 		t.Fatalf("clear: %+v, %v (%d rows)", res, err, policies())
 	}
-	res, err = h.client().ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "demo-harbor"})
+	res, err = h.Admin.ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "demo-harbor"})
 	if err != nil || res.Cleared {
 		t.Fatalf("clear without a policy: %+v, %v", res, err)
 	}
 	var apiErr *adminapi.APIError
-	if _, err := h.client().ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "nowhere"}); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+	if _, err := h.Admin.ClearSessionPolicy(ctx, adminapi.ClearSessionPolicyRequest{EnvironmentSlug: "nowhere"}); !errors.As(err, &apiErr) || apiErr.Status != 404 {
 		t.Fatalf("clear an unknown environment: %v", err)
 	}
 }

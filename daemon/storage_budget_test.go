@@ -8,43 +8,43 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // storageState is everything a budgeted request could write, nonces
 // included, with the environment's counter.
 func (h *quotaHarness) storageState() string {
-	h.t.Helper()
-	return fmt.Sprintf("%s|%s|runs %d|bytes %d", h.telemetryRows(), h.lifecycleRows(), h.count(`SELECT count(*) FROM runs`),
-		h.count(`SELECT storage_bytes FROM environments WHERE slug = 'demo-harbor'`))
+	h.T.Helper()
+	return fmt.Sprintf("%s|%s|runs %d|bytes %d", h.TelemetryRows(), h.LifecycleRows(), h.Count(`SELECT count(*) FROM runs`),
+		h.Count(`SELECT storage_bytes FROM environments WHERE slug = 'demo-harbor'`))
 }
 
 // requireCounterExact fails unless demo-harbor's counter equals the sum of
 // its rows' charges.
 func (h *quotaHarness) requireCounterExact(when string) int64 {
-	h.t.Helper()
+	h.T.Helper()
 	ctx := context.Background()
-	env, err := storage.EnvironmentBySlug(ctx, h.p.App.DB.Read, "demo-harbor")
+	env, err := storage.EnvironmentBySlug(ctx, h.App.DB.Read, "demo-harbor")
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
-	want, err := storage.RecountEnvironmentStorage(ctx, h.p.App.DB.Read, env.ID)
+	want, err := storage.RecountEnvironmentStorage(ctx, h.App.DB.Read, env.ID)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	if env.StorageBytes != want {
-		h.t.Fatalf("%s: storage counter %d, rows sum to %d", when, env.StorageBytes, want)
+		h.T.Fatalf("%s: storage counter %d, rows sum to %d", when, env.StorageBytes, want)
 	}
 	return want
 }
 
 // wantStorageQuota fails unless r is 429 storage_quota with the budget's
 // Retry-After.
-func wantStorageQuota(t *testing.T, r apiResponse, what string) {
+func wantStorageQuota(t *testing.T, r daemontest.Response, what string) {
 	t.Helper()
 	if r.Status != http.StatusTooManyRequests || r.Code != "storage_quota" {
 		t.Fatalf("%s: got %s, want 429 storage_quota", what, r)
@@ -70,11 +70,11 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 	if r := h.beat("dep-1", ""); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
-	send := func(path string, body []byte) apiResponse {
-		return h.send(signedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: path, Body: body})
+	send := func(path string, body []byte) daemontest.Response {
+		return h.Send(daemontest.SignedReq{KeyID: h.key.ID, Key: h.key.Raw, Path: path, Body: body})
 	}
 	window := func(k int) []byte {
-		return h.telemetryWindow("demo-harbor", "dep-1", "sess-1", h.clock.Now().UTC().Truncate(time.Minute).Add(-time.Duration(k+1)*time.Minute), nil)
+		return h.TelemetryWindow("demo-harbor", "dep-1", "sess-1", h.Clock.Now().UTC().Truncate(time.Minute).Add(-time.Duration(k+1)*time.Minute), nil)
 	}
 
 	// Windows until the budget refuses one: the first opens the session
@@ -84,7 +84,7 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 		if k > 30 {
 			t.Fatalf("30 windows accepted under a %d-byte budget", budget)
 		}
-		r := send(telemetryPath, window(k))
+		r := send(ingest.TelemetryRoute, window(k))
 		if r.Status == http.StatusAccepted {
 			h.requireCounterExact(fmt.Sprintf("window %d", k))
 			continue
@@ -101,7 +101,7 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 		if e > 30 {
 			t.Fatal("30 events accepted at the budget")
 		}
-		r := send(lifecyclePath, h.lifecycleEvent("demo-harbor", fmt.Sprintf("ci-%d", e), "ci-started", "dep-1", nil))
+		r := send(ingest.LifecycleRoute, h.LifecycleEvent("demo-harbor", fmt.Sprintf("ci-%d", e), "ci-started", "dep-1", nil))
 		if r.Status == http.StatusAccepted {
 			continue
 		}
@@ -115,17 +115,17 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 	// once that is older than its 5 s, by the writer unit itself.
 	for _, stage := range []string{"before the writer", "in the writer unit"} {
 		if stage == "in the writer unit" {
-			h.clock.Advance(6 * time.Second)
+			h.Clock.Advance(6 * time.Second)
 		}
 		for _, c := range []struct {
 			name, path string
 			body       []byte
 		}{
-			{"run", runsPath, h.runReport("demo-harbor", "dep-1", "gh-"+strings.ReplaceAll(stage, " ", "-"), nil)},
-			{"window", telemetryPath, window(k + 1)},
-			{"final window of a new session", telemetryPath, h.telemetryWindow("demo-harbor", "dep-1", "sess-final", time.Time{},
+			{"run", ingest.RunsRoute, h.RunReport("demo-harbor", "dep-1", "gh-"+strings.ReplaceAll(stage, " ", "-"), nil)},
+			{"window", ingest.TelemetryRoute, window(k + 1)},
+			{"final window of a new session", ingest.TelemetryRoute, h.TelemetryWindow("demo-harbor", "dep-1", "sess-final", time.Time{},
 				func(w *protocol.WindowV1) { w.Final = true })},
-			{"event", lifecyclePath, h.lifecycleEvent("demo-harbor", "ci-last", "ci-started", "dep-1", nil)},
+			{"event", ingest.LifecycleRoute, h.LifecycleEvent("demo-harbor", "ci-last", "ci-started", "dep-1", nil)},
 		} {
 			t.Run(stage+"/"+c.name, func(t *testing.T) {
 				before := h.storageState()
@@ -135,7 +135,7 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 				}
 			})
 			if stage == "in the writer unit" {
-				h.clock.Advance(6 * time.Second) // each one reaches the writer
+				h.Clock.Advance(6 * time.Second) // each one reaches the writer
 			}
 		}
 	}
@@ -145,17 +145,17 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 			t.Fatalf("heartbeat of %s at the budget: %s", dep, r)
 		}
 	}
-	if got := h.quotaRefused(ingest.QuotaEnvironmentStorage); got < 10 {
+	if got := quotaRefused(h.Ingest, ingest.QuotaEnvironmentStorage); got < 10 {
 		t.Fatalf("quota_refused_total{environment_storage} = %v, want every refusal (10)", got)
 	}
 	h.recordWarnings()
-	hour := h.clock.Now().UTC().Format("2006-01-02T15")
+	hour := h.Clock.Now().UTC().Format("2006-01-02T15")
 	if got := h.warnings(); len(got) != 1 || !strings.HasPrefix(got[0], "quota:environment_storage:demo-harbor::"+hour+" - ") ||
 		!strings.Contains(got[0], "CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES=12000") {
 		t.Fatalf("warnings = %q", got)
 	}
 	// The listing carries the numbers.
-	list, err := h.client().ListEnvironments(context.Background())
+	list, err := h.Admin.ListEnvironments(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,12 +171,12 @@ func TestQuotaEnvironmentStorage(t *testing.T) {
 
 	// An erase of the telemetry frees the budget: a window fits again once
 	// the refusal's count is older than 5 s.
-	if r := h.admin(adminapi.OpEraseTelemetry, map[string]string{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor"}); r.Status != http.StatusOK {
+	if r := h.AdminOp(adminapi.OpEraseTelemetry, map[string]string{"environmentSlug": "demo-harbor", "confirmation": "erase telemetry demo-harbor"}); r.Status != http.StatusOK {
 		t.Fatalf("erase: %s", r)
 	}
 	h.requireCounterExact("after the erase")
-	h.clock.Advance(6 * time.Second)
-	if r := send(telemetryPath, window(0)); r.Status != http.StatusAccepted {
+	h.Clock.Advance(6 * time.Second)
+	if r := send(ingest.TelemetryRoute, window(0)); r.Status != http.StatusAccepted {
 		t.Fatalf("a window after the erase: %s", r)
 	}
 	h.requireCounterExact("after the erase and a window")

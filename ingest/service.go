@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/strictjson"
 	"github.com/chalupa-run/chalupa/internal/wake"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 

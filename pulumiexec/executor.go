@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/storage"

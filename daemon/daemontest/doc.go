@@ -5,7 +5,12 @@
 // litestream CLI, the pulumi test provider — is internal/proctest, which
 // imports no server package, so storage's tests do not link the daemon.
 //
+// Ingest (ingest.go) is the signed-ingest harness on an InProcess: a
+// recording client that signs with a fake clock shared by the daemon, the
+// routes' bodies, direct SQL, and a secret scan when the test ends.
+//
 // The package imports daemon, so only external test packages (daemon_test,
-// the end-to-end tests) can use it. Functions that take a testing.TB must be
-// called from the test's own goroutine (they may call t.Fatalf).
+// ingest_test, the end-to-end tests) can use it. Functions that take a
+// testing.TB must be called from the test's own goroutine (they may call
+// t.Fatalf).
 package daemontest

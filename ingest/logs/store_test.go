@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 // send performs a presigned request with body.

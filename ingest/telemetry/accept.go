@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/storage"
 )
 

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )

@@ -19,8 +19,6 @@
 package storagetest
 
 import (
-	"github.com/oklog/ulid/v2"
-
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -33,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/storage"

@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chalupa-run/chalupa/protocol"
-
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
+	"github.com/chalupa-run/chalupa/protocol"
 )
 
 func TestHistogramQuantilesWithinOnePercent(t *testing.T) {

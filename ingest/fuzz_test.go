@@ -1,4 +1,4 @@
-package daemon_test
+package ingest_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/protocol"
 )
@@ -59,23 +60,23 @@ const (
 //     must stay encodable).
 //
 // `go test` runs the seeds below and testdata/fuzz/FuzzVerify; `go test
-// -run XXX -fuzz FuzzVerify ./daemon` explores.
+// -run XXX -fuzz FuzzVerify ./ingest` explores.
 func FuzzVerify(f *testing.F) {
-	h := newIngestHarness(f, harnessOptions{SharedKey: fuzzSharedKey, NoLeakCheck: true, Epoch: fuzzEpoch})
-	h.createEnv("demo-harbor")
-	h.createEnv("other-env")
-	rotating := h.issue("demo-harbor")
-	active, _ := h.rotate("demo-harbor")
-	revoked := h.issue("demo-harbor")
-	h.revoke(revoked.ID)
-	other := h.issue("other-env")
-	known := map[string]testKey{active.ID: active, rotating.ID: rotating, other.ID: other}
-	handler := h.handler
-	conn := h.sqlConn()
+	h := daemontest.NewIngest(f, daemontest.IngestOptions{SharedKey: fuzzSharedKey, NoLeakCheck: true, Epoch: fuzzEpoch})
+	h.CreateEnv("demo-harbor")
+	h.CreateEnv("other-env")
+	rotating := h.Issue("demo-harbor")
+	active, _ := h.Rotate("demo-harbor")
+	revoked := h.Issue("demo-harbor")
+	h.Revoke(revoked.ID)
+	other := h.Issue("other-env")
+	known := map[string]daemontest.Key{active.ID: active, rotating.ID: rotating, other.ID: other}
+	handler := h.App.Server.Handler()
+	conn := h.SQL()
 	accepted := map[[2]string]bool{} // (partition, nonce)
 
 	hb := func(env, dep string, extra string) []byte {
-		return h.heartbeat(hbOpts{Env: env, Deployment: dep, LastActivityAt: fuzzEpoch.Add(-5 * time.Minute), SentAt: fuzzEpoch, ExtraJSONAtTheEnd: extra})
+		return h.Heartbeat(daemontest.HeartbeatOpts{Env: env, Deployment: dep, LastActivityAt: fuzzEpoch.Add(-5 * time.Minute), SentAt: fuzzEpoch, ExtraJSONAtTheEnd: extra})
 	}
 	nonce := "seed-nonce-0000000000000000"
 	f.Add(uint8(fuzzKeyActive), "", int64(0), "", nonce+"a", uint8(fuzzSigValid), "", hb("demo-harbor", "dep-1", ""))
@@ -111,7 +112,7 @@ func FuzzVerify(f *testing.F) {
 		if ts == "" {
 			ts = strconv.FormatInt(fuzzEpoch.Unix()+tsDelta, 10)
 		}
-		sigHeader := protocol.Sign(key, ts, nonce, "POST", heartbeatPath, body)
+		sigHeader := protocol.Sign(key, ts, nonce, "POST", ingest.HeartbeatRoute, body)
 		switch sigMode % 3 {
 		case fuzzSigRaw:
 			sigHeader = sig
@@ -124,7 +125,7 @@ func FuzzVerify(f *testing.F) {
 			sigHeader = sigHeader[:i] + string(c) + sigHeader[i+1:]
 		}
 
-		req := httptest.NewRequest("POST", heartbeatPath, bytes.NewReader(body))
+		req := httptest.NewRequest("POST", ingest.HeartbeatRoute, bytes.NewReader(body))
 		set := func(k, v string) {
 			if v != "" {
 				req.Header[k] = []string{v}
@@ -136,11 +137,11 @@ func FuzzVerify(f *testing.F) {
 		set(protocol.HeaderSignature, sigHeader)
 		req.Header.Set("Content-Type", "application/json")
 
-		before := countRows(t, conn, `SELECT coalesce(max(id), 0) FROM heartbeats`)
+		before := daemontest.CountRows(t, conn, `SELECT coalesce(max(id), 0) FROM heartbeats`)
 		w := httptest.NewRecorder()
 		handler.ServeHTTP(w, req)
 		status, respBody := w.Code, w.Body.Bytes()
-		after := countRows(t, conn, `SELECT coalesce(max(id), 0) FROM heartbeats`)
+		after := daemontest.CountRows(t, conn, `SELECT coalesce(max(id), 0) FROM heartbeats`)
 
 		if testing.Verbose() {
 			t.Logf("-> %d %s", status, bytes.TrimSpace(respBody))
@@ -148,7 +149,7 @@ func FuzzVerify(f *testing.F) {
 		switch status {
 		case 202, 400, 401, 403, 409, 413, 422:
 		default:
-			t.Fatalf("status %d (body %s); daemon log tail:\n%s", status, respBody, tailBytes(h.logs.Bytes(), 4<<10))
+			t.Fatalf("status %d (body %s); daemon log tail:\n%s", status, respBody, tailBytes(h.Logs.Bytes(), 4<<10))
 		}
 		if !json.Valid(respBody) {
 			t.Fatalf("status %d with a body that is not JSON: %q", status, respBody)
@@ -181,7 +182,7 @@ func FuzzVerify(f *testing.F) {
 				t.Fatalf("409 nonce_replayed for a nonce never accepted in partition %q", partition)
 			}
 			if protocol.ValidNonce(nonce) {
-				claimed := countRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) == 1
+				claimed := daemontest.CountRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) == 1
 				if claimed != accepted[claimKey] {
 					t.Fatalf("refusal %d (%s): nonce claimed = %v, but accepted before = %v", status, eb.Error.Code, claimed, accepted[claimKey])
 				}
@@ -194,7 +195,7 @@ func FuzzVerify(f *testing.F) {
 		if serverKey == nil {
 			t.Fatalf("202 for key id %q, which is unknown or revoked", serverID)
 		}
-		ok, err := protocol.Verify(serverKey, req.Header.Get(protocol.HeaderSignature), ts, nonce, "POST", heartbeatPath, body)
+		ok, err := protocol.Verify(serverKey, req.Header.Get(protocol.HeaderSignature), ts, nonce, "POST", ingest.HeartbeatRoute, body)
 		if err != nil || !ok {
 			t.Fatalf("202 for a signature that does not verify (key %q, ts %q, nonce %q): %v", serverID, ts, nonce, err)
 		}
@@ -234,12 +235,12 @@ func FuzzVerify(f *testing.F) {
 		if after != before+1 {
 			t.Fatalf("202 wrote %d heartbeat rows, want 1", after-before)
 		}
-		if countRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) != 1 {
+		if daemontest.CountRows(t, conn, `SELECT count(*) FROM nonces WHERE key_id = ? AND nonce = ?`, partition, nonce) != 1 {
 			t.Fatalf("202 without the nonce claimed in partition %q", partition)
 		}
 		// Whatever was accepted, the fleet view still reads.
-		fr := httptest.NewRequest("GET", opPath(adminapi.OpListFleet), nil)
-		fr.Header.Set("Authorization", "Bearer "+h.adminToken())
+		fr := httptest.NewRequest("GET", daemontest.OpPath(adminapi.OpListFleet), nil)
+		fr.Header.Set("Authorization", "Bearer "+h.AdminToken())
 		fw := httptest.NewRecorder()
 		handler.ServeHTTP(fw, fr)
 		if fw.Code != 200 {

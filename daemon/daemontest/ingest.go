@@ -1,7 +1,7 @@
-package daemon_test
+package daemontest
 
 // The in-process harness for the signed-ingest HTTP surface: the App
-// daemontest.NewInProcess assembles (daemon.Open over a real SQLite file in
+// NewInProcess assembles (daemon.Open over a real SQLite file in
 // t.TempDir, migrated, master key proven, replicating to a file:// replica)
 // behind an httptest server, with a fake clock shared by the daemon and the
 // test's signer. Every response the harness's client receives and every
@@ -30,13 +30,11 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon"
-	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
-
-const heartbeatPath = "/api/ingest/heartbeat"
 
 // recordedResponse is one response as the client saw it.
 type recordedResponse struct {
@@ -83,8 +81,8 @@ func (r *recorder) snapshot() []recordedResponse {
 	return append([]recordedResponse(nil), r.all...)
 }
 
-// harnessOptions configures newIngestHarness.
-type harnessOptions struct {
+// IngestOptions configures NewIngest.
+type IngestOptions struct {
 	// SharedKey, when set, is CHALUPA_INGEST_KEY.
 	SharedKey string
 	// NoLeakCheck skips the secret scan at cleanup (the fuzz target, whose
@@ -98,29 +96,65 @@ type harnessOptions struct {
 	Statfs storage.StatfsFunc
 }
 
-// ingestHarness is one in-process daemon over a real database.
-type ingestHarness struct {
-	t     testing.TB
-	env   map[string]string
-	cfg   *daemon.Config
-	clock *clockwork.FakeClock
-	logs  *proctest.SyncBuffer
-	rec   *recorder
-	hc    *http.Client
-	opt   harnessOptions
-	p     *daemontest.InProcess
-	URL   string
-	// handler is the App's root handler (the fuzz target calls it directly).
-	handler http.Handler
+// UnlimitedQuotas sets every CHALUPA_QUOTA_* to 0 (unlimited): for tests and
+// benchmarks that measure something else and send far beyond a quota
+// (IngestOptions.Env, AppOptions.Env). Each call returns a new map.
+func UnlimitedQuotas() map[string]string {
+	return map[string]string{
+		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE":               "0",
+		"CHALUPA_QUOTA_HEARTBEAT_BURST":                     "0",
+		"CHALUPA_QUOTA_OPEN_SESSIONS":                       "0",
+		"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                  "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE":   "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":           "0",
+		"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE":                "0",
+		"CHALUPA_QUOTA_TELEMETRY_BURST":                     "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE":    "0",
+		"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE":                "0",
+		"CHALUPA_QUOTA_LIFECYCLE_BURST":                     "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE":    "0",
+		"CHALUPA_QUOTA_RUNS_PER_MINUTE":                     "0",
+		"CHALUPA_QUOTA_RUN_BURST":                           "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE":         "0",
+		"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE":             "0",
+		"CHALUPA_QUOTA_ARTIFACT_KIB_BURST":                  "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE": "0",
+		"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE":             "0",
+		"CHALUPA_QUOTA_LOG_BURST":                           "0",
+		"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
+	}
+}
+
+// Ingest is one in-process daemon over a real database with a recording,
+// signing client: the harness of the signed-ingest tests (ingest's own and
+// the daemon's quota, storage and shedding tests). Its methods must be
+// called from the test's goroutine unless they say otherwise.
+type Ingest struct {
+	// InProcess is the daemon: App, Admin (the typed admin client over
+	// the recording transport), URL, Env and Logs.
+	*InProcess
+	// T is the test the harness fails.
+	T testing.TB
+	// Clock is the fake clock the daemon and the signer share.
+	Clock *clockwork.FakeClock
+	// HTTP is the recording client every request goes through.
+	HTTP *http.Client
+
+	rec *recorder
+	opt IngestOptions
+	// cfg is the configuration the daemon was opened with, kept for the
+	// secret scan and SQL after the daemon has closed.
+	cfg *daemon.Config
 
 	mu       sync.Mutex
 	issuance map[string]string // key material -> "what" of its issuance response
 	check    *sql.DB           // separate connection for assertions and test setup
 }
 
-// newIngestHarness starts a daemon over a fresh data dir. Cleanup stops it
-// and, unless opt.NoLeakCheck, runs the secret scan.
-func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
+// NewIngest starts a daemon over a fresh data dir. Cleanup stops it and,
+// unless opt.NoLeakCheck, runs the secret scan (AssertNoSecretLeak) when
+// the test has not already failed.
+func NewIngest(t testing.TB, opt IngestOptions) *Ingest {
 	t.Helper()
 	env := map[string]string{}
 	for k, v := range opt.Env {
@@ -137,14 +171,14 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 	if epoch.IsZero() {
 		epoch = time.Now().UTC().Truncate(time.Second)
 	}
-	h := &ingestHarness{
-		t: t, opt: opt,
-		clock:    clockwork.NewFakeClockAt(epoch),
-		logs:     &proctest.SyncBuffer{},
+	h := &Ingest{
+		T: t, opt: opt,
+		Clock:    clockwork.NewFakeClockAt(epoch),
 		rec:      rec,
-		hc:       &http.Client{Transport: rec, Timeout: 60 * time.Second},
+		HTTP:     &http.Client{Transport: rec, Timeout: 60 * time.Second},
 		issuance: map[string]string{},
 	}
+	logs := &proctest.SyncBuffer{}
 	// Registered before NewInProcess's own cleanup, so it runs after the
 	// daemon has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() {
@@ -152,80 +186,77 @@ func newIngestHarness(t testing.TB, opt harnessOptions) *ingestHarness {
 			h.check.Close()
 		}
 		if !h.opt.NoLeakCheck && !t.Failed() {
-			h.assertNoSecretLeak(t)
+			h.AssertNoSecretLeak(t)
 		}
 	})
-	h.p = daemontest.NewInProcess(t, h.appOptions(env))
-	h.env, h.cfg = h.p.Env, h.p.App.Config
-	h.started()
+	h.InProcess = NewInProcess(t, AppOptions{Env: env, Clock: h.Clock, Logs: logs, HTTP: h.HTTP, Statfs: opt.Statfs})
+	h.cfg = h.App.Config
 	return h
 }
 
-func (h *ingestHarness) appOptions(env map[string]string) daemontest.AppOptions {
-	return daemontest.AppOptions{Env: env, Clock: h.clock, Logs: h.logs, HTTP: h.hc, Statfs: h.opt.Statfs}
-}
-
-// started records what a (re)start of the daemon changed.
-func (h *ingestHarness) started() {
-	h.URL, h.handler = h.p.URL, h.p.App.Server.Handler()
-}
-
-// restart closes the daemon and opens a new one on the same data dir (a
+// Restart closes the daemon and opens a new one on the same data dir (a
 // process restart, as far as the keyring's cache is concerned).
-func (h *ingestHarness) restart() {
-	h.t.Helper()
-	h.p.Restart(h.appOptions(h.env))
-	h.started()
+func (h *Ingest) Restart() {
+	h.T.Helper()
+	h.InProcess.Restart(AppOptions{Env: h.Env, Clock: h.Clock, Logs: h.Logs, HTTP: h.HTTP, Statfs: h.opt.Statfs})
 }
 
 // ---- HTTP -----------------------------------------------------------------
 
-// apiResponse is one answer, with the JSON error decoded when there is one.
-type apiResponse struct {
-	Status  int
-	Header  http.Header
-	Body    []byte
+// Response is one answer, with the JSON error decoded when there is one.
+type Response struct {
+	// Status is the HTTP status; Header and Body are the answer's.
+	Status int
+	Header http.Header
+	Body   []byte
+	// Code and Message are the error body's (4xx and 5xx), else "".
 	Code    string
 	Message string
 }
 
-func (r apiResponse) String() string {
+// String is the status and the body, for failure messages.
+func (r Response) String() string {
 	return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body))
 }
 
-func (h *ingestHarness) do(method, path string, header http.Header, body []byte) apiResponse {
-	h.t.Helper()
+// Do sends method path with header and body through the recording
+// client; a transport error fails the test.
+func (h *Ingest) Do(method, path string, header http.Header, body []byte) Response {
+	h.T.Helper()
 	req, err := http.NewRequest(method, h.URL+path, bytes.NewReader(body))
 	if err != nil {
-		h.t.Fatalf("build request: %v", err)
+		h.T.Fatalf("build request: %v", err)
 	}
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	return h.roundTrip(req)
+	return h.RoundTrip(req)
 }
 
-func (h *ingestHarness) roundTrip(req *http.Request) apiResponse {
-	h.t.Helper()
-	r, err := doRequest(h.hc, req)
+// RoundTrip sends req through the recording client; a transport error
+// fails the test.
+func (h *Ingest) RoundTrip(req *http.Request) Response {
+	h.T.Helper()
+	r, err := DoRequest(h.HTTP, req)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+		h.T.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	return r
 }
 
-// doRequest is safe to call from any goroutine.
-func doRequest(hc *http.Client, req *http.Request) (apiResponse, error) {
+// DoRequest sends req with hc and reads the answer (its error body decoded
+// when the status is 4xx or 5xx). It is safe to call from any goroutine.
+func DoRequest(hc *http.Client, req *http.Request) (Response, error) {
 	resp, err := hc.Do(req)
 	if err != nil {
-		return apiResponse{}, err
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return apiResponse{}, err
+		return Response{}, err
 	}
-	out := apiResponse{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	out := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 	var eb adminapi.ErrorBody
 	if resp.StatusCode >= 400 && json.Unmarshal(b, &eb) == nil {
 		out.Code, out.Message = eb.Error.Code, eb.Error.Message
@@ -233,19 +264,22 @@ func doRequest(hc *http.Client, req *http.Request) (apiResponse, error) {
 	return out, nil
 }
 
-func (h *ingestHarness) adminToken() string { return h.env["CHALUPA_ADMIN_TOKEN"] }
-func (h *ingestHarness) readyToken() string { return h.env["CHALUPA_READY_TOKEN"] }
+// AdminToken is CHALUPA_ADMIN_TOKEN.
+func (h *Ingest) AdminToken() string { return h.Env["CHALUPA_ADMIN_TOKEN"] }
 
-// admin sends operation id's request with the admin bearer, at the method
+// ReadyToken is CHALUPA_READY_TOKEN.
+func (h *Ingest) ReadyToken() string { return h.Env["CHALUPA_READY_TOKEN"] }
+
+// AdminOp sends operation id's request with the admin bearer, at the method
 // and path the operation table gives it; body is marshalled unless it is
 // already []byte or a string (sent as is, to test what the server refuses).
 // The answer keeps its status, headers and error code for the contract
-// tests; typed calls go through h.client().
-func (h *ingestHarness) admin(id string, body any) apiResponse {
-	h.t.Helper()
+// tests; typed calls go through h.Admin.
+func (h *Ingest) AdminOp(id string, body any) Response {
+	h.T.Helper()
 	op, ok := adminapi.Lookup(id)
 	if !ok {
-		h.t.Fatalf("unknown operation %s", id)
+		h.T.Fatalf("unknown operation %s", id)
 	}
 	var b []byte
 	switch v := body.(type) {
@@ -257,14 +291,14 @@ func (h *ingestHarness) admin(id string, body any) apiResponse {
 	default:
 		var err error
 		if b, err = json.Marshal(v); err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 	}
-	return h.do(op.Method, op.Path, http.Header{"Authorization": {"Bearer " + h.adminToken()}, "Content-Type": {"application/json"}}, b)
+	return h.Do(op.Method, op.Path, http.Header{"Authorization": {"Bearer " + h.AdminToken()}, "Content-Type": {"application/json"}}, b)
 }
 
-// opPath is the path the operation table gives operation id.
-func opPath(id string) string {
+// OpPath is the path the operation table gives operation id.
+func OpPath(id string) string {
 	op, ok := adminapi.Lookup(id)
 	if !ok {
 		panic("unknown operation " + id)
@@ -272,83 +306,93 @@ func opPath(id string) string {
 	return op.Path
 }
 
-// client is the typed admin client (over the recording transport).
-func (h *ingestHarness) client() *adminapi.Client { return h.p.Admin }
+// CreateEnv creates environment slug through the admin client.
 
-func (h *ingestHarness) createEnv(slug string) {
-	h.t.Helper()
-	if _, err := h.client().CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
-		h.t.Fatalf("create environment %s: %v", slug, err)
+func (h *Ingest) CreateEnv(slug string) {
+	h.T.Helper()
+	if _, err := h.Admin.CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: slug}); err != nil {
+		h.T.Fatalf("create environment %s: %v", slug, err)
 	}
 }
 
-// testKey is an issued key as the test holds it.
-type testKey struct {
-	ID       string
+// Key is an issued key as the test holds it.
+type Key struct {
+	// ID is the key id (X-Chalupa-Key-Id).
+	ID string
+	// Material is the key as issued (its text form); Raw its bytes, the
+	// HMAC key.
 	Material string
 	Raw      []byte
-	Env      string
+	// Env is the slug of the environment the key is bound to.
+	Env string
 }
 
 // keyCall runs issue or rotate and records where the material was issued
 // (the one response allowed to hold it).
-func (h *ingestHarness) keyCall(call func(context.Context, string) (adminapi.IssuedKey, error), slug, what string) (testKey, adminapi.IssuedKey) {
-	h.t.Helper()
+func (h *Ingest) keyCall(call func(context.Context, string) (adminapi.IssuedKey, error), slug, what string) (Key, adminapi.IssuedKey) {
+	h.T.Helper()
 	k, err := call(context.Background(), slug)
 	if err != nil {
-		h.t.Fatalf("%s: %v", what, err)
+		h.T.Fatalf("%s: %v", what, err)
 	}
 	raw, err := protocol.DecodeKeyMaterial(k.KeyMaterial)
 	if err != nil {
-		h.t.Fatalf("%s: key material: %v", what, err)
+		h.T.Fatalf("%s: key material: %v", what, err)
 	}
 	op, _ := adminapi.Lookup(adminapi.OpIssueIngestKey)
 	h.mu.Lock()
 	h.issuance[k.KeyMaterial] = fmt.Sprintf("%s %s -> %d", op.Method, op.Path, op.Status)
 	h.mu.Unlock()
-	return testKey{ID: k.KeyID, Material: k.KeyMaterial, Raw: raw, Env: k.EnvironmentSlug}, k
+	return Key{ID: k.KeyID, Material: k.KeyMaterial, Raw: raw, Env: k.EnvironmentSlug}, k
 }
 
-func (h *ingestHarness) issue(slug string) testKey {
-	h.t.Helper()
-	k, _ := h.keyCall(h.client().IssueIngestKey, slug, "issue key for "+slug)
+// Issue issues a key for environment slug.
+func (h *Ingest) Issue(slug string) Key {
+	h.T.Helper()
+	k, _ := h.keyCall(h.Admin.IssueIngestKey, slug, "issue key for "+slug)
 	return k
 }
 
-func (h *ingestHarness) rotate(slug string) (testKey, []string) {
-	h.t.Helper()
-	k, full := h.keyCall(h.client().RotateIngestKey, slug, "rotate keys of "+slug)
+// Rotate rotates slug's keys: the new key and the ids rotated out.
+func (h *Ingest) Rotate(slug string) (Key, []string) {
+	h.T.Helper()
+	k, full := h.keyCall(h.Admin.RotateIngestKey, slug, "rotate keys of "+slug)
 	return k, full.RotatedKeyIDs
 }
 
-func (h *ingestHarness) revoke(keyID string) {
-	h.t.Helper()
-	if _, err := h.client().RevokeIngestKey(context.Background(), keyID); err != nil {
-		h.t.Fatalf("revoke %s: %v", keyID, err)
+// Revoke revokes key keyID.
+func (h *Ingest) Revoke(keyID string) {
+	h.T.Helper()
+	if _, err := h.Admin.RevokeIngestKey(context.Background(), keyID); err != nil {
+		h.T.Fatalf("revoke %s: %v", keyID, err)
 	}
 }
 
-func (h *ingestHarness) fleet() adminapi.Fleet {
-	h.t.Helper()
-	f, err := h.client().ListFleet(context.Background())
+// Fleet is the admin fleet listing.
+func (h *Ingest) Fleet() adminapi.Fleet {
+	h.T.Helper()
+	f, err := h.Admin.ListFleet(context.Background())
 	if err != nil {
-		h.t.Fatalf("fleet: %v", err)
+		h.T.Fatalf("fleet: %v", err)
 	}
 	return f
 }
 
 // ---- signed requests ------------------------------------------------------
 
-// signedReq describes one signed ingest request. Zero fields take defaults:
+// SignedReq describes one signed ingest request. Zero fields take defaults:
 // TS is the clock's now, Nonce a fresh one, the signature covers POST,
-// heartbeatPath and Body.
-type signedReq struct {
-	KeyID string // "" sends no X-Chalupa-Key-Id
+// ingest.HeartbeatRoute and Body.
+type SignedReq struct {
+	// KeyID and Key sign the request; "" sends no X-Chalupa-Key-Id.
+	KeyID string
 	Key   []byte
+	// TS (Unix seconds) and Nonce are the headers' values.
 	TS    string
 	Nonce string
-	Body  []byte
-	Path  string // sent to; default heartbeatPath
+	// Body is sent to Path (default ingest.HeartbeatRoute).
+	Body []byte
+	Path string
 
 	SignMethod, SignPath string // what the signature covers, when it differs
 	SignBody             []byte
@@ -357,17 +401,17 @@ type signedReq struct {
 	Extra                map[string]string // headers added after the signed ones (a second value for a protocol header)
 }
 
-// build fills in defaults and returns the request plus the filled-in copy.
-func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
-	h.t.Helper()
+// Build fills in defaults and returns the request plus the filled-in copy.
+func (h *Ingest) Build(r SignedReq) (*http.Request, SignedReq) {
+	h.T.Helper()
 	if r.TS == "" {
-		r.TS = strconv.FormatInt(h.clock.Now().Unix(), 10)
+		r.TS = strconv.FormatInt(h.Clock.Now().Unix(), 10)
 	}
 	if r.Nonce == "" {
 		r.Nonce = protocol.NewNonce()
 	}
 	if r.Path == "" {
-		r.Path = heartbeatPath
+		r.Path = ingest.HeartbeatRoute
 	}
 	sm, sp, sb := "POST", r.Path, r.Body
 	if r.SignMethod != "" {
@@ -381,7 +425,7 @@ func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
 	}
 	req, err := http.NewRequest("POST", h.URL+r.Path, bytes.NewReader(r.Body))
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	protocol.Attach(req.Header, r.KeyID, r.Key, r.TS, r.Nonce, sm, sp, sb)
 	if r.Sig != "" {
@@ -397,14 +441,17 @@ func (h *ingestHarness) build(r signedReq) (*http.Request, signedReq) {
 	return req, r
 }
 
-func (h *ingestHarness) send(r signedReq) apiResponse {
-	h.t.Helper()
-	req, _ := h.build(r)
-	return h.roundTrip(req)
+// Send builds r (Build) and sends it.
+func (h *Ingest) Send(r SignedReq) Response {
+	h.T.Helper()
+	req, _ := h.Build(r)
+	return h.RoundTrip(req)
 }
 
-// hbOpts shapes a heartbeat body.
-type hbOpts struct {
+// HeartbeatOpts shapes a heartbeat body.
+type HeartbeatOpts struct {
+	// The fields are HeartbeatV1's: the environment and deployment, the
+	// droplet, the reaper's observation, the session expiry, the agent.
 	Env, Deployment   string
 	DropletID         int64
 	LimitMinutes      int64
@@ -418,11 +465,11 @@ type hbOpts struct {
 	ExtraJSONAtTheEnd string // raw JSON members appended to the object (e.g. an unknown field)
 }
 
-// heartbeat returns a valid HeartbeatV1 body for o (defaults: limit 30 min,
+// Heartbeat returns a valid HeartbeatV1 body for o (defaults: limit 30 min,
 // last activity 5 min before the clock, sent now, agent "test/1").
-func (h *ingestHarness) heartbeat(o hbOpts) []byte {
-	h.t.Helper()
-	now := h.clock.Now()
+func (h *Ingest) Heartbeat(o HeartbeatOpts) []byte {
+	h.T.Helper()
+	now := h.Clock.Now()
 	if o.LimitMinutes == 0 {
 		o.LimitMinutes = 30
 	}
@@ -444,7 +491,7 @@ func (h *ingestHarness) heartbeat(o hbOpts) []byte {
 		SessionExpiresAt: o.SessionExpiresAt,
 	})
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	if o.ExtraJSONAtTheEnd != "" {
 		b = append(b[:len(b)-1], []byte(","+o.ExtraJSONAtTheEnd+"}")...)
@@ -452,17 +499,48 @@ func (h *ingestHarness) heartbeat(o hbOpts) []byte {
 	return b
 }
 
+// DiscardWriter is a ResponseWriter that keeps only the status: for
+// benchmarks that call a handler directly, without a connection.
+type DiscardWriter struct {
+	h http.Header
+	// Code is the status written (200 for a body without one).
+	Code int
+}
+
+// Header is the header map, kept only for the handler to write into.
+func (d *DiscardWriter) Header() http.Header {
+	if d.h == nil {
+		d.h = http.Header{}
+	}
+	return d.h
+}
+
+// WriteHeader records the first status.
+func (d *DiscardWriter) WriteHeader(code int) {
+	if d.Code == 0 {
+		d.Code = code
+	}
+}
+
+// Write discards p (an implicit 200 if no status was written).
+func (d *DiscardWriter) Write(p []byte) (int, error) {
+	if d.Code == 0 {
+		d.Code = http.StatusOK
+	}
+	return len(p), nil
+}
+
 // ---- direct SQL (assertions and test setup) -------------------------------
 
-// sqlConn is a connection of its own to the database file, outside the
+// SQL is a connection of its own to the database file, outside the
 // daemon's pools: test setup writes (an ended deployment, a swapped
 // envelope) and assertions go through it.
-func (h *ingestHarness) sqlConn() *sql.DB {
-	h.t.Helper()
+func (h *Ingest) SQL() *sql.DB {
+	h.T.Helper()
 	if h.check == nil {
 		c, err := sql.Open("sqlite", "file:"+h.cfg.DatabasePath()+"?_pragma=busy_timeout(10000)")
 		if err != nil {
-			h.t.Fatalf("open check connection: %v", err)
+			h.T.Fatalf("open check connection: %v", err)
 		}
 		c.SetMaxOpenConns(1)
 		h.check = c
@@ -470,14 +548,15 @@ func (h *ingestHarness) sqlConn() *sql.DB {
 	return h.check
 }
 
-func (h *ingestHarness) count(query string, args ...any) int {
-	h.t.Helper()
-	return countRows(h.t, h.sqlConn(), query, args...)
+// Count runs query, which answers one integer, on SQL.
+func (h *Ingest) Count(query string, args ...any) int {
+	h.T.Helper()
+	return CountRows(h.T, h.SQL(), query, args...)
 }
 
-// countRows runs a query answering one integer (usable inside a fuzz
+// CountRows runs a query answering one integer (usable inside a fuzz
 // target, where the harness's own testing.F may not be used).
-func countRows(t testing.TB, db *sql.DB, query string, args ...any) int {
+func CountRows(t testing.TB, db *sql.DB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
@@ -486,15 +565,19 @@ func countRows(t testing.TB, db *sql.DB, query string, args ...any) int {
 	return n
 }
 
-func (h *ingestHarness) exec(query string, args ...any) {
-	h.t.Helper()
-	if _, err := h.sqlConn().Exec(query, args...); err != nil {
-		h.t.Fatalf("%s: %v", query, err)
+// Exec runs query on SQL.
+func (h *Ingest) Exec(query string, args ...any) {
+	h.T.Helper()
+	if _, err := h.SQL().Exec(query, args...); err != nil {
+		h.T.Fatalf("%s: %v", query, err)
 	}
 }
 
-func (h *ingestHarness) heartbeatRows() int { return h.count(`SELECT count(*) FROM heartbeats`) }
-func (h *ingestHarness) nonceRows() int     { return h.count(`SELECT count(*) FROM nonces`) }
+// HeartbeatRows counts the heartbeats table.
+func (h *Ingest) HeartbeatRows() int { return h.Count(`SELECT count(*) FROM heartbeats`) }
+
+// NonceRows counts the nonces table.
+func (h *Ingest) NonceRows() int { return h.Count(`SELECT count(*) FROM nonces`) }
 
 // ---- secrets --------------------------------------------------------------
 
@@ -541,9 +624,25 @@ func headerBytes(h http.Header) []byte {
 	return b.Bytes()
 }
 
-// assertNoSecretLeak scans the logs and every recorded response, reporting
+// PlantResponse records a response as if the client had received it (what
+// is "METHOD path -> status") and returns the function that forgets it and
+// every response recorded after it: the secret scan's own test plants
+// leaks with it to prove AssertNoSecretLeak reports them.
+func (h *Ingest) PlantResponse(what string, header http.Header, body []byte) (forget func()) {
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	n := len(h.rec.all)
+	h.rec.all = append(h.rec.all, recordedResponse{what: what, header: header, body: body})
+	return func() {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		h.rec.all = h.rec.all[:n]
+	}
+}
+
+// AssertNoSecretLeak scans the logs and every recorded response, reporting
 // each leak with t.Errorf.
-func (h *ingestHarness) assertNoSecretLeak(t testing.TB) {
+func (h *Ingest) AssertNoSecretLeak(t testing.TB) {
 	t.Helper()
 	type secret struct {
 		name  string
@@ -553,11 +652,11 @@ func (h *ingestHarness) assertNoSecretLeak(t testing.TB) {
 	}
 	var secrets []secret
 	for _, k := range []string{"CHALUPA_ADMIN_TOKEN", "CHALUPA_READY_TOKEN", "CHALUPA_INGEST_KEY"} {
-		if v := h.env[k]; v != "" {
+		if v := h.Env[k]; v != "" {
 			secrets = append(secrets, secret{name: k, forms: secretForms(v, nil)})
 		}
 	}
-	secrets = append(secrets, secret{name: "CHALUPA_INGEST_MASTER_KEY", forms: secretForms(h.env["CHALUPA_INGEST_MASTER_KEY"], h.cfg.MasterKey())})
+	secrets = append(secrets, secret{name: "CHALUPA_INGEST_MASTER_KEY", forms: secretForms(h.Env["CHALUPA_INGEST_MASTER_KEY"], h.cfg.MasterKey())})
 	h.mu.Lock()
 	for m, what := range h.issuance {
 		raw, _ := protocol.DecodeKeyMaterial(m)
@@ -570,7 +669,7 @@ func (h *ingestHarness) assertNoSecretLeak(t testing.TB) {
 		leaks++
 		t.Errorf(format, a...)
 	}
-	logs := h.logs.Bytes()
+	logs := h.Logs.Bytes()
 	if len(logs) == 0 {
 		report("secret scan: no log output was captured (the scan would prove nothing)")
 	}

@@ -1,10 +1,12 @@
-package daemon_test
+package ingest_test
 
 import (
 	"encoding/json"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
 )
 
 // TestRecordedAgentRequestsAreAccepted replays the requests a released
@@ -27,14 +29,14 @@ func TestRecordedAgentRequestsAreAccepted(t *testing.T) {
 	if err := json.Unmarshal(b, &reqs); err != nil || len(reqs) == 0 {
 		t.Fatalf("recorded requests: %v (%d)", err, len(reqs))
 	}
-	h := newIngestHarness(t, harnessOptions{Epoch: reqs[0].At})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{Epoch: reqs[0].At})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
 	for i, r := range reqs {
-		if d := r.At.Sub(h.clock.Now()); d > 0 {
-			h.clock.Advance(d)
+		if d := r.At.Sub(h.Clock.Now()); d > 0 {
+			h.Clock.Advance(d)
 		}
-		res := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Path: r.Path, Body: r.Body})
+		res := h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Path: r.Path, Body: r.Body})
 		if res.Status/100 != 2 {
 			t.Fatalf("recorded request %d (%s at %s): %s, want it accepted", i, r.Path, r.At.Format(time.TimeOnly), res)
 		}

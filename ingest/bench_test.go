@@ -1,6 +1,6 @@
 //go:build linux
 
-package daemon_test
+package ingest_test
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/protocol"
 )
 
@@ -26,7 +28,7 @@ import (
 // real database, in process: no network, no client on the same CPU. Every
 // request is signed with a fresh nonce before the timer starts.
 //
-//	go test -run XXX -bench Heartbeat -benchmem -cpu 1,2 ./daemon
+//	go test -run XXX -bench Heartbeat -benchmem -cpu 1,2 ./ingest
 //
 // Besides ns/op (wall time per heartbeat) it reports cpu-µs/op (user+system
 // CPU of the whole process per heartbeat, Litestream and GC included) and
@@ -47,32 +49,32 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}{{"serial", 1, 0}, {"64-in-flight", 64, 0}, {"1000-per-s", 0, 1000}} {
 		b.Run(bc.name, func(b *testing.B) {
 			// Quotas off: a benchmark measures heartbeats, never 429s.
-			h := newIngestHarness(b, harnessOptions{NoLeakCheck: true, Env: unlimitedQuotas})
-			h.createEnv("bench-env")
-			k := h.issue("bench-env")
+			h := daemontest.NewIngest(b, daemontest.IngestOptions{NoLeakCheck: true, Env: daemontest.UnlimitedQuotas()})
+			h.CreateEnv("bench-env")
+			k := h.Issue("bench-env")
 			reqs := make([]*http.Request, b.N)
-			ts := strconv.FormatInt(h.clock.Now().Unix(), 10)
+			ts := strconv.FormatInt(h.Clock.Now().Unix(), 10)
 			for i := range reqs {
-				body := h.heartbeat(hbOpts{Env: "bench-env", Deployment: "dep-" + strconv.Itoa(i%500), IdleChecks: int64(i), Region: "nyc3", Size: "s-2vcpu-4gb", DropletID: 400000000 + int64(i%500)})
-				req, err := http.NewRequest("POST", heartbeatPath, bytes.NewReader(body))
+				body := h.Heartbeat(daemontest.HeartbeatOpts{Env: "bench-env", Deployment: "dep-" + strconv.Itoa(i%500), IdleChecks: int64(i), Region: "nyc3", Size: "s-2vcpu-4gb", DropletID: 400000000 + int64(i%500)})
+				req, err := http.NewRequest("POST", ingest.HeartbeatRoute, bytes.NewReader(body))
 				if err != nil {
 					b.Fatal(err)
 				}
 				req.Header.Set("Content-Type", "application/json")
-				protocol.Attach(req.Header, k.ID, k.Raw, ts, protocol.NewNonce(), "POST", heartbeatPath, body)
+				protocol.Attach(req.Header, k.ID, k.Raw, ts, protocol.NewNonce(), "POST", ingest.HeartbeatRoute, body)
 				reqs[i] = req
 			}
-			handler := h.handler
-			w := h.p.App.DB.Writer
+			handler := h.App.Server.Handler()
+			w := h.App.DB.Writer
 			var next atomic.Int64
 			var failed, lastCode atomic.Int64
 			serve := func() {
 				i := next.Add(1) - 1
-				var rw discardWriter
+				var rw daemontest.DiscardWriter
 				handler.ServeHTTP(&rw, reqs[i])
-				if rw.code != http.StatusAccepted {
+				if rw.Code != http.StatusAccepted {
 					failed.Add(1)
-					lastCode.Store(int64(rw.code))
+					lastCode.Store(int64(rw.Code))
 				}
 			}
 			runtime.GC()
@@ -130,33 +132,6 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}
 }
 
-// discardWriter is a ResponseWriter that keeps only the status.
-type discardWriter struct {
-	h    http.Header
-	code int
-}
-
-func (d *discardWriter) Header() http.Header {
-	if d.h == nil {
-		d.h = http.Header{}
-	}
-	return d.h
-}
-
-func (d *discardWriter) WriteHeader(code int) {
-	if d.code == 0 {
-		d.code = code
-	}
-}
-
-func (d *discardWriter) Write(p []byte) (int, error) {
-	if d.code == 0 {
-		d.code = http.StatusOK
-	}
-	return len(p), nil
-}
-
-// cpuTime is the user+system CPU time this process has used.
 // writtenBytes is /proc/self/io's wchar: bytes this process passed to
 // write-family system calls so far.
 func writtenBytes(b *testing.B) int64 {
@@ -177,6 +152,7 @@ func writtenBytes(b *testing.B) int64 {
 	return 0
 }
 
+// cpuTime is the user+system CPU time this process has used.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

@@ -1,37 +1,16 @@
-package daemon_test
+package ingest_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/protocol"
 )
-
-// runReport returns a valid RunReportV1 body with two artifacts.
-func (h *ingestHarness) runReport(env, dep, runID string, mutate func(*protocol.RunReportV1)) []byte {
-	h.t.Helper()
-	now := h.clock.Now().UTC()
-	r := protocol.RunReportV1{EnvironmentSlug: env, DeploymentID: dep, RunID: runID, Suite: "unit/go", Status: "passed",
-		StartedAt: now.Add(-5 * time.Minute), FinishedAt: now.Add(-time.Minute), Commit: strings.Repeat("ab", 20),
-		Artifacts: []protocol.ArtifactRefV1{
-			{V: 1, Name: "report.xml", MediaType: "application/xml", SizeBytes: 1234, SHA256: strings.Repeat("0f", 32),
-				Locator: protocol.HTTPSLocator("https://ci.example.com/runs/1/report.xml")},
-			{V: 1, Name: "coverage", MediaType: "text/plain", SizeBytes: 10, SHA256: strings.Repeat("a1", 32),
-				Locator: protocol.LocalLocator("cover-1.out")},
-		}}
-	if mutate != nil {
-		mutate(&r)
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return b
-}
 
 // TestIngestRunsAnswers: POST /api/ingest/runs (docs/operations.md,
 // "Lifecycle events and runs"): a report is stored with its artifacts; a
@@ -40,20 +19,20 @@ func (h *ingestHarness) runReport(env, dep, runID string, mutate func(*protocol.
 // malformed report is refused with nothing written, not even the nonce;
 // adminListRuns lists what was stored.
 func TestIngestRunsAnswers(t *testing.T) {
-	h := newIngestHarness(t, harnessOptions{})
-	h.createEnv("demo-harbor")
-	k := h.issue("demo-harbor")
-	if r := h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: h.heartbeat(hbOpts{Env: "demo-harbor", Deployment: "dep-1"})}); r.Status != http.StatusAccepted {
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
+	k := h.Issue("demo-harbor")
+	if r := h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-1"})}); r.Status != http.StatusAccepted {
 		t.Fatalf("heartbeat: %s", r)
 	}
-	send := func(body []byte) apiResponse {
-		return h.send(signedReq{KeyID: k.ID, Key: k.Raw, Body: body, Path: runsPath})
+	send := func(body []byte) daemontest.Response {
+		return h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: body, Path: ingest.RunsRoute})
 	}
-	first := h.runReport("demo-harbor", "dep-1", "run-1", nil)
+	first := h.RunReport("demo-harbor", "dep-1", "run-1", nil)
 	if r := send(first); r.Status != http.StatusAccepted || !strings.Contains(string(r.Body), `"deduplicated":false`) {
 		t.Fatalf("first report: %s", r)
 	}
-	raw := string(h.runReport("demo-harbor", "dep-1", "run-2", nil))
+	raw := string(h.RunReport("demo-harbor", "dep-1", "run-2", nil))
 	replace := func(old, new string) []byte {
 		if !strings.Contains(raw, old) {
 			t.Fatalf("%q not in the report", old)
@@ -61,13 +40,13 @@ func TestIngestRunsAnswers(t *testing.T) {
 		return []byte(strings.Replace(raw, old, new, 1))
 	}
 	art := func(f func(a *protocol.ArtifactRefV1)) []byte {
-		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { f(&r.Artifacts[0]) })
+		return h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { f(&r.Artifacts[0]) })
 	}
 	url := func(u string) []byte {
 		return art(func(a *protocol.ArtifactRefV1) { a.Locator.URL = &u })
 	}
 	localID := func(id string) []byte {
-		return h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Locator.ID = &id })
+		return h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Locator.ID = &id })
 	}
 	for _, tc := range []struct {
 		name   string
@@ -76,14 +55,14 @@ func TestIngestRunsAnswers(t *testing.T) {
 		code   string
 	}{
 		{"exact retry", first, http.StatusAccepted, ""},
-		{"retry, artifacts reordered and upper-case hex", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) {
+		{"retry, artifacts reordered and upper-case hex", h.RunReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) {
 			r.Artifacts[0], r.Artifacts[1] = r.Artifacts[1], r.Artifacts[0]
 			r.Artifacts[0].SHA256 = strings.ToUpper(r.Artifacts[0].SHA256)
 			r.StartedAt = r.StartedAt.In(time.FixedZone("x", -7200))
 		}), http.StatusAccepted, ""},
-		{"same run id, other status", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Status = "failed" }), http.StatusConflict, "run_conflict"},
-		{"same run id, other artifact", h.runReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Artifacts[0].SizeBytes++ }), http.StatusConflict, "run_conflict"},
-		{"unknown deployment", h.runReport("demo-harbor", "dep-none", "run-2", nil), http.StatusNotFound, "deployment_not_found"},
+		{"same run id, other status", h.RunReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Status = "failed" }), http.StatusConflict, "run_conflict"},
+		{"same run id, other artifact", h.RunReport("demo-harbor", "dep-1", "run-1", func(r *protocol.RunReportV1) { r.Artifacts[0].SizeBytes++ }), http.StatusConflict, "run_conflict"},
+		{"unknown deployment", h.RunReport("demo-harbor", "dep-none", "run-2", nil), http.StatusNotFound, "deployment_not_found"},
 		{"extra field in the run", replace(`"suite":`, `"extra":1,"suite":`), http.StatusUnprocessableEntity, "invalid_body"},
 		{"extra field in an artifact", replace(`"name":"report.xml"`, `"name":"report.xml","extra":1`), http.StatusUnprocessableEntity, "invalid_body"},
 		{"extra field in a locator", replace(`"kind":"local"`, `"kind":"local","extra":1`), http.StatusUnprocessableEntity, "invalid_body"},
@@ -116,19 +95,19 @@ func TestIngestRunsAnswers(t *testing.T) {
 		{"URL with percent-encoded CR LF", url("https://ci.example.com/r%0d%0a.xml"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"URL with percent-encoded NUL in the query", url("https://ci.example.com/r.xml?x=%00"), http.StatusUnprocessableEntity, "invalid_body"},
 		{"unknown locator kind", art(func(a *protocol.ArtifactRefV1) { a.Locator.Kind = "s3" }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"duplicate names", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"duplicate names", h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts[1].Name = r.Artifacts[0].Name }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"v 2", art(func(a *protocol.ArtifactRefV1) { a.V = 2 }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"v missing", replace(`{"v":1,"name":"report.xml"`, `{"name":"report.xml"`), http.StatusUnprocessableEntity, "invalid_body"},
 		{"bad sha256", art(func(a *protocol.ArtifactRefV1) { a.SHA256 = "abc" }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"negative size", art(func(a *protocol.ArtifactRefV1) { a.SizeBytes = -1 }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"bad status", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Status = "running" }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"finished before started", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.FinishedAt = r.StartedAt.Add(-time.Second) }), http.StatusUnprocessableEntity, "invalid_body"},
-		{"artifacts missing", h.runReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts = nil }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"bad status", h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Status = "running" }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"finished before started", h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.FinishedAt = r.StartedAt.Add(-time.Second) }), http.StatusUnprocessableEntity, "invalid_body"},
+		{"artifacts missing", h.RunReport("demo-harbor", "dep-1", "run-2", func(r *protocol.RunReportV1) { r.Artifacts = nil }), http.StatusUnprocessableEntity, "invalid_body"},
 		{"malformed JSON", []byte(raw[:len(raw)-1]), http.StatusBadRequest, "malformed_json"},
-		{"other environment", h.runReport("other-env", "dep-1", "run-2", nil), http.StatusForbidden, "environment_mismatch"},
+		{"other environment", h.RunReport("other-env", "dep-1", "run-2", nil), http.StatusForbidden, "environment_mismatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := h.lifecycleRows()
+			before := h.LifecycleRows()
 			r := send(tc.body)
 			if r.Status != tc.status || (tc.code != "" && !strings.Contains(string(r.Body), `"code":"`+tc.code+`"`)) {
 				t.Fatalf("got %s, want %d %s", r, tc.status, tc.code)
@@ -136,7 +115,7 @@ func TestIngestRunsAnswers(t *testing.T) {
 			if tc.status == http.StatusAccepted && !strings.Contains(string(r.Body), `"deduplicated":true`) {
 				t.Fatalf("retry not deduplicated: %s", r)
 			}
-			if after := h.lifecycleRows(); after != before {
+			if after := h.LifecycleRows(); after != before {
 				t.Fatalf("rows %s -> %s: something was written", before, after)
 			}
 			if strings.Contains(string(r.Body), "example") {
@@ -145,7 +124,7 @@ func TestIngestRunsAnswers(t *testing.T) {
 		})
 	}
 	t.Run("listed", func(t *testing.T) {
-		l, err := h.client().ListRuns(context.Background(), "demo-harbor")
+		l, err := h.Admin.ListRuns(context.Background(), "demo-harbor")
 		if err != nil || len(l.Runs) != 1 {
 			t.Fatalf("runs = %+v, %v", l, err)
 		}
@@ -154,7 +133,7 @@ func TestIngestRunsAnswers(t *testing.T) {
 			run.Artifacts[0].Locator.ID != "cover-1.out" || run.Artifacts[1].Locator.URL != "https://ci.example.com/runs/1/report.xml" || len(run.Fingerprint) != 64 {
 			t.Fatalf("run = %+v", run)
 		}
-		if _, err := h.client().ListRuns(context.Background(), "no-such-env"); err == nil || !strings.Contains(err.Error(), "environment_not_found") {
+		if _, err := h.Admin.ListRuns(context.Background(), "no-such-env"); err == nil || !strings.Contains(err.Error(), "environment_not_found") {
 			t.Fatalf("unknown environment: %v", err)
 		}
 	})
