@@ -207,3 +207,49 @@ func TestClockOffsetEvent(t *testing.T) {
 		t.Fatalf("%d clock-offset events, want 2", len(evs))
 	}
 }
+
+// TestOffsetWatchRun: the loop waits, without a timer, for a heartbeat,
+// then checks a minute later and records the event.
+func TestOffsetWatchRun(t *testing.T) {
+	h := newOffsetHarness(t, "demo-run")
+	w := &ingest.OffsetWatch{Service: h.svc, DB: h.db, Clock: h.clock, Log: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	count := func() int {
+		evs, err := storage.ListLifecycleEvents(context.Background(), h.db.Read, storage.EventFilter{Kind: ingest.KindClockOffset, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(evs)
+	}
+	// No heartbeat: no timer.
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	if err := h.clock.BlockUntilContext(short, 1); err == nil {
+		t.Fatal("a timer with no heartbeat")
+	}
+	for i := range 5 {
+		h.beat("demo-run", fmt.Sprintf("dep-%d", i), 40*time.Second)
+	}
+	if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if count() != 0 {
+		t.Fatal("an event before the minute passed")
+	}
+	h.clock.Advance(time.Minute)
+	deadline := time.Now().Add(5 * time.Second)
+	for count() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no clock-offset event a minute after the heartbeats")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
