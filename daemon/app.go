@@ -302,6 +302,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), NonceLedger: a.Server.ingest.NonceLedger(), QuotaEvents: a.Server.ingest.QuotaEvents(),
+		Ingest:    a.Server.ingest,
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
 		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention(),
 		Disk: a.Server.disk})

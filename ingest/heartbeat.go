@@ -144,6 +144,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	// deployment whose transit it was.
 	var decision time.Time
 	var stored transitKey
+	var late bool
 	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
@@ -152,6 +153,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		now := s.clock.Now().UTC()
 		stored = transitKey{environmentID: environmentID, deploymentID: hb.Deployment.ID}
 		limit := time.Duration(hb.Reaper.LimitMinutes) * time.Minute
+		late = s.transits.late(stored, transit)
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
 			EnvironmentID:  environmentID,
@@ -166,7 +168,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			LimitMinutes:   hb.Reaper.LimitMinutes,
 			LastActivityAt: hb.Reaper.LastActivityAt,
 			ActivityAt:     activityAt,
-			Late:           s.transits.late(stored, transit),
+			Late:           late,
 			CIActive:       hb.Reaper.CIActive,
 			// The deadline this heartbeat implies, kept on its row; the
 			// deployment's stored deadline never moves back for it.
@@ -205,6 +207,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	})
 	if resp.Status == http.StatusAccepted {
 		s.transits.add(stored, transit)
+		s.observeOffset(v, hb.EnvironmentSlug, hb.Deployment.ID, hb.SentAt, late)
 		s.deadlines.Notify(decision)
 		if s.contact != nil {
 			s.contact.HeartbeatAccepted(hb.EnvironmentSlug)

@@ -64,7 +64,9 @@ type Service struct {
 	// transits holds each deployment's recent heartbeat transits (the
 	// transit rule); mono, monoStart and wallStart make the steady frame
 	// arrivals are measured in for it (steadyNow).
-	transits  *transits
+	transits *transits
+	// offsets is the clock offset's estimator (ClockOffset).
+	offsets   *Offsets
 	mono      clockwork.Clock
 	monoStart time.Time
 	wallStart time.Time
@@ -153,7 +155,7 @@ func NewService(c Config) *Service {
 		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
 		notes: newQuotaNotes(), storage: newStorageHints(),
 		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact, mark: c.Mark,
-		transits: newTransits(maxTransitDeployments), mono: mono, monoStart: mono.Now(), wallStart: clock.Now()}
+		transits: newTransits(maxTransitDeployments), offsets: newOffsets(maxOffsetDeployments), mono: mono, monoStart: mono.Now(), wallStart: clock.Now()}
 	s.nonces.mark = c.Mark
 	return s
 }
