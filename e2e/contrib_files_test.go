@@ -56,8 +56,9 @@ func parseEnvFile(t *testing.T, path string) (set map[string]string, documented 
 	return set, documented
 }
 
-// proseOnly are the variables the example names only in prose, with no
-// assignment line of their own, each with the reason.
+// proseOnly are the variables the example and the README name only in
+// prose, with no assignment line or table row of their own, each with the
+// reason.
 var proseOnly = map[string]bool{
 	// Deprecated: named beside CHALUPA_REAPER, which replaces it; an
 	// assignment line would invite a new operator to set it.
@@ -250,5 +251,34 @@ func TestReadmeUsesNoRevokedKey(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadmeNamesEveryVariable: the README's "Configuration" table names
+// every variable the daemon reads (daemon.VariableNames), as it does
+// today; a variable added to the table alone would be missing there
+// without a word.
+func TestReadmeNamesEveryVariable(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(raw), "\n## Configuration\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Configuration" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, k := range configVars(t) {
+		if proseOnly[k] {
+			// Named in the row of the variable that replaces it.
+			if !strings.Contains(section, "`"+k+"`") {
+				t.Errorf("README.md's Configuration section does not name %s", k)
+			}
+			continue
+		}
+		if !strings.Contains(section, "| `"+k+"`") && !strings.Contains(section, " / `"+k+"`") {
+			t.Errorf("README.md's Configuration table does not name %s", k)
+		}
 	}
 }
