@@ -21,3 +21,15 @@ func serveEnvironmentHelp() string {
 	}
 	return b.String()
 }
+
+// VariableNames are the names of the environment variables the daemon
+// reads, in the variable table's order (daemon/config_vars.go): for the
+// tests that hold the files listing them (contrib/chalupa.env.example, the
+// benchmark harness's quota list) to the table.
+func VariableNames() []string {
+	var out []string
+	for _, v := range newConfig().variables() {
+		out = append(out, v.name)
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -375,5 +376,23 @@ func TestQuotaOpenSessions(t *testing.T) {
 	if got := h.warnings(); len(got) != 1 || !strings.HasPrefix(got[0], "quota:open_sessions:demo-harbor:dep-1:"+hour+" dep-1 ") ||
 		!strings.Contains(got[0], "CHALUPA_QUOTA_OPEN_SESSIONS=2") {
 		t.Fatalf("warnings = %q", got)
+	}
+}
+
+// TestUnlimitedQuotasCoverEveryQuota: daemontest.UnlimitedQuotas loads as
+// every field of ingest.Quotas at 0, so a test that means "no quota" meets
+// none, a quota added later included.
+func TestUnlimitedQuotasCoverEveryQuota(t *testing.T) {
+	env := daemontest.UnlimitedQuotas()
+	env["CHALUPA_DATA_DIR"], env["CHALUPA_LISTEN"] = t.TempDir(), "127.0.0.1:0"
+	cfg, err := daemon.LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := reflect.ValueOf(cfg.Quotas)
+	for i := range q.NumField() {
+		if !q.Field(i).IsZero() {
+			t.Errorf("with daemontest.UnlimitedQuotas, ingest.Quotas.%s is %v, want 0", q.Type().Field(i).Name, q.Field(i))
+		}
 	}
 }

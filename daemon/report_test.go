@@ -251,11 +251,19 @@ func TestOperationsReportReplica(t *testing.T) {
 	})
 	t.Run("unlistable", func(t *testing.T) {
 		// A file where the replica's directory was: reading it fails.
-		if err := os.RemoveAll(u.Path); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(u.Path, nil, 0o600); err != nil {
-			t.Fatal(err)
+		// Replication may add a file between RemoveAll's listing and its
+		// last unlink, or make the directory again: try again.
+		for attempt := 1; ; attempt++ {
+			err := os.RemoveAll(u.Path)
+			if err == nil {
+				err = os.WriteFile(u.Path, nil, 0o600)
+			}
+			if err == nil {
+				break
+			}
+			if attempt == 100 {
+				t.Fatal(err)
+			}
 		}
 		r, err := p.Admin.GetOperationsReport(ctx, 0)
 		if err != nil {

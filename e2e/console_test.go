@@ -125,7 +125,9 @@ func TestConsoleInChromium(t *testing.T) {
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	// The whole browser session, a pulumi preview job included: on a busy
+	// 2-vCPU machine that job alone took over a minute.
+	ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	art := t.ArtifactDir()
 	shot := func(name string) {

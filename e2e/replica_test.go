@@ -146,12 +146,7 @@ func TestServeExitsWhenTheReplicaLacksCommits(t *testing.T) {
 		{"file replica replaced by a file", func(t *testing.T) (map[string]string, func()) {
 			dir := filepath.Join(t.TempDir(), "replica")
 			return map[string]string{"CHALUPA_REPLICA_URL": e2eFileURL(dir)}, func() {
-				if err := os.RemoveAll(dir); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				replaceWithFile(t, dir)
 			}
 		}, 3},
 		{"wrong secret from the first start", func(t *testing.T) (map[string]string, func()) {
@@ -221,4 +216,26 @@ func TestServeRefusesTwoHistories(t *testing.T) {
 	e2eStop(t, second)
 	again := proctest.Restore(t, litestream, replica, nil)
 	e2eRequireAll(t, "the continued history", e2eInFile(t, again), acked)
+}
+
+// replaceWithFile replaces the directory dir, which a running daemon's
+// replication may be writing into, with a file. The daemon can add a file
+// between RemoveAll's listing and its last unlink ("directory not empty"),
+// or make the directory again before the file is written: each is tried
+// again, at most replaceAttempts times.
+func replaceWithFile(t *testing.T, dir string) {
+	t.Helper()
+	const replaceAttempts = 100
+	for attempt := 1; ; attempt++ {
+		err := os.RemoveAll(dir)
+		if err == nil {
+			err = os.WriteFile(dir, []byte("not a directory"), 0o600)
+		}
+		if err == nil {
+			return
+		}
+		if attempt == replaceAttempts {
+			t.Fatalf("replace %s with a file: %v", dir, err)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -235,4 +236,21 @@ func TestRateLimiterCosts(t *testing.T) {
 			t.Fatalf("the environment's 4 KiB spent: %v", rf)
 		}
 	})
+}
+
+// TestQuotaMessageForEveryQuota: each quota's hourly quota-exceeded event
+// says what it bounds and, for a configurable one, the variable and its
+// value (docs/operations.md, "Quotas"); a quota added to QuotaNames without
+// its text in quotaMessage (and rateVariables, for a rate) would fall back
+// to the bare "… quota exceeded".
+func TestQuotaMessageForEveryQuota(t *testing.T) {
+	for _, q := range QuotaNames {
+		msg := quotaMessage(q, DefaultQuotas(), "dep-1")
+		if strings.HasSuffix(msg, " quota exceeded") {
+			t.Errorf("quota %s has no event text of its own: %q", q, msg)
+		}
+		if v, ok := rateVariables[q]; ok && !strings.Contains(msg, v.rate+"=") {
+			t.Errorf("quota %s's event does not name %s: %q", q, v.rate, msg)
+		}
+	}
 }

@@ -98,31 +98,17 @@ type IngestOptions struct {
 
 // UnlimitedQuotas sets every CHALUPA_QUOTA_* to 0 (unlimited): for tests and
 // benchmarks that measure something else and send far beyond a quota
-// (IngestOptions.Env, AppOptions.Env). Each call returns a new map.
+// (IngestOptions.Env, AppOptions.Env). The names are the variable table's
+// (daemon.VariableNames), so a new quota is unlimited here without an edit.
+// Each call returns a new map.
 func UnlimitedQuotas() map[string]string {
-	return map[string]string{
-		"CHALUPA_QUOTA_HEARTBEATS_PER_MINUTE":               "0",
-		"CHALUPA_QUOTA_HEARTBEAT_BURST":                     "0",
-		"CHALUPA_QUOTA_OPEN_SESSIONS":                       "0",
-		"CHALUPA_QUOTA_ACTIVE_DEPLOYMENTS":                  "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_HEARTBEATS_PER_MINUTE":   "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_STORAGE_BYTES":           "0",
-		"CHALUPA_QUOTA_TELEMETRY_PER_MINUTE":                "0",
-		"CHALUPA_QUOTA_TELEMETRY_BURST":                     "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_TELEMETRY_PER_MINUTE":    "0",
-		"CHALUPA_QUOTA_LIFECYCLE_PER_MINUTE":                "0",
-		"CHALUPA_QUOTA_LIFECYCLE_BURST":                     "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_LIFECYCLE_PER_MINUTE":    "0",
-		"CHALUPA_QUOTA_RUNS_PER_MINUTE":                     "0",
-		"CHALUPA_QUOTA_RUN_BURST":                           "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_RUNS_PER_MINUTE":         "0",
-		"CHALUPA_QUOTA_ARTIFACT_KIB_PER_MINUTE":             "0",
-		"CHALUPA_QUOTA_ARTIFACT_KIB_BURST":                  "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_ARTIFACT_KIB_PER_MINUTE": "0",
-		"CHALUPA_QUOTA_LOG_REQUESTS_PER_MINUTE":             "0",
-		"CHALUPA_QUOTA_LOG_BURST":                           "0",
-		"CHALUPA_QUOTA_ENVIRONMENT_LOG_REQUESTS_PER_MINUTE": "0",
+	out := map[string]string{}
+	for _, name := range daemon.VariableNames() {
+		if strings.HasPrefix(name, "CHALUPA_QUOTA_") {
+			out[name] = "0"
+		}
 	}
+	return out
 }
 
 // Ingest is one in-process daemon over a real database with a recording,
