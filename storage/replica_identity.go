@@ -235,7 +235,27 @@ func replicaBaseOnce(ctx context.Context, client litestream.ReplicaClient) (base
 //     (emptied, lost, a new path) is re-seeded with a fresh snapshot.
 //
 // Without an identity (ReplicaConfig.Identity "") only the re-seeding runs.
+//
+// Litestream compacts and trims LTX files, local and replica, while verify
+// reads them: a file listed a moment ago can be gone when it is opened
+// ("no such file or directory") although nothing is wrong. verify then
+// starts over, at most verifyAttempts times; every step of it can run
+// again (the marker write and a re-seed are idempotent).
 func (r *Replicator) verify(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := r.verifyOnce(ctx)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == verifyAttempts || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// verifyAttempts bounds verify's fresh starts after a vanished file
+// (each one a few listings and reads; a re-seed at most once succeeds).
+const verifyAttempts = 3
+
+// verifyOnce is one pass of verify.
+func (r *Replicator) verifyOnce(ctx context.Context) error {
 	if r.marker != nil {
 		ids, err := r.markerIDs(ctx)
 		if err != nil {
