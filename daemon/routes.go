@@ -235,7 +235,7 @@ func (s *Server) signed(rt ingest.Route) {
 		switch {
 		case refusal != nil:
 			resp = *refusal
-		case pattern != heartbeatRoute && s.disk.Check().Low:
+		case pattern != ingest.HeartbeatRoute && s.disk.Check().Low:
 			// The free-space guard (docs/operations.md, "Quotas"):
 			// heartbeats are small and keep deadlines true; everything
 			// else waits until the operator makes room.

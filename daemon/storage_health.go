@@ -47,10 +47,6 @@ const (
 	DiskLowLiftedKind = "disk-low-lifted"
 )
 
-// heartbeatRoute is the one signed route the free-space guard lets
-// through: heartbeats are small and keep deadlines true.
-const heartbeatRoute = "/api/ingest/heartbeat"
-
 // diskLowRefusal is the answer to signed ingest other than heartbeats while
 // the free-space guard holds; nothing is read past authentication and
 // nothing is written, not even the nonce.

@@ -15,8 +15,9 @@ import (
 )
 
 // configVars are the environment variables the daemon reads: the rows of
-// its variable table (daemon.VariableNames). Config is a struct of sections
-// since issue 29, so its fields no longer name the variables.
+// its variable table (daemon.VariableNames). Config is a struct of
+// sections whose fields do not name the variables (docs/architecture.md,
+// "Recipes: the files each everyday change touches").
 func configVars(t *testing.T) []string {
 	t.Helper()
 	out := daemon.VariableNames()
