@@ -224,7 +224,10 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		for _, n := range st.ModeNotes {
 			fmt.Fprintf(tw, "warning\t%s\n", n)
 		}
-		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+		for _, l := range offsetLines(st.ClockOffset) {
+			fmt.Fprintf(tw, "%s\n", l)
+		}
+		if c := st.ReaperClock; c.Suspect {
 			for _, l := range clockLines(c) {
 				fmt.Fprintf(tw, "reaper %s\n", l)
 			}
@@ -236,6 +239,23 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		return tw.Flush()
 	})
+}
+
+// offsetLines are admin status's lines for the fleet's clock offset
+// (docs/operations.md, "Heartbeats and deadlines"), tab-separated.
+func offsetLines(o adminapi.ClockOffset) []string {
+	if !o.Measured {
+		return []string{"clock offset\tnot measured (fewer than 5 deployments heard in 10 min)"}
+	}
+	fleet := fmt.Sprintf("clock offset\t%+.1f s (median of %d deployments' signed heartbeats; positive: the server is ahead)", o.Seconds, o.Deployments)
+	if o.Off {
+		fleet += ": more than 30 s, fix the server's clock (nothing is held)"
+	}
+	out := []string{fleet}
+	for _, e := range o.Environments {
+		out = append(out, fmt.Sprintf("clock offset %s\t%+.1f s (%d deployments)", displayText(e.Environment), e.Seconds, e.Deployments))
+	}
+	return out
 }
 
 // displayText is s for a terminal: as it is when it is valid UTF-8 without

@@ -93,8 +93,23 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 		}
 		fmt.Fprintf(tw, "active deployments\t%d\n", st.ActiveDeployments)
 		fmt.Fprintf(tw, "due now\t%d\n", len(st.Due))
+		fmt.Fprintf(tw, "held now\t%d\n", st.HeldTotal)
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(st.Held) > 0 {
+			tw = table(w)
+			fmt.Fprintln(tw, "\nENVIRONMENT\tDEPLOYMENT\tDROPLET\tHOLD\tUNTIL\tMAX\tEVIDENCE")
+			for _, h := range st.Held {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", h.Environment, h.Deployment, h.DropletID, dash(h.Reason), timeOrDash(h.Until),
+					time.Duration(h.MaxSeconds*float64(time.Second)), dash(h.Evidence))
+			}
+			if len(st.Held) < st.HeldTotal {
+				fmt.Fprintf(tw, "… and %d more\n", st.HeldTotal-len(st.Held))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
 		if len(st.Due) > 0 {
 			tw = table(w)
@@ -129,16 +144,10 @@ func clockLines(c adminapi.ClockGuard) []string {
 		}
 		return s
 	}
-	var out []string
 	if c.Suspect && c.Hold != nil {
-		out = append(out, "clock guard\tSUSPECT: the reaper destroys nothing: "+hold(*c.Hold))
-	} else {
-		out = append(out, "clock guard\tok")
+		return []string{"clock guard\tSUSPECT: the reaper destroys nothing: " + hold(*c.Hold)}
 	}
-	for _, h := range c.Environments {
-		out = append(out, "clock guard "+h.Environment+"\tHELD: nothing destroyed in it: "+hold(h))
-	}
-	return out
+	return []string{"clock guard\tok"}
 }
 
 type adminEventsCmd struct {

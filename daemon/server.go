@@ -155,7 +155,8 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	clock := d.Clock
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard, cfg: d.Config}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard,
+		offset: w.ingest.ClockOffset, cfg: d.Config}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -219,7 +220,8 @@ func (s *Server) registerConsole(d serverDeps, w *workers) {
 	s.console = console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: d.Clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: cfg.Converge.AgentRelease,
 		Version: buildinfo.Version, Origin: cfg.HTTP.Origin, TrustedProxies: cfg.HTTP.TrustedProxies, Clock: d.Clock, Log: d.Log,
-		ClockWarning: func() string { return clockWarning(w.guard.Evaluate()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
+		ClockWarning:  func() string { return clockWarning(w.guard.Evaluate()) },
+		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
 	for _, rt := range s.console.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

@@ -68,6 +68,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	w.customers = newCustomerTokens(d)
+	if err := openClockMark(d.DB, w.guard, log); err != nil {
+		return nil, err
+	}
 	w.ingest = newIngestService(d, dropletLookupFor(d.DB, read, w.customers), w.logs, w.guard)
 	if w.costs, err = newCostReconciler(cfg, read, d.DB, clock, log, w.customers); err != nil {
 		return nil, err

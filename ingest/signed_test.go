@@ -262,7 +262,7 @@ func TestIngestRefusalMatrix(t *testing.T) {
 					LastActivityAt: time.Date(0, 1, 1, 0, 0, 0, 0, time.FixedZone("", 23*3600+59*60))})
 				return r
 			}},
-		{name: "lastActivityAt within the skew window ahead accepted", status: 202,
+		{name: "lastActivityAt after sentAt (a negative age) refused", status: 422, code: "invalid_body",
 			req: func() daemontest.SignedReq {
 				r := ok(active)
 				r.Body = h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-matrix", LastActivityAt: now.Add(299 * time.Second)})
