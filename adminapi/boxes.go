@@ -36,6 +36,30 @@ var boxOperations = []Operation{
 		// names the box.
 		MCP:     mcpDestructive("upgrade agent {box}"),
 		Summary: "replace the agent on a box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it"},
+	{ID: OpDeliverBoxKey, Method: methodPost, Path: pathBox + "/deliver-key", Bound: RotateKeysCallBound,
+		Status: http.StatusOK, Mutates: true, Request: typeOf[DeliverBoxKeyRequest](), Response: typeOf[BoxKeyRotation](),
+		// It restarts the box's agent (a monitoring gap of seconds) and,
+		// once the new key is heartbeated, revokes the old one: a call
+		// names the box. The answer holds key ids, never material.
+		MCP:     mcpDestructive("deliver key {box}"),
+		Summary: "give a box's running droplet a fresh ingest key of its own over SSH and restart its agent; the old key is revoked at the first heartbeat signed with the new one"},
+}
+
+// OpDeliverBoxKey rotates one box's ingest key over SSH
+// (docs/operations.md, "Ingest keys").
+const OpDeliverBoxKey = "adminDeliverBoxKey"
+
+// DeliverBoxKeyRequest is adminDeliverBoxKey's: the box's id or name.
+type DeliverBoxKeyRequest struct {
+	Box string `path:"box" json:"-"`
+}
+
+// DeliverBoxKey calls adminDeliverBoxKey. Errors: an *APIError with 404
+// not_found, 409 agent_off (the box does not carry the agent), 409
+// no_droplet (no running droplet with a known address). Every attempt
+// answers 200 with its outcome (BoxKeyRotation.Outcome).
+func (c *Client) DeliverBoxKey(ctx context.Context, box string) (BoxKeyRotation, error) {
+	return call[BoxKeyRotation](ctx, c, OpDeliverBoxKey, DeliverBoxKeyRequest{Box: box})
 }
 
 // BoxConfig is a box's declared configuration. Rules (422 invalid_box

@@ -3,6 +3,7 @@ package adminapi
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 // Ingest key operation ids. The three share POST /api/admin/ingest-keys and
@@ -20,6 +21,7 @@ var ingestKeyOperations = []Operation{
 		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `issue a fresh ingest key: {"environmentSlug"}`},
 	{ID: OpRotateIngestKey, MCP: mcpNever("returns a fresh ingest key, a secret"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true, Action: "rotate",
+		Bound:   RotateKeysCallBound,
 		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `rotate: {"action":"rotate","environmentSlug"}`},
 	{ID: OpRevokeIngestKey, MCP: mcpDestructive("revoke key {keyId}"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusOK, Mutates: true, Action: "revoke",
@@ -41,21 +43,89 @@ func (r IngestKeyRequest) ActionName() string { return r.Action }
 
 // IssuedKey answers issue and rotate. KeyMaterial (base64url of 32 bytes)
 // appears in this response and nowhere else, ever. RotatedKeyIDs lists the
-// keys a rotation moved to "rotating".
+// keys a rotation moved to "rotating". A rotation also reports each running
+// box of the environment in Boxes; when every active key of the
+// environment is a running box's, it issues no key for other producers and
+// KeyID, KeyMaterial and Status are empty (docs/operations.md, "Ingest
+// keys").
 type IssuedKey struct {
-	KeyID           string   `json:"keyId"`
-	KeyMaterial     string   `json:"keyMaterial"`
-	EnvironmentSlug string   `json:"environmentSlug"`
-	Status          string   `json:"status"`
-	RotatedKeyIDs   []string `json:"rotatedKeyIds,omitempty"`
+	KeyID           string           `json:"keyId"`
+	KeyMaterial     string           `json:"keyMaterial"`
+	EnvironmentSlug string           `json:"environmentSlug"`
+	Status          string           `json:"status"`
+	RotatedKeyIDs   []string         `json:"rotatedKeyIds,omitempty"`
+	Boxes           []BoxKeyRotation `json:"boxes,omitempty"`
 }
 
-// RevokedKey answers revoke.
-type RevokedKey struct {
-	KeyID           string `json:"keyId"`
-	EnvironmentSlug string `json:"environmentSlug"`
-	Status          string `json:"status"`
+// Outcomes of a box's key rotation (BoxKeyRotation.Outcome;
+// docs/operations.md, "Ingest keys").
+const (
+	// RotationRotated: the droplet holds a fresh key of its own, its agent
+	// heartbeated with it, and its earlier keys are revoked.
+	RotationRotated = "rotated"
+	// RotationUnreachable: the droplet's SSH did not answer (or the
+	// connection ended); its old key is untouched.
+	RotationUnreachable = "unreachable"
+	// RotationNoAgent: the box does not carry the agent, or its droplet
+	// has none installed; nothing was written and its key is untouched.
+	RotationNoAgent = "no-agent"
+	// RotationNotConfirmed: the new key is on the droplet, but no
+	// heartbeat signed with it arrived within the wait: the old key keeps
+	// verifying, and the first such heartbeat revokes it, after the call
+	// and across a restart of the daemon.
+	RotationNotConfirmed = "not-confirmed"
+	// RotationFailed: the rotation failed otherwise (the host key
+	// changed, chalupa's identity was refused, the write failed); the old
+	// key is untouched.
+	RotationFailed = "failed"
+)
+
+// BoxKeyRotation is one box's part of a key rotation (adminRotateIngestKey
+// and adminDeliverBoxKey).
+type BoxKeyRotation struct {
+	Box       string `json:"box"`
+	DropletID int64  `json:"dropletId"`
+	// Outcome is one of the Rotation* constants.
+	Outcome string `json:"outcome"`
+	// Reason says why a rotation did not complete (never an address or
+	// key material).
+	Reason string `json:"reason,omitempty"`
+	// KeyID is the key now on the droplet (rotated, not-confirmed).
+	KeyID string `json:"keyId,omitempty"`
+	// RevokedKeyIDs are the droplet's earlier keys the confirming
+	// heartbeat revoked (rotated).
+	RevokedKeyIDs []string `json:"revokedKeyIds,omitempty"`
+	// PendingKeyIDs are the droplet's earlier keys still verifying until
+	// the first heartbeat signed with KeyID revokes them (not-confirmed).
+	PendingKeyIDs []string `json:"pendingKeyIds,omitempty"`
 }
+
+// RevokedKey answers revoke. StillSigning names the running deployments
+// whose newest heartbeat was signed with the key: they go silent now, and
+// the reaper destroys their droplets at their idle deadlines
+// (docs/operations.md, "Ingest keys": retire a key with a rotation).
+type RevokedKey struct {
+	KeyID           string            `json:"keyId"`
+	EnvironmentSlug string            `json:"environmentSlug"`
+	Status          string            `json:"status"`
+	StillSigning    []SigningProducer `json:"stillSigning,omitempty"`
+}
+
+// SigningProducer is a running deployment that signs with a key, and the
+// box whose droplet it is ("" for a producer that is no box).
+type SigningProducer struct {
+	Deployment string `json:"deployment"`
+	DropletID  int64  `json:"dropletId,omitempty"`
+	Box        string `json:"box,omitempty"`
+}
+
+// RotateKeysCallBound is the least time a client gives one
+// adminRotateIngestKey or adminDeliverBoxKey call (docs/operations.md,
+// "Ingest keys"): the daemon reaches every running box at once, each
+// waiting up to 1 min for SSH (its last attempt may take 20 s more), up to
+// 1 min for the remote write and restart, then up to 90 s for the first
+// heartbeat signed with the new key: 3 min 50 s.
+const RotateKeysCallBound = 5 * time.Minute
 
 // IssueIngestKey calls adminIssueIngestKey for the environment. An unknown
 // environment is an *APIError with Status 404.

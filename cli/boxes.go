@@ -18,6 +18,37 @@ type adminBoxCmd struct {
 	Show   adminBoxShowCmd   `cmd:"" help:"Show a box: configuration, recorded provider ids and the last launch result."`
 	// UpgradeAgent is adminUpgradeBoxAgent.
 	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it."`
+	// DeliverKey is adminDeliverBoxKey.
+	DeliverKey adminBoxDeliverKeyCmd `cmd:"" name:"deliver-key" help:"Give the box's running droplet a fresh ingest key over SSH and restart its agent; its old key is revoked once it heartbeats with the new one."`
+}
+
+// adminBoxDeliverKeyCmd rotates one box's ingest key (docs/operations.md,
+// "Ingest keys").
+type adminBoxDeliverKeyCmd struct {
+	Box  string `arg:"" help:"Box name or id."`
+	JSON bool   `help:"Print JSON."`
+}
+
+func (*adminBoxDeliverKeyCmd) operation() string { return adminapi.OpDeliverBoxKey }
+
+// Run rotates the box's key and prints its outcome; it exits 1 unless the
+// box was rotated. The call gets at least adminapi.RotateKeysCallBound,
+// whatever --timeout says.
+func (c *adminBoxDeliverKeyCmd) Run(a *adminCmd) error {
+	a.Timeout = max(a.Timeout, adminapi.RotateKeysCallBound)
+	var got adminapi.BoxKeyRotation
+	err := runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxKeyRotation, error) {
+		var err error
+		got, err = cl.DeliverBoxKey(ctx, c.Box)
+		return got, err
+	}, func(w io.Writer, r adminapi.BoxKeyRotation) error {
+		printBoxRotation(w, r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return notRotated([]adminapi.BoxKeyRotation{got})
 }
 
 // adminBoxUpgradeAgentCmd upgrades a box's agent (docs/operations.md,

@@ -8,14 +8,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 )
 
 type adminKeysCmd struct {
 	Issue  adminKeysIssueCmd  `cmd:"" help:"Issue a fresh ingest key for an environment (material is shown once)."`
-	Rotate adminKeysRotateCmd `cmd:"" help:"Mark the environment's keys rotating and issue a fresh active key."`
-	Revoke adminKeysRevokeCmd `cmd:"" help:"Revoke a key at once."`
+	Rotate adminKeysRotateCmd `cmd:"" help:"Give each running box a fresh key over SSH (its old key revoked once it heartbeats with the new one); mark other producers' keys rotating and issue them a fresh key."`
+	Revoke adminKeysRevokeCmd `cmd:"" help:"Revoke a key at once (its producers go silent; retire a key with rotate)."`
 }
 
 type adminKeysIssueCmd struct {
@@ -35,17 +36,68 @@ func (c *adminKeysIssueCmd) Run(a *adminCmd) error {
 
 type adminKeysRotateCmd struct {
 	Env  string `arg:"" name:"slug" help:"Environment slug."`
-	Out  string `help:"Write the new ingest.key (0600) and key-id into this directory." type:"path"`
+	Out  string `help:"Write the other producers' new ingest.key (0600) and key-id into this directory (boxes get theirs over SSH)." type:"path"`
 	JSON bool   `help:"Print JSON (includes the key material unless --out is given)."`
 }
 
 func (*adminKeysRotateCmd) operation() string { return adminapi.OpRotateIngestKey }
 
-// Run rotates the environment's keys.
+// Run rotates the environment's keys (docs/operations.md, "Ingest keys").
+// The call gets at least adminapi.RotateKeysCallBound, whatever --timeout
+// says: a shorter bound gives up before the daemon answers. It exits 1,
+// after printing every box, when a running box was not rotated.
 func (c *adminKeysRotateCmd) Run(a *adminCmd) error {
-	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
-		return cl.RotateIngestKey(ctx, c.Env)
+	a.Timeout = max(a.Timeout, adminapi.RotateKeysCallBound)
+	var boxes []adminapi.BoxKeyRotation
+	err := issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
+		k, err := cl.RotateIngestKey(ctx, c.Env)
+		boxes = k.Boxes
+		return k, err
 	})
+	if err != nil {
+		return err
+	}
+	return notRotated(boxes)
+}
+
+// notRotated is exit 1 naming how many boxes a rotation did not complete.
+func notRotated(boxes []adminapi.BoxKeyRotation) error {
+	n := 0
+	for _, b := range boxes {
+		if b.Outcome != adminapi.RotationRotated {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &exitError{code: 1, err: fmt.Errorf("%d of %d running boxes not rotated (see each box's line)", n, len(boxes))}
+}
+
+// outcomeWords are the outcomes as the text output says them.
+var outcomeWords = map[string]string{adminapi.RotationRotated: "rotated", adminapi.RotationUnreachable: "unreachable",
+	adminapi.RotationNoAgent: "no agent", adminapi.RotationNotConfirmed: "not confirmed", adminapi.RotationFailed: "failed"}
+
+// printBoxRotation prints one box's part of a rotation on one line.
+func printBoxRotation(w io.Writer, b adminapi.BoxKeyRotation) {
+	word := outcomeWords[b.Outcome]
+	if word == "" {
+		word = b.Outcome
+	}
+	fmt.Fprintf(w, "box %s (droplet %d): %s", b.Box, b.DropletID, word)
+	if b.KeyID != "" {
+		fmt.Fprintf(w, "; its key: %s", b.KeyID)
+	}
+	if len(b.RevokedKeyIDs) > 0 {
+		fmt.Fprintf(w, "; revoked: %s", strings.Join(b.RevokedKeyIDs, ", "))
+	}
+	if len(b.PendingKeyIDs) > 0 {
+		fmt.Fprintf(w, "; revoked at its first heartbeat with the new key: %s", strings.Join(b.PendingKeyIDs, ", "))
+	}
+	if b.Reason != "" {
+		fmt.Fprintf(w, " — %s", b.Reason)
+	}
+	fmt.Fprintln(w)
 }
 
 // issueOrRotate runs issue (an issue or a rotation) and saves or prints
@@ -61,7 +113,7 @@ func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Cl
 	}
 	return runOp(a, asJSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
 		k, err := issue(cl, ctx)
-		if err != nil || out == "" {
+		if err != nil || out == "" || k.KeyID == "" {
 			return k, err
 		}
 		if err := writeKeyFiles(out, k); err != nil {
@@ -70,9 +122,19 @@ func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Cl
 		k.KeyMaterial = "" // written to the file; never printed as well
 		return k, nil
 	}, func(w io.Writer, k adminapi.IssuedKey) error {
+		for _, b := range k.Boxes {
+			printBoxRotation(w, b)
+		}
+		if k.KeyID == "" {
+			// A rotation whose environment's active keys are all running
+			// boxes': no key for other producers (docs/operations.md,
+			// "Ingest keys").
+			fmt.Fprintf(w, "no key issued for other producers: every active key of %s is a running box's\n", k.EnvironmentSlug)
+			return nil
+		}
 		fmt.Fprintf(w, "key id:       %s\nenvironment:  %s\n", k.KeyID, k.EnvironmentSlug)
 		for _, id := range k.RotatedKeyIDs {
-			fmt.Fprintf(w, "now rotating: %s (revoke it once its droplets have the new key)\n", id)
+			fmt.Fprintf(w, "now rotating: %s (revoke it once its producers have the new key)\n", id)
 		}
 		if out != "" {
 			fmt.Fprintf(w, "wrote %s (0600) and %s\n", filepath.Join(out, "ingest.key"), filepath.Join(out, "key-id"))
@@ -142,7 +204,17 @@ func (c *adminKeysRevokeCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.RevokedKey, error) {
 		return cl.RevokeIngestKey(ctx, c.KeyID)
 	}, func(w io.Writer, k adminapi.RevokedKey) error {
-		_, err := fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
-		return err
+		fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
+		for _, s := range k.StillSigning {
+			who := "deployment " + s.Deployment
+			if s.Box != "" {
+				who = "box " + s.Box + " (" + s.Deployment + ")"
+			}
+			fmt.Fprintf(w, "silenced: %s still signed with it and goes silent; the reaper ends it at its idle deadline\n", who)
+		}
+		if len(k.StillSigning) > 0 {
+			fmt.Fprintf(w, "to retire a key without silencing anyone: chalupa admin keys rotate %s (or admin box deliver-key BOX)\n", k.EnvironmentSlug)
+		}
+		return nil
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/doctor"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -161,7 +162,8 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
 	(&organizationHandlers{db: d.DB, tokens: d.ProviderTokens, clock: clock}).register(s.ops)
-	(&ingestKeyHandlers{keys: d.Keys}).register(s.ops)
+	(&ingestKeyHandlers{keys: d.Keys, db: d.DB, delivery: &pulumiexec.KeyDelivery{DB: d.DB, Keys: d.Keys, Sealer: d.Sealer, Clock: clock,
+		Port: cmp.Or(d.Config.Converge.SSHPort, DefaultSSHPort), Log: d.Log.With().Str("component", "key-rotation").Logger()}}).register(s.ops)
 	(&fleetHandlers{db: d.DB}).register(s.ops)
 	(&sshKeyHandlers{db: d.DB, sealer: d.Sealer, clock: clock}).register(s.ops)
 	(&deploymentHandlers{db: d.DB, clock: clock}).register(s.ops)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -145,6 +146,9 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var decision time.Time
 	var stored transitKey
 	var late bool
+	// confirmed is a rotation's key this heartbeat confirmed (the first
+	// heartbeat signed with it), with the earlier keys it revoked.
+	var confirmed storage.KeyConfirmation
 	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
@@ -194,6 +198,11 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		} else if err != nil {
 			return nil, err
 		}
+		if v.key != nil && v.key.confirmPending {
+			if confirmed, err = confirmRotation(ctx, tx, v.key.ID, environmentID, hb.Deployment.ID, now); err != nil {
+				return nil, err
+			}
+		}
 		decision = applied.IdleDeadlineAt
 		if !applied.SessionExpiresAt.IsZero() && applied.SessionExpiresAt.Before(decision) {
 			decision = applied.SessionExpiresAt
@@ -206,6 +215,9 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			SessionExpiresAtClamped: clamped, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 	if resp.Status == http.StatusAccepted {
+		if confirmed.Confirmed {
+			s.keys.confirmed(v.key.ID, confirmed.Revoked)
+		}
 		s.transits.add(stored, transit)
 		s.observeOffset(v, hb.EnvironmentSlug, hb.Deployment.ID, hb.SentAt, late)
 		s.deadlines.Notify(decision)
@@ -214,6 +226,30 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		}
 	}
 	return resp
+}
+
+// EventKeyRotated is recorded on a deployment when the first heartbeat
+// signed with the key a rotation delivered to its droplet revoked the
+// droplet's earlier keys (docs/operations.md, "Ingest keys").
+const EventKeyRotated = "ingest-key-rotated"
+
+// confirmRotation confirms keyID, a rotation's key awaiting its first
+// heartbeat, inside the heartbeat's writer unit: the droplet's earlier
+// keys are revoked and an EventKeyRotated recorded on the deployment, or
+// nothing happens if another heartbeat confirmed it first. The keyring's
+// cache follows once the unit committed (Keyring.confirmed). The event
+// names how many keys were revoked, never a key id.
+func confirmRotation(ctx context.Context, tx storage.Tx, keyID string, environmentID int64, deployment string, now time.Time) (storage.KeyConfirmation, error) {
+	c, err := storage.ConfirmDeliveredKey(ctx, tx, keyID, now)
+	if err != nil || !c.Confirmed {
+		return c, err
+	}
+	_, err = storage.InsertLifecycleEvent(ctx, tx, storage.LifecycleEvent{
+		ID:            fmt.Sprintf("%s:%s:%d", EventKeyRotated, deployment, now.UnixNano()),
+		EnvironmentID: environmentID, DeploymentID: deployment, Kind: EventKeyRotated, OccurredAt: now,
+		Message: fmt.Sprintf("droplet %d signs with the ingest key its rotation delivered; %d earlier key(s) of the droplet revoked", c.DropletID, len(c.Revoked)),
+	})
+	return c, err
 }
 
 // printableASCII reports whether s is only printable ASCII (0x20–0x7e):

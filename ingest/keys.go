@@ -92,6 +92,10 @@ type Key struct {
 	EnvironmentSlug string
 	Status          string
 	material        []byte // raw HMAC key
+	// confirmPending: a rotation delivered this key to a box's droplet and
+	// awaits the first heartbeat signed with it, which revokes the
+	// droplet's earlier keys (docs/operations.md, "Ingest keys").
+	confirmPending bool
 }
 
 // Keyring issues, rotates and revokes ingest keys and resolves key ids for
@@ -106,6 +110,9 @@ type Keyring struct {
 
 	mu    sync.RWMutex
 	cache map[string]*Key
+	// waits are the rotations waiting for a key's first heartbeat, by key
+	// id: each receives the key ids that heartbeat revoked.
+	waits map[string]chan []string
 }
 
 // NewKeyring returns a Keyring over db sealing with sealer. clock stamps
@@ -114,7 +121,7 @@ func NewKeyring(db *storage.DB, sealer *envelope.Sealer, clock clockwork.Clock) 
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Keyring{db: db, sealer: sealer, clock: clock, cache: map[string]*Key{}}
+	return &Keyring{db: db, sealer: sealer, clock: clock, cache: map[string]*Key{}, waits: map[string]chan []string{}}
 }
 
 // newKeyID returns env_<slug>_<16 hex> (docs/operations.md, "Ingest keys").
@@ -168,14 +175,8 @@ func (k *Keyring) issue(ctx context.Context, slug string, rotate bool) (adminapi
 	if err != nil {
 		return adminapi.IssuedKey{}, err
 	}
+	k.setStatus(out.RotatedKeyIDs, storage.KeyRotating)
 	k.mu.Lock()
-	for _, id := range out.RotatedKeyIDs {
-		if c, ok := k.cache[id]; ok {
-			c2 := *c
-			c2.Status = storage.KeyRotating
-			k.cache[id] = &c2
-		}
-	}
 	k.cache[out.KeyID] = &Key{ID: out.KeyID, EnvironmentID: environmentID, EnvironmentSlug: slug, Status: storage.KeyActive, material: raw}
 	k.mu.Unlock()
 	return out, nil
@@ -234,11 +235,128 @@ func (k *Keyring) Lookup(ctx context.Context, keyID string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ingest key envelope: %w", err)
 	}
-	key := &Key{ID: keyID, EnvironmentID: row.EnvironmentID, EnvironmentSlug: row.EnvironmentSlug, Status: row.Status, material: raw}
+	pending, err := storage.KeyAwaitsConfirmation(ctx, k.db.Read, keyID)
+	if err != nil {
+		return nil, err
+	}
+	key := &Key{ID: keyID, EnvironmentID: row.EnvironmentID, EnvironmentSlug: row.EnvironmentSlug, Status: row.Status, material: raw, confirmPending: pending}
 	k.mu.Lock()
 	k.cache[keyID] = key
 	k.mu.Unlock()
 	return key, nil
+}
+
+// RotateExcept is Rotate for the keys that are not a running box's: every
+// active key of the environment but those in boxKeys becomes rotating, in
+// one transaction with the fresh active key issued for those producers. No
+// key is issued when the environment has running boxes (hasBoxes) and no
+// active key outside boxKeys: its producers are all boxes, which a
+// rotation reaches over SSH, and a key no producer holds would only wait
+// to leak; the answer then has no KeyID. Errors: ErrEnvironmentNotFound
+// (docs/operations.md, "Ingest keys").
+func (k *Keyring) RotateExcept(ctx context.Context, slug string, boxKeys []string, hasBoxes bool) (adminapi.IssuedKey, error) {
+	material := protocol.NewKeyMaterial()
+	raw, _ := protocol.DecodeKeyMaterial(material)
+	out := adminapi.IssuedKey{EnvironmentSlug: slug}
+	var environmentID int64
+	now := k.clock.Now()
+	err := k.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		environment, err := storage.EnvironmentBySlug(ctx, tx, slug)
+		if errors.Is(err, storage.ErrNotFound) {
+			return ErrEnvironmentNotFound
+		}
+		if err != nil {
+			return err
+		}
+		environmentID = environment.ID
+		if out.RotatedKeyIDs, err = storage.RotateEnvironmentKeysExcept(ctx, tx, environment.ID, boxKeys, now); err != nil {
+			return err
+		}
+		if hasBoxes && len(out.RotatedKeyIDs) == 0 {
+			return nil
+		}
+		out.KeyID, out.KeyMaterial, out.Status = newKeyID(slug), material, storage.KeyActive
+		return storage.InsertIngestKey(ctx, tx, storage.IngestKey{
+			KeyID:            out.KeyID,
+			EnvironmentID:    environment.ID,
+			MasterKeyVersion: k.sealer.Version(),
+			Envelope:         k.sealer.Seal(raw, keyAAD(out.KeyID)),
+		}, now)
+	})
+	if err != nil {
+		return adminapi.IssuedKey{}, err
+	}
+	k.setStatus(out.RotatedKeyIDs, storage.KeyRotating)
+	if out.KeyID != "" {
+		k.mu.Lock()
+		k.cache[out.KeyID] = &Key{ID: out.KeyID, EnvironmentID: environmentID, EnvironmentSlug: slug, Status: storage.KeyActive, material: raw}
+		k.mu.Unlock()
+	}
+	return out, nil
+}
+
+// setStatus updates the cached entries of ids to status (copy on write:
+// a *Key handed out never changes).
+func (k *Keyring) setStatus(ids []string, status string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		if c, ok := k.cache[id]; ok {
+			c2 := *c
+			c2.Status = status
+			k.cache[id] = &c2
+		}
+	}
+}
+
+// MarkRotating updates the cache after the writer marked ids rotating
+// (storage.MarkRotationKeyWritten).
+func (k *Keyring) MarkRotating(ids []string) { k.setStatus(ids, storage.KeyRotating) }
+
+// AwaitConfirmation is called once a rotation recorded keyID as awaiting
+// its first heartbeat (storage.RecordRotationKeyIssued committed): the
+// cached entry is marked so the heartbeat handler confirms it, and the
+// returned channel receives the key ids the confirming heartbeat revoked.
+// StopAwaiting drops the channel; the confirmation itself happens whether
+// or not anyone waits (docs/operations.md, "Ingest keys").
+func (k *Keyring) AwaitConfirmation(keyID string) <-chan []string {
+	ch := make(chan []string, 1)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if c, ok := k.cache[keyID]; ok {
+		c2 := *c
+		c2.confirmPending = true
+		k.cache[keyID] = &c2
+	}
+	k.waits[keyID] = ch
+	return ch
+}
+
+// StopAwaiting drops the channel AwaitConfirmation returned for keyID.
+func (k *Keyring) StopAwaiting(keyID string) {
+	k.mu.Lock()
+	delete(k.waits, keyID)
+	k.mu.Unlock()
+}
+
+// confirmed runs after a heartbeat's unit that confirmed keyID committed
+// (storage.ConfirmDeliveredKey): the key no longer awaits, the keys it
+// revoked leave the cache, and a waiting rotation hears which.
+func (k *Keyring) confirmed(keyID string, revoked []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if c, ok := k.cache[keyID]; ok {
+		c2 := *c
+		c2.confirmPending = false
+		k.cache[keyID] = &c2
+	}
+	for _, id := range revoked {
+		delete(k.cache, id)
+	}
+	if ch, ok := k.waits[keyID]; ok {
+		ch <- revoked
+		delete(k.waits, keyID)
+	}
 }
 
 // evict drops keyID from the cache (after the write path saw it revoked).

@@ -105,8 +105,22 @@ type KeyDelivery struct {
 	// Port is the droplets' SSH port (CHALUPA_SSH_PORT).
 	Port int
 	Log  zerolog.Logger
+	// ConfirmWait bounds Rotate's wait for the first heartbeat signed
+	// with the new key; 0 is DefaultConfirmWait.
+	ConfirmWait time.Duration
 
+	once      sync.Once
 	deliverer *sshdeliver.Deliverer
+}
+
+// sshd is the deliverer, made once (Rotate runs for many boxes at once).
+func (k *KeyDelivery) sshd() *sshdeliver.Deliverer {
+	k.once.Do(func() {
+		if k.deliverer == nil {
+			k.deliverer = sshdeliver.New(k.DB, k.Sealer, k.Clock)
+		}
+	})
+	return k.deliverer
 }
 
 // ErrNoPublicIPv4: the droplet reported no public IPv4 address to deliver
@@ -127,9 +141,6 @@ func (k *KeyDelivery) Deliver(ctx context.Context, box storage.Box, dropletID in
 	if ipv4 == "" {
 		return "", ErrNoPublicIPv4
 	}
-	if k.deliverer == nil {
-		k.deliverer = sshdeliver.New(k.DB, k.Sealer, k.Clock)
-	}
 	if _, err := sshdeliver.EnsureIdentity(ctx, k.DB, k.Sealer, k.Clock.Now()); err != nil {
 		return "", err
 	}
@@ -144,7 +155,7 @@ func (k *KeyDelivery) Deliver(ctx context.Context, box storage.Box, dropletID in
 		return "", err
 	}
 	addr := net.JoinHostPort(ipv4, strconv.Itoa(k.Port))
-	res, err := k.deliverer.Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
+	res, err := k.sshd().Deliver(ctx, addr, dropletID, sshdeliver.Files{KeyID: issued.KeyID, Key: []byte(issued.KeyMaterial)})
 	if err != nil {
 		k.revoke(ctx, dropletID, issued.KeyID, "revoking the undelivered ingest key failed")
 		return "", err

@@ -166,3 +166,76 @@ func PutMasterKeyCheck(ctx context.Context, q Querier, version uint32, envelope 
 	}
 	return nil
 }
+
+// RotateEnvironmentKeysExcept marks every active key of the environment
+// rotating but those in except (the keys of running boxes, which a
+// rotation replaces over SSH instead) and returns their ids
+// (docs/operations.md, "Ingest keys").
+func RotateEnvironmentKeysExcept(ctx context.Context, q Querier, environmentID int64, except []string, now time.Time) ([]string, error) {
+	keep := map[string]bool{}
+	for _, id := range except {
+		keep[id] = true
+	}
+	active, err := keyIDs(ctx, q, `SELECT key_id FROM ingest_keys WHERE environment_id = ? AND status = 'active' ORDER BY key_id`, environmentID)
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{}
+	for _, id := range active {
+		if keep[id] {
+			continue
+		}
+		if _, err := q.ExecContext(ctx, `UPDATE ingest_keys SET status = 'rotating', rotated_at = ? WHERE key_id = ?`, ms(now), id); err != nil {
+			return nil, fmt.Errorf("rotate ingest keys: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// CountActiveKeys counts the environment's active keys.
+func CountActiveKeys(ctx context.Context, q Querier, environmentID int64) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM ingest_keys WHERE environment_id = ? AND status = 'active'`, environmentID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count active keys: %w", err)
+	}
+	return n, nil
+}
+
+// SigningDeployment is an active deployment whose newest heartbeat was
+// signed with a given key, and the box whose current droplet it is ("" for
+// a producer that is no box).
+type SigningDeployment struct {
+	DeploymentID string
+	DropletID    int64
+	Box          string
+}
+
+// DeploymentsSigningWith returns the active deployments of keyID's
+// environment whose newest heartbeat was signed with keyID, with the box
+// each one is the current droplet of: the producers a revocation of keyID
+// silences (docs/operations.md, "Ingest keys"). One index lookup per
+// active deployment of the environment.
+func DeploymentsSigningWith(ctx context.Context, q Querier, keyID string) ([]SigningDeployment, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT d.id, coalesce(d.droplet_id, 0), coalesce((SELECT r.name FROM cloud_resource r
+		     WHERE r.environment_id = d.environment_id AND r.droplet_id = d.droplet_id AND d.droplet_id IS NOT NULL ORDER BY r.name LIMIT 1), '')
+		 FROM deployments d JOIN ingest_keys k ON k.environment_id = d.environment_id
+		 WHERE k.key_id = ? AND d.status = 'active'
+		   AND (SELECT h.key_id FROM heartbeats h WHERE h.environment_id = d.environment_id AND h.deployment_id = d.id
+		        ORDER BY h.received_at DESC, h.id DESC LIMIT 1) = k.key_id
+		 ORDER BY d.id`, keyID)
+	if err != nil {
+		return nil, fmt.Errorf("deployments signing with a key: %w", err)
+	}
+	defer rows.Close()
+	var out []SigningDeployment
+	for rows.Next() {
+		var s SigningDeployment
+		if err := rows.Scan(&s.DeploymentID, &s.DropletID, &s.Box); err != nil {
+			return nil, fmt.Errorf("deployments signing with a key: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
