@@ -3,8 +3,10 @@ package ingest_test
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"testing"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
@@ -102,5 +104,50 @@ func TestRotationConfirmedByTheNewKeysHeartbeat(t *testing.T) {
 	}
 	if got := h.Count(`SELECT count(*) FROM ingest_key_deliveries WHERE key_id = ? AND confirm_pending = 0 AND confirmed_at IS NOT NULL`, next.ID); got != 1 {
 		t.Fatal("the new key is not recorded confirmed")
+	}
+}
+
+// TestRevokeNamesWhoGoesSilent: a revocation stays immediate and names the
+// active deployments whose newest heartbeat was signed with the key — with
+// the box whose droplet it is, or none for another producer — and no
+// deployment that moved on to another key or has ended
+// (docs/operations.md, "Ingest keys").
+func TestRevokeNamesWhoGoesSilent(t *testing.T) {
+	ctx := context.Background()
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("demo-harbor")
+	db := h.App.DB
+	box := storagetest.Box(t, db, storage.Box{EnvironmentSlug: "demo-harbor", Name: "web-1"})
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		return storage.RecordBoxResources(ctx, tx, box.ID, storage.BoxResources{DropletID: 9}, h.Clock.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	k, other := h.Issue("demo-harbor"), h.Issue("demo-harbor")
+	beat := func(key daemontest.Key, dep string, droplet int64) {
+		t.Helper()
+		r := h.Send(daemontest.SignedReq{KeyID: key.ID, Key: key.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: dep, DropletID: droplet})})
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("heartbeat of %s: %s", dep, r)
+		}
+	}
+	beat(k, "droplet-9", 9)
+	beat(k, "ci-runner-1", 0)
+	beat(k, "moved-on", 0)
+	beat(other, "moved-on", 0)
+	beat(k, "ended", 0)
+	if _, err := h.Admin.EndDeployment(ctx, "demo-harbor", "ended"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.Admin.RevokeIngestKey(ctx, k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []adminapi.SigningProducer{{Deployment: "ci-runner-1"}, {Deployment: "droplet-9", DropletID: 9, Box: "web-1"}}
+	if !reflect.DeepEqual(r.StillSigning, want) {
+		t.Fatalf("stillSigning %+v, want %+v", r.StillSigning, want)
+	}
+	if got := h.Send(daemontest.SignedReq{KeyID: k.ID, Key: k.Raw, Body: h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "droplet-9", DropletID: 9})}); got.Status != http.StatusUnauthorized {
+		t.Fatalf("a heartbeat with the revoked key: %s, want 401", got)
 	}
 }
