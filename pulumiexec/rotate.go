@@ -66,9 +66,10 @@ func (k *KeyDelivery) Rotate(ctx context.Context, box storage.Box) adminapi.BoxK
 	dctx := context.WithoutCancel(ctx)
 	if !res.Written {
 		if res.Uncertain {
-			// The droplet may hold the new key: keep it, awaiting its
+			// The connection ended during the write, or a rename failed:
+			// the droplet may hold the new key. Keep it, awaiting its
 			// heartbeat, and leave the old one verifying.
-			out.Outcome, out.KeyID = adminapi.RotationUnreachable, issued.KeyID
+			out.Outcome, out.KeyID = rotationOutcome(rerr), issued.KeyID
 			out.Reason = rerr.Error() + "; the droplet may hold the new key, which stays valid and replaces the old one at its first heartbeat"
 			return out
 		}
