@@ -54,7 +54,7 @@ type adminBoxCreateCmd struct {
 	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
 	Managed            bool     `help:"Mark the box's deployments managed."`
-	Agent              bool     `default:"true" help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
+	Agent              *bool    `help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
 	AgentIdleMinutes   int64    `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
 	AgentSessionMin    int64    `name:"agent-session-minutes" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
 	JSON               bool     `help:"Print JSON."`
@@ -62,13 +62,23 @@ type adminBoxCreateCmd struct {
 
 func (*adminBoxCreateCmd) operation() string { return adminapi.OpCreateBox }
 
-// Run declares the box.
+// Run declares the box. The fields added with the agent go only when
+// set (createBoxBody): a daemon of the release before them still takes
+// the rest.
 func (c *adminBoxCreateCmd) Run(a *adminCmd) error {
+	body := createBoxBody{CreateBoxRequest: adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: c.Agent,
+		BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
+			CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag}}}
+	// 0 is the daemon's default for both (30 minutes idle, no session
+	// limit), so a limit at 0 is left out as one not given.
+	if c.AgentIdleMinutes != 0 {
+		body.AgentIdleMinutes = &c.AgentIdleMinutes
+	}
+	if c.AgentSessionMin != 0 {
+		body.AgentSessionMinutes = &c.AgentSessionMin
+	}
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
-		return cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: &c.Agent,
-			BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
-				CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag,
-				AgentIdleMinutes: c.AgentIdleMinutes, AgentSessionMinutes: c.AgentSessionMin}})
+		return adminapi.CallAs[adminapi.Box](ctx, cl, adminapi.OpCreateBox, body)
 	}, func(w io.Writer, b adminapi.Box) error {
 		_, err := fmt.Fprintf(w, "declared box %s (%s) in %s; converge it with: chalupa admin converge %s up\n", b.Name, b.ID, b.Environment, b.Name)
 		return err
@@ -155,14 +165,15 @@ type adminBoxShowCmd struct {
 
 func (*adminBoxShowCmd) operation() string { return adminapi.OpGetBox }
 
-// Run shows one box.
+// Run shows one box; what the daemon did not answer shows as unknown
+// (boxAnswer).
 func (c *adminBoxShowCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
-		return cl.GetBox(ctx, c.Box)
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (boxAnswer, error) {
+		return adminapi.CallAs[boxAnswer](ctx, cl, adminapi.OpGetBox, adminapi.GetBoxRequest{Box: c.Box})
 	}, printBox)
 }
 
-func printBox(w io.Writer, b adminapi.Box) error {
+func printBox(w io.Writer, b boxAnswer) error {
 	tw := table(w)
 	dash := func(s string) string {
 		if s == "" {
@@ -197,14 +208,24 @@ func printBox(w io.Writer, b adminapi.Box) error {
 }
 
 // agentText is a box's agent setting in words (docs/operations.md,
-// "Boxes").
-func agentText(b adminapi.Box) string {
-	if !b.Agent {
+// "Boxes"); unknown where the daemon did not answer it.
+func agentText(b boxAnswer) string {
+	switch {
+	case b.Agent == nil:
+		return unknownText
+	case !*b.Agent:
 		return "off (no agent installed: the reaper ends the droplet at its launch deadline)"
 	}
-	session := "no session limit"
-	if b.AgentSessionMinutes > 0 {
-		session = fmt.Sprintf("session limit %d min", b.AgentSessionMinutes)
+	idle, session := "unknown", "session limit unknown"
+	if b.AgentIdleMinutes != nil {
+		idle = fmt.Sprintf("%d min", *b.AgentIdleMinutes)
 	}
-	return fmt.Sprintf("on, idle limit %d min, %s", b.AgentIdleMinutes, session)
+	switch {
+	case b.AgentSessionMinutes == nil:
+	case *b.AgentSessionMinutes > 0:
+		session = fmt.Sprintf("session limit %d min", *b.AgentSessionMinutes)
+	default:
+		session = "no session limit"
+	}
+	return fmt.Sprintf("on, idle limit %s, %s", idle, session)
 }

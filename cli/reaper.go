@@ -62,12 +62,16 @@ func (*adminReaperStatusCmd) operation() string { return adminapi.OpGetReaperSta
 
 // Run prints the reaper's status.
 func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, (*adminapi.Client).GetReaperStatus, func(w io.Writer, st adminapi.ReaperStatus) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (reaperStatusAnswer, error) {
+		return adminapi.CallAs[reaperStatusAnswer](ctx, cl, adminapi.OpGetReaperStatus, nil)
+	}, func(w io.Writer, st reaperStatusAnswer) error {
 		tw := table(w)
-		off := st.Mode == "off"
-		if st.Mode != "" {
-			fmt.Fprintf(tw, "mode\t%s\n", modeText(st.Mode))
+		mode := ""
+		if st.Mode != nil {
+			mode = *st.Mode
 		}
+		off := mode == "off"
+		fmt.Fprintf(tw, "mode\t%s\n", modeText(st.Mode))
 		switch {
 		case st.TokenConfigured && off:
 			fmt.Fprintln(tw, "write token\tconfigured (unused while the reaper is off)")
@@ -77,13 +81,21 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 			fmt.Fprintln(tw, "write token\tnot set: the reaper does not run (docs/operations.md, \"Reaper\")")
 		}
 		fmt.Fprintf(tw, "CI freshness\t%s\n", time.Duration(st.CIFreshnessSeconds*float64(time.Second)))
-		fmt.Fprintf(tw, "next wake-up\t%s\n", nextWakeText(st))
+		fmt.Fprintf(tw, "next wake-up\t%s\n", nextWakeText(st.ReaperStatus, mode))
 		if !st.RateLimitedUntil.IsZero() {
 			fmt.Fprintf(tw, "rate-limited until\t%s\n", timeOrDash(st.RateLimitedUntil))
 		}
-		fmt.Fprintf(tw, "destroy pace\t%d a minute\n", st.MaxDestroyPerMinute)
-		for _, l := range clockLines(st.Clock) {
-			fmt.Fprintf(tw, "%s\n", l)
+		pace := unknownText
+		if st.MaxDestroyPerMinute != nil {
+			pace = fmt.Sprintf("%d a minute", *st.MaxDestroyPerMinute)
+		}
+		fmt.Fprintf(tw, "destroy pace\t%s\n", pace)
+		if st.Clock == nil {
+			fmt.Fprintf(tw, "clock guard\t%s\n", unknownText)
+		} else {
+			for _, l := range clockLines(*st.Clock) {
+				fmt.Fprintf(tw, "%s\n", l)
+			}
 		}
 		// The holds are the running reaper's; off, nothing runs to hold.
 		if !st.GraceUntil.IsZero() && !off {
@@ -122,26 +134,30 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 }
 
 // modeText is the reaper mode in words (docs/operations.md,
-// "Configuration"): what each mode does to a due deployment.
-func modeText(mode string) string {
-	switch mode {
+// "Configuration"): what each mode does to a due deployment; unknown when
+// the daemon did not answer it.
+func modeText(mode *string) string {
+	if mode == nil {
+		return unknownText
+	}
+	switch *mode {
 	case "off":
 		return "off: the reaper does not run; nothing is destroyed, whatever is due (CHALUPA_REAPER)"
 	case "dry-run":
 		return "dry-run: due deployments are recorded as reaper-would-destroy events; nothing is destroyed"
 	}
-	return mode
+	return *mode
 }
 
 // nextWakeText is the status's next wake-up, or why there is none: the
 // reaper is off (or has no token), no deployment is active, or the loop
 // has not planned one (it waits for a heartbeat or has not run since
-// start).
-func nextWakeText(st adminapi.ReaperStatus) string {
+// start). mode is the answered mode, "" when the daemon did not say.
+func nextWakeText(st adminapi.ReaperStatus, mode string) string {
 	switch {
 	case !st.NextWakeAt.IsZero():
 		return timeOrDash(st.NextWakeAt)
-	case st.Mode == "off" || !st.TokenConfigured:
+	case mode == "off" || !st.TokenConfigured:
 		return "none (the reaper is off)"
 	case st.ActiveDeployments == 0:
 		return "none (no active deployment: waits for a heartbeat)"
