@@ -185,12 +185,23 @@ func printBox(w io.Writer, b boxAnswer) error {
 	fmt.Fprintf(tw, "id\t%s\n", b.ID)
 	fmt.Fprintf(tw, "environment\t%s\n", b.Environment)
 	fmt.Fprintf(tw, "managed\t%v\n", b.Managed)
-	fmt.Fprintf(tw, "agent\t%s\n", agentText(b))
+	agent := agentText(b)
+	// The agent is user data: it acts when a droplet is created, so a
+	// change made after the recorded droplet launched is for the next
+	// one (docs/operations.md, "Boxes").
+	if b.Resources.DropletID != 0 && b.LastLaunch != nil && b.UpdatedAt.After(b.LastLaunch.LaunchedAt) {
+		agent += fmt.Sprintf("; droplet %d launched before the last change and keeps what it booted with", b.Resources.DropletID)
+	}
+	fmt.Fprintf(tw, "agent\t%s\n", agent)
 	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, timeOrDash(b.UpdatedAt))
 	fmt.Fprintf(tw, "region / size / image\t%s / %s / %s\n", b.Region, b.Size, b.Image)
 	fmt.Fprintf(tw, "ssh keys\t%s\n", strings.Join(b.SSHKeyFingerprints, ", "))
 	fmt.Fprintf(tw, "firewall sources\tcustomer %s, control plane %s\n", b.CustomerSource, b.ControlPlaneSource)
-	fmt.Fprintf(tw, "data volume\t%d GiB\n", b.VolumeSizeGiB)
+	volume := "none"
+	if b.VolumeSizeGiB > 0 {
+		volume = fmt.Sprintf("%d GiB", b.VolumeSizeGiB)
+	}
+	fmt.Fprintf(tw, "data volume\t%s\n", volume)
 	fmt.Fprintf(tw, "tags\t%s\n", dash(strings.Join(b.Tags, ", ")))
 	drop := "-"
 	if b.Resources.DropletID != 0 {
@@ -214,7 +225,7 @@ func agentText(b boxAnswer) string {
 	case b.Agent == nil:
 		return unknownText
 	case !*b.Agent:
-		return "off (no agent installed: the reaper ends the droplet at its launch deadline)"
+		return "off for the box's next droplet (converge installs no agent: the reaper ends that droplet at its launch deadline)"
 	}
 	idle, session := "unknown", "session limit unknown"
 	if b.AgentIdleMinutes != nil {

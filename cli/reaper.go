@@ -142,7 +142,7 @@ func modeText(mode *string) string {
 	}
 	switch *mode {
 	case "off":
-		return "off: the reaper does not run; nothing is destroyed, whatever is due (CHALUPA_REAPER)"
+		return "off: the reaper does not run; nothing is destroyed, whatever is due"
 	case "dry-run":
 		return "dry-run: due deployments are recorded as reaper-would-destroy events; nothing is destroyed"
 	}
