@@ -225,7 +225,7 @@ func agentText(b boxAnswer) string {
 	case b.Agent == nil:
 		return unknownText
 	case !*b.Agent:
-		return "off for the box's next droplet (converge installs no agent: the reaper ends that droplet at its launch deadline)"
+		return "off for the box's next droplet (converge installs no agent: a running reaper ends that droplet at its launch deadline)"
 	}
 	idle, session := "unknown", "session limit unknown"
 	if b.AgentIdleMinutes != nil {
