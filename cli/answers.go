@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"time"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 )
 
@@ -32,13 +34,14 @@ type createBoxBody struct {
 	AgentSessionMinutes *int64 `json:"agentSessionMinutes,omitempty"`
 }
 
-// boxAnswer is a box with the fields added with the agent told apart from
-// their zero values.
+// boxAnswer is a box with the fields added with the agent, and the
+// configuration's own change time, told apart from their zero values.
 type boxAnswer struct {
 	adminapi.Box
-	Agent               *bool  `json:"agent"`
-	AgentIdleMinutes    *int64 `json:"agentIdleMinutes"`
-	AgentSessionMinutes *int64 `json:"agentSessionMinutes"`
+	Agent               *bool      `json:"agent"`
+	AgentIdleMinutes    *int64     `json:"agentIdleMinutes"`
+	AgentSessionMinutes *int64     `json:"agentSessionMinutes"`
+	ConfigUpdatedAt     *time.Time `json:"configUpdatedAt"`
 }
 
 // reaperStatusAnswer is the reaper's status with the mode, the clock guard

@@ -188,12 +188,23 @@ func printBox(w io.Writer, b boxAnswer) error {
 	agent := agentText(b)
 	// The agent is user data: it acts when a droplet is created, so a
 	// change made after the recorded droplet launched is for the next
-	// one (docs/operations.md, "Boxes").
-	if b.Resources.DropletID != 0 && b.LastLaunch != nil && b.UpdatedAt.After(b.LastLaunch.LaunchedAt) {
-		agent += fmt.Sprintf("; droplet %d launched before the last change and keeps what it booted with", b.Resources.DropletID)
+	// one (docs/operations.md, "Boxes"). Without the configuration's
+	// change time (an older daemon) or the launch's (a droplet recorded
+	// by a refresh), the droplet may predate the change.
+	if d := b.Resources.DropletID; d != 0 {
+		switch {
+		case b.ConfigUpdatedAt == nil || b.LastLaunch == nil:
+			agent += fmt.Sprintf("; droplet %d keeps what it booted with", d)
+		case b.ConfigUpdatedAt.After(b.LastLaunch.LaunchedAt):
+			agent += fmt.Sprintf("; droplet %d launched before the last change and keeps what it booted with", d)
+		}
 	}
 	fmt.Fprintf(tw, "agent\t%s\n", agent)
-	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, timeOrDash(b.UpdatedAt))
+	updated := "unknown"
+	if b.ConfigUpdatedAt != nil {
+		updated = timeOrDash(*b.ConfigUpdatedAt)
+	}
+	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, updated)
 	fmt.Fprintf(tw, "region / size / image\t%s / %s / %s\n", b.Region, b.Size, b.Image)
 	fmt.Fprintf(tw, "ssh keys\t%s\n", strings.Join(b.SSHKeyFingerprints, ", "))
 	fmt.Fprintf(tw, "firewall sources\tcustomer %s, control plane %s\n", b.CustomerSource, b.ControlPlaneSource)

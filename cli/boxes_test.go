@@ -20,8 +20,10 @@ func TestBoxShowSaysWhatTheDropletRuns(t *testing.T) {
 	idle, session := int64(30), int64(0)
 	launched := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	box := func(agent *bool, volume int64, droplet int64, updated time.Time) boxAnswer {
-		b := boxAnswer{Agent: agent, AgentIdleMinutes: &idle, AgentSessionMinutes: &session}
-		b.Name, b.VolumeSizeGiB, b.UpdatedAt = "gpu-1", volume, updated
+		b := boxAnswer{Agent: agent, AgentIdleMinutes: &idle, AgentSessionMinutes: &session, ConfigUpdatedAt: &updated}
+		// The row's own stamp moves when a launch is recorded; the
+		// configuration's is what a change is judged by.
+		b.Name, b.VolumeSizeGiB, b.UpdatedAt = "gpu-1", volume, launched.Add(2*time.Hour)
 		if droplet != 0 {
 			b.Resources.DropletID = droplet
 			b.LastLaunch = &adminapi.BoxLaunch{DropletID: droplet, LaunchedAt: launched}
@@ -40,6 +42,8 @@ func TestBoxShowSaysWhatTheDropletRuns(t *testing.T) {
 			not:  []string{"no agent installed"}},
 		{name: "agent off since before the launch", box: box(&off, 0, 4242, launched.Add(-time.Hour)),
 			want: []string{"off for the box's next droplet"}, not: []string{"keeps what it booted with"}},
+		{name: "agent on, changed before the launch", box: box(&on, 0, 4242, launched.Add(-time.Hour)),
+			want: []string{"on, idle limit 30 min", "updated 2026-12-01T09:00:00Z"}, not: []string{"keeps what it booted with", "11:00"}},
 		{name: "agent on, never launched", box: box(&on, 0, 0, launched),
 			want: []string{"on, idle limit 30 min, no session limit"}, not: []string{"keeps what it booted with"}},
 	} {
