@@ -44,17 +44,19 @@ func (r IngestKeyRequest) ActionName() string { return r.Action }
 // IssuedKey answers issue and rotate. KeyMaterial (base64url of 32 bytes)
 // appears in this response and nowhere else, ever. RotatedKeyIDs lists the
 // keys a rotation moved to "rotating". A rotation also reports each running
-// box of the environment in Boxes; when every active key of the
-// environment is a running box's, it issues no key for other producers and
-// KeyID, KeyMaterial and Status are empty (docs/operations.md, "Ingest
-// keys").
+// box of the environment in Boxes, always present in its answer (an empty
+// list when none runs) and absent from an issue's, so a client tells a
+// daemon that reached no box from one older than rotations over SSH; when
+// every active key of the environment is a running box's, it issues no key
+// for other producers and KeyID, KeyMaterial and Status are empty
+// (docs/operations.md, "Ingest keys").
 type IssuedKey struct {
-	KeyID           string           `json:"keyId"`
-	KeyMaterial     string           `json:"keyMaterial"`
-	EnvironmentSlug string           `json:"environmentSlug"`
-	Status          string           `json:"status"`
-	RotatedKeyIDs   []string         `json:"rotatedKeyIds,omitempty"`
-	Boxes           []BoxKeyRotation `json:"boxes,omitempty"`
+	KeyID           string            `json:"keyId"`
+	KeyMaterial     string            `json:"keyMaterial"`
+	EnvironmentSlug string            `json:"environmentSlug"`
+	Status          string            `json:"status"`
+	RotatedKeyIDs   []string          `json:"rotatedKeyIds,omitempty"`
+	Boxes           *[]BoxKeyRotation `json:"boxes,omitempty"`
 }
 
 // Outcomes of a box's key rotation (BoxKeyRotation.Outcome;
@@ -103,12 +105,14 @@ type BoxKeyRotation struct {
 // RevokedKey answers revoke. StillSigning names the running deployments
 // whose newest heartbeat was signed with the key: they go silent now, and
 // the reaper destroys their droplets at their idle deadlines
-// (docs/operations.md, "Ingest keys": retire a key with a rotation).
+// (docs/operations.md, "Ingest keys": retire a key with a rotation). It is
+// always present (an empty list when none), so a client tells "nobody"
+// from a daemon older than it.
 type RevokedKey struct {
 	KeyID           string            `json:"keyId"`
 	EnvironmentSlug string            `json:"environmentSlug"`
 	Status          string            `json:"status"`
-	StillSigning    []SigningProducer `json:"stillSigning,omitempty"`
+	StillSigning    []SigningProducer `json:"stillSigning"`
 }
 
 // SigningProducer is a running deployment that signs with a key, and the

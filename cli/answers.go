@@ -34,6 +34,13 @@ type createBoxBody struct {
 	AgentSessionMinutes *int64 `json:"agentSessionMinutes,omitempty"`
 }
 
+// revokedKeyAnswer is a revocation with the producers still signing with
+// the key told apart from none.
+type revokedKeyAnswer struct {
+	adminapi.RevokedKey
+	StillSigning *[]adminapi.SigningProducer `json:"stillSigning"`
+}
+
 // boxAnswer is a box with the fields added with the agent, and the
 // configuration's own change time, told apart from their zero values.
 type boxAnswer struct {

@@ -31,7 +31,7 @@ func (*adminKeysIssueCmd) operation() string { return adminapi.OpIssueIngestKey 
 func (c *adminKeysIssueCmd) Run(a *adminCmd) error {
 	return issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
 		return cl.IssueIngestKey(ctx, c.Env)
-	})
+	}, false)
 }
 
 type adminKeysRotateCmd struct {
@@ -51,9 +51,11 @@ func (c *adminKeysRotateCmd) Run(a *adminCmd) error {
 	var boxes []adminapi.BoxKeyRotation
 	err := issueOrRotate(a, c.Out, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.IssuedKey, error) {
 		k, err := cl.RotateIngestKey(ctx, c.Env)
-		boxes = k.Boxes
+		if k.Boxes != nil {
+			boxes = *k.Boxes
+		}
 		return k, err
-	})
+	}, true)
 	if err != nil {
 		return err
 	}
@@ -100,9 +102,10 @@ func printBoxRotation(w io.Writer, b adminapi.BoxKeyRotation) {
 	fmt.Fprintln(w)
 }
 
-// issueOrRotate runs issue (an issue or a rotation) and saves or prints
-// the key material, which the daemon shows only once.
-func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Client, context.Context) (adminapi.IssuedKey, error)) error {
+// issueOrRotate runs issue (an issue, or a rotation when rotation is set)
+// and saves or prints the key material, which the daemon shows only once,
+// and a rotation's boxes.
+func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Client, context.Context) (adminapi.IssuedKey, error), rotation bool) error {
 	// The key is active the moment the daemon answers, and its material is
 	// shown only once: make sure it can be saved before asking for it, so a
 	// refusal here leaves no orphan key behind.
@@ -122,8 +125,15 @@ func issueOrRotate(a *adminCmd, out string, asJSON bool, issue func(*adminapi.Cl
 		k.KeyMaterial = "" // written to the file; never printed as well
 		return k, nil
 	}, func(w io.Writer, k adminapi.IssuedKey) error {
-		for _, b := range k.Boxes {
-			printBoxRotation(w, b)
+		switch {
+		case k.Boxes != nil:
+			for _, b := range *k.Boxes {
+				printBoxRotation(w, b)
+			}
+		case rotation:
+			// A daemon older than rotations over SSH marked every key
+			// rotating, the boxes' too.
+			fmt.Fprintf(w, "running boxes: %s; its rotation gives no box a key over SSH\n", unknownText)
 		}
 		if k.KeyID == "" {
 			// A rotation whose environment's active keys are all running
@@ -201,18 +211,22 @@ func (*adminKeysRevokeCmd) operation() string { return adminapi.OpRevokeIngestKe
 
 // Run revokes the key.
 func (c *adminKeysRevokeCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.RevokedKey, error) {
-		return cl.RevokeIngestKey(ctx, c.KeyID)
-	}, func(w io.Writer, k adminapi.RevokedKey) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (revokedKeyAnswer, error) {
+		return adminapi.CallAs[revokedKeyAnswer](ctx, cl, adminapi.OpRevokeIngestKey, adminapi.IngestKeyRequest{Action: "revoke", KeyID: c.KeyID})
+	}, func(w io.Writer, k revokedKeyAnswer) error {
 		fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
-		for _, s := range k.StillSigning {
+		if k.StillSigning == nil {
+			fmt.Fprintf(w, "producers still signing with it: %s\n", unknownText)
+			return nil
+		}
+		for _, s := range *k.StillSigning {
 			who := "deployment " + s.Deployment
 			if s.Box != "" {
 				who = "box " + s.Box + " (" + s.Deployment + ")"
 			}
 			fmt.Fprintf(w, "silenced: %s still signed with it and goes silent; the reaper ends it at its idle deadline\n", who)
 		}
-		if len(k.StillSigning) > 0 {
+		if len(*k.StillSigning) > 0 {
 			fmt.Fprintf(w, "to retire a key without silencing anyone: chalupa admin keys rotate %s (or admin box deliver-key BOX)\n", k.EnvironmentSlug)
 		}
 		return nil

@@ -39,7 +39,7 @@ func TestAdminKeysRotationOutput(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(answer)
 		case body["action"] == "rotate":
 			w.WriteHeader(http.StatusCreated)
-			_ = json.NewEncoder(w).Encode(adminapi.IssuedKey{EnvironmentSlug: "demo-harbor", Boxes: []adminapi.BoxKeyRotation{rotated, unreachable}})
+			_ = json.NewEncoder(w).Encode(adminapi.IssuedKey{EnvironmentSlug: "demo-harbor", Boxes: &[]adminapi.BoxKeyRotation{rotated, unreachable}})
 		case body["action"] == "revoke":
 			_ = json.NewEncoder(w).Encode(adminapi.RevokedKey{KeyID: rotated.KeyID, EnvironmentSlug: "demo-harbor", Status: "revoked",
 				StillSigning: []adminapi.SigningProducer{{Deployment: "droplet-501", DropletID: 501, Box: "web-1"}, {Deployment: "ci-7"}}})
@@ -94,5 +94,39 @@ func TestAdminKeysRotationOutput(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("revoke: exit %d, output lacks %q:\n%s", code, want, out)
 		}
+	}
+}
+
+// TestAdminKeysAgainstAnOlderDaemon: a daemon older than rotations over SSH
+// answers rotate without boxes and revoke without stillSigning; the CLI
+// says it does not know rather than that no box was reached or nobody goes
+// silent (docs/operations.md, "Rollback").
+func TestAdminKeysAgainstAnOlderDaemon(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		if body["action"] == "revoke" {
+			_, _ = w.Write([]byte(`{"keyId":"env_demo-harbor_0123456789abcdef","environmentSlug":"demo-harbor","status":"revoked"}`))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"keyId":"env_demo-harbor_1111111111111111","keyMaterial":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8","environmentSlug":"demo-harbor","status":"active","rotatedKeyIds":["env_demo-harbor_0123456789abcdef"]}`))
+	}))
+	t.Cleanup(ts.Close)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "keys", "rotate", "demo-harbor"}, "running boxes: " + unknownText},
+		{[]string{"admin", "keys", "revoke", "env_demo-harbor_0123456789abcdef"}, "producers still signing with it: " + unknownText},
+	} {
+		t.Run(tc.args[2], func(t *testing.T) {
+			out, code := cliRun(t, ts.URL, nil, tc.args...)
+			if code != 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want 0 with %q:\n%s", code, tc.want, out)
+			}
+		})
 	}
 }

@@ -105,16 +105,17 @@ func (h *ingestKeyHandlers) rotate(ctx context.Context, req adminapi.IngestKeyRe
 	}
 	rctx, cancel := rotationContext(ctx)
 	defer cancel()
-	k.Boxes = make([]adminapi.BoxKeyRotation, len(running))
+	out := make([]adminapi.BoxKeyRotation, len(running))
 	var wg sync.WaitGroup
 	for i, b := range running {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k.Boxes[i] = h.delivery.Rotate(rctx, b)
+			out[i] = h.delivery.Rotate(rctx, b)
 		}()
 	}
 	wg.Wait()
+	k.Boxes = &out
 	return k, nil
 }
 
@@ -181,6 +182,7 @@ func (h *ingestKeyHandlers) revoke(ctx context.Context, req adminapi.IngestKeyRe
 	if errors.Is(err, ingest.ErrKeyNotFound) {
 		return adminapi.RevokedKey{}, fail(http.StatusNotFound, "key_not_found", "no ingest key with this id")
 	}
+	k.StillSigning = []adminapi.SigningProducer{}
 	for _, s := range signing {
 		k.StillSigning = append(k.StillSigning, adminapi.SigningProducer{Deployment: s.DeploymentID, DropletID: s.DropletID, Box: s.Box})
 	}

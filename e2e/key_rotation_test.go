@@ -235,9 +235,12 @@ func TestKeyRotationReachesRunningBoxes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := byBox(first.Boxes)
+		if first.Boxes == nil {
+			t.Fatal("the rotation's answer has no boxes")
+		}
+		got := byBox(*first.Boxes)
 		if len(got) != 3 {
-			t.Fatalf("the rotation reports %d boxes, want 3: %+v", len(got), first.Boxes)
+			t.Fatalf("the rotation reports %d boxes, want 3: %+v", len(got), *first.Boxes)
 		}
 		rotated(t, got["rot-a"], boxes["rot-a"], oldA)
 		rotated(t, got["rot-b"], boxes["rot-b"], oldB)
@@ -302,7 +305,10 @@ func TestKeyRotationReachesRunningBoxes(t *testing.T) {
 		if r.KeyID != "" || r.KeyMaterial != "" || len(r.RotatedKeyIDs) != 0 {
 			t.Fatalf("a rotation of boxes only issued %+v, want no other key", r)
 		}
-		for _, b := range byBox(r.Boxes) {
+		if r.Boxes == nil || len(*r.Boxes) != 3 {
+			t.Fatalf("the rotation's boxes: %v, want 3", r.Boxes)
+		}
+		for _, b := range byBox(*r.Boxes) {
 			if b.Box != "rot-c" && b.Outcome != adminapi.RotationRotated {
 				t.Fatalf("%+v, want rotated", b)
 			}
