@@ -284,15 +284,18 @@ func replacedMaybe(err error) bool {
 }
 
 // await waits up to the report bound for a heartbeat of the box's
-// deployment that arrived after since with agent version want ("" for any
+// deployment that arrived at or after since with agent version want ("" for any
 // version); it returns the last report seen and whether it was one.
 func (t *trial) await(ctx context.Context, since time.Time, want string) (storage.AgentReport, bool) {
 	u := t.u
 	deadline := u.Clock.Now().Add(u.report())
+	// Arrivals are stored in milliseconds: one in since's millisecond
+	// counts.
+	since = since.Truncate(time.Millisecond)
 	var last storage.AgentReport
 	for {
 		r, err := storage.DeploymentAgentReport(ctx, u.DB.Read, t.box.EnvironmentID, t.dep)
-		if err == nil && r.At.After(since) {
+		if err == nil && !r.At.Before(since) {
 			last = r
 			if want == "" || r.Version == want {
 				return r, true
@@ -321,7 +324,7 @@ func (t *trial) restore(ctx context.Context, sent time.Time, upErr error) {
 	restoreAt := u.Clock.Now()
 	rr, rerr := u.Remote.RestoreAgent(ctx, t.addr, drop)
 	switch {
-	case seen.At.After(sent) && seen.Version != "chalupa-agent/"+ver && seen.Version != wantVersion(out.Before):
+	case !seen.At.Before(sent.Truncate(time.Millisecond)) && seen.Version != "chalupa-agent/"+ver && seen.Version != wantVersion(out.Before):
 		out.Reason = ReasonWrongVersion
 	case rerr == nil && rr.Crashed():
 		out.Reason = ReasonCrashed
