@@ -109,7 +109,15 @@ func (m *Manager) Start(ctx context.Context, env string, boxes []storage.Box, ba
 	r := storage.AgentRollout{ID: ulid.Make().String(), Environment: env, Version: u.Release.Version, Batch: batch,
 		Status: storage.RolloutRunning, InstanceID: m.Instance, CreatedAt: u.Clock.Now()}
 	p := &progress{m: m, id: r.ID}
+	// Boxes with nothing to upgrade are skipped at once: they take no
+	// place in the first box or a batch.
+	var todo []storage.Box
 	for _, b := range boxes {
+		if why := SkipReason(b); why != "" {
+			p.sum.Skipped = append(p.sum.Skipped, Outcome{Box: b.Name, DropletID: b.Resources.DropletID, Status: StatusSkipped, Reason: why})
+			continue
+		}
+		todo = append(todo, b)
 		p.sum.NotTried = append(p.sum.NotTried, b.Name)
 	}
 	r.Summary = p.json()
@@ -122,7 +130,7 @@ func (m *Manager) Start(ctx context.Context, env string, boxes []storage.Box, ba
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		p.run(boxes, batch)
+		p.run(todo, batch)
 	}()
 	return r, nil
 }
@@ -140,8 +148,7 @@ func (p *progress) json() []byte {
 	return b
 }
 
-// run upgrades the boxes: boxes with nothing to do are skipped; then one
-// box at a time until one is upgraded (the first box proves the release),
+// run upgrades the boxes: one box at a time until one is upgraded (the first box proves the release),
 // then batch boxes at once; it stops after the first batch with a
 // failure, leaving the rest not tried, and finishes the rollout.
 func (p *progress) run(boxes []storage.Box, batch int) {
