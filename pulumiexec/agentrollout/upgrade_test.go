@@ -175,7 +175,7 @@ func TestUpgraderBox(t *testing.T) {
 					t.Errorf("state while upgrading %+v", s)
 				}
 				c, err := storage.ReaperCandidateByID(context.Background(), r.db.Read, r.box.EnvironmentID, dep, time.Minute)
-				if err != nil || c.HoldReason != storage.HoldUpgrading || c.HoldUntil.Sub(time.Now()) > agentrollout.HoldMax(r.u.Report) {
+				if err != nil || c.HoldReason != storage.HoldUpgrading || time.Until(c.HoldUntil) > agentrollout.HoldMax(r.u.Report) {
 					t.Errorf("hold while upgrading %+v %v", c, err)
 				}
 				if hook != nil {

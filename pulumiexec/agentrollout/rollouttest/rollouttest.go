@@ -248,7 +248,7 @@ func Relay(ctx context.Context, base func() string, key adminapi.IssuedKey, env 
 			body, _ := json.Marshal(protocol.HeartbeatV1{EnvironmentSlug: env,
 				Deployment:   protocol.HeartbeatDeploy{ID: fmt.Sprintf("droplet-%d", d.ID), DropletID: d.ID},
 				AgentVersion: "chalupa-agent/" + v, SentAt: now,
-				Reaper:       protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Second)}})
+				Reaper: protocol.ReaperObservation{LimitMinutes: 30, LastActivityAt: now.Add(-time.Second)}})
 			c := &protocol.Client{BaseURL: base(), KeyID: key.KeyID, Key: raw}
 			// A refusal or a daemon between restarts: the next beat
 			// sends again, as the agent's spool would.
