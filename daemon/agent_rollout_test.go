@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +142,44 @@ func TestAgentRolloutBadReleases(t *testing.T) {
 func TestAgentRolloutGoodRelease(t *testing.T) {
 	t.Parallel()
 	rollouttest.GoodThenNoop(t, newFakeBed(t))
+}
+
+// TestBoxAgentUpgradeState: a box's agent upgrade state is in the API
+// (agentUpgrade: state, version, since) and on the console's box page,
+// for upgrading and upgrade-failed, and absent otherwise
+// (docs/operations.md, "Agent install", under Upgrade).
+func TestBoxAgentUpgradeState(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	setPassword(t, p)
+	ctx := context.Background()
+	newEnv(t, p.Admin, "demo")
+	box, err := p.Admin.CreateBox(ctx, validBox("box-web", "demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := p.Admin.GetBox(ctx, "box-web"); err != nil || b.AgentUpgrade != nil {
+		t.Fatalf("a box never upgraded: %+v %v", b.AgentUpgrade, err)
+	}
+	c := newConsoleClient(t, p)
+	if r := c.login(t, consolePassword); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	since := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+	for state, page := range map[string]string{
+		storage.AgentUpgrading:     "Agent upgrading: upgrading to v1.1.0 since",
+		storage.AgentUpgradeFailed: "Agent upgrade-failed: the upgrade to v1.1.0",
+	} {
+		if err := p.App.DB.Writer.Do(ctx, func(tx storage.Tx) error {
+			return storage.SetBoxAgentUpgrade(ctx, tx, box.ID, state, "v1.1.0", since)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.Admin.GetBox(ctx, "box-web")
+		if err != nil || b.AgentUpgrade == nil || b.AgentUpgrade.State != state || b.AgentUpgrade.Version != "v1.1.0" || !b.AgentUpgrade.Since.Equal(since) {
+			t.Fatalf("%s: agentUpgrade %+v %v", state, b.AgentUpgrade, err)
+		}
+		if _, body := c.get(t, "/app/boxes/box-web"); !strings.Contains(body, page) {
+			t.Fatalf("%s: the box page does not say %q:\n%s", state, page, body)
+		}
+	}
 }
