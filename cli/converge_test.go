@@ -313,6 +313,18 @@ func TestRerollUpgradeAgent(t *testing.T) {
 			t.Fatalf("exit %d after %d calls, want 2 and none", code, calls.Load())
 		}
 	})
+	t.Run("a server without rollouts", func(t *testing.T) {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"no such route"}}`))
+		}))
+		t.Cleanup(ts.Close)
+		out, code := cliRun(t, ts.URL, nil, "admin", "reroll", "--all", "--action", "upgrade-agent")
+		if code != 1 || !strings.Contains(out, "box upgrade-agent") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
 	t.Run("a stopped rollout exits 1", func(t *testing.T) {
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")

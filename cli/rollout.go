@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -59,6 +60,11 @@ func followRollout(ctx context.Context, cl *adminapi.Client, req adminapi.StartA
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	r, err := cl.StartAgentRollout(rctx, req)
 	cancel()
+	var ae *adminapi.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Code == "not_found" {
+		// A server before rollouts answers the unknown route 404.
+		return r, fmt.Errorf("the server has no agent rollouts (a chalupad older than this chalupa): upgrade chalupad, or upgrade box by box with chalupa admin box upgrade-agent (%s: %s)", ae.Code, ae.Message)
+	}
 	if err != nil {
 		return r, err
 	}
