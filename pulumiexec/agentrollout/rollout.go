@@ -143,8 +143,20 @@ type progress struct {
 	sum adminapi.AgentRolloutSummary
 }
 
+// json is the account as stored: every list present, empty or not.
 func (p *progress) json() []byte {
-	b, _ := json.Marshal(p.sum)
+	s := p.sum
+	for _, l := range []*[]Outcome{&s.Upgraded, &s.Skipped, &s.Failed} {
+		if *l == nil {
+			*l = []Outcome{}
+		}
+	}
+	for _, l := range []*[]string{&s.Running, &s.NotTried} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	b, _ := json.Marshal(s)
 	return b
 }
 
