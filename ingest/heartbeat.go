@@ -32,7 +32,19 @@ const (
 	// keeps its sentAt, so a retried heartbeat is judged by when it was
 	// signed (docs/operations.md, "Heartbeats and deadlines").
 	SentAtTolerance = 5 * time.Second
-	maxLabel        = 64
+	// MaxActivityAhead is how far after sentAt a heartbeat's activity may
+	// lie (a negative age) and be taken as activity now, age 0: twice the
+	// signing window (600 s), the most an agent's clock can step back
+	// while its requests stay inside the window on both sides. The agent's
+	// activity tracker only moves forward, so after its clock steps back
+	// it reports the activity it saw on the old, later clock until the new
+	// one catches up; refusing those heartbeats would leave a live
+	// droplet's deadline where it was and let the reaper destroy it. An
+	// age 0 claims nothing a signer could not claim anyway. Further ahead
+	// is a broken or forged clock: 422 (docs/operations.md, "Heartbeats
+	// and deadlines").
+	MaxActivityAhead = 2 * SkewWindow
+	maxLabel         = 64
 )
 
 var (
@@ -105,16 +117,22 @@ func heartbeatReference(sentAt, signedAt time.Time) time.Time {
 // deadlines"): the activity's age, measured on the agent's clock alone to
 // sentAt (or to the signed timestamp: heartbeatReference), is taken back
 // from the request's arrival on the server's clock, so no offset between
-// the two clocks enters it. An age below zero or above MaxActivityAge is
-// 422 invalid_body. A heartbeat whose transit is more than
-// TransitTolerance longer than its deployment's recent median is stored
-// but moves nothing.
+// the two clocks enters it. An age above MaxActivityAge or below
+// −MaxActivityAhead is 422 invalid_body; a negative age within that is an
+// agent clock that stepped back, taken as age 0. A heartbeat whose transit
+// is more than TransitTolerance longer than its deployment's recent median
+// is stored but moves nothing, unless its agent's clock stepped back
+// (a negative age, which no delayed delivery produces): that heartbeat
+// starts the deployment's transit history afresh.
 func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var hb protocol.HeartbeatV1
 	// activityAt is the activity on the server's clock, transit the
 	// heartbeat's time on its way (in the steady frame).
 	var activityAt time.Time
 	var transit time.Duration
+	// stepped marks an activity after sentAt: the agent's clock stepped
+	// back, so its earlier transits no longer describe it.
+	var stepped bool
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &hb); rf != nil {
 			return rf
@@ -124,8 +142,12 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		}
 		ref := heartbeatReference(hb.SentAt, v.signedAt)
 		age := ref.Sub(hb.Reaper.LastActivityAt)
+		if age < -MaxActivityAhead {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must not be more than 10 minutes after sentAt")
+		}
 		if age < 0 {
-			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is after sentAt")
+			// The agent's clock stepped back under its activity tracker.
+			age, stepped = 0, true
 		}
 		if age > MaxActivityAge {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must be within 7 days before sentAt")
@@ -153,7 +175,7 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		now := s.clock.Now().UTC()
 		stored = transitKey{environmentID: environmentID, deploymentID: hb.Deployment.ID}
 		limit := time.Duration(hb.Reaper.LimitMinutes) * time.Minute
-		late = s.transits.late(stored, transit)
+		late = !stepped && s.transits.late(stored, transit)
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
 			EnvironmentID:  environmentID,
@@ -206,7 +228,11 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			SessionExpiresAtClamped: clamped, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 	if resp.Status == http.StatusAccepted {
-		s.transits.add(stored, transit)
+		if stepped {
+			s.transits.restart(stored, transit)
+		} else {
+			s.transits.add(stored, transit)
+		}
 		s.observeOffset(v, hb.EnvironmentSlug, hb.Deployment.ID, hb.SentAt, late)
 		s.deadlines.Notify(decision)
 		if s.contact != nil {

@@ -382,11 +382,13 @@ func TestHeartbeatSentAtAgainstSignedTimestamp(t *testing.T) {
 	}
 }
 
-// TestHeartbeatActivityAge: an activity after sentAt (age below zero) or
-// more than 7 days before it is 422 invalid_body with nothing written —
-// no heartbeat, no deployment, no nonce; 7 days exactly is accepted. The
-// age is the one heartbeatReference measures: a sentAt 6 s from the
-// signature cannot make an activity young.
+// TestHeartbeatActivityAge: an activity more than 10 minutes after sentAt
+// (MaxActivityAhead) or more than 7 days before it is 422 invalid_body with
+// nothing written — no heartbeat, no deployment, no nonce; within those
+// bounds it is accepted, an activity after sentAt (an agent clock that
+// stepped back) as activity at the arrival, never later. The age is the
+// one heartbeatReference measures: a sentAt 6 s from the signature cannot
+// move the bound.
 func TestHeartbeatActivityAge(t *testing.T) {
 	week := 7 * 24 * time.Hour
 	for _, tc := range []struct {
@@ -395,12 +397,14 @@ func TestHeartbeatActivityAge(t *testing.T) {
 		activity time.Duration // from sentAt
 		status   int
 	}{
-		{"activity a second after sentAt", 0, time.Second, http.StatusUnprocessableEntity},
-		{"activity a millisecond after sentAt", 0, time.Millisecond, http.StatusUnprocessableEntity},
+		{"activity a second after sentAt (a clock stepped back)", 0, time.Second, http.StatusAccepted},
+		{"activity 10 minutes after sentAt", 0, ingest.MaxActivityAhead, http.StatusAccepted},
+		{"activity 10 minutes and a millisecond after sentAt", 0, ingest.MaxActivityAhead + time.Millisecond, http.StatusUnprocessableEntity},
+		{"activity a year after sentAt", 0, 365 * 24 * time.Hour, http.StatusUnprocessableEntity},
 		{"activity at sentAt", 0, 0, http.StatusAccepted},
 		{"activity 7 days before sentAt", 0, -week, http.StatusAccepted},
 		{"activity 7 days and a second before sentAt", 0, -week - time.Second, http.StatusUnprocessableEntity},
-		{"activity before a sentAt 6 s ahead, after the signature", 6 * time.Second, -3 * time.Second, http.StatusUnprocessableEntity},
+		{"activity 11 minutes after the signature, before a sentAt 6 s ahead", 6 * time.Second, 11*time.Minute - 6*time.Second - time.Second, http.StatusUnprocessableEntity},
 		{"activity a minute before a sentAt a week and 2 minutes before the signature", -week - 2*time.Minute, -time.Minute, http.StatusUnprocessableEntity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -412,6 +416,11 @@ func TestHeartbeatActivityAge(t *testing.T) {
 				t.Fatalf("%+v, want %d", r, tc.status)
 			}
 			if r.status == http.StatusAccepted {
+				// Never later than its arrival: an activity after sentAt
+				// is taken as activity now.
+				if want := signed.Add(30 * time.Minute); r.deadline.After(want) {
+					t.Fatalf("deadline %s, want at most the arrival + the limit %s", r.deadline, want)
+				}
 				return
 			}
 			if r.code != "invalid_body" {
@@ -452,5 +461,75 @@ func TestHeartbeatDeadlineCappedAtArrival(t *testing.T) {
 	}
 	if d, _ := h.deployment(a.dep); !d.Equal(want) {
 		t.Fatalf("stored deadline %s, want %s", d, want)
+	}
+}
+
+// TestHeartbeatAgentClockStepBack: an agent whose clock steps back while
+// its user is active keeps reporting the activity its tracker saw on the
+// old, later clock (it only moves forward), so its ages are negative until
+// the new clock catches up, and its transits jump by the step. Every
+// heartbeat is accepted, and the deployment is never due before the next
+// one, with limits as short as 1 minute and steps of 45 s, 90 s and
+// 5 minutes. An idle agent's deadline moves no more than the step later:
+// its age, measured from its old clock's activity to its new clock's
+// sentAt, is short by the step, which its transit filter holds off until
+// the deployment's median follows the new clock (docs/operations.md,
+// "Heartbeats and deadlines"). Before, the active ones were refused 422 and then filtered as
+// late: the 1-minute droplet was reaped under an active user.
+func TestHeartbeatAgentClockStepBack(t *testing.T) {
+	const interval = 30 * time.Second
+	for _, tc := range []struct {
+		name   string
+		step   time.Duration
+		limit  int64
+		active bool
+	}{
+		{"active, -45s, limit 1", -45 * time.Second, 1, true},
+		{"active, -90s, limit 2", -90 * time.Second, 2, true},
+		{"active, -5m, limit 2", -5 * time.Minute, 2, true},
+		{"idle, -90s, limit 30", -90 * time.Second, 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newElapsedHarness(t)
+			a := &agent{h: h, dep: "dep-step-back", limit: tc.limit}
+			// track is the agent's activity tracker: it only moves forward.
+			track := func() {
+				if now := a.now().Truncate(time.Second); now.After(a.activity) {
+					a.activity = now
+				}
+			}
+			for i := range 6 {
+				// An idle user left two minutes before the step (more than
+				// the step ago).
+				if tc.active || i < 2 {
+					track()
+				}
+				if r := a.send(); r.status != http.StatusAccepted {
+					t.Fatalf("heartbeat before the step: %+v", r)
+				}
+				h.clock.Advance(interval)
+			}
+			before, _ := h.deployment(a.dep)
+			a.offset = tc.step
+			for i := range 20 {
+				if tc.active {
+					track()
+				}
+				r := a.send()
+				if r.status != http.StatusAccepted {
+					t.Fatalf("heartbeat %d after a step of %s: %+v", i+1, tc.step, r)
+				}
+				if tc.active && h.due(a.dep, h.clock.Now().Add(interval)) {
+					d, _ := h.deployment(a.dep)
+					t.Fatalf("heartbeat %d after a step of %s: an active agent's deployment is due before its next heartbeat (deadline %s, now %s)", i+1, tc.step, d, h.clock.Now())
+				}
+				if !tc.active {
+					if d, _ := h.deployment(a.dep); d.Before(before) || d.After(before.Add(-tc.step)) {
+						t.Fatalf("idle agent's deadline moved from %s to %s with its clock's step back of %s", before, d, tc.step)
+					}
+				}
+				h.clock.Advance(interval)
+			}
+		})
 	}
 }

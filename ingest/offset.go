@@ -32,9 +32,15 @@ const (
 	// two, never moves the median of five.
 	OffsetMinDeployments = 5
 	// OffsetAlarm is how far the fleet's offset may be from zero before a
-	// clock-offset event is recorded (30 s), and OffsetAlarm back within
-	// which the second one says it is back.
+	// clock-offset event is recorded (30 s); the second one says it is
+	// back once it is within OffsetAlarm − OffsetHysteresis.
 	OffsetAlarm = 30 * time.Second
+	// OffsetHysteresis is how far inside OffsetAlarm the fleet's offset
+	// must come back before the second clock-offset event says it is
+	// back (5 s, so within 25 s): a clock drifting past the alarm keeps
+	// its median within a transit's jitter of 30 s for hours, and without
+	// the margin each minute's check would flip and record another event.
+	OffsetHysteresis = 5 * time.Second
 	// MaxOffsetEnvironments bounds the environments given a scope of their
 	// own (16, those with the most deployments in the window, then by
 	// slug), so chalupa_clock_offset_seconds has at most 17 series
@@ -51,7 +57,8 @@ const (
 )
 
 // KindClockOffset is the platform event recorded when the fleet's offset
-// passes OffsetAlarm, and again when it is back within it.
+// passes OffsetAlarm, and again when it is back within OffsetAlarm −
+// OffsetHysteresis.
 const KindClockOffset = "clock-offset"
 
 // offsetKey names one deployment.
@@ -144,6 +151,13 @@ func (e OffsetEstimate) Off() bool {
 	return e.Measured && (e.Fleet.Offset > OffsetAlarm || e.Fleet.Offset < -OffsetAlarm)
 }
 
+// back reports whether the fleet's offset is measured and within OffsetAlarm
+// − OffsetHysteresis: an offset that was Off is back.
+func (e OffsetEstimate) back() bool {
+	within := OffsetAlarm - OffsetHysteresis
+	return e.Measured && e.Fleet.Offset <= within && e.Fleet.Offset >= -within
+}
+
 // estimate is the estimate at steady time now, over deployments heard in
 // the OffsetWindow before it.
 func (o *Offsets) estimate(now time.Time) OffsetEstimate {
@@ -208,7 +222,8 @@ func (s *Service) observeOffset(v Verified, env, deployment string, sentAt time.
 
 // OffsetWatch is the clock-offset loop: while heartbeats arrive it checks
 // the fleet's offset once a minute and records a clock-offset platform
-// event when it passes OffsetAlarm and again when it is back within it
+// event when it passes OffsetAlarm and again when it is back within
+// OffsetAlarm − OffsetHysteresis
 // (docs/operations.md, "Background loops"); with none it waits without a
 // timer. It holds nothing.
 type OffsetWatch struct {
@@ -247,14 +262,14 @@ func (w *OffsetWatch) Run(ctx context.Context) error {
 // event is tried again at the next check).
 func (w *OffsetWatch) Check(ctx context.Context) (string, error) {
 	est := w.Service.ClockOffset()
-	if !est.Measured || est.Off() == w.off {
+	if off := w.off; !est.Measured || (!off && !est.Off()) || (off && !est.back()) {
 		return "", nil
 	}
 	now := w.Clock.Now().UTC()
 	msg := fmt.Sprintf("the server clock is %s off the fleet's (median of %d deployments' receivedAt − sentAt; positive: the server is ahead), more than %s: deadlines come from elapsed time and nothing is held, but fix the clock (docs/operations.md, \"Heartbeats and deadlines\")",
 		est.Fleet.Offset.Round(time.Millisecond), est.Fleet.Deployments, OffsetAlarm)
 	if !est.Off() {
-		msg = fmt.Sprintf("the server clock is back within %s of the fleet's: %s off (median of %d deployments)", OffsetAlarm,
+		msg = fmt.Sprintf("the server clock is back within %s of the fleet's: %s off (median of %d deployments)", OffsetAlarm-OffsetHysteresis,
 			est.Fleet.Offset.Round(time.Millisecond), est.Fleet.Deployments)
 	}
 	err := w.DB.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -156,7 +156,8 @@ func TestClockOffsetEstimate(t *testing.T) {
 }
 
 // TestClockOffsetEvent: a clock-offset event when the fleet's offset
-// passes 30 s, none while it stays, and one when it is back within 30 s.
+// passes 30 s, none while it stays, and one when it is back within 25 s
+// (OffsetAlarm − OffsetHysteresis).
 func TestClockOffsetEvent(t *testing.T) {
 	ctx := context.Background()
 	h := newOffsetHarness(t, "demo-events")
@@ -175,7 +176,7 @@ func TestClockOffsetEvent(t *testing.T) {
 		{31 * time.Second, true, "more than 30s"},
 		{45 * time.Second, false, ""},
 		{-31 * time.Second, false, ""},
-		{2 * time.Second, true, "back within 30s"},
+		{2 * time.Second, true, "back within 25s"},
 		{1 * time.Second, false, ""},
 	} {
 		// Sequential: each step's state follows from the one before.
@@ -205,6 +206,51 @@ func TestClockOffsetEvent(t *testing.T) {
 	}
 	if len(evs) != 2 {
 		t.Fatalf("%d clock-offset events, want 2", len(evs))
+	}
+}
+
+// TestClockOffsetEventDoesNotFlap: a fleet whose offset hovers at the
+// alarm (30.5 s, 29.5 s, … as a drifting clock does for hours, the median
+// moving by its transits) records one clock-offset event, not one a
+// minute: it is back only once within OffsetAlarm − OffsetHysteresis.
+func TestClockOffsetEventDoesNotFlap(t *testing.T) {
+	ctx := context.Background()
+	h := newOffsetHarness(t, "demo-flap")
+	w := &ingest.OffsetWatch{Service: h.svc, DB: h.db, Clock: h.clock, Log: zerolog.Nop()}
+	fleet := func(offset time.Duration) {
+		for i := range 5 {
+			h.beat("demo-flap", fmt.Sprintf("dep-%d", i), offset)
+		}
+	}
+	events := 0
+	for i := range 10 {
+		offset := ingest.OffsetAlarm + 500*time.Millisecond
+		if i%2 == 1 {
+			offset = ingest.OffsetAlarm - time.Second
+		}
+		fleet(offset)
+		kind, err := w.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != "" {
+			events++
+		}
+		h.clock.Advance(time.Minute)
+	}
+	if events != 1 {
+		t.Fatalf("%d clock-offset events while the offset hovered at %s, want 1", events, ingest.OffsetAlarm)
+	}
+	fleet(ingest.OffsetAlarm - ingest.OffsetHysteresis - 2*time.Second)
+	if kind, err := w.Check(ctx); err != nil || kind != ingest.KindClockOffset {
+		t.Fatalf("offset within %s: event %q (%v), want the one saying it is back", ingest.OffsetAlarm-ingest.OffsetHysteresis, kind, err)
+	}
+	evs, err := storage.ListLifecycleEvents(ctx, h.db.Read, storage.EventFilter{Kind: ingest.KindClockOffset, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || !bytes.Contains([]byte(evs[0].Message), []byte("back within 25s")) {
+		t.Fatalf("events %+v, want two, the newest saying it is back within 25s", evs)
 	}
 }
 

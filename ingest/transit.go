@@ -111,6 +111,18 @@ func (t *transits) add(k transitKey, transit time.Duration) {
 	e.samples = append(e.samples, transit.Milliseconds())
 }
 
+// restart replaces the deployment's history with transit alone: its
+// agent's clock stepped back (a negative activity age), so the transits
+// measured against its old clock no longer describe it.
+func (t *transits) restart(k transitKey, transit time.Duration) {
+	t.mu.Lock()
+	if e, ok := t.entries[k]; ok {
+		e.samples = e.samples[:0]
+	}
+	t.mu.Unlock()
+	t.add(k, transit)
+}
+
 // size is how many deployments the table holds.
 func (t *transits) size() int {
 	t.mu.Lock()

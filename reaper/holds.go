@@ -83,6 +83,11 @@ const (
 	HoldContact = "contact"
 	// HoldStorage: chalupa's commits fail, or failed within StorageGrace.
 	HoldStorage = "storage"
+	// HoldEnvironmentAhead: the environment's live agents are refused
+	// because the server's clock runs ahead of theirs
+	// (clockguard.Guard.EnvironmentAhead); a deployment of it is judged on
+	// their time, and held until its deadline passes there.
+	HoldEnvironmentAhead = "environment-ahead"
 )
 
 // Reasons of the reaper's other stored holds: a due deployment it acted on
@@ -317,7 +322,21 @@ func (r *Reaper) holdOf(g gate, c storage.ReaperCandidate) (hold, detail string,
 			Until: g.now.Add(clockguard.ContactFresh - age), Reason: HoldContact, Max: clockguard.ContactFresh,
 			Evidence: fmt.Sprintf("a heartbeat of this deployment refused only for its timestamp arrived %s ago", age.Round(time.Second))}
 	}
+	if off, ok := r.clockGuard.EnvironmentAhead(c.EnvironmentSlug); ok && c.IdleDeadlineAt.After(g.now.Add(-off)) {
+		return HoldEnvironmentAhead, fmt.Sprintf("%s: its environment's agents say the server clock is %s ahead; on their time the idle deadline has not passed", HoldEnvironmentAhead, off.Round(time.Second)), storage.ReaperHold{
+			Until: minTime(c.IdleDeadlineAt.Add(off), g.now.Add(clockguard.ContactFresh)), Reason: HoldEnvironmentAhead, Max: clockguard.ContactFresh,
+			Evidence: fmt.Sprintf("heartbeats of this environment's active deployments, refused only for their timestamps in the last %s, were signed a median %s behind the server clock; the idle deadline is %s away on their time",
+				clockguard.ContactFresh, off.Round(time.Second), c.IdleDeadlineAt.Sub(g.now.Add(-off)).Round(time.Second))}
+	}
 	return "", "", storage.ReaperHold{}
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // contact reports whether c's agent was heard, refused only for its

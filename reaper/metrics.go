@@ -110,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{ReasonIdle, ReasonSessionExpired} {
 		m.Destroyed.WithLabelValues(r)
 	}
-	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage} {
+	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage, HoldEnvironmentAhead} {
 		m.Held.WithLabelValues(h)
 	}
 	for _, k := range TroubleKinds {

@@ -35,6 +35,11 @@ type DataDirLock struct {
 	// file, then each directory MkdirAll made (the data dir, and parents
 	// that did not exist).
 	made []string
+	// dir and mode are the existing data dir and its mode before it was
+	// made owner-only (mode 0 when AcquireDataDir created it), restored
+	// by Abandon.
+	dir  string
+	mode os.FileMode
 }
 
 // AcquireDataDir is LockDataDir returning the lock itself: the data dir is
@@ -54,6 +59,11 @@ func AcquireDataDir(dir string) (*DataDirLock, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	l.made = missing
+	if len(missing) == 0 {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() != 0o700 {
+			l.dir, l.mode = dir, fi.Mode().Perm()
+		}
+	}
 	// A data dir made by hand (say, for a restore) may be world-readable;
 	// it holds the database and its replica staging files.
 	if err := os.Chmod(dir, 0o700); err != nil {
@@ -97,16 +107,20 @@ func (l *DataDirLock) Release() {
 }
 
 // Abandon removes what AcquireDataDir created — the lock file, and the
-// data dir (with parents it made) when it made it and it is empty — then
-// releases the lock: a start refused before writing anything leaves the
-// filesystem as it found it (docs/operations.md, "Backup and restore").
-// A directory that holds anything else is left; so is everything that
-// existed before.
+// data dir (with parents it made) when it made it and it is empty, or the
+// existing data dir's mode when it made it owner-only — then releases the
+// lock: a start refused before writing anything leaves the filesystem as
+// it found it (docs/operations.md, "Backup and restore"). A directory that
+// holds anything else is left; so is everything that existed before.
 func (l *DataDirLock) Abandon() {
 	for _, p := range l.made {
 		if err := os.Remove(p); err != nil {
 			break
 		}
+	}
+	if l.dir != "" {
+		_ = os.Chmod(l.dir, l.mode)
+		l.dir = ""
 	}
 	l.made = nil
 	l.Release()

@@ -42,7 +42,8 @@ func TestLockDataDir(t *testing.T) {
 }
 
 // Abandon removes what AcquireDataDir created and nothing else: a lock file
-// that existed stays, a directory holding anything stays.
+// that existed stays, a directory holding anything stays, an existing
+// directory gets its mode back.
 func TestAbandonDataDirLock(t *testing.T) {
 	t.Run("lock file that existed", func(t *testing.T) {
 		dir := t.TempDir()
@@ -74,6 +75,26 @@ func TestAbandonDataDirLock(t *testing.T) {
 		entries, err := os.ReadDir(dir)
 		if err != nil || len(entries) != 1 || entries[0].Name() != "kept" {
 			t.Fatalf("after Abandon the dir holds %v (%v), want only kept", entries, err)
+		}
+	})
+	t.Run("existing dir's mode restored", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		l, err := AcquireDataDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+			t.Fatalf("held data dir mode %v, want 0700", fi.Mode().Perm())
+		}
+		l.Abandon()
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
+			t.Fatalf("after Abandon the data dir's mode is %v, want its own 0755 back", fi.Mode().Perm())
 		}
 	})
 	t.Run("another holder", func(t *testing.T) {

@@ -515,11 +515,16 @@ func (r *Replicator) run(ctx context.Context) {
 		}
 		if err == nil {
 			backoff = 0
-			housekeeping.run(ctx, r)
-			if !pending {
+			// Housekeeping talks to the replica too: a failure there is a
+			// failed attempt like a sync's (counted, failing shown, backed
+			// off), so an outage that begins under it is not hidden.
+			if err = housekeeping.run(ctx, r); err != nil {
+				r.failed(ctx, err)
+			} else if !pending {
 				r.truncateQuietWAL(ctx)
 			}
-		} else {
+		}
+		if err != nil {
 			backoff = nextRetry(backoff)
 		}
 		if ctx.Err() != nil {
@@ -808,8 +813,12 @@ func newHousekeeping(now time.Time, snapshot *litestream.CompactionLevel) *house
 	return h
 }
 
-// run does whatever is due. Errors are logged: the next round retries.
-func (h *housekeeping) run(ctx context.Context, r *Replicator) {
+// run does whatever is due. It stops at the first failure to reach the
+// replica and returns it (its kind logged with the step), so an outage that
+// begins under it costs one operation's retries, not every due level's; a
+// step that failed stays due for the next round. Litestream's "nothing to
+// compact yet" answers are no failure.
+func (h *housekeeping) run(ctx context.Context, r *Replicator) error {
 	now := r.clock.Now()
 	r.mu.Lock()
 	uploads, lastUpload := r.uploads, r.lastUploadAt
@@ -818,27 +827,37 @@ func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 		if now.Before(h.due[lvl.Level]) || uploads == h.seen[lvl.Level] {
 			continue
 		}
-		h.due[lvl.Level] = lvl.NextCompactionAt(now)
-		h.seen[lvl.Level] = uploads
 		_, err := r.store.CompactDB(ctx, r.db, lvl)
 		if err != nil && !errors.Is(err, litestream.ErrNoCompaction) && !errors.Is(err, litestream.ErrCompactionTooEarly) &&
-			!errors.Is(err, litestream.ErrDBNotReady) && ctx.Err() == nil {
-			r.log.Warn("compaction failed", "level", lvl.Level, "error", redactReplicaError(err))
+			!errors.Is(err, litestream.ErrDBNotReady) {
+			if ctx.Err() == nil {
+				r.log.Warn("compaction failed", "level", lvl.Level, "error", redactReplicaError(err))
+			}
+			return err
 		}
+		h.due[lvl.Level] = lvl.NextCompactionAt(now)
+		h.seen[lvl.Level] = uploads
 		if lvl.Level == litestream.SnapshotLevel {
-			if err := r.store.EnforceSnapshotRetention(ctx, r.db); err != nil && ctx.Err() == nil {
-				r.log.Warn("snapshot retention failed", "error", redactReplicaError(err))
+			if err := r.store.EnforceSnapshotRetention(ctx, r.db); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("snapshot retention failed", "error", redactReplicaError(err))
+				}
+				return err
 			}
 		}
 	}
 	// L0 files are retired L0Retention after L1 holds them: keep checking
 	// for a while after the last upload, then stop.
 	if !now.Before(h.l0Due) && (uploads != h.l0Seen || now.Sub(lastUpload) < l0RetentionWindow) {
-		h.l0Due, h.l0Seen = now.Add(l0RetentionInterval), uploads
-		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
+		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
+			}
+			return err
 		}
+		h.l0Due, h.l0Seen = now.Add(l0RetentionInterval), uploads
 	}
+	return nil
 }
 
 // isVerified reports whether verify allowed writing the replica.

@@ -159,6 +159,8 @@ func (h *hold) public(mono time.Duration) Hold {
 type contact struct {
 	signedAt     time.Time
 	receivedMono time.Duration
+	// offset is the server's wall clock at receipt minus signedAt.
+	offset time.Duration
 }
 
 type envState struct {
@@ -249,7 +251,7 @@ func (g *Guard) SkewRefused(env, deployment string, signedAt time.Time) {
 		}
 		delete(e.contacts, oldest)
 	}
-	e.contacts[deployment] = contact{signedAt: signedAt, receivedMono: mono}
+	e.contacts[deployment] = contact{signedAt: signedAt, receivedMono: mono, offset: wall.Round(0).Sub(signedAt)}
 }
 
 // env returns env's state, making room for it (callers hold mu).
@@ -300,6 +302,47 @@ func (g *Guard) Contact(env, deployment string) (signedAt time.Time, age time.Du
 		return time.Time{}, 0, false
 	}
 	return c.signedAt, mono - c.receivedMono, true
+}
+
+// EnvironmentAhead is how far the server's clock runs ahead of environment
+// env's agents, as their own signed times say: the median offset of the
+// contacts (skew-refused heartbeats of active deployments, no replays)
+// that arrived less than ContactFresh ago, when that median says the
+// server is ahead and no heartbeat anywhere in the fleet was accepted in
+// that time (one accepted heartbeat means the server's clock agrees with
+// an agent's, and the refused agents' clocks are the ones off). ok is
+// false otherwise. The reaper judges that environment's idle deadlines on the server's
+// clock less this offset (docs/operations.md, "Reaper", the clock guard):
+// a server clock that stepped ahead cannot shorten the idle limit of a
+// silent droplet beside live ones, and a bad agent clock or a leaked key
+// delays its own environment's reaping by its own offset at most.
+func (g *Guard) EnvironmentAhead(env string) (offset time.Duration, ok bool) {
+	mono := g.mono()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.accepted && mono-g.acceptedMono < ContactFresh {
+		// Someone's heartbeat agrees with the server clock: the refused
+		// agents' clocks are off, not the server's.
+		return 0, false
+	}
+	e, found := g.envs[env]
+	if !found {
+		return 0, false
+	}
+	var offsets []time.Duration
+	for _, c := range e.contacts {
+		if mono-c.receivedMono < ContactFresh {
+			offsets = append(offsets, c.offset)
+		}
+	}
+	if len(offsets) == 0 {
+		return 0, false
+	}
+	slices.Sort(offsets)
+	if m := offsets[len(offsets)/2]; m > 0 {
+		return m, true
+	}
+	return 0, false
 }
 
 // Lift ends the fleet's hold once the reaper saw every active deployment

@@ -195,3 +195,41 @@ func TestReplayDoesNotHoldForever(t *testing.T) {
 		t.Fatalf("contact %v, age %v: want the first refusal's, %v old (replays renew nothing)", ok, age, 20*clockguard.HeartbeatInterval)
 	}
 }
+
+// TestEnvironmentAhead: the environment's fresh contacts say how far the
+// server's clock runs ahead of its agents (their median); a server behind
+// them, contacts older than ContactFresh, another environment's, or any
+// heartbeat accepted in the fleet meanwhile say nothing.
+func TestEnvironmentAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		offsets  []time.Duration // server minus signed time, one deployment each
+		wait     time.Duration   // before asking
+		accepted bool            // a heartbeat accepted anywhere after them
+		env      string
+		want     time.Duration // 0: not ok
+	}{
+		{"one agent, server 10 min ahead", []time.Duration{10 * time.Minute}, 0, false, "env-1", 10 * time.Minute},
+		{"the median of three", []time.Duration{10 * time.Minute, 2 * time.Hour, 9 * time.Minute}, 0, false, "env-1", 10 * time.Minute},
+		{"server behind", []time.Duration{-10 * time.Minute}, 0, false, "env-1", 0},
+		{"stale after ContactFresh", []time.Duration{10 * time.Minute}, clockguard.ContactFresh, false, "env-1", 0},
+		{"fresh just before ContactFresh", []time.Duration{10 * time.Minute}, clockguard.ContactFresh - time.Second, false, "env-1", 10 * time.Minute},
+		{"a heartbeat accepted in the fleet", []time.Duration{10 * time.Minute}, 0, true, "env-1", 0},
+		{"another environment's contacts", []time.Duration{10 * time.Minute}, 0, false, "env-2", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newGuard()
+			for i, off := range tc.offsets {
+				g.SkewRefused("env-1", fmt.Sprintf("dep-%d", i), c.Now().Add(-off))
+			}
+			if tc.accepted {
+				g.HeartbeatAccepted("env-3")
+			}
+			c.Advance(tc.wait)
+			got, ok := g.EnvironmentAhead(tc.env)
+			if ok != (tc.want != 0) || got != tc.want {
+				t.Fatalf("EnvironmentAhead = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
