@@ -90,7 +90,12 @@ func script(version string, kind Kind) string {
 // chalupa-agent, 0755) holding the agent script of version and kind.
 func Archive(t testing.TB, version string, kind Kind) []byte {
 	t.Helper()
-	body := []byte(script(version, kind))
+	return archive(t, []byte(script(version, kind)))
+}
+
+// archive is a release archive holding body as chalupa-agent.
+func archive(t testing.TB, body []byte) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
@@ -117,13 +122,28 @@ const ReleaseBase = "https://releases.invalid/chalupa-agent"
 // ReleaseBase/version.
 func WriteRelease(t testing.TB, dir, version string, kind Kind) agentrelease.Release {
 	t.Helper()
-	archive := Archive(t, version, kind)
+	return writeRelease(t, dir, version, Archive(t, version, kind))
+}
+
+// WriteBinaryRelease is WriteRelease of a built agent binary (bin, stamped
+// with version): the real agent, whose heartbeats carry its version.
+func WriteBinaryRelease(t testing.TB, dir, version, bin string) agentrelease.Release {
+	t.Helper()
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeRelease(t, dir, version, archive(t, body))
+}
+
+func writeRelease(t testing.TB, dir, version string, arc []byte) agentrelease.Release {
+	t.Helper()
 	for _, a := range agentrelease.Arches {
-		if err := os.WriteFile(filepath.Join(dir, agentrelease.ArchiveName(version, a)), archive, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, agentrelease.ArchiveName(version, a)), arc, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sum := sha256.Sum256(archive)
+	sum := sha256.Sum256(arc)
 	d := hex.EncodeToString(sum[:])
 	return agentrelease.Release{Version: version, URL: ReleaseBase + "/" + version, SHA256: map[string]string{"amd64": d, "arm64": d}}
 }
@@ -139,6 +159,40 @@ type Droplet struct {
 	// ID is its droplet id.
 	ID    int64
 	state string
+	bin   string
+}
+
+// State is the droplet's own directory (outside the agent's root): a
+// place for the agent's key files and spool.
+func (d *Droplet) State() string { return d.state }
+
+// Install replaces the installed agent with the binary at bin, its unit's
+// settings with env (the unit's EnvironmentFile: agent.env), and restarts
+// the unit: a droplet whose first boot installed that agent.
+func (d *Droplet) Install(t *testing.T, bin string, env map[string]string) {
+	t.Helper()
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.Server.AgentBinary(), body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for k, v := range env {
+		lines = append(lines, k+"='"+v+"'")
+	}
+	if err := os.WriteFile(filepath.Join(d.state, "agent.env"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.systemctl(t, d.bin, "restart", "chalupa-agent.service")
+}
+
+// Log is what the agent processes wrote (their standard output and
+// error), for a failing test.
+func (d *Droplet) Log() string {
+	b, _ := os.ReadFile(filepath.Join(d.state, "agent.log"))
+	return string(b)
 }
 
 // NewDroplet starts a fake droplet at addr accepting authorized, running
@@ -157,7 +211,8 @@ case "$1" in
 restart)
   if [ -f "$state/pid" ]; then kill "$(cat "$state/pid")" 2>/dev/null; fi
   rm -f "$state/beat"
-  BEAT="$state/beat" "$bin" run </dev/null >/dev/null 2>&1 &
+  if [ -f "$state/agent.env" ]; then set -a; . "$state/agent.env"; set +a; fi
+  BEAT="$state/beat" "$bin" run </dev/null >>"$state/agent.log" 2>&1 &
   echo $! > "$state/pid";;
 is-active) if alive; then echo active; else echo failed; exit 3; fi;;
 show) echo 0;;
@@ -180,6 +235,7 @@ cp '` + releases + `'/"$(basename "$url")" "$out" 2>/dev/null || exit 22
 	if err := os.WriteFile(srv.AgentBinary(), []byte(script(OldVersion, Good)), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	d.bin = bin
 	d.systemctl(t, bin, "restart", "chalupa-agent.service")
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(filepath.Join(d.state, "pid")); err == nil {
