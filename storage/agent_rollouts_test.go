@@ -161,6 +161,29 @@ func TestAgentRollouts(t *testing.T) {
 	if up, err := storage.BoxesUpgrading(ctx, db.Read); err != nil || len(up) != 1 {
 		t.Fatalf("upgrading %d %v", len(up), err)
 	}
+	// A launch of the same droplet keeps upgrade-failed; of another
+	// droplet ends it.
+	if err := write(func(tx storage.Tx) error {
+		if err := storage.RecordBoxLaunch(ctx, tx, box.ID, storage.BoxLaunch{DropletID: 7, LaunchedAt: now}, now); err != nil {
+			return err
+		}
+		return storage.SetBoxAgentUpgrade(ctx, tx, box.ID, storage.AgentUpgradeFailed, "v1.1.0", now)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		droplet int64
+		want    string
+	}{{7, storage.AgentUpgradeFailed}, {8, ""}} {
+		if err := write(func(tx storage.Tx) error {
+			return storage.RecordBoxLaunch(ctx, tx, box.ID, storage.BoxLaunch{DropletID: tc.droplet, LaunchedAt: now}, now)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := storage.BoxByRef(ctx, db.Read, "b1"); err != nil || b.AgentUpgrade.State != tc.want {
+			t.Fatalf("after a launch of droplet %d: %+v %v, want %q", tc.droplet, b.AgentUpgrade, err, tc.want)
+		}
+	}
 	if err := write(func(tx storage.Tx) error { return storage.SetBoxAgentUpgrade(ctx, tx, box.ID, "", "", now) }); err != nil {
 		t.Fatal(err)
 	}

@@ -252,12 +252,17 @@ func RecordBoxResources(ctx context.Context, q Querier, id string, r BoxResource
 }
 
 // RecordBoxLaunch records the result of a successful up; it is kept after
-// the droplet is gone (docs/operations.md, "Boxes"). Errors: ErrNotFound.
+// the droplet is gone (docs/operations.md, "Boxes"). A launch of another
+// droplet ends an upgrade-failed agent upgrade state: the new droplet
+// booted the configured release (docs/operations.md, "Agent install",
+// under Upgrade). Errors: ErrNotFound.
 func RecordBoxLaunch(ctx context.Context, q Querier, id string, l BoxLaunch, now time.Time) error {
 	res, err := q.ExecContext(ctx,
 		`UPDATE cloud_resource SET launch_droplet_id = ?, launch_ipv4 = ?, launch_ipv6 = ?, launch_host_key = ?,
-		   launched_at = ?, launch_job_id = ?, updated_at = ? WHERE id = ?`,
-		l.DropletID, l.IPv4, l.IPv6, l.HostKey, ms(l.LaunchedAt), l.JobID, ms(now), id)
+		   launched_at = ?, launch_job_id = ?, updated_at = ?,
+		   agent_upgrade_state = CASE WHEN agent_upgrade_state = 'upgrade-failed' AND launch_droplet_id IS NOT ? THEN NULL ELSE agent_upgrade_state END
+		 WHERE id = ?`,
+		l.DropletID, l.IPv4, l.IPv6, l.HostKey, ms(l.LaunchedAt), l.JobID, ms(now), l.DropletID, id)
 	return oneRow(res, err, "record box launch")
 }
 
