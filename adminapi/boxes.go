@@ -140,8 +140,11 @@ type Box struct {
 	Agent bool `json:"agent"`
 	BoxConfig
 	// ConfigVersion increases on each update.
-	ConfigVersion int64        `json:"configVersion"`
-	Resources     BoxResources `json:"resources"`
+	ConfigVersion int64 `json:"configVersion"`
+	// ConfigUpdatedAt is when the configuration last changed (UpdatedAt
+	// also moves when converge records resources or a launch).
+	ConfigUpdatedAt time.Time    `json:"configUpdatedAt"`
+	Resources       BoxResources `json:"resources"`
 	// LastLaunch is nil when the box was never launched.
 	LastLaunch *BoxLaunch `json:"lastLaunch"`
 	// AgentUpgrade is the box's agent upgrade state: nil when none,

@@ -69,8 +69,9 @@ type ReaperStatus struct {
 	// Mode is the reaper mode: live, dry-run or off (CHALUPA_REAPER;
 	// docs/operations.md, "Configuration").
 	Mode string `json:"mode"`
-	// TokenConfigured is false when the platform write token is not set:
-	// the reaper does not run.
+	// TokenConfigured is whether the platform write token is set,
+	// whatever the mode; false means the reaper does not run. With Mode
+	// off it is set but unused.
 	TokenConfigured bool `json:"tokenConfigured"`
 	// DryRun is Mode == "dry-run" (kept for clients of the previous release).
 	DryRun bool `json:"dryRun"`

@@ -161,7 +161,12 @@ func apiFailure(err error) error {
 	}
 	var ae *adminapi.APIError
 	if errors.As(err, &ae) && ae.Code != "" {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %s", ae.Code, ae.Message)}
+		hint := ""
+		if (ae.Code == "bad_body" && strings.Contains(ae.Message, "unknown field")) ||
+			(ae.Code == "bad_param" && strings.Contains(ae.Message, "unknown query parameter")) {
+			hint = olderDaemonHint
+		}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s%s", ae.Code, ae.Message, hint)}
 	}
 	// Not a chalupa error body (a proxy's page, another server): the
 	// client's error names the HTTP status.
@@ -183,9 +188,12 @@ type adminStatusCmd struct {
 
 func (*adminStatusCmd) operation() string { return adminapi.OpGetStatus }
 
-// Run prints the daemon's status.
+// Run prints the daemon's status; what the daemon did not answer shows as
+// unknown (statusAnswer).
 func (c *adminStatusCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, (*adminapi.Client).GetStatus, func(w io.Writer, st adminapi.Status) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (statusAnswer, error) {
+		return adminapi.CallAs[statusAnswer](ctx, cl, adminapi.OpGetStatus, nil)
+	}, func(w io.Writer, st statusAnswer) error {
 		tw := table(w)
 		r := st.Replication
 		fmt.Fprintf(tw, "version\t%s\n", st.Version)
@@ -205,8 +213,13 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
 		}
-		sh := st.Storage
-		fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		var sh adminapi.StorageHealth
+		if st.Storage == nil {
+			fmt.Fprintf(tw, "disk\t%s\n", unknownText)
+		} else {
+			sh = *st.Storage
+			fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		}
 		if sh.DiskLow {
 			fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
 		}
@@ -220,8 +233,8 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		// Every time the reaper or costs are not fully on
 		// (docs/operations.md, "Configuration").
-		fmt.Fprintf(tw, "reaper\t%s\n", st.ReaperMode)
-		fmt.Fprintf(tw, "costs\t%s\n", st.Costs)
+		fmt.Fprintf(tw, "reaper\t%s\n", orUnknown(st.ReaperMode))
+		fmt.Fprintf(tw, "costs\t%s\n", orUnknown(st.Costs))
 		for _, n := range st.ModeNotes {
 			fmt.Fprintf(tw, "warning\t%s\n", n)
 		}

@@ -154,7 +154,7 @@ func toAPIBox(b storage.Box) adminapi.Box {
 			SSHKeyFingerprints: b.Config.SSHKeyFingerprints, CustomerSource: b.Config.CustomerSource,
 			ControlPlaneSource: b.Config.ControlPlaneSource, VolumeSizeGiB: b.Config.VolumeSizeGiB, Tags: b.Config.Tags,
 			AgentIdleMinutes: b.Config.AgentIdleMinutes, AgentSessionMinutes: b.Config.AgentSessionMinutes},
-		ConfigVersion: b.Config.Version,
+		ConfigVersion: b.Config.Version, ConfigUpdatedAt: b.Config.UpdatedAt,
 		Resources: adminapi.BoxResources{DropletID: b.Resources.DropletID, FirewallID: b.Resources.FirewallID,
 			VolumeID: b.Resources.VolumeID, RecordedAt: b.Resources.RecordedAt},
 		CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}

@@ -19,6 +19,9 @@ type reaperHandlers struct {
 	reaper *reaper.Reaper
 	// mode is Config.Reaper.Mode, reported by the status.
 	mode string
+	// tokenSet is whether the platform write token is set, whatever the
+	// mode: with the reaper off it is set but handed to nobody.
+	tokenSet bool
 }
 
 func (h *reaperHandlers) register(o *operations) {
@@ -42,7 +45,7 @@ func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperSta
 	if err != nil {
 		return adminapi.ReaperStatus{}, err
 	}
-	out := adminapi.ReaperStatus{Mode: h.mode, TokenConfigured: st.Configured, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
+	out := adminapi.ReaperStatus{Mode: h.mode, TokenConfigured: h.tokenSet, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
 		NextWakeAt: st.NextWake, RateLimitedUntil: st.RateLimitedUntil, ActiveDeployments: st.Active, Due: []adminapi.ReaperDue{}}
 	for _, c := range st.Due {
 		out.Due = append(out.Due, adminapi.ReaperDue{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID,

@@ -173,7 +173,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
 	}).register(s.ops)
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: s.billingRule()}).register(s.ops)
-	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode, tokenSet: d.Config.Reaper.token() != ""}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)

@@ -90,9 +90,12 @@ func TestDeletedReplicaNoticedWhileWritesFlow(t *testing.T) {
 		checked = run.repl.PresenceChecks()
 		return checked > idleFrom, fmt.Sprintf("%d listings", checked)
 	})
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	// Syncs keep writing into it meanwhile: RemoveAll can find a file
+	// created after it listed a directory, so it tries again.
+	testwait.Eventually(t, testwait.Short, "the replica deleted", func() (bool, string) {
+		err := os.RemoveAll(dir)
+		return err == nil, fmt.Sprint(err)
+	})
 	deleted := time.Now()
 	var noticed time.Duration
 	testwait.Eventually(t, testwait.Short, "the next marker check", func() (bool, string) {
