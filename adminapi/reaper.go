@@ -113,8 +113,9 @@ type ReaperHeld struct {
 	Deployment  string `json:"deployment"`
 	DropletID   int64  `json:"dropletId,omitempty"`
 	// Reason is the hold: clock-suspect, grace, storage, contact, guard,
-	// dry-run, backoff or rate-limited ("" for a hold stored by a release
-	// before holds carried their reason).
+	// dry-run, backoff, rate-limited, or upgrading (an agent upgrade's,
+	// which holds the idle deadline alone) ("" for a hold stored by a
+	// release before holds carried their reason).
 	Reason string `json:"reason"`
 	// Evidence says what the hold rests on (never a secret).
 	Evidence string `json:"evidence,omitempty"`

@@ -52,7 +52,8 @@ type adminCmd struct {
 	State       adminStateCmd       `cmd:"" help:"Converge state: cancel a held lock."`
 	Jobs        adminJobsCmd        `cmd:"" help:"List converge jobs and the job runners seen (--watch follows changes)."`
 	Job         adminJobCmd         `cmd:"" help:"Show one converge job."`
-	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
+	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end (upgrade-agent: a rollout in the daemon)."`
+	Rollout     adminRolloutCmd     `cmd:"" help:"Show an agent rollout (reroll --action upgrade-agent starts one; admin jobs lists them)."`
 	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
 	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`

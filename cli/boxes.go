@@ -17,7 +17,7 @@ type adminBoxCmd struct {
 	List   adminBoxListCmd   `cmd:"" help:"List boxes."`
 	Show   adminBoxShowCmd   `cmd:"" help:"Show a box: configuration, recorded provider ids and the last launch result."`
 	// UpgradeAgent is adminUpgradeBoxAgent.
-	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it."`
+	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it; done when the new agent heartbeats with that version, else the previous binary is restored."`
 	// DeliverKey is adminDeliverBoxKey.
 	DeliverKey adminBoxDeliverKeyCmd `cmd:"" name:"deliver-key" help:"Give the box's running droplet a fresh ingest key over SSH and restart its agent; its old key is revoked once it heartbeats with the new one."`
 }
@@ -60,7 +60,8 @@ type adminBoxUpgradeAgentCmd struct {
 
 func (*adminBoxUpgradeAgentCmd) operation() string { return adminapi.OpUpgradeBoxAgent }
 
-// Run upgrades the agent and prints the versions before and after. The
+// Run upgrades the agent and prints the versions before and after (or,
+// when the droplet already ran the version, says so). The
 // call gets at least adminapi.UpgradeBoxAgentCallBound, whatever
 // --timeout says: a shorter bound gives up before the daemon answers.
 func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
@@ -68,6 +69,10 @@ func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxAgentUpgrade, error) {
 		return cl.UpgradeBoxAgent(ctx, c.Box)
 	}, func(w io.Writer, u adminapi.BoxAgentUpgrade) error {
+		if u.Outcome == "skipped" {
+			_, err := fmt.Fprintf(w, "%s: droplet %d: %s\n", u.Box, u.DropletID, displayText(u.Detail))
+			return err
+		}
 		_, err := fmt.Fprintf(w, "%s: droplet %d (%s): %s -> %s\n", u.Box, u.DropletID, u.Arch, u.Before, u.After)
 		return err
 	})
@@ -231,6 +236,9 @@ func printBox(w io.Writer, b boxAnswer) error {
 		}
 	}
 	fmt.Fprintf(tw, "agent\t%s\n", agent)
+	if u := b.AgentUpgrade; u != nil {
+		fmt.Fprintf(tw, "agent upgrade\t%s\n", agentUpgradeText(*u))
+	}
 	updated := "unknown"
 	if b.ConfigUpdatedAt != nil {
 		updated = timeOrDash(*b.ConfigUpdatedAt)
@@ -258,6 +266,19 @@ func printBox(w io.Writer, b boxAnswer) error {
 		fmt.Fprintln(tw, "last launch\tnever")
 	}
 	return tw.Flush()
+}
+
+// agentUpgradeText is a box's agent upgrade state in words
+// (docs/operations.md, "Agent install", under Upgrade).
+func agentUpgradeText(u adminapi.BoxAgentUpgradeState) string {
+	switch u.State {
+	case "upgrading":
+		return fmt.Sprintf("upgrading to %s since %s: done when its agent heartbeats with that version", displayText(u.Version), timeOrDash(u.Since))
+	case "upgrade-failed":
+		return fmt.Sprintf("upgrade-failed: the upgrade to %s at %s failed and the previous agent did not report again (see its agent-upgrade-failed event)",
+			displayText(u.Version), timeOrDash(u.Since))
+	}
+	return displayText(u.State)
 }
 
 // agentText is a box's agent setting in words (docs/operations.md,

@@ -335,6 +335,11 @@ func (a *App) Close(ctx context.Context) error {
 		a.sup.stop()
 		a.sup = nil
 	}
+	if a.Server != nil && a.Server.rollouts != nil {
+		// Agent upgrades in progress are cut while the writer still
+		// runs, so each records where it stopped.
+		a.Server.rollouts.Close()
+	}
 	if a.Server != nil && a.DB != nil {
 		a.Server.stats.flush() // the last hour's request statistics, while the writer still runs
 	}

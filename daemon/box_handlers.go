@@ -163,5 +163,8 @@ func toAPIBox(b storage.Box) adminapi.Box {
 		out.LastLaunch = &adminapi.BoxLaunch{DropletID: l.DropletID, IPv4: l.IPv4, IPv6: l.IPv6, HostKey: l.HostKey,
 			LaunchedAt: l.LaunchedAt, JobID: l.JobID}
 	}
+	if u := b.AgentUpgrade; u.State != "" {
+		out.AgentUpgrade = &adminapi.BoxAgentUpgradeState{State: u.State, Version: u.Version, Since: u.Since}
+	}
 	return out
 }

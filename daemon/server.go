@@ -23,8 +23,8 @@ import (
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/pulumiexec"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/pulumiexec/doctor"
-	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
@@ -57,6 +57,9 @@ type Server struct {
 	jobRunner *jobs.Runner
 	jobWatch  *jobs.Watch
 	jobs      *jobs.Service
+	// rollouts runs agent upgrades and rollouts; App.Close closes it
+	// before the database.
+	rollouts *agentrollout.Manager
 	// switches are the loop switches (docs/operations.md, "Loop
 	// switches"), shared by their admin operations and the loop registry.
 	switches *loopSwitches
@@ -115,7 +118,7 @@ type serverDeps struct {
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
 		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper,
-		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches}
+		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
 		return nil, err
@@ -177,8 +180,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
-	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.Converge.AgentRelease, port: cmp.Or(d.Config.Converge.SSHPort, DefaultSSHPort), log: d.Log,
-		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
+	(&agentUpgradeHandlers{db: d.DB, release: d.Config.Converge.AgentRelease, rollouts: w.rollouts, log: d.Log}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	dr := &doctor.Doctor{DB: d.DB, Clock: clock, Log: d.Log,
 		LanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}

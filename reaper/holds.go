@@ -104,6 +104,14 @@ const (
 	HoldRateLimited = "rate-limited"
 )
 
+// HoldUpgrading is the hold an agent upgrade puts on its box's deployment
+// while the new agent has not reported (docs/operations.md, "Agent
+// install", under Upgrade): stored like the reaper's own holds, with its
+// evidence and maximum (the report bound plus the restore), listed by
+// Status; it puts off the idle deadline alone, never the session expiry
+// (storage's decision time), and the upgrade, not a heartbeat, ends it.
+const HoldUpgrading = storage.HoldUpgrading
+
 // gate is what one tick judges every due deployment by.
 type gate struct {
 	now        time.Time

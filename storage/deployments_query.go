@@ -250,7 +250,9 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) (time.Time, 
 // deadline, session expiry, CI flag) clears the reaper's hold, so a
 // deployment the reaper deferred is looked at again at once
 // (docs/operations.md, "Reaper"); a heartbeat that changes none of them
-// leaves the hold.
+// leaves the hold. An agent upgrade's hold (HoldUpgrading) always stays:
+// the heartbeat of the agent being replaced is no evidence for the new
+// one, and the upgrade ends its hold itself.
 func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, expiry time.Time, ok bool, err error) {
 	var d int64
 	var e sql.NullInt64
@@ -269,7 +271,8 @@ func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, e
 		     limit_minutes = ?6,
 		     idle_deadline_at = `+heartbeatDeadlineSQL+`,
 		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9,
-		     reaper_hold_until = CASE WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
+		     reaper_hold_until = CASE WHEN reaper_hold_reason = '`+HoldUpgrading+`' THEN reaper_hold_until
+		         WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
 		             OR (`+heartbeatExpirySQL+`) IS NOT session_expires_at
 		             OR `+heartbeatDeadlineSQL+` IS NOT idle_deadline_at
 		             OR ci_active != ?8

@@ -14,18 +14,28 @@ import (
 // decideAtSQL, so the schedule, the due list and the re-check inside the
 // claim's transaction cannot disagree.
 
+// idleDueSQL is an active deployment's idle-due time in unix ms, with ?1
+// the CI freshness in ms: the idle deadline, or, while the last heartbeat
+// reported CI, no earlier than the moment that report goes stale (last
+// heartbeat + freshness). A missing deadline never comes (math.MaxInt64).
+const idleDueSQL = `CASE WHEN d.ci_active = 1
+	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
+	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END`
+
+// HoldUpgrading is the reason of the hold an agent upgrade puts on its
+// box's deployment (docs/operations.md, "Agent install", under Upgrade):
+// unlike the reaper's own holds it holds the idle deadline only, never the
+// session expiry, and a heartbeat does not end it (the upgrade does).
+const HoldUpgrading = "upgrading"
+
 // decideAtSQL is an active deployment's next decision time in unix ms,
 // with ?1 the CI freshness in ms: the session expiry or the idle-due time,
-// whichever comes first, where the idle-due time is the idle deadline, or,
-// while the last heartbeat reported CI, no earlier than the moment that
-// report goes stale (last heartbeat + freshness); then never before the
-// reaper's hold. A missing deadline never comes (math.MaxInt64).
-const decideAtSQL = `max(
-	    min(coalesce(d.session_expires_at, 9223372036854775807),
-	        CASE WHEN d.ci_active = 1
-	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
-	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END),
-	    coalesce(d.reaper_hold_until, 0))`
+// whichever comes first, then never before the reaper's hold — except
+// the upgrading hold, which puts off the idle-due time alone. A missing
+// deadline never comes (math.MaxInt64).
+const decideAtSQL = `CASE WHEN d.reaper_hold_reason = '` + HoldUpgrading + `' AND d.reaper_hold_until IS NOT NULL
+	THEN min(coalesce(d.session_expires_at, 9223372036854775807), max(` + idleDueSQL + `, d.reaper_hold_until))
+	ELSE max(min(coalesce(d.session_expires_at, 9223372036854775807), ` + idleDueSQL + `), coalesce(d.reaper_hold_until, 0)) END`
 
 // platformScopeSQL selects the deployments the platform write token reaps:
 // the platform organization's and managed ones (customer organizations'
@@ -443,10 +453,7 @@ func ReaperMassDue(ctx context.Context, q Querier, now time.Time, fresh time.Dur
 
 // deadlineSQL is decideAtSQL without the reaper's hold: when the
 // deployment's own deadline fell.
-const deadlineSQL = `min(coalesce(d.session_expires_at, 9223372036854775807),
-	        CASE WHEN d.ci_active = 1
-	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
-	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END)`
+const deadlineSQL = `min(coalesce(d.session_expires_at, 9223372036854775807), ` + idleDueSQL + `)`
 
 // ReaperOverdue counts the active deployments the platform write token
 // reaps whose own deadline (holds aside) is at or before before: what the
