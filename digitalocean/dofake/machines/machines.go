@@ -374,11 +374,14 @@ func (b *Bed) serveFront() {
 			tc := tls.Server(c, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := tc.HandshakeContext(ctx); err != nil || b.cfg.Upstream == "" {
+			b.mu.Lock()
+			upstream := b.cfg.Upstream
+			b.mu.Unlock()
+			if err := tc.HandshakeContext(ctx); err != nil || upstream == "" {
 				tc.Close()
 				return
 			}
-			up, err := (&net.Dialer{}).DialContext(ctx, "tcp", b.cfg.Upstream)
+			up, err := (&net.Dialer{}).DialContext(ctx, "tcp", upstream)
 			if err != nil {
 				tc.Close()
 				return
@@ -482,7 +485,9 @@ func (b *Bed) create(d dofake.Droplet) {
 	}
 	var keys []string
 	for _, k := range d.SSHKeys {
+		b.mu.Lock()
 		line, ok := b.keys[k]
+		b.mu.Unlock()
 		if !ok {
 			b.t.Errorf("machines: droplet %d names SSH key %q, which is none of Config.AccountKeys", d.ID, k)
 			continue
@@ -764,4 +769,125 @@ func isMountPoint(dir string) bool {
 		}
 	}
 	return false
+}
+
+// SetUpstream sets where the TLS front forwards from now on
+// (Config.Upstream): e.g. Publish's address, once the daemon's is known.
+func (b *Bed) SetUpstream(addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg.Upstream = addr
+}
+
+// AddAccountKey adds an account SSH key (authorized_keys form) that
+// droplets created from now on may name by fingerprint, as
+// Config.AccountKeys: e.g. the daemon's own SSH identity, known only once
+// it runs. Errors: the line is no public key.
+func (b *Bed) AddAccountKey(line string) error {
+	pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+	if err != nil {
+		return fmt.Errorf("account key: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.keys[ssh.FingerprintLegacyMD5(pk)] = strings.TrimSpace(line)
+	b.keys[ssh.FingerprintSHA256(pk)] = strings.TrimSpace(line)
+	return nil
+}
+
+// ServeTLS serves h over TLS on ControlAddr:port inside the private
+// namespace, with a certificate of the test CA (which every box trusts),
+// until the test ends; it returns the URL boxes use
+// ("https://10.250.255.1:PORT"), e.g. a release directory for cloud-init
+// to download from. Port 443 is the front's. Errors fail the test.
+func (b *Bed) ServeTLS(port int, h http.Handler) string {
+	b.t.Helper()
+	addr := net.JoinHostPort(ControlAddr.String(), strconv.Itoa(port))
+	ln, err := listenIn(b.prefix, addr)
+	if err != nil {
+		b.t.Fatalf("machines: listen on %s: %v", addr, err)
+	}
+	cert, err := b.leaf()
+	if err != nil {
+		b.t.Fatalf("machines: certificate: %v", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); _ = srv.ServeTLS(ln, "", "") }()
+	b.t.Cleanup(func() { srv.Close() })
+	return "https://" + addr
+}
+
+// Expose makes the host's TCP service at addr (a loopback host:port, e.g.
+// dofake's or an S3 store's) reachable at the same address inside the
+// private namespace, for processes the test runs there (Wrap): each
+// connection accepted there is piped to addr dialled from the host.
+// Errors fail the test.
+func (b *Bed) Expose(addr string) {
+	b.t.Helper()
+	ln, err := listenIn(b.prefix, addr)
+	if err != nil {
+		b.t.Fatalf("machines: expose %s: %v", addr, err)
+	}
+	b.forward(ln, func(ctx context.Context) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	})
+}
+
+// Publish reserves a free loopback address on the host and makes it
+// reach the same address inside the private namespace, where a process
+// the test runs there (Wrap) listens: the test and the TLS front reach a
+// daemon inside the bed at the returned host:port. Connections made
+// before anything listens inside are closed at once. Errors fail the test.
+func (b *Bed) Publish() string {
+	b.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.t.Fatalf("machines: publish: %v", err)
+	}
+	addr := ln.Addr().String()
+	b.forward(ln, func(ctx context.Context) (net.Conn, error) { return dialIn(ctx, b.prefix, addr) })
+	return addr
+}
+
+// forward accepts on ln until the test ends and pipes each connection to
+// what dial returns.
+func (b *Bed) forward(ln net.Listener, dial func(context.Context) (net.Conn, error)) {
+	b.t.Cleanup(func() { ln.Close() })
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				up, err := dial(ctx)
+				if err != nil {
+					c.Close()
+					return
+				}
+				pipe(c, up)
+			}()
+		}
+	}()
+}
+
+// Wrap returns the path of an executable that runs bin, with its
+// arguments, inside the private namespace (nsenter --net): the daemon
+// under test, so that the droplets' public addresses it dials (SSH key
+// delivery) are the boxes', reached in the bed and nowhere else. Its
+// children (pulumi, the provider) run there too. Errors fail the test.
+func (b *Bed) Wrap(bin string) string {
+	b.t.Helper()
+	p := filepath.Join(b.dir, "wrap-"+filepath.Base(bin))
+	script := fmt.Sprintf("#!/bin/sh\nexec nsenter --net=%s -- %s \"$@\"\n", netnsDir+b.prefix, strconv.Quote(bin))
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		b.t.Fatalf("machines: wrap %s: %v", bin, err)
+	}
+	return p
 }

@@ -16,27 +16,45 @@ import (
 // netnsDir is where `ip netns add NAME` binds a named network namespace.
 const netnsDir = "/run/netns/"
 
+// hostNetns is the network namespace this process started in, which
+// every thread but inNetns's (while fn runs) is in.
+var hostNetns = sync.OnceValues(func() (int, error) {
+	return unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+})
+
 // inNetns runs fn on an OS thread that has entered the named network
 // namespace, and returns fn's error. Sockets fn opens (net.Listen,
 // net.Dialer.DialContext) belong to that namespace for their whole life,
-// whichever thread later reads them. The thread is never handed back to
-// the runtime: the goroutine ends locked, so Go retires the thread instead
-// of reusing it in the wrong namespace.
+// whichever thread later reads them. The thread then goes back to the
+// host's namespace before the runtime may reuse it; if it cannot, it stays
+// locked and ends with the goroutine. Threads are not left to end as a
+// habit: a child started with Pdeathsig (proctest's daemons) dies with the
+// thread that forked it, and Go reuses threads for any goroutine.
 func inNetns(name string, fn func() error) error {
+	host, err := hostNetns()
+	if err != nil {
+		return fmt.Errorf("the host's network namespace: %w", err)
+	}
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // no unlock: the thread dies with the goroutine
+		runtime.LockOSThread()
 		fd, err := unix.Open(netnsDir+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open network namespace %s: %w", name, err)
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("enter network namespace %s: %w", name, err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if unix.Setns(host, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else: still locked, the thread ends with this goroutine
+		errc <- err
 	}()
 	return <-errc
 }
