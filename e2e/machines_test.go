@@ -9,12 +9,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,17 +28,25 @@ import (
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake/machines"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// TestMachineLifecycleUp: `converge up` of one box creates a droplet that
-// boots; cloud-init installs the pinned release (the digest picked by
-// `uname -m`), the agent's user exists, systemd runs the unit's ExecStart,
-// the ingest key arrives over the box's real sshd (0600, the agent's),
-// and the agent's heartbeat arrives through the TLS front: deployment
-// droplet-<id> is live with the release's version.
-func TestMachineLifecycleUp(t *testing.T) {
+// TestMachineLifecycleProof is the bounded lifecycle proof (seed
+// "Bounded lifecycle proof"; docs/operations.md, "Converge", "Agent
+// install", "SSH key delivery", "Reaper") on booted machines. Box 1:
+// `converge up` creates a droplet that boots; cloud-init installs the
+// pinned release (the digest picked by `uname -m`), the agent's user
+// exists, systemd runs the unit's ExecStart, the ingest key arrives over
+// the box's real sshd (0600, the agent's), and the agent's heartbeat
+// arrives through the TLS front: deployment droplet-<id> is live with the
+// release's version; `down` removes droplet and firewall (the machine
+// powers off and is gone) and keeps the volume. Box 2, with a one-minute
+// idle limit and nobody on it: the reaper destroys the droplet at its
+// deadline with the write token, the machine powers off, and `converge
+// destroy` afterwards succeeds and keeps the volume.
+func TestMachineLifecycleProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bin := proctest.BuildBinary(t)
@@ -51,7 +61,7 @@ func TestMachineLifecycleUp(t *testing.T) {
 
 	dir, sums := machineRelease(t)
 	env := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": api.AddToken("provision", dofake.FullAccess...),
-		"DIGITALOCEAN_WRITE_TOKEN": api.AddToken("write", dofake.FullAccess...), "CHALUPA_REAPER": "off",
+		"DIGITALOCEAN_WRITE_TOKEN": api.AddToken("write", dofake.FullAccess...), "CHALUPA_REAPER": "live",
 		"CHALUPA_DO_API_URL": api.URL, "CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": home,
 		"CHALUPA_LISTEN": bed.Publish(), "CHALUPA_ORIGIN": bed.ControlURL()}
 	for k, v := range (lifecycleRelease{url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
@@ -71,38 +81,99 @@ func TestMachineLifecycleUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fingerprint := ssh.FingerprintLegacyMD5(pk)
 
-	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
-		SSHKeyFingerprints: []string{ssh.FingerprintLegacyMD5(pk)},
-		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 1, AgentIdleMinutes: 30}
-	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "machine"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: "m-1", Environment: "machine", BoxConfig: cfg}); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if j := lifecycleConverge(t, cl, "m-1", "up"); j.Status != storage.JobSucceeded {
-		t.Fatalf("up: %s: %s", j.Status, j.Error)
+	x1, dep1 := machineUp(t, cl, bed, fingerprint, "proof-1", "box-1", 30)
+	t.Logf("box 1: converge up to the first heartbeat: %v", time.Since(start).Round(100*time.Millisecond))
+	x2, dep2 := machineUp(t, cl, bed, fingerprint, "proof-2", "box-2", 1)
+	if dep2.IdleDeadlineAt.After(dep2.LastHeartbeatAt.Add(2 * time.Minute)) {
+		t.Fatalf("box 2's idle deadline %v: its one-minute limit did not reach the agent", dep2.IdleDeadlineAt)
 	}
-	t.Logf("converge up: %v", time.Since(start).Round(100*time.Millisecond))
-	b, err := cl.GetBox(ctx, "m-1")
+
+	// Box 1: down. The DELETE powers the machine off and removes it.
+	if j := lifecycleConverge(t, cl, "box-1", "destroy"); j.Status != storage.JobSucceeded {
+		t.Fatalf("down: %s: %s", j.Status, j.Error)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := x1.WaitRemoved(wctx); err != nil {
+		t.Errorf("box 1's machine after down: %v", err)
+	}
+	if _, ok := api.Droplet(x1.Droplet.ID); ok || slices.ContainsFunc(api.Firewalls(), func(f dofake.Firewall) bool { return slices.Contains(f.Tags, "chalupa:box:box-1") }) {
+		t.Errorf("box 1's droplet (%v) or firewall survived down: %+v", ok, api.Firewalls())
+	}
+	lifecycleVolumeKept(t, cl, api, "box-1")
+	lifecycleStory(t, cl, "proof-1", "launched", "deployment-ended+sunk")
+	_ = dep1
+
+	// Box 2: nobody on it; the reaper destroys it at its deadline and the
+	// machine powers off.
+	reaped := func() []dofake.Request {
+		return api.Requests(dofake.WithToken("write"), func(r dofake.Request) bool { return r.Method == http.MethodDelete })
+	}
+	testwait.Eventually(t, testwait.Bound(time.Until(dep2.IdleDeadlineAt)+2*time.Minute), "the reaper's DELETE", func() (bool, string) {
+		return len(reaped()) > 0, fmt.Sprint(api.Requests())
+	})
+	if del := reaped(); len(del) != 1 || del[0].Path != "/v2/droplets/"+strconv.Itoa(x2.Droplet.ID) || del[0].At.Before(dep2.IdleDeadlineAt) {
+		t.Fatalf("the write token's DELETEs %v, want one of droplet %d at or after its deadline %v", del, x2.Droplet.ID, dep2.IdleDeadlineAt)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer rcancel()
+	if err := x2.WaitRemoved(rctx); err != nil {
+		t.Errorf("box 2's machine after the reaper: %v", err)
+	}
+	lifecycleDeployment(t, cl, "proof-2", dep2.ID, 30*time.Second, func(d adminapi.FleetDeployment) bool { return d.Status == "ended" })
+	if j := lifecycleConverge(t, cl, "box-2", "destroy"); j.Status != storage.JobSucceeded {
+		t.Fatalf("destroy after the reaper: %s: %s", j.Status, j.Error)
+	}
+	lifecycleVolumeKept(t, cl, api, "box-2")
+	t.Logf("the whole proof: %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// machineUp creates environment env and box name (idle limit in minutes),
+// runs `converge up`, and requires from the booted machine's own evidence
+// what the install promises (docs/operations.md, "Agent install"): cloud-init
+// done, the unit active with systemd's ExecStart the installed binary, the
+// agent's user, its directory 0700 and key and settings 0600 its own (the
+// key arrived over the box's sshd), the release's version; then the
+// agent's heartbeat: it returns the box and the live deployment.
+func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
+		SSHKeyFingerprints: []string{fingerprint},
+		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 1, AgentIdleMinutes: int64(limitMinutes)}
+	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: name, Environment: env, BoxConfig: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if j := lifecycleConverge(t, cl, name, "up"); j.Status != storage.JobSucceeded {
+		t.Fatalf("up %s: %s: %s", name, j.Status, j.Error)
+	}
+	b, err := cl.GetBox(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := bed.Box(int(b.Resources.DropletID))
 	if x == nil {
-		t.Fatalf("no machine for droplet %d", b.Resources.DropletID)
+		t.Fatalf("box %s: no machine for droplet %d", name, b.Resources.DropletID)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("console of %s:\n%s", x.Name, x.Console())
+			con := x.Console()
+			if len(con) > 8000 {
+				con = con[len(con)-8000:]
+			}
+			t.Logf("console of %s (%s), tail:\n%s", x.Name, name, con)
 		}
 	})
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if out, err := x.WaitCloudInit(wctx); err != nil {
-		t.Fatalf("cloud-init: %v\n%s", err, out)
+		t.Fatalf("box %s: cloud-init: %v\n%s", name, err, out)
 	}
 	for _, c := range []struct {
 		args []string
@@ -115,20 +186,20 @@ func TestMachineLifecycleUp(t *testing.T) {
 	} {
 		got, err := x.Exec(wctx, c.args...)
 		if err != nil || !strings.Contains(strings.TrimSpace(got), c.want) {
-			t.Errorf("%s: %q, %v; want %q", strings.Join(c.args, " "), got, err, c.want)
+			t.Errorf("box %s: %s: %q, %v; want %q", name, strings.Join(c.args, " "), got, err, c.want)
 		}
 	}
 	if got, err := x.Exec(wctx, "systemctl", "show", "-p", "ExecStart", "chalupa-agent"); err != nil || !strings.Contains(got, "path=/usr/local/bin/chalupa-agent") {
-		t.Errorf("the ExecStart systemd ran: %q, %v", got, err)
+		t.Errorf("box %s: the ExecStart systemd ran: %q, %v", name, got, err)
 	}
 	live := func(d adminapi.FleetDeployment) bool {
 		return d.Status == "active" && !d.LastHeartbeatAt.IsZero() && d.AgentVersion == "chalupa-agent/"+lifecycleVersion
 	}
-	lifecycleDeployment(t, cl, "machine", "droplet-"+strconv.Itoa(x.Droplet.ID), 2*time.Minute, live)
-	t.Logf("converge up to the first heartbeat: %v", time.Since(start).Round(100*time.Millisecond))
-	if reads := x.MetadataReads(); !strings.Contains(strings.Join(reads, " "), "id") {
-		t.Errorf("the agent read no droplet id from the metadata service: %v", reads)
+	dep := lifecycleDeployment(t, cl, env, "droplet-"+strconv.Itoa(x.Droplet.ID), 2*time.Minute, live)
+	if reads := x.MetadataReads(); !slices.Contains(reads, "id") {
+		t.Errorf("box %s: the agent read no droplet id from the metadata service: %v", name, reads)
 	}
+	return x, dep
 }
 
 // machineRelease builds a release of the host's architecture with

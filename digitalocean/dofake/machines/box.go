@@ -38,10 +38,6 @@ const (
 // rebootExit is systemd-nspawn's exit code when the machine rebooted.
 const rebootExit = 133
 
-// stopGrace bounds an orderly power-off (SIGTERM to systemd-nspawn, which
-// halts the machine's systemd) before the machine is killed.
-const stopGrace = 90 * time.Second
-
 // cloudConfig is the bed's cloud-init settings, in every box's overlay:
 // NoCloud only (no cloud probes); root keeps the droplet's keys, as
 // DigitalOcean's images do (Debian's default prefixes them with a refusal);
@@ -464,8 +460,10 @@ func (x *Box) supervise() {
 	}
 }
 
-// destroy powers the machine off (SIGTERM to systemd-nspawn, SIGKILL
-// after stopGrace) and removes the box, without waiting.
+// destroy pulls the machine's power and removes the box, without
+// waiting: every process of the machine, systemd-nspawn included, is
+// killed at once (DigitalOcean's destroy is no orderly shutdown: nothing
+// on the droplet gets to say goodbye).
 func (x *Box) destroy() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -473,15 +471,14 @@ func (x *Box) destroy() {
 		return
 	}
 	x.destroying = true
-	switch {
-	case x.state == StateRunning && x.cmd != nil:
-		p := x.cmd.Process
-		_ = p.Signal(syscall.SIGTERM)
-		t := time.AfterFunc(stopGrace, func() { _ = p.Kill() })
-		go func() { <-x.removed; t.Stop() }()
-	default:
-		go func() { x.teardown(); x.finish() }()
+	if x.state == StateRunning && x.cmd != nil {
+		go func() {
+			killCgroups(x.cgroups) // supervise sees nspawn end and removes the box
+			_ = x.cmd.Process.Kill()
+		}()
+		return
 	}
+	go func() { x.teardown(); x.finish() }()
 }
 
 // teardown removes what prepare made: the overlay mount, the namespace
@@ -578,21 +575,7 @@ func removeCgroup(dir string) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	var pids []int
-	for _, d := range dirs {
-		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	for _, pid := range pids {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
-	for _, pid := range pids {
-		waitGone(pid)
-	}
+	killCgroups(dirs)
 	var errs []error
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -600,4 +583,30 @@ func removeCgroup(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killCgroups kills every process in the cgroups dirs and below them, and
+// waits for them to be gone.
+func killCgroups(dirs []string) {
+	var pids []int
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, pid := range pids {
+		waitGone(pid)
+	}
 }

@@ -728,15 +728,22 @@ func nspawnPIDs(namePrefix string) []int {
 	return pids
 }
 
-// waitGone waits, up to a minute, for pid to be gone, polling its /proc
-// entry (a process that is not our child cannot be waited for).
+// waitGone waits, up to a minute, for pid to be dead (gone, or a zombie
+// its parent has yet to reap), polling its /proc entry (a process that is
+// not our child cannot be waited for).
 func waitGone(pid int) {
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
 			return
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+			if f := strings.Fields(string(b[i+1:])); len(f) > 0 && f[0] == "Z" {
+				return
+			}
 		}
 		<-tick.C
 	}
