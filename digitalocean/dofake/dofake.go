@@ -23,7 +23,10 @@
 //     /v2/tags (201), POST and DELETE /v2/tags/{name}/resources (204).
 //     Deleting a droplet detaches its volumes and removes it from every
 //     firewall, as the real API does. WithOnCreate "boots" each created
-//     droplet (a test runs its user data) before the create is answered;
+//     droplet (a test runs its user data) before the create is answered,
+//     and WithOnDelete runs for each droplet that goes away; SetStatus and
+//     SetPublicIPv4 show the machine behind a droplet (dofake/machines
+//     boots real ones on these hooks);
 //   - sizes: GET /v2/sizes (slug, price_hourly, price_monthly, vcpus,
 //     memory, disk, …), paginated;
 //   - account: GET /v2/account;
