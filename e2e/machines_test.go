@@ -49,39 +49,7 @@ import (
 func TestMachineLifecycleProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bin := proctest.BuildBinary(t)
-	cli := proctest.ToolPath(t, "pulumi")
-	home := proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion)
-	api, bed := machines.NewServer(t, machines.Config{})
-	apiURL, err := url.Parse(api.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bed.Expose(apiURL.Host) // the daemon and pulumi reach dofake from inside the bed
-
-	dir, sums := machineRelease(t)
-	env := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": api.AddToken("provision", dofake.FullAccess...),
-		"DIGITALOCEAN_WRITE_TOKEN": api.AddToken("write", dofake.FullAccess...), "CHALUPA_REAPER": "live",
-		"CHALUPA_DO_API_URL": api.URL, "CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": home,
-		"CHALUPA_LISTEN": bed.Publish(), "CHALUPA_ORIGIN": bed.ControlURL()}
-	for k, v := range (lifecycleRelease{url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
-		env[k] = v
-	}
-	bed.SetUpstream(env["CHALUPA_LISTEN"])
-	d := proctest.StartDaemon(t, bed.Wrap(bin), env)
-	cl := d.Admin()
-	k, err := cl.GetSSHKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bed.AddAccountKey(k.PublicKey); err != nil {
-		t.Fatal(err)
-	}
-	pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fingerprint := ssh.FingerprintLegacyMD5(pk)
+	api, bed, cl, fingerprint := machineDaemon(t, "live")
 
 	start := time.Now()
 	x1, dep1 := machineUp(t, cl, bed, fingerprint, "proof-1", "box-1", 30)
@@ -129,6 +97,117 @@ func TestMachineLifecycleProof(t *testing.T) {
 	}
 	lifecycleVolumeKept(t, cl, api, "box-2")
 	t.Logf("the whole proof: %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// machineDaemon starts the built binary inside a new test bed (reaper in
+// mode reaper), with converge against the bed's dofake through the real
+// pulumi CLI and a release built by contrib/release.sh served to the boxes
+// over the test CA's TLS; the daemon's SSH identity is an account key. It
+// returns the API server, the bed, the admin client and that key's MD5
+// fingerprint for BoxConfig.SSHKeyFingerprints.
+func machineDaemon(t *testing.T, reaper string) (*dofake.Server, *machines.Bed, *adminapi.Client, string) {
+	t.Helper()
+	ctx := context.Background()
+	bin := proctest.BuildBinary(t)
+	cli := proctest.ToolPath(t, "pulumi")
+	home := proctest.PulumiHome(t, cli, pulumiexec.ProviderVersion)
+	api, bed := machines.NewServer(t, machines.Config{})
+	apiURL, err := url.Parse(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bed.Expose(apiURL.Host) // the daemon and pulumi reach dofake from inside the bed
+
+	dir, sums := machineRelease(t)
+	env := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": api.AddToken("provision", dofake.FullAccess...),
+		"DIGITALOCEAN_WRITE_TOKEN": api.AddToken("write", dofake.FullAccess...), "CHALUPA_REAPER": reaper,
+		"CHALUPA_DO_API_URL": api.URL, "CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": home,
+		"CHALUPA_LISTEN": bed.Publish(), "CHALUPA_ORIGIN": bed.ControlURL()}
+	for k, v := range (lifecycleRelease{url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
+		env[k] = v
+	}
+	bed.SetUpstream(env["CHALUPA_LISTEN"])
+	d := proctest.StartDaemon(t, bed.Wrap(bin), env)
+	cl := d.Admin()
+	k, err := cl.GetSSHKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bed.AddAccountKey(k.PublicKey); err != nil {
+		t.Fatal(err)
+	}
+	pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, bed, cl, ssh.FingerprintLegacyMD5(pk)
+}
+
+// TestMachineAgentSurvives: what a droplet goes through, on a booted box
+// (docs/operations.md, "Agent"). The unit's hardening as systemd scores it
+// on the booted machine (`systemd-analyze security`) is at most 2.5; the
+// agent killed with SIGKILL is restarted by systemd and heartbeats again;
+// after a reboot it comes back by itself and heartbeats again.
+func TestMachineAgentSurvives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, bed, cl, fingerprint := machineDaemon(t, "off")
+	x, dep := machineUp(t, cl, bed, fingerprint, "survive", "box-s", 30)
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+
+	out, err := x.Exec(wctx, "systemd-analyze", "security", "--no-pager", "chalupa-agent.service")
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v", err)
+	}
+	var score float64
+	if i := strings.Index(out, "Overall exposure level for chalupa-agent.service: "); i < 0 {
+		t.Errorf("systemd-analyze security gave no overall exposure:\n%s", out)
+	} else if _, err := fmt.Sscanf(out[i+len("Overall exposure level for chalupa-agent.service: "):], "%g", &score); err != nil || score > 2.5 {
+		t.Errorf("the agent unit's exposure on a booted systemd: %v (%v); want at most 2.5:\n%s", score, err, out)
+	}
+	t.Logf("systemd-analyze security chalupa-agent.service on the box: %.1f", score)
+
+	heartbeatAfter := func(what string, after time.Time) {
+		t.Helper()
+		lifecycleDeployment(t, cl, "survive", dep.ID, 2*time.Minute, func(d adminapi.FleetDeployment) bool {
+			return d.Status == "active" && d.LastHeartbeatAt.After(after)
+		})
+		if got, err := x.Exec(wctx, "systemctl", "is-active", "chalupa-agent"); err != nil || strings.TrimSpace(got) != "active" {
+			t.Errorf("after %s: the unit is %q, %v", what, got, err)
+		}
+	}
+	mainPID := func() string {
+		t.Helper()
+		got, err := x.Exec(wctx, "systemctl", "show", "-p", "MainPID", "--value", "chalupa-agent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(got)
+	}
+
+	// SIGKILL: systemd restarts it (Restart=always).
+	before, killed := mainPID(), time.Now()
+	if _, err := x.Exec(wctx, "systemctl", "kill", "-s", "KILL", "chalupa-agent"); err != nil {
+		t.Fatal(err)
+	}
+	heartbeatAfter("SIGKILL", killed)
+	if after := mainPID(); after == before || after == "0" {
+		t.Errorf("MainPID %s before SIGKILL, %s after: not restarted", before, after)
+	}
+
+	// A reboot: the machine boots again and the agent comes back by itself.
+	rebooted := time.Now()
+	if _, err := x.Exec(wctx, "systemctl", "reboot"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.WaitBoots(wctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := x.WaitCloudInit(wctx); err != nil {
+		t.Fatalf("cloud-init after the reboot: %v\n%s", err, out)
+	}
+	heartbeatAfter("the reboot", rebooted)
 }
 
 // machineUp creates environment env and box name (idle limit in minutes),
