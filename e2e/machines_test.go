@@ -9,7 +9,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -52,9 +54,9 @@ func TestMachineLifecycleProof(t *testing.T) {
 	api, bed, cl, fingerprint := machineDaemon(t, "live")
 
 	start := time.Now()
-	x1, dep1 := machineUp(t, cl, bed, fingerprint, "proof-1", "box-1", 30)
+	x1, dep1 := machineUp(t, cl, bed, []string{fingerprint}, "proof-1", "box-1", 30)
 	t.Logf("box 1: converge up to the first heartbeat: %v", time.Since(start).Round(100*time.Millisecond))
-	x2, dep2 := machineUp(t, cl, bed, fingerprint, "proof-2", "box-2", 1)
+	x2, dep2 := machineUp(t, cl, bed, []string{fingerprint}, "proof-2", "box-2", 1)
 	if dep2.IdleDeadlineAt.After(dep2.LastHeartbeatAt.Add(2 * time.Minute)) {
 		t.Fatalf("box 2's idle deadline %v: its one-minute limit did not reach the agent", dep2.IdleDeadlineAt)
 	}
@@ -97,6 +99,75 @@ func TestMachineLifecycleProof(t *testing.T) {
 	}
 	lifecycleVolumeKept(t, cl, api, "box-2")
 	t.Logf("the whole proof: %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// TestMachineSessionActivity: activity from a real session (docs/operations.md,
+// "Agent"). On a booted box with a two-minute idle limit, a TCP connection
+// to its sshd that never authenticates does not move the idle deadline; an
+// authenticated session (root, over the box's real sshd) does, at every
+// check while it is open; once it ended, the deadline stops moving.
+func TestMachineSessionActivity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, bed, cl, fingerprint := machineDaemon(t, "off")
+	signer, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	person := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	if err := bed.AddAccountKey(person); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 2 * time.Minute
+	x, dep := machineUp(t, cl, bed, []string{fingerprint, ssh.FingerprintLegacyMD5(signer.PublicKey())}, "activity", "box-a", int(limit/time.Minute))
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	// checkedAfter waits for a heartbeat sent a whole heartbeat interval
+	// after at (so the agent has looked at least once since) and returns
+	// the deployment it left.
+	checkedAfter := func(at time.Time) adminapi.FleetDeployment {
+		t.Helper()
+		return lifecycleDeployment(t, cl, "activity", dep.ID, 2*time.Minute, func(d adminapi.FleetDeployment) bool {
+			return d.LastHeartbeatAt.After(at.Add(31 * time.Second))
+		})
+	}
+
+	// A TCP connection that never authenticates: sshd's banner, then silence.
+	raw, err := bed.Dial(wctx, net.JoinHostPort(x.Addr.String(), "22"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	if d := checkedAfter(opened); !d.IdleDeadlineAt.Before(opened.Add(limit)) {
+		t.Errorf("an unauthenticated connection moved the idle deadline to %v (opened %v, limit %v)", d.IdleDeadlineAt, opened, limit)
+	}
+	raw.Close()
+
+	// An authenticated session, open across checks.
+	sc, err := x.SSH(wctx, "root", signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := sc.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Start("sleep 600"); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if d := checkedAfter(started); d.IdleDeadlineAt.Before(started.Add(limit)) {
+		t.Errorf("an open session left the idle deadline at %v (opened %v, limit %v)", d.IdleDeadlineAt, started, limit)
+	}
+	sc.Close() // the session ends with its connection
+
+	// Ended: the deadline stops moving.
+	ended := time.Now()
+	d1 := checkedAfter(ended)
+	d2 := checkedAfter(d1.LastHeartbeatAt)
+	if !d2.IdleDeadlineAt.Equal(d1.IdleDeadlineAt) || d1.IdleDeadlineAt.After(ended.Add(limit+5*time.Second)) {
+		t.Errorf("after the session ended at %v: deadlines %v then %v; want one, no later than the end plus the limit", ended, d1.IdleDeadlineAt, d2.IdleDeadlineAt)
+	}
 }
 
 // machineDaemon starts the built binary inside a new test bed (reaper in
@@ -152,7 +223,7 @@ func TestMachineAgentSurvives(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, bed, cl, fingerprint := machineDaemon(t, "off")
-	x, dep := machineUp(t, cl, bed, fingerprint, "survive", "box-s", 30)
+	x, dep := machineUp(t, cl, bed, []string{fingerprint}, "survive", "box-s", 30)
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
 
@@ -217,11 +288,11 @@ func TestMachineAgentSurvives(t *testing.T) {
 // agent's user, its directory 0700 and key and settings 0600 its own (the
 // key arrived over the box's sshd), the release's version; then the
 // agent's heartbeat: it returns the box and the live deployment.
-func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
+func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
-		SSHKeyFingerprints: []string{fingerprint},
+		SSHKeyFingerprints: fingerprints,
 		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 1, AgentIdleMinutes: int64(limitMinutes)}
 	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
 		t.Fatal(err)
