@@ -8,11 +8,16 @@ package e2e
 // agent and whose real sshd takes the key delivery.
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -51,7 +56,8 @@ import (
 func TestMachineLifecycleProof(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	api, bed, cl, fingerprint := machineDaemon(t, "live")
+	api, bed, d, fingerprint := machineDaemon(t, "live")
+	cl := d.Admin()
 
 	start := time.Now()
 	x1, dep1 := machineUp(t, cl, bed, []string{fingerprint}, "proof-1", "box-1", 30)
@@ -109,7 +115,8 @@ func TestMachineLifecycleProof(t *testing.T) {
 func TestMachineSessionActivity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, bed, cl, fingerprint := machineDaemon(t, "off")
+	_, bed, d, fingerprint := machineDaemon(t, "off")
+	cl := d.Admin()
 	signer, err := ssh.NewSignerFromKey(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
 	if err != nil {
 		t.Fatal(err)
@@ -170,13 +177,92 @@ func TestMachineSessionActivity(t *testing.T) {
 	}
 }
 
+// TestMachineJournalShipped: private logs from the journal of a booted box
+// (docs/operations.md, "Logs", "Agent"): with CHALUPA_AGENT_LOG_UNITS
+// naming cloud-final.service (on the default allowlist) in the installed
+// agent.env, the agent, as its unit runs it, reads that unit's journal
+// through the box's journalctl and ships it; the chunks are committed in
+// the S3 store (versitygw, behind the bed's TLS as a bucket endpoint would
+// be) and `admin logs get` reads back the install script's last line,
+// which cloud-init's final stage logged.
+func TestMachineJournalShipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gw := proctest.StartVersityGW(t)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	_, bed, d, fingerprint := machineDaemon(t, "off", func(bed *machines.Bed) map[string]string {
+		gwURL, err := url.Parse(gw.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bucket endpoint as boxes and the daemon reach it: TLS of the
+		// test CA in front of versitygw, the Host header kept (it is signed).
+		endpoint := bed.ServeTLS(9443, &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(gwURL)
+			r.Out.Host = r.In.Host
+		}})
+		if err := os.WriteFile(ca, bed.CAPEM(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := e2eLogsEnv(gw, endpoint)
+		env["SSL_CERT_FILE"] = ca // the daemon trusts the bucket's endpoint
+		return env
+	})
+	cl := d.Admin()
+	x, dep := machineUp(t, cl, bed, []string{fingerprint}, "journal", "box-j", 30)
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	if _, err := x.Exec(wctx, "sh", "-c", "echo CHALUPA_AGENT_LOG_UNITS=cloud-final.service >> /etc/chalupa-agent/agent.env && systemctl restart chalupa-agent"); err != nil {
+		t.Fatal(err)
+	}
+	line := "install-agent: chalupa-agent " + lifecycleVersion + " linux/" + runtime.GOARCH + " installed"
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := x.Exec(context.Background(), "journalctl", "--no-pager", "-n", "60", "-u", "chalupa-agent")
+			t.Logf("the box's journal of chalupa-agent:\n%s", out)
+		}
+	})
+	testwait.Eventually(t, testwait.Bound(3*time.Minute), "a committed chunk of cloud-final.service", func() (bool, string) {
+		l, err := cl.ListLogs(ctx, adminapi.ListLogsRequest{EnvironmentSlug: "journal", DeploymentID: dep.ID})
+		for _, s := range l.Sessions {
+			for _, c := range s.Chunks {
+				if s.Service == "cloud-final.service" && c.State == "committed" {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%+v %v", l.Sessions, err)
+	})
+	// `admin logs get` fetches through a grant on the bucket's endpoint,
+	// which only the bed reaches: the CLI runs there, trusting the test CA.
+	file := filepath.Join(t.TempDir(), "logs.gz")
+	out, code := proctest.RunCommand(t, bed.Wrap(proctest.BuildBinary(t)), "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(),
+		"CHALUPA_URL": d.URL, "SSL_CERT_FILE": ca}, "admin", "logs", "get", "journal", dep.ID, "--service", "cloud-final.service", "--out", file)
+	if code != 0 {
+		t.Fatalf("admin logs get: exit %d\n%s", code, out)
+	}
+	gz, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil || !strings.Contains(string(got), line) {
+		t.Errorf("read back %q (%v); want the line %q", got, err, line)
+	}
+}
+
 // machineDaemon starts the built binary inside a new test bed (reaper in
 // mode reaper), with converge against the bed's dofake through the real
 // pulumi CLI and a release built by contrib/release.sh served to the boxes
-// over the test CA's TLS; the daemon's SSH identity is an account key. It
-// returns the API server, the bed, the admin client and that key's MD5
-// fingerprint for BoxConfig.SSHKeyFingerprints.
-func machineDaemon(t *testing.T, reaper string) (*dofake.Server, *machines.Bed, *adminapi.Client, string) {
+// over the test CA's TLS, plus the environment each extra returns; the
+// daemon's SSH identity is an account key. It returns the API server, the
+// bed, the daemon and that key's MD5 fingerprint for
+// BoxConfig.SSHKeyFingerprints.
+func machineDaemon(t *testing.T, reaper string, extra ...func(*machines.Bed) map[string]string) (*dofake.Server, *machines.Bed, *proctest.Daemon, string) {
 	t.Helper()
 	ctx := context.Background()
 	bin := proctest.BuildBinary(t)
@@ -197,6 +283,9 @@ func machineDaemon(t *testing.T, reaper string) (*dofake.Server, *machines.Bed, 
 	for k, v := range (lifecycleRelease{url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
 		env[k] = v
 	}
+	for _, f := range extra {
+		maps.Copy(env, f(bed))
+	}
 	bed.SetUpstream(env["CHALUPA_LISTEN"])
 	d := proctest.StartDaemon(t, bed.Wrap(bin), env)
 	cl := d.Admin()
@@ -211,7 +300,7 @@ func machineDaemon(t *testing.T, reaper string) (*dofake.Server, *machines.Bed, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api, bed, cl, ssh.FingerprintLegacyMD5(pk)
+	return api, bed, d, ssh.FingerprintLegacyMD5(pk)
 }
 
 // TestMachineAgentSurvives: what a droplet goes through, on a booted box
@@ -222,7 +311,8 @@ func machineDaemon(t *testing.T, reaper string) (*dofake.Server, *machines.Bed, 
 func TestMachineAgentSurvives(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, bed, cl, fingerprint := machineDaemon(t, "off")
+	_, bed, d, fingerprint := machineDaemon(t, "off")
+	cl := d.Admin()
 	x, dep := machineUp(t, cl, bed, []string{fingerprint}, "survive", "box-s", 30)
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
