@@ -35,7 +35,14 @@
 // metadata service listen there (from OS threads that entered it), and a
 // test reaches a box only through Bed.Dial, which dials from inside it.
 // The host's own namespaces, interfaces and routes are never touched, and
-// no address outside that namespace is ever a target. Names (namespaces,
+// no address outside that namespace is ever a target. The addresses the
+// bed hands out (Box.Addr, ControlURL, ServeTLS's URL) exist only inside
+// it: a process that dials them — the daemon under test, whose key
+// delivery dials the droplets' public addresses, or a CLI fetching
+// through a grant on ServeTLS's URL — runs inside it too (Bed.Wrap, an
+// nsenter --net wrapper); Bed.Expose brings a host service (dofake, an
+// S3 store) in at the same loopback address and Bed.Publish takes one
+// from inside out, so URLs read the same on both sides. Names (namespaces,
 // veths, machines, cgroups, the run directory) carry a per-run prefix
 // "chtb<4 hex>"; New first reaps what a killed run of any prefix left
 // (its nspawn processes, overlay mounts, namespaces, cgroups), never a
@@ -806,7 +813,10 @@ func (b *Bed) AddAccountKey(line string) error {
 // namespace, with a certificate of the test CA (which every box trusts),
 // until the test ends; it returns the URL boxes use
 // ("https://10.250.255.1:PORT"), e.g. a release directory for cloud-init
-// to download from. Port 443 is the front's. Errors fail the test.
+// to download from. Port 443 is the front's. The URL exists only inside
+// the bed: a client on the host must run through Wrap (the address is no
+// host's, and the host's routes would send it elsewhere). Errors fail the
+// test.
 func (b *Bed) ServeTLS(port int, h http.Handler) string {
 	b.t.Helper()
 	addr := net.JoinHostPort(ControlAddr.String(), strconv.Itoa(port))
