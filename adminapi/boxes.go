@@ -140,12 +140,28 @@ type Box struct {
 	Agent bool `json:"agent"`
 	BoxConfig
 	// ConfigVersion increases on each update.
-	ConfigVersion int64        `json:"configVersion"`
-	Resources     BoxResources `json:"resources"`
+	ConfigVersion int64 `json:"configVersion"`
+	// ConfigUpdatedAt is when the configuration last changed (UpdatedAt
+	// also moves when converge records resources or a launch).
+	ConfigUpdatedAt time.Time    `json:"configUpdatedAt"`
+	Resources       BoxResources `json:"resources"`
 	// LastLaunch is nil when the box was never launched.
 	LastLaunch *BoxLaunch `json:"lastLaunch"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	UpdatedAt  time.Time  `json:"updatedAt"`
+	// AgentUpgrade is the box's agent upgrade state: nil when none,
+	// else upgrading (until the new agent reports) or upgrade-failed
+	// (docs/operations.md, "Agent install", under Upgrade).
+	AgentUpgrade *BoxAgentUpgradeState `json:"agentUpgrade,omitempty"`
+	CreatedAt    time.Time             `json:"createdAt"`
+	UpdatedAt    time.Time             `json:"updatedAt"`
+}
+
+// BoxAgentUpgradeState is a box's agent upgrade state.
+type BoxAgentUpgradeState struct {
+	// State is upgrading or upgrade-failed.
+	State string `json:"state"`
+	// Version is the release being (or that failed to be) installed.
+	Version string    `json:"version"`
+	Since   time.Time `json:"since"`
 }
 
 // BoxList answers adminListBoxes.
@@ -183,11 +199,14 @@ const OpUpgradeBoxAgent = "adminUpgradeBoxAgent"
 // UpgradeBoxAgentCallBound is the least time a client gives one
 // adminUpgradeBoxAgent call (docs/operations.md, "Agent install", under
 // Upgrade): the daemon waits up to 1 min for SSH, whose last attempt may
-// take 20 s more, then up to 3 min for the remote upgrade. A shorter bound
-// (the CLI's default --timeout is 60 s, the daemon's write timeout 60 s)
-// gives up before the daemon can answer that a droplet is unreachable.
-// The operation's Bound.
-const UpgradeBoxAgentCallBound = 5 * time.Minute
+// take 20 s more, then up to 3 min for the remote upgrade, then up to the
+// report bound (CHALUPA_AGENT_UPGRADE_REPORT_SECONDS, at most 5 min) for
+// the new agent's heartbeat; a failure adds the restore (the same SSH and
+// script bounds) and the report bound again: 18 min 40 s at most. A
+// shorter bound (the CLI's default --timeout is 60 s, the daemon's write
+// timeout 60 s) gives up before the daemon can answer. The operation's
+// Bound.
+const UpgradeBoxAgentCallBound = 20 * time.Minute
 
 // UpgradeBoxAgentRequest is adminUpgradeBoxAgent's: the box's id or name.
 type UpgradeBoxAgentRequest struct {
@@ -207,6 +226,12 @@ type BoxAgentUpgrade struct {
 	// ("none": no agent was installed).
 	Before string `json:"before"`
 	After  string `json:"after"`
+	// Outcome is upgraded, or skipped when the droplet already ran the
+	// version (nothing downloaded or restarted; absent from a server
+	// before the rollout's release).
+	Outcome string `json:"outcome,omitempty"`
+	// Detail is the outcome in words.
+	Detail string `json:"detail,omitempty"`
 }
 
 // UpgradeBoxAgent calls adminUpgradeBoxAgent. Errors: an *APIError with

@@ -85,6 +85,16 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 	return b, nil
 }
 
+// CallAs is what every typed method does, decoding the answer into a Resp
+// of the caller's choosing: a type that embeds the operation's answer and
+// shadows the fields added since earlier releases with pointers, say, so a
+// key an older daemon did not send is told from its zero value. Errors as
+// Call's, or a request that cannot be encoded or an answer that does not
+// decode.
+func CallAs[Resp any](ctx context.Context, c *Client, id string, in any) (Resp, error) {
+	return call[Resp](ctx, c, id, in)
+}
+
 // call takes in's parameters (EncodeParams) and, when the operation has a
 // body, marshals in as it (nil: no request), invokes id, and decodes the
 // answer into a Resp. Every typed method is one line over it.

@@ -183,6 +183,10 @@ type JobList struct {
 	// Configured is false when no converge executor is configured.
 	Configured bool     `json:"configured"`
 	Workers    []Worker `json:"workers"`
+	// Rollouts are the newest agent rollouts (at most 10), which run in
+	// the daemon beside the converge lane (docs/operations.md, "Agent
+	// install", under Upgrade).
+	Rollouts []AgentRollout `json:"rollouts,omitempty"`
 }
 
 // RunPulumiConverge calls adminRunPulumiConverge and returns the queued

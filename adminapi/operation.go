@@ -121,7 +121,7 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // Operations lists every admin operation, domain by domain. Operations that
 // share a route are adjacent and carry distinct Actions.
 var Operations = join(statusOperations, environmentOperations, organizationOperations, ingestKeyOperations, fleetOperations,
-	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations, runOperations, boxOperations, jobOperations,
+	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations, runOperations, boxOperations, agentRolloutOperations, jobOperations,
 	consoleOperations, sshOperations, loopOperations, logOperations, reportOperations)
 
 func join(groups ...[]Operation) []Operation {

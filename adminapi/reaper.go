@@ -69,8 +69,9 @@ type ReaperStatus struct {
 	// Mode is the reaper mode: live, dry-run or off (CHALUPA_REAPER;
 	// docs/operations.md, "Configuration").
 	Mode string `json:"mode"`
-	// TokenConfigured is false when the platform write token is not set:
-	// the reaper does not run.
+	// TokenConfigured is whether the platform write token is set,
+	// whatever the mode; false means the reaper does not run. With Mode
+	// off it is set but unused.
 	TokenConfigured bool `json:"tokenConfigured"`
 	// DryRun is Mode == "dry-run" (kept for clients of the previous release).
 	DryRun bool `json:"dryRun"`
@@ -98,24 +99,45 @@ type ReaperStatus struct {
 	StorageHeldUntil time.Time `json:"storageHeldUntil,omitzero"`
 	// MaxDestroyPerMinute is the destroy pace (CHALUPA_REAPER_MAX_DESTROY).
 	MaxDestroyPerMinute int `json:"maxDestroyPerMinute"`
+	// Held lists every active deployment under a reaper hold (at most
+	// 500), the earliest end first; HeldTotal counts them all
+	// (docs/operations.md, "Reaper", holds that end).
+	Held      []ReaperHeld `json:"held"`
+	HeldTotal int          `json:"heldTotal"`
+}
+
+// ReaperHeld is one held deployment: its hold's reason, evidence, end and
+// maximum.
+type ReaperHeld struct {
+	Environment string `json:"environment"`
+	Deployment  string `json:"deployment"`
+	DropletID   int64  `json:"dropletId,omitempty"`
+	// Reason is the hold: clock-suspect, grace, storage, contact, guard,
+	// dry-run, backoff, rate-limited, or upgrading (an agent upgrade's,
+	// which holds the idle deadline alone) ("" for a hold stored by a
+	// release before holds carried their reason).
+	Reason string `json:"reason"`
+	// Evidence says what the hold rests on (never a secret).
+	Evidence string `json:"evidence,omitempty"`
+	// Until is when the hold ends (UTC).
+	Until time.Time `json:"until"`
+	// MaxSeconds is the hold's own maximum, in seconds: an end further
+	// ahead than that is re-anchored to now + maximum, with a
+	// reaper-hold-reanchored event.
+	MaxSeconds float64 `json:"maxSeconds"`
 }
 
 // ClockGuard is the reaper's clock guard: while Suspect, the reaper
-// destroys nothing anywhere; an environment in Environments is held on its
-// own skew (docs/operations.md, "Reaper").
+// destroys nothing anywhere (docs/operations.md, "Reaper").
 type ClockGuard struct {
 	// Suspect is set while the whole fleet is held; Hold says why.
 	Suspect bool       `json:"suspect"`
 	Hold    *ClockHold `json:"hold,omitempty"`
-	// Environments are the environments held on their own skew.
-	Environments []ClockHold `json:"environments,omitempty"`
 }
 
-// ClockHold is one hold of the clock guard.
+// ClockHold is the clock guard's hold of the fleet.
 type ClockHold struct {
-	// Environment is the environment held ("" for the fleet).
-	Environment string `json:"environment,omitempty"`
-	// Reason is clock-step, fleet-skew or environment-skew.
+	// Reason is clock-step, clock-behind-mark or fleet-skew.
 	Reason string `json:"reason"`
 	// Since is when the hold began.
 	Since time.Time `json:"since"`

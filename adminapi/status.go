@@ -42,6 +42,10 @@ type Status struct {
 	// ReaperClock is the reaper's clock guard (docs/operations.md,
 	// "Reaper").
 	ReaperClock ClockGuard `json:"reaperClock"`
+	// ClockOffset is the fleet's clock offset as measured from signed
+	// heartbeats (docs/operations.md, "Heartbeats and deadlines"): shown,
+	// it holds nothing.
+	ClockOffset ClockOffset `json:"clockOffset"`
 	// ReaperMode is the reaper's mode: live, dry-run or off
 	// (CHALUPA_REAPER; docs/operations.md, "Configuration").
 	ReaperMode string `json:"reaperMode"`
@@ -50,6 +54,36 @@ type Status struct {
 	// ModeNotes say, in words, that the reaper or costs are not fully on
 	// (none when the reaper is live and costs on).
 	ModeNotes []string `json:"modeNotes"`
+}
+
+// ClockOffset is the median of receivedAt − sentAt over the latest
+// accepted heartbeat of each deployment heard in the last 10 minutes
+// (docs/operations.md, "Heartbeats and deadlines"): positive when the
+// server's clock is ahead of the agents'.
+type ClockOffset struct {
+	// Measured is true when at least 5 distinct deployments were heard in
+	// the window; the other fields are zero while it is false.
+	Measured bool `json:"measured"`
+	// Seconds is the fleet's offset, in seconds (millisecond resolution).
+	Seconds float64 `json:"seconds"`
+	// Deployments is how many deployments it is the median of.
+	Deployments int `json:"deployments"`
+	// Off is true while |Seconds| is more than 30: a clock-offset event
+	// was recorded when it began.
+	Off bool `json:"off"`
+	// Environments are the environments with at least 5 deployments in
+	// the window, at most 16, the most deployments first.
+	Environments []EnvironmentOffset `json:"environments"`
+}
+
+// EnvironmentOffset is one environment's offset.
+type EnvironmentOffset struct {
+	// Environment is its slug.
+	Environment string `json:"environment"`
+	// Seconds is its offset, in seconds; Deployments how many it is the
+	// median of.
+	Seconds     float64 `json:"seconds"`
+	Deployments int     `json:"deployments"`
 }
 
 // StorageHealth is the writer's storage health and the free-space guard

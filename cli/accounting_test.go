@@ -18,6 +18,7 @@ import (
 // with the reason. `chalupa admin api <operationId>` reaches all of them.
 var cliExempt = map[string]string{
 	adminapi.OpClearSessionPolicy: "`chalupa admin env policy SLUG --clear` calls it: a flag of the set command, not a command of its own",
+	adminapi.OpStartAgentRollout:  "`chalupa admin reroll --action upgrade-agent` starts and follows it: reroll calls several operations, so it is not an opCommand",
 }
 
 // TestEveryOperationHasACommand is the CLI side of the operation accounting

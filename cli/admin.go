@@ -52,7 +52,8 @@ type adminCmd struct {
 	State       adminStateCmd       `cmd:"" help:"Converge state: cancel a held lock."`
 	Jobs        adminJobsCmd        `cmd:"" help:"List converge jobs and the job runners seen (--watch follows changes)."`
 	Job         adminJobCmd         `cmd:"" help:"Show one converge job."`
-	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end."`
+	Reroll      adminRerollCmd      `cmd:"" help:"Fleet reroll: one job per box, in order, each waited for; a summary at the end (upgrade-agent: a rollout in the daemon)."`
+	Rollout     adminRolloutCmd     `cmd:"" help:"Show an agent rollout (reroll --action upgrade-agent starts one; admin jobs lists them)."`
 	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
 	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`
@@ -160,7 +161,12 @@ func apiFailure(err error) error {
 	}
 	var ae *adminapi.APIError
 	if errors.As(err, &ae) && ae.Code != "" {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %s", ae.Code, ae.Message)}
+		hint := ""
+		if (ae.Code == "bad_body" && strings.Contains(ae.Message, "unknown field")) ||
+			(ae.Code == "bad_param" && strings.Contains(ae.Message, "unknown query parameter")) {
+			hint = olderDaemonHint
+		}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s%s", ae.Code, ae.Message, hint)}
 	}
 	// Not a chalupa error body (a proxy's page, another server): the
 	// client's error names the HTTP status.
@@ -182,9 +188,12 @@ type adminStatusCmd struct {
 
 func (*adminStatusCmd) operation() string { return adminapi.OpGetStatus }
 
-// Run prints the daemon's status.
+// Run prints the daemon's status; what the daemon did not answer shows as
+// unknown (statusAnswer).
 func (c *adminStatusCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, (*adminapi.Client).GetStatus, func(w io.Writer, st adminapi.Status) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (statusAnswer, error) {
+		return adminapi.CallAs[statusAnswer](ctx, cl, adminapi.OpGetStatus, nil)
+	}, func(w io.Writer, st statusAnswer) error {
 		tw := table(w)
 		r := st.Replication
 		fmt.Fprintf(tw, "version\t%s\n", st.Version)
@@ -204,8 +213,13 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		if r.Failing {
 			fmt.Fprintf(tw, "replication\tFAILING\n")
 		}
-		sh := st.Storage
-		fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		var sh adminapi.StorageHealth
+		if st.Storage == nil {
+			fmt.Fprintf(tw, "disk\t%s\n", unknownText)
+		} else {
+			sh = *st.Storage
+			fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
+		}
 		if sh.DiskLow {
 			fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
 		}
@@ -219,12 +233,15 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		// Every time the reaper or costs are not fully on
 		// (docs/operations.md, "Configuration").
-		fmt.Fprintf(tw, "reaper\t%s\n", st.ReaperMode)
-		fmt.Fprintf(tw, "costs\t%s\n", st.Costs)
+		fmt.Fprintf(tw, "reaper\t%s\n", orUnknown(st.ReaperMode))
+		fmt.Fprintf(tw, "costs\t%s\n", orUnknown(st.Costs))
 		for _, n := range st.ModeNotes {
 			fmt.Fprintf(tw, "warning\t%s\n", n)
 		}
-		if c := st.ReaperClock; c.Suspect || len(c.Environments) > 0 {
+		for _, l := range offsetLines(st.ClockOffset) {
+			fmt.Fprintf(tw, "%s\n", l)
+		}
+		if c := st.ReaperClock; c.Suspect {
 			for _, l := range clockLines(c) {
 				fmt.Fprintf(tw, "reaper %s\n", l)
 			}
@@ -236,6 +253,23 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		}
 		return tw.Flush()
 	})
+}
+
+// offsetLines are admin status's lines for the fleet's clock offset
+// (docs/operations.md, "Heartbeats and deadlines"), tab-separated.
+func offsetLines(o adminapi.ClockOffset) []string {
+	if !o.Measured {
+		return []string{"clock offset\tnot measured (fewer than 5 deployments heard in 10 min)"}
+	}
+	fleet := fmt.Sprintf("clock offset\t%+.1f s (median of %d deployments' signed heartbeats; positive: the server is ahead)", o.Seconds, o.Deployments)
+	if o.Off {
+		fleet += ": more than 30 s, fix the server's clock (nothing is held)"
+	}
+	out := []string{fleet}
+	for _, e := range o.Environments {
+		out = append(out, fmt.Sprintf("clock offset %s\t%+.1f s (%d deployments)", displayText(e.Environment), e.Seconds, e.Deployments))
+	}
+	return out
 }
 
 // displayText is s for a terminal: as it is when it is valid UTF-8 without

@@ -17,7 +17,7 @@ type adminBoxCmd struct {
 	List   adminBoxListCmd   `cmd:"" help:"List boxes."`
 	Show   adminBoxShowCmd   `cmd:"" help:"Show a box: configuration, recorded provider ids and the last launch result."`
 	// UpgradeAgent is adminUpgradeBoxAgent.
-	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it."`
+	UpgradeAgent adminBoxUpgradeAgentCmd `cmd:"" name:"upgrade-agent" help:"Replace the agent on the box's running droplet with CHALUPA_AGENT_VERSION over SSH (digest verified first) and restart it; done when the new agent heartbeats with that version, else the previous binary is restored."`
 }
 
 // adminBoxUpgradeAgentCmd upgrades a box's agent (docs/operations.md,
@@ -29,7 +29,8 @@ type adminBoxUpgradeAgentCmd struct {
 
 func (*adminBoxUpgradeAgentCmd) operation() string { return adminapi.OpUpgradeBoxAgent }
 
-// Run upgrades the agent and prints the versions before and after. The
+// Run upgrades the agent and prints the versions before and after (or,
+// when the droplet already ran the version, says so). The
 // call gets at least adminapi.UpgradeBoxAgentCallBound, whatever
 // --timeout says: a shorter bound gives up before the daemon answers.
 func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
@@ -37,6 +38,10 @@ func (c *adminBoxUpgradeAgentCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.BoxAgentUpgrade, error) {
 		return cl.UpgradeBoxAgent(ctx, c.Box)
 	}, func(w io.Writer, u adminapi.BoxAgentUpgrade) error {
+		if u.Outcome == "skipped" {
+			_, err := fmt.Fprintf(w, "%s: droplet %d: %s\n", u.Box, u.DropletID, displayText(u.Detail))
+			return err
+		}
 		_, err := fmt.Fprintf(w, "%s: droplet %d (%s): %s -> %s\n", u.Box, u.DropletID, u.Arch, u.Before, u.After)
 		return err
 	})
@@ -54,7 +59,7 @@ type adminBoxCreateCmd struct {
 	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
 	Managed            bool     `help:"Mark the box's deployments managed."`
-	Agent              bool     `default:"true" help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
+	Agent              *bool    `help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
 	AgentIdleMinutes   int64    `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
 	AgentSessionMin    int64    `name:"agent-session-minutes" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
 	JSON               bool     `help:"Print JSON."`
@@ -62,13 +67,23 @@ type adminBoxCreateCmd struct {
 
 func (*adminBoxCreateCmd) operation() string { return adminapi.OpCreateBox }
 
-// Run declares the box.
+// Run declares the box. The fields added with the agent go only when
+// set (createBoxBody): a daemon of the release before them still takes
+// the rest.
 func (c *adminBoxCreateCmd) Run(a *adminCmd) error {
+	body := createBoxBody{CreateBoxRequest: adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: c.Agent,
+		BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
+			CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag}}}
+	// 0 is the daemon's default for both (30 minutes idle, no session
+	// limit), so a limit at 0 is left out as one not given.
+	if c.AgentIdleMinutes != 0 {
+		body.AgentIdleMinutes = &c.AgentIdleMinutes
+	}
+	if c.AgentSessionMin != 0 {
+		body.AgentSessionMinutes = &c.AgentSessionMin
+	}
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
-		return cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: &c.Agent,
-			BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
-				CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag,
-				AgentIdleMinutes: c.AgentIdleMinutes, AgentSessionMinutes: c.AgentSessionMin}})
+		return adminapi.CallAs[adminapi.Box](ctx, cl, adminapi.OpCreateBox, body)
 	}, func(w io.Writer, b adminapi.Box) error {
 		_, err := fmt.Fprintf(w, "declared box %s (%s) in %s; converge it with: chalupa admin converge %s up\n", b.Name, b.ID, b.Environment, b.Name)
 		return err
@@ -155,14 +170,15 @@ type adminBoxShowCmd struct {
 
 func (*adminBoxShowCmd) operation() string { return adminapi.OpGetBox }
 
-// Run shows one box.
+// Run shows one box; what the daemon did not answer shows as unknown
+// (boxAnswer).
 func (c *adminBoxShowCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
-		return cl.GetBox(ctx, c.Box)
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (boxAnswer, error) {
+		return adminapi.CallAs[boxAnswer](ctx, cl, adminapi.OpGetBox, adminapi.GetBoxRequest{Box: c.Box})
 	}, printBox)
 }
 
-func printBox(w io.Writer, b adminapi.Box) error {
+func printBox(w io.Writer, b boxAnswer) error {
 	tw := table(w)
 	dash := func(s string) string {
 		if s == "" {
@@ -174,12 +190,37 @@ func printBox(w io.Writer, b adminapi.Box) error {
 	fmt.Fprintf(tw, "id\t%s\n", b.ID)
 	fmt.Fprintf(tw, "environment\t%s\n", b.Environment)
 	fmt.Fprintf(tw, "managed\t%v\n", b.Managed)
-	fmt.Fprintf(tw, "agent\t%s\n", agentText(b))
-	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, timeOrDash(b.UpdatedAt))
+	agent := agentText(b)
+	// The agent is user data: it acts when a droplet is created, so a
+	// change made after the recorded droplet launched is for the next
+	// one (docs/operations.md, "Boxes"). Without the configuration's
+	// change time (an older daemon) or the launch's (a droplet recorded
+	// by a refresh), the droplet may predate the change.
+	if d := b.Resources.DropletID; d != 0 {
+		switch {
+		case b.ConfigUpdatedAt == nil || b.LastLaunch == nil:
+			agent += fmt.Sprintf("; droplet %d keeps what it booted with", d)
+		case b.ConfigUpdatedAt.After(b.LastLaunch.LaunchedAt):
+			agent += fmt.Sprintf("; droplet %d launched before the last change and keeps what it booted with", d)
+		}
+	}
+	fmt.Fprintf(tw, "agent\t%s\n", agent)
+	if u := b.AgentUpgrade; u != nil {
+		fmt.Fprintf(tw, "agent upgrade\t%s\n", agentUpgradeText(*u))
+	}
+	updated := "unknown"
+	if b.ConfigUpdatedAt != nil {
+		updated = timeOrDash(*b.ConfigUpdatedAt)
+	}
+	fmt.Fprintf(tw, "configuration\tversion %d, updated %s\n", b.ConfigVersion, updated)
 	fmt.Fprintf(tw, "region / size / image\t%s / %s / %s\n", b.Region, b.Size, b.Image)
 	fmt.Fprintf(tw, "ssh keys\t%s\n", strings.Join(b.SSHKeyFingerprints, ", "))
 	fmt.Fprintf(tw, "firewall sources\tcustomer %s, control plane %s\n", b.CustomerSource, b.ControlPlaneSource)
-	fmt.Fprintf(tw, "data volume\t%d GiB\n", b.VolumeSizeGiB)
+	volume := "none"
+	if b.VolumeSizeGiB > 0 {
+		volume = fmt.Sprintf("%d GiB", b.VolumeSizeGiB)
+	}
+	fmt.Fprintf(tw, "data volume\t%s\n", volume)
 	fmt.Fprintf(tw, "tags\t%s\n", dash(strings.Join(b.Tags, ", ")))
 	drop := "-"
 	if b.Resources.DropletID != 0 {
@@ -196,15 +237,38 @@ func printBox(w io.Writer, b adminapi.Box) error {
 	return tw.Flush()
 }
 
+// agentUpgradeText is a box's agent upgrade state in words
+// (docs/operations.md, "Agent install", under Upgrade).
+func agentUpgradeText(u adminapi.BoxAgentUpgradeState) string {
+	switch u.State {
+	case "upgrading":
+		return fmt.Sprintf("upgrading to %s since %s: done when its agent heartbeats with that version", displayText(u.Version), timeOrDash(u.Since))
+	case "upgrade-failed":
+		return fmt.Sprintf("upgrade-failed: the upgrade to %s at %s failed and the previous agent did not report again (see its agent-upgrade-failed event)",
+			displayText(u.Version), timeOrDash(u.Since))
+	}
+	return displayText(u.State)
+}
+
 // agentText is a box's agent setting in words (docs/operations.md,
-// "Boxes").
-func agentText(b adminapi.Box) string {
-	if !b.Agent {
-		return "off (no agent installed: the reaper ends the droplet at its launch deadline)"
+// "Boxes"); unknown where the daemon did not answer it.
+func agentText(b boxAnswer) string {
+	switch {
+	case b.Agent == nil:
+		return unknownText
+	case !*b.Agent:
+		return "off for the box's next droplet (converge installs no agent: a running reaper ends that droplet at its launch deadline)"
 	}
-	session := "no session limit"
-	if b.AgentSessionMinutes > 0 {
-		session = fmt.Sprintf("session limit %d min", b.AgentSessionMinutes)
+	idle, session := "unknown", "session limit unknown"
+	if b.AgentIdleMinutes != nil {
+		idle = fmt.Sprintf("%d min", *b.AgentIdleMinutes)
 	}
-	return fmt.Sprintf("on, idle limit %d min, %s", b.AgentIdleMinutes, session)
+	switch {
+	case b.AgentSessionMinutes == nil:
+	case *b.AgentSessionMinutes > 0:
+		session = fmt.Sprintf("session limit %d min", *b.AgentSessionMinutes)
+	default:
+		session = "no session limit"
+	}
+	return fmt.Sprintf("on, idle limit %s, %s", idle, session)
 }

@@ -309,7 +309,7 @@ func printJobs(w io.Writer, l adminapi.JobList) error {
 		}
 		fmt.Fprintf(w, "worker %s (%s): last seen %s, current job %s\n", wk.WorkerID, wk.Version, timeOrDash(wk.LastSeenAt), cur)
 	}
-	return nil
+	return printRollouts(w, l.Rollouts)
 }
 
 type adminJobCmd struct {
@@ -516,8 +516,9 @@ func (c *adminJobShowCmd) Run(a *adminCmd) error {
 type adminRerollCmd struct {
 	Env       string `name:"env" xor:"scope" required:"" help:"Reroll this environment's boxes."`
 	All       bool   `name:"all" xor:"scope" required:"" help:"Reroll every box."`
-	Action    string `required:"" enum:"preview,up,refresh,destroy,upgrade-agent" help:"preview, up, refresh, destroy, or upgrade-agent (the agent over SSH, no job) (required)."`
-	KeepGoing bool   `name:"keep-going" help:"Go on after a failed job (default: stop at the first failure)."`
+	Action    string `required:"" enum:"preview,up,refresh,destroy,upgrade-agent" help:"preview, up, refresh, destroy, or upgrade-agent (a rollout in the daemon: one box, then batches; stops at the first box whose agent does not report) (required)."`
+	KeepGoing bool   `name:"keep-going" help:"Go on after a failed job (default: stop at the first failure; not with upgrade-agent, which always stops)."`
+	Batch     int    `name:"batch" default:"5" help:"upgrade-agent: boxes upgraded at once after the first (1-50)."`
 	JSON      bool   `help:"Print the summary as JSON."`
 }
 
@@ -529,11 +530,11 @@ type rerollRow struct {
 	Error  string `json:"error"`
 }
 
-// Run rerolls. upgrade-agent's calls get at least
-// adminapi.UpgradeBoxAgentCallBound each, as `box upgrade-agent` does.
+// Run rerolls; upgrade-agent starts a rollout in the daemon and follows it
+// (rollout).
 func (c *adminRerollCmd) Run(a *adminCmd) error {
 	if c.Action == rerollUpgradeAgent {
-		a.Timeout = max(a.Timeout, adminapi.UpgradeBoxAgentCallBound)
+		return c.rollout(a)
 	}
 	cl, err := a.client()
 	if err != nil {
@@ -567,18 +568,15 @@ func (c *adminRerollCmd) Run(a *adminCmd) error {
 	return nil
 }
 
-// rerollUpgradeAgent is reroll's action that upgrades each box's agent
-// over SSH (adminUpgradeBoxAgent) instead of enqueuing a converge job.
+// rerollUpgradeAgent is reroll's action that starts an agent rollout in
+// the daemon (adminStartAgentRollout) instead of enqueuing converge jobs.
 const rerollUpgradeAgent = "upgrade-agent"
 
 // reroll runs action on every box of env ("" for all), in the order the
 // daemon lists them (environment, then name), waiting for each job, and
 // returns one row per box: stopped at the first box that did not succeed
-// unless keepGoing (the boxes not reached are listed "skipped"). The
-// upgrade-agent action skips a box without the agent or without a droplet
-// (its row says why), and a call that failed without the daemon's answer
-// (the per-request timeout) fails that box only. Errors: listing the boxes
-// failed, or ctx ended.
+// unless keepGoing (the boxes not reached are listed "skipped"). Errors:
+// listing the boxes failed, or ctx ended.
 func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGoing bool, timeout, poll time.Duration, w io.Writer) ([]rerollRow, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	list, err := cl.ListBoxes(rctx, adminapi.ListBoxesRequest{Environment: env})
@@ -595,36 +593,6 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 		}
 		row := rerollRow{Box: b.Name}
 		var ae *adminapi.APIError
-		if action == rerollUpgradeAgent {
-			// A box without the agent or without a droplet has nothing to
-			// upgrade (its next up installs the configured release): it
-			// is skipped, not failed (docs/operations.md, "Agent install",
-			// under Upgrade).
-			if reason := upgradeSkipReason(b); reason != "" {
-				rows = append(rows, rerollRow{Box: b.Name, Status: "skipped", Error: reason})
-				continue
-			}
-			// No job: the upgrade runs in the call (bounded by the
-			// daemon's SSH wait and upgrade timeout).
-			u, err := cl.UpgradeBoxAgent(ctx, b.ID)
-			switch {
-			case errors.As(err, &ae):
-				row.Status, row.Error = "failed", ae.Code+": "+ae.Message
-			case ctx.Err() != nil:
-				return rows, ctx.Err()
-			case err != nil:
-				// The call itself failed (the connection dropped, or the
-				// per-request bound ran out): this box failed;
-				// --keep-going goes on.
-				row.Status, row.Error = "failed", err.Error()
-			default:
-				fmt.Fprintf(w, "%s: agent %s -> %s\n", b.Name, u.Before, u.After)
-				row.Status = "succeeded"
-			}
-			rows = append(rows, row)
-			stopped = row.Status != "succeeded" && !keepGoing
-			continue
-		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		job, err := cl.RunPulumiConverge(rctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: b.ID}, Action: action})
 		cancel()
@@ -650,18 +618,6 @@ func reroll(ctx context.Context, cl *adminapi.Client, env, action string, keepGo
 		}
 	}
 	return rows, nil
-}
-
-// upgradeSkipReason says why reroll's upgrade-agent leaves box b alone, or
-// "" when it upgrades it.
-func upgradeSkipReason(b adminapi.Box) string {
-	switch {
-	case !b.Agent:
-		return "the box does not carry the agent"
-	case b.Resources.DropletID == 0:
-		return "no droplet: its next up installs the configured release"
-	}
-	return ""
 }
 
 func printReroll(w io.Writer, rows []rerollRow) error {

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,11 +261,13 @@ func TestPrintDiagnosisStackUnavailable(t *testing.T) {
 	}
 }
 
-// TestRerollUpgradeAgent: reroll's upgrade-agent skips a box without the
-// agent or without a droplet (nothing to upgrade; not a failure), and a
-// call that ends without the daemon's answer fails that box only, so
-// --keep-going goes on to the next (docs/operations.md, "Agent install",
-// under Upgrade).
+// TestRerollUpgradeAgent: reroll's upgrade-agent starts a rollout in the
+// daemon and follows it to its end: boxes without the agent or without a
+// droplet are listed skipped with their reasons and the command exits 0;
+// --keep-going is refused (exit 2, nothing started) since a rollout
+// always stops at the first failure; a rollout that stopped exits 1 with
+// its failed and not-tried boxes listed (docs/operations.md, "Agent
+// install", under Upgrade).
 func TestRerollUpgradeAgent(t *testing.T) {
 	t.Run("boxes without the agent or a droplet are skipped", func(t *testing.T) {
 		p := daemontest.NewInProcess(t, daemontest.AppOptions{})
@@ -277,78 +279,83 @@ func TestRerollUpgradeAgent(t *testing.T) {
 				CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32"}}); err != nil {
 			t.Fatal(err)
 		}
-		rows, err := reroll(context.Background(), p.Admin, "demo", rerollUpgradeAgent, false, 10*time.Second, time.Millisecond, &bytes.Buffer{})
+		r, err := followRollout(context.Background(), p.Admin, adminapi.StartAgentRolloutRequest{Environment: "demo", Batch: 5}, 10*time.Second, time.Millisecond, &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 2 || rows[0].Status != "skipped" || !strings.Contains(rows[0].Error, "no droplet") ||
-			rows[1].Status != "skipped" || !strings.Contains(rows[1].Error, "does not carry the agent") {
-			t.Fatalf("rows %+v, want both skipped with their reasons", rows)
+		s := r.Summary
+		if r.Status != "succeeded" || len(s.Skipped) != 2 || !strings.Contains(s.Skipped[0].Reason, "no running droplet") ||
+			!strings.Contains(s.Skipped[1].Reason, "does not carry the agent") || len(s.Failed)+len(s.NotTried)+len(s.Upgraded) != 0 {
+			t.Fatalf("rollout %+v, want both skipped with their reasons", r)
 		}
-		// Nothing failed: the command exits 0.
+		// Nothing failed: the command exits 0 and lists them.
 		out, code := runIn(map[string]string{"CHALUPA_ADMIN_TOKEN": p.Admin.Token, "CHALUPA_URL": p.URL}, "",
 			"admin", "reroll", "--env", "demo", "--action", "upgrade-agent")
-		if code != 0 || !strings.Contains(out, "skipped") {
+		if code != 0 || !strings.Contains(out, "skipped") || !strings.Contains(out, "succeeded") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		// admin jobs lists the rollouts.
+		out, code = runIn(map[string]string{"CHALUPA_ADMIN_TOKEN": p.Admin.Token, "CHALUPA_URL": p.URL}, "", "admin", "jobs")
+		if code != 0 || !strings.Contains(out, "ROLLOUT") || strings.Count(out, r.ID) != 1 {
+			t.Fatalf("admin jobs: exit %d:\n%s", code, out)
+		}
+		out, code = runIn(map[string]string{"CHALUPA_ADMIN_TOKEN": p.Admin.Token, "CHALUPA_URL": p.URL}, "", "admin", "rollout", "show", r.ID)
+		if code != 0 || !strings.Contains(out, "bx-b") || !strings.Contains(out, "does not carry the agent") {
+			t.Fatalf("admin rollout show: exit %d:\n%s", code, out)
+		}
+	})
+	t.Run("keep-going is refused", func(t *testing.T) {
+		var calls atomic.Int64
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); http.NotFound(w, r) }))
+		t.Cleanup(ts.Close)
+		_, code := cliRun(t, ts.URL, nil, "admin", "reroll", "--all", "--action", "upgrade-agent", "--keep-going")
+		if code != 2 || calls.Load() != 0 {
+			t.Fatalf("exit %d after %d calls, want 2 and none", code, calls.Load())
+		}
+	})
+	t.Run("a server without rollouts", func(t *testing.T) {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"no such route"}}`))
+		}))
+		t.Cleanup(ts.Close)
+		out, code := cliRun(t, ts.URL, nil, "admin", "reroll", "--all", "--action", "upgrade-agent")
+		if code != 1 || !strings.Contains(out, "box upgrade-agent") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
 	})
-	t.Run("a call without an answer fails that box only", func(t *testing.T) {
-		var mu sync.Mutex
-		var upgraded []string
+	t.Run("a stopped rollout exits 1", func(t *testing.T) {
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			switch {
-			case r.Method == http.MethodGet && r.URL.Path == "/api/admin/boxes":
-				box := func(name string) adminapi.Box {
-					return adminapi.Box{ID: strings.ToUpper(name), Name: name, Agent: true, Resources: adminapi.BoxResources{DropletID: 7}}
-				}
-				_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{box("bx-a"), box("bx-b")}})
-			case r.URL.Path == "/api/admin/boxes/BX-A/agent-upgrade":
-				// The connection ends without an answer (a daemon killed
-				// mid-call, a proxy's cut): the call fails at once.
-				conn, _, err := w.(http.Hijacker).Hijack()
-				if err == nil {
-					conn.Close()
-				}
-			case r.URL.Path == "/api/admin/boxes/BX-B/agent-upgrade":
-				mu.Lock()
-				upgraded = append(upgraded, "bx-b")
-				mu.Unlock()
-				_ = json.NewEncoder(w).Encode(adminapi.BoxAgentUpgrade{Box: "bx-b", Before: "v1", After: "v2"})
-			default:
-				http.NotFound(w, r)
-			}
+			w.WriteHeader(http.StatusAccepted)
+			_ = json.NewEncoder(w).Encode(adminapi.AgentRollout{ID: "R1", Version: "v1.1.0", Batch: 5, Status: "failed", Error: "stopped at the first box whose upgrade failed",
+				Summary: adminapi.AgentRolloutSummary{Failed: []adminapi.AgentUpgradeOutcome{{Box: "bx-a", Status: "failed", Reason: "crashed", Restore: "reported",
+					Detail: "crashed: its unit was failed"}}, NotTried: []string{"bx-b", "bx-c"}}})
 		}))
 		t.Cleanup(ts.Close)
-		cl := &adminapi.Client{BaseURL: ts.URL, Token: "t"}
-		rows, err := reroll(context.Background(), cl, "", rerollUpgradeAgent, true, 10*time.Second, time.Millisecond, &bytes.Buffer{})
-		if err != nil {
-			t.Fatalf("reroll stopped: %v (rows %+v)", err, rows)
+		out, code := cliRun(t, ts.URL, nil, "admin", "reroll", "--all", "--action", "upgrade-agent")
+		for _, want := range []string{"bx-a: failed (crashed; previous agent: reported)", "bx-b", "not tried", "bx-c"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
 		}
-		if len(rows) != 2 || rows[0].Status != "failed" || rows[0].Error == "" || rows[1].Status != "succeeded" {
-			t.Fatalf("rows %+v, want bx-a failed and bx-b succeeded", rows)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(upgraded) != 1 {
-			t.Fatalf("upgraded %v", upgraded)
+		if code != 1 {
+			t.Fatalf("exit %d:\n%s", code, out)
 		}
 	})
 }
 
-// TestUpgradeAgentCallBound: `box upgrade-agent` and reroll's upgrade-agent
-// give each call at least adminapi.UpgradeBoxAgentCallBound whatever
-// --timeout says, since the daemon's own SSH wait (1 min plus an attempt)
-// outlasts the default 60 s: with a shorter bound the operator saw
+// TestUpgradeAgentCallBound: `box upgrade-agent` gives its call at least
+// adminapi.UpgradeBoxAgentCallBound whatever --timeout says, since the
+// daemon's own SSH wait (1 min plus an attempt) and the report bound
+// outlast the default 60 s: with a shorter bound the operator saw
 // "context deadline exceeded" for an unreachable droplet, and the upgrade
 // was cancelled (docs/operations.md, "Agent install", under Upgrade).
 func TestUpgradeAgentCallBound(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
-		case r.Method == http.MethodGet && r.URL.Path == "/api/admin/boxes":
-			_ = json.NewEncoder(w).Encode(adminapi.BoxList{Boxes: []adminapi.Box{{ID: "BX-A", Name: "bx-a", Agent: true,
-				Resources: adminapi.BoxResources{DropletID: 7}}}})
 		case strings.HasSuffix(r.URL.Path, "/agent-upgrade"):
 			_ = json.NewEncoder(w).Encode(adminapi.BoxAgentUpgrade{Box: "bx-a", DropletID: 7, Before: "v1", After: "v2"})
 		default:
@@ -356,15 +363,8 @@ func TestUpgradeAgentCallBound(t *testing.T) {
 		}
 	}))
 	t.Cleanup(ts.Close)
-	for _, args := range [][]string{
-		{"admin", "box", "upgrade-agent", "bx-a", "--timeout", "1ns"},
-		{"admin", "reroll", "--all", "--action", "upgrade-agent", "--timeout", "1ns"},
-	} {
-		t.Run(args[1], func(t *testing.T) {
-			out, code := cliRun(t, ts.URL, nil, args...)
-			if code != 0 || !strings.Contains(out, "v1 -> v2") {
-				t.Fatalf("exit %d:\n%s", code, out)
-			}
-		})
+	out, code := cliRun(t, ts.URL, nil, "admin", "box", "upgrade-agent", "bx-a", "--timeout", "1ns")
+	if code != 0 || !strings.Contains(out, "v1 -> v2") {
+		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }

@@ -44,12 +44,23 @@ func (*adminEnvironmentListCmd) operation() string { return adminapi.OpListEnvir
 
 // Run lists environments.
 func (c *adminEnvironmentListCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, (*adminapi.Client).ListEnvironments, func(w io.Writer, l adminapi.EnvironmentList) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (environmentListAnswer, error) {
+		return adminapi.CallAs[environmentListAnswer](ctx, cl, adminapi.OpListEnvironments, nil)
+	}, func(w io.Writer, l environmentListAnswer) error {
 		tw := table(w)
 		fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY\tSTORAGE")
 		for _, e := range l.Environments {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, e.Organization, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
-				policyText(e.SessionPolicy), bytesize.Budget(e.StorageBytes, e.StorageBudgetBytes))
+			// A column the daemon did not answer is "unknown", the
+			// table's short form of unknownText.
+			org, storage := "unknown", "unknown"
+			if e.Organization != nil {
+				org = *e.Organization
+			}
+			if e.StorageBytes != nil && e.StorageBudgetBytes != nil {
+				storage = bytesize.Budget(*e.StorageBytes, *e.StorageBudgetBytes)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, org, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
+				policyText(e.SessionPolicy), storage)
 		}
 		return tw.Flush()
 	})

@@ -62,39 +62,71 @@ func (*adminReaperStatusCmd) operation() string { return adminapi.OpGetReaperSta
 
 // Run prints the reaper's status.
 func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
-	return runOp(a, c.JSON, (*adminapi.Client).GetReaperStatus, func(w io.Writer, st adminapi.ReaperStatus) error {
+	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (reaperStatusAnswer, error) {
+		return adminapi.CallAs[reaperStatusAnswer](ctx, cl, adminapi.OpGetReaperStatus, nil)
+	}, func(w io.Writer, st reaperStatusAnswer) error {
 		tw := table(w)
-		if st.Mode != "" {
-			fmt.Fprintf(tw, "mode\t%s\n", st.Mode)
+		mode := ""
+		if st.Mode != nil {
+			mode = *st.Mode
 		}
-		if st.TokenConfigured {
+		off := mode == "off"
+		fmt.Fprintf(tw, "mode\t%s\n", modeText(st.Mode))
+		switch {
+		case st.TokenConfigured && off:
+			fmt.Fprintln(tw, "write token\tconfigured (unused while the reaper is off)")
+		case st.TokenConfigured:
 			fmt.Fprintln(tw, "write token\tconfigured")
-		} else {
+		default:
 			fmt.Fprintln(tw, "write token\tnot set: the reaper does not run (docs/operations.md, \"Reaper\")")
 		}
 		fmt.Fprintf(tw, "CI freshness\t%s\n", time.Duration(st.CIFreshnessSeconds*float64(time.Second)))
-		next := "none (no active deployment: waits for a heartbeat)"
-		if !st.NextWakeAt.IsZero() {
-			next = timeOrDash(st.NextWakeAt)
-		}
-		fmt.Fprintf(tw, "next wake-up\t%s\n", next)
+		fmt.Fprintf(tw, "next wake-up\t%s\n", nextWakeText(st.ReaperStatus, mode))
 		if !st.RateLimitedUntil.IsZero() {
 			fmt.Fprintf(tw, "rate-limited until\t%s\n", timeOrDash(st.RateLimitedUntil))
 		}
-		fmt.Fprintf(tw, "destroy pace\t%d a minute\n", st.MaxDestroyPerMinute)
-		for _, l := range clockLines(st.Clock) {
-			fmt.Fprintf(tw, "%s\n", l)
+		pace := unknownText
+		if st.MaxDestroyPerMinute != nil {
+			pace = fmt.Sprintf("%d a minute", *st.MaxDestroyPerMinute)
 		}
-		if !st.GraceUntil.IsZero() {
+		fmt.Fprintf(tw, "destroy pace\t%s\n", pace)
+		if st.Clock == nil {
+			fmt.Fprintf(tw, "clock guard\t%s\n", unknownText)
+		} else {
+			for _, l := range clockLines(*st.Clock) {
+				fmt.Fprintf(tw, "%s\n", l)
+			}
+		}
+		// The holds are the running reaper's; off, nothing runs to hold.
+		if !st.GraceUntil.IsZero() && !off {
 			fmt.Fprintf(tw, "start-up grace until\t%s (idle destruction waits for deployments without a heartbeat since)\n", timeOrDash(st.GraceUntil))
 		}
-		if !st.StorageHeldUntil.IsZero() {
+		if !st.StorageHeldUntil.IsZero() && !off {
 			fmt.Fprintf(tw, "storage hold until\t%s (heartbeats could not be stored: idle destruction held)\n", timeOrDash(st.StorageHeldUntil))
 		}
 		fmt.Fprintf(tw, "active deployments\t%d\n", st.ActiveDeployments)
-		fmt.Fprintf(tw, "due now\t%d\n", len(st.Due))
+		due := fmt.Sprint(len(st.Due))
+		if len(st.Due) > 0 && (off || !st.TokenConfigured) {
+			due += " (the reaper is off: nothing is destroyed)"
+		}
+		fmt.Fprintf(tw, "due now\t%s\n", due)
+		fmt.Fprintf(tw, "held now\t%d\n", st.HeldTotal)
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(st.Held) > 0 {
+			tw = table(w)
+			fmt.Fprintln(tw, "\nENVIRONMENT\tDEPLOYMENT\tDROPLET\tHOLD\tUNTIL\tMAX\tEVIDENCE")
+			for _, h := range st.Held {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", h.Environment, h.Deployment, h.DropletID, dash(h.Reason), timeOrDash(h.Until),
+					time.Duration(h.MaxSeconds*float64(time.Second)), dash(h.Evidence))
+			}
+			if len(st.Held) < st.HeldTotal {
+				fmt.Fprintf(tw, "… and %d more\n", st.HeldTotal-len(st.Held))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
 		if len(st.Due) > 0 {
 			tw = table(w)
@@ -116,6 +148,38 @@ func (c *adminReaperStatusCmd) Run(a *adminCmd) error {
 	})
 }
 
+// modeText is the reaper mode in words (docs/operations.md,
+// "Configuration"): what each mode does to a due deployment; unknown when
+// the daemon did not answer it.
+func modeText(mode *string) string {
+	if mode == nil {
+		return unknownText
+	}
+	switch *mode {
+	case "off":
+		return "off: the reaper does not run; nothing is destroyed, whatever is due"
+	case "dry-run":
+		return "dry-run: due deployments are recorded as reaper-would-destroy events; nothing is destroyed"
+	}
+	return *mode
+}
+
+// nextWakeText is the status's next wake-up, or why there is none: the
+// reaper is off (or has no token), no deployment is active, or the loop
+// has not planned one (it waits for a heartbeat or has not run since
+// start). mode is the answered mode, "" when the daemon did not say.
+func nextWakeText(st adminapi.ReaperStatus, mode string) string {
+	switch {
+	case !st.NextWakeAt.IsZero():
+		return timeOrDash(st.NextWakeAt)
+	case mode == "off" || !st.TokenConfigured:
+		return "none (the reaper is off)"
+	case st.ActiveDeployments == 0:
+		return "none (no active deployment: waits for a heartbeat)"
+	}
+	return "none planned yet (the reaper loop has not run since start, is paused, or waits for a heartbeat: chalupa admin loops)"
+}
+
 // clockLines are the clock guard's rows for a status table
 // (docs/operations.md, "Reaper").
 func clockLines(c adminapi.ClockGuard) []string {
@@ -129,16 +193,10 @@ func clockLines(c adminapi.ClockGuard) []string {
 		}
 		return s
 	}
-	var out []string
 	if c.Suspect && c.Hold != nil {
-		out = append(out, "clock guard\tSUSPECT: the reaper destroys nothing: "+hold(*c.Hold))
-	} else {
-		out = append(out, "clock guard\tok")
+		return []string{"clock guard\tSUSPECT: the reaper destroys nothing: " + hold(*c.Hold)}
 	}
-	for _, h := range c.Environments {
-		out = append(out, "clock guard "+h.Environment+"\tHELD: nothing destroyed in it: "+hold(h))
-	}
-	return out
+	return []string{"clock guard\tok"}
 }
 
 type adminEventsCmd struct {

@@ -126,6 +126,9 @@ type smoke struct {
 	// originMismatch is the daemon's origin when --url is another
 	// (empty when they agree or the status could not be read).
 	originMismatch string
+	// signedOut is set when the login row failed: the rows that need a
+	// signed-in console are not checked (the login row names the cause).
+	signedOut bool
 }
 
 func (s *smoke) add(step string, ok bool, format string, a ...any) bool {
@@ -146,10 +149,14 @@ func (s *smoke) skip(step, format string, a ...any) {
 // own row) makes the console refuse the smoke's forms; it reports whether
 // it did.
 func (s *smoke) skipConsole(step string) bool {
-	if s.originMismatch == "" {
+	switch {
+	case s.originMismatch != "":
+		s.skip(step, "not checked: the origin row names the cause")
+	case s.signedOut:
+		s.skip(step, "not checked: not signed in (the login row names the cause)")
+	default:
 		return false
 	}
-	s.skip(step, "not checked: the origin row names the cause")
 	return true
 }
 
@@ -244,11 +251,13 @@ func (s *smoke) login(ctx context.Context) string {
 	m := smokeCSRF.FindStringSubmatch(body)
 	if err != nil || m == nil || s.password == "" {
 		s.add("login", false, "no login form, or no console password given (CHALUPA_CONSOLE_PASSWORD or --password-file)")
+		s.signedOut = true
 		return ""
 	}
 	resp, err := s.postForm(ctx, "/login", url.Values{"password": {s.password}, "csrf_token": {m[1]}})
 	if err != nil {
 		s.add("login", false, "%v", err)
+		s.signedOut = true
 		return ""
 	}
 	var sess *http.Cookie
@@ -260,6 +269,9 @@ func (s *smoke) login(ctx context.Context) string {
 	ok := resp.StatusCode == http.StatusSeeOther && sess != nil && sess.HttpOnly && sess.SameSite == http.SameSiteStrictMode
 	s.add("login", ok, "POST /login: %d, session cookie HttpOnly=%v SameSite=Strict=%v", resp.StatusCode,
 		sess != nil && sess.HttpOnly, sess != nil && sess.SameSite == http.SameSiteStrictMode)
+	// A refused password leaves no session; a cookie without its
+	// attributes is a failure of its own, and signed in all the same.
+	s.signedOut = resp.StatusCode != http.StatusSeeOther || sess == nil
 	_, _, app, _ := s.get(ctx, "/app", "")
 	if m := smokeCSRF.FindStringSubmatch(app); m != nil {
 		return m[1]
@@ -365,6 +377,10 @@ func (s *smoke) runReport(ctx context.Context) {
 	}
 	if s.originMismatch != "" {
 		s.add(row, listed, "POST /api/ingest/runs: 202; %s with its artifact listed by the admin API: %v; the console page not checked (origin)", runID, listed)
+		return
+	}
+	if s.signedOut {
+		s.add(row, listed, "POST /api/ingest/runs: 202; %s with its artifact listed by the admin API: %v; the console page not checked (not signed in)", runID, listed)
 		return
 	}
 	code, _, page, _ := s.get(ctx, "/app/env/"+s.env, "")

@@ -97,6 +97,10 @@ type Deps struct {
 	// ClockWarning says, in words, what the reaper's clock guard holds
 	// ("" when nothing: docs/operations.md, "Reaper"); nil shows nothing.
 	ClockWarning func() string
+	// OffsetWarning says, in words, that the fleet's clock offset is
+	// beyond 30 s ("" while it is not; docs/operations.md, "Heartbeats and
+	// deadlines"); nil shows nothing.
+	OffsetWarning func() string
 	// ModeWarning says, in words, that the reaper or costs are not fully
 	// on ("" when the reaper is live and costs on); the layout shows it
 	// on every page (docs/operations.md, "Configuration").

@@ -195,6 +195,10 @@ type boxView struct {
 	Busy string
 	// CSRF is the session's token for the forms.
 	CSRF string
+	// ChangedSinceLaunch is set when the configuration changed after the
+	// recorded droplet launched: that droplet keeps the agent it booted
+	// with (docs/operations.md, "Boxes").
+	ChangedSinceLaunch bool
 }
 
 // boxByName answers the box route parameter names, or a 404 page.
@@ -222,7 +226,8 @@ func (c *Console) boxPage(w http.ResponseWriter, r *http.Request, b storage.Box,
 		return
 	}
 	v := boxView{Box: b, Configured: c.configured(), Actions: jobs.Actions, Error: errMsg, Busy: busy, CSRF: sessionOf(r).CSRFToken,
-		DestroyPhrase: adminapi.ConvergePhrase(jobs.ActionDestroy, b.Name), DestroyDataPhrase: adminapi.DestroyDataPhrase(b.Name)}
+		DestroyPhrase: adminapi.ConvergePhrase(jobs.ActionDestroy, b.Name), DestroyDataPhrase: adminapi.DestroyDataPhrase(b.Name),
+		ChangedSinceLaunch: b.Resources.DropletID != 0 && b.Config.UpdatedAt.After(b.Launch.LaunchedAt)}
 	if v.Stacks, err = c.stacksOf(r, b.Name, checkpointsPerStack, markers); err != nil {
 		c.internal(w, r, err)
 		return

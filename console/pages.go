@@ -111,6 +111,8 @@ type layoutView struct {
 	ReplOK      string
 	// ClockWarning is the reaper's clock guard while it holds.
 	ClockWarning string
+	// OffsetWarning is the fleet's clock offset while it is beyond 30 s.
+	OffsetWarning string
 	// ModeWarning is Deps.ModeWarning.
 	ModeWarning string
 	SignedIn    bool
@@ -145,6 +147,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	lv.ReplWarning, lv.ReplOK = c.replication()
 	if c.d.ClockWarning != nil {
 		lv.ClockWarning = c.d.ClockWarning()
+	}
+	if c.d.OffsetWarning != nil {
+		lv.OffsetWarning = c.d.OffsetWarning()
 	}
 	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
 		lv.SignedIn, lv.CSRF = true, s.CSRFToken

@@ -404,3 +404,42 @@ func TestInternalStorageFault(t *testing.T) {
 		})
 	}
 }
+
+// TestBoxPageAgentIsTheDeclaration: the box page's agent line is the
+// declaration for the box's next droplet (docs/operations.md, "Boxes"):
+// off says what a running reaper does with that droplet, and a change
+// made after the recorded droplet launched says that droplet keeps what it
+// booted with ("off: no agent is installed" was untrue of it).
+func TestBoxPageAgentIsTheDeclaration(t *testing.T) {
+	c, db := testConsole(t)
+	ctx := context.Background()
+	b := storagetest.Box(t, db, storage.Box{Name: "box-agent"})
+	launched := time.Now().Add(-time.Hour)
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if err := storage.RecordBoxResources(ctx, tx, b.ID, storage.BoxResources{DropletID: 4242}, launched); err != nil {
+			return err
+		}
+		if err := storage.RecordBoxLaunch(ctx, tx, b.ID, storage.BoxLaunch{DropletID: 4242, LaunchedAt: launched, JobID: "01JOB"}, launched); err != nil {
+			return err
+		}
+		cfg := b.Config
+		cfg.Agent = false
+		_, err := storage.UpdateBox(ctx, tx, b.ID, false, cfg, time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, page := pageOf(t, c.box, "/app/boxes/box-agent", "name", "box-agent")
+	if code != http.StatusOK {
+		t.Fatalf("box page: %d", code)
+	}
+	for _, want := range []string{"off for the box's next droplet", "a running reaper ends that droplet at its launch deadline",
+		"droplet 4242 launched before the last change and keeps what it booted with"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("box page does not say %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "no agent is installed") {
+		t.Errorf("box page says no agent is installed, untrue of droplet 4242:\n%s", page)
+	}
+}

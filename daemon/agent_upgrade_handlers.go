@@ -3,45 +3,43 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
-	"github.com/chalupa-run/chalupa/pulumiexec"
-	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
 // Event kinds of an agent upgrade, recorded on the box's droplet's
 // deployment (docs/operations.md, "Agent install", under Upgrade).
 const (
-	EventAgentUpgradeStarted = "agent-upgrade-started"
-	EventAgentUpgraded       = "agent-upgraded"
-	EventAgentUpgradeFailed  = "agent-upgrade-failed"
+	EventAgentUpgradeStarted = agentrollout.EventStarted
+	EventAgentUpgraded       = agentrollout.EventUpgraded
+	EventAgentUpgradeFailed  = agentrollout.EventFailed
 )
 
-// agentUpgradeHandlers upgrade the agent on a box's running droplet over
-// SSH with the configured release (docs/operations.md, "Agent install",
-// under Upgrade). They hold the database, the release and the deliverer
-// (chalupa's SSH identity); no DigitalOcean token.
+// maxListedRollouts bounds the rollouts adminListJobs lists.
+const maxListedRollouts = 10
+
+// agentUpgradeHandlers upgrade the agent on a box's running droplet, and
+// run rollouts of it, through the rollout manager (docs/operations.md,
+// "Agent install", under Upgrade). They hold the database, the release and
+// the manager (chalupa's SSH identity); no DigitalOcean token.
 type agentUpgradeHandlers struct {
-	db        *storage.DB
-	clock     clockwork.Clock
-	release   agentrelease.Release
-	deliverer *sshdeliver.Deliverer
-	port      int
-	log       zerolog.Logger
+	db       *storage.DB
+	release  agentrelease.Release
+	rollouts *agentrollout.Manager
+	log      zerolog.Logger
 }
 
 func (h *agentUpgradeHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpUpgradeBoxAgent, h.upgrade)
+	handleOp(o, adminapi.OpStartAgentRollout, h.start)
+	handleOp(o, adminapi.OpGetAgentRollout, h.get)
 }
 
 // releaseProblems is the 422 for a release that cannot be installed: it
@@ -64,10 +62,11 @@ func releaseProblems(problems []error) error {
 // upgrade checks the release (422 naming the variables; nothing written),
 // finds the box's droplet (404; 409 agent_off when the box does not carry
 // the agent, 409 no_droplet when it has no droplet or its address is
-// unknown), records agent-upgrade-started, runs the upgrade over
-// SSH and records agent-upgraded or agent-upgrade-failed; a failure is 502
-// agent_upgrade_failed with the failure's kind and the droplet id (never an
-// address or URL).
+// unknown, 409 agent_upgrading when an upgrade of it runs) and upgrades it
+// (agentrollout.Upgrader.Box: done when the new agent reports, restored
+// otherwise); a failure is 502 agent_upgrade_failed with the account
+// (never an address or URL). A droplet already on the version answers 200
+// with outcome skipped.
 func (h *agentUpgradeHandlers) upgrade(ctx context.Context, req adminapi.UpgradeBoxAgentRequest) (adminapi.BoxAgentUpgrade, error) {
 	if problems := h.release.Check(); len(problems) > 0 {
 		return adminapi.BoxAgentUpgrade{}, releaseProblems(problems)
@@ -85,50 +84,96 @@ func (h *agentUpgradeHandlers) upgrade(ctx context.Context, req adminapi.Upgrade
 	if !box.Config.Agent {
 		return adminapi.BoxAgentUpgrade{}, fail(http.StatusConflict, "agent_off", "the box does not carry the agent (--agent=false): there is nothing to upgrade")
 	}
-	dropletID := box.Resources.DropletID
-	if dropletID == 0 || box.Launch.DropletID != dropletID || box.Launch.IPv4 == "" {
+	if agentrollout.SkipReason(box) != "" {
 		return adminapi.BoxAgentUpgrade{}, fail(http.StatusConflict, "no_droplet", "the box has no running droplet with a known address: run converge up first")
 	}
-	out := adminapi.BoxAgentUpgrade{Box: box.Name, DropletID: dropletID, Version: h.release.Version}
-	if err := h.event(ctx, box, EventAgentUpgradeStarted, fmt.Sprintf("agent upgrade to %s started on droplet %d", h.release.Version, dropletID)); err != nil {
-		return out, err
+	res, err := h.rollouts.UpgradeBox(ctx, box)
+	switch {
+	case errors.Is(err, agentrollout.ErrBusy):
+		return adminapi.BoxAgentUpgrade{}, fail(http.StatusConflict, "agent_upgrading", "an upgrade of this box's agent is running: see admin box show and its events")
+	case err != nil:
+		return adminapi.BoxAgentUpgrade{}, err
 	}
-	res, uerr := h.deliverer.UpgradeAgent(ctx, net.JoinHostPort(box.Launch.IPv4, strconv.Itoa(h.port)), dropletID, h.release)
-	out.Arch, out.Before, out.After = res.Arch, res.Before, res.After
-	// The droplet changed (or not) whatever the caller does now: record it.
-	ectx := context.WithoutCancel(ctx)
-	if uerr != nil {
-		h.log.Warn().Err(uerr).Str("box", box.Name).Int64("droplet", dropletID).Msg("agent upgrade failed")
-		if err := h.event(ectx, box, EventAgentUpgradeFailed, fmt.Sprintf("agent upgrade to %s failed on droplet %d: %v", h.release.Version, dropletID, uerr)); err != nil {
-			return out, err
-		}
-		return out, fail(http.StatusBadGateway, "agent_upgrade_failed", uerr.Error())
+	out := adminapi.BoxAgentUpgrade{Box: box.Name, DropletID: box.Resources.DropletID, Version: h.release.Version,
+		Arch: res.Arch, Before: res.Before, After: res.After, Outcome: res.Status, Detail: res.Detail}
+	if res.Status == agentrollout.StatusFailed {
+		return out, fail(http.StatusBadGateway, "agent_upgrade_failed", res.Detail)
 	}
-	msg := fmt.Sprintf("agent on droplet %d (%s) upgraded: %s -> %s", dropletID, res.Arch, res.Before, res.After)
-	if err := h.event(ectx, box, EventAgentUpgraded, msg); err != nil {
-		return out, err
-	}
-	h.log.Info().Str("box", box.Name).Int64("droplet", dropletID).Str("before", res.Before).Str("after", res.After).Msg("agent upgraded")
 	return out, nil
 }
 
-// event records a lifecycle event of kind on the box's droplet's
-// deployment, or on its environment when converge recorded no deployment.
-// The id is unique per event (kind, droplet, time).
-func (h *agentUpgradeHandlers) event(ctx context.Context, box storage.Box, kind, msg string) error {
-	now := h.clock.Now()
-	dep := pulumiexec.DeploymentID(box.Resources.DropletID)
-	return h.db.Writer.Do(ctx, func(tx storage.Tx) error {
-		ok, err := storage.DeploymentExists(ctx, tx, box.EnvironmentID, dep)
-		if err != nil {
-			return err
+// start checks the release (422), the scope (422 invalid_rollout: one
+// environment or all; 404 environment_not_found) and the batch (422
+// invalid_rollout outside 1–adminapi.MaxRolloutBatch), and starts a
+// rollout over the scope's boxes in `box list` order (409
+// rollout_in_progress while one runs).
+func (h *agentUpgradeHandlers) start(ctx context.Context, req adminapi.StartAgentRolloutRequest) (adminapi.AgentRollout, error) {
+	if problems := h.release.Check(); len(problems) > 0 {
+		return adminapi.AgentRollout{}, releaseProblems(problems)
+	}
+	if (req.Environment == "") == !req.All {
+		return adminapi.AgentRollout{}, fail(http.StatusUnprocessableEntity, "invalid_rollout", `name one environment, or "all":true`)
+	}
+	batch := req.Batch
+	if batch == 0 {
+		batch = adminapi.DefaultRolloutBatch
+	}
+	if batch < 1 || batch > adminapi.MaxRolloutBatch {
+		return adminapi.AgentRollout{}, fail(http.StatusUnprocessableEntity, "invalid_rollout", "batch must be between 1 and 50")
+	}
+	if req.Environment != "" {
+		if _, err := storage.EnvironmentBySlug(ctx, h.db.Read, req.Environment); errors.Is(err, storage.ErrNotFound) {
+			return adminapi.AgentRollout{}, fail(http.StatusNotFound, "environment_not_found", "no such environment")
+		} else if err != nil {
+			return adminapi.AgentRollout{}, err
 		}
-		ev := storage.LifecycleEvent{ID: fmt.Sprintf("%s:%s:%d", kind, dep, now.UnixNano()), EnvironmentID: box.EnvironmentID,
-			Kind: kind, Message: msg, OccurredAt: now}
-		if ok {
-			ev.DeploymentID = dep
-		}
-		_, err = storage.InsertLifecycleEvent(ctx, tx, ev)
-		return err
-	})
+	}
+	boxes, err := storage.ListBoxes(ctx, h.db.Read, req.Environment)
+	if err != nil {
+		return adminapi.AgentRollout{}, err
+	}
+	r, err := h.rollouts.Start(ctx, req.Environment, boxes, batch)
+	switch {
+	case errors.Is(err, agentrollout.ErrRolloutRunning):
+		return adminapi.AgentRollout{}, fail(http.StatusConflict, "rollout_in_progress", "an agent rollout is running: one at a time (see admin jobs)")
+	case err != nil:
+		return adminapi.AgentRollout{}, err
+	}
+	h.log.Info().Str("rollout", r.ID).Str("version", r.Version).Int("boxes", len(boxes)).Int("batch", batch).Msg("agent rollout started")
+	return apiRollout(r), nil
+}
+
+// get answers one rollout (404 not_found).
+func (h *agentUpgradeHandlers) get(ctx context.Context, req adminapi.GetAgentRolloutRequest) (adminapi.AgentRollout, error) {
+	r, err := storage.AgentRolloutByID(ctx, h.db.Read, req.ID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return adminapi.AgentRollout{}, fail(http.StatusNotFound, "not_found", "no such agent rollout")
+	}
+	if err != nil {
+		return adminapi.AgentRollout{}, err
+	}
+	return apiRollout(r), nil
+}
+
+// listRollouts is the newest rollouts for adminListJobs.
+func listRollouts(ctx context.Context, db *storage.DB) ([]adminapi.AgentRollout, error) {
+	list, err := storage.ListAgentRollouts(ctx, db.Read, maxListedRollouts)
+	if err != nil {
+		return nil, err
+	}
+	var out []adminapi.AgentRollout
+	for _, r := range list {
+		out = append(out, apiRollout(r))
+	}
+	return out, nil
+}
+
+func apiRollout(r storage.AgentRollout) adminapi.AgentRollout {
+	out := adminapi.AgentRollout{ID: r.ID, Environment: r.Environment, Version: r.Version, Batch: r.Batch, Status: r.Status,
+		Error: r.Error, Summary: adminapi.DecodeRolloutSummary(r.Summary), CreatedAt: r.CreatedAt}
+	if !r.FinishedAt.IsZero() {
+		f := r.FinishedAt
+		out.FinishedAt = &f
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 )
 
@@ -86,12 +87,14 @@ func TestUpgradeBoxAgentRefusals(t *testing.T) {
 }
 
 // TestUpgradeCallBoundCoversTheDaemon: the least bound a client gives one
-// upgrade call covers the daemon's own: the SSH wait, one more attempt
-// and the remote upgrade (docs/operations.md, "Agent install", under
-// Upgrade).
+// upgrade call covers the daemon's own at the longest report bound: the
+// SSH wait, one more attempt and the remote upgrade, the report bound, and
+// the same again for the restore (docs/operations.md, "Agent install",
+// under Upgrade).
 func TestUpgradeCallBoundCoversTheDaemon(t *testing.T) {
-	if need := sshdeliver.UpgradeWait + sshdeliver.DefaultAttemptTimeout + sshdeliver.UpgradeTimeout; adminapi.UpgradeBoxAgentCallBound < need {
-		t.Fatalf("UpgradeBoxAgentCallBound %v < the daemon's %v", adminapi.UpgradeBoxAgentCallBound, need)
+	need := 2*(sshdeliver.UpgradeWait+sshdeliver.DefaultAttemptTimeout+sshdeliver.UpgradeTimeout) + 2*agentrollout.MaxReport
+	if adminapi.UpgradeBoxAgentCallBound < need || agentrollout.HoldMax(agentrollout.MaxReport) != need {
+		t.Fatalf("UpgradeBoxAgentCallBound %v, HoldMax %v; the daemon's %v", adminapi.UpgradeBoxAgentCallBound, agentrollout.HoldMax(agentrollout.MaxReport), need)
 	}
 }
 

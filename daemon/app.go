@@ -84,8 +84,8 @@ type App struct {
 	// Server is the HTTP side (nil when Offline).
 	Server *Server
 
-	unlock func()
-	sup    *supervisor
+	lock *storage.DataDirLock
+	sup  *supervisor
 }
 
 // Open assembles the daemon in order: lock the data dir (ErrLocked beside a
@@ -122,12 +122,19 @@ func (a *App) open(ctx context.Context, opt Options) error {
 	if cfg.dropAWSCABundle() {
 		log.Warn().Msg("AWS_CA_BUNDLE is set; unsetting it for this process so S3 replication can start (system roots are used)")
 	}
-	unlock, err := storage.LockDataDir(cfg.DataDir)
+	lock, err := storage.AcquireDataDir(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", err)
 	}
-	a.unlock = unlock
+	a.lock = lock
 	fresh, err := a.prepareDataDir(ctx, opt.Offline)
+	if errors.Is(err, storage.ErrReplicaForeign) {
+		// Refused before anything was written: take back the lock file and
+		// a data dir this start made (docs/operations.md, "Backup and
+		// restore").
+		a.lock.Abandon()
+		a.lock = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -302,6 +309,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 	}
 	loops, err := registeredLoops(LoopDeps{DB: a.DB, Clock: a.Clock, Log: a.Log, Metrics: a.Server.m.reg,
 		NonceActivity: a.Server.ingest.NonceActivity(), NonceLedger: a.Server.ingest.NonceLedger(), QuotaEvents: a.Server.ingest.QuotaEvents(),
+		Ingest:    a.Server.ingest,
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
 		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention(),
 		Disk: a.Server.disk})
@@ -327,6 +335,11 @@ func (a *App) Close(ctx context.Context) error {
 		a.sup.stop()
 		a.sup = nil
 	}
+	if a.Server != nil && a.Server.rollouts != nil {
+		// Agent upgrades in progress are cut while the writer still
+		// runs, so each records where it stopped.
+		a.Server.rollouts.Close()
+	}
 	if a.Server != nil && a.DB != nil {
 		a.Server.stats.flush() // the last hour's request statistics, while the writer still runs
 	}
@@ -350,9 +363,9 @@ func (a *App) Close(ctx context.Context) error {
 		cancel()
 		a.Replicator = nil
 	}
-	if a.unlock != nil {
-		a.unlock()
-		a.unlock = nil
+	if a.lock != nil {
+		a.lock.Release()
+		a.lock = nil
 	}
 	return err
 }

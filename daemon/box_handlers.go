@@ -154,7 +154,7 @@ func toAPIBox(b storage.Box) adminapi.Box {
 			SSHKeyFingerprints: b.Config.SSHKeyFingerprints, CustomerSource: b.Config.CustomerSource,
 			ControlPlaneSource: b.Config.ControlPlaneSource, VolumeSizeGiB: b.Config.VolumeSizeGiB, Tags: b.Config.Tags,
 			AgentIdleMinutes: b.Config.AgentIdleMinutes, AgentSessionMinutes: b.Config.AgentSessionMinutes},
-		ConfigVersion: b.Config.Version,
+		ConfigVersion: b.Config.Version, ConfigUpdatedAt: b.Config.UpdatedAt,
 		Resources: adminapi.BoxResources{DropletID: b.Resources.DropletID, FirewallID: b.Resources.FirewallID,
 			VolumeID: b.Resources.VolumeID, RecordedAt: b.Resources.RecordedAt},
 		CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
@@ -162,6 +162,9 @@ func toAPIBox(b storage.Box) adminapi.Box {
 		l := b.Launch
 		out.LastLaunch = &adminapi.BoxLaunch{DropletID: l.DropletID, IPv4: l.IPv4, IPv6: l.IPv6, HostKey: l.HostKey,
 			LaunchedAt: l.LaunchedAt, JobID: l.JobID}
+	}
+	if u := b.AgentUpgrade; u.State != "" {
+		out.AgentUpgrade = &adminapi.BoxAgentUpgradeState{State: u.State, Version: u.Version, Since: u.Since}
 	}
 	return out
 }

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/oklog/ulid/v2"
@@ -19,6 +22,7 @@ import (
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/pulumiexec"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/pulumiexec/checkpoint"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -39,6 +43,12 @@ type ConvergeConfig struct {
 	// public IPv4 (CHALUPA_SSH_PORT, default DefaultSSHPort:
 	// docs/operations.md, "SSH key delivery").
 	SSHPort int
+	// AgentUpgradeReport bounds how long an upgraded agent, and after a
+	// restore the previous one, has to heartbeat
+	// (CHALUPA_AGENT_UPGRADE_REPORT_SECONDS, default
+	// agentrollout.DefaultReport; docs/operations.md, "Agent install",
+	// under Upgrade).
+	AgentUpgradeReport time.Duration
 	// AgentRelease is the agent release converge installs on a box's
 	// droplet and the agent upgrade installs on running ones
 	// (CHALUPA_AGENT_*; docs/operations.md, "Agent install"). Read as
@@ -200,4 +210,14 @@ func newJobLane(d serverDeps) (*jobs.Runner, *jobs.Watch, *jobs.Service) {
 		svc.SetAdmit(agentAdmission(d.Config.Converge.AgentRelease))
 	}
 	return runner, watch, svc
+}
+
+// newRolloutManager builds the agent rollout manager over remote (the
+// deliverer) and settles what a stopped process left (docs/operations.md,
+// "Agent install", under Upgrade). Errors: database faults.
+func newRolloutManager(ctx context.Context, d serverDeps, remote agentrollout.Remote, instance string) (*agentrollout.Manager, error) {
+	cfg := d.Config.Converge
+	m := &agentrollout.Manager{Instance: instance, Upgrader: &agentrollout.Upgrader{DB: d.DB, Clock: d.Clock, Remote: remote,
+		Release: cfg.AgentRelease, Port: cmp.Or(cfg.SSHPort, DefaultSSHPort), Report: cfg.AgentUpgradeReport, Log: d.Log}}
+	return m, m.Recover(ctx)
 }

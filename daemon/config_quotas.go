@@ -124,8 +124,8 @@ func thousands(n int64) string {
 // newIngestService is the signed-ingest service the quotas bound, with the
 // deprecated shared key (CHALUPA_INGEST_KEY), the droplet lookup of the
 // `sunk` check, the log broker and the clock guard it tells of each
-// agent's contact (docs/operations.md, "Signed ingest" and "Quotas").
+// agent's contact and whose wall-clock high-water mark it keeps (docs/operations.md, "Signed ingest" and "Quotas").
 func newIngestService(d serverDeps, droplets ingest.DropletLookup, broker *logs.Broker, guard *clockguard.Guard) *ingest.Service {
 	return ingest.NewService(ingest.Config{DB: d.DB, Keys: d.Keys, SharedKey: d.Config.Secrets.sharedKey(), Clock: d.Clock, Log: d.Log,
-		Quotas: d.Config.Quotas, Droplets: droplets, Logs: broker, Contact: guard})
+		Quotas: d.Config.Quotas, Droplets: droplets, Logs: broker, Contact: guard, Mark: guard})
 }

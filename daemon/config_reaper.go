@@ -72,6 +72,9 @@ type ReaperConfig struct {
 	// refused); legacy is what the deprecated CHALUPA_REAPER_DRY_RUN asks
 	// for (ReaperModeLive, ReaperModeDryRun or "").
 	requested, legacy string
+	// invalid is set when CHALUPA_REAPER was refused: the mode is then
+	// unknown, not unset, and nothing is resolved from it.
+	invalid bool
 }
 
 // token is DIGITALOCEAN_WRITE_TOKEN ("" when unset), for the wiring that
@@ -85,7 +88,7 @@ func (r *ReaperConfig) loadMode(l *loader, v string) {
 	case "", ReaperModeLive, ReaperModeDryRun, ReaperModeOff:
 	default:
 		l.bad("CHALUPA_REAPER must be live, dry-run or off")
-		r.requested = ""
+		r.requested, r.invalid = "", true
 	}
 }
 
@@ -115,6 +118,12 @@ func (c *Config) validateReaper(l *loader) {
 		// The write token is dedicated to the reaper and never shared
 		// with the read token (docs/operations.md, "Configuration").
 		l.bad("DIGITALOCEAN_WRITE_TOKEN must differ from DIGITALOCEAN_READ_TOKEN")
+	}
+	if r.invalid {
+		// Already refused by name: the token rules below depend on a
+		// mode the operator has not given, and reading it as unset (or
+		// as the deprecated variable's) would say what is not so.
+		return
 	}
 	mode := r.requested
 	if r.legacy != "" {

@@ -112,6 +112,7 @@ func TestQuotaRecipe(t *testing.T) {
 var reaperDerived = map[string]string{
 	"DryRun":    "Mode == ReaperModeDryRun",
 	"requested": "CHALUPA_REAPER as given, before validateReaper resolves Mode",
+	"invalid":   "CHALUPA_REAPER was refused, so validateReaper resolves nothing from it",
 }
 
 // TestReaperSettingRecipe walks the recipe "add a reaper setting": a field

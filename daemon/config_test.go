@@ -563,8 +563,10 @@ func TestConfigExplicitModes(t *testing.T) {
 	cases := []struct {
 		name string
 		set  map[string]string // over goodEnv; "" deletes
-		// want are the strings every refusal names ("" row: accepted).
-		want []string
+		// want are the strings every refusal names ("" row: accepted);
+		// notWant are strings it must not say (a value the refusal
+		// already named as refused is not then read as unset).
+		want, notWant []string
 		// mode, costs and warn check an accepted configuration.
 		mode  string
 		costs bool
@@ -581,6 +583,11 @@ func TestConfigExplicitModes(t *testing.T) {
 			mode: daemon.ReaperModeOff, costs: true},
 		{name: "write token, reaper off", set: map[string]string{"CHALUPA_REAPER": "off"}, mode: daemon.ReaperModeOff, costs: true},
 		{name: "reaper mode unknown", set: map[string]string{"CHALUPA_REAPER": "sometimes-9f9f"}, want: []string{"CHALUPA_REAPER must be"}},
+		{name: "reaper mode unknown, no write token", set: map[string]string{"CHALUPA_REAPER": "sometimes-9f9f", "DIGITALOCEAN_WRITE_TOKEN": ""},
+			want: []string{"CHALUPA_REAPER must be"}, notWant: []string{"is unset", "CHALUPA_REAPER=live", "DIGITALOCEAN_WRITE_TOKEN is required"}},
+		{name: "reaper mode unknown beside the deprecated dry run", set: map[string]string{"CHALUPA_REAPER": "sometimes-9f9f",
+			"CHALUPA_REAPER_DRY_RUN": "true", "DIGITALOCEAN_WRITE_TOKEN": ""},
+			want: []string{"CHALUPA_REAPER must be"}, notWant: []string{"CHALUPA_REAPER=dry-run", "disagree", "DIGITALOCEAN_WRITE_TOKEN is required"}},
 		{name: "no read token, costs unset", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": ""},
 			want: []string{"DIGITALOCEAN_READ_TOKEN", "CHALUPA_COSTS=off", "chalupa config check"}},
 		{name: "no read token, costs on", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": "", "CHALUPA_COSTS": "on"},
@@ -588,6 +595,8 @@ func TestConfigExplicitModes(t *testing.T) {
 		{name: "no read token, costs off", set: map[string]string{"DIGITALOCEAN_READ_TOKEN": "", "CHALUPA_COSTS": "off"},
 			mode: daemon.ReaperModeLive, costs: false},
 		{name: "costs unknown", set: map[string]string{"CHALUPA_COSTS": "maybe-5e5e"}, want: []string{"CHALUPA_COSTS must be"}},
+		{name: "costs unknown, no read token", set: map[string]string{"CHALUPA_COSTS": "maybe-5e5e", "DIGITALOCEAN_READ_TOKEN": ""},
+			want: []string{"CHALUPA_COSTS must be"}, notWant: []string{"is unset", "DIGITALOCEAN_READ_TOKEN is required"}},
 		{name: "costs on without a volume rate", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": ""},
 			want: []string{"DO_VOLUME_USD_PER_GIB_MONTH", "CHALUPA_COSTS=off"}},
 		{name: "costs off without a volume rate", set: map[string]string{"DO_VOLUME_USD_PER_GIB_MONTH": "", "CHALUPA_COSTS": "off"},
@@ -630,6 +639,11 @@ func TestConfigExplicitModes(t *testing.T) {
 				for _, w := range tc.want {
 					if !strings.Contains(err.Error(), w) {
 						t.Errorf("refusal does not say %q:\n%v", w, err)
+					}
+				}
+				for _, w := range tc.notWant {
+					if strings.Contains(err.Error(), w) {
+						t.Errorf("refusal says %q, untrue of this configuration:\n%v", w, err)
 					}
 				}
 				for _, v := range []string{"sometimes-9f9f", "maybe-5e5e", "127.0.0.1:8443"} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest/logs"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -152,6 +153,29 @@ func (c *Config) hostVariables() []variable {
 			show: func() string { return strconv.Itoa(c.Converge.SSHPort) },
 			help: "the port key delivery dials on a droplet (default 22)",
 			doc:  docRow{def: "`22`", refusedWhen: "not a whole number in 1–65535", why: "the port key delivery dials on a droplet's public IPv4 (see \"SSH key delivery\"); DigitalOcean images listen on 22, the tests point it at a local SSH server"}},
+		{name: "CHALUPA_AGENT_UPGRADE_REPORT_SECONDS", ptr: &c.Converge.AgentUpgradeReport,
+			load: secondsVar(&c.Converge.AgentUpgradeReport, agentrollout.DefaultReport, agentrollout.MinReport, agentrollout.MaxReport,
+				"CHALUPA_AGENT_UPGRADE_REPORT_SECONDS must be a whole number of seconds in 5–300"),
+			show: func() string { return strconv.Itoa(int(c.Converge.AgentUpgradeReport / time.Second)) },
+			help: "seconds an upgraded agent has to heartbeat with the new version (default 120)",
+			doc: docRow{def: "`120`", refusedWhen: "not a whole number in 5–300",
+				why: "an agent upgrade is done only when the new agent heartbeats with the new version within this bound; otherwise the previous binary is restored and must report within it too (see \"Agent install\", under Upgrade); the agent heartbeats at its start and every 30 s"}},
+	}
+}
+
+// secondsVar loads a whole number of seconds in [lo, hi] into p, def when
+// unset.
+func secondsVar(p *time.Duration, def, lo, hi time.Duration, problem string) func(*loader, string) {
+	return func(l *loader, v string) {
+		*p = def
+		if v == "" {
+			return
+		}
+		if n, err := strconv.Atoi(v); err != nil || time.Duration(n)*time.Second < lo || time.Duration(n)*time.Second > hi {
+			l.bad("%s", problem)
+		} else {
+			*p = time.Duration(n) * time.Second
+		}
 	}
 }
 

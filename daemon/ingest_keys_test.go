@@ -161,7 +161,8 @@ func TestIngestWrongMasterKeyRefusesToStart(t *testing.T) {
 		t.Fatal("Run with the right key did not listen within a minute")
 	}
 	cl := &protocol.Client{BaseURL: base, KeyID: k.ID, Key: k.Raw, HTTP: h.HTTP}
-	body := h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: time.Now(), LastActivityAt: time.Now()})
+	sent := time.Now()
+	body := h.Heartbeat(daemontest.HeartbeatOpts{Env: "demo-harbor", Deployment: "dep-run", SentAt: sent, LastActivityAt: sent})
 	resp, err := cl.Post(context.Background(), ingest.HeartbeatRoute, body)
 	rcancel()
 	if rerr := <-done; rerr != nil {

@@ -164,7 +164,12 @@ func (h *jobHandlers) list(ctx context.Context, req adminapi.ListJobsRequest) (a
 	if err != nil {
 		return adminapi.JobList{}, err
 	}
-	out := adminapi.JobList{Jobs: make([]adminapi.Job, 0, len(list)), Configured: h.svc.Configured(), Workers: make([]adminapi.Worker, 0, len(workers))}
+	rollouts, err := listRollouts(ctx, h.db)
+	if err != nil {
+		return adminapi.JobList{}, err
+	}
+	out := adminapi.JobList{Jobs: make([]adminapi.Job, 0, len(list)), Configured: h.svc.Configured(), Workers: make([]adminapi.Worker, 0, len(workers)),
+		Rollouts: rollouts}
 	for _, j := range list {
 		out.Jobs = append(out.Jobs, jobs.APIJob(j, names[j.ScopeID]))
 	}

@@ -46,6 +46,9 @@ type LoopDeps struct {
 	// NonceLedger is ingest's record of claimed nonces
 	// (ingest.Service.NonceLedger), which the pruner holds.
 	NonceLedger *ingest.NonceLedger
+	// Ingest is the ingest service whose clock offset the clock-offset
+	// loop watches (nil: the loop is not run).
+	Ingest *ingest.Service
 	// QuotaEvents are the quota warnings the ingest service queued
 	// (ingest.Service.QuotaEvents), recorded by the quota-events loop.
 	QuotaEvents <-chan ingest.QuotaEvent
@@ -111,6 +114,11 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity, Ledger: d.NonceLedger},
 		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
 		switched(LoopRetention, retention),
+	}
+	if d.Ingest != nil {
+		// Never switched: it only records events, and holds nothing
+		// (docs/operations.md, "Heartbeats and deadlines").
+		loops = append(loops, &ingest.OffsetWatch{Service: d.Ingest, DB: d.DB, Clock: d.Clock, Log: d.Log})
 	}
 	if d.Costs != nil {
 		// Only with DIGITALOCEAN_READ_TOKEN set: without it there is no

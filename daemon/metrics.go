@@ -43,6 +43,7 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(replicationMetrics(s)...)
 	m.reg.MustRegister(modeMetrics(s.cfg)...)
 	m.reg.MustRegister(storageMetrics(s)...)
+	m.reg.MustRegister(offsetCollector{estimate: s.ingest.ClockOffset})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -151,6 +152,35 @@ func replicationMetrics(s *Server) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chalupa_replication_reseeds_total", Help: "Times since start a replica with no restorable history was re-seeded with a fresh snapshot.",
 		}, func() float64 { return float64(health().Reseeds) }),
+	}
+}
+
+// offsetDesc is chalupa_clock_offset_seconds{scope}: scope "fleet", and
+// "env:<slug>" for each environment ingest.OffsetEstimate lists (at most
+// ingest.MaxOffsetEnvironments), so the family has at most 17 series
+// whatever keys send; "env:" keeps a slug named fleet apart.
+var offsetDesc = prometheus.NewDesc("chalupa_clock_offset_seconds",
+	"The server clock's offset from the fleet's, median of receivedAt − sentAt over signed heartbeats of ≥ 5 deployments in 10 min, in seconds (positive: the server is ahead); absent while not measured (docs/operations.md, \"Heartbeats and deadlines\").",
+	[]string{"scope"}, nil)
+
+// offsetCollector reads the clock offset's estimate at each scrape.
+type offsetCollector struct {
+	estimate func() ingest.OffsetEstimate
+}
+
+// Describe sends offsetDesc.
+func (offsetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- offsetDesc }
+
+// Collect sends the fleet's series and each listed environment's, none
+// while the offset is not measured.
+func (c offsetCollector) Collect(ch chan<- prometheus.Metric) {
+	e := c.estimate()
+	if !e.Measured {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(offsetDesc, prometheus.GaugeValue, e.Fleet.Offset.Seconds(), "fleet")
+	for _, env := range e.Environments {
+		ch <- prometheus.MustNewConstMetric(offsetDesc, prometheus.GaugeValue, env.Offset.Seconds(), "env:"+env.Environment)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -21,6 +19,9 @@ type reaperHandlers struct {
 	reaper *reaper.Reaper
 	// mode is Config.Reaper.Mode, reported by the status.
 	mode string
+	// tokenSet is whether the platform write token is set, whatever the
+	// mode: with the reaper off it is set but handed to nobody.
+	tokenSet bool
 }
 
 func (h *reaperHandlers) register(o *operations) {
@@ -44,7 +45,7 @@ func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperSta
 	if err != nil {
 		return adminapi.ReaperStatus{}, err
 	}
-	out := adminapi.ReaperStatus{Mode: h.mode, TokenConfigured: st.Configured, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
+	out := adminapi.ReaperStatus{Mode: h.mode, TokenConfigured: h.tokenSet, DryRun: st.DryRun, CIFreshnessSeconds: st.CIFreshness.Seconds(),
 		NextWakeAt: st.NextWake, RateLimitedUntil: st.RateLimitedUntil, ActiveDeployments: st.Active, Due: []adminapi.ReaperDue{}}
 	for _, c := range st.Due {
 		out.Due = append(out.Due, adminapi.ReaperDue{Environment: c.EnvironmentSlug, Deployment: c.DeploymentID, DropletID: c.DropletID,
@@ -55,46 +56,31 @@ func (h *reaperHandlers) status(ctx context.Context, _ none) (adminapi.ReaperSta
 		out.LastTick = &t
 	}
 	out.Clock, out.GraceUntil, out.StorageHeldUntil, out.MaxDestroyPerMinute = clockWire(st.Clock), st.GraceUntil, st.StorageHeldUntil, st.MaxDestroy
+	out.Held, out.HeldTotal = make([]adminapi.ReaperHeld, 0, len(st.Held)), st.HeldTotal
+	for _, h := range st.Held {
+		out.Held = append(out.Held, adminapi.ReaperHeld{Environment: h.EnvironmentSlug, Deployment: h.DeploymentID, DropletID: h.DropletID,
+			Reason: h.Hold.Reason, Evidence: h.Hold.Evidence, Until: h.Hold.Until.UTC(), MaxSeconds: h.Hold.Max.Seconds()})
+	}
 	return out, nil
 }
 
-// clockWarning is the console's words for the clock guard's holds ("" when
+// clockWarning is the console's words for the clock guard's hold ("" when
 // none).
 func clockWarning(st clockguard.State) string {
 	c := clockWire(st)
-	var parts []string
-	if c.Hold != nil {
-		parts = append(parts, fmt.Sprintf("the reaper destroys nothing: %s (server clock %+.0f s off the fleet, since %s)",
-			c.Hold.Reason, c.Hold.OffsetSeconds, c.Hold.Since.Format(time.RFC3339)))
-	}
-	for _, h := range c.Environments {
-		parts = append(parts, fmt.Sprintf("nothing is destroyed in %s: %s (%+.0f s)", h.Environment, h.Reason, h.OffsetSeconds))
-	}
-	if len(parts) == 0 {
+	if c.Hold == nil {
 		return ""
 	}
-	return strings.Join(parts, "; ") + ". See docs/operations.md, \"Reaper\"."
+	return fmt.Sprintf("the reaper destroys nothing: %s (server clock %+.0f s off the fleet, since %s). See docs/operations.md, \"Reaper\".",
+		c.Hold.Reason, c.Hold.OffsetSeconds, c.Hold.Since.Format(time.RFC3339))
 }
 
-// clockWire is the wire form of the clock guard's state, environments by
-// slug.
+// clockWire is the wire form of the clock guard's state.
 func clockWire(st clockguard.State) adminapi.ClockGuard {
-	hold := func(env string, h clockguard.Hold) adminapi.ClockHold {
-		return adminapi.ClockHold{Environment: env, Reason: h.Reason, Since: h.Since.UTC(), OffsetSeconds: h.Offset.Seconds(),
-			Agreed: h.Agreed, SessionsHeld: h.HoldsSessions()}
-	}
 	var out adminapi.ClockGuard
-	if st.Global != nil {
-		h := hold("", *st.Global)
-		out.Suspect, out.Hold = true, &h
-	}
-	envs := make([]string, 0, len(st.Environments))
-	for env := range st.Environments {
-		envs = append(envs, env)
-	}
-	slices.Sort(envs)
-	for _, env := range envs {
-		out.Environments = append(out.Environments, hold(env, st.Environments[env]))
+	if h := st.Global; h != nil {
+		out.Suspect, out.Hold = true, &adminapi.ClockHold{Reason: h.Reason, Since: h.Since.UTC(), OffsetSeconds: h.Offset.Seconds(),
+			Agreed: h.Agreed, SessionsHeld: h.HoldsSessions()}
 	}
 	return out
 }

@@ -6,7 +6,6 @@
 package daemon
 
 import (
-	"cmp"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -22,8 +21,8 @@ import (
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
 	"github.com/chalupa-run/chalupa/pulumiexec/doctor"
-	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
@@ -56,6 +55,9 @@ type Server struct {
 	jobRunner *jobs.Runner
 	jobWatch  *jobs.Watch
 	jobs      *jobs.Service
+	// rollouts runs agent upgrades and rollouts; App.Close closes it
+	// before the database.
+	rollouts *agentrollout.Manager
 	// switches are the loop switches (docs/operations.md, "Loop
 	// switches"), shared by their admin operations and the loop registry.
 	switches *loopSwitches
@@ -114,7 +116,7 @@ type serverDeps struct {
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
 		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper,
-		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches}
+		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
 		return nil, err
@@ -155,7 +157,8 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	clock := d.Clock
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
-	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard, cfg: d.Config}).register(s.ops)
+	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard,
+		offset: w.ingest.ClockOffset, cfg: d.Config}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -170,12 +173,11 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 		perf:   &telemetry.PerformanceReader{DB: d.DB, Clock: clock},
 	}).register(s.ops)
 	(&costHandlers{db: d.DB, clock: clock, rec: s.costs, rule: s.billingRule()}).register(s.ops)
-	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode}).register(s.ops)
+	(&reaperHandlers{reaper: s.reaper, mode: d.Config.Reaper.Mode, tokenSet: d.Config.Reaper.token() != ""}).register(s.ops)
 	(&eventHandlers{db: d.DB}).register(s.ops)
 	(&runHandlers{db: d.DB}).register(s.ops)
 	(&boxHandlers{db: d.DB, clock: clock}).register(s.ops)
-	(&agentUpgradeHandlers{db: d.DB, clock: clock, release: d.Config.Converge.AgentRelease, port: cmp.Or(d.Config.Converge.SSHPort, DefaultSSHPort), log: d.Log,
-		deliverer: sshdeliver.New(d.DB, d.Sealer, clock)}).register(s.ops)
+	(&agentUpgradeHandlers{db: d.DB, release: d.Config.Converge.AgentRelease, rollouts: w.rollouts, log: d.Log}).register(s.ops)
 	(&jobHandlers{db: d.DB, svc: s.jobs, log: d.Log}).register(s.ops)
 	dr := &doctor.Doctor{DB: d.DB, Clock: clock, Log: d.Log,
 		LanePaused: func() bool { p, _ := s.switches.paused(LoopJobs); return p }}
@@ -219,7 +221,8 @@ func (s *Server) registerConsole(d serverDeps, w *workers) {
 	s.console = console.New(console.Deps{DB: d.DB, Logs: logStore, Perf: &telemetry.PerformanceReader{DB: d.DB, Clock: d.Clock}, Jobs: s.jobs,
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: cfg.Converge.AgentRelease,
 		Version: buildinfo.Version, Origin: cfg.HTTP.Origin, TrustedProxies: cfg.HTTP.TrustedProxies, Clock: d.Clock, Log: d.Log,
-		ClockWarning: func() string { return clockWarning(w.guard.Evaluate()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
+		ClockWarning:  func() string { return clockWarning(w.guard.Evaluate()) },
+		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
 	for _, rt := range s.console.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

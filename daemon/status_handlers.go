@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
@@ -25,6 +27,8 @@ type statusHandlers struct {
 	disk *storage.DiskGuard
 	// guard is the reaper's clock guard.
 	guard *clockguard.Guard
+	// offset reads the fleet's clock offset (ingest.Service.ClockOffset).
+	offset func() ingest.OffsetEstimate
 	// cfg gives the reaper's and costs' modes.
 	cfg *Config
 }
@@ -50,6 +54,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		Loops:         h.loops(),
 		Storage:       toAPIStorage(h.db.Writer.StorageHealth(), h.disk.Check()),
 		ReaperClock:   clockWire(h.guard.Evaluate()),
+		ClockOffset:   offsetWire(h.offset()),
 		ReaperMode:    h.cfg.Reaper.Mode,
 		Costs:         onOff(h.cfg.Costs.On),
 		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
@@ -73,4 +78,27 @@ func toAPIReplication(r storage.ReplicationHealth) adminapi.ReplicationHealth {
 		SyncErrors: r.SyncErrors, FailingSince: r.FailingSince, Failing: r.Failing, LagLimitSeconds: r.LagLimitSeconds,
 		Refused: r.Refused, Reseeds: r.Reseeds,
 	}
+}
+
+// offsetWire is the wire form of the clock offset's estimate.
+func offsetWire(e ingest.OffsetEstimate) adminapi.ClockOffset {
+	out := adminapi.ClockOffset{Measured: e.Measured, Off: e.Off(), Environments: []adminapi.EnvironmentOffset{}}
+	if !e.Measured {
+		return out
+	}
+	out.Seconds, out.Deployments = e.Fleet.Offset.Seconds(), e.Fleet.Deployments
+	for _, env := range e.Environments {
+		out.Environments = append(out.Environments, adminapi.EnvironmentOffset{Environment: env.Environment, Seconds: env.Offset.Seconds(), Deployments: env.Deployments})
+	}
+	return out
+}
+
+// offsetWarning is what the console shows while the fleet's offset is
+// beyond ingest.OffsetAlarm ("" otherwise).
+func offsetWarning(e ingest.OffsetEstimate) string {
+	if !e.Off() {
+		return ""
+	}
+	return fmt.Sprintf("the server clock is %+.1f s off the fleet's (median of %d deployments' signed heartbeats). Deadlines come from elapsed time, so nothing is held; fix the clock (timedatectl, chrony). See docs/operations.md, \"Heartbeats and deadlines\".",
+		e.Fleet.Offset.Seconds(), e.Fleet.Deployments)
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/jobs"
+	"github.com/chalupa-run/chalupa/pulumiexec/agentrollout"
+	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/reaper/cost"
@@ -50,6 +53,9 @@ type workers struct {
 	jobRunner *jobs.Runner
 	jobWatch  *jobs.Watch
 	jobs      *jobs.Service
+	// rollouts runs agent upgrades and rollouts in the daemon's lifetime
+	// (docs/operations.md, "Agent install", under Upgrade).
+	rollouts *agentrollout.Manager
 	// collectors are the workers' metrics, registered on the server's
 	// registry by newServer.
 	collectors *pendingCollectors
@@ -68,6 +74,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	w.customers = newCustomerTokens(d)
+	if err := openClockMark(d.DB, w.guard, log); err != nil {
+		return nil, err
+	}
 	w.ingest = newIngestService(d, dropletLookupFor(d.DB, read, w.customers), w.logs, w.guard)
 	if w.costs, err = newCostReconciler(cfg, read, d.DB, clock, log, w.customers); err != nil {
 		return nil, err
@@ -79,6 +88,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d)
+	if w.rollouts, err = newRolloutManager(ctx, d, sshdeliver.New(d.DB, d.Sealer, clock), ulid.Make().String()); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

@@ -103,7 +103,11 @@ func TestIngestEndToEnd(t *testing.T) {
 		t.Fatalf("keys issue --out did not print the key id:\n%s", outputs["keys issue"])
 	}
 
-	// The idle deadline is the activity file's mtime + --limit-minutes.
+	// The idle deadline is the activity file's mtime + --limit-minutes,
+	// carried into the server's frame by elapsed time (docs/operations.md,
+	// "Heartbeats and deadlines"): receipt − (sentAt − lastActivityAt) +
+	// the limit, so on one machine it is the mtime's deadline moved later
+	// by the request's transit alone.
 	activity := filepath.Join(t.TempDir(), "activity")
 	if err := os.WriteFile(activity, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -136,6 +140,21 @@ func TestIngestEndToEnd(t *testing.T) {
 		t.Fatalf("agent --every 50ms --count 3 exited %d with %d accepted:\n%s", code, n, out)
 	}
 	acked += 3
+	// The deadline the daemon stored is the one its last answer named (a
+	// later heartbeat never moves activity back); it lies within the
+	// transit of the mtime's deadline.
+	var answer protocol.HeartbeatAccepted
+	for _, line := range strings.Split(out, "\n") {
+		if i := strings.Index(line, " 202 {"); i >= 0 {
+			if err := json.Unmarshal([]byte(line[i+5:]), &answer); err != nil {
+				t.Fatalf("heartbeat answer %q: %v", line, err)
+			}
+		}
+	}
+	if answer.IdleDeadlineAt.Before(deadline) || answer.IdleDeadlineAt.After(deadline.Add(5*time.Second)) {
+		t.Fatalf("answered idle deadline %s, want the activity's %s moved later by transit alone (< 5 s)", answer.IdleDeadlineAt, deadline)
+	}
+	deadline = answer.IdleDeadlineAt
 	// An activity file stamped in the future (a clock set wrong, a copy
 	// from another machine) is no activity later than now: the agent still
 	// reports, and the deadline is now + the limit at the latest.

@@ -17,10 +17,34 @@ const MaxHeartbeatBody = 64 << 10
 
 // Heartbeat field bounds.
 const (
-	// maxActivityAge is how far before sentAt (and the server's clock) a
-	// lastActivityAt may lie: the longest idle limit.
-	maxActivityAge = protocol.MaxLimitMinutes * time.Minute
-	maxLabel       = 64
+	// MaxActivityAge is the oldest activity a heartbeat may report: the
+	// age sentAt − lastActivityAt (both on the agent's clock) of at most
+	// the longest idle limit, one week. An older activity says nothing the
+	// reaper could use, and a 1970 or year-0 one is a broken or forged
+	// clock (docs/operations.md, "Heartbeats and deadlines").
+	MaxActivityAge = protocol.MaxLimitMinutes * time.Minute
+	// SentAtTolerance is how far a heartbeat's sentAt may lie from its
+	// signed X-Chalupa-Timestamp (5 s) for its age to be taken against
+	// sentAt; beyond it the age is taken against the signed timestamp,
+	// the time check 8 held to the signing window. The agent stamps sentAt
+	// and signs in the same instant (the signed timestamp is its whole
+	// second); protocol.Client signs each retry afresh while the body
+	// keeps its sentAt, so a retried heartbeat is judged by when it was
+	// signed (docs/operations.md, "Heartbeats and deadlines").
+	SentAtTolerance = 5 * time.Second
+	// MaxActivityAhead is how far after sentAt a heartbeat's activity may
+	// lie (a negative age) and be taken as activity now, age 0: twice the
+	// signing window (600 s), the most an agent's clock can step back
+	// while its requests stay inside the window on both sides. The agent's
+	// activity tracker only moves forward, so after its clock steps back
+	// it reports the activity it saw on the old, later clock until the new
+	// one catches up; refusing those heartbeats would leave a live
+	// droplet's deadline where it was and let the reaper destroy it. An
+	// age 0 claims nothing a signer could not claim anyway. Further ahead
+	// is a broken or forged clock: 422 (docs/operations.md, "Heartbeats
+	// and deadlines").
+	MaxActivityAhead = 2 * SkewWindow
+	maxLabel         = 64
 )
 
 var (
@@ -69,6 +93,16 @@ func utcYearInRange(t time.Time) bool {
 	return y >= 0 && y <= 9999
 }
 
+// heartbeatReference is the agent-clock time a heartbeat's activity age is
+// measured to: sentAt when it lies within SentAtTolerance of the signed
+// timestamp, else the signed timestamp.
+func heartbeatReference(sentAt, signedAt time.Time) time.Time {
+	if d := sentAt.Sub(signedAt); d > SentAtTolerance || d < -SentAtTolerance {
+		return signedAt
+	}
+	return sentAt
+}
+
 // Heartbeat handles POST /api/ingest/heartbeat for a request Authenticate
 // verified (with MaxHeartbeatBody): in one writer unit the nonce claim, the body checks, and the deployment and
 // heartbeat writes. The first heartbeat of a deployment id creates it; a
@@ -78,8 +112,27 @@ func utcYearInRange(t time.Time) bool {
 // unit, a first heartbeat beyond the environment's active-deployment quota
 // is 429 deployment_quota (docs/operations.md, "Quotas"). Success is 202
 // protocol.HeartbeatAccepted.
+//
+// The deadline comes from elapsed time (docs/operations.md, "Heartbeats and
+// deadlines"): the activity's age, measured on the agent's clock alone to
+// sentAt (or to the signed timestamp: heartbeatReference), is taken back
+// from the request's arrival on the server's clock, so no offset between
+// the two clocks enters it. An age above MaxActivityAge or below
+// −MaxActivityAhead is 422 invalid_body; a negative age within that is an
+// agent clock that stepped back, taken as age 0. A heartbeat whose transit
+// is more than TransitTolerance longer than its deployment's recent median
+// is stored but moves nothing, unless its agent's clock stepped back
+// (a negative age, which no delayed delivery produces): that heartbeat
+// starts the deployment's transit history afresh.
 func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	var hb protocol.HeartbeatV1
+	// activityAt is the activity on the server's clock, transit the
+	// heartbeat's time on its way (in the steady frame).
+	var activityAt time.Time
+	var transit time.Duration
+	// stepped marks an activity after sentAt: the agent's clock stepped
+	// back, so its earlier transits no longer describe it.
+	var stepped bool
 	parse := func(body []byte) *Refusal {
 		if rf := DecodeBody(body, &hb); rf != nil {
 			return rf
@@ -87,22 +140,20 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 		if rf := validateHeartbeat(&hb); rf != nil {
 			return rf
 		}
-		// lastActivityAt fixes the idle deadline: one later than the clock
-		// skew already tolerated would defer the reaper at will, and near
-		// year 9999 the deadline has no RFC 3339 form (the 202 and every
-		// later fleet read would fail after the write had committed).
-		if hb.Reaper.LastActivityAt.After(s.clock.Now().Add(SkewWindow)) {
-			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt is in the future")
+		ref := heartbeatReference(hb.SentAt, v.signedAt)
+		age := ref.Sub(hb.Reaper.LastActivityAt)
+		if age < -MaxActivityAhead {
+			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must not be more than 10 minutes after sentAt")
 		}
-		// An activity time older than the longest idle limit says nothing
-		// the reaper could use, and a 1970 or year-0 one is a forged or
-		// broken clock (docs/operations.md, "Heartbeats and deadlines").
-		// Judged against sentAt as the agent's own frame, and against the
-		// server's clock so an old sentAt cannot carry it through.
-		oldest := maxActivityAge
-		if hb.Reaper.LastActivityAt.Before(hb.SentAt.Add(-oldest)) || hb.Reaper.LastActivityAt.Before(s.clock.Now().Add(-oldest-SkewWindow)) {
+		if age < 0 {
+			// The agent's clock stepped back under its activity tracker.
+			age, stepped = 0, true
+		}
+		if age > MaxActivityAge {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "reaper.lastActivityAt must be within 7 days before sentAt")
 		}
+		activityAt = v.receivedAt.Add(-age).UTC()
+		transit = v.steadyAt.Sub(ref)
 		return nil
 	}
 	// The heartbeat rate quotas, checked once the signed body parsed (it
@@ -111,22 +162,25 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 	// the key's is not counted: the unit refuses it 403.
 	admit := func() *Refusal { return s.admitRate(s.heartbeats, v, hb.EnvironmentSlug, hb.Deployment.ID) }
 	// decision is the earliest deadline the heartbeat stored, for the
-	// reaper's wake-up once the unit committed.
+	// reaper's wake-up once the unit committed; stored names the
+	// deployment whose transit it was.
 	var decision time.Time
+	var stored transitKey
+	var late bool
 	resp := s.handleAdmitted(ctx, v, parse, admit, func(ctx context.Context, tx storage.Tx, v Verified) (any, error) {
 		environmentID, err := resolveEnvironment(ctx, tx, v, hb.EnvironmentSlug)
 		if err != nil {
 			return nil, err
 		}
 		now := s.clock.Now().UTC()
-		// The deadline this heartbeat implies, kept on its heartbeat row;
-		// the deployment's stored deadline never moves back for it.
-		deadline := hb.Reaper.LastActivityAt.Add(time.Duration(hb.Reaper.LimitMinutes) * time.Minute).UTC()
+		stored = transitKey{environmentID: environmentID, deploymentID: hb.Deployment.ID}
+		limit := time.Duration(hb.Reaper.LimitMinutes) * time.Minute
+		late = !stepped && s.transits.late(stored, transit)
 		rec := storage.Heartbeat{
 			DeploymentID:   hb.Deployment.ID,
 			EnvironmentID:  environmentID,
 			KeyID:          v.storedKeyID,
-			ReceivedAt:     now,
+			ReceivedAt:     v.receivedAt.UTC(),
 			SentAt:         hb.SentAt,
 			AgentVersion:   hb.AgentVersion,
 			DropletID:      hb.Deployment.DropletID,
@@ -135,8 +189,12 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			IdleChecks:     hb.Reaper.IdleChecks,
 			LimitMinutes:   hb.Reaper.LimitMinutes,
 			LastActivityAt: hb.Reaper.LastActivityAt,
+			ActivityAt:     activityAt,
+			Late:           late,
 			CIActive:       hb.Reaper.CIActive,
-			IdleDeadlineAt: deadline,
+			// The deadline this heartbeat implies, kept on its row; the
+			// deployment's stored deadline never moves back for it.
+			IdleDeadlineAt: activityAt.Add(limit),
 		}
 		if hb.SessionExpiresAt != nil {
 			rec.SessionExpiresAt = *hb.SessionExpiresAt
@@ -170,6 +228,12 @@ func (s *Service) Heartbeat(ctx context.Context, v Verified) Response {
 			SessionExpiresAtClamped: clamped, ServerTime: now.Truncate(time.Millisecond)}, nil
 	})
 	if resp.Status == http.StatusAccepted {
+		if stepped {
+			s.transits.restart(stored, transit)
+		} else {
+			s.transits.add(stored, transit)
+		}
+		s.observeOffset(v, hb.EnvironmentSlug, hb.Deployment.ID, hb.SentAt, late)
 		s.deadlines.Notify(decision)
 		if s.contact != nil {
 			s.contact.HeartbeatAccepted(hb.EnvironmentSlug)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/ingest/logs"
@@ -43,7 +44,10 @@ var logRefusals = []struct {
 }
 
 // logRefusal returns the answer for a broker refusal (nil for anything
-// else), noting quota refusals.
+// else), noting quota refusals. log_session_quota carries Retry-After:
+// until the oldest open session expires; log_chunk_quota and
+// log_byte_quota carry none, as they count what the deployment planned
+// over its life and nothing lowers them (docs/operations.md, "Logs").
 func (s *Service) logRefusal(err error, env, dep string) *Refusal {
 	var inv *logs.Invalid
 	if errors.As(err, &inv) {
@@ -53,6 +57,10 @@ func (s *Service) logRefusal(err error, env, dep string) *Refusal {
 		if errors.Is(err, r.err) {
 			rf := refuse(r.status, r.code, "%s", r.msg)
 			rf.Quota = r.quota
+			var sq *logs.SessionQuotaError
+			if errors.As(err, &sq) {
+				rf.RetryAfter = max(1, int(math.Ceil(sq.Frees.Seconds())))
+			}
 			s.noteQuota(rf, env, dep)
 			return rf
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +141,19 @@ func TestIngestLogsBoundaries(t *testing.T) {
 			}
 		}
 		before := h.LogRows()
-		h.Refused(t, "ninth open session", h.OpenSession(h.Deployment, "q8", "chalupa-agent.service"), http.StatusTooManyRequests, "log_session_quota", before)
+		r := h.OpenSession(h.Deployment, "q8", "chalupa-agent.service")
+		h.Refused(t, "ninth open session", r, http.StatusTooManyRequests, "log_session_quota", before)
+		if ra := r.Header.Get("Retry-After"); ra != strconv.Itoa(int(logs.DefaultSessionTTL/time.Second)) {
+			t.Fatalf("ninth open session: Retry-After %q, want the sessions' 24 h life in seconds", ra)
+		}
+		// Retry-After is until the earliest expiry among the open
+		// sessions, whichever opened first.
+		h.Exec(`UPDATE log_sessions SET expires_at = expires_at - 3600000 WHERE session_id = 'q3'`)
+		h.Exec(`UPDATE log_sessions SET expires_at = expires_at - 7200000 WHERE session_id = 'q5'`)
+		r = h.OpenSession(h.Deployment, "q8", "chalupa-agent.service")
+		if want := strconv.Itoa(int((logs.DefaultSessionTTL - 2*time.Hour) / time.Second)); r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") != want {
+			t.Fatalf("ninth open session: %s Retry-After %q, want 429 and %s (until the oldest open session expires)", r, r.Header.Get("Retry-After"), want)
+		}
 		h.Exec(`UPDATE log_sessions SET finished_at = 1 WHERE session_id != 'q0'`)
 		if r := h.OpenSession(h.Deployment, "q8", "chalupa-agent.service"); r.Status != http.StatusAccepted {
 			t.Fatalf("a finished session frees its place: %s", r)
@@ -167,7 +180,11 @@ func TestIngestLogsBoundaries(t *testing.T) {
 			t.Fatalf("256th chunk: %s", r)
 		}
 		before := h.LogRows()
-		h.Refused(t, "257th chunk", func() daemontest.Response { r, _ := h.PlanChunk("q0", 2, small); return r }(), http.StatusTooManyRequests, "log_chunk_quota", before)
+		r, _ := h.PlanChunk("q0", 2, small)
+		h.Refused(t, "257th chunk", r, http.StatusTooManyRequests, "log_chunk_quota", before)
+		if ra := r.Header.Get("Retry-After"); ra != "" {
+			t.Errorf("log_chunk_quota carries Retry-After %q: nothing lowers a deployment's planned chunks, so no wait ends it", ra)
+		}
 		h.Exec(`UPDATE deployments SET log_chunks = 0 WHERE id = ?`, h.Deployment)
 	})
 	t.Run("bytes", func(t *testing.T) {
@@ -176,7 +193,11 @@ func TestIngestLogsBoundaries(t *testing.T) {
 			t.Fatalf("chunk filling the byte quota exactly: %s", r)
 		}
 		before := h.LogRows()
-		h.Refused(t, "one byte past the byte quota", func() daemontest.Response { r, _ := h.PlanChunk("q0", 3, small); return r }(), http.StatusTooManyRequests, "log_byte_quota", before)
+		r, _ := h.PlanChunk("q0", 3, small)
+		h.Refused(t, "one byte past the byte quota", r, http.StatusTooManyRequests, "log_byte_quota", before)
+		if ra := r.Header.Get("Retry-After"); ra != "" {
+			t.Errorf("log_byte_quota carries Retry-After %q: nothing lowers a deployment's planned bytes, so no wait ends it", ra)
+		}
 		h.Exec(`UPDATE deployments SET log_bytes = 0 WHERE id = ?`, h.Deployment)
 	})
 	t.Run("expiry", func(t *testing.T) {
@@ -201,7 +222,7 @@ func TestIngestLogsBoundaries(t *testing.T) {
 	})
 	t.Run("quota refusals counted", func(t *testing.T) {
 		r := h.Do(http.MethodGet, "/metrics", http.Header{"Authorization": {"Bearer " + h.ReadyToken()}}, nil)
-		for _, want := range []string{`chalupa_ingest_quota_refused_total{quota="log_sessions"} 1`, `chalupa_ingest_quota_refused_total{quota="log_chunks"} 1`,
+		for _, want := range []string{`chalupa_ingest_quota_refused_total{quota="log_sessions"} 2`, `chalupa_ingest_quota_refused_total{quota="log_chunks"} 1`,
 			`chalupa_ingest_quota_refused_total{quota="log_bytes"} 1`, `chalupa_log_grants_total 5`} {
 			if !strings.Contains(string(r.Body), want) {
 				t.Errorf("metrics lack %s:\n%s", want, grepLines(r.Body, "chalupa_log"))

@@ -38,6 +38,11 @@ type NonceLedger struct {
 
 	mu      sync.Mutex
 	buckets [ledgerBuckets]ledgerSlot
+
+	// mark is the service's high-water mark (nil: none): the pruner then
+	// also holds every nonce not yet below the persisted mark minus
+	// SkewWindow (NoncePruner).
+	mark ClockMark
 }
 
 // ledgerSlot is one bucket: its index (process time / ledgerBucket) and the

@@ -142,12 +142,14 @@ func (p *NoncePruner) Run(ctx context.Context) error {
 				p.idleWaits.Add(1)
 				select {
 				case <-ctx.Done():
+					p.persistMarkAtStop()
 					return nil
 				case <-p.Activity:
 				}
 			}
 		}
 		if _, err := schedule.Wait(ctx, p.Clock, pruneSchedule); err != nil {
+			p.persistMarkAtStop()
 			return nil
 		}
 		if _, err := p.Tick(ctx); err != nil && ctx.Err() == nil {
@@ -178,8 +180,30 @@ func (p *NoncePruner) Tick(ctx context.Context) (int64, error) {
 	return total, err
 }
 
+// markStopTimeout bounds the mark's last write at shutdown: one small
+// unit, which the writer, still open until the loops have stopped,
+// commits at once.
+const markStopTimeout = 5 * time.Second
+
+// persistMarkAtStop writes the high-water mark's last advance when the
+// loop stops, so a clean shutdown loses none of it (docs/operations.md,
+// "Background loops").
+func (p *NoncePruner) persistMarkAtStop() {
+	ctx, cancel := context.WithTimeout(context.Background(), markStopTimeout)
+	defer cancel()
+	if err := PersistMark(ctx, p.DB, p.ledger().mark); err != nil {
+		p.Log.Error().Err(err).Str("loop", p.Name()).Msg("writing the clock mark at shutdown failed")
+	}
+}
+
 func (p *NoncePruner) prune(ctx context.Context, start time.Time) (int64, error) {
 	ledger := p.ledger()
+	// The mark bounds the delete as persisted, not as held in memory: a
+	// crash that loses the mark's last advance then only keeps nonces
+	// longer. Write any advance first.
+	if err := PersistMark(ctx, p.DB, ledger.mark); err != nil {
+		return 0, err
+	}
 	var total int64
 	for p.Clock.Since(start) < PruneBudget {
 		var n int64
@@ -189,6 +213,20 @@ func (p *NoncePruner) prune(ctx context.Context, start time.Time) (int64, error)
 			cutoff, ok := ledger.Cutoff(p.Clock.Now())
 			if !ok {
 				return nil
+			}
+			if ledger.mark != nil {
+				// Only nonces whose requests the mark refuses, whatever
+				// the wall clock does (docs/operations.md, "Signed ingest").
+				mark, err := storage.ClockMark(ctx, tx)
+				if err != nil {
+					return err
+				}
+				if mark.IsZero() {
+					return nil
+				}
+				if floor := mark.Add(-SkewWindow); floor.Before(cutoff) {
+					cutoff = floor
+				}
 			}
 			var err error
 			n, err = storage.PruneNonces(ctx, tx, cutoff, PruneBatch)

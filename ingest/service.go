@@ -59,6 +59,17 @@ type Service struct {
 	nonces *NonceLedger
 	// contact hears the fleet's contact (nil: nobody listens).
 	contact ContactRecorder
+	// mark is the wall-clock high-water mark (nil: none kept).
+	mark ClockMark
+	// transits holds each deployment's recent heartbeat transits (the
+	// transit rule); mono, monoStart and wallStart make the steady frame
+	// arrivals are measured in for it (steadyNow).
+	transits *transits
+	// offsets is the clock offset's estimator (ClockOffset).
+	offsets   *Offsets
+	mono      clockwork.Clock
+	monoStart time.Time
+	wallStart time.Time
 }
 
 // Config configures a Service.
@@ -97,6 +108,12 @@ type Config struct {
 	// their timestamp (the reaper's clock guard, wired by the daemon);
 	// nil: nobody listens.
 	Contact ContactRecorder
+	// Mark is the wall-clock high-water mark (the reaper's clock guard,
+	// wired by the daemon; docs/operations.md, "Signed ingest"): requests
+	// signed before it minus SkewWindow are refused, accepted ones advance
+	// it, and the nonce pruner deletes only nonces below it. nil keeps
+	// none: the wall-clock window alone.
+	Mark ClockMark
 }
 
 // ContactRecorder hears what the reaper's clock guard needs from ingest
@@ -105,7 +122,9 @@ type ContactRecorder interface {
 	// SkewRefused is a heartbeat of deployment in environment refused
 	// only for its signed timestamp signedAt: known usable key, valid
 	// signature, a valid body naming the key's environment, admitted by
-	// the heartbeat rate quotas. Nothing of it was written.
+	// the heartbeat rate quotas, for a deployment that exists and is
+	// active in that environment (a made-up id is no one's contact).
+	// Nothing of it was written.
 	SkewRefused(environment, deployment string, signedAt time.Time)
 	// HeartbeatAccepted is a heartbeat of environment that was stored.
 	HeartbeatAccepted(environment string)
@@ -131,11 +150,22 @@ func NewService(c Config) *Service {
 	if c.Telemetry != nil {
 		limits = *c.Telemetry
 	}
-	return &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
+	s := &Service{db: c.DB, keys: c.Keys, clock: clock, sharedKey: c.SharedKey, log: c.Log, activity: make(chan struct{}, 1), deadlines: wake.New(), telemetry: limits,
 		quotas: c.Quotas, heartbeats: newHeartbeatLimiter(c.Quotas), telemetryRate: newRateLimiter(c.Quotas.telemetryDims()),
 		lifecycleRate: newRateLimiter(c.Quotas.lifecycleDims()), runRate: newRateLimiter(c.Quotas.runDims()), logRate: newRateLimiter(c.Quotas.logDims()),
 		notes: newQuotaNotes(), storage: newStorageHints(),
-		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact}
+		droplets: c.Droplets, sunkChecks: make(chan struct{}, 1), logs: c.Logs, nonces: NewNonceLedger(mono), contact: c.Contact, mark: c.Mark,
+		transits: newTransits(maxTransitDeployments), offsets: newOffsets(maxOffsetDeployments), mono: mono, monoStart: mono.Now(), wallStart: clock.Now()}
+	s.nonces.mark = c.Mark
+	return s
+}
+
+// steadyNow is the wall time the process started at plus the monotonic
+// time elapsed since: it moves with real time whatever the wall clock does
+// while the process runs, so a transit measured in it is not moved by a
+// wall-clock step (the transit rule).
+func (s *Service) steadyNow() time.Time {
+	return s.wallStart.Add(s.mono.Since(s.monoStart))
 }
 
 // NonceLedger is the record of claimed nonces the nonce pruner must hold
@@ -244,7 +274,7 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 	}
 	if rf != nil {
 		if v.skewSigned && r.URL.Path == HeartbeatRoute {
-			s.skewContact(v)
+			s.skewContact(r.Context(), v)
 		}
 		resp := refused(rf, v.Shared())
 		return v, &resp
@@ -254,10 +284,12 @@ func (s *Service) Authenticate(r *http.Request, maxBody int64) (Verified, *Respo
 
 // skewContact tells the contact recorder about a heartbeat refused only
 // for its timestamp: its signature verified (Verified.skewSigned), its
-// body is a valid heartbeat naming the key's environment, and the
-// heartbeat rate quotas admit it. It writes nothing; the answer stays
-// 401 timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
-func (s *Service) skewContact(v Verified) {
+// body is a valid heartbeat naming the key's environment, the heartbeat
+// rate quotas admit it, and its deployment exists and is active in that
+// environment (one read on the pool), so a made-up id holds nothing
+// (docs/operations.md, "Reaper"). It writes nothing; the answer stays 401
+// timestamp_skew (docs/operations.md, "Heartbeats and deadlines").
+func (s *Service) skewContact(ctx context.Context, v Verified) {
 	if s.contact == nil || v.key == nil {
 		return
 	}
@@ -266,6 +298,16 @@ func (s *Service) skewContact(v Verified) {
 		return
 	}
 	if s.heartbeats.allow(s.clock.Now(), hb.EnvironmentSlug, hb.Deployment.ID) != nil {
+		return
+	}
+	st, err := storage.DeploymentStatus(ctx, s.db.Read, v.key.EnvironmentID, hb.Deployment.ID)
+	if err != nil {
+		if !errors.Is(err, storage.ErrNotFound) {
+			s.log.Error().Err(err).Msg("reading a skew-refused heartbeat's deployment failed")
+		}
+		return
+	}
+	if st != storage.DeploymentActive {
 		return
 	}
 	s.contact.SkewRefused(hb.EnvironmentSlug, hb.Deployment.ID, v.signedAt)
@@ -291,9 +333,23 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	}
 	var body any
 	var rf *Refusal
+	var mark time.Time
+	var markDue bool
 	err := s.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if err := s.claim(ctx, tx, v); err != nil {
 			return err
+		}
+		if s.mark != nil {
+			// The mark rides along with a unit committed anyway, at most
+			// every clockguard.MarkPersistEvery (docs/operations.md,
+			// "Signed ingest").
+			m, overridden, ok := s.mark.MarkDue(false)
+			if ok {
+				if err := writeMark(ctx, tx, m, overridden); err != nil {
+					return err
+				}
+				mark, markDue = m, true
+			}
 		}
 		if bodyRefusal != nil {
 			return bodyRefusal
@@ -307,6 +363,7 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 	}
 	var nc *noChange
 	if errors.As(err, &nc) {
+		s.accepted(v)
 		return Response{Status: http.StatusAccepted, Body: nc.body, Shared: shared}
 	}
 	if err != nil {
@@ -319,11 +376,23 @@ func (s *Service) handleAdmitted(ctx context.Context, v Verified, parse func(bod
 		resp.Shared = shared
 		return resp
 	}
+	if markDue {
+		s.mark.MarkPersisted(mark)
+	}
+	s.accepted(v)
 	select {
 	case s.activity <- struct{}{}:
 	default:
 	}
 	return Response{Status: http.StatusAccepted, Body: body, Shared: shared}
+}
+
+// accepted advances the high-water mark with an accepted request's signed
+// time.
+func (s *Service) accepted(v Verified) {
+	if s.mark != nil {
+		s.mark.MarkAccepted(v.signedAt)
+	}
 }
 
 // noChange is returned by a write that accepts the request without

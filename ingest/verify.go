@@ -56,19 +56,27 @@ type Verified struct {
 	nonce       string
 	signedAt    time.Time
 	body        []byte
+	// receivedAt is the server's wall time when the request arrived
+	// (before its body was read), and steadyAt the same moment in the
+	// steady frame (Service.steadyNow): the heartbeat's activity is placed
+	// and its transit measured from them, not from when the writer got to
+	// it (docs/operations.md, "Heartbeats and deadlines").
+	receivedAt time.Time
+	steadyAt   time.Time
 	// skewSigned is set on a request refused timestamp_skew whose
 	// signature is valid: the agent that signed it is alive.
 	skewSigned bool
 }
 
 // verify runs the protocol-v1 checks in the order of docs/operations.md, "Signed ingest": headers present,
-// body within maxBody, key known and usable, timestamp within SkewWindow,
+// body within maxBody, key known and usable, timestamp within SkewWindow
+// and not before the high-water mark minus SkewWindow (Config.Mark),
 // signature. The nonce, JSON and environment checks happen in the write
 // (claimNonce and the handlers), so a refusal at any step writes nothing.
 // A nil *Refusal and a nil error mean the request is authentic; a non-nil
 // error is an internal fault (it may hold details; log it, never send it).
 func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (Verified, *Refusal, error) {
-	var v Verified
+	v := Verified{receivedAt: s.clock.Now(), steadyAt: s.steadyNow()}
 	h := r.Header
 	// A repeated protocol header is ambiguous: this server reads the first
 	// value, a proxy or auditor might read the last and see another request.
@@ -134,7 +142,20 @@ func (s *Service) verify(ctx context.Context, r *http.Request, maxBody int64) (V
 	}
 
 	ok, err := protocol.Verify(hmacKey, sig, ts, nonce, r.Method, r.URL.Path, body)
-	if err != nil || !ok {
+	valid := err == nil && ok
+	if s.mark != nil && s.mark.MarkFloor(v.signedAt) {
+		// Signed before the high-water mark minus the window: refused
+		// for its timestamp whatever the wall clock says, so a nonce the
+		// pruner deleted below the mark cannot be replayed after a step
+		// back (docs/operations.md, "Signed ingest"). A valid signature
+		// from an environment key is contact, and its agreement with the
+		// clock may override the mark (then it is judged again).
+		if !valid || v.key == nil || !s.mark.MarkAgreed(v.key.EnvironmentSlug, v.signedAt) || s.mark.MarkFloor(v.signedAt) {
+			v.skewSigned = valid && v.key != nil
+			return v, refuse(http.StatusUnauthorized, codeTimestampSkew, "timestamp is more than %d seconds before the newest accepted request's", int(SkewWindow/time.Second)), nil
+		}
+	}
+	if !valid {
 		return v, refuse(http.StatusUnauthorized, "bad_signature", "signature does not match"), nil
 	}
 	v.nonce = nonce

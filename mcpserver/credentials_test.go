@@ -82,7 +82,9 @@ var walkArgs = []struct {
 	{"chalupa_admin_set_log_services", map[string]any{"slug": walkEnv, "services": []string{"chalupa-agent.service"}}, true},
 	{"chalupa_admin_pulumi_converge", map[string]any{"scope": map[string]any{"kind": "box", "id": walkBox}, "action": "preview", "confirm": "preview " + walkBox}, false},
 	{"chalupa_admin_pulumi_cancel_state", map[string]any{"scope": map[string]any{"kind": "box", "id": walkBox}, "confirm": "cancel " + walkBox}, false},
-	{"chalupa_admin_upgrade_box_agent", map[string]any{"box": walkBox, "confirm": "upgrade agent " + walkBox}, false}, // no release configured: 422
+	{"chalupa_admin_upgrade_box_agent", map[string]any{"box": walkBox, "confirm": "upgrade agent " + walkBox}, false},                   // no release configured: 422
+	{"chalupa_admin_start_agent_rollout", map[string]any{"environment": walkEnv, "confirm": "roll out the agent to " + walkEnv}, false}, // no release configured: 422
+	{"chalupa_admin_get_agent_rollout", map[string]any{"id": "01JNOSUCHROLLOUT0000000000"}, false},                                      // 404
 	{"chalupa_admin_pulumi_wipe_cache", map[string]any{"box": walkBox, "confirmation": "wipe " + walkBox, "confirm": "wipe " + walkBox}, false},
 	{"chalupa_admin_erase_telemetry", map[string]any{"environmentSlug": walkEnv, "confirm": "erase telemetry " + walkEnv}, true},
 	{"chalupa_admin_erase_logs", map[string]any{"environmentSlug": walkEnv, "confirm": "erase logs " + walkEnv}, true},

@@ -242,7 +242,8 @@ func (r *Reaper) customerRateLimited(ctx context.Context, c storage.ReaperCandid
 	}
 	o.Action, o.Detail = ActionRateLimited, err.Error()
 	if herr := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
-		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, at)
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, storage.ReaperHold{Until: at, Reason: HoldRateLimited,
+			Max: max(at.Sub(now), time.Millisecond), Evidence: "the organization's provider token is rate-limited: " + o.Detail})
 	}); herr != nil {
 		return r.dbFault(o, herr)
 	}

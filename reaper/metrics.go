@@ -38,9 +38,6 @@ type Metrics struct {
 	// ClockSuspect is 1 while the clock guard holds the whole fleet, else
 	// 0 (chalupa_reaper_clock_suspect; docs/operations.md, "Reaper").
 	ClockSuspect prometheus.Gauge
-	// HeldEnvironments counts environments the clock guard holds on their
-	// own skew (chalupa_reaper_clock_suspect_environments).
-	HeldEnvironments prometheus.Gauge
 	// Held counts due deployments held instead of destroyed, by hold:
 	// clock-suspect, grace, contact, storage
 	// (chalupa_reaper_held_total).
@@ -91,10 +88,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "chalupa_reaper_clock_suspect",
 			Help: "1 while the clock guard holds the whole fleet (the server clock disagrees with it), else 0.",
 		}),
-		HeldEnvironments: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "chalupa_reaper_clock_suspect_environments",
-			Help: "Environments the clock guard holds on their own timestamp skew.",
-		}),
 		Held: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chalupa_reaper_held_total",
 			Help: "Due deployments held instead of destroyed, by hold (clock-suspect, grace, contact, storage).",
@@ -109,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 	}
 	for _, c := range []prometheus.Collector{m.Destroyed, m.DestroyFailures, m.RateLimited, m.Warnings, m.TokensInvalidated, m.Ticks, m.NextWakeup,
-		m.ClockSuspect, m.HeldEnvironments, m.Held, m.Paced, m.Troubles} {
+		m.ClockSuspect, m.Held, m.Paced, m.Troubles} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register reaper metrics: %w", err)
 		}
@@ -117,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{ReasonIdle, ReasonSessionExpired} {
 		m.Destroyed.WithLabelValues(r)
 	}
-	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage} {
+	for _, h := range []string{HoldClock, HoldGrace, HoldContact, HoldStorage, HoldEnvironmentAhead} {
 		m.Held.WithLabelValues(h)
 	}
 	for _, k := range TroubleKinds {

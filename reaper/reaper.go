@@ -452,17 +452,16 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	if r.creds == nil {
 		return res, ErrNotConfigured
 	}
-	// Whatever holds them, deployments an hour past their deadline are
-	// the reaper's trouble, said as an event (troubles.go).
-	r.checkOverdue(ctx, start)
 	var due []storage.ReaperCandidate
 	if until := r.limitedUntil(); start.Before(until) {
 		res.RateLimitedUntil = until
 		if r.customers == nil {
+			r.checkOverdue(ctx, start)
 			r.finish(res, "rate-limited")
 			return res, nil
 		}
 	} else if due, err = storage.ReaperDue(ctx, r.db.Read, start, r.fresh, MaxPerTick+1); err != nil {
+		r.checkOverdue(ctx, start)
 		r.finish(res, "error")
 		return res, err
 	}
@@ -470,6 +469,10 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 		due, res.More = due[:MaxPerTick], true
 	}
 	g := r.openGate(ctx, start)
+	// Whatever holds them, deployments an hour past their deadline are
+	// the reaper's trouble, said as an event (troubles.go); after the
+	// gate, so a step it detects already sets the event's time.
+	r.checkOverdue(ctx, start)
 	if len(due) > 0 {
 		r.massDue(ctx, start)
 	}
@@ -620,7 +623,7 @@ func (r *Reaper) recheck(ctx context.Context, c storage.ReaperCandidate, now tim
 		return ActionNotDue, nil
 	}
 	if reasonAt(cur, now) == ReasonIdle {
-		if signed, age, ok := r.clockGuard.Contact(cur.EnvironmentSlug, cur.DeploymentID); ok && signed.After(cur.LastHeartbeatAt) && age < clockguard.ContactFresh {
+		if _, ok := r.contact(cur, now); ok {
 			return ActionNotDue, nil
 		}
 	}
@@ -731,7 +734,8 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 	r.log.Error().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Int64("droplet", o.DropletID).
 		Int("attempt", n).Dur("retry_in", delay).Str("error", o.Detail).Msg("destroy failed; retrying after a back-off")
 	if herr := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
-		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(delay))
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, storage.ReaperHold{Until: now.Add(delay), Reason: HoldBackoff, Max: delay,
+			Evidence: fmt.Sprintf("destroy attempt %d in a row failed: %s", n, o.Detail)})
 	}); herr != nil {
 		r.log.Error().Err(herr).Msg("recording the back-off failed")
 	}
@@ -774,7 +778,8 @@ func (r *Reaper) warn(ctx context.Context, c storage.ReaperCandidate, o Outcome,
 		if inserted && r.metrics != nil {
 			r.metrics.Warnings.Inc()
 		}
-		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(GuardHold))
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, storage.ReaperHold{Until: now.Add(GuardHold), Reason: HoldGuard,
+			Max: GuardHold, Evidence: message})
 	})
 	if err != nil {
 		return r.dbFault(o, err)
@@ -811,7 +816,8 @@ func (r *Reaper) wouldDestroy(ctx context.Context, c storage.ReaperCandidate, o 
 		}); err != nil {
 			return err
 		}
-		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, now.Add(GuardHold))
+		return storage.SetReaperHold(ctx, tx, c.EnvironmentID, c.DeploymentID, storage.ReaperHold{Until: now.Add(GuardHold), Reason: HoldDryRun,
+			Max: GuardHold, Evidence: "dry run recorded reaper-would-destroy (" + describe(c, o.Reason) + ")"})
 	})
 	if err != nil {
 		return r.dbFault(o, err)
@@ -945,6 +951,10 @@ type Status struct {
 	StorageHeldUntil time.Time
 	// MaxDestroy is the destroy pace: DELETEs per PaceWindow.
 	MaxDestroy int
+	// Held lists the active deployments under a stored hold, the earliest
+	// end first (at most 500); HeldTotal counts them all.
+	Held      []storage.HeldDeployment
+	HeldTotal int
 }
 
 // Status reads the reaper's state. Errors: database faults.
@@ -974,6 +984,9 @@ func (r *Reaper) Status(ctx context.Context) (Status, error) {
 	}
 	st.Active = sched.Active
 	if st.Due, err = storage.ReaperDue(ctx, r.db.Read, now, r.fresh, maxStatusDue); err != nil {
+		return Status{}, err
+	}
+	if st.Held, st.HeldTotal, err = storage.ReaperHeld(ctx, r.db.Read, now, maxStatusHeld); err != nil {
 		return Status{}, err
 	}
 	return st, nil

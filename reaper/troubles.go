@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -37,18 +38,34 @@ const TroubleEvery = time.Hour
 // single failure.
 const OverdueAfter = time.Hour
 
-// troubleID is the event id of kind in the TroubleEvery window holding at:
-// the same window gives the same id, so INSERT OR IGNORE keeps one even
-// across restarts.
+// troubleID is the event id of kind in the TroubleEvery window holding at
+// (the clock guard's trusted time: EventTime): the same window gives the
+// same id, so INSERT OR IGNORE keeps one even across restarts.
 func troubleID(kind string, at time.Time) string {
 	return fmt.Sprintf("%s:%d", kind, at.Unix()/int64(TroubleEvery/time.Second))
 }
 
+// troubleLateSuffix marks the second id of a window, taken when its first
+// id is held by an event written under a wall clock that was ahead
+// (storage.PlatformEventFromAhead), whose id would otherwise silently drop
+// this window's genuine event (docs/operations.md, "Reaper", event times).
+const troubleLateSuffix = ":after-future"
+
+// troubleOrderTolerance is how far platform events' times may run against
+// their insertion order before the earlier-inserted one counts as written
+// under a clock that was ahead: their writers stamp them before they wait
+// for the single writer, which takes well under a minute, and a clock step
+// is at least clockguard.StepThreshold.
+const troubleOrderTolerance = clockguard.StepThreshold
+
 // trouble records kind's platform event with message at now unless this
-// window already has one; it reports whether it recorded one. Faults are
-// logged: the log line stays the fallback.
+// window already has one; it reports whether it recorded one. The window
+// and the stored time come from the clock guard's trusted time, so an
+// event written while the guard suspects the wall clock is where it
+// belongs. Faults are logged: the log line stays the fallback.
 func (r *Reaper) trouble(ctx context.Context, kind, message string, now time.Time) bool {
-	id := troubleID(kind, now)
+	at := r.clockGuard.EventTime(now)
+	id := troubleID(kind, at)
 	r.mu.Lock()
 	done := r.troubled[kind] == id
 	r.mu.Unlock()
@@ -59,6 +76,14 @@ func (r *Reaper) trouble(ctx context.Context, kind, message string, now time.Tim
 	if err := r.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		var err error
 		inserted, err = storage.InsertPlatformEvent(ctx, tx, storage.LifecycleEvent{ID: id, Kind: kind, Message: message, OccurredAt: now})
+		if err != nil || inserted {
+			return err
+		}
+		ahead, err := storage.PlatformEventFromAhead(ctx, tx, id, at, troubleOrderTolerance)
+		if err != nil || !ahead {
+			return err
+		}
+		inserted, err = storage.InsertPlatformEvent(ctx, tx, storage.LifecycleEvent{ID: id + troubleLateSuffix, Kind: kind, Message: message, OccurredAt: now})
 		return err
 	}); err != nil {
 		r.log.Error().Err(err).Str("kind", kind).Msg("recording the reaper's trouble event failed")

@@ -30,8 +30,31 @@ type Box struct {
 	// Launch is the last successful launch result (zero: never launched);
 	// kept after the droplet is gone.
 	Launch BoxLaunch
+	// AgentUpgrade is the box's agent upgrade state (zero: none).
+	AgentUpgrade BoxAgentUpgrade
 	// CreatedAt and UpdatedAt are the row's stamps.
 	CreatedAt, UpdatedAt time.Time
+}
+
+// Agent upgrade states of a box (docs/operations.md, "Agent install",
+// under Upgrade).
+const (
+	// AgentUpgrading: an upgrade started and its agent has not yet
+	// heartbeated with the new version (nor has the restore settled it).
+	AgentUpgrading = "upgrading"
+	// AgentUpgradeFailed: the upgrade failed and the previous agent did
+	// not report again (the restore could not run, or its agent is silent).
+	AgentUpgradeFailed = "upgrade-failed"
+)
+
+// BoxAgentUpgrade is a box's agent upgrade state.
+type BoxAgentUpgrade struct {
+	// State is AgentUpgrading, AgentUpgradeFailed or "" (none).
+	State string
+	// Version is the release being (or that failed to be) installed.
+	Version string
+	// Since is when the state was set.
+	Since time.Time
 }
 
 // BoxConfig is a box's declared configuration (cloud_resource_config).
@@ -89,18 +112,18 @@ type BoxLaunch struct {
 const boxCols = `r.id, r.name, r.environment_id, e.slug, r.managed,
 	coalesce(r.droplet_id, 0), coalesce(r.firewall_id, ''), coalesce(r.volume_id, ''), r.resources_at,
 	coalesce(r.launch_droplet_id, 0), coalesce(r.launch_ipv4, ''), coalesce(r.launch_ipv6, ''), coalesce(r.launch_host_key, ''), r.launched_at, coalesce(r.launch_job_id, ''),
-	r.created_at, r.updated_at,
+	r.created_at, r.updated_at, coalesce(r.agent_upgrade_state, ''), coalesce(r.agent_upgrade_version, ''), r.agent_upgrade_at,
 	c.version, c.region, c.size, c.image, c.ssh_key_fingerprints, c.customer_source, c.control_plane_source, c.volume_size_gib, c.tags, c.agent, c.agent_idle_minutes, c.agent_session_minutes, c.updated_at
 	FROM cloud_resource r JOIN cloud_resource_config c ON c.resource_id = r.id JOIN environments e ON e.id = r.environment_id`
 
 func scanBox(row interface{ Scan(...any) error }) (Box, error) {
 	var b Box
-	var resAt, launchAt, created, updated, cfgUpdated sql.NullInt64
+	var resAt, launchAt, created, updated, cfgUpdated, upgradeAt sql.NullInt64
 	var keys, tags string
 	if err := row.Scan(&b.ID, &b.Name, &b.EnvironmentID, &b.EnvironmentSlug, &b.Managed,
 		&b.Resources.DropletID, &b.Resources.FirewallID, &b.Resources.VolumeID, &resAt,
 		&b.Launch.DropletID, &b.Launch.IPv4, &b.Launch.IPv6, &b.Launch.HostKey, &launchAt, &b.Launch.JobID,
-		&created, &updated,
+		&created, &updated, &b.AgentUpgrade.State, &b.AgentUpgrade.Version, &upgradeAt,
 		&b.Config.Version, &b.Config.Region, &b.Config.Size, &b.Config.Image, &keys, &b.Config.CustomerSource,
 		&b.Config.ControlPlaneSource, &b.Config.VolumeSizeGiB, &tags,
 		&b.Config.Agent, &b.Config.AgentIdleMinutes, &b.Config.AgentSessionMinutes, &cfgUpdated); err != nil {
@@ -112,7 +135,7 @@ func scanBox(row interface{ Scan(...any) error }) (Box, error) {
 	if err := json.Unmarshal([]byte(tags), &b.Config.Tags); err != nil {
 		return Box{}, fmt.Errorf("box tags: %w", err)
 	}
-	b.Resources.RecordedAt, b.Launch.LaunchedAt = fromMS(resAt), fromMS(launchAt)
+	b.Resources.RecordedAt, b.Launch.LaunchedAt, b.AgentUpgrade.Since = fromMS(resAt), fromMS(launchAt), fromMS(upgradeAt)
 	b.CreatedAt, b.UpdatedAt, b.Config.UpdatedAt = fromMS(created), fromMS(updated), fromMS(cfgUpdated)
 	return b, nil
 }
@@ -229,12 +252,17 @@ func RecordBoxResources(ctx context.Context, q Querier, id string, r BoxResource
 }
 
 // RecordBoxLaunch records the result of a successful up; it is kept after
-// the droplet is gone (docs/operations.md, "Boxes"). Errors: ErrNotFound.
+// the droplet is gone (docs/operations.md, "Boxes"). A launch of another
+// droplet ends an upgrade-failed agent upgrade state: the new droplet
+// booted the configured release (docs/operations.md, "Agent install",
+// under Upgrade). Errors: ErrNotFound.
 func RecordBoxLaunch(ctx context.Context, q Querier, id string, l BoxLaunch, now time.Time) error {
 	res, err := q.ExecContext(ctx,
 		`UPDATE cloud_resource SET launch_droplet_id = ?, launch_ipv4 = ?, launch_ipv6 = ?, launch_host_key = ?,
-		   launched_at = ?, launch_job_id = ?, updated_at = ? WHERE id = ?`,
-		l.DropletID, l.IPv4, l.IPv6, l.HostKey, ms(l.LaunchedAt), l.JobID, ms(now), id)
+		   launched_at = ?, launch_job_id = ?, updated_at = ?,
+		   agent_upgrade_state = CASE WHEN agent_upgrade_state = 'upgrade-failed' AND launch_droplet_id IS NOT ? THEN NULL ELSE agent_upgrade_state END
+		 WHERE id = ?`,
+		l.DropletID, l.IPv4, l.IPv6, l.HostKey, ms(l.LaunchedAt), l.JobID, ms(now), l.DropletID, id)
 	return oneRow(res, err, "record box launch")
 }
 

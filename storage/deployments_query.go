@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -42,20 +43,43 @@ func DeploymentStatus(ctx context.Context, q Querier, environmentID int64, id st
 
 // Heartbeat is one accepted heartbeat, as stored.
 type Heartbeat struct {
-	DeploymentID     string
-	EnvironmentID    int64
-	KeyID            string
-	ReceivedAt       time.Time
-	SentAt           time.Time
-	AgentVersion     string
-	DropletID        int64 // 0 when not sent
-	Region, Size     string
-	IdleChecks       int64
-	LimitMinutes     int64
-	LastActivityAt   time.Time
+	DeploymentID  string
+	EnvironmentID int64
+	KeyID         string
+	ReceivedAt    time.Time
+	SentAt        time.Time
+	AgentVersion  string
+	DropletID     int64 // 0 when not sent
+	Region, Size  string
+	IdleChecks    int64
+	LimitMinutes  int64
+	// LastActivityAt is the activity time the agent sent, on its own
+	// clock; it is kept on the heartbeat row as sent.
+	LastActivityAt time.Time
+	// ActivityAt is that activity on the server's clock: ReceivedAt minus
+	// the activity's age as the agent measured it (docs/operations.md,
+	// "Heartbeats and deadlines"). The deployment keeps the latest, and
+	// its idle deadline is never later than ReceivedAt + the limit. Zero
+	// means LastActivityAt, taken as it is and without that cap (fixtures
+	// and callers that state the activity on the server's clock).
+	ActivityAt time.Time
+	// Late marks a heartbeat that took longer on its way than its
+	// deployment's others (the transit rule): it is stored, with Late on
+	// its row, but changes nothing on its deployment.
+	Late             bool
 	CIActive         bool
 	IdleDeadlineAt   time.Time
 	SessionExpiresAt time.Time // zero when not sent
+}
+
+// activity is the heartbeat's activity on the server's clock, and the
+// time the idle deadline may not pass less the limit (the zero time: no
+// cap): ActivityAt and ReceivedAt, or LastActivityAt alone.
+func (hb Heartbeat) activity() (at, capAt time.Time) {
+	if hb.ActivityAt.IsZero() {
+		return hb.LastActivityAt, time.Time{}
+	}
+	return hb.ActivityAt, hb.ReceivedAt
 }
 
 // RecordHeartbeat applies one heartbeat: it creates the deployment on its
@@ -114,7 +138,11 @@ type HeartbeatApplied struct {
 // ErrDeploymentQuota; 0 is unlimited. Run inside a writer unit, the count is
 // exact (docs/operations.md, "Quotas"). Every refusal writes nothing.
 func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActive int) (HeartbeatApplied, error) {
-	deadline, expiry, ok, err := updateDeployment(ctx, q, hb)
+	update := updateDeployment
+	if hb.Late {
+		update = lateHeartbeatDeployment
+	}
+	deadline, expiry, ok, err := update(ctx, q, hb)
 	if err != nil {
 		return HeartbeatApplied{}, err
 	}
@@ -136,7 +164,7 @@ func ApplyHeartbeatWithin(ctx context.Context, q Querier, hb Heartbeat, maxActiv
 			if err != nil {
 				return HeartbeatApplied{}, err
 			}
-			res = HeartbeatApplied{Created: true, IdleDeadlineAt: idleDeadline(hb.LastActivityAt, hb.LimitMinutes), SessionExpiresAt: expiry}
+			res = HeartbeatApplied{Created: true, IdleDeadlineAt: firstDeadline(hb), SessionExpiresAt: expiry}
 		case err != nil:
 			return HeartbeatApplied{}, err
 		case st == DeploymentEnded:
@@ -156,6 +184,17 @@ func idleDeadline(activity time.Time, limitMinutes int64) time.Time {
 	return time.UnixMilli(ms(activity) + limitMinutes*60_000).UTC()
 }
 
+// firstDeadline is the idle deadline a deployment's first heartbeat sets:
+// its activity plus its limit, capped as updateDeployment caps it.
+func firstDeadline(hb Heartbeat) time.Time {
+	at, capAt := hb.activity()
+	d := idleDeadline(at, hb.LimitMinutes)
+	if c := idleDeadline(capAt, hb.LimitMinutes); !capAt.IsZero() && c.Before(d) {
+		return c
+	}
+	return d
+}
+
 // CountActiveDeployments returns how many deployments of the environment
 // are active (index deployments_environment).
 func CountActiveDeployments(ctx context.Context, q Querier, environmentID int64) (int, error) {
@@ -173,13 +212,14 @@ func CountActiveDeployments(ctx context.Context, q Querier, environmentID int64)
 // the environment's session policy (docs/operations.md, "Session policies").
 func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) (time.Time, error) {
 	var expiry sql.NullInt64
+	at, _ := hb.activity()
 	if err := q.QueryRowContext(ctx,
 		`INSERT INTO deployments (id, environment_id, droplet_id, region, size, status, launched_at,
 		     session_expires_at, last_activity_at, limit_minutes, idle_deadline_at, last_heartbeat_at, ci_active, agent_version)
 		 VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, `+clampedExpirySQL("?7", sessionCapSQL("?2", "?6"))+`, ?8, ?9, ?10, ?11, ?12, ?13)
 		 RETURNING session_expires_at`,
 		hb.DeploymentID, hb.EnvironmentID, nullInt(hb.DropletID), hb.Region, hb.Size, ms(hb.ReceivedAt),
-		msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes, ms(idleDeadline(hb.LastActivityAt, hb.LimitMinutes)),
+		msPtr(hb.SessionExpiresAt), ms(at), hb.LimitMinutes, ms(firstDeadline(hb)),
 		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion).Scan(&expiry); err != nil {
 		return time.Time{}, fmt.Errorf("insert deployment: %w", err)
 	}
@@ -195,9 +235,13 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) (time.Time, 
 // and the heartbeat names no other droplet than the one the deployment
 // already has, and returns the stored idle deadline; ok is false when no row
 // matched. The latest activity only moves forward — a delayed heartbeat
-// carrying an older lastActivityAt cannot pull the deadline back — and the
+// carrying an older activity cannot pull the deadline back — and the
 // deadline is that latest activity plus this heartbeat's limit, so a change
-// of limit applies to it (docs/operations.md, "Heartbeats and deadlines").
+// of limit applies to it, but never later than the heartbeat's arrival
+// plus that limit, so an activity stored ahead of the server's clock (one
+// that stepped back, or an agent's own clock before activity was placed on
+// the server's) holds nothing past one limit (docs/operations.md,
+// "Heartbeats and deadlines").
 // The session expiry is the heartbeat's (or, without one, the stored one)
 // within the environment's session policy: never later than launch +
 // maximum, and that when there is none (docs/operations.md, "Session
@@ -206,10 +250,17 @@ func insertDeployment(ctx context.Context, q Querier, hb Heartbeat) (time.Time, 
 // deadline, session expiry, CI flag) clears the reaper's hold, so a
 // deployment the reaper deferred is looked at again at once
 // (docs/operations.md, "Reaper"); a heartbeat that changes none of them
-// leaves the hold.
+// leaves the hold. An agent upgrade's hold (HoldUpgrading) always stays:
+// the heartbeat of the agent being replaced is no evidence for the new
+// one, and the upgrade ends its hold itself.
 func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, expiry time.Time, ok bool, err error) {
 	var d int64
 	var e sql.NullInt64
+	at, capAt := hb.activity()
+	capMS := int64(math.MaxInt64)
+	if !capAt.IsZero() {
+		capMS = ms(capAt) + hb.LimitMinutes*60_000
+	}
 	err = q.QueryRowContext(ctx,
 		`UPDATE deployments SET
 		     droplet_id = coalesce(droplet_id, ?1),
@@ -218,18 +269,19 @@ func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, e
 		     session_expires_at = `+heartbeatExpirySQL+`,
 		     last_activity_at = max(coalesce(last_activity_at, ?5), ?5),
 		     limit_minutes = ?6,
-		     idle_deadline_at = max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000,
+		     idle_deadline_at = `+heartbeatDeadlineSQL+`,
 		     last_heartbeat_at = ?7, ci_active = ?8, agent_version = ?9,
-		     reaper_hold_until = CASE WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
+		     reaper_hold_until = CASE WHEN reaper_hold_reason = '`+HoldUpgrading+`' THEN reaper_hold_until
+		         WHEN (droplet_id IS NULL AND ?1 IS NOT NULL)
 		             OR (`+heartbeatExpirySQL+`) IS NOT session_expires_at
-		             OR max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000 IS NOT idle_deadline_at
+		             OR `+heartbeatDeadlineSQL+` IS NOT idle_deadline_at
 		             OR ci_active != ?8
 		         THEN NULL ELSE reaper_hold_until END
 		 WHERE environment_id = ?10 AND id = ?11 AND status = 'active'
 		   AND (?1 IS NULL OR droplet_id IS NULL OR droplet_id = ?1)
 		 RETURNING idle_deadline_at, session_expires_at`,
-		nullInt(hb.DropletID), hb.Region, hb.Size, msPtr(hb.SessionExpiresAt), ms(hb.LastActivityAt), hb.LimitMinutes,
-		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion, hb.EnvironmentID, hb.DeploymentID).Scan(&d, &e)
+		nullInt(hb.DropletID), hb.Region, hb.Size, msPtr(hb.SessionExpiresAt), ms(at), hb.LimitMinutes,
+		ms(hb.ReceivedAt), boolInt(hb.CIActive), hb.AgentVersion, hb.EnvironmentID, hb.DeploymentID, capMS).Scan(&d, &e)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, time.Time{}, false, nil
 	}
@@ -239,19 +291,53 @@ func updateDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, e
 	return time.UnixMilli(d).UTC(), fromMS(e), true, nil
 }
 
+// heartbeatDeadlineSQL is updateDeployment's idle deadline: the latest
+// activity (the stored one or the heartbeat's, ?5) plus the heartbeat's
+// limit (?6), and no later than ?12 (its arrival plus that limit).
+const heartbeatDeadlineSQL = `min(max(coalesce(last_activity_at, ?5), ?5) + ?6 * 60000, ?12)`
+
+// lateHeartbeatDeployment is updateDeployment for a late heartbeat (the
+// transit rule): it changes nothing, and reads the deployment the update
+// would have matched — active, and naming no other droplet — for its idle
+// deadline and session expiry; ok is false when none matched.
+func lateHeartbeatDeployment(ctx context.Context, q Querier, hb Heartbeat) (deadline, expiry time.Time, ok bool, err error) {
+	var d, e sql.NullInt64
+	err = q.QueryRowContext(ctx,
+		`SELECT idle_deadline_at, session_expires_at FROM deployments
+		 WHERE environment_id = ?1 AND id = ?2 AND status = 'active'
+		   AND (?3 IS NULL OR droplet_id IS NULL OR droplet_id = ?3)`,
+		hb.EnvironmentID, hb.DeploymentID, nullInt(hb.DropletID)).Scan(&d, &e)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, time.Time{}, false, fmt.Errorf("read deployment: %w", err)
+	}
+	return fromMS(d), fromMS(e), true, nil
+}
+
 // heartbeatExpirySQL is updateDeployment's session expiry: the heartbeat's
 // (?4) or the stored one, within the policy of the environment (?10) for
 // the row's launch.
 var heartbeatExpirySQL = clampedExpirySQL("coalesce(?4, session_expires_at)", sessionCapSQL("?10", "launched_at"))
 
+// lateFlag is heartbeats.late: 1 for a late heartbeat, NULL otherwise (a
+// NULL costs the row one header byte).
+func lateFlag(late bool) any {
+	if late {
+		return 1
+	}
+	return nil
+}
+
 // insertHeartbeat stores the heartbeat row.
 func insertHeartbeat(ctx context.Context, q Querier, hb Heartbeat) error {
 	if _, err := q.ExecContext(ctx,
 		`INSERT INTO heartbeats (environment_id, deployment_id, key_id, received_at, sent_at, agent_version, idle_checks,
-		     limit_minutes, last_activity_at, ci_active, idle_deadline_at, session_expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		     limit_minutes, last_activity_at, ci_active, idle_deadline_at, session_expires_at, late)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		hb.EnvironmentID, hb.DeploymentID, hb.KeyID, ms(hb.ReceivedAt), ms(hb.SentAt), hb.AgentVersion, hb.IdleChecks,
-		hb.LimitMinutes, ms(hb.LastActivityAt), boolInt(hb.CIActive), ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt)); err != nil {
+		hb.LimitMinutes, ms(hb.LastActivityAt), boolInt(hb.CIActive), ms(hb.IdleDeadlineAt), msPtr(hb.SessionExpiresAt), lateFlag(hb.Late)); err != nil {
 		return fmt.Errorf("insert heartbeat: %w", err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -13,18 +14,28 @@ import (
 // decideAtSQL, so the schedule, the due list and the re-check inside the
 // claim's transaction cannot disagree.
 
+// idleDueSQL is an active deployment's idle-due time in unix ms, with ?1
+// the CI freshness in ms: the idle deadline, or, while the last heartbeat
+// reported CI, no earlier than the moment that report goes stale (last
+// heartbeat + freshness). A missing deadline never comes (math.MaxInt64).
+const idleDueSQL = `CASE WHEN d.ci_active = 1
+	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
+	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END`
+
+// HoldUpgrading is the reason of the hold an agent upgrade puts on its
+// box's deployment (docs/operations.md, "Agent install", under Upgrade):
+// unlike the reaper's own holds it holds the idle deadline only, never the
+// session expiry, and a heartbeat does not end it (the upgrade does).
+const HoldUpgrading = "upgrading"
+
 // decideAtSQL is an active deployment's next decision time in unix ms,
 // with ?1 the CI freshness in ms: the session expiry or the idle-due time,
-// whichever comes first, where the idle-due time is the idle deadline, or,
-// while the last heartbeat reported CI, no earlier than the moment that
-// report goes stale (last heartbeat + freshness); then never before the
-// reaper's hold. A missing deadline never comes (math.MaxInt64).
-const decideAtSQL = `max(
-	    min(coalesce(d.session_expires_at, 9223372036854775807),
-	        CASE WHEN d.ci_active = 1
-	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
-	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END),
-	    coalesce(d.reaper_hold_until, 0))`
+// whichever comes first, then never before the reaper's hold — except
+// the upgrading hold, which puts off the idle-due time alone. A missing
+// deadline never comes (math.MaxInt64).
+const decideAtSQL = `CASE WHEN d.reaper_hold_reason = '` + HoldUpgrading + `' AND d.reaper_hold_until IS NOT NULL
+	THEN min(coalesce(d.session_expires_at, 9223372036854775807), max(` + idleDueSQL + `, d.reaper_hold_until))
+	ELSE max(min(coalesce(d.session_expires_at, 9223372036854775807), ` + idleDueSQL + `), coalesce(d.reaper_hold_until, 0)) END`
 
 // platformScopeSQL selects the deployments the platform write token reaps:
 // the platform organization's and managed ones (customer organizations'
@@ -61,8 +72,11 @@ type ReaperCandidate struct {
 	SessionExpiresAt, IdleDeadlineAt, LastHeartbeatAt time.Time
 	// CIActive is the last heartbeat's CI flag.
 	CIActive bool
-	// HoldUntil is the reaper's hold (zero: none).
-	HoldUntil time.Time
+	// HoldUntil is the reaper's hold (zero: none); HoldReason is why
+	// (one of the reaper's hold reasons; "" for a hold stored without
+	// one, by a release before migration 0028).
+	HoldUntil  time.Time
+	HoldReason string
 	// DecideAt is the next decision time (zero: never).
 	DecideAt time.Time
 }
@@ -74,7 +88,7 @@ func (c ReaperCandidate) Due(now time.Time) bool {
 }
 
 const reaperCandidateCols = `d.environment_id, e.slug, e.org_id, d.id, d.droplet_id, d.managed, d.status, d.launched_at,
-	d.session_expires_at, d.idle_deadline_at, d.last_heartbeat_at, d.ci_active, d.reaper_hold_until, ` + decideAtSQL
+	d.session_expires_at, d.idle_deadline_at, d.last_heartbeat_at, d.ci_active, d.reaper_hold_until, coalesce(d.reaper_hold_reason, ''), ` + decideAtSQL
 
 func scanReaperCandidate(row interface{ Scan(...any) error }) (ReaperCandidate, error) {
 	var c ReaperCandidate
@@ -82,7 +96,7 @@ func scanReaperCandidate(row interface{ Scan(...any) error }) (ReaperCandidate, 
 	var managed, ci int
 	var decide int64
 	if err := row.Scan(&c.EnvironmentID, &c.EnvironmentSlug, &c.OrgID, &c.DeploymentID, &drop, &managed, &c.Status, &launched,
-		&sess, &idle, &last, &ci, &hold, &decide); err != nil {
+		&sess, &idle, &last, &ci, &hold, &c.HoldReason, &decide); err != nil {
 		return ReaperCandidate{}, err
 	}
 	c.DropletID, c.Managed, c.CIActive = drop.Int64, managed == 1, ci == 1
@@ -166,15 +180,163 @@ func ReaperNext(ctx context.Context, q Querier, now time.Time, fresh time.Durati
 	return s, nil
 }
 
+// ReaperHold is one reaper hold as stored (docs/operations.md, "Reaper",
+// holds that end): until when, why, on what evidence, and the hold's own
+// maximum, which bounds it in real time.
+type ReaperHold struct {
+	// Until is when the hold ends (the reaper's clock).
+	Until time.Time
+	// Reason is the hold's name (the reaper's HoldReason* constants).
+	Reason string
+	// Evidence says what the hold rests on, in words (never a secret).
+	Evidence string
+	// Max is the longest the hold may last from the moment it is
+	// written: a stored end further ahead than now + Max was written
+	// under a wrong clock and is re-anchored (ReanchorReaperHolds). It
+	// must be positive.
+	Max time.Duration
+}
+
+// LegacyReaperHoldMax bounds a hold stored without its maximum (before
+// migration 0028, or by a release without it): the longest hold such a
+// release writes, the tag guard's hour.
+const LegacyReaperHoldMax = time.Hour
+
+// holdMaxSQL is a row's hold maximum in ms.
+const holdMaxSQL = `coalesce(d.reaper_hold_max_ms, 3600000)`
+
 // SetReaperHold sets an active deployment's reaper hold: it is not looked
-// at again before until, unless a heartbeat changes its state first.
-func SetReaperHold(ctx context.Context, q Querier, environmentID int64, deploymentID string, until time.Time) error {
+// at again before h.Until, unless a heartbeat changes its state first.
+// Errors: a hold without a positive maximum; database faults.
+func SetReaperHold(ctx context.Context, q Querier, environmentID int64, deploymentID string, h ReaperHold) error {
+	if h.Max <= 0 {
+		return fmt.Errorf("set reaper hold: hold %q has no maximum", h.Reason)
+	}
+	// The maximum is rounded up to the millisecond, so a hold of exactly
+	// its maximum, stored in milliseconds, never looks beyond it.
+	maxMS := int64((h.Max + time.Millisecond - 1) / time.Millisecond)
 	if _, err := q.ExecContext(ctx,
-		`UPDATE deployments SET reaper_hold_until = ? WHERE environment_id = ? AND id = ? AND status = 'active'`,
-		ms(until), environmentID, deploymentID); err != nil {
+		`UPDATE deployments SET reaper_hold_until = ?, reaper_hold_reason = ?, reaper_hold_evidence = ?, reaper_hold_max_ms = ?
+		 WHERE environment_id = ? AND id = ? AND status = 'active'`,
+		ms(h.Until), h.Reason, h.Evidence, maxMS, environmentID, deploymentID); err != nil {
 		return fmt.Errorf("set reaper hold: %w", err)
 	}
 	return nil
+}
+
+// HeldDeployment is an active deployment under a reaper hold.
+type HeldDeployment struct {
+	// EnvironmentID, EnvironmentSlug and DeploymentID name it; DropletID
+	// is 0 while unknown.
+	EnvironmentID   int64
+	EnvironmentSlug string
+	DeploymentID    string
+	DropletID       int64
+	// Hold is the stored hold (Max is LegacyReaperHoldMax for a hold
+	// stored without one).
+	Hold ReaperHold
+}
+
+const heldCols = `d.environment_id, e.slug, d.id, coalesce(d.droplet_id, 0), d.reaper_hold_until,
+	coalesce(d.reaper_hold_reason, ''), coalesce(d.reaper_hold_evidence, ''), ` + holdMaxSQL
+
+func scanHeld(row interface{ Scan(...any) error }) (HeldDeployment, error) {
+	var h HeldDeployment
+	var until, maxMS int64
+	if err := row.Scan(&h.EnvironmentID, &h.EnvironmentSlug, &h.DeploymentID, &h.DropletID, &until, &h.Hold.Reason, &h.Hold.Evidence, &maxMS); err != nil {
+		return HeldDeployment{}, err
+	}
+	h.Hold.Until, h.Hold.Max = time.UnixMilli(until).UTC(), time.Duration(maxMS)*time.Millisecond
+	return h, nil
+}
+
+// ReaperHeld returns at most limit active deployments (every organization)
+// whose reaper hold ends after now, the earliest end first, and how many
+// there are in all.
+func ReaperHeld(ctx context.Context, q Querier, now time.Time, limit int) ([]HeldDeployment, int, error) {
+	var total int
+	if err := q.QueryRowContext(ctx,
+		`SELECT count(*) FROM deployments WHERE status = 'active' AND reaper_hold_until > ?`, ms(now)).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("reaper held: %w", err)
+	}
+	rows, err := q.QueryContext(ctx,
+		`SELECT `+heldCols+` FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.status = 'active' AND d.reaper_hold_until > ?1
+		 ORDER BY d.reaper_hold_until, d.environment_id, d.id LIMIT ?2`, ms(now), limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reaper held: %w", err)
+	}
+	defer rows.Close()
+	out := []HeldDeployment{}
+	for rows.Next() {
+		h, err := scanHeld(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("reaper held: %w", err)
+		}
+		out = append(out, h)
+	}
+	return out, total, rows.Err()
+}
+
+// ReaperHoldsBeyondMax counts the active deployments whose stored hold
+// ends further ahead of now than its own maximum: the holds
+// ReanchorReaperHolds would move. A read, for the reaper's every look.
+func ReaperHoldsBeyondMax(ctx context.Context, q Querier, now time.Time) (int, error) {
+	var n int
+	if err := q.QueryRowContext(ctx,
+		`SELECT count(*) FROM deployments d WHERE d.status = 'active' AND d.reaper_hold_until > ?1 + `+holdMaxSQL,
+		ms(now)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("reaper holds beyond their maximum: %w", err)
+	}
+	return n, nil
+}
+
+// Reanchored is a hold ReanchorReaperHolds moved: the deployment with its
+// hold as now stored, and the end it had.
+type Reanchored struct {
+	HeldDeployment
+	// Was is the stored end before: further ahead than now + maximum.
+	Was time.Time
+}
+
+// ReanchorReaperHolds re-anchors at most limit holds of active deployments
+// whose stored end lies further ahead of now than the hold's own maximum
+// (written under a wrong clock) to now + maximum, and returns them
+// (docs/operations.md, "Reaper", holds that end). A hold stored without a
+// maximum gets LegacyReaperHoldMax. Run it inside a writer unit: the read
+// and the writes are one decision. Errors: database faults.
+func ReanchorReaperHolds(ctx context.Context, q Querier, now time.Time, limit int) ([]Reanchored, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT `+heldCols+` FROM deployments d JOIN environments e ON e.id = d.environment_id
+		 WHERE d.status = 'active' AND d.reaper_hold_until > ?1 + `+holdMaxSQL+`
+		 ORDER BY d.reaper_hold_until DESC, d.environment_id, d.id LIMIT ?2`, ms(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("reanchor reaper holds: %w", err)
+	}
+	var out []Reanchored
+	for rows.Next() {
+		h, err := scanHeld(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reanchor reaper holds: %w", err)
+		}
+		out = append(out, Reanchored{HeldDeployment: h, Was: h.Hold.Until})
+	}
+	// The rows are read to the end before the writes: one statement at a
+	// time on the writer's connection.
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("reanchor reaper holds: %w", err)
+	}
+	for i := range out {
+		r := &out[i]
+		r.Hold.Until = now.Add(r.Hold.Max)
+		if _, err := q.ExecContext(ctx,
+			`UPDATE deployments SET reaper_hold_until = ?, reaper_hold_max_ms = ? WHERE environment_id = ? AND id = ?`,
+			ms(r.Hold.Until), r.Hold.Max.Milliseconds(), r.EnvironmentID, r.DeploymentID); err != nil {
+			return nil, fmt.Errorf("reanchor reaper holds: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // SetDropletIDIfUnknown records the droplet a deployment without one was
@@ -291,10 +453,7 @@ func ReaperMassDue(ctx context.Context, q Querier, now time.Time, fresh time.Dur
 
 // deadlineSQL is decideAtSQL without the reaper's hold: when the
 // deployment's own deadline fell.
-const deadlineSQL = `min(coalesce(d.session_expires_at, 9223372036854775807),
-	        CASE WHEN d.ci_active = 1
-	             THEN max(coalesce(d.idle_deadline_at, 9223372036854775807), coalesce(d.last_heartbeat_at, 0) + ?1)
-	             ELSE coalesce(d.idle_deadline_at, 9223372036854775807) END)`
+const deadlineSQL = `min(coalesce(d.session_expires_at, 9223372036854775807), ` + idleDueSQL + `)`
 
 // ReaperOverdue counts the active deployments the platform write token
 // reaps whose own deadline (holds aside) is at or before before: what the

@@ -48,3 +48,7 @@ func localL0Min(dir string) (uint64, error) {
 	}
 	return uint64(lowest), nil
 }
+
+// PresenceChecks is how many times the run loop listed the replica for
+// its marker. Tests only.
+func (r *Replicator) PresenceChecks() int64 { return r.presenceChecks.Load() }

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -29,7 +30,8 @@ type LifecycleEvent struct {
 
 // InsertLifecycleEvent records ev unless an event with its id exists
 // (INSERT OR IGNORE) and reports whether it inserted a row. The
-// organization is the environment's. Errors: ErrNotFound when the
+// organization is the environment's; inside a writer unit OccurredAt is
+// stored as the writer's event time (Writer.SetEventTime). Errors: ErrNotFound when the
 // environment does not exist.
 func InsertLifecycleEvent(ctx context.Context, q Querier, ev LifecycleEvent) (inserted bool, err error) {
 	var dep any
@@ -39,7 +41,7 @@ func InsertLifecycleEvent(ctx context.Context, q Querier, ev LifecycleEvent) (in
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 SELECT ?, org_id, id, ?, ?, ?, ?, ? FROM environments WHERE id = ?`,
-		ev.ID, dep, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt), ev.EnvironmentID)
+		ev.ID, dep, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)), ev.EnvironmentID)
 	if err != nil {
 		return false, fmt.Errorf("insert lifecycle event: %w", err)
 	}
@@ -110,4 +112,30 @@ func LatestLifecycleEventAt(ctx context.Context, q Querier, idPrefix string) (ti
 		return time.Time{}, fmt.Errorf("latest lifecycle event: %w", err)
 	}
 	return fromMS(at), nil
+}
+
+// PlatformEventFromAhead reports whether the platform event id (one with
+// no environment) was written under a wall clock that was ahead: it is
+// stamped after now (the writer's trusted time), or more than tolerance
+// after a platform event inserted later. Platform events are stamped by
+// the server alone, so their times follow their insertion but for
+// tolerance. A writer whose ids are bucketed by time asks it when its id is
+// taken, so an event of a wrong clock never silently drops a genuine one
+// (docs/operations.md, "Reaper", event times). False when there is no such
+// event.
+func PlatformEventFromAhead(ctx context.Context, q Querier, id string, now time.Time, tolerance time.Duration) (bool, error) {
+	var ahead bool
+	err := q.QueryRowContext(ctx,
+		`SELECT e.occurred_at > ?2 OR EXISTS (
+		   SELECT 1 FROM lifecycle_events l
+		   WHERE l.rowid > e.rowid AND l.environment_id IS NULL AND l.occurred_at < e.occurred_at - ?3)
+		 FROM lifecycle_events e WHERE e.id = ?1 AND e.environment_id IS NULL`,
+		id, ms(now), tolerance.Milliseconds()).Scan(&ahead)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("platform event from ahead: %w", err)
+	}
+	return ahead, nil
 }

@@ -18,31 +18,112 @@ const LockFileName = "chalupa.lock"
 // that exactly one process (serve, or an offline command such as rewrap)
 // writes the database: chalupa's single-writer design and Litestream both
 // assume it. The lock is released by the returned func or when the process
-// exits, even on SIGKILL. Errors: ErrLocked.
+// exits, even on SIGKILL. Errors: those of AcquireDataDir.
 func LockDataDir(dir string) (func(), error) {
+	l, err := AcquireDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// DataDirLock is a held data-dir lock, remembering what taking it created
+// so that a start refused before writing anything can take it back.
+type DataDirLock struct {
+	f *os.File
+	// made lists what AcquireDataDir created, innermost first: the lock
+	// file, then each directory MkdirAll made (the data dir, and parents
+	// that did not exist).
+	made []string
+	// dir and mode are the existing data dir and its mode before it was
+	// made owner-only (mode 0 when AcquireDataDir created it), restored
+	// by Abandon.
+	dir  string
+	mode os.FileMode
+}
+
+// AcquireDataDir is LockDataDir returning the lock itself: the data dir is
+// created (owner only) when missing, made owner-only when it exists, and
+// its chalupa.lock taken. Errors: ErrLocked when another process holds the
+// lock; a filesystem error otherwise, after removing what it created.
+func AcquireDataDir(dir string) (*DataDirLock, error) {
+	l := &DataDirLock{}
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) || d == filepath.Dir(d) {
+			break
+		}
+		missing = append(missing, d)
+	}
 	if err := mkdirPrivate(dir); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	l.made = missing
+	if len(missing) == 0 {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() != 0o700 {
+			l.dir, l.mode = dir, fi.Mode().Perm()
+		}
 	}
 	// A data dir made by hand (say, for a restore) may be world-readable;
 	// it holds the database and its replica staging files.
 	if err := os.Chmod(dir, 0o700); err != nil {
+		l.Abandon()
 		return nil, fmt.Errorf("restrict data dir mode: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, LockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		l.made = append([]string{path}, l.made...)
+	} else if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0o600)
+	}
 	if err != nil {
+		l.Abandon()
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
+		// Another holder: the lock file is its too now.
+		if len(l.made) > 0 && l.made[0] == path {
+			l.made = l.made[1:]
+		}
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, ErrLocked
 		}
+		l.Abandon()
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	l.f = f
+	return l, nil
+}
+
+// Release releases the lock, leaving the data dir as it is.
+func (l *DataDirLock) Release() {
+	if l.f != nil {
+		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// Abandon removes what AcquireDataDir created — the lock file, and the
+// data dir (with parents it made) when it made it and it is empty, or the
+// existing data dir's mode when it made it owner-only — then releases the
+// lock: a start refused before writing anything leaves the filesystem as
+// it found it (docs/operations.md, "Backup and restore"). A directory that
+// holds anything else is left; so is everything that existed before.
+func (l *DataDirLock) Abandon() {
+	for _, p := range l.made {
+		if err := os.Remove(p); err != nil {
+			break
+		}
+	}
+	if l.dir != "" {
+		_ = os.Chmod(l.dir, l.mode)
+		l.dir = ""
+	}
+	l.made = nil
+	l.Release()
 }
 
 // DataDirLocked reports whether another process holds dir's lock, without

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -38,4 +39,76 @@ func TestLockDataDir(t *testing.T) {
 		t.Fatalf("relock: %v", err)
 	}
 	unlock2()
+}
+
+// Abandon removes what AcquireDataDir created and nothing else: a lock file
+// that existed stays, a directory holding anything stays, an existing
+// directory gets its mode back.
+func TestAbandonDataDirLock(t *testing.T) {
+	t.Run("lock file that existed", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, LockFileName), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := AcquireDataDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Abandon()
+		if _, err := os.Stat(filepath.Join(dir, LockFileName)); err != nil {
+			t.Fatalf("a lock file that existed was removed: %v", err)
+		}
+		if DataDirLocked(dir) {
+			t.Fatal("still locked after Abandon")
+		}
+	})
+	t.Run("made dir that gained a file", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		l, err := AcquireDataDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "kept"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l.Abandon()
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 1 || entries[0].Name() != "kept" {
+			t.Fatalf("after Abandon the dir holds %v (%v), want only kept", entries, err)
+		}
+	})
+	t.Run("existing dir's mode restored", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		l, err := AcquireDataDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+			t.Fatalf("held data dir mode %v, want 0700", fi.Mode().Perm())
+		}
+		l.Abandon()
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
+			t.Fatalf("after Abandon the data dir's mode is %v, want its own 0755 back", fi.Mode().Perm())
+		}
+	})
+	t.Run("another holder", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		unlock, err := LockDataDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+		if _, err := AcquireDataDir(dir); !errors.Is(err, ErrLocked) {
+			t.Fatalf("second lock: %v, want ErrLocked", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, LockFileName)); err != nil {
+			t.Fatalf("the holder's lock file is gone: %v", err)
+		}
+	})
 }

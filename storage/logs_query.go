@@ -95,14 +95,16 @@ func LogSessionByID(ctx context.Context, q Querier, environmentID int64, deploym
 }
 
 // OpenLogSessions counts the deployment's sessions neither finished nor
-// expired at now.
-func OpenLogSessions(ctx context.Context, q Querier, environmentID int64, deploymentID string, now time.Time) (int64, error) {
+// expired at now, and returns the earliest expiry among them (zero when
+// none is open): when a place frees by time alone.
+func OpenLogSessions(ctx context.Context, q Querier, environmentID int64, deploymentID string, now time.Time) (int64, time.Time, error) {
 	var n int64
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM log_sessions WHERE environment_id = ? AND deployment_id = ?
-		AND finished_at IS NULL AND expires_at > ?`, environmentID, deploymentID, ms(now)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count open log sessions: %w", err)
+	var first sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT count(*), min(expires_at) FROM log_sessions WHERE environment_id = ? AND deployment_id = ?
+		AND finished_at IS NULL AND expires_at > ?`, environmentID, deploymentID, ms(now)).Scan(&n, &first); err != nil {
+		return 0, time.Time{}, fmt.Errorf("count open log sessions: %w", err)
 	}
-	return n, nil
+	return n, fromMS(first), nil
 }
 
 // InsertLogSession stores a new session and returns its row id.

@@ -58,12 +58,13 @@ func SetLoopPaused(ctx context.Context, q Querier, name string, paused bool, at 
 // InsertPlatformEvent records an organization-level lifecycle event of the
 // platform organization (no environment, no deployment) unless an event with
 // its id exists, and reports whether it inserted one. ev.EnvironmentID and
-// ev.DeploymentID are ignored.
+// ev.DeploymentID are ignored; inside a writer unit OccurredAt is stored as
+// the writer's event time (Writer.SetEventTime).
 func InsertPlatformEvent(ctx context.Context, q Querier, ev LifecycleEvent) (bool, error) {
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 VALUES (?, ?, NULL, NULL, ?, ?, ?, ?)`,
-		ev.ID, PlatformOrgID, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt))
+		ev.ID, PlatformOrgID, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)))
 	if err != nil {
 		return false, fmt.Errorf("insert platform event: %w", err)
 	}

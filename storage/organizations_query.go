@@ -81,13 +81,14 @@ type OrgEvent struct {
 }
 
 // InsertOrgEvent records ev unless an event with its id exists (INSERT OR
-// IGNORE) and reports whether it inserted a row. Errors: a database
+// IGNORE) and reports whether it inserted a row; inside a writer unit
+// OccurredAt is stored as the writer's event time (Writer.SetEventTime). Errors: a database
 // fault, including a foreign-key failure for an unknown organization.
 func InsertOrgEvent(ctx context.Context, q Querier, ev OrgEvent) (inserted bool, err error) {
 	res, err := q.ExecContext(ctx,
 		`INSERT OR IGNORE INTO lifecycle_events (id, org_id, environment_id, deployment_id, kind, reason, message, occurred_at)
 		 VALUES (?, ?, NULL, NULL, ?, ?, ?, ?)`,
-		ev.ID, ev.OrgID, ev.Kind, ev.Reason, ev.Message, ms(ev.OccurredAt))
+		ev.ID, ev.OrgID, ev.Kind, ev.Reason, ev.Message, ms(eventTime(q, ev.OccurredAt)))
 	if err != nil {
 		return false, fmt.Errorf("insert organization event: %w", err)
 	}

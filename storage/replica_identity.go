@@ -364,6 +364,7 @@ func (r *Replicator) emit(kind, msg string) {
 // database's marker (one listing): false when it was emptied or replaced,
 // and verify must run again.
 func (r *Replicator) markerPresent(ctx context.Context) (bool, error) {
+	r.presenceChecks.Add(1)
 	if r.marker == nil {
 		base, _, err := r.replicaBase(ctx)
 		return base, err

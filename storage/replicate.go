@@ -43,6 +43,16 @@ const (
 	// retention: the only timer of replication while nothing is written, so
 	// an outage of an idle replica is noticed within about this long.
 	DefaultIdleCheckInterval = time.Minute
+	// DefaultMarkerCheckInterval is how often, while commits flow, the
+	// replica is listed for this database's identity marker (syncs only
+	// upload and never list, so without it a replica deleted under a
+	// steady stream of writes would look healthy, lag 0, until the next
+	// idle check). Ten seconds notices the loss within 10 s plus one sync
+	// gap, and costs at most one listing each 10 s, 8,640 a day of
+	// continuous writes (Spaces bills listings per thousand); an idle
+	// daemon lists only at its idle check, so "Quiet when idle" holds
+	// (docs/operations.md, "Replication").
+	DefaultMarkerCheckInterval = 10 * time.Second
 	// DefaultLagLimit is how long replication may be behind (or failing)
 	// before readiness reports unavailable. Two minutes rides out a Spaces
 	// blip and the retry back-off without paging, yet turns /api/ready red
@@ -128,6 +138,10 @@ type ReplicaConfig struct {
 	SyncGap time.Duration
 	// IdleCheckInterval overrides DefaultIdleCheckInterval when non-zero.
 	IdleCheckInterval time.Duration
+	// MarkerCheckInterval overrides DefaultMarkerCheckInterval when
+	// non-zero; the marker is checked at least once an idle check
+	// whichever is shorter.
+	MarkerCheckInterval time.Duration
 	// Clock stamps commits and measures lag, back-off and idle checks; nil
 	// means the real clock.
 	Clock clockwork.Clock
@@ -208,8 +222,13 @@ type Replicator struct {
 	lagLimit   time.Duration
 	gap        time.Duration
 	idle       time.Duration
-	clock      clockwork.Clock
-	log        *slog.Logger
+	// markerEvery is the shorter of MarkerCheckInterval and idle: the
+	// least time between two marker listings of the run loop.
+	markerEvery time.Duration
+	// presenceChecks counts the run loop's marker listings (tests read it).
+	presenceChecks atomic.Int64
+	clock          clockwork.Clock
+	log            *slog.Logger
 
 	notify chan struct{} // capacity 1: a pending "commits to sync"
 	// onReplicated, when set, hears the commit → replica delay of every
@@ -412,6 +431,11 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 	if cfg.IdleCheckInterval > 0 {
 		rep.idle = cfg.IdleCheckInterval
 	}
+	rep.markerEvery = DefaultMarkerCheckInterval
+	if cfg.MarkerCheckInterval > 0 {
+		rep.markerEvery = cfg.MarkerCheckInterval
+	}
+	rep.markerEvery = min(rep.markerEvery, rep.idle)
 	// Migrations (and anything before the hook was wired) committed
 	// without Committed: count them as one commit to replicate now.
 	rep.Committed()
@@ -453,16 +477,17 @@ func (r *Replicator) run(ctx context.Context) {
 	defer close(r.done)
 	var backoff time.Duration
 	housekeeping := newHousekeeping(r.clock.Now(), r.store.SnapshotLevel())
-	// The marker is checked once an idle interval even under a steady
-	// stream of commits (syncs never list the replica): an emptied replica
-	// is re-seeded within about a minute.
+	// The marker is checked at most once a marker interval (10 s), also
+	// under a steady stream of commits (syncs never list the replica): an
+	// emptied replica is noticed, and re-seeded, within about that long.
+	// Idle, the loop wakes only at the idle check, and lists no more.
 	var presenceDue time.Time
 	for {
 		started := r.clock.Now()
 		pending := r.drainNotify()
 		var err error
 		if !started.Before(presenceDue) && r.isVerified() {
-			presenceDue = started.Add(r.idle)
+			presenceDue = started.Add(r.markerEvery)
 			var present bool
 			if present, err = r.markerPresent(ctx); err == nil && !present {
 				r.log.Warn("replica marker missing: the replica was emptied or replaced; verifying it again")
@@ -473,7 +498,7 @@ func (r *Replicator) run(ctx context.Context) {
 		}
 		if err == nil && !r.isVerified() {
 			err = r.verify(ctx)
-			presenceDue = r.clock.Now().Add(r.idle)
+			presenceDue = r.clock.Now().Add(r.markerEvery)
 		}
 		switch {
 		case errors.Is(err, ErrReplicaForeign):
@@ -490,11 +515,16 @@ func (r *Replicator) run(ctx context.Context) {
 		}
 		if err == nil {
 			backoff = 0
-			housekeeping.run(ctx, r)
-			if !pending {
+			// Housekeeping talks to the replica too: a failure there is a
+			// failed attempt like a sync's (counted, failing shown, backed
+			// off), so an outage that begins under it is not hidden.
+			if err = housekeeping.run(ctx, r); err != nil {
+				r.failed(ctx, err)
+			} else if !pending {
 				r.truncateQuietWAL(ctx)
 			}
-		} else {
+		}
+		if err != nil {
 			backoff = nextRetry(backoff)
 		}
 		if ctx.Err() != nil {
@@ -783,8 +813,12 @@ func newHousekeeping(now time.Time, snapshot *litestream.CompactionLevel) *house
 	return h
 }
 
-// run does whatever is due. Errors are logged: the next round retries.
-func (h *housekeeping) run(ctx context.Context, r *Replicator) {
+// run does whatever is due. It stops at the first failure to reach the
+// replica and returns it (its kind logged with the step), so an outage that
+// begins under it costs one operation's retries, not every due level's; a
+// step that failed stays due for the next round. Litestream's "nothing to
+// compact yet" answers are no failure.
+func (h *housekeeping) run(ctx context.Context, r *Replicator) error {
 	now := r.clock.Now()
 	r.mu.Lock()
 	uploads, lastUpload := r.uploads, r.lastUploadAt
@@ -793,27 +827,37 @@ func (h *housekeeping) run(ctx context.Context, r *Replicator) {
 		if now.Before(h.due[lvl.Level]) || uploads == h.seen[lvl.Level] {
 			continue
 		}
-		h.due[lvl.Level] = lvl.NextCompactionAt(now)
-		h.seen[lvl.Level] = uploads
 		_, err := r.store.CompactDB(ctx, r.db, lvl)
 		if err != nil && !errors.Is(err, litestream.ErrNoCompaction) && !errors.Is(err, litestream.ErrCompactionTooEarly) &&
-			!errors.Is(err, litestream.ErrDBNotReady) && ctx.Err() == nil {
-			r.log.Warn("compaction failed", "level", lvl.Level, "error", redactReplicaError(err))
+			!errors.Is(err, litestream.ErrDBNotReady) {
+			if ctx.Err() == nil {
+				r.log.Warn("compaction failed", "level", lvl.Level, "error", redactReplicaError(err))
+			}
+			return err
 		}
+		h.due[lvl.Level] = lvl.NextCompactionAt(now)
+		h.seen[lvl.Level] = uploads
 		if lvl.Level == litestream.SnapshotLevel {
-			if err := r.store.EnforceSnapshotRetention(ctx, r.db); err != nil && ctx.Err() == nil {
-				r.log.Warn("snapshot retention failed", "error", redactReplicaError(err))
+			if err := r.store.EnforceSnapshotRetention(ctx, r.db); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("snapshot retention failed", "error", redactReplicaError(err))
+				}
+				return err
 			}
 		}
 	}
 	// L0 files are retired L0Retention after L1 holds them: keep checking
 	// for a while after the last upload, then stop.
 	if !now.Before(h.l0Due) && (uploads != h.l0Seen || now.Sub(lastUpload) < l0RetentionWindow) {
-		h.l0Due, h.l0Seen = now.Add(l0RetentionInterval), uploads
-		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
+		if err := r.db.EnforceL0RetentionByTime(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("L0 retention failed", "error", redactReplicaError(err))
+			}
+			return err
 		}
+		h.l0Due, h.l0Seen = now.Add(l0RetentionInterval), uploads
 	}
+	return nil
 }
 
 // isVerified reports whether verify allowed writing the replica.

@@ -73,7 +73,7 @@ func SetSessionPolicy(ctx context.Context, q Querier, p SessionPolicy) (changed 
 	capMS := `launched_at + ?1 * 1000`
 	rows, err := q.QueryContext(ctx,
 		`UPDATE deployments SET session_expires_at = `+clampedExpirySQL("session_expires_at", capMS)+`,
-		     reaper_hold_until = NULL
+		     reaper_hold_until = CASE WHEN reaper_hold_reason = '`+HoldUpgrading+`' THEN reaper_hold_until ELSE NULL END
 		 WHERE environment_id = ?2 AND status = 'active'
 		   AND (session_expires_at IS NULL OR session_expires_at > `+capMS+`)
 		 RETURNING session_expires_at`, p.MaxSeconds, p.EnvironmentID)

@@ -162,6 +162,9 @@ type Writer struct {
 	// how long the batch waited for the write lock and how long its
 	// COMMIT took (SetTimingHook).
 	onTiming atomic.Pointer[func(BatchTiming)]
+	// eventTime, when set, maps the time of every lifecycle event written
+	// through the writer (SetEventTime).
+	eventTime atomic.Pointer[func(time.Time) time.Time]
 
 	// health is whether commits fail for storage reasons (Failing).
 	health writerHealth

@@ -31,6 +31,7 @@ var (
 	ErrSessionConflict = errors.New("log session exists for another service")
 	// ErrSessionQuota: the deployment has OpenSessions open sessions.
 	// 429 log_session_quota.
+	// A refusal is a *SessionQuotaError, which matches it.
 	ErrSessionQuota = errors.New("deployment reached its open log session quota")
 	// ErrUnknownSession: 404 log_session_not_found.
 	ErrUnknownSession = errors.New("log session does not exist")
@@ -216,12 +217,12 @@ func (b *Broker) Open(ctx context.Context, q storage.Querier, env int64, o *prot
 	if !allowed {
 		return Opened{}, ErrServiceNotAllowed
 	}
-	open, err := storage.OpenLogSessions(ctx, q, env, o.DeploymentID, now)
+	open, first, err := storage.OpenLogSessions(ctx, q, env, o.DeploymentID, now)
 	if err != nil {
 		return Opened{}, err
 	}
 	if open >= b.limits.OpenSessions {
-		return Opened{}, ErrSessionQuota
+		return Opened{}, &SessionQuotaError{Frees: first.Sub(now)}
 	}
 	s := storage.LogSession{EnvironmentID: env, DeploymentID: o.DeploymentID, SessionID: o.SessionID, Service: o.Service,
 		OpenedAt: now, ExpiresAt: now.Add(b.limits.SessionTTL)}
@@ -230,6 +231,23 @@ func (b *Broker) Open(ctx context.Context, q storage.Querier, env int64, o *prot
 	}
 	return Opened{Session: s}, nil
 }
+
+// SessionQuotaError is the refusal of a session beyond OpenSessions: it
+// matches ErrSessionQuota and says when the oldest open session expires,
+// the moment a place frees by time alone (finishing a session frees one
+// sooner). The daemon answers it as the Retry-After of 429
+// log_session_quota (docs/operations.md, "Logs").
+type SessionQuotaError struct {
+	// Frees is how long after the refusal the oldest open session expires
+	// (above 0).
+	Frees time.Duration
+}
+
+// Error is ErrSessionQuota's text.
+func (e *SessionQuotaError) Error() string { return ErrSessionQuota.Error() }
+
+// Unwrap returns ErrSessionQuota.
+func (e *SessionQuotaError) Unwrap() error { return ErrSessionQuota }
 
 // Planned is what Plan did: the chunk's persisted plan.
 type Planned struct {

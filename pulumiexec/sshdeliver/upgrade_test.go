@@ -195,8 +195,93 @@ func TestUpgradeAgent(t *testing.T) {
 		if r := u.restarts(t); r != "restart chalupa-agent.service\n" {
 			t.Errorf("systemctl ran %q, want one restart of the unit", r)
 		}
+		if prev, err := os.ReadFile(u.srv.AgentBinary() + ".prev"); err != nil || string(prev) != old {
+			t.Errorf("chalupa-agent.prev is not the replaced binary: %q %v", prev, err)
+		}
 		leftovers(t, u.srv)
 	})
+
+	// Upgrading to the installed version is a no-op that says so: nothing
+	// downloaded, replaced or restarted.
+	t.Run("installed version is a no-op", func(t *testing.T) {
+		u := newUpgradeRig(t)
+		if err := os.WriteFile(u.srv.AgentBinary(), []byte("#!/bin/sh\necho 'chalupa-agent v1.1.0 (commit abc, go1.24, linux/amd64)'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		u.rel.URL = "https://127.0.0.1:1/never"
+		_, err := u.deliver.UpgradeAgent(ctx, u.srv.Addr, 42, u.rel)
+		if !errors.Is(err, sshdeliver.ErrUpgradeInstalled) {
+			t.Fatalf("upgrade: %v, want ErrUpgradeInstalled", err)
+		}
+		if r := u.restarts(t); r != "" {
+			t.Errorf("systemctl ran: %q", r)
+		}
+		if _, err := os.Stat(u.srv.AgentBinary() + ".prev"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a previous binary was kept: %v", err)
+		}
+		leftovers(t, u.srv)
+	})
+}
+
+// TestRestoreAgent: the restore reports the unit's state and restarts as
+// systemd gives them, puts chalupa-agent.prev back over the binary (the
+// previous copy stays) and restarts the unit; without a previous binary,
+// or with one that does not run, nothing is replaced or restarted
+// (docs/operations.md, "Agent install", under Upgrade).
+func TestRestoreAgent(t *testing.T) {
+	ctx := context.Background()
+	t.Run("restores and restarts", func(t *testing.T) {
+		u := newUpgradeRig(t)
+		if _, err := u.deliver.UpgradeAgent(ctx, u.srv.Addr, 42, u.rel); err != nil {
+			t.Fatal(err)
+		}
+		res, err := u.deliver.RestoreAgent(ctx, u.srv.Addr, 42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The rig's systemctl prints nothing for is-active: not active.
+		if res.Replaced != "chalupa-agent v1.1.0" || res.Restored != "chalupa-agent v1.0.0" || res.State != "unknown" || !res.Crashed() {
+			t.Errorf("result %+v", res)
+		}
+		if got := u.binary(t); !strings.Contains(got, "v1.0.0") {
+			t.Errorf("the binary was not restored: %q", got)
+		}
+		if _, err := os.Stat(u.srv.AgentBinary() + ".prev"); err != nil {
+			t.Errorf("chalupa-agent.prev went away: %v", err)
+		}
+		want := "restart chalupa-agent.service\nis-active chalupa-agent.service\nshow -p NRestarts --value chalupa-agent.service\nrestart chalupa-agent.service\n"
+		if r := u.restarts(t); r != want {
+			t.Errorf("systemctl ran %q, want %q", r, want)
+		}
+		leftovers(t, u.srv)
+	})
+	for _, tc := range []struct {
+		name string
+		prev string // "" for none
+		want error
+	}{
+		{"no previous binary", "", sshdeliver.ErrRestoreNoPrevious},
+		{"previous binary does not run", "#!/bin/sh\nexit 1\n", sshdeliver.ErrRestorePrevious},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newUpgradeRig(t)
+			if tc.prev != "" {
+				if err := os.WriteFile(u.srv.AgentBinary()+".prev", []byte(tc.prev), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := u.deliver.RestoreAgent(ctx, u.srv.Addr, 42)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("restore: %v, want %v", err, tc.want)
+			}
+			if got := u.binary(t); !strings.Contains(got, "v1.0.0") {
+				t.Errorf("the binary was replaced: %q", got)
+			}
+			if strings.Contains(u.restarts(t), "restart") {
+				t.Errorf("systemctl restarted: %q", u.restarts(t))
+			}
+		})
+	}
 }
 
 // leftovers fails when the upgrade left its temporary directory beside
@@ -208,7 +293,7 @@ func leftovers(t *testing.T, srv *sshdtest.Server) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.Name() != "chalupa-agent" {
+		if e.Name() != "chalupa-agent" && e.Name() != "chalupa-agent.prev" {
 			t.Errorf("left behind: %s", e.Name())
 		}
 	}

@@ -3,9 +3,11 @@
 // the clock made ingest refuse (docs/operations.md, "Reaper",
 // the clock guard). It is the server's evidence only: a wall-clock step against the
 // monotonic clock while running, and heartbeats refused for their
-// timestamp alone (signature valid, quotas admitted) in several
-// environments all off by about the same amount. The reaper asks it before
-// every tick and destroys nothing while it holds.
+// timestamp alone (signature valid, quotas admitted, deployment active) in
+// several environments all off by about the same amount. The reaper asks
+// it before every tick and destroys nothing while it holds. A skew
+// refusal in one environment holds nothing beyond its own deployment's
+// contact (Contact; the reaper's contact hold).
 //
 // Every duration is measured on the monotonic clock, so a step of the wall
 // clock cannot shorten or lengthen a hold.
@@ -14,6 +16,7 @@ package clockguard
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -37,8 +40,8 @@ const (
 	// SkewWindow is ingest's timestamp window (ingest.SkewWindow): a skew
 	// refusal is always off by more than this.
 	SkewWindow = 300 * time.Second
-	// SkewRecent is how long a skew refusal counts toward the rules: four
-	// heartbeat intervals, so every live agent of an environment has
+	// SkewRecent is how long a skew refusal counts toward the fleet rule:
+	// four heartbeat intervals, so every live agent of an environment has
 	// reported several times within it.
 	SkewRecent = 4 * HeartbeatInterval
 	// ClusterTolerance is how far from a common offset an environment's
@@ -51,9 +54,10 @@ const (
 	// deployment ids, but not other environments' signatures.
 	ClusterEnvironments = 3
 	// ContactFresh is how long a skew-refused heartbeat keeps its
-	// deployment from idle destruction: one heartbeat interval, and one
-	// more for the next beat's way, so a steady 30 s cadence never leaves
-	// a gap.
+	// deployment (and no other) from idle destruction: one heartbeat
+	// interval, and one more for the next beat's way, so a steady 30 s
+	// cadence never leaves a gap; a replay is no skew-refused heartbeat
+	// and renews nothing.
 	ContactFresh = 2 * HeartbeatInterval
 	// SettleMax is how long after the fleet agrees again the guard waits
 	// for deployments that send no fresh heartbeat: one idle interval, the
@@ -65,7 +69,7 @@ const (
 	SessionHoldMax = time.Hour
 	// RaiseEvery is how often a lasting hold records clock-suspect again.
 	RaiseEvery = time.Hour
-	// MaxEnvironments bounds the environments whose skew and contact are
+	// MaxEnvironments bounds the environments whose skew and contacts are
 	// kept; beyond it the one heard from least recently is forgotten.
 	MaxEnvironments = 1024
 	// MaxContactsPerEnvironment bounds one environment's contacts (2.5 ×
@@ -83,9 +87,6 @@ const (
 	// ReasonFleetSkew: ClusterEnvironments environments were skew-refused
 	// by about the same offset.
 	ReasonFleetSkew = "fleet-skew"
-	// ReasonEnvironmentSkew: one environment's heartbeats were
-	// skew-refused; only it is held.
-	ReasonEnvironmentSkew = "environment-skew"
 )
 
 // Monotonic is implemented by a clock that has its own monotonic time (a
@@ -129,23 +130,11 @@ func (h Hold) Raise() int64 { return int64(h.Held / RaiseEvery) }
 type State struct {
 	// Global holds the whole fleet (nil: the clock agrees with it).
 	Global *Hold
-	// Environments holds single environments by slug.
-	Environments map[string]Hold
 	// Step is the wall-clock step this evaluation detected (0: none).
 	Step time.Duration
 	// LastStep is the wall time (after the step) when the last step was
 	// detected, by this evaluation or an earlier one (zero: never).
 	LastStep time.Time
-}
-
-// Held returns the hold that applies to environment slug: the global one
-// first.
-func (s State) Held(slug string) (Hold, bool) {
-	if s.Global != nil {
-		return *s.Global, true
-	}
-	h, ok := s.Environments[slug]
-	return h, ok
 }
 
 type hold struct {
@@ -170,23 +159,27 @@ func (h *hold) public(mono time.Duration) Hold {
 type contact struct {
 	signedAt     time.Time
 	receivedMono time.Duration
+	// offset is the server's wall clock at receipt minus signedAt.
+	offset time.Duration
 }
 
 type envState struct {
-	contacts     map[string]contact
-	skewed       bool
-	skewMono     time.Duration
-	offset       time.Duration
-	accepted     bool
-	acceptedMono time.Duration
-	lastMono     time.Duration // the last time anything was heard
-	hold         *hold
+	contacts map[string]contact
+	skewed   bool
+	skewMono time.Duration
+	offset   time.Duration
+	lastMono time.Duration // the last time anything was heard
 }
 
 // Guard is the clock guard. Create it with New; safe for concurrent use.
 type Guard struct {
 	clock clockwork.Clock
 	mono  func() time.Duration
+	// suspect is whether a global hold stands, as last decided under mu:
+	// read without the lock on ingest's path (MarkAccepted, EventTime).
+	suspect atomic.Bool
+	// mark is the wall-clock high-water mark (mark.go).
+	mark markState
 
 	mu           sync.Mutex
 	checked      bool
@@ -208,6 +201,7 @@ func New(clock clockwork.Clock) *Guard {
 		clock = clockwork.NewRealClock()
 	}
 	g := &Guard{clock: clock, envs: map[string]*envState{}}
+	g.mark.floor.Store(noMark)
 	start := clock.Now()
 	switch m, ok := clock.(Monotonic); {
 	case ok:
@@ -229,10 +223,11 @@ func (g *Guard) Mono() time.Duration { return g.mono() }
 
 // SkewRefused records a heartbeat of deployment in environment env that
 // was refused only for its signed timestamp signedAt (known usable key,
-// valid signature, admitted by the rate quotas): it is contact, and it
-// feeds the skew rules, only when signedAt is later than the deployment's
-// last one (a replay proves nothing new, so it neither renews a contact
-// nor keeps a hold).
+// valid signature, admitted by the rate quotas, naming a deployment that
+// exists and is active in env: ingest checks): it is contact for that
+// deployment alone, and it feeds the fleet rule, only when signedAt is
+// later than the deployment's last one (a replay proves nothing new, so
+// it neither renews a contact nor keeps a hold).
 func (g *Guard) SkewRefused(env, deployment string, signedAt time.Time) {
 	wall, mono := g.clock.Now(), g.mono()
 	g.mu.Lock()
@@ -256,7 +251,7 @@ func (g *Guard) SkewRefused(env, deployment string, signedAt time.Time) {
 		}
 		delete(e.contacts, oldest)
 	}
-	e.contacts[deployment] = contact{signedAt: signedAt, receivedMono: mono}
+	e.contacts[deployment] = contact{signedAt: signedAt, receivedMono: mono, offset: wall.Round(0).Sub(signedAt)}
 }
 
 // env returns env's state, making room for it (callers hold mu).
@@ -279,14 +274,15 @@ func (g *Guard) env(slug string, mono time.Duration) *envState {
 }
 
 // HeartbeatAccepted records that a heartbeat of environment env was
-// accepted: the fleet agrees with the clock.
+// accepted: the fleet agrees with the clock (and env was heard from, for
+// the table's eviction order).
 func (g *Guard) HeartbeatAccepted(env string) {
 	mono := g.mono()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.accepted, g.acceptedMono = true, mono
 	if e, ok := g.envs[env]; ok {
-		e.accepted, e.acceptedMono, e.lastMono = true, mono, mono
+		e.lastMono = mono
 	}
 }
 
@@ -308,25 +304,61 @@ func (g *Guard) Contact(env, deployment string) (signedAt time.Time, age time.Du
 	return c.signedAt, mono - c.receivedMono, true
 }
 
-// Lift ends the hold of environment env ("" for the global hold) once the
-// reaper saw every active deployment in it heartbeat since the agreement
-// (Hold.AgreedAt). A hold not yet agreed is kept.
-func (g *Guard) Lift(env string) {
+// EnvironmentAhead is how far the server's clock runs ahead of environment
+// env's agents, as their own signed times say: the median offset of the
+// contacts (skew-refused heartbeats of active deployments, no replays)
+// that arrived less than ContactFresh ago, when that median says the
+// server is ahead and no heartbeat anywhere in the fleet was accepted in
+// that time (one accepted heartbeat means the server's clock agrees with
+// an agent's, and the refused agents' clocks are the ones off). ok is
+// false otherwise. The reaper judges that environment's idle deadlines on the server's
+// clock less this offset (docs/operations.md, "Reaper", the clock guard):
+// a server clock that stepped ahead cannot shorten the idle limit of a
+// silent droplet beside live ones, and a bad agent clock or a leaked key
+// delays its own environment's reaping by its own offset at most.
+func (g *Guard) EnvironmentAhead(env string) (offset time.Duration, ok bool) {
+	mono := g.mono()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if env == "" {
-		if g.global != nil && g.global.agreed {
-			g.global = nil
-		}
-		return
+	if g.accepted && mono-g.acceptedMono < ContactFresh {
+		// Someone's heartbeat agrees with the server clock: the refused
+		// agents' clocks are off, not the server's.
+		return 0, false
 	}
-	if e, ok := g.envs[env]; ok && e.hold != nil && e.hold.agreed {
-		e.hold = nil
+	e, found := g.envs[env]
+	if !found {
+		return 0, false
+	}
+	var offsets []time.Duration
+	for _, c := range e.contacts {
+		if mono-c.receivedMono < ContactFresh {
+			offsets = append(offsets, c.offset)
+		}
+	}
+	if len(offsets) == 0 {
+		return 0, false
+	}
+	slices.Sort(offsets)
+	if m := offsets[len(offsets)/2]; m > 0 {
+		return m, true
+	}
+	return 0, false
+}
+
+// Lift ends the fleet's hold once the reaper saw every active deployment
+// heartbeat since the agreement (Hold.AgreedAt). A hold not yet agreed is
+// kept.
+func (g *Guard) Lift() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.global != nil && g.global.agreed {
+		g.global = nil
+		g.suspect.Store(false)
 	}
 }
 
 // Evaluate checks the wall clock against the monotonic clock since the
-// last evaluation, applies the skew rules, notes agreement, lifts holds
+// last evaluation, applies the fleet's skew rule, notes agreement, lifts holds
 // whose SettleMax passed since the agreement, and returns the state.
 func (g *Guard) Evaluate() State {
 	wall, mono := g.clock.Now().Round(0), g.mono()
@@ -378,31 +410,10 @@ func (g *Guard) Evaluate() State {
 			g.global = nil
 		}
 	}
+	g.suspect.Store(g.global != nil)
 	if g.global != nil {
 		p := g.global.public(mono)
 		st.Global = &p
-	}
-
-	// The environment rule: a recent skew refusal holds its environment.
-	for slug, e := range g.envs {
-		if e.skewed && mono-e.skewMono < SkewRecent {
-			g.trigger(&e.hold, ReasonEnvironmentSkew, e.offset, wall, mono)
-			e.hold.triggerMono = e.skewMono
-		}
-		if h := e.hold; h != nil {
-			if !h.agreed && e.accepted && e.acceptedMono > h.triggerMono && mono-e.skewMono >= SkewRecent {
-				h.agreed, h.agreedMono, h.agreedWall = true, e.acceptedMono, wall.Add(e.acceptedMono-mono)
-			}
-			if h.agreed && mono-h.agreedMono >= SettleMax {
-				e.hold = nil
-			}
-		}
-		if e.hold != nil {
-			if st.Environments == nil {
-				st.Environments = map[string]Hold{}
-			}
-			st.Environments[slug] = e.hold.public(mono)
-		}
 	}
 	return st
 }

@@ -60,9 +60,9 @@ func TestStep(t *testing.T) {
 	}
 }
 
-// TestSkewRules: skew refusals hold their own environments; only
+// TestSkewRules: skew refusals hold no environment; only
 // ClusterEnvironments environments off by about the same offset hold the
-// fleet.
+// fleet (a single deployment's contact is the reaper's, per deployment).
 func TestSkewRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -83,12 +83,6 @@ func TestSkewRules(t *testing.T) {
 			if (st.Global != nil) != tc.fleet {
 				t.Fatalf("fleet hold %+v, want %v", st.Global, tc.fleet)
 			}
-			if len(st.Environments) != len(tc.offsets) {
-				t.Fatalf("environments held %v, want %d", st.Environments, len(tc.offsets))
-			}
-			if _, held := st.Held("another"); held != tc.fleet {
-				t.Fatalf("an environment without skew held: %v, want %v", held, tc.fleet)
-			}
 		})
 	}
 }
@@ -103,7 +97,7 @@ func TestLift(t *testing.T) {
 	if st := g.Evaluate(); st.Global == nil {
 		t.Fatal("no hold after the step")
 	}
-	g.Lift("")
+	g.Lift()
 	c.Advance(2 * time.Hour)
 	st := g.Evaluate()
 	if st.Global == nil || st.Global.Agreed {
@@ -128,18 +122,17 @@ func TestLift(t *testing.T) {
 
 	// Lift after agreement ends it at once.
 	g, c = newGuard()
-	g.SkewRefused("env-1", "dep", c.Now().Add(-10*time.Minute))
-	if st := g.Evaluate(); len(st.Environments) != 1 {
-		t.Fatalf("%+v, want env-1 held", st)
-	}
-	c.Advance(clockguard.SkewRecent)
+	c.Advance(time.Second)
+	c.offset.Store(int64(10 * time.Minute))
+	g.Evaluate()
+	c.Advance(time.Second)
 	g.HeartbeatAccepted("env-1")
-	if st := g.Evaluate(); !st.Environments["env-1"].Agreed {
-		t.Fatalf("%+v, want env-1 agreed", st)
+	if st := g.Evaluate(); st.Global == nil || !st.Global.Agreed {
+		t.Fatalf("%+v, want the fleet held and agreed", st.Global)
 	}
-	g.Lift("env-1")
-	if st := g.Evaluate(); len(st.Environments) != 0 {
-		t.Fatalf("%+v, want env-1 lifted", st)
+	g.Lift()
+	if st := g.Evaluate(); st.Global != nil {
+		t.Fatalf("%+v, want lifted", st.Global)
 	}
 }
 
@@ -174,8 +167,8 @@ func TestContact(t *testing.T) {
 
 // TestReplayDoesNotHoldForever: one captured heartbeat replayed again and
 // again is refused for its timestamp every time, but proves nothing new:
-// after SkewRecent it holds its environment no longer, and replays from
-// three environments do not hold the fleet.
+// replays from three environments do not keep the fleet held, and the
+// contact keeps the first arrival's time.
 func TestReplayDoesNotHoldForever(t *testing.T) {
 	g, c := newGuard()
 	captured := t0.Add(-10 * time.Minute)
@@ -198,12 +191,45 @@ func TestReplayDoesNotHoldForever(t *testing.T) {
 	if st.Global != nil && !st.Global.Agreed {
 		t.Fatalf("replays keep the fleet held: %+v", st.Global)
 	}
-	for env, h := range st.Environments {
-		if !h.Agreed {
-			t.Fatalf("replays keep environment %s held: %+v", env, h)
-		}
+	if _, age, ok := g.Contact("a", "dep-1"); !ok || age != 20*clockguard.HeartbeatInterval {
+		t.Fatalf("contact %v, age %v: want the first refusal's, %v old (replays renew nothing)", ok, age, 20*clockguard.HeartbeatInterval)
 	}
-	if _, _, ok := g.Contact("a", "dep-1"); !ok {
-		t.Fatal("the first refusal's contact was not kept")
+}
+
+// TestEnvironmentAhead: the environment's fresh contacts say how far the
+// server's clock runs ahead of its agents (their median); a server behind
+// them, contacts older than ContactFresh, another environment's, or any
+// heartbeat accepted in the fleet meanwhile say nothing.
+func TestEnvironmentAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		offsets  []time.Duration // server minus signed time, one deployment each
+		wait     time.Duration   // before asking
+		accepted bool            // a heartbeat accepted anywhere after them
+		env      string
+		want     time.Duration // 0: not ok
+	}{
+		{"one agent, server 10 min ahead", []time.Duration{10 * time.Minute}, 0, false, "env-1", 10 * time.Minute},
+		{"the median of three", []time.Duration{10 * time.Minute, 2 * time.Hour, 9 * time.Minute}, 0, false, "env-1", 10 * time.Minute},
+		{"server behind", []time.Duration{-10 * time.Minute}, 0, false, "env-1", 0},
+		{"stale after ContactFresh", []time.Duration{10 * time.Minute}, clockguard.ContactFresh, false, "env-1", 0},
+		{"fresh just before ContactFresh", []time.Duration{10 * time.Minute}, clockguard.ContactFresh - time.Second, false, "env-1", 10 * time.Minute},
+		{"a heartbeat accepted in the fleet", []time.Duration{10 * time.Minute}, 0, true, "env-1", 0},
+		{"another environment's contacts", []time.Duration{10 * time.Minute}, 0, false, "env-2", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newGuard()
+			for i, off := range tc.offsets {
+				g.SkewRefused("env-1", fmt.Sprintf("dep-%d", i), c.Now().Add(-off))
+			}
+			if tc.accepted {
+				g.HeartbeatAccepted("env-3")
+			}
+			c.Advance(tc.wait)
+			got, ok := g.EnvironmentAhead(tc.env)
+			if ok != (tc.want != 0) || got != tc.want {
+				t.Fatalf("EnvironmentAhead = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
 	}
 }

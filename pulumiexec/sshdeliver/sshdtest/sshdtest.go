@@ -49,7 +49,15 @@ type Server struct {
 // ends.
 func New(t testing.TB, hostKey ssh.Signer, authorized ssh.PublicKey) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewAt(t, "127.0.0.1:0", hostKey, authorized)
+}
+
+// NewAt is New listening on addr (host:port): droplets of one test at
+// their own loopback addresses (127.0.0.2, …) on the one SSH port the
+// daemon dials (CHALUPA_SSH_PORT).
+func NewAt(t testing.TB, addr string, hostKey ssh.Signer, authorized ssh.PublicKey) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
