@@ -173,7 +173,8 @@ func TestMachineSessionActivity(t *testing.T) {
 	d1 := checkedAfter(ended)
 	d2 := checkedAfter(d1.LastHeartbeatAt)
 	// The same deadline at both beats, give or take the milliseconds of the
-	// server's reckoning from elapsed time (docs/operations.md, "Reaper"):
+	// server's reckoning from elapsed time (docs/operations.md, "Heartbeats and
+	// deadlines"):
 	// one still moving with a session would be a heartbeat interval later.
 	if d := d2.IdleDeadlineAt.Sub(d1.IdleDeadlineAt); d.Abs() > time.Second || d1.IdleDeadlineAt.After(ended.Add(limit+5*time.Second)) {
 		t.Errorf("after the session ended at %v: deadlines %v then %v; want one, no later than the end plus the limit", ended, d1.IdleDeadlineAt, d2.IdleDeadlineAt)
