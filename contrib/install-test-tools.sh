@@ -12,6 +12,8 @@
 #
 # Usage: contrib/install-test-tools.sh            install what is missing
 #        contrib/install-test-tools.sh --print     print the bin directory only
+#        contrib/install-test-tools.sh --rootfs    build (or link) the machine
+#                                                  tests' root filesystem only
 set -euo pipefail
 
 # Pinned versions. Litestream's CLI must match the embedded library (go.mod) so
@@ -24,6 +26,17 @@ STATICCHECK_VERSION=v0.8.2
 # Keep it equal to github.com/pulumi/pulumi/sdk/v3 in go.mod and to the
 # versions in contrib/tools/pulumi/go.mod.
 PULUMI_VERSION=v3.274.1
+# The root filesystem the machine tests boot with systemd-nspawn
+# (digitalocean/dofake/machines; docs/architecture.md, "Tests"): Debian's
+# suite and the packages a droplet's image has that the tests rely on —
+# systemd as PID 1, OpenSSH's sshd, cloud-init with its NoCloud datasource,
+# curl. python3-cffi-backend is listed because debootstrap does not resolve
+# python3-cryptography's virtual dependency on it. The tree is cached under
+# a hash of suite, mirror and packages, so a change to any of them builds a
+# new tree and an unchanged list never rebuilds.
+ROOTFS_SUITE=bookworm
+ROOTFS_MIRROR=http://deb.debian.org/debian
+ROOTFS_PACKAGES=systemd,systemd-sysv,dbus,openssh-server,cloud-init,python3-cffi-backend,curl,ca-certificates,iproute2,procps
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/.tools/bin"
@@ -35,6 +48,54 @@ if [[ "${1:-}" == "--print" ]]; then
 fi
 
 mkdir -p "$bin"
+
+# install_rootfs: debootstrap the machine tests' Debian tree into
+# $cache/rootfs/<suite>-<hash>/ (about 15 minutes cold on a loaded 2-core
+# machine, ~400 MB) and link it as .tools/rootfs. The tree is only ever the
+# read-only lower layer of each box's overlay; the tests write everything a
+# box needs (NoCloud seed, cloud-init settings, the test CA) into the box's
+# own upper layer. debootstrap and systemd-nspawn come from Debian's
+# debootstrap and systemd-container packages, installed here as root when
+# missing. Without root the machine tests skip naming what is missing,
+# except under CI=true, where this fails.
+install_rootfs() {
+	local key dest
+	key=$(printf '%s\n' "$ROOTFS_SUITE" "$ROOTFS_MIRROR" "$ROOTFS_PACKAGES" | sha256sum | cut -c1-16)
+	dest="$cache/rootfs/$ROOTFS_SUITE-$key"
+	if [[ ! -f "$dest/etc/debian_version" ]]; then
+		if [[ $(id -u) -ne 0 ]]; then
+			if [[ "${CI:-}" == "true" ]]; then
+				echo "install-test-tools: the machine tests' root filesystem needs root to build (debootstrap)" >&2
+				return 1
+			fi
+			echo "install-test-tools: not root: the machine tests' root filesystem is not built; they will skip" >&2
+			return 0
+		fi
+		if ! command -v debootstrap >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; then
+			echo "install-test-tools: installing debootstrap and systemd-container (apt)" >&2
+			{ apt-get update && apt-get install -y --no-install-recommends debootstrap systemd-container; } >&2
+		fi
+		echo "install-test-tools: building the $ROOTFS_SUITE root filesystem (cached in $dest; ~15 min cold)" >&2
+		rm -rf "$dest.tmp"
+		mkdir -p "$dest.tmp"
+		# debootstrap's progress goes to stderr: standard output is the tool
+		# directory's path alone (contrib/test.sh reads it).
+		if ! debootstrap --variant=minbase --include="$ROOTFS_PACKAGES" \
+			"$ROOTFS_SUITE" "$dest.tmp" "$ROOTFS_MIRROR" >&2; then
+			echo "install-test-tools: debootstrap failed (log: $dest.tmp/debootstrap/debootstrap.log)" >&2
+			return 1
+		fi
+		chroot "$dest.tmp" apt-get clean >&2
+		rm -rf "$dest"
+		mv "$dest.tmp" "$dest"
+	fi
+	ln -sfn "$dest" "$repo/.tools/rootfs"
+}
+
+if [[ "${1:-}" == "--rootfs" ]]; then
+	install_rootfs
+	exit 0
+fi
 
 # Debian's chromium drives the console's browser tests (chromedp talks to
 # /usr/bin/chromium over a pipe; no chromedriver). Installed as root when
@@ -98,11 +159,14 @@ install_tool staticcheck "$STATICCHECK_VERSION" honnef.co/go/tools/cmd/staticche
 spid=$!
 install_pulumi &
 ppid=$!
+install_rootfs &
+rpid=$!
 rc=0
 wait "$lpid" || rc=1
 wait "$vpid" || rc=1
 wait "$spid" || rc=1
 wait "$ppid" || rc=1
+wait "$rpid" || rc=1
 if [[ $rc -ne 0 ]]; then
 	echo "install-test-tools: a tool failed to build" >&2
 	exit 1

@@ -7,8 +7,9 @@
 #
 # Both lanes
 # 1. install the real components the tests drive (litestream CLI, versitygw,
-#    the pulumi CLI) and staticcheck through contrib/install-test-tools.sh,
-#    cached per tool and version in the user's cache directory;
+#    the pulumi CLI, the machine tests' Debian root filesystem) and
+#    staticcheck through contrib/install-test-tools.sh, cached per tool and
+#    version in the user's cache directory;
 # 2. check formatting, go vet and staticcheck.
 #
 # The fast lane then runs every package but the end-to-end ones (e2e/…) once,

@@ -23,7 +23,10 @@
 //     /v2/tags (201), POST and DELETE /v2/tags/{name}/resources (204).
 //     Deleting a droplet detaches its volumes and removes it from every
 //     firewall, as the real API does. WithOnCreate "boots" each created
-//     droplet (a test runs its user data) before the create is answered;
+//     droplet (a test runs its user data) before the create is answered,
+//     and WithOnDelete runs for each droplet that goes away; SetStatus and
+//     SetPublicIPv4 show the machine behind a droplet (dofake/machines
+//     boots real ones on these hooks);
 //   - sizes: GET /v2/sizes (slug, price_hourly, price_monthly, vcpus,
 //     memory, disk, …), paginated;
 //   - account: GET /v2/account;
@@ -101,6 +104,8 @@ type Server struct {
 	tags      map[string]bool // created with POST /v2/tags
 	publicV4  string          // WithPublicIPv4; "" is 203.0.113.<n>
 	onCreate  func(Droplet)   // WithOnCreate; nil: nothing
+	onDelete  func(Droplet)   // WithOnDelete; nil: nothing
+	deleted   []Droplet       // forgotten, for onDelete (runDeleted)
 	actionSeq int
 	sizes     map[string]Size
 	account   Account
@@ -130,6 +135,14 @@ func WithPublicIPv4(addr string) Option { return func(s *Server) { s.publicV4 = 
 // goroutine: the creating client waits for it, so a boot has finished by
 // the time the create returns. Fixtures (AddDroplet) do not run it.
 func WithOnCreate(f func(Droplet)) Option { return func(s *Server) { s.onCreate = f } }
+
+// WithOnDelete makes f run once for each droplet that goes away — DELETE
+// /v2/droplets/{id}, DELETE /v2/droplets?tag_name= and RemoveDroplet —
+// with a copy of the droplet as it was. f runs after the droplet is gone
+// from every listing, without the server's lock, on the deleting request's
+// goroutine before it is answered: a machine backend powers the machine
+// off there (or starts to, and returns).
+func WithOnDelete(f func(Droplet)) Option { return func(s *Server) { s.onDelete = f } }
 
 // WithRateLimits sets every token's budgets: at most perMinute requests in
 // any 60 s and perHour in any hour. Zero keeps the default for that window.

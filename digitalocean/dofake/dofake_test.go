@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -583,5 +584,58 @@ func TestConcurrentDeletes(t *testing.T) {
 	}
 	if n := len(s.Deletes()); n != workers*len(ids) {
 		t.Errorf("%d deletes logged, want %d", n, workers*len(ids))
+	}
+}
+
+// TestMachineHooks: WithOnDelete runs once for each droplet that goes away,
+// by id, by tag and behind chalupa's back, after it is gone from the
+// listing; SetStatus and SetPublicIPv4 show in what the API answers — what
+// a machine backend (dofake/machines) relies on.
+func TestMachineHooks(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var gone []string
+	var s *dofake.Server
+	s = dofake.New(t, dofake.WithOnDelete(func(d dofake.Droplet) {
+		if _, still := s.Droplet(d.ID); still {
+			t.Errorf("droplet %d still listed when the hook runs", d.ID)
+		}
+		mu.Lock()
+		gone = append(gone, d.Name)
+		mu.Unlock()
+	}))
+	c := godoClient(t, s, s.AddToken("all", dofake.FullAccess...))
+	one := s.AddDroplet(dofake.Droplet{Name: "one"})
+	s.AddDroplet(dofake.Droplet{Name: "two", Tags: []string{"chalupa", "group"}})
+	s.AddDroplet(dofake.Droplet{Name: "three", Tags: []string{"chalupa", "group"}})
+	four := s.AddDroplet(dofake.Droplet{Name: "four"})
+
+	if !s.SetStatus(one.ID, "off") || !s.SetPublicIPv4(one.ID, "10.250.0.2") {
+		t.Fatal("SetStatus/SetPublicIPv4 of a stored droplet reported none")
+	}
+	d, _, err := c.Droplets.Get(ctx, one.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip, _ := d.PublicIPv4(); d.Status != "off" || ip != "10.250.0.2" {
+		t.Errorf("status %q, public IPv4 %q; want off, 10.250.0.2", d.Status, ip)
+	}
+	if s.SetStatus(999, "off") || s.SetPublicIPv4(999, "10.250.0.2") {
+		t.Error("SetStatus/SetPublicIPv4 of a missing droplet reported one")
+	}
+
+	if _, err := c.Droplets.Delete(ctx, one.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Droplets.DeleteByTag(ctx, "group"); err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveDroplet(four.ID)
+	s.RemoveDroplet(four.ID) // gone already: no second call
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(gone)
+	if want := []string{"four", "one", "three", "two"}; !slices.Equal(gone, want) {
+		t.Errorf("hook ran for %v, want %v", gone, want)
 	}
 }

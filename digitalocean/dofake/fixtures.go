@@ -67,6 +67,10 @@ type Droplet struct {
 	SSHKeys []string
 	// UserData is the cloud-init user data given at creation.
 	UserData string
+	// PublicIPv4 is the droplet's public IPv4 address; "" means the
+	// server's (WithPublicIPv4, else 203.0.113.<n>). A machine backend
+	// sets it to the booted machine's own address (SetPublicIPv4).
+	PublicIPv4 string
 	// CreatedAt defaults to the server clock's now.
 	CreatedAt time.Time
 }
@@ -141,13 +145,57 @@ func (s *Server) addDroplet(d Droplet) Droplet {
 // control panel); a missing id is a no-op.
 func (s *Server) RemoveDroplet(id int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.forgetDroplet(id)
+	s.mu.Unlock()
+	s.runDeleted()
+}
+
+// runDeleted runs the WithOnDelete hook for every droplet forgotten since
+// the last call, without the server's lock.
+func (s *Server) runDeleted() {
+	s.mu.Lock()
+	gone, f := s.deleted, s.onDelete
+	s.deleted = nil
+	s.mu.Unlock()
+	for _, d := range gone {
+		f(d)
+	}
+}
+
+// SetStatus sets a droplet's status ("new", "active", "off", "archive"),
+// as the platform does when the machine behind it starts or stops; it
+// reports whether the droplet exists.
+func (s *Server) SetStatus(id int, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.droplets[id]
+	if d == nil {
+		return false
+	}
+	d.Status = status
+	return true
+}
+
+// SetPublicIPv4 sets a droplet's public IPv4 address (Droplet.PublicIPv4);
+// it reports whether the droplet exists.
+func (s *Server) SetPublicIPv4(id int, addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.droplets[id]
+	if d == nil {
+		return false
+	}
+	d.PublicIPv4 = addr
+	return true
 }
 
 // forgetDroplet deletes a droplet the way the API does: its volumes are
-// detached and it leaves every firewall. Called with s.mu held.
+// detached and it leaves every firewall. Called with s.mu held; the
+// droplet is queued for the WithOnDelete hook (runDeleted).
 func (s *Server) forgetDroplet(id int) {
+	if d := s.droplets[id]; d != nil && s.onDelete != nil {
+		s.deleted = append(s.deleted, d.clone())
+	}
 	delete(s.droplets, id)
 	for _, v := range s.volumes {
 		v.DropletIDs = slices.DeleteFunc(v.DropletIDs, func(d int) bool { return d == id })

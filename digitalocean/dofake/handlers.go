@@ -351,7 +351,7 @@ func (s *Server) deleteDroplet(r *http.Request, _ *tokenState) answer {
 		return errAnswer(http.StatusNotFound)
 	}
 	s.forgetDroplet(id)
-	return answer{status: http.StatusNoContent}
+	return answer{status: http.StatusNoContent, after: s.deletedHook()}
 }
 
 func (s *Server) deleteDropletsByTag(r *http.Request, _ *tokenState) answer {
@@ -362,7 +362,17 @@ func (s *Server) deleteDropletsByTag(r *http.Request, _ *tokenState) answer {
 	for _, d := range s.sortedDroplets(func(d *Droplet) bool { return d.HasTag(tag) }) {
 		s.forgetDroplet(d.ID)
 	}
-	return answer{status: http.StatusNoContent}
+	return answer{status: http.StatusNoContent, after: s.deletedHook()}
+}
+
+// deletedHook is the answer's after for a route that deleted droplets: it
+// runs the WithOnDelete hook for them (nil without one). Called with s.mu
+// held.
+func (s *Server) deletedHook() func() {
+	if s.onDelete == nil || len(s.deleted) == 0 {
+		return nil
+	}
+	return s.runDeleted
 }
 
 // hostname is the API's rule for droplet names.

@@ -226,6 +226,9 @@ func (s *Server) dropletWire(d *Droplet) dropletJSON {
 	if s.publicV4 != "" {
 		public = s.publicV4
 	}
+	if d.PublicIPv4 != "" {
+		public = d.PublicIPv4
+	}
 	return dropletJSON{
 		ID: d.ID, Name: d.Name, Memory: sz.MemoryMiB, Vcpus: sz.VCPUs, Disk: sz.DiskGiB,
 		Status: d.Status, CreatedAt: created,
