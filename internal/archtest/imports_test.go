@@ -47,7 +47,7 @@ var layers = []layer{
 	{name: "in-process harness", pkgs: []string{"daemon/daemontest"}},
 	{name: "daemon", pkgs: []string{"daemon"}},
 	// The domains the daemon wires; they never import daemon.
-	{name: "domain", pkgs: []string{"ingest/...", "reaper/...", "jobs/...", "boxes/...", "pulumiexec/...", "console/...", "digitalocean/..."}, peers: true},
+	{name: "domain", pkgs: []string{"alerts/...", "ingest/...", "reaper/...", "jobs/...", "boxes/...", "pulumiexec/...", "console/...", "digitalocean/..."}, peers: true},
 	// storage imports no domain package.
 	{name: "storage", pkgs: []string{"storage/..."}, peers: true},
 	{name: "schema", pkgs: []string{"schema/..."}},
