@@ -58,10 +58,21 @@ mkdir -p "$bin"
 # debootstrap and systemd-container packages, installed here as root when
 # missing. Without root the machine tests skip naming what is missing,
 # except under CI=true, where this fails.
+# lock_tool NAME: hold the cache's lock for NAME until the calling
+# (sub)shell exits, so two runs sharing the cache (two clones, CI and a
+# developer) build a tool once: the second waits, then finds it built. Without
+# it both wrote the same $dest.tmp and one's mv found it gone.
+lock_tool() {
+	mkdir -p "$cache"
+	exec {lockfd}>"$cache/.$1.lock"
+	flock "$lockfd"
+}
+
 install_rootfs() {
 	local key dest
 	key=$(printf '%s\n' "$ROOTFS_SUITE" "$ROOTFS_MIRROR" "$ROOTFS_PACKAGES" | sha256sum | cut -c1-16)
 	dest="$cache/rootfs/$ROOTFS_SUITE-$key"
+	lock_tool rootfs
 	if [[ ! -f "$dest/etc/debian_version" ]]; then
 		if [[ $(id -u) -ne 0 ]]; then
 			if [[ "${CI:-}" == "true" ]]; then
@@ -121,8 +132,10 @@ install_tool() {
 	local name=$1 version=$2 pkg=$3
 	shift 3
 	local dest="$cache/$name/$version"
+	lock_tool "$name"
 	if [[ ! -x "$dest/$name" ]]; then
 		echo "install-test-tools: building $name $version (cached in $dest)" >&2
+		rm -rf "$dest.tmp"
 		mkdir -p "$dest.tmp"
 		env "$@" GOBIN="$dest.tmp" go install "$pkg@$version"
 		rm -rf "$dest"
@@ -139,8 +152,10 @@ install_tool() {
 # build the test provider plugin themselves (a cached go build).
 install_pulumi() {
 	local dest="$cache/pulumi/$PULUMI_VERSION"
+	lock_tool pulumi
 	if [[ ! -x "$dest/pulumi" ]]; then
 		echo "install-test-tools: building pulumi $PULUMI_VERSION (cached in $dest; 15-20 min cold)" >&2
+		rm -rf "$dest.tmp"
 		mkdir -p "$dest.tmp"
 		CGO_ENABLED=0 go build -C "$repo/contrib/tools/pulumi" -trimpath -o "$dest.tmp/pulumi" \
 			-ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" \
