@@ -126,6 +126,29 @@ if ! command -v /usr/bin/chromium >/dev/null 2>&1; then
 	fi
 fi
 
+# Debian's prometheus package brings promtool, which checks and unit-tests
+# contrib/prometheus/chalupa-alerts.yml (`promtool check rules`, `promtool
+# test rules`; docs/operations.md, "Alerts"). Installed as root when
+# missing, like chromium; without root those tests skip, except under
+# CI=true where a missing promtool fails the run. Only promtool is wanted:
+# where systemd runs, the package's own Prometheus service, started by the
+# install, is stopped and disabled again.
+if ! command -v /usr/bin/promtool >/dev/null 2>&1; then
+	if [[ $(id -u) -eq 0 ]]; then
+		echo "install-test-tools: installing promtool (apt: prometheus)" >&2
+		{ apt-get update && apt-get install -y --no-install-recommends prometheus; } >&2
+		if [[ -d /run/systemd/system ]] && systemctl is-enabled --quiet prometheus.service 2>/dev/null; then
+			echo "install-test-tools: stopping and disabling the prometheus service the package started (only promtool is used)" >&2
+			systemctl disable --now prometheus.service >&2 || true
+		fi
+	elif [[ "${CI:-}" == "true" ]]; then
+		echo "install-test-tools: promtool is missing and this is not root: the Prometheus rules cannot be tested" >&2
+		exit 1
+	else
+		echo "install-test-tools: promtool is missing (run as root to install it); the Prometheus rules tests will skip" >&2
+	fi
+fi
+
 # install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
 # tool and version, then link into .tools/bin.
 install_tool() {

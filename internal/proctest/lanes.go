@@ -56,3 +56,25 @@ func Chromium(t testing.TB) string {
 	}
 	return ChromiumPath
 }
+
+// PromtoolPath is where Debian's prometheus package, which
+// contrib/install-test-tools.sh installs when run as root, puts promtool,
+// which checks and unit-tests contrib/prometheus/chalupa-alerts.yml
+// (docs/operations.md, "Alerts").
+const PromtoolPath = "/usr/bin/promtool"
+
+// Promtool returns PromtoolPath. It runs in both lanes (checking the rules
+// takes well under a second); when promtool is missing it skips the test
+// with the install command, or fails it when the environment has CI=true
+// (a missing tool must not turn a CI run green).
+func Promtool(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath(PromtoolPath); err != nil {
+		msg := fmt.Sprintf("%s is missing: run %s as root (Debian's prometheus package)", PromtoolPath, InstallCommand)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s (CI=true: a missing tool fails the run)", msg)
+		}
+		t.Skip(msg)
+	}
+	return PromtoolPath
+}
