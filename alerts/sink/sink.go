@@ -10,9 +10,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
+
+	"github.com/chalupa-run/chalupa/alerts"
 )
 
 // Failure names a transport failure in a few fixed words, without the
@@ -49,4 +53,19 @@ func Failure(err error) string {
 		return "TLS failed"
 	}
 	return "network error"
+}
+
+// SubjectsLine names a message's subjects, comma-separated, with "and N
+// more" for a coalesced message (docs/operations.md, "Alerts", storms); ""
+// when it has none.
+func SubjectsLine(m alerts.Message) string {
+	names := make([]string, len(m.Subjects))
+	for i, s := range m.Subjects {
+		names[i] = s.String()
+	}
+	line := strings.Join(names, ", ")
+	if m.More > 0 {
+		line += fmt.Sprintf(" and %d more", m.More)
+	}
+	return line
 }

@@ -377,7 +377,7 @@ func SlackBody(m alerts.Message) SlackMessage {
 	title := slackEscape(m.Title)
 	a := SlackAttachment{Fallback: title, Color: severityColour(m), Title: title, Text: slackEscape(cut(m.Text, MaxText)),
 		Footer: "chalupa · " + string(m.Event) + " · " + m.ID, TS: m.At.Unix()}
-	if s := subjectsLine(m); s != "" {
+	if s := sink.SubjectsLine(m); s != "" {
 		a.Fields = []SlackField{{Title: "Subjects", Value: slackEscape(s)}}
 	}
 	return SlackMessage{Text: title, Attachments: []SlackAttachment{a}}
@@ -416,25 +416,11 @@ func NtfyRequest(m alerts.Message) (body, title string, priority int, tags []str
 	}
 	var b strings.Builder
 	b.WriteString(m.Text)
-	if s := subjectsLine(m); s != "" {
+	if s := sink.SubjectsLine(m); s != "" {
 		b.WriteString("\n\nSubjects: " + s)
 	}
 	b.WriteString("\nMessage " + m.ID)
 	return cut(b.String(), MaxNtfyText), m.Title, priority, tags
-}
-
-// subjectsLine names m's subjects, with "and N more" for a coalesced
-// message.
-func subjectsLine(m alerts.Message) string {
-	names := make([]string, len(m.Subjects))
-	for i, s := range m.Subjects {
-		names[i] = s.String()
-	}
-	line := strings.Join(names, ", ")
-	if m.More > 0 {
-		line += fmt.Sprintf(" and %d more", m.More)
-	}
-	return line
 }
 
 // headerText is s as an HTTP header value: as it is when printable
