@@ -291,7 +291,10 @@ func stepError(step string, err error) error {
 }
 
 // compose is m as an RFC 5322 message: multipart/alternative with the
-// plain text first and the HTML second, both quoted-printable UTF-8. Its
+// plain text first and the HTML second, both quoted-printable UTF-8. Every
+// header value taken from m is an RFC 2047 encoded word when it holds
+// anything but printable ASCII, so a line break in a title cannot add a
+// header (a Bcc) to the message. Its
 // bytes depend on m and the configuration only (Date is m.At, the
 // boundary derives from the id), so a re-send is the same message.
 func (s *Sink) compose(m alerts.Message) ([]byte, error) {
@@ -309,11 +312,11 @@ func (s *Sink) compose(m alerts.Message) ([]byte, error) {
 		{"MIME-Version", "1.0"},
 		// An automatic message (RFC 3834): no vacation replies.
 		{"Auto-Submitted", "auto-generated"},
-		{"X-Chalupa-Event", string(m.Event)},
-		{"X-Chalupa-Severity", string(m.Severity)},
+		{"X-Chalupa-Event", mime.QEncoding.Encode("utf-8", string(m.Event))},
+		{"X-Chalupa-Severity", mime.QEncoding.Encode("utf-8", string(m.Severity))},
 	}
 	if m.Kind != "" {
-		hdr = append(hdr, [2]string{"X-Chalupa-Kind", m.Kind})
+		hdr = append(hdr, [2]string{"X-Chalupa-Kind", mime.QEncoding.Encode("utf-8", m.Kind)})
 	}
 	mw := multipart.NewWriter(&b)
 	if err := mw.SetBoundary("chalupa-alternative-" + m.ID); err != nil {

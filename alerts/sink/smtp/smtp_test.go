@@ -103,6 +103,36 @@ func TestSendThroughMailpit(t *testing.T) {
 	}
 }
 
+// TestTitleCannotAddHeaders: a title with a line break and a header after
+// it arrives as the subject, and the message gains no recipient.
+func TestTitleCannotAddHeaders(t *testing.T) {
+	mp := proctest.StartMailpit(t, false)
+	s, err := smtp.New(smtp.Config{URL: mp.SMTPURL(), Password: mp.Password, From: from, To: "oncall@example.com", TLS: &tls.Config{RootCAs: mp.RootCAs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := message()
+	m.Title = "[critical] disk-low\r\nBcc: intruder@example.net\r\nX-Injected: yes"
+	m.Kind = "disk-low\r\nX-Injected-Kind: yes"
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	list := mp.Messages()
+	if len(list) != 1 {
+		t.Fatalf("mailpit holds %d messages, want 1", len(list))
+	}
+	raw := mp.Raw(list[0].ID)
+	head, _, _ := strings.Cut(raw, "\r\n\r\n")
+	for _, bad := range []string{"\r\nBcc:", "\r\nX-Injected:", "\r\nX-Injected-Kind:"} {
+		if strings.Contains(head, bad) {
+			t.Errorf("the title added %q to the header:\n%s", strings.TrimSpace(bad), head)
+		}
+	}
+	if len(list[0].To) != 1 {
+		t.Errorf("recipients %+v, want oncall@example.com alone", list[0].To)
+	}
+}
+
 // TestMailpitRefusals: a wrong password is refused for good (535, a
 // permanent error without the password), and a server whose certificate
 // the sink does not trust gets nothing (a retryable TLS failure).
