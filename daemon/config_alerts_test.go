@@ -228,3 +228,30 @@ func TestAlertConfigRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestSMTPPasswordKeptInSecretsFile: on the embedded default, generating
+// the missing secrets into secrets.env keeps the operator's
+// CHALUPA_ALERT_SMTP_PASSWORD, and the next load still builds the email
+// sink with it.
+func TestSMTPPasswordKeptInSecretsFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, dir, daemon.SecretsFileName, "CHALUPA_ALERT_SMTP_PASSWORD=kept-"+hookToken+"\n", 0o600)
+	env := map[string]string{"CHALUPA_DATA_DIR": dir, "CHALUPA_ALERT_SMTP_URL": "smtp://alerts@mail.example.com",
+		"CHALUPA_ALERT_EMAIL_FROM": "alerts@example.com", "CHALUPA_ALERT_EMAIL_TO": "oncall@example.com"}
+	cfg, err := daemon.LoadConfig(envFunc(env))
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if wrote, err := cfg.EnsureSecrets(); err != nil || !wrote {
+		t.Fatalf("EnsureSecrets = %v, %v; want the generated secrets written", wrote, err)
+	}
+	m, err := daemon.ReadSecretsFile(filepath.Join(dir, daemon.SecretsFileName))
+	if err != nil || m["CHALUPA_ALERT_SMTP_PASSWORD"] != "kept-"+hookToken || m["CHALUPA_ADMIN_TOKEN"] == "" {
+		t.Fatalf("secrets.env after EnsureSecrets lost the password or lacks the admin token (%v)", err)
+	}
+	cfg, err = daemon.LoadConfig(envFunc(env))
+	if err != nil || len(cfg.AlertSinks()) != 1 {
+		t.Fatalf("LoadConfig after EnsureSecrets: %v", err)
+	}
+}
