@@ -20,6 +20,10 @@ set -euo pipefail
 # a restore reads exactly the LTX files the daemon writes.
 LITESTREAM_VERSION=v0.5.18
 VERSITYGW_VERSION=v1.8.0
+# mailpit is the SMTP server the email sink's tests send to, with STARTTLS
+# and authentication, and read back through its HTTP API (docs/operations.md,
+# "Alerts"). A test tool only, never a module dependency.
+MAILPIT_VERSION=v1.33.1
 # staticcheck is pinned so a new release's checks cannot fail an unchanged tree.
 STATICCHECK_VERSION=v0.8.2
 # The pulumi CLI the converge tests drive (docs/operations.md, "Converge").
@@ -193,6 +197,8 @@ install_tool litestream "$LITESTREAM_VERSION" github.com/benbjohnson/litestream/
 lpid=$!
 install_tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw CGO_ENABLED=0 &
 vpid=$!
+install_tool mailpit "$MAILPIT_VERSION" github.com/axllent/mailpit CGO_ENABLED=0 &
+mpid=$!
 install_tool staticcheck "$STATICCHECK_VERSION" honnef.co/go/tools/cmd/staticcheck &
 spid=$!
 install_pulumi &
@@ -202,6 +208,7 @@ rpid=$!
 rc=0
 wait "$lpid" || rc=1
 wait "$vpid" || rc=1
+wait "$mpid" || rc=1
 wait "$spid" || rc=1
 wait "$ppid" || rc=1
 wait "$rpid" || rc=1

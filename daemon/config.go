@@ -88,6 +88,8 @@ type Config struct {
 	Quotas ingest.Quotas
 	// Disk is the free-space guard.
 	Disk DiskConfig
+	// Alerts is where alerts go: the email and webhook sinks.
+	Alerts AlertsConfig
 	// Warnings are what config check and serve say about a configuration
 	// they accept: a deprecated variable and its replacement; an agent
 	// release converge cannot install.
@@ -141,7 +143,8 @@ func (l *loader) bad(format string, a ...any) {
 // LoadConfig reads and validates the configuration from env: each row of
 // the variable table parses its variable into its section, then each
 // section checks the rules across its variables. It does not touch the
-// filesystem except to read an existing generated-secrets file; it never
+// filesystem except to read an existing generated-secrets file and the
+// alert sinks' secret files (CHALUPA_ALERT_*_FILE); it never
 // creates one (see EnsureSecrets). On a loopback listener, secrets missing
 // from env are taken from that file, or marked to be generated.
 //
@@ -176,7 +179,7 @@ func newConfig() *Config {
 // tokens, converge's warnings the origin).
 func (c *Config) validators() []func(*loader) {
 	return []func(*loader){c.HTTP.validate, c.validateSecrets, c.Replica.validate, c.validateLogs,
-		c.validateReaper, c.validateCosts, c.validateConverge}
+		c.validateReaper, c.validateCosts, c.validateConverge, c.validateAlerts}
 }
 
 // Redacted returns the effective configuration as ordered name/value pairs

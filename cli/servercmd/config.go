@@ -76,6 +76,12 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 	if cfg.DataDirInUse() {
 		notes = append(notes, daemonRunningNote)
 	}
+	// Each alert sink, checked and previewed (docs/operations.md,
+	// "Alerts", under Sinks): URLs as scheme and host, secrets as set.
+	sinks := cfg.AlertSinkPreviews()
+	if len(sinks) == 0 {
+		sinks = []string{noAlertSinksNote}
+	}
 	if c.JSON {
 		m := map[string]string{}
 		for _, r := range rows {
@@ -87,6 +93,7 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 		if len(notes) > 0 {
 			m["warnings"] = strings.Join(notes, "; ")
 		}
+		m["alertSinks"] = strings.Join(sinks, "; ")
 		return json.NewEncoder(env.Stdout).Encode(m)
 	}
 	tw := table(env.Stdout)
@@ -95,6 +102,9 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 	}
 	if note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", note)
+	}
+	for _, s := range sinks {
+		fmt.Fprintf(tw, "alert sink\t%s\n", s)
 	}
 	for _, w := range notes {
 		fmt.Fprintf(tw, "warning\t%s\n", w)
@@ -109,6 +119,10 @@ func (c *configCheckCmd) Run(env *cli.Env) error {
 // replicaSharesDiskNote is what `config check` says when the replica is a
 // file:// replica on the data directory's filesystem.
 const replicaSharesDiskNote = "CHALUPA_REPLICA_URL is a file:// replica on the data directory's filesystem: it takes space from the same disk (counted by CHALUPA_MIN_FREE_BYTES) and is lost with it; set an s3:// replica to survive the disk"
+
+// noAlertSinksNote is `config check`'s alert sink line when none is
+// configured: not a problem, but nobody is told of a fault.
+const noAlertSinksNote = "none: no alert reaches a person (set CHALUPA_ALERT_SMTP_URL or CHALUPA_ALERT_WEBHOOK_URL; docs/operations.md, \"Alerts\")"
 
 // daemonRunningNote is what `config check` adds when a daemon holds the
 // data dir: the configuration was checked all the same.

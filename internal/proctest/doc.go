@@ -1,7 +1,8 @@
 // Package proctest starts the real components chalupa's tests drive as
 // processes (docs/architecture.md, "Tests"): the built chalupa binary, a
-// versitygw S3 server on 127.0.0.1, the litestream CLI for restores and
-// the pulumi CLI with the test provider. Nothing here is a mock.
+// versitygw S3 server on 127.0.0.1, a mailpit SMTP server (STARTTLS or TLS,
+// with authentication), the litestream CLI for restores and the pulumi CLI
+// with the test provider. Nothing here is a mock.
 //
 // It imports no chalupa server package (only leaves: adminapi, datadir,
 // randtoken), so any package's tests — storage's among them — can use it
