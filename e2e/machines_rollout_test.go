@@ -101,6 +101,17 @@ func TestMachineAgentRolloutBadReleases(t *testing.T) {
 
 	rollouttest.BadReleases(t, rb)
 
+	// Nothing was reaped: the write token destroyed nothing and every
+	// machine still runs.
+	if del := api.Requests(dofake.WithToken("write"), func(r dofake.Request) bool { return r.Method == http.MethodDelete }); len(del) != 0 {
+		t.Errorf("DELETEs with the write token: %+v", del)
+	}
+	for _, name := range rb.boxes {
+		if s := rb.xs[name].State(); s != machines.StateRunning {
+			t.Fatalf("%s's machine is %s", name, s)
+		}
+	}
+
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for i, name := range rb.boxes {
@@ -122,16 +133,6 @@ func TestMachineAgentRolloutBadReleases(t *testing.T) {
 		}
 		if now != was {
 			t.Errorf("%s's binary or unit changed though it was not tried: %+v, was %+v", name, now, was)
-		}
-	}
-	// Nothing was reaped: the write token destroyed nothing and every
-	// machine still runs.
-	if del := api.Requests(dofake.WithToken("write"), func(r dofake.Request) bool { return r.Method == http.MethodDelete }); len(del) != 0 {
-		t.Errorf("DELETEs with the write token: %+v", del)
-	}
-	for _, name := range rb.boxes {
-		if s := rb.xs[name].State(); s != machines.StateRunning {
-			t.Errorf("%s's machine is %s", name, s)
 		}
 	}
 }
