@@ -77,8 +77,13 @@ func TestMachineAgentRolloutBadReleases(t *testing.T) {
 	}
 	rb := &machineRolloutBed{t: t, bed: bed, d: d, releases: releases, releaseURL: releaseURL, xs: map[string]*machines.Box{}}
 	before, start := map[string]machineAgentFile{}, time.Now()
-	for _, name := range []string{"rb-1", "rb-2", "rb-3"} {
-		x, _ := machineBoxUp(t, cl, bed, []string{fingerprint, ssh.FingerprintLegacyMD5(person.PublicKey())}, env, name, 1, rollouttest.OldVersion)
+	names := []string{"rb-1", "rb-2", "rb-3"}
+	jobs := map[string]adminapi.Job{}
+	for _, name := range names {
+		jobs[name] = machineBoxQueue(t, cl, []string{fingerprint, ssh.FingerprintLegacyMD5(person.PublicKey())}, env, name, 1)
+	}
+	for _, name := range names {
+		x, _ := machineBoxReady(t, cl, bed, env, name, jobs[name], rollouttest.OldVersion)
 		// Someone at work on the box: its agent reports the session at
 		// every heartbeat, so its idle deadline moves while it reports.
 		sc, err := x.SSH(ctx, "root", person)
@@ -97,7 +102,7 @@ func TestMachineAgentRolloutBadReleases(t *testing.T) {
 		before[name] = rb.agentFile(t, x)
 	}
 
-	t.Logf("three boxes up, one after the other: %v", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("three boxes up (their ups queued at once): %v", time.Since(start).Round(100*time.Millisecond))
 
 	rollouttest.BadReleases(t, rb)
 

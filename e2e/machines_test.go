@@ -400,6 +400,15 @@ func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint
 // env, whose daemon's release is version.
 func machineBoxUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int, version string) (*machines.Box, adminapi.FleetDeployment) {
 	t.Helper()
+	return machineBoxReady(t, cl, bed, env, name, machineBoxQueue(t, cl, fingerprints, env, name, limitMinutes), version)
+}
+
+// machineBoxQueue creates box name in environment env (idle limit in
+// minutes) and queues its `converge up`, returning the job: several boxes
+// queued at once boot while the next one's up runs (one job at a time,
+// docs/operations.md, "Jobs").
+func machineBoxQueue(t *testing.T, cl *adminapi.Client, fingerprints []string, env, name string, limitMinutes int) adminapi.Job {
+	t.Helper()
 	ctx := context.Background()
 	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
 		SSHKeyFingerprints: fingerprints,
@@ -407,7 +416,26 @@ func machineBoxUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerpr
 	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: name, Environment: env, BoxConfig: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	if j := lifecycleConverge(t, cl, name, "up"); j.Status != storage.JobSucceeded {
+	j, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: name}, Action: "up"})
+	if err != nil {
+		t.Fatalf("up %s: %v", name, err)
+	}
+	return j
+}
+
+// machineBoxReady waits for box name's queued up j and then requires what
+// machineUp does of the booted machine and its agent of version.
+func machineBoxReady(t *testing.T, cl *adminapi.Client, bed *machines.Bed, env, name string, j adminapi.Job, version string) (*machines.Box, adminapi.FleetDeployment) {
+	t.Helper()
+	ctx := context.Background()
+	testwait.Eventually(t, testwait.Long, "up of "+name, func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(ctx, j.ID); err != nil {
+			return false, err.Error()
+		}
+		return j.Done(), j.Status + " " + string(j.Progress)
+	})
+	if j.Status != storage.JobSucceeded {
 		t.Fatalf("up %s: %s: %s", name, j.Status, j.Error)
 	}
 	b, err := cl.GetBox(ctx, name)
