@@ -143,11 +143,12 @@ func TestLifecycleProof(t *testing.T) {
 }
 
 // lifecycleRelease is a release contrib/release.sh built for the host's
-// architecture, served over loopback https: its directory URL, the PEM
-// file of its server's certificate, and checksums.txt (name → sha256).
+// architecture, served over loopback https: its version (lifecycleVersion
+// when empty), its directory URL, the PEM file of its server's
+// certificate, and checksums.txt (name → sha256).
 type lifecycleRelease struct {
-	url, ca string
-	sha256  map[string]string
+	version, url, ca string
+	sha256           map[string]string
 }
 
 func lifecycleBuildRelease(t *testing.T) lifecycleRelease {
@@ -182,10 +183,11 @@ func lifecycleArchive(arch string) string { return agentrelease.ArchiveName(life
 // "Configuration"). The architecture not built gets a digest no archive
 // has: a droplet of that architecture would refuse to install.
 func (r lifecycleRelease) daemonEnv() map[string]string {
-	env := map[string]string{"CHALUPA_AGENT_VERSION": lifecycleVersion, "CHALUPA_AGENT_RELEASE_URL": r.url}
+	version := cmp.Or(r.version, lifecycleVersion)
+	env := map[string]string{"CHALUPA_AGENT_VERSION": version, "CHALUPA_AGENT_RELEASE_URL": r.url}
 	for _, arch := range []string{"amd64", "arm64"} {
 		none := sha256.Sum256(nil)
-		env["CHALUPA_AGENT_SHA256_"+strings.ToUpper(arch)] = cmp.Or(r.sha256[lifecycleArchive(arch)], hex.EncodeToString(none[:]))
+		env["CHALUPA_AGENT_SHA256_"+strings.ToUpper(arch)] = cmp.Or(r.sha256[agentrelease.ArchiveName(version, arch)], hex.EncodeToString(none[:]))
 	}
 	return env
 }

@@ -268,6 +268,12 @@ func TestMachineJournalShipped(t *testing.T) {
 // BoxConfig.SSHKeyFingerprints.
 func machineDaemon(t *testing.T, reaper string, extra ...func(*machines.Bed) map[string]string) (*dofake.Server, *machines.Bed, *proctest.Daemon, string) {
 	t.Helper()
+	return machineDaemonOf(t, reaper, lifecycleVersion, extra...)
+}
+
+// machineDaemonOf is machineDaemon with the release built as version.
+func machineDaemonOf(t *testing.T, reaper, version string, extra ...func(*machines.Bed) map[string]string) (*dofake.Server, *machines.Bed, *proctest.Daemon, string) {
+	t.Helper()
 	ctx := context.Background()
 	bin := proctest.BuildBinary(t)
 	cli := proctest.ToolPath(t, "pulumi")
@@ -279,12 +285,12 @@ func machineDaemon(t *testing.T, reaper string, extra ...func(*machines.Bed) map
 	}
 	bed.Expose(apiURL.Host) // the daemon and pulumi reach dofake from inside the bed
 
-	dir, sums := machineRelease(t)
+	dir, sums := machineRelease(t, version)
 	env := map[string]string{"DIGITALOCEAN_PROVISION_TOKEN": api.AddToken("provision", dofake.FullAccess...),
 		"DIGITALOCEAN_WRITE_TOKEN": api.AddToken("write", dofake.FullAccess...), "CHALUPA_REAPER": reaper,
 		"CHALUPA_DO_API_URL": api.URL, "CHALUPA_PULUMI_CLI": cli, "PULUMI_HOME": home,
 		"CHALUPA_LISTEN": bed.Publish(), "CHALUPA_ORIGIN": bed.ControlURL()}
-	for k, v := range (lifecycleRelease{url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
+	for k, v := range (lifecycleRelease{version: version, url: bed.ServeTLS(8443, http.FileServer(http.Dir(dir))), sha256: sums}).daemonEnv() {
 		env[k] = v
 	}
 	for _, f := range extra {
@@ -384,17 +390,52 @@ func TestMachineAgentSurvives(t *testing.T) {
 // agent's heartbeat: it returns the box and the live deployment.
 func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
 	t.Helper()
+	if _, err := cl.CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
+		t.Fatal(err)
+	}
+	return machineBoxUp(t, cl, bed, fingerprints, env, name, limitMinutes, lifecycleVersion)
+}
+
+// machineBoxUp is machineUp of another box in the existing environment
+// env, whose daemon's release is version.
+func machineBoxUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int, version string) (*machines.Box, adminapi.FleetDeployment) {
+	t.Helper()
+	return machineBoxReady(t, cl, bed, env, name, machineBoxQueue(t, cl, fingerprints, env, name, limitMinutes), version)
+}
+
+// machineBoxQueue creates box name in environment env (idle limit in
+// minutes) and queues its `converge up`, returning the job: several boxes
+// queued at once boot while the next one's up runs (one job at a time,
+// docs/operations.md, "Jobs").
+func machineBoxQueue(t *testing.T, cl *adminapi.Client, fingerprints []string, env, name string, limitMinutes int) adminapi.Job {
+	t.Helper()
 	ctx := context.Background()
 	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
 		SSHKeyFingerprints: fingerprints,
 		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 1, AgentIdleMinutes: int64(limitMinutes)}
-	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: name, Environment: env, BoxConfig: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	if j := lifecycleConverge(t, cl, name, "up"); j.Status != storage.JobSucceeded {
+	j, err := cl.RunPulumiConverge(ctx, adminapi.ConvergeRequest{Scope: adminapi.Scope{Kind: "box", ID: name}, Action: "up"})
+	if err != nil {
+		t.Fatalf("up %s: %v", name, err)
+	}
+	return j
+}
+
+// machineBoxReady waits for box name's queued up j and then requires what
+// machineUp does of the booted machine and its agent of version.
+func machineBoxReady(t *testing.T, cl *adminapi.Client, bed *machines.Bed, env, name string, j adminapi.Job, version string) (*machines.Box, adminapi.FleetDeployment) {
+	t.Helper()
+	ctx := context.Background()
+	testwait.Eventually(t, testwait.Long, "up of "+name, func() (bool, string) {
+		var err error
+		if j, err = cl.GetJob(ctx, j.ID); err != nil {
+			return false, err.Error()
+		}
+		return j.Done(), j.Status + " " + string(j.Progress)
+	})
+	if j.Status != storage.JobSucceeded {
 		t.Fatalf("up %s: %s: %s", name, j.Status, j.Error)
 	}
 	b, err := cl.GetBox(ctx, name)
@@ -426,7 +467,7 @@ func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint
 		{[]string{"systemctl", "is-active", "chalupa-agent"}, "active"},
 		{[]string{"id", "-un", "chalupa-agent"}, "chalupa-agent"},
 		{[]string{"stat", "-c", "%a %U", "/etc/chalupa-agent", "/etc/chalupa-agent/ingest.key", "/etc/chalupa-agent/agent.env"}, "700 chalupa-agent\n600 chalupa-agent\n600 chalupa-agent"},
-		{[]string{"/usr/local/bin/chalupa-agent", "version"}, lifecycleVersion},
+		{[]string{"/usr/local/bin/chalupa-agent", "version"}, version},
 	} {
 		got, err := x.Exec(wctx, c.args...)
 		if err != nil || !strings.Contains(strings.TrimSpace(got), c.want) {
@@ -437,7 +478,7 @@ func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint
 		t.Errorf("box %s: the ExecStart systemd ran: %q, %v", name, got, err)
 	}
 	live := func(d adminapi.FleetDeployment) bool {
-		return d.Status == "active" && !d.LastHeartbeatAt.IsZero() && d.AgentVersion == "chalupa-agent/"+lifecycleVersion
+		return d.Status == "active" && !d.LastHeartbeatAt.IsZero() && d.AgentVersion == "chalupa-agent/"+version
 	}
 	dep := lifecycleDeployment(t, cl, env, "droplet-"+strconv.Itoa(x.Droplet.ID), 2*time.Minute, live)
 	if reads := x.MetadataReads(); !slices.Contains(reads, "id") {
@@ -446,12 +487,12 @@ func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprint
 	return x, dep
 }
 
-// machineRelease builds a release of the host's architecture with
+// machineRelease builds release version of the host's architecture with
 // contrib/release.sh and returns its directory and digests by archive.
-func machineRelease(t *testing.T) (string, map[string]string) {
+func machineRelease(t *testing.T, version string) (string, map[string]string) {
 	t.Helper()
 	out := t.TempDir()
-	cmd := exec.Command("sh", filepath.Join(proctest.RepoRoot(t), "contrib/release.sh"), lifecycleVersion, out)
+	cmd := exec.Command("sh", filepath.Join(proctest.RepoRoot(t), "contrib/release.sh"), version, out)
 	cmd.Env = append(os.Environ(), "CHALUPA_RELEASE_ALLOW_DIRTY=1", "CHALUPA_RELEASE_ARCHES="+runtime.GOARCH)
 	b, err := cmd.CombinedOutput()
 	sums, _ := os.ReadFile(filepath.Join(out, "checksums.txt"))
