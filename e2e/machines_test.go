@@ -384,13 +384,20 @@ func TestMachineAgentSurvives(t *testing.T) {
 // agent's heartbeat: it returns the box and the live deployment.
 func machineUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
 	t.Helper()
+	if _, err := cl.CreateEnvironment(context.Background(), adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
+		t.Fatal(err)
+	}
+	return machineBoxUp(t, cl, bed, fingerprints, env, name, limitMinutes)
+}
+
+// machineBoxUp is machineUp for a box of an environment that exists, so
+// several boxes share one environment.
+func machineBoxUp(t *testing.T, cl *adminapi.Client, bed *machines.Bed, fingerprints []string, env, name string, limitMinutes int) (*machines.Box, adminapi.FleetDeployment) {
+	t.Helper()
 	ctx := context.Background()
 	cfg := adminapi.BoxConfig{Region: "nyc3", Size: "s-1vcpu-1gb", Image: "debian-12-x64",
 		SSHKeyFingerprints: fingerprints,
 		CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", VolumeSizeGiB: 1, AgentIdleMinutes: int64(limitMinutes)}
-	if _, err := cl.CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: env}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := cl.CreateBox(ctx, adminapi.CreateBoxRequest{Name: name, Environment: env, BoxConfig: cfg}); err != nil {
 		t.Fatal(err)
 	}
