@@ -53,7 +53,8 @@ type rotateKeyState struct {
 // key file changed, still 0600 and the agent's, and the unit's MainPID
 // changed (the rotation restarts the unit); the deployment's heartbeats are
 // signed with the new key id, and the old key was revoked no earlier than
-// the first of them, with an ingest-key-rotated event. `admin box
+// the first of them, with an ingest-key-rotated event; the fleet view
+// counts the environment's keys so (there is no listing of keys). `admin box
 // deliver-key` then gives one box yet another key the same way. Both
 // deployments are still active a heartbeat past the idle deadline that
 // stood before the rotation, no heartbeat since a box's new key is signed
@@ -249,6 +250,25 @@ func TestMachineKeyRotation(t *testing.T) {
 		before[b.name] = rotated(b, before[b.name], events[b.name], (*r.Boxes)[i])
 		events[b.name]++
 	}
+	keyCounts := func() map[string]int {
+		t.Helper()
+		f, err := cl.ListFleet(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range f.Environments {
+			if e.Slug == env {
+				return e.Keys
+			}
+		}
+		t.Fatalf("environment %s is not in the fleet", env)
+		return nil
+	}
+	// The fleet view (the admin API's only view of key statuses) agrees:
+	// the two new keys active, the two old ones revoked, none rotating.
+	if got := keyCounts(); got["active"] != 2 || got["revoked"] != 2 || got["rotating"] != 0 {
+		t.Errorf("the environment's keys after the rotation %v; want 2 active, 2 revoked", got)
+	}
 	if t.Failed() {
 		return
 	}
@@ -261,6 +281,9 @@ func TestMachineKeyRotation(t *testing.T) {
 	}
 	before[b1.name] = rotated(b1, before[b1.name], events[b1.name], dr)
 	t.Logf("admin box deliver-key %s: %v after the rotation's start", b1.name, time.Since(start).Round(100*time.Millisecond))
+	if got := keyCounts(); got["active"] != 2 || got["revoked"] != 3 || got["rotating"] != 0 {
+		t.Errorf("the environment's keys after deliver-key %v; want 2 active, 3 revoked", got)
+	}
 
 	// Both stay live past the deadline that stood before the rotation: a
 	// heartbeat half a minute after it, the deployment active and its
