@@ -8,7 +8,8 @@ package e2e
 // droplet's agent and answers once the restarted agent has sent the
 // heartbeat its start sends, as systemd's restart of chalupa-agent.service
 // and the agent's Run would. On a booted machine (the machine bed) the
-// same assertions hold with the real sshd, systemd and the built agent.
+// same assertions hold with the real sshd, systemd and the built agent
+// (TestMachineKeyRotation, e2e/machines_rotate_test.go).
 
 import (
 	"context"
