@@ -1,0 +1,530 @@
+package alerter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/storage"
+	"github.com/chalupa-run/chalupa/storage/storagetest"
+)
+
+var (
+	t0       = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	platform = alerts.Subject{Kind: alerts.SubjectPlatform}
+	errDown  = errors.New("receiver down")
+)
+
+// fakeSink records the messages it accepted; fail, when set, decides a
+// send's error first; block, when set, holds a send until its context ends.
+type fakeSink struct {
+	name    string
+	mu      sync.Mutex
+	got     []alerts.Message
+	tries   []string // every attempted id, in order
+	fail    func(m alerts.Message) error
+	block   atomic.Bool
+	entered chan string
+}
+
+func newSink(name string) *fakeSink { return &fakeSink{name: name, entered: make(chan string, 10000)} }
+
+func (s *fakeSink) Name() string { return s.name }
+
+func (s *fakeSink) Send(ctx context.Context, m alerts.Message) error {
+	s.entered <- m.ID
+	if s.block.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tries = append(s.tries, m.ID)
+	if s.fail != nil {
+		if err := s.fail(m); err != nil {
+			return err
+		}
+	}
+	s.got = append(s.got, m)
+	return nil
+}
+
+func (s *fakeSink) messages() []alerts.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]alerts.Message(nil), s.got...)
+}
+
+func (s *fakeSink) setFail(f func(alerts.Message) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = f
+}
+
+func newAlerter(t *testing.T, db *storage.DB, clock clockwork.Clock, write func(context.Context, storage.TxFunc) error, sinks ...alerts.Sink) *alerter.Alerter {
+	t.Helper()
+	a, err := alerter.New(alerter.Config{DB: db, Sinks: sinks, Clock: clock, Log: zerolog.Nop(), Write: write, Rand: func() float64 { return 0.5 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tick runs one tick and waits for the sends it started.
+func tick(t *testing.T, a *alerter.Alerter) alerter.Result {
+	t.Helper()
+	res, err := a.Tick(context.Background())
+	if err != nil {
+		t.Fatalf("tick: %v", err)
+	}
+	a.Wait()
+	return res
+}
+
+func set(t *testing.T, a *alerter.Alerter, kind string, s alerts.Subject, holds bool) {
+	t.Helper()
+	if err := a.Set(context.Background(), kind, s, holds, "detail words"); err != nil {
+		t.Fatalf("set %s %v %v: %v", kind, s, holds, err)
+	}
+}
+
+func events(ms []alerts.Message) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, string(m.Event)+" "+m.Kind)
+	}
+	return out
+}
+
+func pending(t *testing.T, db *storage.DB) int {
+	t.Helper()
+	n, err := storage.OutboxPendingCount(context.Background(), db.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFireRepeatResolve: a condition fires once, a Set that finds it
+// already holding writes nothing, it repeats hourly (critical) and daily
+// (warning) and resolves with one message; with nothing open the worker
+// needs no timer.
+func TestFireRepeatResolve(t *testing.T) {
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+
+	if res := tick(t, a); !res.Next.IsZero() {
+		t.Fatalf("nothing open: next wake-up %v, want none", res.Next)
+	}
+	set(t, a, alerts.KindClockSuspect, platform, true)
+	set(t, a, alerts.KindQuotaExceeded, alerts.Subject{Kind: alerts.SubjectEnvironment, ID: "prod"}, true)
+	set(t, a, alerts.KindClockSuspect, platform, true) // already holds: nothing
+	if n := pending(t, db); n != 2 {
+		t.Fatalf("pending after two conditions and a repeated Set: %d, want 2", n)
+	}
+	tick(t, a)
+	if got := events(sink.messages()); len(got) != 2 {
+		t.Fatalf("fired: %v", got)
+	}
+	for _, m := range sink.messages() {
+		if m.Event != alerts.Fired || m.AlertID == "" || m.Text == "" {
+			t.Errorf("fired message %+v", m)
+		}
+	}
+	clock.Advance(59 * time.Minute)
+	if res := tick(t, a); len(res.Dispatched) != 0 {
+		t.Fatalf("59 min: dispatched %v, want nothing", res.Dispatched)
+	}
+	clock.Advance(time.Minute)
+	res := tick(t, a)
+	if got := events(sink.messages()); len(got) != 3 || got[2] != "repeated clock-suspect" {
+		t.Fatalf("after an hour: %v, want the critical one repeated", got)
+	}
+	if want := t0.Add(2 * time.Hour); !res.Next.Equal(want) {
+		t.Errorf("next wake-up %v, want the next repeat %v", res.Next, want)
+	}
+	clock.Advance(23 * time.Hour)
+	tick(t, a)
+	var warnRepeats int
+	for _, m := range sink.messages() {
+		if m.Event == alerts.Repeated && m.Kind == alerts.KindQuotaExceeded {
+			warnRepeats++
+		}
+	}
+	if warnRepeats != 1 {
+		t.Fatalf("after a day: %d warning repeats, want 1 (%v)", warnRepeats, events(sink.messages()))
+	}
+	set(t, a, alerts.KindClockSuspect, platform, false)
+	set(t, a, alerts.KindQuotaExceeded, alerts.Subject{Kind: alerts.SubjectEnvironment, ID: "prod"}, false)
+	set(t, a, alerts.KindClockSuspect, platform, false) // already ended: nothing
+	clock.Advance(alerter.Coalesce)
+	tick(t, a)
+	n := len(sink.messages())
+	last := sink.messages()[n-2:]
+	for _, m := range last {
+		if m.Event != alerts.Resolved {
+			t.Errorf("last messages %v, want the two resolutions", events(last))
+		}
+	}
+	if res := tick(t, a); !res.Next.IsZero() {
+		t.Errorf("all resolved and delivered: next wake-up %v, want none", res.Next)
+	}
+}
+
+// TestSameIDAcrossRetriesAndRestart: a message committed with its
+// condition but not delivered before a "crash" (the database closed and
+// opened again, a new alerter) is delivered after the restart with the id
+// it was committed with, and every retry carries the same id.
+func TestSameIDAcrossRetriesAndRestart(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	a := newAlerter(t, db, clock, nil, newSink("webhook"))
+	set(t, a, alerts.KindReaperOverdue, platform, true)
+	rows, err := storage.PendingOutbox(ctx, db.Read, "webhook", 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("pending %v %v", rows, err)
+	}
+	id := rows[0].ID
+	path := db.Path
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db2, err := storage.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	sink := newSink("webhook")
+	fails := 2
+	sink.setFail(func(alerts.Message) error {
+		if fails > 0 {
+			fails--
+			return errDown
+		}
+		return nil
+	})
+	a2 := newAlerter(t, db2, clock, nil, sink)
+	for i := 0; i < 10 && len(sink.messages()) == 0; i++ {
+		tick(t, a2)
+		clock.Advance(alerter.BackoffMax)
+	}
+	if len(sink.tries) < 3 || sink.tries[0] != id || sink.tries[1] != id || sink.tries[2] != id {
+		t.Fatalf("tries %v, want the committed id %s three times (two failures, one delivery)", sink.tries, id)
+	}
+	if got := sink.messages(); len(got) == 0 || got[0].ID != id || got[0].Event != alerts.Fired {
+		t.Fatalf("delivered %v, want the fired message %s first", events(got), id)
+	}
+}
+
+// TestSinkDownTenMinutes: a sink down for 10 minutes, then back, receives
+// every message once per id, in order per subject.
+func TestSinkDownTenMinutes(t *testing.T) {
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("email")
+	sink.setFail(func(alerts.Message) error {
+		if clock.Now().Before(t0.Add(10 * time.Minute)) {
+			return errDown
+		}
+		return nil
+	})
+	a := newAlerter(t, db, clock, nil, sink)
+	subjects := []alerts.Subject{{Kind: alerts.SubjectBox, ID: "b1"}, {Kind: alerts.SubjectBox, ID: "b2"}}
+	for i, s := range subjects {
+		set(t, a, alerts.KindAgentUpgradeFailed, s, true)
+		tick(t, a)
+		clock.Advance(time.Minute)
+		set(t, a, alerts.KindJobFailed, s, true)
+		tick(t, a)
+		clock.Advance(time.Minute)
+		if i == 0 {
+			set(t, a, alerts.KindAgentUpgradeFailed, s, false)
+		}
+		tick(t, a)
+	}
+	for i := 0; i < 120 && pending(t, db) > 0; i++ {
+		clock.Advance(30 * time.Second)
+		tick(t, a)
+	}
+	if n := pending(t, db); n != 0 {
+		t.Fatalf("%d messages still pending an hour after the sink came back", n)
+	}
+	seen := map[string]int{}
+	order := map[string][]string{}
+	for _, m := range sink.messages() {
+		seen[m.ID]++
+		for _, s := range m.Subjects {
+			order[s.String()] = append(order[s.String()], string(m.Event)+" "+m.Kind)
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("message %s delivered %d times", id, n)
+		}
+	}
+	// Messages that waited together are coalesced (one per event and
+	// kind); each subject still hears everything, in order.
+	for subject, want := range map[string][]string{
+		"box b1": {"fired agent-upgrade-failed", "fired job-failed", "resolved agent-upgrade-failed"},
+		"box b2": {"fired agent-upgrade-failed", "fired job-failed"},
+	} {
+		if got := order[subject]; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s's messages in order %v, want %v", subject, got, want)
+		}
+	}
+	for _, m := range sink.messages() {
+		if m.At.After(t0.Add(10*time.Minute)) || m.ID == "" {
+			t.Errorf("message %s stamped %v, want its condition's time", m.ID, m.At)
+		}
+	}
+}
+
+// TestFailingSinkDoesNotDelayAnother: a sink whose send hangs holds only
+// its own goroutine: another sink receives the same alert while it hangs,
+// and the hung send ends at SendTimeout as a timeout, retried later.
+func TestFailingSinkDoesNotDelayAnother(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	slow, fast := newSink("slow"), newSink("fast")
+	slow.block.Store(true)
+	a := newAlerter(t, db, clock, nil, slow, fast)
+	set(t, a, alerts.KindDiskLow, platform, true)
+	if _, err := a.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-slow.entered // the slow sink's send is under way and hangs
+	select {
+	case <-fast.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fast sink got nothing while the slow one hung")
+	}
+	// The tick, Set and the writer are not held either.
+	set(t, a, alerts.KindClockSuspect, platform, true)
+	if _, err := a.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.BlockUntilContext(ctx, 1) // the slow send's timeout timer
+	clock.Advance(alerter.SendTimeout)
+	a.Wait()
+	rows, err := storage.PendingOutbox(ctx, db.Read, "slow", 10)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("slow sink's pending %d %v, want both", len(rows), err)
+	}
+	if rows[0].Attempts != 1 || rows[0].LastError != "timeout" {
+		t.Errorf("slow sink's first message: %d attempts, error %q; want 1, timeout", rows[0].Attempts, rows[0].LastError)
+	}
+}
+
+// TestExpiryRaisesDeliveryFailing: a message undelivered for 24 h expires
+// and raises one alert-delivery-failing condition, which resolves once the
+// sink delivers again.
+func TestExpiryRaisesDeliveryFailing(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	sink.setFail(func(alerts.Message) error { return errDown })
+	a := newAlerter(t, db, clock, nil, sink)
+	set(t, a, alerts.KindReaperTokenRefused, platform, true)
+	rows, _ := storage.PendingOutbox(ctx, db.Read, "webhook", 10)
+	id := rows[0].ID
+	for clock.Now().Before(t0.Add(alerter.MaxAge - time.Minute)) {
+		tick(t, a)
+		clock.Advance(10 * time.Minute)
+	}
+	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindAlertDeliveryFailing, alerts.SubjectPlatform, ""); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("alert-delivery-failing before 24 h: %v", err)
+	}
+	clock.Advance(time.Minute)
+	res := tick(t, a)
+	if fmt.Sprint(res.Expired) != "[webhook]" {
+		t.Fatalf("expired %v, want [webhook]", res.Expired)
+	}
+	row, err := storage.OutboxByID(ctx, db.Read, id)
+	if err != nil || row.ExpiredAt.IsZero() {
+		t.Fatalf("message after 24 h: %+v %v, want expired", row, err)
+	}
+	open, err := storage.OpenAlerts(ctx, db.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing int
+	for _, al := range open {
+		if al.Kind == alerts.KindAlertDeliveryFailing {
+			failing++
+		}
+	}
+	if failing != 1 {
+		t.Fatalf("%d open alert-delivery-failing alerts, want 1", failing)
+	}
+	sink.setFail(nil)
+	clock.Advance(alerter.BackoffMax)
+	tick(t, a)
+	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindAlertDeliveryFailing, alerts.SubjectPlatform, ""); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("alert-delivery-failing after the sink delivered again: %v, want resolved", err)
+	}
+}
+
+// TestStorm: 1,000 conditions starting together go out as one message per
+// sink naming alerts.MaxSubjects subjects and counting the rest.
+func TestStorm(t *testing.T) {
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	email, hook := newSink("email"), newSink("webhook")
+	a := newAlerter(t, db, clock, nil, email, hook)
+	for i := 0; i < 1000; i++ {
+		set(t, a, alerts.KindMassDue, alerts.Subject{Kind: alerts.SubjectDeployment, ID: fmt.Sprintf("d%04d", i)}, true)
+	}
+	tick(t, a)
+	for _, s := range []*fakeSink{email, hook} {
+		got := s.messages()
+		if len(got) != 1 {
+			t.Fatalf("%s received %d messages, want 1", s.name, len(got))
+		}
+		m := got[0]
+		if len(m.Subjects) != alerts.MaxSubjects || m.More != 1000-alerts.MaxSubjects || m.Kind != alerts.KindMassDue || m.Event != alerts.Fired {
+			t.Errorf("%s: %d subjects, %d more, %s %s; want %d, %d, fired %s", s.name, len(m.Subjects), m.More, m.Event, m.Kind,
+				alerts.MaxSubjects, 1000-alerts.MaxSubjects, alerts.KindMassDue)
+		}
+		if len(m.Text) > alerter.MaxBody {
+			t.Errorf("%s: body %d bytes, over the cap", s.name, len(m.Text))
+		}
+	}
+	if n := pending(t, db); n != 0 {
+		t.Errorf("%d messages pending after the storm's message", n)
+	}
+}
+
+// TestRateCap: a sink gets RateCap messages in an hour; the rest wait for
+// the window and go as one "n more" message.
+func TestRateCap(t *testing.T) {
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+	for i := 0; i < alerter.RateCap+5; i++ {
+		set(t, a, alerts.KindJobFailed, alerts.Subject{Kind: alerts.SubjectBox, ID: fmt.Sprintf("b%02d", i)}, true)
+		tick(t, a)
+		clock.Advance(alerter.Coalesce)
+	}
+	if n := len(sink.messages()); n != alerter.RateCap {
+		t.Fatalf("%d messages within the hour, want the cap %d", n, alerter.RateCap)
+	}
+	clock.Advance(alerter.RateWindow - time.Duration(alerter.RateCap+5)*alerter.Coalesce)
+	tick(t, a)
+	got := sink.messages()
+	if len(got) != alerter.RateCap+1 {
+		t.Fatalf("%d messages after the hour, want %d (one \"n more\")", len(got), alerter.RateCap+1)
+	}
+	last := got[len(got)-1]
+	if len(last.Subjects) != 5 || last.Title != "[warning] 5 more alert messages" {
+		t.Errorf("the n-more message: %q with %d subjects", last.Title, len(last.Subjects))
+	}
+}
+
+// TestRecheckAtStart: at start each open alert is evaluated again through
+// its kind's check; one whose condition ended while chalupa was down
+// resolves, one that still holds stays open.
+func TestRecheckAtStart(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+	set(t, a, alerts.KindClockSuspect, platform, true)
+	set(t, a, alerts.KindReplicaFailing, platform, true)
+	tick(t, a)
+
+	a2 := newAlerter(t, db, clock, nil, sink)
+	for kind, holds := range map[string]bool{alerts.KindClockSuspect: false, alerts.KindReplicaFailing: true} {
+		if err := a2.RegisterCheck(kind, func(context.Context, alerts.Subject) (bool, string, error) { return holds, "", nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := a2.Recheck(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recheck resolved %d (%v), want 1", n, err)
+	}
+	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindClockSuspect, alerts.SubjectPlatform, ""); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("clock-suspect after the re-check: %v, want resolved", err)
+	}
+	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindReplicaFailing, alerts.SubjectPlatform, ""); err != nil {
+		t.Errorf("replica-failing after the re-check: %v, want open", err)
+	}
+	clock.Advance(alerter.Coalesce)
+	tick(t, a2)
+	got := sink.messages()
+	if last := got[len(got)-1]; last.Event != alerts.Resolved || last.Kind != alerts.KindClockSuspect {
+		t.Errorf("last message %s %s, want clock-suspect resolved", last.Event, last.Kind)
+	}
+}
+
+// TestMemoryPath: while the writer refuses, a storage fault's alert is
+// held in memory and sent directly; once writes return it is recorded with
+// the same message id, delivered, and not sent again. A kind not marked
+// Memory gets the write's error.
+func TestMemoryPath(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	write := func(ctx context.Context, fn storage.TxFunc) error {
+		if refuse.Load() {
+			return errors.New("disk I/O error")
+		}
+		return db.Writer.Do(ctx, fn)
+	}
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, write, sink)
+	if err := a.Set(ctx, alerts.KindJobFailed, alerts.Subject{Kind: alerts.SubjectBox, ID: "b1"}, true, ""); err == nil {
+		t.Fatal("job-failed with a refusing writer: nil error, want the write's")
+	}
+	set(t, a, alerts.KindStorageUnavailable, platform, true)
+	set(t, a, alerts.KindStorageUnavailable, platform, true) // holds: nothing
+	if _, err := a.Tick(ctx); err == nil {
+		t.Error("tick while the writer refuses: nil error, want the write's")
+	}
+	a.Wait()
+	got := sink.messages()
+	if len(got) != 1 || got[0].Kind != alerts.KindStorageUnavailable || got[0].Event != alerts.Fired {
+		t.Fatalf("sent while storage refuses: %v, want the storage-unavailable alert", events(got))
+	}
+	if open, err := storage.OpenAlerts(ctx, db.Read); err != nil || len(open) != 0 {
+		t.Fatalf("alerts in the database while it refuses writes: %v %v", open, err)
+	}
+	refuse.Store(false)
+	res := tick(t, a)
+	if res.Recorded != 1 {
+		t.Fatalf("recorded %d held alerts once writes returned, want 1", res.Recorded)
+	}
+	al, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindStorageUnavailable, alerts.SubjectPlatform, "")
+	if err != nil || al.ID != got[0].AlertID {
+		t.Fatalf("recorded alert %+v %v, want id %s", al, err, got[0].AlertID)
+	}
+	row, err := storage.OutboxByID(ctx, db.Read, got[0].ID)
+	if err != nil || row.DeliveredAt.IsZero() {
+		t.Fatalf("recorded message %+v %v, want delivered with the same id", row, err)
+	}
+	clock.Advance(time.Minute)
+	set(t, a, alerts.KindStorageUnavailable, platform, false)
+	clock.Advance(alerter.Coalesce)
+	tick(t, a)
+	if got := events(sink.messages()); fmt.Sprint(got) != "[fired storage-unavailable resolved storage-unavailable]" {
+		t.Errorf("messages %v, want one fired and one resolved", got)
+	}
+}
