@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/alerts"
@@ -527,4 +528,76 @@ func TestMemoryPath(t *testing.T) {
 	if got := events(sink.messages()); fmt.Sprint(got) != "[fired storage-unavailable resolved storage-unavailable]" {
 		t.Errorf("messages %v, want one fired and one resolved", got)
 	}
+}
+
+// TestRunWokenBySetAndMetrics: Run, idle with nothing open, is woken by
+// Set (the fake clock never moves) and delivers; the metrics count the
+// delivery, the failure, the pending message and the open alert.
+func TestRunWokenBySetAndMetrics(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	ok, down := newSink("email"), newSink("webhook")
+	down.setFail(func(alerts.Message) error { return errDown })
+	reg := prometheus.NewRegistry()
+	a, err := alerter.New(alerter.Config{DB: db, Sinks: []alerts.Sink{ok, down}, Clock: clock, Log: zerolog.Nop(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	set(t, a, alerts.KindReaperOverdue, platform, true)
+	<-ok.entered
+	<-down.entered
+	want := map[string]float64{
+		`chalupa_alerts_delivered_total{sink="email"}`:   1,
+		`chalupa_alerts_delivered_total{sink="webhook"}`: 0,
+		`chalupa_alerts_failed_total{sink="email"}`:      0,
+		`chalupa_alerts_failed_total{sink="webhook"}`:    1,
+		`chalupa_alerts_open{severity="critical"}`:       1,
+		`chalupa_alerts_open{severity="warning"}`:        0,
+		`chalupa_alerts_pending`:                         1,
+	}
+	// The worker ticks again when the sends return; wait for the gauges
+	// it sets then (evidence, not a sleep of a guessed length).
+	var got map[string]float64
+	for i := 0; i < 1000; i++ {
+		got = gather(t, reg)
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metrics %v, want %v", got, want)
+	}
+}
+
+// gather returns reg's alert series as `name{label="value"}` → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+			}
+			switch {
+			case m.Counter != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }
