@@ -304,9 +304,8 @@ func TestFailingSinkDoesNotDelayAnother(t *testing.T) {
 	slow.block.Store(true)
 	a := newAlerter(t, db, clock, nil, slow, fast)
 	set(t, a, alerts.KindDiskLow, platform, true)
-	if _, err := a.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ticked := make(chan error, 1)
+	go func() { _, err := a.Tick(ctx); ticked <- err }() // a tick that waited for the slow sink would hang here
 	<-slow.entered // the slow sink's send is under way and hangs
 	select {
 	case <-fast.entered:
@@ -314,6 +313,14 @@ func TestFailingSinkDoesNotDelayAnother(t *testing.T) {
 		t.Fatal("the fast sink got nothing while the slow one hung")
 	}
 	// The tick, Set and the writer are not held either.
+	select {
+	case err := <-ticked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tick waited for the slow sink")
+	}
 	set(t, a, alerts.KindClockSuspect, platform, true)
 	if _, err := a.Tick(ctx); err != nil {
 		t.Fatal(err)
