@@ -41,10 +41,10 @@ type memAlert struct {
 	msgs     []*memMsg
 }
 
-// memFind returns the entry of kind on subject; a.mu held.
+// memFind returns the latest entry of kind on subject; a.mu held.
 func (a *Alerter) memFind(kind string, subject alerts.Subject) *memAlert {
-	for _, e := range a.mem {
-		if e.cond.Kind == kind && e.subject == subject {
+	for i := len(a.mem) - 1; i >= 0; i-- {
+		if e := a.mem[i]; e.cond.Kind == kind && e.subject == subject {
 			return e
 		}
 	}
@@ -191,7 +191,19 @@ func (a *Alerter) memFlush(ctx context.Context) int {
 				if err := storage.ResolveAlert(ctx, tx, al.ID, al.ResolvedAt); err != nil && !errors.Is(err, storage.ErrNotFound) {
 					return err
 				}
-			} else if err := storage.InsertAlert(ctx, tx, al); err != nil && !errors.Is(err, storage.ErrConflict) {
+			} else if err := storage.InsertAlert(ctx, tx, al); errors.Is(err, storage.ErrConflict) {
+				// Recorded already, or opened in the database meanwhile:
+				// the messages belong to the alert that is there.
+				if _, err := storage.AlertByID(ctx, tx, al.ID); errors.Is(err, storage.ErrNotFound) {
+					open, err := storage.OpenAlertFor(ctx, tx, al.Kind, al.SubjectKind, al.SubjectID)
+					if err != nil {
+						return err
+					}
+					for i := range rows {
+						rows[i].AlertID = open.ID
+					}
+				}
+			} else if err != nil {
 				return err
 			}
 			for _, r := range rows {
