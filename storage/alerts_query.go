@@ -176,16 +176,16 @@ func OpenAlertCounts(ctx context.Context, q Querier) (map[string]int, error) {
 	return out, rows.Err()
 }
 
-// repeatWhere selects open, unacknowledged, unmuted alerts with the time
-// their next repeat is due as due_at (critical every crit, warning every
-// warn).
+// repeatWhere selects open, unacknowledged alerts with the time their
+// next repeat is due as due_at: critical every crit, warning every warn,
+// and not before their kind's mute ends.
 const repeatWhere = `FROM (SELECT ` + alertCols + `,
-		last_sent_at + CASE severity WHEN 'critical' THEN ? ELSE ? END AS due_at
-	  FROM alerts a WHERE resolved_at IS NULL AND acked_at IS NULL
-	   AND NOT EXISTS (SELECT 1 FROM alert_mutes m WHERE m.kind = a.kind AND m.until_at > ?))`
+		MAX(last_sent_at + CASE severity WHEN 'critical' THEN ? ELSE ? END,
+		    COALESCE((SELECT until_at FROM alert_mutes m WHERE m.kind = a.kind AND m.until_at > ?), 0)) AS due_at
+	  FROM alerts a WHERE resolved_at IS NULL AND acked_at IS NULL)`
 
-// AlertsRepeatDue returns up to limit open, unacknowledged, unmuted alerts
-// whose repeat is due at now: last sent crit (critical) or warn (warning)
+// AlertsRepeatDue returns up to limit open, unacknowledged alerts whose
+// kind is not muted and whose repeat is due at now: last sent crit (critical) or warn (warning)
 // ago or more; oldest due first.
 func AlertsRepeatDue(ctx context.Context, q Querier, now time.Time, crit, warn time.Duration, limit int) ([]Alert, error) {
 	return queryAlerts(ctx, q, `SELECT `+alertCols+` `+repeatWhere+` WHERE due_at <= ? ORDER BY due_at, id LIMIT ?`,

@@ -306,7 +306,7 @@ func TestFailingSinkDoesNotDelayAnother(t *testing.T) {
 	set(t, a, alerts.KindDiskLow, platform, true)
 	ticked := make(chan error, 1)
 	go func() { _, err := a.Tick(ctx); ticked <- err }() // a tick that waited for the slow sink would hang here
-	<-slow.entered // the slow sink's send is under way and hangs
+	<-slow.entered                                       // the slow sink's send is under way and hangs
 	select {
 	case <-fast.entered:
 	case <-time.After(30 * time.Second):
@@ -607,4 +607,87 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestMemoryPathFlaps: a storage fault that ends and starts again while
+// the writer refuses sends each change directly, in order, and is recorded
+// as two alerts (the first resolved, the second open) when writes return,
+// with nothing sent twice.
+func TestMemoryPathFlaps(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	write := func(ctx context.Context, fn storage.TxFunc) error {
+		if refuse.Load() {
+			return errors.New("database or disk is full")
+		}
+		return db.Writer.Do(ctx, fn)
+	}
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, write, sink)
+	for _, holds := range []bool{true, false, true} {
+		set(t, a, alerts.KindDiskLow, platform, holds)
+		a.Tick(ctx) //nolint:errcheck // the writer refuses; the held messages still go
+		a.Wait()
+		clock.Advance(time.Minute)
+	}
+	if got := events(sink.messages()); fmt.Sprint(got) != "[fired disk-low resolved disk-low fired disk-low]" {
+		t.Fatalf("sent while the writer refuses: %v", got)
+	}
+	refuse.Store(false)
+	if res := tick(t, a); res.Recorded != 2 {
+		t.Fatalf("recorded %d held alerts, want 2", res.Recorded)
+	}
+	open, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindDiskLow, alerts.SubjectPlatform, "")
+	if err != nil || open.ID != sink.messages()[2].AlertID {
+		t.Fatalf("open disk-low alert %+v %v, want the second one", open, err)
+	}
+	first, err := storage.AlertByID(ctx, db.Read, sink.messages()[0].AlertID)
+	if err != nil || first.ResolvedAt.IsZero() {
+		t.Fatalf("first disk-low alert %+v %v, want resolved", first, err)
+	}
+	clock.Advance(alerter.BackoffMax)
+	tick(t, a)
+	if n := len(sink.messages()); n != 3 {
+		t.Errorf("%d messages after recording, want the 3 sent directly and no more", n)
+	}
+}
+
+// TestAckAndMuteStopRepeats: an acknowledged alert stops repeating until
+// it resolves; a muted kind's alert opens without a message.
+func TestAckAndMuteStopRepeats(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+	set(t, a, alerts.KindReaperOverdue, platform, true)
+	tick(t, a)
+	al, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindReaperOverdue, alerts.SubjectPlatform, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
+		if err := storage.AckAlert(ctx, tx, al.ID, clock.Now()); err != nil {
+			return err
+		}
+		return storage.MuteAlertKind(ctx, tx, alerts.KindClockStep, clock.Now().Add(2*time.Hour), clock.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	set(t, a, alerts.KindClockStep, platform, true)
+	clock.Advance(90 * time.Minute)
+	if res := tick(t, a); !res.Next.Equal(t0.Add(2 * time.Hour)) {
+		t.Errorf("only an acknowledged alert and a muted one open: next wake-up %v, want the mute's end", res.Next)
+	}
+	if got := events(sink.messages()); fmt.Sprint(got) != "[fired reaper-overdue]" {
+		t.Errorf("messages %v, want only the first fired (acknowledged: no repeat; muted: no fired)", got)
+	}
+	clock.Advance(time.Hour)
+	tick(t, a)
+	if got := events(sink.messages()); fmt.Sprint(got) != "[fired reaper-overdue repeated clock-step]" {
+		t.Errorf("after the mute: %v, want the muted alert's repeat", got)
+	}
 }
