@@ -52,6 +52,12 @@ const (
 	// new messages wait until this much has passed and then go together,
 	// one message per event and kind naming alerts.MaxSubjects subjects.
 	Coalesce = 30 * time.Second
+	// Settle is how long new messages wait for more to join them: a
+	// detector raising a storm sets its conditions one after another, and
+	// a message that left with the first would split the storm. Short
+	// enough that an alert reaches its receiver within seconds; a stream
+	// that never pauses for Settle goes Coalesce after its first message.
+	Settle = 2 * time.Second
 	// RateCap messages per RateWindow per sink; past it, the sink's new
 	// messages wait for the window and then go as one "n more" message.
 	RateCap    = 20

@@ -80,9 +80,11 @@ func newAlerter(t *testing.T, db *storage.DB, clock clockwork.Clock, write func(
 	return a
 }
 
-// tick runs one tick and waits for the sends it started.
-func tick(t *testing.T, a *alerter.Alerter) alerter.Result {
+// tick lets new messages settle (alerter.Settle), runs one tick and waits
+// for the sends it started.
+func tick(t *testing.T, a *alerter.Alerter, clock *clockwork.FakeClock) alerter.Result {
 	t.Helper()
+	clock.Advance(alerter.Settle)
 	res, err := a.Tick(context.Background())
 	if err != nil {
 		t.Fatalf("tick: %v", err)
@@ -125,7 +127,7 @@ func TestFireRepeatResolve(t *testing.T) {
 	sink := newSink("webhook")
 	a := newAlerter(t, db, clock, nil, sink)
 
-	if res := tick(t, a); !res.Next.IsZero() {
+	if res := tick(t, a, clock); !res.Next.IsZero() {
 		t.Fatalf("nothing open: next wake-up %v, want none", res.Next)
 	}
 	set(t, a, alerts.KindClockSuspect, platform, true)
@@ -134,7 +136,7 @@ func TestFireRepeatResolve(t *testing.T) {
 	if n := pending(t, db); n != 2 {
 		t.Fatalf("pending after two conditions and a repeated Set: %d, want 2", n)
 	}
-	tick(t, a)
+	tick(t, a, clock)
 	if got := events(sink.messages()); len(got) != 2 {
 		t.Fatalf("fired: %v", got)
 	}
@@ -144,19 +146,19 @@ func TestFireRepeatResolve(t *testing.T) {
 		}
 	}
 	clock.Advance(59 * time.Minute)
-	if res := tick(t, a); len(res.Dispatched) != 0 {
+	if res := tick(t, a, clock); len(res.Dispatched) != 0 {
 		t.Fatalf("59 min: dispatched %v, want nothing", res.Dispatched)
 	}
 	clock.Advance(time.Minute)
-	res := tick(t, a)
+	res := tick(t, a, clock)
 	if got := events(sink.messages()); len(got) != 3 || got[2] != "repeated clock-suspect" {
 		t.Fatalf("after an hour: %v, want the critical one repeated", got)
 	}
-	if want := t0.Add(2 * time.Hour); !res.Next.Equal(want) {
+	if want := clock.Now().Add(alerter.RepeatCritical); !res.Next.Equal(want) {
 		t.Errorf("next wake-up %v, want the next repeat %v", res.Next, want)
 	}
 	clock.Advance(23 * time.Hour)
-	tick(t, a)
+	tick(t, a, clock)
 	var warnRepeats int
 	for _, m := range sink.messages() {
 		if m.Event == alerts.Repeated && m.Kind == alerts.KindQuotaExceeded {
@@ -170,7 +172,7 @@ func TestFireRepeatResolve(t *testing.T) {
 	set(t, a, alerts.KindQuotaExceeded, alerts.Subject{Kind: alerts.SubjectEnvironment, ID: "prod"}, false)
 	set(t, a, alerts.KindClockSuspect, platform, false) // already ended: nothing
 	clock.Advance(alerter.Coalesce)
-	tick(t, a)
+	tick(t, a, clock)
 	n := len(sink.messages())
 	last := sink.messages()[n-2:]
 	for _, m := range last {
@@ -178,7 +180,7 @@ func TestFireRepeatResolve(t *testing.T) {
 			t.Errorf("last messages %v, want the two resolutions", events(last))
 		}
 	}
-	if res := tick(t, a); !res.Next.IsZero() {
+	if res := tick(t, a, clock); !res.Next.IsZero() {
 		t.Errorf("all resolved and delivered: next wake-up %v, want none", res.Next)
 	}
 }
@@ -219,7 +221,7 @@ func TestSameIDAcrossRetriesAndRestart(t *testing.T) {
 	})
 	a2 := newAlerter(t, db2, clock, nil, sink)
 	for i := 0; i < 10 && len(sink.messages()) == 0; i++ {
-		tick(t, a2)
+		tick(t, a2, clock)
 		clock.Advance(alerter.BackoffMax)
 	}
 	if len(sink.tries) < 3 || sink.tries[0] != id || sink.tries[1] != id || sink.tries[2] != id {
@@ -246,19 +248,19 @@ func TestSinkDownTenMinutes(t *testing.T) {
 	subjects := []alerts.Subject{{Kind: alerts.SubjectBox, ID: "b1"}, {Kind: alerts.SubjectBox, ID: "b2"}}
 	for i, s := range subjects {
 		set(t, a, alerts.KindAgentUpgradeFailed, s, true)
-		tick(t, a)
+		tick(t, a, clock)
 		clock.Advance(time.Minute)
 		set(t, a, alerts.KindJobFailed, s, true)
-		tick(t, a)
+		tick(t, a, clock)
 		clock.Advance(time.Minute)
 		if i == 0 {
 			set(t, a, alerts.KindAgentUpgradeFailed, s, false)
 		}
-		tick(t, a)
+		tick(t, a, clock)
 	}
 	for i := 0; i < 120 && pending(t, db) > 0; i++ {
 		clock.Advance(30 * time.Second)
-		tick(t, a)
+		tick(t, a, clock)
 	}
 	if n := pending(t, db); n != 0 {
 		t.Fatalf("%d messages still pending an hour after the sink came back", n)
@@ -304,6 +306,7 @@ func TestFailingSinkDoesNotDelayAnother(t *testing.T) {
 	slow.block.Store(true)
 	a := newAlerter(t, db, clock, nil, slow, fast)
 	set(t, a, alerts.KindDiskLow, platform, true)
+	clock.Advance(alerter.Settle)
 	ticked := make(chan error, 1)
 	go func() { _, err := a.Tick(ctx); ticked <- err }() // a tick that waited for the slow sink would hang here
 	<-slow.entered                                       // the slow sink's send is under way and hangs
@@ -351,14 +354,14 @@ func TestExpiryRaisesDeliveryFailing(t *testing.T) {
 	rows, _ := storage.PendingOutbox(ctx, db.Read, "webhook", 10)
 	id := rows[0].ID
 	for clock.Now().Before(t0.Add(alerter.MaxAge - time.Minute)) {
-		tick(t, a)
+		tick(t, a, clock)
 		clock.Advance(10 * time.Minute)
 	}
 	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindAlertDeliveryFailing, alerts.SubjectPlatform, ""); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("alert-delivery-failing before 24 h: %v", err)
 	}
 	clock.Advance(time.Minute)
-	res := tick(t, a)
+	res := tick(t, a, clock)
 	if fmt.Sprint(res.Expired) != "[webhook]" {
 		t.Fatalf("expired %v, want [webhook]", res.Expired)
 	}
@@ -381,7 +384,7 @@ func TestExpiryRaisesDeliveryFailing(t *testing.T) {
 	}
 	sink.setFail(nil)
 	clock.Advance(alerter.BackoffMax)
-	tick(t, a)
+	tick(t, a, clock)
 	if _, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindAlertDeliveryFailing, alerts.SubjectPlatform, ""); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("alert-delivery-failing after the sink delivered again: %v, want resolved", err)
 	}
@@ -397,7 +400,7 @@ func TestStorm(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		set(t, a, alerts.KindMassDue, alerts.Subject{Kind: alerts.SubjectDeployment, ID: fmt.Sprintf("d%04d", i)}, true)
 	}
-	tick(t, a)
+	tick(t, a, clock)
 	for _, s := range []*fakeSink{email, hook} {
 		got := s.messages()
 		if len(got) != 1 {
@@ -426,14 +429,14 @@ func TestRateCap(t *testing.T) {
 	a := newAlerter(t, db, clock, nil, sink)
 	for i := 0; i < alerter.RateCap+5; i++ {
 		set(t, a, alerts.KindJobFailed, alerts.Subject{Kind: alerts.SubjectBox, ID: fmt.Sprintf("b%02d", i)}, true)
-		tick(t, a)
+		tick(t, a, clock)
 		clock.Advance(alerter.Coalesce)
 	}
 	if n := len(sink.messages()); n != alerter.RateCap {
 		t.Fatalf("%d messages within the hour, want the cap %d", n, alerter.RateCap)
 	}
 	clock.Advance(alerter.RateWindow - time.Duration(alerter.RateCap+5)*alerter.Coalesce)
-	tick(t, a)
+	tick(t, a, clock)
 	got := sink.messages()
 	if len(got) != alerter.RateCap+1 {
 		t.Fatalf("%d messages after the hour, want %d (one \"n more\")", len(got), alerter.RateCap+1)
@@ -455,7 +458,7 @@ func TestRecheckAtStart(t *testing.T) {
 	a := newAlerter(t, db, clock, nil, sink)
 	set(t, a, alerts.KindClockSuspect, platform, true)
 	set(t, a, alerts.KindReplicaFailing, platform, true)
-	tick(t, a)
+	tick(t, a, clock)
 
 	a2 := newAlerter(t, db, clock, nil, sink)
 	for kind, holds := range map[string]bool{alerts.KindClockSuspect: false, alerts.KindReplicaFailing: true} {
@@ -474,7 +477,7 @@ func TestRecheckAtStart(t *testing.T) {
 		t.Errorf("replica-failing after the re-check: %v, want open", err)
 	}
 	clock.Advance(alerter.Coalesce)
-	tick(t, a2)
+	tick(t, a2, clock)
 	got := sink.messages()
 	if last := got[len(got)-1]; last.Event != alerts.Resolved || last.Kind != alerts.KindClockSuspect {
 		t.Errorf("last message %s %s, want clock-suspect resolved", last.Event, last.Kind)
@@ -516,7 +519,7 @@ func TestMemoryPath(t *testing.T) {
 		t.Fatalf("alerts in the database while it refuses writes: %v %v", open, err)
 	}
 	refuse.Store(false)
-	res := tick(t, a)
+	res := tick(t, a, clock)
 	if res.Recorded != 1 {
 		t.Fatalf("recorded %d held alerts once writes returned, want 1", res.Recorded)
 	}
@@ -531,7 +534,7 @@ func TestMemoryPath(t *testing.T) {
 	clock.Advance(time.Minute)
 	set(t, a, alerts.KindStorageUnavailable, platform, false)
 	clock.Advance(alerter.Coalesce)
-	tick(t, a)
+	tick(t, a, clock)
 	if got := events(sink.messages()); fmt.Sprint(got) != "[fired storage-unavailable resolved storage-unavailable]" {
 		t.Errorf("messages %v, want one fired and one resolved", got)
 	}
@@ -554,6 +557,11 @@ func TestRunWokenBySetAndMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	set(t, a, alerts.KindReaperOverdue, platform, true)
+	// Woken by Set, the worker lets the message settle on a timer.
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(alerter.Settle)
 	<-ok.entered
 	<-down.entered
 	want := map[string]float64{
@@ -637,7 +645,7 @@ func TestMemoryPathFlaps(t *testing.T) {
 		t.Fatalf("sent while the writer refuses: %v", got)
 	}
 	refuse.Store(false)
-	if res := tick(t, a); res.Recorded != 2 {
+	if res := tick(t, a, clock); res.Recorded != 2 {
 		t.Fatalf("recorded %d held alerts, want 2", res.Recorded)
 	}
 	open, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindDiskLow, alerts.SubjectPlatform, "")
@@ -649,7 +657,7 @@ func TestMemoryPathFlaps(t *testing.T) {
 		t.Fatalf("first disk-low alert %+v %v, want resolved", first, err)
 	}
 	clock.Advance(alerter.BackoffMax)
-	tick(t, a)
+	tick(t, a, clock)
 	if n := len(sink.messages()); n != 3 {
 		t.Errorf("%d messages after recording, want the 3 sent directly and no more", n)
 	}
@@ -664,30 +672,62 @@ func TestAckAndMuteStopRepeats(t *testing.T) {
 	sink := newSink("webhook")
 	a := newAlerter(t, db, clock, nil, sink)
 	set(t, a, alerts.KindReaperOverdue, platform, true)
-	tick(t, a)
+	tick(t, a, clock)
 	al, err := storage.OpenAlertFor(ctx, db.Read, alerts.KindReaperOverdue, alerts.SubjectPlatform, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	muteEnd := clock.Now().Add(2 * time.Hour)
 	if err := db.Writer.Do(ctx, func(tx storage.Tx) error {
 		if err := storage.AckAlert(ctx, tx, al.ID, clock.Now()); err != nil {
 			return err
 		}
-		return storage.MuteAlertKind(ctx, tx, alerts.KindClockStep, clock.Now().Add(2*time.Hour), clock.Now())
+		return storage.MuteAlertKind(ctx, tx, alerts.KindClockStep, muteEnd, clock.Now())
 	}); err != nil {
 		t.Fatal(err)
 	}
 	set(t, a, alerts.KindClockStep, platform, true)
 	clock.Advance(90 * time.Minute)
-	if res := tick(t, a); !res.Next.Equal(t0.Add(2 * time.Hour)) {
+	if res := tick(t, a, clock); !res.Next.Equal(muteEnd) {
 		t.Errorf("only an acknowledged alert and a muted one open: next wake-up %v, want the mute's end", res.Next)
 	}
 	if got := events(sink.messages()); fmt.Sprint(got) != "[fired reaper-overdue]" {
 		t.Errorf("messages %v, want only the first fired (acknowledged: no repeat; muted: no fired)", got)
 	}
 	clock.Advance(time.Hour)
-	tick(t, a)
+	tick(t, a, clock)
 	if got := events(sink.messages()); fmt.Sprint(got) != "[fired reaper-overdue repeated clock-step]" {
 		t.Errorf("after the mute: %v, want the muted alert's repeat", got)
+	}
+}
+
+// TestStormArrivingOverSeconds: a storm a detector raises over a few
+// seconds, with the worker ticking meanwhile, still goes as one message
+// per sink: new messages wait until none has come for alerter.Settle.
+func TestStormArrivingOverSeconds(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+	for batch := 0; batch < 4; batch++ {
+		for i := 0; i < 50; i++ {
+			set(t, a, alerts.KindMassDue, alerts.Subject{Kind: alerts.SubjectEnvironment, ID: fmt.Sprintf("env%d-%02d", batch, i)}, true)
+		}
+		clock.Advance(alerter.Settle / 2)
+		res, err := a.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Wait()
+		if len(res.Dispatched) != 0 || !res.Next.Equal(clock.Now().Add(alerter.Settle/2)) {
+			t.Fatalf("batch %d: dispatched %v, next %v; want nothing until the storm settles", batch, res.Dispatched, res.Next)
+		}
+	}
+	tick(t, a, clock)
+	got := sink.messages()
+	if len(got) != 1 || len(got[0].Subjects) != alerts.MaxSubjects || got[0].More != 200-alerts.MaxSubjects {
+		t.Fatalf("received %d messages (first: %d subjects, %d more), want one naming %d and counting %d",
+			len(got), len(got[0].Subjects), got[0].More, alerts.MaxSubjects, 200-alerts.MaxSubjects)
 	}
 }

@@ -147,8 +147,9 @@ func (a *Alerter) repeat(ctx context.Context, now time.Time) (int, error) {
 
 // prepare returns sink's messages to send now, in order, and when its
 // next message falls due otherwise. A message that was never tried waits
-// while the sink was sent one less than Coalesce ago, or while it has had
-// RateCap in the last RateWindow; waiting messages of one event and kind
+// until no new one has come for Settle (at most Coalesce after the oldest
+// waiting one; repeats excepted), while the sink was sent one less than
+// Coalesce ago, and while it has had RateCap in the last RateWindow; waiting messages of one event and kind
 // are coalesced into one, and those that waited for the rate cap into one
 // "n more" message.
 func (a *Alerter) prepare(ctx context.Context, sink string, now time.Time) ([]storage.OutboxRow, time.Time, int, error) {
@@ -172,8 +173,22 @@ func (a *Alerter) prepare(ctx context.Context, sink string, now time.Time) ([]st
 	}
 	var freshWait time.Time
 	if len(fresh) > 0 {
+		// Repeats are queued together by one tick: they need not settle.
+		var oldestFresh, newestFresh time.Time
+		for _, r := range fresh {
+			if r.Event == string(alerts.Repeated) {
+				continue
+			}
+			if oldestFresh.IsZero() {
+				oldestFresh, newestFresh = r.CreatedAt, r.CreatedAt
+			}
+			oldestFresh, newestFresh = minTime(oldestFresh, r.CreatedAt), maxTime(newestFresh, r.CreatedAt)
+		}
+		if settled := minTime(newestFresh.Add(Settle), oldestFresh.Add(Coalesce)); !oldestFresh.IsZero() && now.Before(settled) {
+			freshWait = settled
+		}
 		if !last.IsZero() && now.Before(last.Add(Coalesce)) {
-			freshWait = last.Add(Coalesce)
+			freshWait = maxTime(freshWait, last.Add(Coalesce))
 		}
 		if sent >= RateCap {
 			a.mu.Lock()
@@ -226,6 +241,20 @@ func (a *Alerter) prepare(ctx context.Context, sink string, now time.Time) ([]st
 		batch = append(batch, r)
 	}
 	return batch, time.Time{}, merged, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func oldestOr(t, now time.Time) time.Time {
