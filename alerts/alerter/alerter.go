@@ -121,6 +121,9 @@ type Alerter struct {
 
 	wake chan struct{}
 	wg   sync.WaitGroup
+	// tickMu keeps ticks one at a time (a sink handed the same messages
+	// twice would send them twice).
+	tickMu sync.Mutex
 
 	mu     sync.Mutex
 	checks map[string]Check

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -729,5 +731,28 @@ func TestStormArrivingOverSeconds(t *testing.T) {
 	if len(got) != 1 || len(got[0].Subjects) != alerts.MaxSubjects || got[0].More != 200-alerts.MaxSubjects {
 		t.Fatalf("received %d messages (first: %d subjects, %d more), want one naming %d and counting %d",
 			len(got), len(got[0].Subjects), got[0].More, alerts.MaxSubjects, 200-alerts.MaxSubjects)
+	}
+}
+
+// TestBodyCap: a detail larger than alerter.MaxBody is cut to the cap, on
+// a rune boundary, saying so.
+func TestBodyCap(t *testing.T) {
+	ctx := context.Background()
+	db := storagetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(t0)
+	sink := newSink("webhook")
+	a := newAlerter(t, db, clock, nil, sink)
+	detail := strings.Repeat("é", alerter.MaxBody) // two bytes each
+	if err := a.Set(ctx, alerts.KindJobFailed, alerts.Subject{Kind: alerts.SubjectBox, ID: "b1"}, true, detail); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, a, clock)
+	got := sink.messages()
+	if len(got) != 1 {
+		t.Fatalf("%d messages", len(got))
+	}
+	text := got[0].Text
+	if len(text) > alerter.MaxBody || !utf8.ValidString(text) || !strings.Contains(text, "cut to the size cap") {
+		t.Errorf("text of %d bytes (valid UTF-8 %v), want at most %d, cut and saying so", len(text), utf8.ValidString(text), alerter.MaxBody)
 	}
 }

@@ -38,6 +38,8 @@ type Result struct {
 // queues the repeats due, and hands each idle sink its due messages in its
 // own goroutine (at most PerTick); it does not wait for the sends.
 func (a *Alerter) Tick(ctx context.Context) (Result, error) {
+	a.tickMu.Lock()
+	defer a.tickMu.Unlock()
 	res := Result{Dispatched: map[string]int{}}
 	now := a.clock.Now()
 	var errs []error
