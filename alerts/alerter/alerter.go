@@ -109,6 +109,9 @@ type Config struct {
 	Rand func() float64
 }
 
+// The detectors see the alerter as an alerts.Setter.
+var _ alerts.Setter = (*Alerter)(nil)
+
 // Alerter holds the conditions' alerts and delivers their messages.
 type Alerter struct {
 	db      *storage.DB
