@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 )
@@ -343,7 +344,7 @@ func OutboxFailed(ctx context.Context, q Querier, id string, at, next time.Time,
 
 // ExpireOutbox expires every pending message created at or before before
 // (the delivery age, docs/operations.md "Alerts") and returns the sinks
-// that had one, each once.
+// that had one, each once, sorted.
 func ExpireOutbox(ctx context.Context, q Querier, before, now time.Time) ([]string, error) {
 	rows, err := q.QueryContext(ctx, `UPDATE alert_outbox SET expired_at = ?, last_error = CASE last_error WHEN '' THEN 'expired' ELSE last_error END
 		 WHERE `+outboxPending+` AND created_at <= ? RETURNING sink`, ms(now), ms(before))
@@ -363,6 +364,7 @@ func ExpireOutbox(ctx context.Context, q Querier, before, now time.Time) ([]stri
 			out = append(out, s)
 		}
 	}
+	sort.Strings(out)
 	return out, rows.Err()
 }
 
