@@ -113,7 +113,7 @@ var Conditions = []Condition{
 		"Read the named droplets (held, reaper off, or no agent) and end what is not needed.", false},
 	{KindAlertDeliveryFailing, SubjectPlatform, Warning,
 		"An alert message could not be delivered to a sink within 24 hours and expired.",
-		"Read `chalupa admin alerts` for the sink's last error and fix the sink's settings.", false},
+		"Read the log lines `alert delivery failed` (they name the sink and the kind of error) and fix that sink's settings.", false},
 }
 
 // Lookup returns the condition table's row for kind.

@@ -364,7 +364,7 @@ func mergeRows(sink string, rows []storage.OutboxRow, capped bool, now time.Time
 	}
 	b.WriteString(strings.Join(lines, "\n") + "\n")
 	if len(rows) > len(lines) {
-		fmt.Fprintf(&b, "… and %d more; `chalupa admin alerts` lists them.\n", len(rows)-len(lines))
+		fmt.Fprintf(&b, "… and %d more.\n", len(rows)-len(lines))
 	}
 	b.WriteString(tail)
 	subj, _ := json.Marshal(subjects)
