@@ -83,7 +83,7 @@ var Conditions = []Condition{
 		"Free space on the data directory's file system or grow it.", true},
 	{KindReaperTokenRefused, SubjectPlatform, Critical,
 		"DigitalOcean refused the reaper's write token (401, or 403 for a missing scope); nothing due is destroyed.",
-		"Replace DIGITALOCEAN_WRITE_TOKEN with a token that has droplet write scope and restart.", false},
+		"Replace the reaper's DigitalOcean write token with one that has droplet write scope and restart (\"Reaper\").", false},
 	{KindReaperOverdue, SubjectPlatform, Critical,
 		"Active deployments are more than an hour past their deadline and not destroyed; they are billing.",
 		"Read the reaper's events and `chalupa admin reaper status`; destroy by hand if the reaper cannot.", false},
