@@ -121,3 +121,15 @@ type Sink interface {
 // ErrPermanent marks a send error that a retry of the same message cannot
 // fix (docs/operations.md, "Alerts", delivery).
 var ErrPermanent = errors.New("the receiver refused the message")
+
+// Setter is what a detector reports its condition to (docs/operations.md,
+// "Alerts"): holds true when the condition starts or still holds, false
+// when it ends. Setting a condition to what it already is does nothing.
+// alerts/alerter's Alerter implements it; a detector depends on this
+// interface only, so it need not import the worker.
+type Setter interface {
+	// Set reports kind's condition on subject; detail is words for the
+	// message (never a secret). Errors: an unknown kind, or a write that
+	// failed (for a condition not held in memory).
+	Set(ctx context.Context, kind string, subject Subject, holds bool, detail string) error
+}
