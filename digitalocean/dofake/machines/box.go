@@ -129,6 +129,30 @@ func (x *Box) Console() string {
 	return string(b)
 }
 
+// CutControlPlane cuts the box off from ControlAddr (on true) or restores
+// its way there (on false): a route of type unreachable to ControlAddr/32
+// in the box's network namespace, so the daemon behind the TLS front, and
+// whatever ServeTLS serves, cannot be reached from the box — the control
+// plane unreachable from one droplet (docs/operations.md, "Agent"), every
+// other box untouched. A new connection fails at once with "no route to
+// host"; one already open stalls until its own timeout, as across a real
+// outage. The namespace outlives the machine's reboots, and so does the
+// cut. Cutting a cut box or restoring an uncut one does nothing. Errors:
+// the box was removed, or ip failed.
+func (x *Box) CutControlPlane(on bool) error {
+	if x.State() == StateRemoved {
+		return fmt.Errorf("box %s is removed", x.Name)
+	}
+	dst := ControlAddr.String() + "/32"
+	if on {
+		return ip("-n", x.Name, "route", "replace", "unreachable", dst)
+	}
+	if err := ip("-n", x.Name, "route", "del", "unreachable", dst); err != nil && !strings.Contains(err.Error(), "No such process") {
+		return err
+	}
+	return nil
+}
+
 // WaitState waits until the box is in state or ctx ends. Errors: ctx's,
 // with the state it was in.
 func (x *Box) WaitState(ctx context.Context, state string) error {

@@ -119,7 +119,9 @@ func dumpOnFailure(t *testing.T, x *machines.Box) {
 // file; the metadata service answered the box's id; curl reached the TLS
 // front through the system CA bundle); sshd answers root with the
 // droplet's key; the droplet's public IPv4 is the box's and its status
-// active; a reboot boots it again with its disk kept; a power-off inside
+// active; cut off from the control plane (Box.CutControlPlane) the front
+// is out of its reach, across a reboot, until restored; a reboot boots it
+// again with its disk kept; a power-off inside
 // shows the droplet off; DELETE removes the machine.
 func TestDropletIsABootedMachine(t *testing.T) {
 	up := newUpstream(t)
@@ -183,6 +185,18 @@ func TestDropletIsABootedMachine(t *testing.T) {
 		t.Errorf("droplet status %q, public IPv4 %q; want active, %s", d.Status, pub, x.Addr)
 	}
 
+	// The control plane cut off from the box: the front cannot be
+	// reached from it, across the reboot below, until restored.
+	front := func(path string) (string, error) {
+		return x.Exec(ctx, "curl", "-fsS", "--max-time", "20", "https://10.250.255.1"+path)
+	}
+	if err := x.CutControlPlane(true); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := front("/while-cut"); err == nil {
+		t.Errorf("the front answered a cut box: %q", out)
+	}
+
 	// A reboot inside: systemd-nspawn exits 133 and the bed boots it again
 	// on the same disk.
 	if _, err := x.Exec(ctx, "systemctl", "reboot"); err != nil {
@@ -193,6 +207,18 @@ func TestDropletIsABootedMachine(t *testing.T) {
 	}
 	if out, err := x.WaitCloudInit(ctx); err != nil {
 		t.Fatalf("cloud-init after the reboot: %v\n%s", err, out)
+	}
+	if out, err := front("/cut-after-reboot"); err == nil {
+		t.Errorf("the front answered a cut box after its reboot: %q", out)
+	}
+	if err := x.CutControlPlane(false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := front("/restored"); err != nil || got != "hello /restored" {
+		t.Errorf("the front after the cut was restored: %q, %v", got, err)
+	}
+	if got := up.asked(); !slices.Equal(got, []string{fmt.Sprintf("/from-box/%d", id), "/restored"}) {
+		t.Errorf("upstream asked for %v; want nothing while the box was cut", got)
 	}
 	if cl, err := x.SSH(ctx, "root", signer); err != nil {
 		t.Errorf("sshd after the reboot: %v", err)
