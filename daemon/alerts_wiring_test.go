@@ -29,8 +29,9 @@ type hookRequest struct {
 // TestDaemonDeliversAlerts: the running daemon runs its alerter as one of
 // its loops, with the configured webhook as a sink (plain http, allowed to
 // a loopback receiver): a condition set on it reaches the receiver as the
-// documented json body, signed as Standard Webhooks specifies (docs/operations.md,
-// "Alerts").
+// documented json body, signed as Standard Webhooks specifies; after a
+// restart, the alert resolves because the reaper's re-check finds its
+// condition gone (docs/operations.md, "Alerts").
 func TestDaemonDeliversAlerts(t *testing.T) {
 	got := make(chan hookRequest, 8)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -81,4 +82,16 @@ func TestDaemonDeliversAlerts(t *testing.T) {
 			body, req.header.Get("webhook-id"), webhook.BodyVersion)
 	}
 
+	// A restart re-checks the open alert through the reaper's check: no
+	// deployment is overdue, so it resolves.
+	p.Restart(opt)
+	_, resolved := next()
+	for resolved.ID == body.ID {
+		// At least once: a re-send of the fired message (its delivered
+		// mark lost to the restart) carries its id, and is dropped.
+		_, resolved = next()
+	}
+	if resolved.Event != alerts.Resolved || resolved.AlertID != body.AlertID || resolved.Kind != alerts.KindReaperOverdue {
+		t.Fatalf("after the restart: %+v, want alert %s resolved", resolved, body.AlertID)
+	}
 }

@@ -89,7 +89,7 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 	if w.alerter, err = newAlerter(cfg, d.DB, clock, log, w.collectors); err != nil {
 		return nil, err
 	}
-	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers); err != nil {
+	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers, w.alerter); err != nil {
 		return nil, err
 	}
 	if w.switches, err = newLoopSwitches(ctx, d.DB, clock, log, w.collectors); err != nil {
