@@ -913,12 +913,13 @@ func (b *Bed) Wrap(bin string) string {
 }
 
 // inotifyInstances is the floor New raises fs.inotify.max_user_instances
-// to. Every booted box's systemd, journald, logind, dbus and cloud-init each
-// hold inotify instances, all counted against root, the one user the bed
-// runs as: with the kernel's default of 128, the full run's dozen boxes
-// beside their daemons ran out, dbus failed with "Cannot setup inotify",
-// logind with it, multi-user.target never came and cloud-final (the agent's
-// install) waited for it forever. 8192 leaves room for tens of boxes.
+// to. Every booted box's systemd, journald, logind, dbus and cloud-init
+// hold inotify instances — about 8 a box, all counted against root, the
+// one user the bed runs as (measured: 40–64 with 5–8 boxes up) — and the
+// full run's machine lane boots up to a dozen at once, about 100 of the
+// kernel's default 128, with a machines package run beside it adding more.
+// A box out of instances loses dbus, logind and multi-user.target, and
+// cloud-final (the agent's install) never runs. 8192 leaves room.
 const inotifyInstances = 8192
 
 // inotifySysctl is fs.inotify.max_user_instances.
