@@ -1,7 +1,7 @@
 package e2e
 
-// What a droplet goes through, on booted machines (issue 31 §2;
-// docs/operations.md, "Agent"): the control plane unreachable from the box
+// What a droplet goes through, on booted machines
+// (docs/operations.md, "Agent"): the control plane unreachable from the box
 // for two minutes, and a reboot while the agent's spool holds windows the
 // control plane has not had. The box is cut off with
 // machines.Box.CutControlPlane (an unreachable route in its network

@@ -1,7 +1,7 @@
 package e2e
 
 // Key rotation that reaches running boxes, on booted machines
-// (docs/operations.md, "Ingest keys", "Rotation that reaches the fleet"):
+// (docs/operations.md, "Ingest keys", under Rotation that reaches the fleet):
 // the daemon's rotation writes the new pair over each box's real sshd and
 // restarts chalupa-agent.service under the box's systemd; the restarted
 // agent, the built binary, reads the new key at start and heartbeats with
@@ -43,8 +43,8 @@ type rotateKeyState struct {
 }
 
 // TestMachineKeyRotation: `admin keys rotate ENV` with two booted boxes
-// running (docs/operations.md, "Ingest keys", "Rotation that reaches the
-// fleet"). Both boxes have a two-minute idle limit and an authenticated SSH
+// running (docs/operations.md, "Ingest keys", under Rotation that reaches the
+// fleet). Both boxes have a two-minute idle limit and an authenticated SSH
 // session open on them throughout (the activity that keeps a box alive: a
 // restart is not activity, so without a session the reaper, live here,
 // would rightly destroy both at their deadlines, and "stays live" would

@@ -1,4 +1,4 @@
-// Package alerter is issue 32's evaluator and outbox worker
+// Package alerter is the alerts evaluator and outbox worker
 // (docs/operations.md, "Alerts"): Set opens or resolves an alert and
 // queues its messages, one per sink, in the same writer transaction; the
 // worker delivers them at least once, never with a new id, each sink in its
@@ -45,7 +45,7 @@ const (
 	// restarts do not retry in step.
 	Jitter = 0.2
 	// RepeatCritical and RepeatWarning are how often an open,
-	// unacknowledged alert's message repeats (issue 32, §1).
+	// unacknowledged alert's message repeats (docs/operations.md, "Alerts").
 	RepeatCritical = time.Hour
 	RepeatWarning  = 24 * time.Hour
 	// Coalesce is the storm window: after a sink was sent a message, its

@@ -338,6 +338,11 @@ func (x *Box) prepare() error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
+		// Chmod, which the umask does not touch: the box's / takes the
+		// upper layer's mode (see upperDirs).
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
 	}
 	meta, err := json.Marshal(map[string]any{ // JSON is YAML: cloud-init reads it
 		"instance-id": strconv.Itoa(x.Droplet.ID), "local-hostname": x.Droplet.Name,
@@ -368,10 +373,13 @@ func (x *Box) prepare() error {
 	}
 	for _, f := range files {
 		p := filepath.Join(upper, f.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := upperDirs(upper, filepath.Dir(f.path)); err != nil {
 			return err
 		}
 		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
 			return err
 		}
 	}
@@ -633,4 +641,26 @@ func killCgroups(dirs []string) {
 	for _, pid := range pids {
 		waitGone(pid)
 	}
+}
+
+// upperDirs makes each directory of rel under the upper layer upper, each
+// 0755 as Debian's are, set with Chmod: a directory of the upper layer
+// gives the box its mode (overlayfs), and the process umask may be anything
+// — an in-process daemon of another test sets 077 (daemon.App.open), and a
+// box whose / and /usr were 0700 locked out every user but root: dbus could
+// not read its configuration ("Permission denied"), logind and
+// multi-user.target never came, and cloud-final, the agent's install, never
+// ran.
+func upperDirs(upper, rel string) error {
+	p := upper
+	for _, part := range strings.Split(filepath.ToSlash(rel), "/") {
+		p = filepath.Join(p, part)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := os.Chmod(p, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }

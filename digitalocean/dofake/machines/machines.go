@@ -194,6 +194,9 @@ func New(t testing.TB, cfg Config) *Bed {
 		t.Fatalf("machines: root filesystem: %v", err)
 	}
 	reapKilledRuns(t)
+	if err := raiseInotifyInstances(); err != nil {
+		t.Fatalf("machines: %v", err)
+	}
 
 	b := &Bed{t: t, cfg: cfg, rootfs: rootfs, keys: map[string]string{}, boxes: map[int]*Box{}, byAddr: map[netip.Addr]*Box{}}
 	for _, line := range cfg.AccountKeys {
@@ -907,4 +910,38 @@ func (b *Bed) Wrap(bin string) string {
 		b.t.Fatalf("machines: wrap %s: %v", bin, err)
 	}
 	return p
+}
+
+// inotifyInstances is the floor New raises fs.inotify.max_user_instances
+// to. Every booted box's systemd, journald, logind, dbus and cloud-init
+// hold inotify instances — about 8 a box, all counted against root, the
+// one user the bed runs as (measured: 40–64 with 5–8 boxes up) — and the
+// full run's machine lane boots up to a dozen at once, about 100 of the
+// kernel's default 128, with a machines package run beside it adding more.
+// A box out of instances loses dbus, logind and multi-user.target, and
+// cloud-final (the agent's install) never runs. 8192 leaves room.
+const inotifyInstances = 8192
+
+// inotifySysctl is fs.inotify.max_user_instances.
+const inotifySysctl = "/proc/sys/fs/inotify/max_user_instances"
+
+// raiseInotifyInstances raises fs.inotify.max_user_instances to
+// inotifyInstances when it is lower (never lowers it). Errors: the sysctl
+// cannot be read or written (the bed needs root already).
+func raiseInotifyInstances() error {
+	b, err := os.ReadFile(inotifySysctl)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", inotifySysctl, err)
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", inotifySysctl, err)
+	}
+	if cur >= inotifyInstances {
+		return nil
+	}
+	if err := os.WriteFile(inotifySysctl, []byte(strconv.Itoa(inotifyInstances)), 0o644); err != nil {
+		return fmt.Errorf("raise %s from %d to %d (booted boxes each hold several inotify instances, all root's): %w", inotifySysctl, cur, inotifyInstances, err)
+	}
+	return nil
 }

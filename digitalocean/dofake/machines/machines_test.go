@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +125,10 @@ func dumpOnFailure(t *testing.T, x *machines.Box) {
 // again with its disk kept; a power-off inside
 // shows the droplet off; DELETE removes the machine.
 func TestDropletIsABootedMachine(t *testing.T) {
+	// The process umask of a test binary that also runs in-process daemons
+	// is 077 (daemon.App.open): the box's modes must not follow it.
+	umask := syscall.Umask(0o077)
+	t.Cleanup(func() { syscall.Umask(umask) })
 	up := newUpstream(t)
 	signer, line := accountKey(t)
 	srv, bed := machines.NewServer(t, machines.Config{Upstream: up.Listener.Addr().String(), AccountKeys: []string{line}})
@@ -140,6 +145,12 @@ func TestDropletIsABootedMachine(t *testing.T) {
 		t.Fatal("no box for the created droplet")
 	}
 	dumpOnFailure(t, x)
+	// The upper layer's directories give the box its modes: under a 077
+	// umask / and /usr were 0700, every user but root locked out, dbus
+	// and logind failed and cloud-final never ran.
+	if got, err := x.Exec(ctx, "stat", "-c", "%a", "/", "/usr", "/etc/cloud/cloud.cfg.d", "/etc/ssl/certs/ca-certificates.crt"); err != nil || !slices.Equal(strings.Fields(got), []string{"755", "755", "755", "644"}) {
+		t.Fatalf("modes of /, /usr, cloud.cfg.d and the CA bundle in the box: %q, %v; want 755 755 755 644", got, err)
+	}
 	out, err := x.WaitCloudInit(ctx)
 	if err != nil {
 		t.Fatalf("cloud-init: %v\n%s", err, out)
