@@ -5,9 +5,15 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/alerts/sink/smtp"
 	"github.com/chalupa-run/chalupa/alerts/sink/webhook"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // AlertsConfig is where alerts go (CHALUPA_ALERT_*; docs/operations.md,
@@ -247,3 +253,25 @@ func (c *Config) AlertSinkPreviews() []string {
 	}
 	return out
 }
+
+// newAlerter builds the alerter over the configured sinks, its metrics
+// registered on reg. With no sink it still runs: alerts are recorded and
+// nothing is sent (docs/operations.md, "Alerts"). Errors: alerter.New's.
+func newAlerter(cfg *Config, db *storage.DB, clock clockwork.Clock, log zerolog.Logger, reg prometheus.Registerer) (*alerter.Alerter, error) {
+	sinks := cfg.AlertSinks()
+	if len(sinks) == 0 {
+		log.Info().Msg("no alert sink is configured: alerts are recorded, nothing is sent (docs/operations.md, \"Alerts\")")
+	}
+	return alerter.New(alerter.Config{DB: db, Sinks: sinks, Clock: clock, Log: log.With().Str("loop", LoopAlerter).Logger(), Registerer: reg})
+}
+
+// LoopAlerter is the alerter loop's name in logs. It has no switch: a
+// paused alerter would silence the operator, and it changes nothing in the
+// fleet (docs/operations.md, "Loop switches").
+const LoopAlerter = "alerter"
+
+// alerterLoop runs the alerter as one of the daemon's loops.
+type alerterLoop struct{ *alerter.Alerter }
+
+// Name implements Loop.
+func (alerterLoop) Name() string { return LoopAlerter }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
@@ -185,14 +186,14 @@ func modeNotes(reaperMode string, costs bool) []string {
 // commits fail a deadline that could not move is not evidence
 // (docs/operations.md, "Reaper").
 func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockguard.Guard, clock clockwork.Clock, log zerolog.Logger,
-	reg prometheus.Registerer, customers *reaper.CustomerTokens) (*reaper.Reaper, error) {
+	reg prometheus.Registerer, customers *reaper.CustomerTokens, al *alerter.Alerter) (*reaper.Reaper, error) {
 	m, err := reaper.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	rc := reaper.Config{DB: db, Clock: clock, Log: log, DryRun: cfg.Reaper.DryRun, CIFreshness: cfg.Reaper.CIFreshness,
 		Wake: svc.DeadlineActivity(), Metrics: m, Guard: guard, MaxDestroy: cfg.Reaper.MaxDestroy,
-		StorageFault: storageFault(db.Writer, clock)}
+		StorageFault: storageFault(db.Writer, clock), Alerts: al}
 	if customers != nil {
 		rc.Customers = customers
 	}
@@ -206,7 +207,15 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 	} else {
 		log.Warn().Str("reaper", ReaperModeOff).Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}
-	return reaper.New(rc), nil
+	r := reaper.New(rc)
+	// An alert open across a restart resolves at start when its condition
+	// no longer holds (docs/operations.md, "Alerts").
+	for kind, check := range r.AlertChecks() {
+		if err := al.RegisterCheck(kind, check); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // storageFault adapts the writer's storage health to the reaper's hold. The

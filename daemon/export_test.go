@@ -3,6 +3,7 @@ package daemon
 import (
 	"time"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/wake"
 )
@@ -46,3 +47,6 @@ type StorageHealth = storageHealth
 func NewStorageHealth(a *App) *StorageHealth {
 	return &storageHealth{db: a.DB, disk: a.Server.disk, clock: a.Clock, log: a.Log}
 }
+
+// Alerter is s's alerter, as the detectors see it.
+func Alerter(s *Server) alerts.Setter { return s.alerter }

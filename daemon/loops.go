@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -77,6 +78,10 @@ type LoopDeps struct {
 	// Disk is the free-space guard the storage-health loop measures and
 	// records events for (nil: the loop is not run).
 	Disk *storage.DiskGuard
+	// Alerter delivers the detectors' alerts (nil: not run); it runs with
+	// no sink configured too, recording alerts and sending nothing
+	// (docs/operations.md, "Alerts").
+	Alerter *alerter.Alerter
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -141,6 +146,11 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// Never switched: it keeps readiness and the disk_low guard
 		// honest (docs/operations.md, "Storage and the writer").
 		loops = append(loops, &storageHealth{db: d.DB, disk: d.Disk, clock: d.Clock, log: d.Log})
+	}
+	if d.Alerter != nil {
+		// Never switched: pausing a loop must not silence the operator
+		// (docs/operations.md, "Alerts").
+		loops = append(loops, alerterLoop{d.Alerter})
 	}
 	if d.LogRetention != nil {
 		// Under the retention switch with telemetry's: both delete on

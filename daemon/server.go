@@ -15,6 +15,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
@@ -52,6 +53,8 @@ type Server struct {
 	// reaper is the reaper loop, shared by its admin operations and the
 	// loop registry; it alone holds the DigitalOcean write token.
 	reaper *reaper.Reaper
+	// alerter records and delivers alerts; its loop runs it.
+	alerter *alerter.Alerter
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -117,7 +120,7 @@ type serverDeps struct {
 // than answer 404 for it).
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
-		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper,
+		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter,
 		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {

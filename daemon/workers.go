@@ -7,6 +7,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -44,6 +45,10 @@ type workers struct {
 	costs *cost.Reconciler
 	// reaper is the reaper; it alone holds the DigitalOcean write token.
 	reaper *reaper.Reaper
+	// alerter records the detectors' conditions and delivers their
+	// alerts to the configured sinks, none included (docs/operations.md,
+	// "Alerts").
+	alerter *alerter.Alerter
 	// switches are the loop switches (docs/operations.md, "Loop switches").
 	switches *loopSwitches
 	// retention is the telemetry retention worker.
@@ -81,7 +86,10 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 	if w.costs, err = newCostReconciler(cfg, read, d.DB, clock, log, w.customers); err != nil {
 		return nil, err
 	}
-	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers); err != nil {
+	if w.alerter, err = newAlerter(cfg, d.DB, clock, log, w.collectors); err != nil {
+		return nil, err
+	}
+	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers, w.alerter); err != nil {
 		return nil, err
 	}
 	if w.switches, err = newLoopSwitches(ctx, d.DB, clock, log, w.collectors); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -128,7 +129,9 @@ type held struct {
 }
 
 // openGate evaluates the clock guard (a detected step restarts the
-// grace), records clock-suspect events, lifts settled holds, re-anchors
+// grace), records clock-suspect events, reports the guard's hold, the
+// rate limit's end and the overdue condition's end to the alerter
+// (alerts.go), lifts settled holds, re-anchors
 // stored holds that end beyond their maximum and reads the storage hook:
 // the tick's judgement.
 func (r *Reaper) openGate(ctx context.Context, now time.Time) gate {
@@ -153,6 +156,16 @@ func (r *Reaper) openGate(ctx context.Context, now time.Time) gate {
 	}
 	r.settle(ctx, &g)
 	r.raise(ctx, g)
+	r.clockAlerts(ctx, g.clock.Global)
+	if !now.Before(r.limitedUntil()) {
+		// The rate-limit hold has lifted (alerts.go).
+		r.setAlert(ctx, alerts.KindReaperRateLimited, false, "")
+	}
+	if r.alerting(alerts.KindReaperOverdue) {
+		// Looked at every wake-up while it holds: the last overdue
+		// deployment may end with no tick after it.
+		r.checkOverdue(ctx, now)
+	}
 	r.reanchor(ctx)
 	if r.metrics != nil {
 		r.metrics.ClockSuspect.Set(0)

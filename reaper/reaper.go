@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
@@ -177,6 +178,9 @@ type Config struct {
 	// StorageGrace after, idle destruction is held: a deadline that could
 	// not move is not evidence. nil: no storage signal.
 	StorageFault func() (failing bool, lastFailure time.Time)
+	// Alerts receives the reaper's conditions as they start and end
+	// (alerts.go; docs/operations.md, "Alerts"); nil reports none.
+	Alerts alerts.Setter
 }
 
 // Reaper is the reaper loop. Create it with New.
@@ -219,6 +223,13 @@ type Reaper struct {
 	// troubled is the last trouble event id per kind (troubles.go).
 	troubled map[string]string
 
+	// alerts receives the conditions (nil: none); alerted is what was
+	// last reported per kind (absent: nothing yet), under alertMu, held
+	// across the report so two reports of one kind never cross.
+	alerts  alerts.Setter
+	alertMu sync.Mutex
+	alerted map[string]bool
+
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
 }
@@ -228,7 +239,11 @@ func New(c Config) *Reaper {
 	r := &Reaper{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "reaper").Logger(), creds: c.Credentials, customers: c.Customers,
 		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{},
 		clockGuard: c.Guard, grace: c.Grace, maxDestroy: c.MaxDestroy, storageFault: c.StorageFault,
-		raised: map[string]string{}, massRaised: map[string]string{}, troubled: map[string]string{}}
+		raised: map[string]string{}, massRaised: map[string]string{}, troubled: map[string]string{},
+		alerts: c.Alerts, alerted: map[string]bool{}}
+	for _, kind := range initialAlerts {
+		r.alerted[kind] = false
+	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
 	}
@@ -584,6 +599,11 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 		return r.warn(ctx, c, o, warning)
 	}
 	if r.dryRun {
+		if scope == nil {
+			// Dry run makes no destroy call: the write token's
+			// successful look is the end of its refusal (alerts.go).
+			r.setAlert(ctx, alerts.KindReaperTokenRefused, false, "")
+		}
 		return r.wouldDestroy(ctx, c, o)
 	}
 	// (2) Destroy; 404 is success. The due list was read when the tick
@@ -601,6 +621,10 @@ func (r *Reaper) process(ctx context.Context, c storage.ReaperCandidate, client 
 		r.notePace()
 		if result, err = client.DeleteDroplet(ctx, int(id)); err != nil {
 			return r.failed(ctx, c, o, err, scope)
+		}
+		if scope == nil {
+			// The write token works again (alerts.go).
+			r.setAlert(ctx, alerts.KindReaperTokenRefused, false, "")
 		}
 	}
 	// (3)-(5) Claim, record, sink.
@@ -710,8 +734,10 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 			r.metrics.RateLimited.Inc()
 		}
 		r.log.Warn().Str("environment", c.EnvironmentSlug).Str("deployment", c.DeploymentID).Time("retry_at", at).Msg("write token rate-limited; the reaper waits")
-		r.trouble(ctx, KindRateLimited, fmt.Sprintf("DigitalOcean rate-limited the write token: the reaper destroys nothing before %s, the provider's retry time (docs/operations.md, \"Reaper\")",
-			at.UTC().Format(time.RFC3339)), now)
+		msg := fmt.Sprintf("DigitalOcean rate-limited the write token: the reaper destroys nothing before %s, the provider's retry time (docs/operations.md, \"Reaper\")",
+			at.UTC().Format(time.RFC3339))
+		r.trouble(ctx, KindRateLimited, msg, now)
+		r.setAlert(ctx, alerts.KindReaperRateLimited, true, msg)
 		o.Action = ActionRateLimited
 		return o
 	}
@@ -719,8 +745,10 @@ func (r *Reaper) failed(ctx context.Context, c storage.ReaperCandidate, o Outcom
 		// Retried with the back-off below, but said as an event: no
 		// retry fixes a revoked or under-scoped token (docs/operations.md,
 		// "Reaper").
-		r.trouble(ctx, KindTokenRefused, fmt.Sprintf("DigitalOcean refused the platform write token (%s) on a droplet call: nothing is destroyed until the token is replaced with a valid one holding the droplet scopes (docs/operations.md, \"Reaper\")",
-			statusOf(err)), now)
+		msg := fmt.Sprintf("DigitalOcean refused the platform write token (%s) on a droplet call: nothing is destroyed until the token is replaced with a valid one holding the droplet scopes (docs/operations.md, \"Reaper\")",
+			statusOf(err))
+		r.trouble(ctx, KindTokenRefused, msg, now)
+		r.setAlert(ctx, alerts.KindReaperTokenRefused, true, msg)
 	}
 	k := key(c)
 	r.mu.Lock()

@@ -100,7 +100,8 @@ func (r *Reaper) trouble(ctx context.Context, kind, message string, now time.Tim
 
 // checkOverdue records KindOverdue when active platform deployments'
 // deadlines passed more than OverdueAfter before now and they are still
-// not destroyed (whatever held them: rate limit, refused token, guard).
+// not destroyed (whatever held them: rate limit, refused token, guard),
+// and reports the condition's start and end to the alerter (alerts.go).
 func (r *Reaper) checkOverdue(ctx context.Context, now time.Time) {
 	n, err := storage.ReaperOverdue(ctx, r.db.Read, now.Add(-OverdueAfter), r.fresh)
 	if err != nil {
@@ -108,8 +109,11 @@ func (r *Reaper) checkOverdue(ctx context.Context, now time.Time) {
 		return
 	}
 	if n == 0 {
+		r.setAlert(ctx, KindOverdue, false, "")
 		return
 	}
-	r.trouble(ctx, KindOverdue, fmt.Sprintf("%d active deployments are more than %s past their deadline and not destroyed: read the reaper's events and `chalupa admin reaper status` (docs/operations.md, \"Reaper\")",
-		n, OverdueAfter), now)
+	msg := fmt.Sprintf("%d active deployments are more than %s past their deadline and not destroyed: read the reaper's events and `chalupa admin reaper status` (docs/operations.md, \"Reaper\")",
+		n, OverdueAfter)
+	r.trouble(ctx, KindOverdue, msg, now)
+	r.setAlert(ctx, KindOverdue, true, msg)
 }

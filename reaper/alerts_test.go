@@ -1,0 +1,291 @@
+package reaper_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/digitalocean/dofake"
+	"github.com/chalupa-run/chalupa/reaper"
+	"github.com/chalupa-run/chalupa/reaper/clockguard"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// setCall is one report a detector made to its alerts.Setter.
+type setCall struct {
+	kind    string
+	subject alerts.Subject
+	holds   bool
+	detail  string
+}
+
+// fakeSetter records every report; it stands for the alerter, whose own
+// tests cover what a report writes and sends.
+type fakeSetter struct {
+	mu    sync.Mutex
+	calls []setCall
+}
+
+func (s *fakeSetter) Set(_ context.Context, kind string, subject alerts.Subject, holds bool, detail string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, setCall{kind, subject, holds, detail})
+	return nil
+}
+
+// reports are the holds values reported for kind, in order.
+func (s *fakeSetter) reports(kind string) []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []bool
+	for _, c := range s.calls {
+		if c.kind == kind {
+			out = append(out, c.holds)
+		}
+	}
+	return out
+}
+
+// raised are the calls that raised a condition (holds true).
+func (s *fakeSetter) raised() []setCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []setCall
+	for _, c := range s.calls {
+		if c.holds {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func equalReports(got []bool, want ...bool) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTroubleAlerts: each of the reaper's troubles raises its condition
+// on the platform when the reaper records it, once however many ticks see
+// it, and clears it when it ends: a refused write token at the next
+// successful destroy call, a rate limit when its hold lifts, overdue
+// deployments when none is overdue any more (docs/operations.md,
+// "Alerts").
+func TestTroubleAlerts(t *testing.T) {
+	cases := []struct {
+		name     string
+		kind     string
+		deadline time.Duration // before t0
+		tags     bool
+		fault    *dofake.Fault
+		// end makes the trouble end before the last tick.
+		end func(f *fixture, d storage.Deployment)
+	}{
+		{name: "write token refused, then a destroy succeeds", kind: alerts.KindReaperTokenRefused, deadline: time.Minute, tags: true,
+			fault: &dofake.Fault{Route: dofake.RouteGetDroplet, Status: 403},
+			end:   func(f *fixture, _ storage.Deployment) { f.clock.Advance(reaper.BackoffMin + 10*time.Second) }},
+		{name: "rate limited, then the hold lifts", kind: alerts.KindReaperRateLimited, deadline: time.Minute, tags: true,
+			fault: &dofake.Fault{Route: dofake.RouteDeleteDroplet, Status: 429, RetryAfter: 10 * time.Second},
+			end:   func(f *fixture, _ storage.Deployment) { f.clock.Advance(11 * time.Second) }},
+		{name: "overdue, then the deployment ends", kind: alerts.KindReaperOverdue, deadline: 2 * time.Hour, tags: false,
+			end: func(f *fixture, d storage.Deployment) {
+				if err := f.db.Writer.Do(context.Background(), func(tx storage.Tx) error {
+					_, err := storage.EndDeployment(context.Background(), tx, d.EnvironmentID, d.ID, f.clock.Now())
+					return err
+				}); err != nil {
+					f.t.Fatal(err)
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &fakeSetter{}
+			f := newFixture(t, func(c *reaper.Config) { c.Alerts = set })
+			env := f.env("harbor")
+			tags := dofake.EnvTags("harbor")
+			if !tc.tags {
+				tags = tags[:1]
+			}
+			d := f.deployment(env, storage.Deployment{DropletID: f.droplet(tags), IdleDeadlineAt: t0.Add(-tc.deadline),
+				LaunchedAt: t0.Add(-tc.deadline - time.Hour)})
+			if tc.fault != nil {
+				f.fake.Inject(*tc.fault)
+			}
+			f.tick()
+			f.clock.Advance(time.Second)
+			f.tick() // the trouble still holds (or is held): no second report
+			if got := set.reports(tc.kind); !equalReports(got, true) {
+				t.Fatalf("%s reported %v after the trouble, want [true]", tc.kind, got)
+			}
+			for _, c := range set.raised() {
+				if c.kind != tc.kind || c.subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || c.detail == "" {
+					t.Errorf("raised %+v, want only %s on the platform with its detail", c, tc.kind)
+				}
+			}
+			tc.end(f, d)
+			f.tick()
+			if got := set.reports(tc.kind); !equalReports(got, true, false) {
+				t.Fatalf("%s reported %v after the trouble ended, want [true false]", tc.kind, got)
+			}
+		})
+	}
+}
+
+// TestNoAlertOnANormalTick: a tick that destroys a due deployment and
+// leaves a live one raises nothing.
+func TestNoAlertOnANormalTick(t *testing.T) {
+	set := &fakeSetter{}
+	f := newFixture(t, func(c *reaper.Config) { c.Alerts = set })
+	env := f.env("harbor")
+	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(time.Hour)})
+	res := f.tick()
+	if res.Count(reaper.ActionDestroyed) != 1 {
+		t.Fatalf("tick %+v, want one destroyed", res)
+	}
+	f.clock.Advance(time.Minute)
+	f.tick()
+	if r := set.raised(); len(r) != 0 {
+		t.Fatalf("normal ticks raised %+v", r)
+	}
+}
+
+// TestClockGuardAlerts: the clock guard's hold raises clock-step when it
+// holds for a wall-clock step and clock-suspect when it holds for another
+// reason (here a start behind the high-water mark); each clears when the
+// hold lifts (the fleet agrees and every active deployment heartbeated).
+func TestClockGuardAlerts(t *testing.T) {
+	cases := []struct {
+		name, kind, other string
+		trip              func(clock *wallStepped, guard *clockguard.Guard)
+	}{
+		{"a wall-clock step", alerts.KindClockStep, alerts.KindClockSuspect,
+			func(clock *wallStepped, _ *clockguard.Guard) { clock.offset.Store(int64(2 * time.Hour)) }},
+		{"a start behind the mark", alerts.KindClockSuspect, alerts.KindClockStep,
+			func(_ *wallStepped, guard *clockguard.Guard) { guard.RestoreMark(t0.Add(time.Hour)) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &fakeSetter{}
+			clock := &wallStepped{}
+			var guard *clockguard.Guard
+			f := newFixture(t, func(c *reaper.Config) {
+				clock.FakeClock = c.Clock.(*clockwork.FakeClock)
+				guard = clockguard.New(clock)
+				c.Clock, c.Guard, c.Alerts = clock, guard, set
+			})
+			f.tick()
+			if r := set.raised(); len(r) != 0 {
+				t.Fatalf("a tick under a good clock raised %+v", r)
+			}
+			f.clock.Advance(time.Minute)
+			tc.trip(clock, guard)
+			f.tick()
+			f.clock.Advance(time.Minute)
+			f.tick()
+			if got := set.reports(tc.kind); !equalReports(got, true) {
+				t.Fatalf("%s reported %v while the guard holds, want [true]", tc.kind, got)
+			}
+			for _, c := range set.raised() {
+				if c.kind != tc.kind {
+					t.Errorf("raised %+v, want only %s", c, tc.kind)
+				}
+			}
+			// The fleet agrees again; with no active deployment the
+			// reaper lifts the hold at its next look.
+			guard.HeartbeatAccepted("harbor")
+			f.clock.Advance(time.Minute)
+			f.tick()
+			if got := set.reports(tc.kind); !equalReports(got, true, false) {
+				t.Fatalf("%s reported %v after the hold lifted, want [true false]", tc.kind, got)
+			}
+			for _, c := range set.raised() {
+				if c.kind == tc.other {
+					t.Errorf("%s raised too: %+v", tc.other, c)
+				}
+			}
+		})
+	}
+}
+
+// TestAlertChecks: each re-check the reaper gives the alerter says whether
+// its condition holds now, so an alert an earlier process left open
+// resolves at start when it no longer does (docs/operations.md, "Alerts",
+// under Detectors).
+func TestAlertChecks(t *testing.T) {
+	check := func(t *testing.T, r *reaper.Reaper, kind string) bool {
+		t.Helper()
+		c, ok := r.AlertChecks()[kind]
+		if !ok {
+			t.Fatalf("no check for %s", kind)
+		}
+		holds, _, err := c(context.Background(), alerts.Subject{Kind: alerts.SubjectPlatform})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return holds
+	}
+	due := func(f *fixture) {
+		f.deployment(f.env("harbor"), storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	}
+	t.Run("reaper-overdue", func(t *testing.T) {
+		if check(t, newFixture(t).r, alerts.KindReaperOverdue) {
+			t.Error("holds with no deployment")
+		}
+		if !check(t, overdueFixture(t).r, alerts.KindReaperOverdue) {
+			t.Error("does not hold with a deployment two hours past its deadline")
+		}
+	})
+	t.Run("reaper-rate-limited", func(t *testing.T) {
+		f := newFixture(t)
+		if check(t, f.r, alerts.KindReaperRateLimited) {
+			t.Error("holds in a new process")
+		}
+		due(f)
+		f.fake.Inject(dofake.Fault{Route: dofake.RouteDeleteDroplet, Status: 429, RetryAfter: 10 * time.Second})
+		f.tick()
+		if !check(t, f.r, alerts.KindReaperRateLimited) {
+			t.Error("does not hold while rate-limited")
+		}
+		f.clock.Advance(11 * time.Second)
+		if check(t, f.r, alerts.KindReaperRateLimited) {
+			t.Error("holds after the retry time")
+		}
+	})
+	t.Run("reaper-token-refused", func(t *testing.T) {
+		f := newFixture(t, func(c *reaper.Config) { c.Alerts = &fakeSetter{} })
+		if !check(t, f.r, alerts.KindReaperTokenRefused) {
+			t.Error("a new process resolves it before the write token made a call")
+		}
+		due(f)
+		f.tick()
+		if check(t, f.r, alerts.KindReaperTokenRefused) {
+			t.Error("holds after a successful destroy")
+		}
+		off := newFixture(t, func(c *reaper.Config) { c.Credentials = nil })
+		if check(t, off.r, alerts.KindReaperTokenRefused) {
+			t.Error("holds without a write token")
+		}
+	})
+	t.Run("clock", func(t *testing.T) {
+		var guard *clockguard.Guard
+		f := newFixture(t, func(c *reaper.Config) { guard = clockguard.New(c.Clock); c.Guard = guard })
+		if check(t, f.r, alerts.KindClockSuspect) || check(t, f.r, alerts.KindClockStep) {
+			t.Error("a clock condition holds under a good clock")
+		}
+		guard.RestoreMark(t0.Add(time.Hour))
+		if !check(t, f.r, alerts.KindClockSuspect) || check(t, f.r, alerts.KindClockStep) {
+			t.Error("a start behind the mark: want clock-suspect alone")
+		}
+	})
+}
