@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
@@ -94,16 +95,16 @@ func TestQuotaAlert(t *testing.T) {
 		return n == 8, fmt.Sprint(n, " events")
 	})
 
-	clock.Advance(QuotaQuiet - 5*60e9)
+	clock.Advance(QuotaQuiet - 5*time.Minute)
 	s.noteQuota(&Refusal{Quota: QuotaEnvironmentHeartbeats}, "demo-harbor", "") // within the quiet: it still holds
-	clock.Advance(5 * 60e9)                                                      // the first quiet's end
+	clock.Advance(5 * time.Minute)                                              // the first quiet's end
 	if err := clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	if r := set.reports(); len(r) != 1 {
 		t.Fatalf("a refusal within the quiet reported %v, want nothing more", r)
 	}
-	clock.Advance(QuotaQuiet - 5*60e9)
+	clock.Advance(QuotaQuiet - 5*time.Minute)
 	testwait.Eventually(t, testwait.Short, "quota-exceeded ended", func() (bool, string) {
 		r := set.reports()
 		return len(r) == 2 && r[1] == "demo-harbor false", fmt.Sprint(r)
