@@ -15,6 +15,8 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/digitalocean"
 	"github.com/chalupa-run/chalupa/ingest"
@@ -192,16 +194,24 @@ func agentAdmission(release agentrelease.Release) func(storage.Box, string) erro
 // newJobLane is the converge job lane over d.Executor (no runner without
 // one: converge answers 503 converge_not_configured), the offline watch,
 // and the service the admin API calls, admitting up and preview only with
-// an installable agent release (agentAdmission).
-func newJobLane(d serverDeps) (*jobs.Runner, *jobs.Watch, *jobs.Service) {
+// an installable agent release (agentAdmission). The runner reports
+// job-failed and the watch worker-offline to al (nil: none), and the
+// runner calls afterJob with a box after each of its jobs ends
+// (docs/operations.md, "Alerts").
+func newJobLane(d serverDeps, al *alerter.Alerter, afterJob func(context.Context, storage.Box)) (*jobs.Runner, *jobs.Watch, *jobs.Service) {
 	watch := jobs.NewWatch(d.DB, d.Clock, d.Log)
+	var set alerts.Setter
+	if al != nil {
+		set = al
+		watch.SetAlerts(al)
+	}
 	var runner *jobs.Runner
 	if d.Executor != nil {
 		// The instance id locks this process's jobs: serve holds the data
 		// dir lock, so a job locked by another id is provably dead
 		// (docs/operations.md, "Jobs").
 		runner = jobs.NewRunner(jobs.RunnerConfig{DB: d.DB, Clock: d.Clock, Log: d.Log, Executor: d.Executor,
-			InstanceID: ulid.Make().String(), Version: buildinfo.Version})
+			InstanceID: ulid.Make().String(), Version: buildinfo.Version, Alerts: set, AfterJob: afterJob})
 	} else {
 		d.Log.Warn().Msg(convergeOffMessage)
 	}
@@ -214,10 +224,15 @@ func newJobLane(d serverDeps) (*jobs.Runner, *jobs.Watch, *jobs.Service) {
 
 // newRolloutManager builds the agent rollout manager over remote (the
 // deliverer) and settles what a stopped process left (docs/operations.md,
-// "Agent install", under Upgrade). Errors: database faults.
-func newRolloutManager(ctx context.Context, d serverDeps, remote agentrollout.Remote, instance string) (*agentrollout.Manager, error) {
+// "Agent install", under Upgrade); its upgrades report
+// agent-upgrade-failed to al (nil: none; "Alerts"). Errors: database
+// faults.
+func newRolloutManager(ctx context.Context, d serverDeps, remote agentrollout.Remote, instance string, al *alerter.Alerter) (*agentrollout.Manager, error) {
 	cfg := d.Config.Converge
 	m := &agentrollout.Manager{Instance: instance, Upgrader: &agentrollout.Upgrader{DB: d.DB, Clock: d.Clock, Remote: remote,
 		Release: cfg.AgentRelease, Port: cmp.Or(cfg.SSHPort, DefaultSSHPort), Report: cfg.AgentUpgradeReport, Log: d.Log}}
+	if al != nil {
+		m.Upgrader.Alerts = al
+	}
 	return m, m.Recover(ctx)
 }

@@ -115,9 +115,14 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		}
 		return &pausable{Loop: l, name: name, sw: d.Switches, log: d.Log}
 	}
+	quotaEvents := &ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log}
+	if d.Ingest != nil && d.Alerter != nil {
+		// It also reports quota-exceeded (docs/operations.md, "Alerts").
+		quotaEvents.Service, quotaEvents.Alerts = d.Ingest, d.Alerter
+	}
 	loops := []Loop{
 		&ingest.NoncePruner{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: prune, Activity: d.NonceActivity, Ledger: d.NonceLedger},
-		&ingest.QuotaEventWriter{DB: d.DB, Events: d.QuotaEvents, Log: d.Log},
+		quotaEvents,
 		switched(LoopRetention, retention),
 	}
 	if d.Ingest != nil {

@@ -95,8 +95,11 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 	if w.switches, err = newLoopSwitches(ctx, d.DB, clock, log, w.collectors); err != nil {
 		return nil, err
 	}
-	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d)
-	if w.rollouts, err = newRolloutManager(ctx, d, sshdeliver.New(d.DB, d.Sealer, clock), ulid.Make().String()); err != nil {
+	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d, w.alerter, w.boxChanged)
+	if w.rollouts, err = newRolloutManager(ctx, d, sshdeliver.New(d.DB, d.Sealer, clock), ulid.Make().String(), w.alerter); err != nil {
+		return nil, err
+	}
+	if err := registerFleetChecks(w, d.DB, clock); err != nil {
 		return nil, err
 	}
 	return w, nil

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -63,10 +65,16 @@ type quotaNotes struct {
 	mu   sync.Mutex
 	hour time.Time
 	seen map[string]bool
+	// refusing is quota-exceeded's state per environment slug, and
+	// alertWake wakes the quota-events loop at an environment's first
+	// refusal (quota_alerts.go).
+	refusing  map[string]*refusing
+	alertWake chan struct{}
 }
 
 func newQuotaNotes() *quotaNotes {
-	return &quotaNotes{ch: make(chan QuotaEvent, quotaEventQueue), seen: map[string]bool{}}
+	return &quotaNotes{ch: make(chan QuotaEvent, quotaEventQueue), seen: map[string]bool{},
+		refusing: map[string]*refusing{}, alertWake: make(chan struct{}, 1)}
 }
 
 // note queues the warning for (quota, env, dep) unless it was queued this
@@ -76,6 +84,7 @@ func (n *quotaNotes) note(at time.Time, quota, env, dep, message string) {
 	id := quotaEventID(quota, env, dep, at)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.refused(at, env, message)
 	if !hour.Equal(n.hour) {
 		n.hour, n.seen = hour, map[string]bool{}
 	}
@@ -171,7 +180,10 @@ var rateVariables = map[string]rateVar{
 // QuotaEventWriter is the background loop that records queued quota
 // warnings as lifecycle events (kind quota-exceeded), each in a writer unit
 // of its own, off the refused requests' path (docs/operations.md, "Quotas").
-// It wakes only when a warning is queued.
+// With Service and Alerts set it also reports the quota-exceeded
+// condition (quota_alerts.go; docs/operations.md, "Alerts"). It wakes only
+// when a warning is queued or an environment starts refusing, and, while
+// an environment refuses, when its QuotaQuiet may have passed.
 type QuotaEventWriter struct {
 	// DB is the migrated database; events go through its writer.
 	DB *storage.DB
@@ -179,6 +191,10 @@ type QuotaEventWriter struct {
 	Events <-chan QuotaEvent
 	// Log receives write faults.
 	Log zerolog.Logger
+	// Service is the ingest service whose refusals raise quota-exceeded,
+	// reported to Alerts; either nil: no alert is reported.
+	Service *Service
+	Alerts  alerts.Setter
 }
 
 // Name implements daemon.Loop.
@@ -188,14 +204,36 @@ func (w *QuotaEventWriter) Name() string { return "quota-events" }
 // failed write is logged and the warning dropped (the next hour notes it
 // again).
 func (w *QuotaEventWriter) Run(ctx context.Context) error {
+	var wake <-chan struct{}
+	alerting := w.Service != nil && w.Alerts != nil
+	if alerting {
+		wake = w.Service.notes.alertWake
+	}
+	var next time.Time
 	for {
+		if alerting {
+			next = w.quotaAlerts(ctx)
+		}
+		var timer clockwork.Timer
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			timer = w.Service.clock.NewTimer(max(next.Sub(w.Service.clock.Now()), 0))
+			fire = timer.Chan()
+		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case ev := <-w.Events:
 			if _, err := w.Record(ctx, ev); err != nil && ctx.Err() == nil {
 				w.Log.Error().Err(err).Str("loop", w.Name()).Msg("record quota warning")
 			}
+		case <-wake:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }

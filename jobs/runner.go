@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -29,6 +30,14 @@ type RunnerConfig struct {
 	InstanceID string
 	// Version is the build's version, reported in workers.
 	Version string
+	// Alerts receives job-failed (nil: none; alerts.go,
+	// docs/operations.md "Alerts").
+	Alerts alerts.Setter
+	// AfterJob, when set, is called with the box after each job's end is
+	// recorded (succeeded, failed or requeued), outside the writer unit:
+	// the daemon re-evaluates the box's other conditions with it (an
+	// agent upgrade's failure ends with the droplet it was on).
+	AfterJob func(ctx context.Context, box storage.Box)
 }
 
 // Runner is the one job lane. Create it with NewRunner; Run it as a
@@ -52,6 +61,12 @@ type Runner struct {
 	// none); guarded by tickMu.
 	prepared bool
 
+	// alerts receives job-failed; failed is what was last reported per
+	// box (alerts.go); afterJob is RunnerConfig.AfterJob.
+	alerts   alerts.Setter
+	failed   reported
+	afterJob func(ctx context.Context, box storage.Box)
+
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
 }
@@ -63,7 +78,7 @@ func NewRunner(c RunnerConfig) *Runner {
 		panic("jobs: NewRunner without an Executor")
 	}
 	r := &Runner{db: c.DB, clock: c.Clock, log: c.Log.With().Str("loop", "jobs").Logger(), exec: c.Executor,
-		instance: c.InstanceID, version: c.Version, wake: make(chan struct{}, 1)}
+		instance: c.InstanceID, version: c.Version, wake: make(chan struct{}, 1), alerts: c.Alerts, afterJob: c.AfterJob}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
 	}
@@ -218,6 +233,9 @@ func (r *Runner) Tick(ctx context.Context) (TickResult, error) {
 	}
 	ran := r.run(ctx, job, box)
 	res.Ran = &ran
+	if ran.Status != storage.JobRunning {
+		r.jobAlert(ctx, box, job.ID, ran.Status)
+	}
 	return res, nil
 }
 
@@ -260,6 +278,7 @@ func (r *Runner) recover(ctx context.Context, res *TickResult) (more bool, err e
 			return more, err
 		}
 		r.log.Warn().Str("job", j.ID).Str("scope", j.ScopeID).Str("status", status).Msg("recovered a job left running by a stopped process")
+		r.jobAlert(ctx, box, j.ID, status)
 		res.Recovered = append(res.Recovered, Recovered{JobID: j.ID, Status: status})
 	}
 	return more, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -23,9 +24,18 @@ type Watch struct {
 	log   zerolog.Logger
 	wake  chan struct{}
 
+	// alerts receives worker-offline (nil: none); offline is what was
+	// last reported (alerts.go).
+	alerts  alerts.Setter
+	offline reported
+
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
 }
+
+// SetAlerts makes the watch report worker-offline to s when it starts and
+// when it ends (docs/operations.md, "Alerts"); call it before Run.
+func (w *Watch) SetAlerts(s alerts.Setter) { w.alerts = s }
 
 // NewWatch returns a Watch; a nil clock is the real one.
 func NewWatch(db *storage.DB, clock clockwork.Clock, log zerolog.Logger) *Watch {
@@ -65,11 +75,14 @@ type WatchResult struct {
 // Errors: a database fault.
 func (w *Watch) Tick(ctx context.Context) (WatchResult, error) {
 	var res WatchResult
+	var st storage.QueueState
+	var now time.Time
 	err := w.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		// Read and write in one unit: two ticks cannot both warn.
 		res = WatchResult{}
-		now := w.clock.Now()
-		st, err := storage.ReadQueueState(ctx, tx)
+		now = w.clock.Now()
+		var err error
+		st, err = storage.ReadQueueState(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -106,7 +119,29 @@ func (w *Watch) Tick(ctx context.Context) (WatchResult, error) {
 	if err == nil && res.Warned {
 		w.log.Warn().Int("queued", res.Queued).Msg(OfflineMessage)
 	}
+	if err == nil && w.alerts != nil {
+		w.offlineAlert(ctx, st, now, &res)
+	}
 	return res, err
+}
+
+// offlineAlert reports worker-offline's state at now to the alerter when
+// it changed, and while it holds makes the next look no later than
+// WatchRecheck (alerts.go).
+func (w *Watch) offlineAlert(ctx context.Context, st storage.QueueState, now time.Time, res *WatchResult) {
+	holds, detail := offline(st, now), ""
+	if holds {
+		detail = offlineDetail(st)
+	}
+	if err := w.offline.set(ctx, w.alerts, alerts.KindWorkerOffline, platform, holds, detail); err != nil {
+		w.log.Error().Err(err).Msg("reporting worker-offline to the alerter failed; reported again at the next look")
+		holds = true // look again soon
+	}
+	if holds || w.offline.holding("") {
+		if t := now.Add(WatchRecheck); res.NextCheck.IsZero() || t.Before(res.NextCheck) {
+			res.NextCheck = t
+		}
+	}
 }
 
 // Run watches until ctx ends, then returns nil. With no queued job it waits

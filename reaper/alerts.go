@@ -2,15 +2,17 @@ package reaper
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// The reaper is the detector of five conditions of the alert table
-// (docs/operations.md, "Alerts"), each about the platform: its troubles
-// (troubles.go) and the clock guard's hold (holds.go). It reports a
+// The reaper is the detector of six conditions of the alert table
+// (docs/operations.md, "Alerts"): about the platform, its troubles
+// (troubles.go) and the clock guard's hold (holds.go); about an
+// environment, a mass of deployments falling due at once (holds.go). It reports a
 // condition to Config.Alerts when it starts and when it ends; the alerter
 // repeats it while it holds.
 //
@@ -26,6 +28,10 @@ import (
 //     step; clock-suspect while it holds for another reason (a clock
 //     behind the high-water mark, the fleet's skew); both end when it
 //     lifts.
+//   - reaper-mass-due, about an environment: raised when a look finds
+//     more than half of its active deployments (and at least MassDueMin)
+//     due at once; ends at the first look that does not (looked at every
+//     wake-up while it holds somewhere).
 
 // initialAlerts are the conditions whose state at the start is known to be
 // "not holding" in memory: a rate limit, the clock guard's hold and the
@@ -55,6 +61,58 @@ func (r *Reaper) setAlert(ctx context.Context, kind string, holds bool, detail s
 		return
 	}
 	r.alerted[kind] = holds
+}
+
+// massAlerts reports reaper-mass-due on each environment of envs, and its
+// end on each environment last reported as holding that is not in envs;
+// only changes are reported.
+func (r *Reaper) massAlerts(ctx context.Context, envs []storage.MassDue) {
+	if r.alerts == nil {
+		return
+	}
+	r.alertMu.Lock()
+	defer r.alertMu.Unlock()
+	now := map[string]bool{}
+	for _, e := range envs {
+		now[e.EnvironmentSlug] = true
+		if r.massAlerted[e.EnvironmentSlug] {
+			continue
+		}
+		if err := r.alerts.Set(ctx, alerts.KindMassDue, envSubject(e.EnvironmentSlug), true, massDueDetail(e, r.maxDestroy)); err != nil {
+			r.log.Error().Err(err).Str("kind", alerts.KindMassDue).Str("environment", e.EnvironmentSlug).Msg("reporting a condition to the alerter failed; reported again at the next look")
+			continue
+		}
+		r.massAlerted[e.EnvironmentSlug] = true
+	}
+	for slug := range r.massAlerted {
+		if now[slug] {
+			continue
+		}
+		if err := r.alerts.Set(ctx, alerts.KindMassDue, envSubject(slug), false, ""); err != nil {
+			r.log.Error().Err(err).Str("kind", alerts.KindMassDue).Str("environment", slug).Msg("reporting a condition's end to the alerter failed; reported again at the next look")
+			continue
+		}
+		delete(r.massAlerted, slug)
+	}
+}
+
+// massAlerting reports whether reaper-mass-due was last reported as
+// holding on some environment.
+func (r *Reaper) massAlerting() bool {
+	r.alertMu.Lock()
+	defer r.alertMu.Unlock()
+	return len(r.massAlerted) > 0
+}
+
+// envSubject is the alert subject of the environment slug.
+func envSubject(slug string) alerts.Subject {
+	return alerts.Subject{Kind: alerts.SubjectEnvironment, ID: slug}
+}
+
+// massDueDetail is reaper-mass-due's words for e: the counts and the pace.
+func massDueDetail(e storage.MassDue, maxDestroy int) string {
+	return fmt.Sprintf("%d of %d active deployments of environment %s fell due at once; the reaper destroys at most %d a minute, oldest deadline first, and a heartbeat moves a live one's deadline.",
+		e.Due, e.Active, e.EnvironmentSlug, maxDestroy)
 }
 
 // alerting reports whether the reaper last reported kind as holding.
@@ -119,5 +177,17 @@ func (r *Reaper) AlertChecks() map[string]func(ctx context.Context, subject aler
 		},
 		alerts.KindClockStep:    guard(true),
 		alerts.KindClockSuspect: guard(false),
+		alerts.KindMassDue: func(ctx context.Context, subject alerts.Subject) (bool, string, error) {
+			envs, err := storage.ReaperMassDue(ctx, r.db.Read, r.clock.Now(), r.fresh, MassDueMin)
+			if err != nil {
+				return false, "", err
+			}
+			for _, e := range envs {
+				if e.EnvironmentSlug == subject.ID {
+					return true, massDueDetail(e, r.maxDestroy), nil
+				}
+			}
+			return false, "", nil
+		},
 	}
 }

@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,4 +289,70 @@ func TestAlertChecks(t *testing.T) {
 			t.Error("a start behind the mark: want clock-suspect alone")
 		}
 	})
+}
+
+// TestMassDueAlert: reaper-mass-due is raised on the environment whose
+// deployments fall due at once, reported once however many paced ticks
+// see it, and ends at the first look where no more than half of the
+// environment's active deployments (or fewer than MassDueMin) are due
+// (docs/operations.md, "Alerts", under Detectors).
+func TestMassDueAlert(t *testing.T) {
+	set := &fakeSetter{}
+	f := newFixture(t, func(c *reaper.Config) { c.Alerts, c.MaxDestroy = set, 1 })
+	env := f.env("harbor")
+	quiet := f.env("quay")
+	for range 5 {
+		f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	}
+	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(time.Hour)})
+	f.deployment(quiet, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("quay")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	want := alerts.Subject{Kind: alerts.SubjectEnvironment, ID: "harbor"}
+	// 5 of 6 due, then 4 of 5 and 3 of 4 as the pace destroys one a
+	// minute: it holds; then 2 of 3, fewer than MassDueMin: it ends.
+	for i, holds := range []bool{true, true, true, false} {
+		f.tick()
+		got := set.reports(alerts.KindMassDue)
+		if wantN := map[bool]int{true: 1, false: 2}[holds]; len(got) != wantN {
+			t.Fatalf("look %d: reaper-mass-due reported %v, want %d reports", i, got, wantN)
+		}
+		f.clock.Advance(reaper.PaceWindow)
+	}
+	if got := set.reports(alerts.KindMassDue); !equalReports(got, true, false) {
+		t.Fatalf("reaper-mass-due reported %v, want [true false]", got)
+	}
+	for _, c := range set.calls {
+		if c.kind != alerts.KindMassDue {
+			continue
+		}
+		if c.subject != want {
+			t.Errorf("reported on %+v, want %+v", c.subject, want)
+		}
+		if c.holds && !strings.Contains(c.detail, "5 of 6 active deployments") {
+			t.Errorf("detail %q does not give the counts", c.detail)
+		}
+	}
+}
+
+// TestMassDueCheck: reaper-mass-due's re-check at start holds for an
+// environment with a mass of due deployments and not for another.
+func TestMassDueCheck(t *testing.T) {
+	f := newFixture(t)
+	env := f.env("harbor")
+	f.env("quay")
+	for range 3 {
+		f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
+	}
+	check := f.r.AlertChecks()[alerts.KindMassDue]
+	if check == nil {
+		t.Fatal("no check for reaper-mass-due")
+	}
+	for slug, want := range map[string]bool{"harbor": true, "quay": false} {
+		holds, detail, err := check(context.Background(), alerts.Subject{Kind: alerts.SubjectEnvironment, ID: slug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if holds != want || (holds && detail == "") {
+			t.Errorf("%s: holds %v (detail %q), want %v", slug, holds, detail, want)
+		}
+	}
 }

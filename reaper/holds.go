@@ -447,13 +447,16 @@ func (r *Reaper) writeHolds(ctx context.Context, holds []held) bool {
 
 // massDue records reaper-mass-due for each environment where more than
 // half of the active deployments (and at least MassDueMin) are due at now:
-// once per environment and hour. Nothing is held for it.
+// once per environment and hour. Nothing is held for it. It reports the
+// condition to the alerter for each such environment, and its end for
+// each environment reported before that is not one any more (alerts.go).
 func (r *Reaper) massDue(ctx context.Context, now time.Time) {
 	envs, err := storage.ReaperMassDue(ctx, r.db.Read, now, r.fresh, MassDueMin)
 	if err != nil {
 		r.log.Error().Err(err).Msg("reading the due counts failed")
 		return
 	}
+	r.massAlerts(ctx, envs)
 	for _, e := range envs {
 		id := fmt.Sprintf("%s:%s:%d", KindMassDue, e.EnvironmentSlug, now.Unix()/3600)
 		r.mu.Lock()

@@ -229,6 +229,9 @@ type Reaper struct {
 	alerts  alerts.Setter
 	alertMu sync.Mutex
 	alerted map[string]bool
+	// massAlerted is what was last reported of reaper-mass-due per
+	// environment slug (absent: nothing, or its end), under alertMu.
+	massAlerted map[string]bool
 
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
@@ -240,7 +243,7 @@ func New(c Config) *Reaper {
 		dryRun: c.DryRun, fresh: c.CIFreshness, wake: c.Wake, metrics: c.Metrics, attempts: map[string]int{},
 		clockGuard: c.Guard, grace: c.Grace, maxDestroy: c.MaxDestroy, storageFault: c.StorageFault,
 		raised: map[string]string{}, massRaised: map[string]string{}, troubled: map[string]string{},
-		alerts: c.Alerts, alerted: map[string]bool{}}
+		alerts: c.Alerts, alerted: map[string]bool{}, massAlerted: map[string]bool{}}
 	for _, kind := range initialAlerts {
 		r.alerted[kind] = false
 	}
@@ -488,7 +491,9 @@ func (r *Reaper) Tick(ctx context.Context) (TickResult, error) {
 	// the reaper's trouble, said as an event (troubles.go); after the
 	// gate, so a step it detects already sets the event's time.
 	r.checkOverdue(ctx, start)
-	if len(due) > 0 {
+	if len(due) > 0 || r.massAlerting() {
+		// While reaper-mass-due holds somewhere, every look checks
+		// whether it ended (alerts.go).
 		r.massDue(ctx, start)
 	}
 	var holds []held

@@ -48,8 +48,8 @@ func (m *Manager) init() {
 
 // Recover settles what a stopped process left: its running rollouts are
 // failed ("interrupted") and its boxes left upgrading become
-// upgrade-failed (Settle). Call it at start, before any upgrade. Errors:
-// database faults.
+// upgrade-failed (Settle), each raising agent-upgrade-failed (alerts.go).
+// Call it at start, before any upgrade. Errors: database faults.
 func (m *Manager) Recover(ctx context.Context) error {
 	m.init()
 	db, now := m.Upgrader.DB, m.Upgrader.Clock.Now()
@@ -59,7 +59,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	_, err := Settle(ctx, db, now)
+	boxes, err := settle(ctx, db, now)
+	for _, b := range boxes {
+		m.Upgrader.reportBox(ctx, b.ID, b.Name, false)
+	}
 	return err
 }
 

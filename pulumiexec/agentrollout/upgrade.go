@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/pulumiexec/sshdeliver"
@@ -135,6 +136,12 @@ type Upgrader struct {
 	// the evidence is read (DefaultPoll when 0).
 	Report, Poll time.Duration
 	Log          zerolog.Logger
+	// Alerts receives agent-upgrade-failed (nil: none; alerts.go,
+	// docs/operations.md "Alerts").
+	Alerts alerts.Setter
+
+	// alerted is what was last reported per box.
+	alerted boxAlerts
 }
 
 func (u *Upgrader) report() time.Duration {
@@ -192,7 +199,11 @@ func (u *Upgrader) Box(ctx context.Context, box storage.Box) (Outcome, error) {
 		// start settles it (Settle).
 		return out, err
 	}
-	return out, t.settle(ctx)
+	if err := t.settle(ctx); err != nil {
+		return out, err
+	}
+	u.reportBox(ctx, box.ID, box.Name, false)
+	return out, nil
 }
 
 func (u *Upgrader) init() {
@@ -414,9 +425,15 @@ func event(ctx context.Context, tx storage.Tx, box storage.Box, kind, msg string
 // agent-upgrade-failed saying so: nobody watches for its report any more.
 // Run it at start, before any upgrade. Errors: database faults.
 func Settle(ctx context.Context, db *storage.DB, now time.Time) (int, error) {
+	boxes, err := settle(ctx, db, now)
+	return len(boxes), err
+}
+
+// settle is Settle, returning the boxes it settled.
+func settle(ctx context.Context, db *storage.DB, now time.Time) ([]storage.Box, error) {
 	boxes, err := storage.BoxesUpgrading(ctx, db.Read)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, b := range boxes {
 		err := db.Writer.Do(ctx, func(tx storage.Tx) error {
@@ -430,8 +447,8 @@ func Settle(ctx context.Context, db *storage.DB, now time.Time) (int, error) {
 				b.AgentUpgrade.Version, b.Resources.DropletID), now)
 		})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	return len(boxes), nil
+	return boxes, nil
 }
