@@ -31,9 +31,9 @@ import (
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
-// guard bounds a wait that must end by itself: a hang guard, not a speed
+// hookGuard bounds a wait that must end by itself: a hang guard, not a speed
 // goal.
-const guard = 2 * time.Minute
+const hookGuard = 2 * time.Minute
 
 // hookReceiver is a local https webhook receiver. Every request's
 // signature is verified with the reference library; fault, when it
@@ -117,9 +117,9 @@ func (h *hookReceiver) hang(_ http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// reset takes the request and resets the TCP connection under the TLS
+// resetConn takes the request and resets the TCP connection under the TLS
 // session (SO_LINGER 0 sends RST) without answering.
-func reset(w http.ResponseWriter, _ *http.Request) bool {
+func resetConn(w http.ResponseWriter, _ *http.Request) bool {
 	c, _, err := w.(http.Hijacker).Hijack()
 	if err != nil {
 		panic(err)
@@ -131,7 +131,7 @@ func reset(w http.ResponseWriter, _ *http.Request) bool {
 	return true
 }
 
-func whsec(t *testing.T) string {
+func hookSecret(t *testing.T) string {
 	t.Helper()
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
@@ -142,7 +142,7 @@ func whsec(t *testing.T) string {
 // webhook sink posting to a new receiver.
 func hookAlerter(t *testing.T, db *storage.DB, clock clockwork.Clock) (*alerter.Alerter, *hookReceiver) {
 	t.Helper()
-	secret := whsec(t)
+	secret := hookSecret(t)
 	rcv := newHookReceiver(t, secret)
 	sink, err := webhook.New(webhook.Config{URL: rcv.URL + "/hooks/T0KEN", Secret: secret, Client: rcv.Client()})
 	if err != nil {
@@ -151,15 +151,15 @@ func hookAlerter(t *testing.T, db *storage.DB, clock clockwork.Clock) (*alerter.
 	return newAlerter(t, db, clock, nil, sink), rcv
 }
 
-// waitSends waits for the sends a tick started, with a guard against a
+// waitHookSends waits for the sends a tick started, with a guard against a
 // hang.
-func waitSends(t *testing.T, a *alerter.Alerter) {
+func waitHookSends(t *testing.T, a *alerter.Alerter) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { a.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(guard):
+	case <-time.After(hookGuard):
 		t.Fatal("the sends did not return")
 	}
 }
@@ -177,7 +177,7 @@ func TestRealReceiverFaults(t *testing.T) {
 	}{
 		{"500", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return answer500 }, "refused"},
 		{"timeout", func(h *hookReceiver) func(http.ResponseWriter, *http.Request) bool { return h.hang }, "timeout"},
-		{"connection reset", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return reset }, "refused"},
+		{"connection reset", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return resetConn }, "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -199,7 +199,7 @@ func TestRealReceiverFaults(t *testing.T) {
 			if tc.errKind == "timeout" {
 				select {
 				case <-rcv.hung:
-				case <-time.After(guard):
+				case <-time.After(hookGuard):
 					t.Fatal("the receiver got no request")
 				}
 				if err := clock.BlockUntilContext(ctx, 1); err != nil { // the send's timeout timer
@@ -207,7 +207,7 @@ func TestRealReceiverFaults(t *testing.T) {
 				}
 				clock.Advance(alerter.SendTimeout)
 			}
-			waitSends(t, a)
+			waitHookSends(t, a)
 			row, err := storage.OutboxByID(ctx, db.Read, id)
 			if err != nil || row.Attempts != 1 || row.LastError != tc.errKind || !row.DeliveredAt.IsZero() {
 				t.Fatalf("after the fault: %d attempts, error %q, delivered %v (%v); want 1, %s, not delivered",
@@ -220,7 +220,7 @@ func TestRealReceiverFaults(t *testing.T) {
 				if _, err := a.Tick(ctx); err != nil {
 					t.Fatal(err)
 				}
-				waitSends(t, a)
+				waitHookSends(t, a)
 			}
 			tries, accepted, bodies := rcv.snapshot()
 			if len(tries) != 2 || tries[0] != id || tries[1] != id {

@@ -35,11 +35,11 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// alertsHook is the test's webhook receiver: plain http on loopback (which
+// alertFaultHook is the test's webhook receiver: plain http on loopback (which
 // CHALUPA_ALERT_WEBHOOK_URL allows). Every request is verified; while held,
 // a request is reported on held and waits for release (then accepted) or
 // for its sender to go away (then not answered at all).
-type alertsHook struct {
+type alertFaultHook struct {
 	*httptest.Server
 	Secret  string
 	held    chan webhook.Body
@@ -51,11 +51,11 @@ type alertsHook struct {
 	accepted []webhook.Body
 }
 
-func newAlertsHook(t *testing.T) *alertsHook {
+func newAlertFaultHook(t *testing.T) *alertFaultHook {
 	t.Helper()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	h := &alertsHook{Secret: webhook.SecretPrefix + base64.StdEncoding.EncodeToString(key),
+	h := &alertFaultHook{Secret: webhook.SecretPrefix + base64.StdEncoding.EncodeToString(key),
 		held: make(chan webhook.Body, 16), release: make(chan struct{})}
 	v, err := standardwebhooks.NewWebhook(h.Secret)
 	if err != nil {
@@ -94,15 +94,15 @@ func newAlertsHook(t *testing.T) *alertsHook {
 	return h
 }
 
-// hold makes the next requests wait (see alertsHook).
-func (h *alertsHook) hold() {
+// hold makes the next requests wait (see alertFaultHook).
+func (h *alertFaultHook) hold() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holding = true
 }
 
 // unhold releases the held requests (accepted) and holds no more.
-func (h *alertsHook) unhold() {
+func (h *alertFaultHook) unhold() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.holding {
@@ -112,7 +112,7 @@ func (h *alertsHook) unhold() {
 }
 
 // acceptedWith returns the accepted requests whose webhook-id is id.
-func (h *alertsHook) acceptedWith(id string) []webhook.Body {
+func (h *alertFaultHook) acceptedWith(id string) []webhook.Body {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []webhook.Body
@@ -125,7 +125,7 @@ func (h *alertsHook) acceptedWith(id string) []webhook.Body {
 }
 
 // awaitHeld waits for a held request.
-func (h *alertsHook) awaitHeld(t *testing.T) webhook.Body {
+func (h *alertFaultHook) awaitHeld(t *testing.T) webhook.Body {
 	t.Helper()
 	select {
 	case b := <-h.held:
@@ -136,9 +136,9 @@ func (h *alertsHook) awaitHeld(t *testing.T) webhook.Body {
 	}
 }
 
-// alertsE2EEnv is dofake with a write and a read token, one droplet of
+// alertFaultEnv is dofake with a write and a read token, one droplet of
 // environment demo-alert, and the daemon's variables for it and the hook.
-func alertsE2EEnv(t *testing.T, hook *alertsHook) (*dofake.Server, int, map[string]string) {
+func alertFaultEnv(t *testing.T, hook *alertFaultHook) (*dofake.Server, int, map[string]string) {
 	t.Helper()
 	fake := dofake.New(t)
 	writeToken := fake.AddToken("write", dofake.FullAccess...)
@@ -150,10 +150,10 @@ func alertsE2EEnv(t *testing.T, hook *alertsHook) (*dofake.Server, int, map[stri
 	}
 }
 
-// alertsE2EDue makes a deployment of demo-alert on droplet due now: a
+// alertFaultDue makes a deployment of demo-alert on droplet due now: a
 // heartbeat with a one-minute idle limit whose activity is five minutes
 // old. The reaper's destroy call follows at once.
-func alertsE2EDue(t *testing.T, bin string, d *proctest.Daemon, droplet int) {
+func alertFaultDue(t *testing.T, bin string, d *proctest.Daemon, droplet int) {
 	t.Helper()
 	ingestE2ECLI(t, bin, d, "admin", "env", "create", "demo-alert")
 	keyDir := filepath.Join(t.TempDir(), "agent")
@@ -179,9 +179,9 @@ func alertsE2EDue(t *testing.T, bin string, d *proctest.Daemon, droplet int) {
 	}
 }
 
-// alertsE2ERow reads message id's outbox row from the database file at
+// alertFaultRow reads message id's outbox row from the database file at
 // path (the daemon stopped, or reading beside it).
-func alertsE2ERow(t *testing.T, path, id string) storage.OutboxRow {
+func alertFaultRow(t *testing.T, path, id string) storage.OutboxRow {
 	t.Helper()
 	ctx := context.Background()
 	db, err := storage.OpenReadOnly(ctx, path)
@@ -196,8 +196,8 @@ func alertsE2ERow(t *testing.T, path, id string) storage.OutboxRow {
 	return row
 }
 
-// alertsE2EFired checks that b is the fired reaper-token-refused message.
-func alertsE2EFired(t *testing.T, b webhook.Body) {
+// alertFaultFired checks that b is the fired reaper-token-refused message.
+func alertFaultFired(t *testing.T, b webhook.Body) {
 	t.Helper()
 	if b.ID == "" || b.Event != alerts.Fired || b.Kind != alerts.KindReaperTokenRefused || b.Severity != alerts.Critical {
 		t.Fatalf("the receiver's request %+v, want the fired reaper-token-refused message", b)
@@ -213,17 +213,17 @@ func alertsE2EFired(t *testing.T, b webhook.Body) {
 func TestAlertSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	bin := proctest.BuildBinary(t)
-	hook := newAlertsHook(t)
-	fake, droplet, env := alertsE2EEnv(t, hook)
+	hook := newAlertFaultHook(t)
+	fake, droplet, env := alertFaultEnv(t, hook)
 	d := proctest.StartDaemon(t, bin, env)
 	fake.RevokeToken("write")
 	hook.hold()
-	alertsE2EDue(t, bin, d, droplet)
+	alertFaultDue(t, bin, d, droplet)
 
 	first := hook.awaitHeld(t)
-	alertsE2EFired(t, first)
+	alertFaultFired(t, first)
 	d.Kill()
-	if row := alertsE2ERow(t, d.DatabasePath(), first.ID); !row.DeliveredAt.IsZero() {
+	if row := alertFaultRow(t, d.DatabasePath(), first.ID); !row.DeliveredAt.IsZero() {
 		t.Fatalf("message %s marked delivered before the kill: the receiver never answered", first.ID)
 	}
 	hook.unhold()
@@ -234,12 +234,12 @@ func TestAlertSurvivesSIGKILL(t *testing.T) {
 		return n > 0, fmt.Sprintf("%d accepted with webhook-id %s", n, first.ID)
 	})
 	got := hook.acceptedWith(first.ID)[0]
-	alertsE2EFired(t, got)
+	alertFaultFired(t, got)
 	if got.AlertID != first.AlertID {
 		t.Errorf("after the restart: alert %s, want %s", got.AlertID, first.AlertID)
 	}
 	ingestE2EStop(t, again)
-	if row := alertsE2ERow(t, again.DatabasePath(), first.ID); row.DeliveredAt.IsZero() {
+	if row := alertFaultRow(t, again.DatabasePath(), first.ID); row.DeliveredAt.IsZero() {
 		t.Errorf("message %s not marked delivered after the restart", first.ID)
 	}
 	ingestE2ENoSecrets(t, map[string]string{"webhook secret": hook.Secret, "webhook token": "T0KEN-e2e"},
@@ -259,17 +259,17 @@ func TestAlertResentAfterRestore(t *testing.T) {
 	bin := proctest.BuildBinary(t)
 	litestream := proctest.ToolPath(t, "litestream")
 	s3 := proctest.StartVersityGW(t)
-	hook := newAlertsHook(t)
-	fake, droplet, env := alertsE2EEnv(t, hook)
+	hook := newAlertFaultHook(t)
+	fake, droplet, env := alertFaultEnv(t, hook)
 	for k, v := range s3.DaemonEnv("alerts") {
 		env[k] = v
 	}
 	d := proctest.StartDaemon(t, bin, env)
 	fake.RevokeToken("write")
 	hook.hold()
-	alertsE2EDue(t, bin, d, droplet)
+	alertFaultDue(t, bin, d, droplet)
 	first := hook.awaitHeld(t)
-	alertsE2EFired(t, first)
+	alertFaultFired(t, first)
 
 	// The row is committed (it is being sent); wait for the replica to
 	// hold it, then stop the replica.
@@ -285,7 +285,7 @@ func TestAlertResentAfterRestore(t *testing.T) {
 	s3.Stop()
 	hook.unhold()
 	testwait.Eventually(t, testwait.Long, "the delivered mark on the primary", func() (bool, string) {
-		row := alertsE2ERow(t, d.DatabasePath(), first.ID)
+		row := alertFaultRow(t, d.DatabasePath(), first.ID)
 		return !row.DeliveredAt.IsZero(), fmt.Sprintf("%d attempts", row.Attempts)
 	})
 	d.Kill()
@@ -295,7 +295,7 @@ func TestAlertResentAfterRestore(t *testing.T) {
 
 	s3.Start()
 	restored := proctest.Restore(t, litestream, s3.ReplicaURL("alerts"), s3.Credentials())
-	if row := alertsE2ERow(t, restored, first.ID); !row.DeliveredAt.IsZero() {
+	if row := alertFaultRow(t, restored, first.ID); !row.DeliveredAt.IsZero() {
 		t.Fatalf("the restored message %s carries its delivered mark: the replica had no lag to lose", first.ID)
 	}
 	env2 := e2eSecrets(d.Env)
@@ -310,7 +310,7 @@ func TestAlertResentAfterRestore(t *testing.T) {
 		return n == 2, fmt.Sprintf("%d accepted with webhook-id %s", n, first.ID)
 	})
 	got := hook.acceptedWith(first.ID)[1]
-	alertsE2EFired(t, got)
+	alertFaultFired(t, got)
 	if got.AlertID != first.AlertID {
 		t.Errorf("re-sent for alert %s, want %s", got.AlertID, first.AlertID)
 	}
