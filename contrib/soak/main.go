@@ -7,6 +7,8 @@
 //	go run ./contrib/soak storm       [-duration 60s] WAL size during and after a write storm
 //	go run ./contrib/soak longreader  [-hold 60s]    WAL growth while a read transaction is held
 //	go run ./contrib/soak slowclients [-conns 5000]  memory per idle keep-alive connection
+//	go run ./contrib/soak alertidle   [-rounds 3]    idle wake-ups, alerts configured against alerts off
+//	go run ./contrib/soak alertlatency [-samples 40] a condition's start to the webhook receiver
 //
 // Each builds chalupa (CGO_ENABLED=0 go build -o tmp/chalupa .) unless
 // given -chalupa-bin, starts `chalupa serve` with the embedded default (the
@@ -38,6 +40,8 @@ var tools = []struct {
 	{"storm", "WAL size every 100 ms during a 60 s signed-heartbeat storm and after", runStorm},
 	{"longreader", "WAL growth while a second connection holds a read transaction during steady writes", runLongReader},
 	{"slowclients", "RSS per idle keep-alive connection, and how many connections are accepted", runSlowClients},
+	{"alertidle", "idle wake-ups with alerts configured and none open against alerts off, interleaved", runAlertIdle},
+	{"alertlatency", "time from a condition's start to the webhook receiver (p50, p95)", runAlertLatency},
 }
 
 func usage() {
