@@ -43,6 +43,7 @@ func TestDeletedReplicaNoticedWhileWritesFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeReplicaAtCleanup(t, db, run.repl)
 	db.Writer.SetCommitHook(run.repl.Committed)
 	run.caughtUp(t, "the migrations to reach the replica")
 

@@ -55,8 +55,22 @@ func startReplica(t *testing.T, db *storage.DB, dir string, fresh bool) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeReplicaAtCleanup(t, db, run.repl)
 	db.Writer.SetCommitHook(run.repl.Committed)
 	return run
+}
+
+// closeReplicaAtCleanup closes db, then repl (as stop does), when the test
+// ends and before the temporary directory holding a file replica is removed
+// (cleanups run last first): a replicator left running syncs into the
+// directory while it is removed, and the removal fails with "directory not
+// empty". Both closes are no-ops after stop.
+func closeReplicaAtCleanup(t *testing.T, db *storage.DB, repl *storage.Replicator) {
+	t.Helper()
+	t.Cleanup(func() {
+		_ = db.Close()
+		_ = repl.Close(context.Background())
+	})
 }
 
 // events returns the kinds of the events raised so far.
