@@ -22,7 +22,7 @@ import (
 // changed the condition.
 type nullSink struct{}
 
-func (nullSink) Name() string                                { return "hook" }
+func (nullSink) Name() string                               { return "hook" }
 func (nullSink) Send(context.Context, alerts.Message) error { return nil }
 
 // queued are the budget messages queued for the sink so far, in order.
