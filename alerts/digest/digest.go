@@ -65,12 +65,46 @@ func (s Schedule) loc() *time.Location {
 	return s.Loc
 }
 
-// at is the digest's instant on the local day y-m-d. On the day clocks
-// spring forward past a time that does not exist, it is the instant the
-// same distance after the gap's start (Go's time.Date: 02:30 in a gap from
-// 02:00 to 03:00 is 03:30); on the day a time happens twice, the first.
+// at is the digest's instant on the local day y-m-d: HH:MM on that day's
+// wall clock. On the day clocks spring forward past HH:MM (a time that
+// does not exist) it is as many minutes after the gap's start as HH:MM is
+// (02:30 in a gap from 02:00 to 03:00 is 03:30 after the change); on the
+// day the clocks fall back through HH:MM (a time that happens twice) it is
+// the first. It does not lean on time.Date's choice, which Go leaves
+// unspecified for both.
 func (s Schedule) at(y int, m time.Month, d int) time.Time {
-	return time.Date(y, m, d, s.Hour, s.Minute, 0, 0, s.loc())
+	loc := s.loc()
+	naive := time.Date(y, m, d, s.Hour, s.Minute, 0, 0, time.UTC) // the wall clock read as UTC
+	y, m, d = naive.Date()                                        // d may run past the month's end
+	offset := func(t time.Time) time.Duration {
+		_, off := t.In(loc).Zone()
+		return time.Duration(off) * time.Second
+	}
+	// The offsets in force a day before and a day after: a zone changes
+	// its offset at most once in two days.
+	before := naive.Add(-offset(naive.Add(-24 * time.Hour)))
+	after := naive.Add(-offset(naive.Add(24 * time.Hour)))
+	shows := func(t time.Time) bool {
+		l := t.In(loc)
+		ly, lm, ld := l.Date()
+		return ly == y && lm == m && ld == d && l.Hour() == s.Hour && l.Minute() == s.Minute
+	}
+	switch {
+	case shows(before) && shows(after):
+		return minTime(before, after)
+	case shows(after):
+		return after
+	}
+	// Valid under the earlier offset, or in the gap, where the earlier
+	// offset counts the minutes from the gap's start.
+	return before
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Next is the first digest instant after now: once each local day, at
