@@ -90,6 +90,8 @@ type Config struct {
 	Disk DiskConfig
 	// Alerts is where alerts go: the email and webhook sinks.
 	Alerts AlertsConfig
+	// Notify is the budget alert and the daily digest.
+	Notify NotifyConfig
 	// Warnings are what config check and serve say about a configuration
 	// they accept: a deprecated variable and its replacement; an agent
 	// release converge cannot install.
@@ -179,7 +181,7 @@ func newConfig() *Config {
 // tokens, converge's warnings the origin).
 func (c *Config) validators() []func(*loader) {
 	return []func(*loader){c.HTTP.validate, c.validateSecrets, c.Replica.validate, c.validateLogs,
-		c.validateReaper, c.validateCosts, c.validateConverge, c.validateAlerts}
+		c.validateReaper, c.validateCosts, c.validateConverge, c.validateAlerts, c.validateNotify}
 }
 
 // Redacted returns the effective configuration as ordered name/value pairs

@@ -58,7 +58,7 @@ func (v variable) isZero() bool { return reflect.ValueOf(v.ptr).Elem().IsZero() 
 // section of c. Building it changes nothing in c.
 func (c *Config) variables() []variable {
 	return slices.Concat(c.serverVariables(), c.logsVariables(), c.digitalOceanVariables(), c.Costs.billingVariables(),
-		c.convergeVariables(), c.Converge.agentReleaseVariables(), c.hostVariables(), c.policyVariables(), c.alertVariables(), c.quotaVariables())
+		c.convergeVariables(), c.Converge.agentReleaseVariables(), c.hostVariables(), c.policyVariables(), c.alertVariables(), c.notifyVariables(), c.quotaVariables())
 }
 
 // serverVariables are the table's rows of the data dir, the listener, the

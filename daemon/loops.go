@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/alerts/digest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -82,6 +83,9 @@ type LoopDeps struct {
 	// no sink configured too, recording alerts and sending nothing
 	// (docs/operations.md, "Alerts").
 	Alerter *alerter.Alerter
+	// Digest sends the daily alert digest (nil: not run; only with
+	// CHALUPA_ALERT_DIGEST set, so no timer runs without it).
+	Digest *digest.Digest
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -156,6 +160,10 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// Never switched: pausing a loop must not silence the operator
 		// (docs/operations.md, "Alerts").
 		loops = append(loops, alerterLoop{d.Alerter})
+	}
+	if d.Digest != nil {
+		// Never switched, like the alerter (docs/operations.md, "Alerts").
+		loops = append(loops, d.Digest)
 	}
 	if d.LogRetention != nil {
 		// Under the retention switch with telemetry's: both delete on

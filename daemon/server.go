@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/alerts/digest"
 	"github.com/chalupa-run/chalupa/console"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/envelope"
@@ -55,6 +56,8 @@ type Server struct {
 	reaper *reaper.Reaper
 	// alerter records and delivers alerts; its loop runs it.
 	alerter *alerter.Alerter
+	// digest is the daily alert digest (nil: off); its loop runs it.
+	digest *digest.Digest
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -120,7 +123,7 @@ type serverDeps struct {
 // than answer 404 for it).
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
-		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter,
+		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter, digest: w.digest,
 		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {

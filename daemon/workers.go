@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/alerts/digest"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
@@ -49,6 +50,9 @@ type workers struct {
 	// alerts to the configured sinks, none included (docs/operations.md,
 	// "Alerts").
 	alerter *alerter.Alerter
+	// digest is the daily alert digest (nil when CHALUPA_ALERT_DIGEST is
+	// unset: not run).
+	digest *digest.Digest
 	// switches are the loop switches (docs/operations.md, "Loop switches").
 	switches *loopSwitches
 	// retention is the telemetry retention worker.
@@ -90,6 +94,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers, w.alerter); err != nil {
+		return nil, err
+	}
+	if w.digest, err = newNotify(cfg, d.DB, clock, log, w); err != nil {
 		return nil, err
 	}
 	if w.switches, err = newLoopSwitches(ctx, d.DB, clock, log, w.collectors); err != nil {

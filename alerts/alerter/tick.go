@@ -129,8 +129,11 @@ func (a *Alerter) repeat(ctx context.Context, now time.Time) (int, error) {
 		for _, al := range due {
 			cond, ok := alerts.Lookup(al.Kind)
 			if !ok {
-				cond = alerts.Condition{Kind: al.Kind, Severity: alerts.Severity(al.Severity)}
+				cond = alerts.Condition{Kind: al.Kind}
 			}
+			// The stored severity: Escalate may have raised it above
+			// the table's.
+			cond.Severity = alerts.Severity(al.Severity)
 			subject := alerts.Subject{Kind: al.SubjectKind, ID: al.SubjectID}
 			for _, s := range a.sinks {
 				if err := storage.InsertOutbox(ctx, tx, a.row(s.Name(), al.ID, alerts.Repeated, cond, subject, al.Detail, al.OpenedAt, now)); err != nil {

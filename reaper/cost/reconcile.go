@@ -85,6 +85,10 @@ type Config struct {
 	// VolumeUSDPerGiBMonth is DO_VOLUME_USD_PER_GIB_MONTH
 	// (DefaultVolumeUSDPerGiBMonth when zero).
 	VolumeUSDPerGiBMonth float64
+	// AfterPass, when set, runs after each successful pass (its snapshot
+	// stored), inside the pass: the budget alert evaluates the fresh
+	// month-to-date figures there (docs/operations.md, "Alerts").
+	AfterPass func(ctx context.Context)
 }
 
 // Reconciler is the cost reconciliation worker. Run is the scheduled
@@ -118,6 +122,14 @@ func (r *Reconciler) SetMetrics(m *Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cfg.Metrics = m
+}
+
+// SetAfterPass sets Config.AfterPass (the daemon wires the budget alert
+// after building the alerter). Call it before Run.
+func (r *Reconciler) SetAfterPass(fn func(ctx context.Context)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cfg.AfterPass = fn
 }
 
 // Rule is the billing rule in use.
@@ -261,6 +273,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, trigger string) (Report, err
 	r.cfg.Log.Info().Str("trigger", trigger).Int("droplets", rep.DropletsSeen).Int("adopted", rep.Adopted).
 		Int("ended", rep.Ended).Int("rates", rep.RatesCaptured).Dur("duration", rep.Duration).
 		Float64("month_to_date_usd", RoundCents(est.TotalUSD())).Msg("cost reconciliation")
+	if r.cfg.AfterPass != nil {
+		r.cfg.AfterPass(ctx)
+	}
 	return rep, nil
 }
 
