@@ -82,6 +82,9 @@ type LoopDeps struct {
 	// no sink configured too, recording alerts and sending nothing
 	// (docs/operations.md, "Alerts").
 	Alerter *alerter.Alerter
+	// Tokens checks the DigitalOcean tokens at start and hourly (nil: not
+	// run; docs/operations.md, "Alerts").
+	Tokens *tokenChecks
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -151,6 +154,12 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// Never switched: pausing a loop must not silence the operator
 		// (docs/operations.md, "Alerts").
 		loops = append(loops, alerterLoop{d.Alerter})
+	}
+	if d.Tokens != nil && len(d.Tokens.checkers) > 0 {
+		// Never switched: it writes nothing at DigitalOcean, and finds a
+		// refused token before a destroy needs it (docs/operations.md,
+		// "Alerts").
+		loops = append(loops, d.Tokens)
 	}
 	if d.LogRetention != nil {
 		// Under the retention switch with telemetry's: both delete on

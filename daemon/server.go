@@ -55,6 +55,8 @@ type Server struct {
 	reaper *reaper.Reaper
 	// alerter records and delivers alerts; its loop runs it.
 	alerter *alerter.Alerter
+	// tokens checks the DigitalOcean tokens; its loop runs it.
+	tokens *tokenChecks
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -120,7 +122,7 @@ type serverDeps struct {
 // than answer 404 for it).
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
-		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter,
+		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter, tokens: w.tokens,
 		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
@@ -163,7 +165,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard,
-		offset: w.ingest.ClockOffset, cfg: d.Config}).register(s.ops)
+		offset: w.ingest.ClockOffset, cfg: d.Config, tokens: w.tokens}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)

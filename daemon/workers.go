@@ -49,6 +49,9 @@ type workers struct {
 	// alerts to the configured sinks, none included (docs/operations.md,
 	// "Alerts").
 	alerter *alerter.Alerter
+	// tokens checks each DigitalOcean token through the worker that
+	// holds it, at start and hourly (docs/operations.md, "Alerts").
+	tokens *tokenChecks
 	// switches are the loop switches (docs/operations.md, "Loop switches").
 	switches *loopSwitches
 	// retention is the telemetry retention worker.
@@ -96,6 +99,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d)
+	if w.tokens, err = newTokenChecks(cfg, read, w.reaper, d.Executor, w.alerter, clock, log); err != nil {
+		return nil, err
+	}
 	if w.rollouts, err = newRolloutManager(ctx, d, sshdeliver.New(d.DB, d.Sealer, clock), ulid.Make().String()); err != nil {
 		return nil, err
 	}

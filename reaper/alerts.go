@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/digitalocean/tokencheck"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -121,3 +122,9 @@ func (r *Reaper) AlertChecks() map[string]func(ctx context.Context, subject aler
 		alerts.KindClockSuspect: guard(false),
 	}
 }
+
+// TokenCheck is the check of the write token (do-token-refused on
+// Config.TokenVariable; docs/operations.md, "Alerts"): a read-only call
+// made through the reaper's own client, so the token never leaves it. nil
+// without a write token or a variable to name.
+func (r *Reaper) TokenCheck() *tokencheck.Checker { return r.tokenCheck }
