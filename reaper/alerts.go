@@ -27,6 +27,10 @@ import (
 //     step; clock-suspect while it holds for another reason (a clock
 //     behind the high-water mark, the fleet's skew); both end when it
 //     lifts.
+//
+// It also holds the write token's read-only check (TokenCheck), which
+// reports do-token-refused on the token's variable: the daemon's
+// token-check loop calls it, and the token never leaves the reaper.
 
 // initialAlerts are the conditions whose state at the start is known to be
 // "not holding" in memory: a rate limit, the clock guard's hold and the
