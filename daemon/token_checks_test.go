@@ -166,3 +166,30 @@ func verifyHook(h http.Header, body []byte) error {
 	}
 	return v.Verify(body, h)
 }
+
+// TestProvisionTokenCheck: the provision token is checked through the
+// converge executor, which alone holds it: refused (401) and then working
+// again, per variable, with no other request made with it
+// (docs/operations.md, "Alerts").
+func TestProvisionTokenCheck(t *testing.T) {
+	api := newConvergeAPI(t)
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: convergeEnv(t, api, newFakeDroplet(t))})
+	api.Inject(dofake.Fault{Route: dofake.RouteGetAccount, Token: "provision", Status: 401})
+	for _, want := range []string{"refused", "works"} {
+		tc, err := p.Admin.CheckTokens(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tc.Tokens) != 1 || tc.Tokens[0].Variable != "DIGITALOCEAN_PROVISION_TOKEN" || tc.Tokens[0].State != want {
+			t.Fatalf("check-tokens answered %+v, want the provision token %s", tc, want)
+		}
+		if strings.Contains(tc.Tokens[0].Detail, convergeToken) {
+			t.Fatal("the answer carries the provision token")
+		}
+	}
+	for _, r := range api.Requests() {
+		if r.Route != dofake.RouteGetAccount {
+			t.Errorf("the check sent %s", r)
+		}
+	}
+}
