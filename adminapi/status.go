@@ -9,10 +9,46 @@ import (
 // OpGetStatus reads the daemon's own state.
 const OpGetStatus = "adminGetStatus"
 
+// OpCheckTokens checks every DigitalOcean token the daemon holds now, with
+// a read-only call each (`chalupa admin status --check-tokens`;
+// docs/operations.md, "Alerts").
+const OpCheckTokens = "adminCheckTokens"
+
 var statusOperations = []Operation{
 	{ID: OpGetStatus, MCP: mcpRead, Method: methodGet, Path: "/api/admin/status", Status: http.StatusOK,
 		Response: typeOf[Status](),
 		Summary:  "version, uptime, schema version, database size, replication and storage health"},
+	// It writes at DigitalOcean nothing (GET /v2/account per token); its
+	// only write is the do-token-refused alert it raises or lifts.
+	{ID: OpCheckTokens, MCP: mcpMutate, Method: methodPost, Path: "/api/admin/status/check-tokens", Status: http.StatusOK, Mutates: true,
+		Response: typeOf[TokenChecks](),
+		Summary:  "check each DigitalOcean token now with a read-only call: works, refused or unreachable per variable, never the value"},
+}
+
+// TokenChecks is the answer of adminCheckTokens, and the tokens part of
+// adminGetStatus (docs/operations.md, "Alerts").
+type TokenChecks struct {
+	// Tokens are the DigitalOcean tokens the daemon holds, one per
+	// variable, in a fixed order (read, write, provision); empty when it
+	// holds none.
+	Tokens []TokenCheck `json:"tokens"`
+}
+
+// TokenCheck is one token's latest check.
+type TokenCheck struct {
+	// Variable is the token's environment variable, e.g.
+	// DIGITALOCEAN_READ_TOKEN; never the token's value.
+	Variable string `json:"variable"`
+	// State is "works" (DigitalOcean answered 200, or 403 for a token
+	// without account:read), "refused" (401: the do-token-refused alert
+	// is open), "unreachable" (no answer about the token: network error,
+	// timeout, 5xx or 429; the alert stays as it was) or "unchecked".
+	State string `json:"state"`
+	// Detail says why a token is refused or unreachable (status and kind
+	// of error, never the token); empty when it works.
+	Detail string `json:"detail,omitempty"`
+	// CheckedAt is when the check ran (absent when unchecked).
+	CheckedAt *time.Time `json:"checkedAt,omitempty"`
 }
 
 // Status is the answer of adminGetStatus.
@@ -54,6 +90,10 @@ type Status struct {
 	// ModeNotes say, in words, that the reaper or costs are not fully on
 	// (none when the reaper is live and costs on).
 	ModeNotes []string `json:"modeNotes"`
+	// Tokens are the latest checks of the DigitalOcean tokens the daemon
+	// holds (at start and hourly; docs/operations.md, "Alerts"), one per
+	// variable; absent from a daemon that does not check them.
+	Tokens []TokenCheck `json:"tokens,omitempty"`
 }
 
 // ClockOffset is the median of receivedAt − sentAt over the latest
@@ -159,6 +199,11 @@ type ReplicationHealth struct {
 	// Reseeds counts re-seedings since start: the replica held no
 	// restorable history and got a fresh snapshot.
 	Reseeds int64 `json:"reseeds,omitempty"`
+}
+
+// CheckTokens calls adminCheckTokens.
+func (c *Client) CheckTokens(ctx context.Context) (TokenChecks, error) {
+	return call[TokenChecks](ctx, c, OpCheckTokens, nil)
 }
 
 // GetStatus calls adminGetStatus.

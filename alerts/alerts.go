@@ -48,12 +48,16 @@ const (
 	Digest Event = "digest"
 )
 
-// Subject is what a condition is about: the platform (ID empty), an
-// environment (its slug), a box (its name) or a deployment (its id).
+// Subject is what a condition is about: the platform (ID empty, or the
+// part of it the condition names, such as a token's variable for
+// do-token-refused), an environment (its slug), a box (its name) or a
+// deployment (its id).
 type Subject struct {
 	// Kind is "platform", "environment", "box" or "deployment".
 	Kind string `json:"kind"`
-	// ID names the subject within its kind; empty for the platform.
+	// ID names the subject within its kind; empty for the platform but
+	// where a platform condition holds per part (do-token-refused: the
+	// token's variable, never its value).
 	ID string `json:"id,omitempty"`
 }
 

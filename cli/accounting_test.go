@@ -19,6 +19,7 @@ import (
 var cliExempt = map[string]string{
 	adminapi.OpClearSessionPolicy: "`chalupa admin env policy SLUG --clear` calls it: a flag of the set command, not a command of its own",
 	adminapi.OpStartAgentRollout:  "`chalupa admin reroll --action upgrade-agent` starts and follows it: reroll calls several operations, so it is not an opCommand",
+	adminapi.OpCheckTokens:        "`chalupa admin status --check-tokens` calls it: a flag of the status command, not a command of its own",
 }
 
 // TestEveryOperationHasACommand is the CLI side of the operation accounting

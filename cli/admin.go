@@ -183,7 +183,8 @@ func printJSON(w io.Writer, v any) error {
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 type adminStatusCmd struct {
-	JSON bool `help:"Print JSON."`
+	JSON        bool `help:"Print JSON."`
+	CheckTokens bool `help:"Check each DigitalOcean token now with a read-only call (GET /v2/account) and show per variable whether it works; a refused token opens the do-token-refused alert."`
 }
 
 func (*adminStatusCmd) operation() string { return adminapi.OpGetStatus }
@@ -192,7 +193,21 @@ func (*adminStatusCmd) operation() string { return adminapi.OpGetStatus }
 // unknown (statusAnswer).
 func (c *adminStatusCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (statusAnswer, error) {
-		return adminapi.CallAs[statusAnswer](ctx, cl, adminapi.OpGetStatus, nil)
+		var checked []adminapi.TokenCheck
+		if c.CheckTokens {
+			// First, so the status read after shows the alert it opened
+			// or lifted (docs/operations.md, "Alerts").
+			tc, err := cl.CheckTokens(ctx)
+			if err != nil {
+				return statusAnswer{}, err
+			}
+			checked = tc.Tokens
+		}
+		st, err := adminapi.CallAs[statusAnswer](ctx, cl, adminapi.OpGetStatus, nil)
+		if c.CheckTokens {
+			st.Tokens = checked
+		}
+		return st, err
 	}, func(w io.Writer, st statusAnswer) error {
 		tw := table(w)
 		r := st.Replication
@@ -245,6 +260,9 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 			for _, l := range clockLines(c) {
 				fmt.Fprintf(tw, "reaper %s\n", l)
 			}
+		}
+		for _, t := range st.Tokens {
+			fmt.Fprintf(tw, "token %s\t%s\n", t.Variable, tokenText(t))
 		}
 		for _, l := range st.Loops {
 			if l.Paused {
@@ -359,4 +377,17 @@ func (c *adminAPICmd) Run(a *adminCmd) error {
 		_, err := w.Write(out)
 		return err
 	})
+}
+
+// tokenText is admin status's words for one token's check: its state, when
+// it ran and why it failed; never the token (docs/operations.md, "Alerts").
+func tokenText(t adminapi.TokenCheck) string {
+	out := t.State
+	if t.CheckedAt != nil {
+		out += ", checked " + t.CheckedAt.UTC().Format(time.RFC3339)
+	}
+	if t.Detail != "" {
+		out += ": " + t.Detail
+	}
+	return out
 }

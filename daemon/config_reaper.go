@@ -204,6 +204,8 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 			return nil, err
 		}
 		rc.Credentials = reaper.Platform{Write: write}
+		// The reaper checks its own token (docs/operations.md, "Alerts").
+		rc.TokenVariable = "DIGITALOCEAN_WRITE_TOKEN"
 	} else {
 		log.Warn().Str("reaper", ReaperModeOff).Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}

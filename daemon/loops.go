@@ -86,6 +86,9 @@ type LoopDeps struct {
 	// Digest sends the daily alert digest (nil: not run; only with
 	// CHALUPA_ALERT_DIGEST set, so no timer runs without it).
 	Digest *digest.Digest
+	// Tokens checks the DigitalOcean tokens at start and hourly (nil: not
+	// run; docs/operations.md, "Alerts").
+	Tokens *tokenChecks
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -164,6 +167,12 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if d.Digest != nil {
 		// Never switched, like the alerter (docs/operations.md, "Alerts").
 		loops = append(loops, d.Digest)
+	}
+	if d.Tokens != nil && len(d.Tokens.checkers) > 0 {
+		// Never switched: it writes nothing at DigitalOcean, and finds a
+		// refused token before a destroy needs it (docs/operations.md,
+		// "Alerts").
+		loops = append(loops, d.Tokens)
 	}
 	if d.LogRetention != nil {
 		// Under the retention switch with telemetry's: both delete on

@@ -58,6 +58,8 @@ type Server struct {
 	alerter *alerter.Alerter
 	// digest is the daily alert digest (nil: off); its loop runs it.
 	digest *digest.Digest
+	// tokens checks the DigitalOcean tokens; its loop runs it.
+	tokens *tokenChecks
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -124,6 +126,7 @@ type serverDeps struct {
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
 		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter, digest: w.digest,
+		tokens:    w.tokens,
 		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
@@ -166,7 +169,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard,
-		offset: w.ingest.ClockOffset, cfg: d.Config}).register(s.ops)
+		offset: w.ingest.ClockOffset, cfg: d.Config, tokens: w.tokens}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)

@@ -31,10 +31,13 @@ type statusHandlers struct {
 	offset func() ingest.OffsetEstimate
 	// cfg gives the reaper's and costs' modes.
 	cfg *Config
+	// tokens checks the DigitalOcean tokens (docs/operations.md, "Alerts").
+	tokens *tokenChecks
 }
 
 func (h *statusHandlers) register(o *operations) {
 	handleOp(o, adminapi.OpGetStatus, h.getStatus)
+	handleOp(o, adminapi.OpCheckTokens, h.checkTokens)
 }
 
 func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status, error) {
@@ -58,7 +61,15 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		ReaperMode:    h.cfg.Reaper.Mode,
 		Costs:         onOff(h.cfg.Costs.On),
 		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
+		Tokens:        h.tokens.last(),
 	}, nil
+}
+
+// checkTokens checks every DigitalOcean token now, each with a read-only
+// call through the code that holds it; the answer names variables, never
+// values (docs/operations.md, "Alerts").
+func (h *statusHandlers) checkTokens(ctx context.Context, _ none) (adminapi.TokenChecks, error) {
+	return h.tokens.checkNow(ctx), nil
 }
 
 // toAPIStorage is the wire form of the writer's storage health and the

@@ -53,6 +53,9 @@ type workers struct {
 	// digest is the daily alert digest (nil when CHALUPA_ALERT_DIGEST is
 	// unset: not run).
 	digest *digest.Digest
+	// tokens checks each DigitalOcean token through the worker that
+	// holds it, at start and hourly (docs/operations.md, "Alerts").
+	tokens *tokenChecks
 	// switches are the loop switches (docs/operations.md, "Loop switches").
 	switches *loopSwitches
 	// retention is the telemetry retention worker.
@@ -103,6 +106,9 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	w.jobRunner, w.jobWatch, w.jobs = newJobLane(d, w.alerter, w.boxChanged)
+	if w.tokens, err = newTokenChecks(cfg, read, w.reaper, d.Executor, w.alerter, clock, log); err != nil {
+		return nil, err
+	}
 	if w.rollouts, err = newRolloutManager(ctx, d, sshdeliver.New(d.DB, d.Sealer, clock), ulid.Make().String(), w.alerter); err != nil {
 		return nil, err
 	}

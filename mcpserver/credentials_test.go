@@ -39,6 +39,7 @@ var walkArgs = []struct {
 	ok bool
 }{
 	{"chalupa_admin_get_status", nil, true},
+	{"chalupa_admin_check_tokens", nil, true},
 	{"chalupa_admin_list_environments", nil, true},
 	{"chalupa_admin_list_organizations", nil, true},
 	{"chalupa_admin_list_fleet", nil, true},

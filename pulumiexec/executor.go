@@ -642,3 +642,15 @@ func (x *Executor) Recover(ctx context.Context, job jobs.Job, box storage.Box) (
 		Msg("recovery: recorded what exists at the provider")
 	return &found, nil
 }
+
+// CheckToken makes the provision token's read-only check (GET /v2/account
+// through the executor's own client, which alone holds the token;
+// docs/operations.md, "Alerts"): nil when DigitalOcean answered, else the
+// client's error (never the token). Errors: no client.
+func (e *Executor) CheckToken(ctx context.Context) error {
+	if e.API == nil {
+		return errors.New("converge has no DigitalOcean client")
+	}
+	_, err := e.API.Account(ctx)
+	return err
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/digitalocean/tokencheck"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -32,6 +33,10 @@ import (
 //     more than half of its active deployments (and at least MassDueMin)
 //     due at once; ends at the first look that does not (looked at every
 //     wake-up while it holds somewhere).
+//
+// It also holds the write token's read-only check (TokenCheck), which
+// reports do-token-refused on the token's variable: the daemon's
+// token-check loop calls it, and the token never leaves the reaper.
 
 // initialAlerts are the conditions whose state at the start is known to be
 // "not holding" in memory: a rate limit, the clock guard's hold and the
@@ -191,3 +196,9 @@ func (r *Reaper) AlertChecks() map[string]func(ctx context.Context, subject aler
 		},
 	}
 }
+
+// TokenCheck is the check of the write token (do-token-refused on
+// Config.TokenVariable; docs/operations.md, "Alerts"): a read-only call
+// made through the reaper's own client, so the token never leaves it. nil
+// without a write token or a variable to name.
+func (r *Reaper) TokenCheck() *tokencheck.Checker { return r.tokenCheck }

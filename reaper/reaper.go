@@ -24,6 +24,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/digitalocean"
+	"github.com/chalupa-run/chalupa/digitalocean/tokencheck"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
@@ -181,6 +182,13 @@ type Config struct {
 	// Alerts receives the reaper's conditions as they start and end
 	// (alerts.go; docs/operations.md, "Alerts"); nil reports none.
 	Alerts alerts.Setter
+	// TokenVariable is the variable the platform write token was read
+	// from, named (never the value) by the do-token-refused condition
+	// when the token check (TokenCheck) finds DigitalOcean refusing it;
+	// "" checks nothing. The wiring sets it: only the daemon's
+	// configuration names that variable (docs/operations.md,
+	// "Configuration").
+	TokenVariable string
 }
 
 // Reaper is the reaper loop. Create it with New.
@@ -232,6 +240,10 @@ type Reaper struct {
 	// massAlerted is what was last reported of reaper-mass-due per
 	// environment slug (absent: nothing, or its end), under alertMu.
 	massAlerted map[string]bool
+	// tokenCheck checks the write token with a read-only call through
+	// the reaper's own client (nil without a write token or
+	// Config.TokenVariable): the token stays with the code that holds it.
+	tokenCheck *tokencheck.Checker
 
 	// idleWaits counts waits without a timer (tests synchronise on it).
 	idleWaits atomic.Int64
@@ -261,6 +273,13 @@ func New(c Config) *Reaper {
 	}
 	if r.maxDestroy <= 0 {
 		r.maxDestroy = DefaultMaxDestroy
+	}
+	if p, ok := c.Credentials.(Platform); ok && c.TokenVariable != "" {
+		if a, ok := p.Write.(interface {
+			Account(ctx context.Context) (digitalocean.Account, error)
+		}); ok {
+			r.tokenCheck = tokencheck.New(c.TokenVariable, tokencheck.AccountProbe(a), c.Alerts, r.clock, r.log)
+		}
 	}
 	r.graceFrom = r.clock.Now()
 	// The guard's first look at the clocks is the start.
