@@ -312,7 +312,7 @@ func (a *App) StartLoops(ctx context.Context) error {
 		Ingest:    a.Server.ingest,
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
 		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention(),
-		Disk: a.Server.disk, Alerter: a.Server.alerter})
+		Disk: a.Server.disk, Alerter: a.Server.alerter, StorageAlerts: a.Server.storageAlerts, Replication: a.Replicator})
 	if err != nil {
 		return err
 	}

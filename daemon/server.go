@@ -55,6 +55,9 @@ type Server struct {
 	reaper *reaper.Reaper
 	// alerter records and delivers alerts; its loop runs it.
 	alerter *alerter.Alerter
+	// storageAlerts reports the storage detectors' conditions; the
+	// storage-health loop and the replica watch share it.
+	storageAlerts *storageAlerts
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -121,7 +124,7 @@ type serverDeps struct {
 func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
 		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter,
-		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
+		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts, storageAlerts: w.storageAlerts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -77,6 +78,9 @@ type storageHealth struct {
 	disk  *storage.DiskGuard
 	clock clockwork.Clock
 	log   zerolog.Logger
+	// alerts reports storage-unavailable and disk-low to the alerter
+	// (nil: not reported; docs/operations.md, "Alerts").
+	alerts *storageAlerts
 
 	// recorded is the guard state the last event said (false at start:
 	// a guard that holds at start is recorded then).
@@ -154,6 +158,18 @@ func (l *storageHealth) Tick(ctx context.Context) (storageTick, error) {
 		l.failingLogged, res.Recovered = false, true
 		l.log.Info().Str("fault", h.LastFault).Msg("storage works again: writes are accepted and /api/ready follows replication")
 	}
+	// The conditions as this tick found them: while the database refuses
+	// writes the alerter holds them in memory and sends them directly.
+	detail := ""
+	if h.Failing {
+		detail = storageDetail(h)
+	}
+	l.alerts.report(ctx, alerts.KindStorageUnavailable, h.Failing, detail)
+	detail = ""
+	if res.Disk.Low {
+		detail = diskDetail(res.Disk)
+	}
+	l.alerts.report(ctx, alerts.KindDiskLow, res.Disk.Low, detail)
 	return res, evErr
 }
 
