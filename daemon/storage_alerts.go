@@ -20,8 +20,10 @@ import (
 // metric and the alert come from one condition.
 //
 //   - storage-unavailable: the writer's commits fail for storage reasons
-//     (storage.Writer.Failing, chalupa_storage_failing); ends at the next
-//     commit that writes (a request's or the storage-health loop's probe).
+//     (storage.Writer.Failing, chalupa_storage_failing); ends at the
+//     storage-health loop's next probe that commits once the writer no
+//     longer fails (a commit that wrote nothing ends the writer's failing
+//     state too, so that alone is no evidence).
 //   - disk-low: the free-space guard holds (storage.DiskGuard,
 //     chalupa_disk_low, the disk-low event); ends when it lifts.
 //   - replica-failing: replication lags or fails past its lag limit
@@ -67,16 +69,27 @@ func newStorageAlerts(set alerts.Setter, log zerolog.Logger) *storageAlerts {
 	if set == nil {
 		return nil
 	}
-	return &storageAlerts{set: set, log: log, alerted: map[string]bool{}}
+	s := &storageAlerts{set: set, log: log, alerted: map[string]bool{}}
+	for _, kind := range initialStorageAlerts {
+		s.alerted[kind] = false
+	}
+	return s
 }
+
+// initialStorageAlerts are the conditions known "not holding" when a
+// process starts: the writer has not failed yet, the guard and the
+// replicator measure afresh, and an alert an earlier process left open is
+// resolved by the re-checks (storageAlertChecks). Reporting "not holding"
+// at the first look would be a writer transaction that writes nothing, and
+// its COMMIT would end the writer's failing state (storage.Writer.Failing)
+// on a disk that still refuses every real write.
+var initialStorageAlerts = []string{alerts.KindStorageUnavailable, alerts.KindDiskLow, alerts.KindReplicaFailing, alerts.KindReplicaRefused}
 
 // platform is the subject of every storage condition.
 var platform = alerts.Subject{Kind: alerts.SubjectPlatform}
 
-// report reports kind's condition when it differs from the last report.
-// A first report that the condition does not hold is sent too: it resolves
-// an alert an earlier process left open (the alerter writes nothing when
-// none is).
+// report reports kind's condition when it differs from the last report
+// (initialStorageAlerts: nothing holds at start).
 func (s *storageAlerts) report(ctx context.Context, kind string, holds bool, detail string) {
 	if s == nil {
 		return
@@ -93,11 +106,26 @@ func (s *storageAlerts) report(ctx context.Context, kind string, holds bool, det
 	s.alerted[kind] = holds
 }
 
+// holds reports whether kind was last reported as holding (false for a
+// nil reporter).
+func (s *storageAlerts) holds(kind string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.alerted[kind]
+}
+
 // storageDetail is storage-unavailable's detail: the fault's kind and
 // since when, never a path or SQL.
 func storageDetail(h storage.StorageHealth) string {
+	since := h.Since
+	if since.IsZero() {
+		since = h.LastFaultAt
+	}
 	return fmt.Sprintf("The writer's commits fail (%s) since %s; writes are answered 503 storage_unavailable and /api/ready 503.",
-		h.LastFault, h.Since.UTC().Format(time.RFC3339))
+		h.LastFault, since.UTC().Format(time.RFC3339))
 }
 
 // diskDetail is disk-low's detail: free space against the floor.

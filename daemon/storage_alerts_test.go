@@ -152,10 +152,8 @@ func TestStorageHealthAlerts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The first report, before the fault, says it does not hold:
-			// it resolves an alert an earlier process left open.
-			if got := set.reports(tc.kind); got != "[false true]" {
-				t.Fatalf("%s reported %s while it holds, want [false true]", tc.kind, got)
+			if got := set.reports(tc.kind); got != "[true]" {
+				t.Fatalf("%s reported %s while it holds, want [true]", tc.kind, got)
 			}
 			onlyRaised(t, set, tc.kind, tc.detail)
 			if !check(t, checks, tc.kind) {
@@ -165,8 +163,8 @@ func TestStorageHealthAlerts(t *testing.T) {
 			if _, err := loop.Tick(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := set.reports(tc.kind); got != "[false true false]" {
-				t.Fatalf("%s reported %s after the fault ended, want [false true false]", tc.kind, got)
+			if got := set.reports(tc.kind); got != "[true false]" {
+				t.Fatalf("%s reported %s after the fault ended, want [true false]", tc.kind, got)
 			}
 			if check(t, checks, tc.kind) {
 				t.Fatalf("%s's check holds after the fault ended", tc.kind)
@@ -255,8 +253,8 @@ func TestReplicaAlerts(t *testing.T) {
 		storagetest.Environment(t, r.db, storage.Environment{Slug: "replica-down"})
 		r.until(t, "a failed attempt", 100*time.Millisecond, func(h storage.ReplicationHealth) bool { return !h.FailingSince.IsZero() })
 		next := watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[false]" || check(t, checks, alerts.KindReplicaFailing) {
-			t.Fatalf("within the lag limit: reported %s (check %v), want [false]", got, check(t, checks, alerts.KindReplicaFailing))
+		if got := set.reports(alerts.KindReplicaFailing); got != "[]" || check(t, checks, alerts.KindReplicaFailing) {
+			t.Fatalf("within the lag limit: reported %s (check %v), want nothing", got, check(t, checks, alerts.KindReplicaFailing))
 		}
 		h := r.repl.Health(r.clock.Now())
 		if want := h.FailingSince.Add(storage.DefaultLagLimit); next.Before(want) || next.After(want.Add(2*time.Second)) {
@@ -265,8 +263,8 @@ func TestReplicaAlerts(t *testing.T) {
 		r.until(t, "failing past the lag limit", 10*time.Second, func(h storage.ReplicationHealth) bool { return h.Failing })
 		watch.Tick(context.Background())
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[false true]" {
-			t.Fatalf("past the lag limit: reported %s, want [false true]", got)
+		if got := set.reports(alerts.KindReplicaFailing); got != "[true]" {
+			t.Fatalf("past the lag limit: reported %s, want [true]", got)
 		}
 		onlyRaised(t, set, alerts.KindReplicaFailing, "lag limit 120 s")
 		if !check(t, checks, alerts.KindReplicaFailing) || check(t, checks, alerts.KindReplicaRefused) {
@@ -277,8 +275,8 @@ func TestReplicaAlerts(t *testing.T) {
 		}
 		r.until(t, "a sync to succeed again", time.Second, func(h storage.ReplicationHealth) bool { return h.FailingSince.IsZero() && !h.Failing })
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[false true false]" {
-			t.Fatalf("after recovery: reported %s, want [false true false]", got)
+		if got := set.reports(alerts.KindReplicaFailing); got != "[true false]" {
+			t.Fatalf("after recovery: reported %s, want [true false]", got)
 		}
 		if check(t, checks, alerts.KindReplicaFailing) {
 			t.Fatal("replica-failing's check holds after recovery")
