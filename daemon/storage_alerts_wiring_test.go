@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -151,6 +152,14 @@ func TestStorageAlertReachesTheReceiverOnAFullDisk(t *testing.T) {
 	// Keep it full: room the database frees (Litestream truncating a
 	// quiet WAL) is taken again, so the fault does not come and go.
 	stop, stopped := make(chan struct{}), make(chan struct{})
+	var stopOnce sync.Once
+	stopFilling := func() {
+		stopOnce.Do(func() { close(stop) })
+		<-stopped
+	}
+	// Before the daemon's cleanup and the unmount: the filler held open
+	// keeps the tmpfs busy.
+	t.Cleanup(stopFilling)
 	go func() {
 		defer close(stopped)
 		f, err := os.OpenFile(filler, os.O_WRONLY|os.O_APPEND, 0o600)
@@ -200,8 +209,7 @@ func TestStorageAlertReachesTheReceiverOnAFullDisk(t *testing.T) {
 		t.Fatalf("the alert was recorded before its message went out (%d rows): not the memory path", n)
 	}
 
-	close(stop)
-	<-stopped
+	stopFilling()
 	spaceBack.Store(true)
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
