@@ -68,9 +68,10 @@ func NewStorageHealthAlerting(a *App, set alerts.Setter) *StorageHealth {
 // ReplicaWatch is the replica detector's loop, for tests that tick it.
 type ReplicaWatch = replicaWatch
 
-// NewReplicaWatch returns a replica watch over r reporting to set.
-func NewReplicaWatch(r *storage.Replicator, set alerts.Setter, clock clockwork.Clock) *ReplicaWatch {
-	return &replicaWatch{repl: r, alerts: newStorageAlerts(set, zerolog.Nop()), clock: clock}
+// NewReplicaWatch returns a replica watch over r reporting to set and
+// recording its events in db.
+func NewReplicaWatch(r *storage.Replicator, db *storage.DB, set alerts.Setter, clock clockwork.Clock) *ReplicaWatch {
+	return &replicaWatch{repl: r, alerts: newStorageAlerts(set, zerolog.Nop()), clock: clock, db: db, log: zerolog.Nop()}
 }
 
 // StorageAlertChecks are the storage conditions' re-checks over a's

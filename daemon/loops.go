@@ -158,7 +158,7 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if d.Replication != nil && d.StorageAlerts != nil {
 		// Never switched: it only reports conditions
 		// (docs/operations.md, "Alerts").
-		loops = append(loops, &replicaWatch{repl: d.Replication, alerts: d.StorageAlerts, clock: d.Clock})
+		loops = append(loops, &replicaWatch{repl: d.Replication, alerts: d.StorageAlerts, clock: d.Clock, db: d.DB, log: d.Log})
 	}
 	if d.Alerter != nil {
 		// Never switched: pausing a loop must not silence the operator

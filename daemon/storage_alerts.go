@@ -168,6 +168,48 @@ type replicaWatch struct {
 	repl   replicaSource
 	alerts *storageAlerts
 	clock  clockwork.Clock
+	// db records the replica-failing and replica-failing-lifted events
+	// (nil: none); log hears a failure to record one.
+	db  *storage.DB
+	log zerolog.Logger
+	// recorded is the failing state the last event said (false at
+	// start: replication failing at start is recorded when seen).
+	recorded bool
+}
+
+// Platform event kinds of the replica watch: replica-failing's start and
+// end, beside the alert and chalupa_replication_failing
+// (docs/operations.md, "Alerts").
+const (
+	// ReplicaFailingKind is recorded when replication passes its lag
+	// limit (not refused).
+	ReplicaFailingKind = "replica-failing"
+	// ReplicaFailingLiftedKind is recorded when it is back under it.
+	ReplicaFailingLiftedKind = "replica-failing-lifted"
+)
+
+// recordFailing records the replica-failing event for a change of the
+// failing state; a failure is logged and the event tried again at the
+// next look.
+func (w *replicaWatch) recordFailing(ctx context.Context, failing bool, h storage.ReplicationHealth, now time.Time) {
+	if w.db == nil || failing == w.recorded {
+		return
+	}
+	kind, msg := ReplicaFailingKind, replicaDetail(h)
+	if !failing {
+		kind, msg = ReplicaFailingLiftedKind, fmt.Sprintf("Replication is back under its lag limit (%.0f s): lag %.0f s.", h.LagLimitSeconds, h.LagSeconds)
+	}
+	err := w.db.Writer.Do(ctx, func(tx storage.Tx) error {
+		_, err := storage.InsertPlatformEvent(ctx, tx, storage.LifecycleEvent{
+			ID: fmt.Sprintf("%s:%d", kind, now.UnixMilli()), Kind: kind, Message: msg, OccurredAt: now,
+		})
+		return err
+	})
+	if err != nil {
+		w.log.Warn().Err(err).Str("kind", kind).Msg("replication event not recorded; tried again at the next look")
+		return
+	}
+	w.recorded = failing
 }
 
 // Name implements Loop.
@@ -189,11 +231,12 @@ func (w *replicaWatch) Tick(ctx context.Context) time.Time {
 		detail = replicaDetail(h)
 	}
 	w.alerts.report(ctx, alerts.KindReplicaFailing, failing, detail)
+	w.recordFailing(ctx, failing, h, now)
 	limit := time.Duration(h.LagLimitSeconds * float64(time.Second))
 	switch {
 	case refused:
 		return time.Time{}
-	case failing:
+	case failing || failing != w.recorded:
 		return now.Add(replicaRecheck)
 	case !h.FailingSince.IsZero():
 		return h.FailingSince.Add(limit + replicaSlack)

@@ -213,11 +213,35 @@ func (r *replicaUnderTest) until(t *testing.T, what string, step time.Duration, 
 	})
 }
 
+// replicaEvents are the kinds of db's replica-failing events, in order.
+func replicaEvents(t *testing.T, db *storage.DB) string {
+	t.Helper()
+	rows, err := db.Read.Query(`SELECT kind FROM lifecycle_events WHERE kind IN (?, ?) ORDER BY occurred_at, kind`,
+		daemon.ReplicaFailingKind, daemon.ReplicaFailingLiftedKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
 // TestReplicaAlerts: the replica watch raises replica-failing when a
 // real replicator's attempts have failed past its lag limit (not before),
-// and replica-refused when the replica path holds another database's
-// history (replica-failing is not raised then), each once however many
-// looks see it; each clears when it ends (a sync succeeds; the path is
+// with its replica-failing event, and replica-refused when the replica
+// path holds another database's history (replica-failing is not raised
+// then), each once however many looks see it; each clears when it ends
+// (a sync succeeds, with the replica-failing-lifted event; the path is
 // emptied and verified again). Each re-check says whether its condition
 // holds now (docs/operations.md, "Alerts").
 func TestReplicaAlerts(t *testing.T) {
@@ -228,7 +252,7 @@ func TestReplicaAlerts(t *testing.T) {
 			return h.LagSeconds == 0 && h.RemoteTXID > 0
 		})
 		set := &fakeSetter{}
-		watch := daemon.NewReplicaWatch(r.repl, set, r.clock)
+		watch := daemon.NewReplicaWatch(r.repl, r.db, set, r.clock)
 		checks := daemon.ReplicaAlertChecks(r.repl, r.clock)
 		if next := watch.Tick(context.Background()); !next.IsZero() {
 			t.Fatalf("a caught-up replica: next look at %v, want none (no timer)", next)
@@ -267,6 +291,9 @@ func TestReplicaAlerts(t *testing.T) {
 			t.Fatalf("past the lag limit: reported %s, want [true]", got)
 		}
 		onlyRaised(t, set, alerts.KindReplicaFailing, "lag limit 120 s")
+		if got := replicaEvents(t, r.db); got != "[replica-failing]" {
+			t.Fatalf("events while failing: %s, want [replica-failing]", got)
+		}
 		if !check(t, checks, alerts.KindReplicaFailing) || check(t, checks, alerts.KindReplicaRefused) {
 			t.Fatal("checks: want replica-failing alone to hold")
 		}
@@ -280,6 +307,9 @@ func TestReplicaAlerts(t *testing.T) {
 		}
 		if check(t, checks, alerts.KindReplicaFailing) {
 			t.Fatal("replica-failing's check holds after recovery")
+		}
+		if got := replicaEvents(t, r.db); got != "[replica-failing replica-failing-lifted]" {
+			t.Fatalf("events after recovery: %s, want [replica-failing replica-failing-lifted]", got)
 		}
 	})
 	t.Run("refused, then the path is emptied", func(t *testing.T) {
@@ -297,7 +327,7 @@ func TestReplicaAlerts(t *testing.T) {
 		r := startTestReplica(t, storagetest.NewDB(t), dir, true)
 		r.until(t, "the replica to be refused", 100*time.Millisecond, func(h storage.ReplicationHealth) bool { return h.Refused != "" })
 		set := &fakeSetter{}
-		watch := daemon.NewReplicaWatch(r.repl, set, r.clock)
+		watch := daemon.NewReplicaWatch(r.repl, r.db, set, r.clock)
 		checks := daemon.ReplicaAlertChecks(r.repl, r.clock)
 		if next := watch.Tick(context.Background()); !next.IsZero() {
 			t.Fatalf("refused: next look at %v, want none (the replicator signals the end)", next)
