@@ -231,7 +231,8 @@ func (s *Server) registerConsole(d serverDeps, w *workers) {
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: cfg.Converge.AgentRelease,
 		Version: buildinfo.Version, Origin: cfg.HTTP.Origin, TrustedProxies: cfg.HTTP.TrustedProxies, Clock: d.Clock, Log: d.Log,
 		ClockWarning:  func() string { return clockWarning(w.guard.Evaluate()) },
-		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
+		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; "),
+		StorageWarning: func() string { return storageWarning(d.DB.Writer, w.disk, w.storageAlerts) }})
 	for _, rt := range s.console.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

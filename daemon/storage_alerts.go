@@ -117,6 +117,20 @@ func (s *storageAlerts) holds(kind string) bool {
 	return s.alerted[kind]
 }
 
+// storageWarning is the console's storage banner: storage-unavailable
+// while the writer fails or the condition was last reported holding, else
+// disk-low while the guard holds; "" otherwise. It names the fault's kind,
+// never a path or a figure (the landing page shows it before sign-in).
+func storageWarning(w *storage.Writer, disk *storage.DiskGuard, s *storageAlerts) string {
+	if h := w.StorageHealth(); h.Failing || s.holds(alerts.KindStorageUnavailable) {
+		return fmt.Sprintf("the database refuses writes (%s): writes are answered 503 storage_unavailable until a commit succeeds. See docs/operations.md, \"Storage and the writer\".", h.LastFault)
+	}
+	if disk != nil && disk.Check().Low {
+		return "free space on the data directory's disk is below CHALUPA_MIN_FREE_BYTES: signed ingest other than heartbeats is refused until space returns. See docs/operations.md, \"Quotas\"."
+	}
+	return ""
+}
+
 // storageDetail is storage-unavailable's detail: the fault's kind and
 // since when, never a path or SQL.
 func storageDetail(h storage.StorageHealth) string {

@@ -102,23 +102,28 @@ func check(t *testing.T, checks map[string]alerter.Check, kind string) bool {
 // TestStorageHealthAlerts: the storage-health loop raises disk-low while
 // the free-space guard holds and storage-unavailable while the writer's
 // commits fail, each once however many ticks see it, and clears each when
-// it ends (the guard lifts; the probe's commit succeeds); each re-check
-// says whether its condition holds now (docs/operations.md, "Alerts").
+// it ends (the guard lifts; the probe's commit succeeds); the console's
+// storage banner shows each while it holds; each re-check says whether its
+// condition holds now (docs/operations.md, "Alerts").
 func TestStorageHealthAlerts(t *testing.T) {
 	const gib = 1 << 30
 	cases := []struct {
 		name, kind, detail string
-		env                map[string]string
+		// banner is in the console's storage banner while it holds.
+		banner string
+		env    map[string]string
 		// start makes the condition hold; end makes it end.
 		start func(t *testing.T, h *daemontest.Ingest, free *atomic.Uint64)
 		end   func(free *atomic.Uint64)
 	}{
 		{name: "disk low, then space returns", kind: alerts.KindDiskLow, detail: "CHALUPA_MIN_FREE_BYTES",
-			env:   map[string]string{"CHALUPA_MIN_FREE_BYTES": strconv.Itoa(2 * gib)},
-			start: func(_ *testing.T, _ *daemontest.Ingest, free *atomic.Uint64) { free.Store(gib) },
-			end:   func(free *atomic.Uint64) { free.Store(3 * gib) }},
+			banner: "below CHALUPA_MIN_FREE_BYTES",
+			env:    map[string]string{"CHALUPA_MIN_FREE_BYTES": strconv.Itoa(2 * gib)},
+			start:  func(_ *testing.T, _ *daemontest.Ingest, free *atomic.Uint64) { free.Store(gib) },
+			end:    func(free *atomic.Uint64) { free.Store(3 * gib) }},
 		{name: "commits fail, then the probe commits", kind: alerts.KindStorageUnavailable, detail: storage.FaultDiskFull,
-			env: map[string]string{"CHALUPA_MIN_FREE_BYTES": "0"},
+			banner: "the database refuses writes (disk full)",
+			env:    map[string]string{"CHALUPA_MIN_FREE_BYTES": "0"},
 			start: func(t *testing.T, h *daemontest.Ingest, free *atomic.Uint64) {
 				free.Store(512 << 10) // under 1 MiB: no probe
 				enospc := &os.PathError{Op: "write", Path: "chalupa.db-wal", Err: syscall.ENOSPC}
@@ -159,6 +164,18 @@ func TestStorageHealthAlerts(t *testing.T) {
 			if !check(t, checks, tc.kind) {
 				t.Fatalf("%s's check does not hold while the fault lasts", tc.kind)
 			}
+			banner := func() string {
+				r := h.Do("GET", "/", nil, nil)
+				body := string(r.Body)
+				i := strings.Index(body, `id="storage-warning"`)
+				if i < 0 {
+					return ""
+				}
+				return body[i:min(len(body), i+400)]
+			}
+			if b := banner(); !strings.Contains(b, tc.banner) {
+				t.Fatalf("console banner while %s holds: %q, want %q", tc.kind, b, tc.banner)
+			}
 			tc.end(&free)
 			if _, err := loop.Tick(ctx); err != nil {
 				t.Fatal(err)
@@ -168,6 +185,9 @@ func TestStorageHealthAlerts(t *testing.T) {
 			}
 			if check(t, checks, tc.kind) {
 				t.Fatalf("%s's check holds after the fault ended", tc.kind)
+			}
+			if b := banner(); b != "" {
+				t.Fatalf("console banner after %s ended: %q", tc.kind, b)
 			}
 		})
 	}
