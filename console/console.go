@@ -101,6 +101,11 @@ type Deps struct {
 	// beyond 30 s ("" while it is not; docs/operations.md, "Heartbeats and
 	// deadlines"); nil shows nothing.
 	OffsetWarning func() string
+	// StorageWarning says, in words, that the database refuses writes or
+	// the data directory's disk is below its floor ("" while neither: the
+	// storage-unavailable and disk-low conditions, docs/operations.md,
+	// "Alerts"); nil shows nothing.
+	StorageWarning func() string
 	// ModeWarning says, in words, that the reaper or costs are not fully
 	// on ("" when the reaper is live and costs on); the layout shows it
 	// on every page (docs/operations.md, "Configuration").

@@ -113,6 +113,8 @@ type layoutView struct {
 	ClockWarning string
 	// OffsetWarning is the fleet's clock offset while it is beyond 30 s.
 	OffsetWarning string
+	// StorageWarning is Deps.StorageWarning's text.
+	StorageWarning string
 	// ModeWarning is Deps.ModeWarning.
 	ModeWarning string
 	SignedIn    bool
@@ -150,6 +152,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if c.d.OffsetWarning != nil {
 		lv.OffsetWarning = c.d.OffsetWarning()
+	}
+	if c.d.StorageWarning != nil {
+		lv.StorageWarning = c.d.StorageWarning()
 	}
 	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
 		lv.SignedIn, lv.CSRF = true, s.CSRFToken

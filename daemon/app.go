@@ -312,7 +312,8 @@ func (a *App) StartLoops(ctx context.Context) error {
 		Ingest:    a.Server.ingest,
 		Retention: a.Server.retention, Costs: a.Server.costs, Reaper: a.Server.reaper,
 		Jobs: a.Server.jobRunner, JobWatch: a.Server.jobWatch, Switches: a.Server.switches, LogRetention: a.Server.logRetention(),
-		Disk: a.Server.disk, Alerter: a.Server.alerter, Digest: a.Server.digest, Tokens: a.Server.tokens})
+		Disk: a.Server.disk, Alerter: a.Server.alerter, Digest: a.Server.digest, Tokens: a.Server.tokens,
+		StorageAlerts: a.Server.storageAlerts, Replication: a.Replicator})
 	if err != nil {
 		return err
 	}

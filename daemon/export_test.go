@@ -1,11 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/wake"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // SetIngestInFlightLimit lowers the signed-ingest in-flight bound of s, so a
@@ -50,3 +56,36 @@ func NewStorageHealth(a *App) *StorageHealth {
 
 // Alerter is s's alerter, as the detectors see it.
 func Alerter(s *Server) alerts.Setter { return s.alerter }
+
+// NewStorageHealthAlerting is NewStorageHealth reporting storage-unavailable
+// and disk-low to set.
+func NewStorageHealthAlerting(a *App, set alerts.Setter) *StorageHealth {
+	l := NewStorageHealth(a)
+	l.alerts = newStorageAlerts(set, a.Log)
+	return l
+}
+
+// ReplicaWatch is the replica detector's loop, for tests that tick it.
+type ReplicaWatch = replicaWatch
+
+// NewReplicaWatch returns a replica watch over r reporting to set and
+// recording its events in db.
+func NewReplicaWatch(r *storage.Replicator, db *storage.DB, set alerts.Setter, clock clockwork.Clock) *ReplicaWatch {
+	return &replicaWatch{repl: r, alerts: newStorageAlerts(set, zerolog.Nop()), clock: clock, db: db, log: zerolog.Nop()}
+}
+
+// StorageAlertChecks are the storage conditions' re-checks over a's
+// database, free-space guard and replicator, as the alerter runs them at
+// start.
+func StorageAlertChecks(a *App) map[string]alerter.Check {
+	return storageAlertChecks(a.DB, a.Server.disk, a.Replicator, a.Clock)
+}
+
+// ReplicaAlertChecks are the replica conditions' re-checks over r.
+func ReplicaAlertChecks(r *storage.Replicator, clock clockwork.Clock) map[string]alerter.Check {
+	return storageAlertChecks(nil, nil, r, clock)
+}
+
+// RecheckAlerts runs s's alerter's re-check of the open alerts, as its
+// loop does at start, and returns how many it resolved.
+func RecheckAlerts(ctx context.Context, s *Server) (int, error) { return s.alerter.Recheck(ctx) }

@@ -89,6 +89,14 @@ type LoopDeps struct {
 	// Tokens checks the DigitalOcean tokens at start and hourly (nil: not
 	// run; docs/operations.md, "Alerts").
 	Tokens *tokenChecks
+	// StorageAlerts reports the storage detectors' conditions
+	// (storage-unavailable, disk-low from the storage-health loop;
+	// replica-failing, replica-refused from the replica watch); nil
+	// reports nothing (docs/operations.md, "Alerts").
+	StorageAlerts *storageAlerts
+	// Replication is the replicator the replica watch reads (nil, or
+	// StorageAlerts nil: no watch).
+	Replication *storage.Replicator
 }
 
 // registeredLoops is the one list of the background loops the daemon runs,
@@ -157,7 +165,12 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 	if d.Disk != nil {
 		// Never switched: it keeps readiness and the disk_low guard
 		// honest (docs/operations.md, "Storage and the writer").
-		loops = append(loops, &storageHealth{db: d.DB, disk: d.Disk, clock: d.Clock, log: d.Log})
+		loops = append(loops, &storageHealth{db: d.DB, disk: d.Disk, clock: d.Clock, log: d.Log, alerts: d.StorageAlerts})
+	}
+	if d.Replication != nil && d.StorageAlerts != nil {
+		// Never switched: it only reports conditions
+		// (docs/operations.md, "Alerts").
+		loops = append(loops, &replicaWatch{repl: d.Replication, alerts: d.StorageAlerts, clock: d.Clock, db: d.DB, log: d.Log})
 	}
 	if d.Alerter != nil {
 		// Never switched: pausing a loop must not silence the operator

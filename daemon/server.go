@@ -60,6 +60,9 @@ type Server struct {
 	digest *digest.Digest
 	// tokens checks the DigitalOcean tokens; its loop runs it.
 	tokens *tokenChecks
+	// storageAlerts reports the storage detectors' conditions; the
+	// storage-health loop and the replica watch share it.
+	storageAlerts *storageAlerts
 	// jobRunner is the converge job lane (nil without an executor: not
 	// run); jobWatch the offline watch; jobs what the admin API calls.
 	jobRunner *jobs.Runner
@@ -127,7 +130,7 @@ func newServer(d serverDeps, w *workers) (*Server, error) {
 	s := &Server{cfg: d.Config, db: d.DB, repl: d.Replicator, log: d.Log, clock: d.Clock, ingestLimit: maxIngestInFlight,
 		disk: w.disk, logs: w.logs, ingest: w.ingest, retention: w.retention, costs: w.costs, reaper: w.reaper, alerter: w.alerter, digest: w.digest,
 		tokens:    w.tokens,
-		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts}
+		jobRunner: w.jobRunner, jobWatch: w.jobWatch, jobs: w.jobs, switches: w.switches, rollouts: w.rollouts, storageAlerts: w.storageAlerts}
 	s.m = newMetrics(s)
 	if err := w.collectors.register(s.m.reg); err != nil {
 		return nil, err
@@ -234,7 +237,8 @@ func (s *Server) registerConsole(d serverDeps, w *workers) {
 		Replication: d.Replicator.Health, CostRule: rule, StorageBudget: s.ingest.Quotas().EnvironmentStorageBytes, AgentRelease: cfg.Converge.AgentRelease,
 		Version: buildinfo.Version, Origin: cfg.HTTP.Origin, TrustedProxies: cfg.HTTP.TrustedProxies, Clock: d.Clock, Log: d.Log,
 		ClockWarning:  func() string { return clockWarning(w.guard.Evaluate()) },
-		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; ")})
+		OffsetWarning: func() string { return offsetWarning(w.ingest.ClockOffset()) }, ModeWarning: strings.Join(cfg.ModeNotes(), "; "),
+		StorageWarning: func() string { return storageWarning(d.DB.Writer, w.disk, w.storageAlerts) }})
 	for _, rt := range s.console.Routes() {
 		s.handle(GroupConsole, rt.Method, rt.Pattern, rt.Handler)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -77,6 +78,9 @@ type storageHealth struct {
 	disk  *storage.DiskGuard
 	clock clockwork.Clock
 	log   zerolog.Logger
+	// alerts reports storage-unavailable and disk-low to the alerter
+	// (nil: not reported; docs/operations.md, "Alerts").
+	alerts *storageAlerts
 
 	// recorded is the guard state the last event said (false at start:
 	// a guard that holds at start is recorded then).
@@ -92,6 +96,9 @@ type storageTick struct {
 	// Probed is whether the probe wrote; Recovered whether that (or
 	// another commit) ended a run of faults.
 	Probed, Recovered bool
+	// Unavailable is storage-unavailable as the tick reported it: the
+	// writer fails, or it last failed and no probe has committed since.
+	Unavailable bool
 	// Disk is the guard's state as measured by the tick.
 	Disk storage.DiskState
 	// Event is the kind of the event recorded, "" for none.
@@ -154,6 +161,31 @@ func (l *storageHealth) Tick(ctx context.Context) (storageTick, error) {
 		l.failingLogged, res.Recovered = false, true
 		l.log.Info().Str("fault", h.LastFault).Msg("storage works again: writes are accepted and /api/ready follows replication")
 	}
+	// The conditions as this tick found them: while the database refuses
+	// writes the alerter holds them in memory and sends them directly.
+	res.Unavailable = h.Failing
+	if !h.Failing && l.alerts.holds(alerts.KindStorageUnavailable) {
+		// A COMMIT that wrote nothing (a transaction that only read)
+		// also ends the writer's failing state, on a disk that still
+		// refuses every real write: storage-unavailable ends only at
+		// the probe's commit, which writes a row, and not while less
+		// than probeMinFreeBytes are free (docs/operations.md, "Alerts").
+		res.Unavailable = true
+		if res.Disk.Err != "" || res.Disk.FreeBytes >= probeMinFreeBytes {
+			res.Probed = true
+			res.Unavailable = l.db.Writer.Do(ctx, func(tx storage.Tx) error { return storage.WriteStorageProbe(ctx, tx, l.clock.Now()) }) != nil
+		}
+	}
+	detail := ""
+	if res.Unavailable {
+		detail = storageDetail(l.db.Writer.StorageHealth())
+	}
+	l.alerts.report(ctx, alerts.KindStorageUnavailable, res.Unavailable, detail)
+	detail = ""
+	if res.Disk.Low {
+		detail = diskDetail(res.Disk)
+	}
+	l.alerts.report(ctx, alerts.KindDiskLow, res.Disk.Low, detail)
 	return res, evErr
 }
 
@@ -169,7 +201,7 @@ func (l *storageHealth) Run(ctx context.Context) error {
 		}
 		var wait <-chan time.Time
 		switch {
-		case res.Failing:
+		case res.Failing || res.Unavailable:
 			wait = l.clock.After(storageProbeInterval)
 		case res.Disk.Low || l.recorded != res.Disk.Low:
 			wait = l.clock.After(diskLowRecheck)

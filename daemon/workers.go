@@ -56,6 +56,9 @@ type workers struct {
 	// tokens checks each DigitalOcean token through the worker that
 	// holds it, at start and hourly (docs/operations.md, "Alerts").
 	tokens *tokenChecks
+	// storageAlerts reports storage-unavailable, disk-low, replica-failing
+	// and replica-refused to the alerter (docs/operations.md, "Alerts").
+	storageAlerts *storageAlerts
 	// switches are the loop switches (docs/operations.md, "Loop switches").
 	switches *loopSwitches
 	// retention is the telemetry retention worker.
@@ -94,6 +97,18 @@ func buildWorkers(ctx context.Context, d serverDeps) (*workers, error) {
 		return nil, err
 	}
 	if w.alerter, err = newAlerter(cfg, d.DB, clock, log, w.collectors); err != nil {
+		return nil, err
+	}
+	// The storage detectors: storage-health reports the writer's and the
+	// disk's conditions, the replica watch the replicator's; an alert open
+	// across a restart resolves at start when its condition no longer
+	// holds (docs/operations.md, "Alerts").
+	w.storageAlerts = newStorageAlerts(w.alerter, log)
+	var repl replicaSource
+	if d.Replicator != nil {
+		repl = d.Replicator
+	}
+	if err := registerStorageChecks(w.alerter, d.DB, w.disk, repl, clock); err != nil {
 		return nil, err
 	}
 	if w.reaper, err = newReaper(cfg, d.DB, w.ingest, w.guard, clock, log, w.collectors, w.customers, w.alerter); err != nil {

@@ -295,8 +295,12 @@ func (r *Replicator) verifyOnce(ctx context.Context) error {
 	r.mu.Lock()
 	// Claimed: a marker that goes missing later means the replica was
 	// emptied or replaced, not that this database is new.
+	lifted := r.refused != ""
 	r.verified, r.refused, r.fresh = true, "", false
 	r.mu.Unlock()
+	if lifted {
+		r.signalChanged()
+	}
 	return nil
 }
 
@@ -312,6 +316,7 @@ func (r *Replicator) refuse(why string) error {
 	if first {
 		r.log.Error("replica refused", "reason", why)
 		r.emit(ReplicaRefusedKind, msg)
+		r.signalChanged()
 	}
 	return ErrReplicaForeign
 }

@@ -231,6 +231,9 @@ type Replicator struct {
 	log            *slog.Logger
 
 	notify chan struct{} // capacity 1: a pending "commits to sync"
+	// changed (capacity 1) receives when a run of failed attempts begins
+	// or ends and when a refusal begins or ends (Changed).
+	changed chan struct{}
 	// onReplicated, when set, hears the commit → replica delay of every
 	// marker a sync confirmed (SetReplicatedHook).
 	onReplicated atomic.Pointer[func(delay time.Duration)]
@@ -419,7 +422,7 @@ func StartReplication(ctx context.Context, path string, cfg ReplicaConfig) (*Rep
 		db: db, store: store, replica: r, kind: kind, generation: cfg.Generation, clock: clock, log: logger,
 		marker: marker, identity: identity, fresh: cfg.Fresh, onEvent: cfg.OnEvent,
 		lagLimit: DefaultLagLimit, gap: DefaultSyncGap, idle: DefaultIdleCheckInterval,
-		notify: make(chan struct{}, 1), done: make(chan struct{}),
+		notify: make(chan struct{}, 1), changed: make(chan struct{}, 1), done: make(chan struct{}),
 		stampsFrom: 1, stampCap: maxCommitStamps, epoch: clock.Now(),
 	}
 	if cfg.LagLimit > 0 {
@@ -698,6 +701,21 @@ func (r *Replicator) truncateQuietWAL(ctx context.Context) {
 	}
 }
 
+// Changed receives (coalesced, never blocking replication) when a run of
+// failed attempts begins or ends and when a refusal (ErrReplicaForeign)
+// begins or ends: the replica detector waits on it instead of polling
+// while replication works (docs/operations.md, "Alerts"). Lag that passes
+// the limit without a failed attempt sends nothing: read Health then.
+func (r *Replicator) Changed() <-chan struct{} { return r.changed }
+
+// signalChanged leaves a signal on changed, never blocking.
+func (r *Replicator) signalChanged() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
 // SetReplicatedHook makes the replicator report, after each successful sync,
 // how long each commit it confirmed waited: one call per writer COMMIT,
 // from the commit hook (Committed, right after the COMMIT) to the end of
@@ -720,6 +738,7 @@ func (r *Replicator) succeeded(upTo, remote uint64) {
 	defer r.mu.Unlock()
 	if r.failingSince != (time.Time{}) {
 		r.log.Info("replica sync recovered", "failed_for", now.Sub(r.failingSince).Round(time.Second).String())
+		r.signalChanged()
 	}
 	r.lastSyncAt, r.failingSince = now, time.Time{}
 	r.confirmed = max(r.confirmed, upTo)
@@ -782,6 +801,7 @@ func (r *Replicator) failed(ctx context.Context, err error) {
 	if r.failingSince.IsZero() {
 		r.failingSince = now
 		r.log.Warn("replica sync failed; retrying with back-off", "error", kind)
+		r.signalChanged()
 	}
 	r.lastErr, r.lastErrAt = kind, now
 	r.syncErrors++
