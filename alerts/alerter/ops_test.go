@@ -148,7 +148,9 @@ func TestTestMessage(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	ok, down, refuses := newSink("email"), newSink("webhook"), newSink("chat")
 	down.setFail(func(alerts.Message) error { return errors.New("webhook: the receiver answered 500") })
-	refuses.setFail(func(alerts.Message) error { return fmt.Errorf("chat: the receiver answered 400: %w", alerts.ErrPermanent) })
+	refuses.setFail(func(alerts.Message) error {
+		return fmt.Errorf("chat: the receiver answered 400: %w", alerts.ErrPermanent)
+	})
 	a := newAlerter(t, db, clock, nil, ok, down, refuses)
 	res, err := a.Test(ctx, "")
 	if err != nil || len(res) != 3 {
