@@ -54,6 +54,10 @@ type Status struct {
 	// ModeNotes say, in words, that the reaper or costs are not fully on
 	// (none when the reaper is live and costs on).
 	ModeNotes []string `json:"modeNotes"`
+	// AlertSinks are the configured alert sinks' delivery states: last
+	// delivery, pending messages, failing since (docs/operations.md,
+	// "Alerts"); none when no sink is configured.
+	AlertSinks []AlertSinkState `json:"alertSinks"`
 }
 
 // ClockOffset is the median of receivedAt − sentAt over the latest

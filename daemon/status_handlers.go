@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
@@ -31,6 +32,8 @@ type statusHandlers struct {
 	offset func() ingest.OffsetEstimate
 	// cfg gives the reaper's and costs' modes.
 	cfg *Config
+	// alerter gives the alert sinks' delivery states.
+	alerter *alerter.Alerter
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -39,6 +42,10 @@ func (h *statusHandlers) register(o *operations) {
 
 func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status, error) {
 	v, err := h.db.SchemaVersion(ctx)
+	if err != nil {
+		return adminapi.Status{}, err
+	}
+	sinks, err := h.alerter.SinkStates(ctx)
 	if err != nil {
 		return adminapi.Status{}, err
 	}
@@ -58,6 +65,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		ReaperMode:    h.cfg.Reaper.Mode,
 		Costs:         onOff(h.cfg.Costs.On),
 		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
+		AlertSinks:    alertSinksWire(sinks),
 	}, nil
 }
 

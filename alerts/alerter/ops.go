@@ -156,14 +156,14 @@ func (a *Alerter) Ack(ctx context.Context, id string) (storage.Alert, error) {
 // Mute mutes kind for d (at most MaxMute): its alerts open and resolve as
 // usual, but no fired or repeated message is queued until the mute ends;
 // an alert-muted event records it, by (words naming who). A second mute
-// replaces the first. It returns when the mute ends. Errors:
-// ErrUnknownKind, ErrMuteBounds, the write's.
-func (a *Alerter) Mute(ctx context.Context, kind string, d time.Duration, by string) (time.Time, error) {
+// replaces the first. It returns the mute. Errors: ErrUnknownKind,
+// ErrMuteBounds, the write's.
+func (a *Alerter) Mute(ctx context.Context, kind string, d time.Duration, by string) (storage.AlertMute, error) {
 	if _, ok := alerts.Lookup(kind); !ok {
-		return time.Time{}, ErrUnknownKind
+		return storage.AlertMute{}, ErrUnknownKind
 	}
 	if d <= 0 || d > MaxMute {
-		return time.Time{}, ErrMuteBounds
+		return storage.AlertMute{}, ErrMuteBounds
 	}
 	now := a.clock.Now()
 	until := now.Add(d)
@@ -177,10 +177,10 @@ func (a *Alerter) Mute(ctx context.Context, kind string, d time.Duration, by str
 		return err
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("alerts: mute: %w", err)
+		return storage.AlertMute{}, fmt.Errorf("alerts: mute: %w", err)
 	}
 	a.wakeUp()
-	return until.UTC().Truncate(time.Millisecond), nil
+	return storage.AlertMute{Kind: kind, Until: until.UTC().Truncate(time.Millisecond), MutedAt: now.UTC().Truncate(time.Millisecond)}, nil
 }
 
 // Unmute ends kind's mute, recording an alert-unmuted event; it reports

@@ -106,9 +106,9 @@ func TestMuteBoundsAndEvent(t *testing.T) {
 	if ev := eventsOf(t, db, alerter.EventMuted); len(ev) != 0 {
 		t.Fatalf("refused mutes recorded %q", ev)
 	}
-	until, err := a.Mute(ctx, alerts.KindClockStep, 24*time.Hour, "admin")
-	if err != nil || !until.Equal(t0.Add(24*time.Hour)) {
-		t.Fatalf("Mute 24h: %v, %v; want until %v", until, err, t0.Add(24*time.Hour))
+	m, err := a.Mute(ctx, alerts.KindClockStep, 24*time.Hour, "admin")
+	if err != nil || !m.Until.Equal(t0.Add(24*time.Hour)) || !m.MutedAt.Equal(t0) {
+		t.Fatalf("Mute 24h: %+v, %v; want until %v", m, err, t0.Add(24*time.Hour))
 	}
 	if ev := eventsOf(t, db, alerter.EventMuted); len(ev) != 1 || !strings.Contains(ev[0], "clock-step muted for 24h0m0s") {
 		t.Fatalf("alert-muted events %q", ev)
