@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -76,5 +77,30 @@ func TestAdminAlerts(t *testing.T) {
 	out, code := runIn(env, "", "admin", "status")
 	if code != 0 || !strings.Contains(out, "alert sink webhook  ok; last delivery -; 0 pending") {
 		t.Errorf("status (exit %d) does not show the sink:\n%s", code, out)
+	}
+}
+
+// TestPrintSinks: each sink's line says ok or FAILING since when and with
+// which failure, its last delivery and pending count; no sink says that
+// nothing is sent.
+func TestPrintSinks(t *testing.T) {
+	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		sinks []adminapi.AlertSinkState
+		want  string
+	}{
+		{"none", nil, "alert sinks\tnone configured: alerts are recorded, nothing is sent"},
+		{"ok", []adminapi.AlertSinkState{{Name: "email", LastDeliveredAt: at}}, "alert sink email\tok; last delivery 2026-12-01T03:00:00Z; 0 pending"},
+		{"failing", []adminapi.AlertSinkState{{Name: "webhook", Pending: 3, FailingSince: at, LastError: "timeout"}},
+			"alert sink webhook\tFAILING since 2026-12-01T03:00:00Z (timeout); last delivery -; 3 pending"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printSinks(&b, tc.sinks)
+			if !strings.HasPrefix(b.String(), tc.want) {
+				t.Errorf("got %q, want it to start %q", b.String(), tc.want)
+			}
+		})
 	}
 }
