@@ -3,16 +3,21 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/testwait"
 )
 
 // receiver is a loopback webhook receiver answering status (204 until
@@ -133,4 +138,44 @@ func TestAlertOperationsScenario(t *testing.T) {
 	if _, err := bare.Admin.TestAlertSinks(ctx, ""); !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != "no_sinks" {
 		t.Errorf("test without a sink: %v, want 409 no_sinks", err)
 	}
+}
+
+// TestStatusShowsAFailingSink: with the alerter running and the webhook
+// receiver answering 500, admin status and the alert list show the sink
+// failing (since its first failed attempt, refused) with the message
+// pending; once the receiver accepts again and the retry goes out, it is
+// ok with a last delivery and nothing pending.
+func TestStatusShowsAFailingSink(t *testing.T) {
+	ctx := context.Background()
+	rcv := newReceiver(t)
+	rcv.status.Store(http.StatusInternalServerError)
+	clock := clockwork.NewFakeClock()
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{StartLoops: true, Clock: clock, Env: map[string]string{
+		"CHALUPA_ALERT_WEBHOOK_URL": rcv.URL + "/hooks/T0KEN", "CHALUPA_ALERT_WEBHOOK_FORMAT": "slack"}})
+	if err := daemon.Alerter(p.App.Server).Set(ctx, alerts.KindReaperOverdue, alerts.Subject{Kind: alerts.SubjectPlatform}, true, "3 overdue"); err != nil {
+		t.Fatal(err)
+	}
+	sink := func() (adminapi.AlertSinkState, string) {
+		st, err := p.Admin.GetStatus(ctx)
+		if err != nil || len(st.AlertSinks) != 1 {
+			t.Fatalf("status: %+v, %v", st.AlertSinks, err)
+		}
+		return st.AlertSinks[0], fmt.Sprintf("%+v", st.AlertSinks[0])
+	}
+	testwait.Eventually(t, testwait.Short, "the sink shown failing", func() (bool, string) {
+		clock.Advance(alerter.Settle) // lets the new message settle; the loop waits on this clock
+		s, state := sink()
+		return !s.FailingSince.IsZero(), state
+	})
+	// Pending counts the fired message, and the hourly repeats the
+	// advancing clock may have queued meanwhile.
+	if s, state := sink(); s.Name != "webhook" || s.LastError != "refused" || s.Pending < 1 || !s.LastDeliveredAt.IsZero() {
+		t.Fatalf("failing sink: %s, want webhook refused, pending, never delivered", state)
+	}
+	rcv.status.Store(http.StatusNoContent)
+	testwait.Eventually(t, testwait.Short, "the sink back to ok", func() (bool, string) {
+		clock.Advance(alerter.BackoffBase)
+		s, state := sink()
+		return s.FailingSince.IsZero() && s.Pending == 0 && !s.LastDeliveredAt.IsZero(), state
+	})
 }
