@@ -122,7 +122,7 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // share a route are adjacent and carry distinct Actions.
 var Operations = join(statusOperations, environmentOperations, organizationOperations, ingestKeyOperations, fleetOperations,
 	retentionOperations, telemetryOperations, costOperations, deploymentOperations, reaperOperations, eventOperations, runOperations, boxOperations, agentRolloutOperations, jobOperations,
-	consoleOperations, sshOperations, loopOperations, logOperations, reportOperations)
+	consoleOperations, sshOperations, loopOperations, logOperations, reportOperations, alertOperations)
 
 func join(groups ...[]Operation) []Operation {
 	var all []Operation

@@ -94,6 +94,10 @@ type Status struct {
 	// holds (at start and hourly; docs/operations.md, "Alerts"), one per
 	// variable; absent from a daemon that does not check them.
 	Tokens []TokenCheck `json:"tokens,omitempty"`
+	// AlertSinks are the configured alert sinks' delivery states: last
+	// delivery, pending messages, failing since (docs/operations.md,
+	// "Alerts"); none when no sink is configured.
+	AlertSinks []AlertSinkState `json:"alertSinks"`
 }
 
 // ClockOffset is the median of receivedAt − sentAt over the latest

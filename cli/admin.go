@@ -57,6 +57,7 @@ type adminCmd struct {
 	SSHKey      adminSSHKeyCmd      `cmd:"" name:"ssh-key" help:"Print the public key converge delivers agent keys with (generated once; add it to the boxes' SSH keys)."`
 	Password    adminPasswordCmd    `cmd:"" help:"Set the web console's password (read from the terminal twice, one line of standard input, or --password-file)."`
 	Loops       adminLoopsCmd       `cmd:"" help:"Pause and resume background loops (reaper, retention, costs, jobs); ingest is never paused."`
+	Alerts      adminAlertsCmd      `cmd:"" help:"Open and recent alerts and their sinks; send a test message, acknowledge an alert, mute a kind for at most 24h."`
 	Report      adminReportCmd      `cmd:"" help:"Operations report from stored evidence: requests and p50/p99 by route group, active time, database and WAL growth, loop runs, quota refusals."`
 	API         adminAPICmd         `cmd:"" name:"api" help:"Call any admin operation by its operationId."`
 }
@@ -268,6 +269,11 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 			if l.Paused {
 				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
 			}
+		}
+		if st.AlertSinks == nil {
+			fmt.Fprintf(tw, "alert sinks\t%s\n", unknownText)
+		} else {
+			printSinks(tw, *st.AlertSinks)
 		}
 		return tw.Flush()
 	})

@@ -67,6 +67,8 @@ type statusAnswer struct {
 	Storage    *adminapi.StorageHealth `json:"storage"`
 	ReaperMode *string                 `json:"reaperMode"`
 	Costs      *string                 `json:"costs"`
+	// AlertSinks is nil when the daemon predates alert sinks in status.
+	AlertSinks *[]adminapi.AlertSinkState `json:"alertSinks"`
 }
 
 // environmentListAnswer is adminListEnvironments with each environment's

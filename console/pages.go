@@ -16,6 +16,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/internal/bytesize"
@@ -225,6 +226,55 @@ type fleetView struct {
 	// shown at the top with the month's cost.
 	Active    int
 	Deadlines []fleetDeadline
+	// Alerts are the open alerts, critical first then oldest first, at
+	// the top of the page (docs/operations.md, "Alerts").
+	Alerts []fleetAlert
+}
+
+// fleetAlert is one open alert on the fleet page: what, where, since when,
+// whether a person acknowledged it or its kind is muted, and the
+// condition's first thing to do.
+type fleetAlert struct {
+	ID, Kind, Severity, Subject string
+	Since                       time.Time
+	Acked, Muted                bool
+	Action                      string
+}
+
+// openAlerts returns the open alerts for the fleet page, critical first,
+// then oldest first.
+func (c *Console) openAlerts(r *http.Request, now time.Time) ([]fleetAlert, error) {
+	open, err := storage.OpenAlerts(r.Context(), c.d.DB.Read)
+	if err != nil || len(open) == 0 {
+		return nil, err
+	}
+	mutes, err := storage.AlertMutes(r.Context(), c.d.DB.Read, now)
+	if err != nil {
+		return nil, err
+	}
+	muted := map[string]bool{}
+	for _, m := range mutes {
+		muted[m.Kind] = true
+	}
+	out := make([]fleetAlert, 0, len(open))
+	for _, a := range open {
+		fa := fleetAlert{ID: a.ID, Kind: a.Kind, Severity: a.Severity, Since: a.OpenedAt, Acked: !a.AckedAt.IsZero(), Muted: muted[a.Kind],
+			Subject: alerts.Subject{Kind: a.SubjectKind, ID: a.SubjectID}.String()}
+		if cond, ok := alerts.Lookup(a.Kind); ok {
+			fa.Action = cond.Action
+		}
+		out = append(out, fa)
+	}
+	slices.SortStableFunc(out, func(a, b fleetAlert) int {
+		if (a.Severity == string(alerts.Critical)) != (b.Severity == string(alerts.Critical)) {
+			if a.Severity == string(alerts.Critical) {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return out, nil
 }
 
 // fleetDeadline is one active deployment's idle deadline on the fleet
@@ -262,6 +312,10 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request) {
 		costs[e.Slug] = e.TotalUSD()
 	}
 	v := fleetView{Month: est.Month, TotalUSD: est.TotalUSD(), Now: now}
+	if v.Alerts, err = c.openAlerts(r, now); err != nil {
+		c.internal(w, r, err)
+		return
+	}
 	for _, e := range envs {
 		row := fleetRow{Slug: e.Slug, Name: e.Name, Status: e.Status, Synthetic: strings.HasPrefix(e.Slug, syntheticPrefix),
 			CostUSD: costs[e.Slug], Now: now}

@@ -254,6 +254,22 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	ended := storagetest.Deployment(t, db, storage.Deployment{EnvironmentID: env.ID, ID: "dep-ended"})
 	storagetest.EndDeployment(t, db, env.ID, ended.ID, time.Now())
 	box := storagetest.Box(t, db, storage.Box{EnvironmentID: env.ID})
+	// An open alert never acknowledged, a resolved one and a mute: the
+	// alert list's optional times absent and present.
+	now := time.Now()
+	if err := db.Writer.Do(context.Background(), func(tx storage.Tx) error {
+		if err := storage.InsertAlert(context.Background(), tx, storage.Alert{ID: "01OPEN", Kind: "reaper-overdue", SubjectKind: "platform",
+			Severity: "critical", OpenedAt: now, LastSentAt: now}); err != nil {
+			return err
+		}
+		if err := storage.InsertAlert(context.Background(), tx, storage.Alert{ID: "01RESOLVED", Kind: "clock-step", SubjectKind: "platform",
+			Severity: "critical", Detail: "words", OpenedAt: now, LastSentAt: now, ResolvedAt: now, AckedAt: now}); err != nil {
+			return err
+		}
+		return storage.MuteAlertKind(context.Background(), tx, "clock-step", now.Add(time.Hour), now)
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	raw, err := daemon.OpenAPI(buildinfo.Version)
 	if err != nil {

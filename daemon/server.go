@@ -172,7 +172,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	loopsH := &loopHandlers{sw: s.switches, configured: s.loopConfigured}
 	s.ops = newOperations()
 	(&statusHandlers{db: d.DB, repl: d.Replicator, clock: clock, started: clock.Now(), loops: loopsH.wire, disk: s.disk, guard: w.guard,
-		offset: w.ingest.ClockOffset, cfg: d.Config, tokens: w.tokens}).register(s.ops)
+		offset: w.ingest.ClockOffset, cfg: d.Config, tokens: w.tokens, alerter: s.alerter}).register(s.ops)
 	loopsH.register(s.ops)
 	(&environmentHandlers{db: d.DB, clock: clock, deadlines: s.ingest.DeadlineActivity(),
 		storageBudget: s.ingest.Quotas().EnvironmentStorageBytes}).register(s.ops)
@@ -203,6 +203,7 @@ func (s *Server) registerAdmin(d serverDeps, w *workers) error {
 	(&consoleHandlers{db: d.DB, clock: clock}).register(s.ops)
 	(&logHandlers{db: d.DB, broker: s.logs, clock: clock}).register(s.ops)
 	(&reportHandlers{db: d.DB, clock: clock, stats: s.stats, repl: d.Replicator}).register(s.ops)
+	(&alertHandlers{al: s.alerter}).register(s.ops)
 	if err := s.ops.complete(); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/ingest"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
@@ -33,6 +34,8 @@ type statusHandlers struct {
 	cfg *Config
 	// tokens checks the DigitalOcean tokens (docs/operations.md, "Alerts").
 	tokens *tokenChecks
+	// alerter gives the alert sinks' delivery states.
+	alerter *alerter.Alerter
 }
 
 func (h *statusHandlers) register(o *operations) {
@@ -42,6 +45,10 @@ func (h *statusHandlers) register(o *operations) {
 
 func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status, error) {
 	v, err := h.db.SchemaVersion(ctx)
+	if err != nil {
+		return adminapi.Status{}, err
+	}
+	sinks, err := h.alerter.SinkStates(ctx)
 	if err != nil {
 		return adminapi.Status{}, err
 	}
@@ -62,6 +69,7 @@ func (h *statusHandlers) getStatus(ctx context.Context, _ none) (adminapi.Status
 		Costs:         onOff(h.cfg.Costs.On),
 		ModeNotes:     append([]string{}, h.cfg.ModeNotes()...),
 		Tokens:        h.tokens.last(),
+		AlertSinks:    alertSinksWire(sinks),
 	}, nil
 }
 

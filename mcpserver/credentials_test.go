@@ -66,6 +66,12 @@ var walkArgs = []struct {
 	// it would have, it is an unknown tool.
 	{"chalupa_admin_get_log_download", map[string]any{"slug": walkEnv, "id": walkDep, "session": "s1", "seq": "0"}, false},
 	{"chalupa_admin_get_operations_report", map[string]any{"since": "24h"}, true},
+	{"chalupa_admin_list_alerts", nil, true},
+	// No sink is configured here: the test answers 409 no_sinks.
+	{"chalupa_admin_test_alert_sinks", map[string]any{}, false},
+	{"chalupa_admin_ack_alert", map[string]any{"id": "01NOSUCHALERT"}, false},
+	{"chalupa_admin_mute_alert_kind", map[string]any{"kind": "clock-step", "for": "2h", "confirm": "mute clock-step for 2h"}, true},
+	{"chalupa_admin_unmute_alert_kind", map[string]any{"kind": "clock-step"}, true},
 	{"chalupa_admin_create_environment", map[string]any{"slug": "from-mcp"}, true},
 	{"chalupa_admin_set_session_policy", map[string]any{"slug": walkEnv, "kind": "demo", "maxSessionSeconds": 7200}, true},
 	{"chalupa_admin_clear_session_policy", map[string]any{"slug": walkEnv}, true},

@@ -1,0 +1,136 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/storage"
+)
+
+// alertHandlers serve the operator's alert surfaces (docs/operations.md,
+// "Alerts", operating alerts): each is one alerter method.
+type alertHandlers struct {
+	al *alerter.Alerter
+}
+
+// Bounds of adminListAlerts' recent parameter.
+const (
+	defaultRecentAlerts = 20
+	maxRecentAlerts     = 200
+)
+
+func (h *alertHandlers) register(o *operations) {
+	handleOp(o, adminapi.OpListAlerts, h.list)
+	handleOp(o, adminapi.OpTestAlertSinks, h.test)
+	handleOp(o, adminapi.OpAckAlert, h.ack)
+	handleOp(o, adminapi.OpMuteAlertKind, h.mute)
+	handleOp(o, adminapi.OpUnmuteAlertKind, h.unmute)
+}
+
+func (h *alertHandlers) list(ctx context.Context, r adminapi.ListAlertsRequest) (adminapi.AlertList, error) {
+	n := int(r.Recent)
+	switch {
+	case n == 0:
+		n = defaultRecentAlerts
+	case n < 0 || n > maxRecentAlerts:
+		return adminapi.AlertList{}, fail(http.StatusBadRequest, "bad_recent", "recent must be 1–200")
+	}
+	o, err := h.al.List(ctx, n)
+	if err != nil {
+		return adminapi.AlertList{}, err
+	}
+	muted := map[string]bool{}
+	out := adminapi.AlertList{Open: []adminapi.Alert{}, Recent: []adminapi.Alert{}, Sinks: alertSinksWire(o.Sinks), Mutes: []adminapi.AlertMute{}}
+	for _, m := range o.Mutes {
+		muted[m.Kind] = true
+		out.Mutes = append(out.Mutes, adminapi.AlertMute{Kind: m.Kind, Until: m.Until, MutedAt: m.MutedAt})
+	}
+	for _, a := range o.Open {
+		out.Open = append(out.Open, alertWire(a, muted[a.Kind]))
+	}
+	for _, a := range o.Recent {
+		out.Recent = append(out.Recent, alertWire(a, false))
+	}
+	return out, nil
+}
+
+// alertWire is an alert's wire form.
+func alertWire(a storage.Alert, muted bool) adminapi.Alert {
+	return adminapi.Alert{ID: a.ID, Kind: a.Kind, Severity: a.Severity, Subject: adminapi.AlertSubject{Kind: a.SubjectKind, ID: a.SubjectID},
+		Detail: a.Detail, OpenedAt: a.OpenedAt, ResolvedAt: a.ResolvedAt, LastSentAt: a.LastSentAt, AckedAt: a.AckedAt, Muted: muted}
+}
+
+// alertSinksWire is the sinks' states' wire form (never nil).
+func alertSinksWire(ss []alerter.SinkState) []adminapi.AlertSinkState {
+	out := make([]adminapi.AlertSinkState, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, adminapi.AlertSinkState{Name: s.Name, LastDeliveredAt: s.LastDeliveredAt, Pending: s.Pending,
+			FailingSince: s.FailingSince, LastError: s.LastError})
+	}
+	return out
+}
+
+func (h *alertHandlers) test(ctx context.Context, r adminapi.TestAlertSinksRequest) (adminapi.AlertTest, error) {
+	res, err := h.al.Test(ctx, r.Sink)
+	switch {
+	case errors.Is(err, alerter.ErrNoSinks):
+		return adminapi.AlertTest{}, fail(http.StatusConflict, "no_sinks", err.Error())
+	case errors.Is(err, alerter.ErrUnknownSink):
+		return adminapi.AlertTest{}, fail(http.StatusNotFound, "unknown_sink", err.Error())
+	case err != nil:
+		return adminapi.AlertTest{}, err
+	}
+	out := adminapi.AlertTest{Results: make([]adminapi.AlertSinkTest, 0, len(res))}
+	for _, x := range res {
+		out.Results = append(out.Results, adminapi.AlertSinkTest{Sink: x.Sink, MessageID: x.MessageID, Delivered: x.Delivered, Failure: x.Failure, Detail: x.Detail})
+	}
+	return out, nil
+}
+
+func (h *alertHandlers) ack(ctx context.Context, r adminapi.AckAlertRequest) (adminapi.Alert, error) {
+	a, err := h.al.Ack(ctx, r.ID)
+	switch {
+	case errors.Is(err, alerter.ErrAlertNotFound):
+		return adminapi.Alert{}, fail(http.StatusNotFound, "unknown_alert", err.Error())
+	case errors.Is(err, alerter.ErrAlertResolved):
+		return adminapi.Alert{}, fail(http.StatusConflict, "alert_resolved", err.Error())
+	case err != nil:
+		return adminapi.Alert{}, err
+	}
+	return alertWire(a, false), nil
+}
+
+// errUnknownKind is the refusal of a kind not in the Conditions table.
+var errUnknownKind = fail(http.StatusNotFound, "unknown_kind", "no alert condition has that kind (see docs/operations.md, \"Alerts\", Conditions)")
+
+func (h *alertHandlers) mute(ctx context.Context, r adminapi.MuteAlertKindRequest) (adminapi.AlertMute, error) {
+	d, err := time.ParseDuration(r.For)
+	if err != nil {
+		return adminapi.AlertMute{}, fail(http.StatusBadRequest, "bad_duration", `for must be a duration such as "2h" or "30m"`)
+	}
+	m, err := h.al.Mute(ctx, r.Kind, d, "admin")
+	switch {
+	case errors.Is(err, alerter.ErrUnknownKind):
+		return adminapi.AlertMute{}, errUnknownKind
+	case errors.Is(err, alerter.ErrMuteBounds):
+		return adminapi.AlertMute{}, fail(http.StatusBadRequest, "mute_out_of_bounds", err.Error())
+	case err != nil:
+		return adminapi.AlertMute{}, err
+	}
+	return adminapi.AlertMute{Kind: m.Kind, Until: m.Until, MutedAt: m.MutedAt}, nil
+}
+
+func (h *alertHandlers) unmute(ctx context.Context, r adminapi.UnmuteAlertKindRequest) (adminapi.AlertUnmuted, error) {
+	was, err := h.al.Unmute(ctx, r.Kind, "admin")
+	switch {
+	case errors.Is(err, alerter.ErrUnknownKind):
+		return adminapi.AlertUnmuted{}, errUnknownKind
+	case err != nil:
+		return adminapi.AlertUnmuted{}, err
+	}
+	return adminapi.AlertUnmuted{Kind: r.Kind, Unmuted: was}, nil
+}
