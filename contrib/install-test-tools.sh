@@ -72,6 +72,23 @@ lock_tool() {
 	flock "$lockfd"
 }
 
+# clear_build_tree DIR: remove a half-built root filesystem left by a killed
+# build. debootstrap mounts proc (and sysfs) inside the tree and unmounts
+# them on its way out, which a SIGKILL (a CI job's timeout, an OOM kill)
+# skips: a plain rm -rf then walked the host's /proc through that mount,
+# failed on every file ("Operation not permitted") and no later run could
+# rebuild. Mounts below DIR are detached first, deepest first, and rm never
+# crosses into a file system it could not detach.
+clear_build_tree() {
+	local dir=$1 real m
+	[[ -e "$dir" ]] || return 0
+	real=$(realpath -- "$dir") # mountinfo names mounts by their resolved path
+	while read -r m; do
+		umount -l "$m"
+	done < <(awk -v d="$real/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+	rm -rf --one-file-system "$dir"
+}
+
 install_rootfs() {
 	local key dest
 	key=$(printf '%s\n' "$ROOTFS_SUITE" "$ROOTFS_MIRROR" "$ROOTFS_PACKAGES" | sha256sum | cut -c1-16)
@@ -91,7 +108,7 @@ install_rootfs() {
 			{ apt-get update && apt-get install -y --no-install-recommends debootstrap systemd-container; } >&2
 		fi
 		echo "install-test-tools: building the $ROOTFS_SUITE root filesystem (cached in $dest; ~15 min cold)" >&2
-		rm -rf "$dest.tmp"
+		clear_build_tree "$dest.tmp"
 		mkdir -p "$dest.tmp"
 		# debootstrap's progress goes to stderr: standard output is the tool
 		# directory's path alone (contrib/test.sh reads it).
