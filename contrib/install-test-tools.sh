@@ -41,6 +41,9 @@ PULUMI_VERSION=v3.274.1
 ROOTFS_SUITE=bookworm
 ROOTFS_MIRROR=http://deb.debian.org/debian
 ROOTFS_PACKAGES=systemd,systemd-sysv,dbus,openssh-server,cloud-init,python3-cffi-backend,curl,ca-certificates,iproute2,procps
+# What the machine tests use from the tree (digitalocean/dofake/machines):
+# a cached tree lacking one of them is built again (see rootfs_complete).
+ROOTFS_FILES="etc/debian_version usr/lib/systemd/systemd usr/sbin/sshd usr/bin/cloud-init usr/bin/curl usr/bin/ip usr/bin/journalctl etc/ssl/certs/ca-certificates.crt"
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/.tools/bin"
@@ -89,12 +92,31 @@ clear_build_tree() {
 	rm -rf --one-file-system "$dir"
 }
 
+# rootfs_complete DIR: whether the tree at DIR has every file of
+# ROOTFS_FILES; names the first one missing on stderr otherwise (a cached
+# tree lacking one is built again; a fresh build lacking one fails). A tree
+# only reaches its cached place whole (built in .tmp, then renamed), but a
+# cached tree can lose files afterwards (a hand edit, a disk error, a box
+# booted on it without the overlay): its etc/debian_version alone passed it,
+# and every box booted from it failed later with no word of the tree (no
+# sshd: the key delivery's wait timed out).
+rootfs_complete() {
+	local f
+	[[ -d "$1" ]] || return 1
+	for f in $ROOTFS_FILES; do
+		if [[ ! -e "$1/$f" ]]; then
+			echo "install-test-tools: the root filesystem $1 lacks $f" >&2
+			return 1
+		fi
+	done
+}
+
 install_rootfs() {
 	local key dest
 	key=$(printf '%s\n' "$ROOTFS_SUITE" "$ROOTFS_MIRROR" "$ROOTFS_PACKAGES" | sha256sum | cut -c1-16)
 	dest="$cache/rootfs/$ROOTFS_SUITE-$key"
 	lock_tool rootfs
-	if [[ ! -f "$dest/etc/debian_version" ]]; then
+	if ! rootfs_complete "$dest"; then
 		if [[ $(id -u) -ne 0 ]]; then
 			if [[ "${CI:-}" == "true" ]]; then
 				echo "install-test-tools: the machine tests' root filesystem needs root to build (debootstrap)" >&2
@@ -118,7 +140,10 @@ install_rootfs() {
 			return 1
 		fi
 		chroot "$dest.tmp" apt-get clean >&2
-		rm -rf "$dest"
+		if ! rootfs_complete "$dest.tmp"; then
+			return 1
+		fi
+		clear_build_tree "$dest"
 		mv "$dest.tmp" "$dest"
 	fi
 	ln -sfn "$dest" "$repo/.tools/rootfs"
