@@ -246,7 +246,8 @@ var neededCaps = []struct {
 // Missing lists what booting boxes needs and this process lacks: root,
 // the capabilities of neededCaps (CAP_SYS_ADMIN, CAP_NET_ADMIN, …), the
 // commands systemd-nspawn, ip and nsenter, a writable cgroup hierarchy,
-// and the root filesystem at rootfs. Empty means all are there.
+// and the root filesystem at rootfs with every file of rootfsFiles. Empty
+// means all are there.
 func Missing(rootfs string) []string {
 	var missing []string
 	if os.Geteuid() != 0 {
@@ -266,11 +267,26 @@ func Missing(rootfs string) []string {
 	if roots, err := cgroupRoots(); err != nil || len(roots) == 0 || unix.Access(roots[0], unix.W_OK) != nil {
 		missing = append(missing, "a writable cgroup hierarchy")
 	}
-	if _, err := os.Stat(filepath.Join(rootfs, "etc", "debian_version")); err != nil {
-		missing = append(missing, "the root filesystem "+rootfs)
+	for _, f := range rootfsFiles {
+		if _, err := os.Stat(filepath.Join(rootfs, f)); err != nil {
+			if f == rootfsFiles[0] {
+				missing = append(missing, "the root filesystem "+rootfs)
+			} else {
+				missing = append(missing, fmt.Sprintf("the root filesystem %s whole (it lacks %s)", rootfs, f))
+			}
+			break
+		}
 	}
 	return missing
 }
+
+// rootfsFiles is what the bed uses from the root filesystem, the first
+// saying it is a Debian tree at all: contrib/install-test-tools.sh's
+// ROOTFS_FILES, which builds a cached tree lacking one again (a test holds
+// the two lists equal). A damaged tree booted boxes without sshd or
+// cloud-init, and the test failed minutes later waiting for them.
+var rootfsFiles = []string{"etc/debian_version", "usr/lib/systemd/systemd", "usr/sbin/sshd", "usr/bin/cloud-init",
+	"usr/bin/curl", "usr/bin/ip", "usr/bin/journalctl", "etc/ssl/certs/ca-certificates.crt"}
 
 // effectiveCaps reads CapEff from /proc/self/status (0 when unreadable).
 func effectiveCaps() uint64 {

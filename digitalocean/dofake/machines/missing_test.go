@@ -83,3 +83,42 @@ func TestMissingCapabilities(t *testing.T) {
 		})
 	}
 }
+
+// TestMissingNamesAnIncompleteRootFS: a root filesystem lacking a file
+// the bed uses (sshd here) is named missing, with the file, so the machine
+// tests skip or fail at once (docs/architecture.md, "Tests") instead of
+// booting boxes without sshd and failing minutes later waiting for it.
+func TestMissingNamesAnIncompleteRootFS(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range machines.RootFSFiles {
+		if f == "usr/sbin/sshd" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := strings.Join(machines.Missing(dir), ", ")
+	if !strings.Contains(missing, "the root filesystem "+dir+" whole (it lacks usr/sbin/sshd)") {
+		t.Errorf("Missing says %q, not the tree's lacking sshd", missing)
+	}
+}
+
+// TestRootFSFilesMatchInstaller: the files the bed checks are those
+// contrib/install-test-tools.sh rebuilds a cached tree for lacking.
+func TestRootFSFilesMatchInstaller(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join(proctest.RepoRoot(t), "contrib", "install-test-tools.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rootfsFiles.FindSubmatch(script)
+	if m == nil {
+		t.Fatal("install-test-tools.sh has no ROOTFS_FILES line")
+	}
+	if got, want := strings.Join(machines.RootFSFiles, " "), string(m[1]); got != want {
+		t.Errorf("machines checks %q, install-test-tools.sh %q", got, want)
+	}
+}
