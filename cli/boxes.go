@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -91,8 +92,8 @@ type adminBoxCreateCmd struct {
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
 	Managed            bool     `help:"Mark the box's deployments managed."`
 	Agent              *bool    `help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
-	AgentIdleMinutes   int64    `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
-	AgentSessionMin    int64    `name:"agent-session-minutes" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
+	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" placeholder:"INT-64" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
+	AgentSessionMin    *int64   `name:"agent-session-minutes" placeholder:"INT-64" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
 	JSON               bool     `help:"Print JSON."`
 }
 
@@ -105,14 +106,17 @@ func (c *adminBoxCreateCmd) Run(a *adminCmd) error {
 	body := createBoxBody{CreateBoxRequest: adminapi.CreateBoxRequest{Name: c.Name, Environment: c.Env, Managed: c.Managed, Agent: c.Agent,
 		BoxConfig: adminapi.BoxConfig{Region: c.Region, Size: c.Size, Image: c.Image, SSHKeyFingerprints: c.SSHKey,
 			CustomerSource: c.CustomerSource, ControlPlaneSource: c.ControlPlaneSource, VolumeSizeGiB: c.VolumeGiB, Tags: c.Tag}}}
-	// 0 is the daemon's default for both (30 minutes idle, no session
-	// limit), so a limit at 0 is left out as one not given.
-	if c.AgentIdleMinutes != 0 {
-		body.AgentIdleMinutes = &c.AgentIdleMinutes
+	// A limit goes when the operator gave it. An idle limit of 0 is
+	// refused here: the daemon reads 0 as "not given" (the CLIs before
+	// these flags were optional sent it always) and would set 30 without a
+	// word, where the operator — after --agent-session-minutes 0, "none" —
+	// may have meant no idle limit, which no box has (docs/operations.md,
+	// "Boxes").
+	if c.AgentIdleMinutes != nil && *c.AgentIdleMinutes == 0 {
+		return &exitError{code: ExitUsage, err: errors.New("--agent-idle-minutes must be 1-10080: every box has an idle limit (leave the flag out for the default, 30)")}
 	}
-	if c.AgentSessionMin != 0 {
-		body.AgentSessionMinutes = &c.AgentSessionMin
-	}
+	body.AgentIdleMinutes = c.AgentIdleMinutes
+	body.AgentSessionMinutes = c.AgentSessionMin
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.Box, error) {
 		return adminapi.CallAs[adminapi.Box](ctx, cl, adminapi.OpCreateBox, body)
 	}, func(w io.Writer, b adminapi.Box) error {

@@ -155,3 +155,25 @@ func TestNewerCLIAgainstAnOlderDaemon(t *testing.T) {
 		})
 	}
 }
+
+// TestBoxCreateRefusesIdleLimitZero: `box create --agent-idle-minutes 0`
+// is refused before anything is sent (exit 2, saying the range and the
+// default) — the daemon reads 0 as "not given" and declared the box with
+// 30 minutes without a word, where the operator, after
+// --agent-session-minutes 0 ("none"), may have meant no idle limit.
+func TestBoxCreateRefusesIdleLimitZero(t *testing.T) {
+	t.Parallel()
+	d := newOlderDaemon(t)
+	out, code := cliRun(t, d.URL, nil, append(boxCreateArgs[:len(boxCreateArgs):len(boxCreateArgs)], "--agent-idle-minutes", "0")...)
+	if code != ExitUsage {
+		t.Errorf("exit %d, want %d:\n%s", code, ExitUsage, out)
+	}
+	if !strings.Contains(out, "--agent-idle-minutes must be 1-10080") || !strings.Contains(out, "default, 30") {
+		t.Errorf("the refusal does not say the range and the default:\n%s", out)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.bodies) != 0 {
+		t.Errorf("the CLI sent %q", d.bodies)
+	}
+}

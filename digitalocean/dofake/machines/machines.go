@@ -51,10 +51,11 @@
 // Waits are on evidence — `cloud-init status --wait` inside the box,
 // sshd's handshake, the nspawn process's exit — never on sleeps.
 //
-// Where root, CAP_SYS_ADMIN, systemd-nspawn, ip, nsenter, a writable
-// cgroup hierarchy or the root filesystem are missing, New skips the test
-// naming what is missing, except under CI=true, where it fails; under
-// contrib/test.sh --fast it skips (proctest.FullRunOnly).
+// Where root, CAP_SYS_ADMIN or another capability it needs (Missing),
+// systemd-nspawn, ip, nsenter, a writable cgroup hierarchy or the root
+// filesystem are missing, New skips the test naming what is missing,
+// except under CI=true, where it fails; under contrib/test.sh --fast it
+// skips (proctest.FullRunOnly).
 package machines
 
 import (
@@ -183,7 +184,7 @@ func New(t testing.TB, cfg Config) *Bed {
 		rootfs = filepath.Join(proctest.RepoRoot(t), RootFSLink)
 	}
 	if missing := Missing(rootfs); len(missing) > 0 {
-		msg := fmt.Sprintf("machines: missing %s (contrib/install-test-tools.sh, run as root, installs systemd-container and debootstrap and builds the root filesystem)", strings.Join(missing, ", "))
+		msg := fmt.Sprintf("machines: missing %s (%s)", strings.Join(missing, ", "), missingHint(missing))
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s (CI=true: a missing requirement fails the run)", msg)
 		}
@@ -220,17 +221,43 @@ func New(t testing.TB, cfg Config) *Bed {
 	return b
 }
 
+// neededCaps are the capabilities booting boxes needs besides root's uid,
+// each named as Missing names it. CAP_SYS_ADMIN (mounts, namespaces) and
+// CAP_NET_ADMIN (the veths, addresses and routes `ip` makes) are the bed's
+// own; the rest are systemd-nspawn's, each found by running it with that
+// one capability dropped from the bounding set: CAP_DAC_OVERRIDE (the
+// overlay over a tree in root's home), CAP_SETGID ("Failed to become
+// root"), CAP_SETPCAP ("Dropping capabilities failed") and CAP_SYS_CHROOT
+// ("Failed to move root directory"). A root without one of them — a
+// container given --cap-add SYS_ADMIN alone — got as far as `ip` or nspawn
+// and failed there with "Operation not permitted", skip or not.
+var neededCaps = []struct {
+	bit  uint
+	name string
+}{
+	{unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
+	{unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"},
+	{unix.CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+	{unix.CAP_SETGID, "CAP_SETGID"},
+	{unix.CAP_SETPCAP, "CAP_SETPCAP"},
+	{unix.CAP_SYS_CHROOT, "CAP_SYS_CHROOT"},
+}
+
 // Missing lists what booting boxes needs and this process lacks: root,
-// CAP_SYS_ADMIN, the commands systemd-nspawn, ip and nsenter, a writable
-// cgroup hierarchy, and the root filesystem at rootfs. Empty means all
-// are there.
+// the capabilities of neededCaps (CAP_SYS_ADMIN, CAP_NET_ADMIN, …), the
+// commands systemd-nspawn, ip and nsenter, a writable cgroup hierarchy,
+// and the root filesystem at rootfs with every file of rootfsFiles. Empty
+// means all are there.
 func Missing(rootfs string) []string {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")
 	}
-	if !hasCapSysAdmin() {
-		missing = append(missing, "CAP_SYS_ADMIN")
+	eff := effectiveCaps()
+	for _, c := range neededCaps {
+		if eff&(1<<c.bit) == 0 {
+			missing = append(missing, c.name)
+		}
 	}
 	for _, c := range []string{"systemd-nspawn", "ip", "nsenter"} {
 		if _, err := exec.LookPath(c); err != nil {
@@ -240,25 +267,67 @@ func Missing(rootfs string) []string {
 	if roots, err := cgroupRoots(); err != nil || len(roots) == 0 || unix.Access(roots[0], unix.W_OK) != nil {
 		missing = append(missing, "a writable cgroup hierarchy")
 	}
-	if _, err := os.Stat(filepath.Join(rootfs, "etc", "debian_version")); err != nil {
-		missing = append(missing, "the root filesystem "+rootfs)
+	for _, f := range rootfsFiles {
+		if _, err := os.Stat(filepath.Join(rootfs, f)); err != nil {
+			if f == rootfsFiles[0] {
+				missing = append(missing, "the root filesystem "+rootfs)
+			} else {
+				missing = append(missing, fmt.Sprintf("the root filesystem %s whole (it lacks %s)", rootfs, f))
+			}
+			break
+		}
 	}
 	return missing
 }
 
-// hasCapSysAdmin reads CapEff from /proc/self/status.
-func hasCapSysAdmin() bool {
+// rootfsFiles is what the bed uses from the root filesystem, the first
+// saying it is a Debian tree at all: contrib/install-test-tools.sh's
+// ROOTFS_FILES, which builds a cached tree lacking one again (a test holds
+// the two lists equal). A damaged tree booted boxes without sshd or
+// cloud-init, and the test failed minutes later waiting for them.
+var rootfsFiles = []string{"etc/debian_version", "usr/lib/systemd/systemd", "usr/sbin/sshd", "usr/bin/cloud-init",
+	"usr/bin/curl", "usr/bin/ip", "usr/bin/journalctl", "etc/ssl/certs/ca-certificates.crt"}
+
+// effectiveCaps reads CapEff from /proc/self/status (0 when unreadable).
+func effectiveCaps() uint64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return false
+		return 0
 	}
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
 			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && caps&(1<<unix.CAP_SYS_ADMIN) != 0
+			if err != nil {
+				return 0
+			}
+			return caps
 		}
 	}
-	return false
+	return 0
+}
+
+// missingHint says what gives the bed what Missing found lacking: root
+// with every capability for the privileges (contrib/install-test-tools.sh
+// gives none of them), the script run as root for the commands and the
+// root filesystem.
+func missingHint(missing []string) string {
+	var privileges, tools bool
+	for _, m := range missing {
+		switch {
+		case m == "root" || strings.HasPrefix(m, "CAP_") || m == "a writable cgroup hierarchy":
+			privileges = true
+		default:
+			tools = true
+		}
+	}
+	var hints []string
+	if privileges {
+		hints = append(hints, "run the machine tests as root with every capability; in a container, a privileged one")
+	}
+	if tools {
+		hints = append(hints, "contrib/install-test-tools.sh, run as root, installs systemd-container and debootstrap and builds the root filesystem")
+	}
+	return strings.Join(hints, "; ")
 }
 
 // Prefix is the run's name prefix ("chtb" and 4 hex digits).
