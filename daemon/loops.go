@@ -167,6 +167,21 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// honest (docs/operations.md, "Storage and the writer").
 		loops = append(loops, &storageHealth{db: d.DB, disk: d.Disk, clock: d.Clock, log: d.Log, alerts: d.StorageAlerts})
 	}
+	loops = append(loops, alertLoops(d)...)
+	if d.LogRetention != nil {
+		// Under the retention switch with telemetry's: both delete on
+		// their own schedule (docs/operations.md, "Loop switches").
+		loops = append(loops, switched(LoopRetention, d.LogRetention))
+	}
+	return loops, nil
+}
+
+// alertLoops are the loops that only report or deliver alerts, in
+// registration order: the replica watch, the alerter, the digest and the
+// token checks. None is switched: pausing a loop must not silence the
+// operator (docs/operations.md, "Alerts").
+func alertLoops(d LoopDeps) []Loop {
+	var loops []Loop
 	if d.Replication != nil && d.StorageAlerts != nil {
 		// Never switched: it only reports conditions
 		// (docs/operations.md, "Alerts").
@@ -187,10 +202,5 @@ func registeredLoops(d LoopDeps) ([]Loop, error) {
 		// "Alerts").
 		loops = append(loops, d.Tokens)
 	}
-	if d.LogRetention != nil {
-		// Under the retention switch with telemetry's: both delete on
-		// their own schedule (docs/operations.md, "Loop switches").
-		loops = append(loops, switched(LoopRetention, d.LogRetention))
-	}
-	return loops, nil
+	return loops
 }
