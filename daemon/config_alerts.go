@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,10 +142,11 @@ func (a *AlertsConfig) webhookText() string {
 // (docs/operations.md, "Alerts", under Sinks).
 func (c *Config) validateAlerts(l *loader) {
 	a := &c.Alerts
-	if l.get(smtpPasswordKey) != "" {
+	passwordInEnv := l.get(smtpPasswordKey) != ""
+	if passwordInEnv {
 		l.bad("%s is read from secrets.env or CHALUPA_ALERT_SMTP_PASSWORD_FILE, never from the environment", smtpPasswordKey)
 	}
-	c.validateEmail(l)
+	c.validateEmail(l, passwordInEnv)
 	if a.WebhookURL == "" {
 		if a.WebhookFormat != "" || a.WebhookSecret != "" || a.WebhookSecretFile != "" {
 			l.bad("CHALUPA_ALERT_WEBHOOK_FORMAT, CHALUPA_ALERT_WEBHOOK_SECRET or CHALUPA_ALERT_WEBHOOK_SECRET_FILE is set but CHALUPA_ALERT_WEBHOOK_URL is not")
@@ -162,7 +164,16 @@ func (c *Config) validateAlerts(l *loader) {
 		}
 		a.WebhookSecret = s
 	}
+	if a.WebhookSecret == "" && (a.WebhookFormat == "" || a.WebhookFormat == webhook.JSON) {
+		l.bad("CHALUPA_ALERT_WEBHOOK_FORMAT json (the default) needs CHALUPA_ALERT_WEBHOOK_SECRET or CHALUPA_ALERT_WEBHOOK_SECRET_FILE: a whsec_ signing secret, made by echo \"whsec_$(head -c 32 /dev/urandom | base64)\"")
+		return
+	}
 	hook, err := webhook.New(webhook.Config{URL: a.WebhookURL.Reveal(), Format: a.WebhookFormat, Secret: a.WebhookSecret.Reveal()})
+	if errors.Is(err, webhook.ErrSecret) && a.WebhookSecretFile != "" {
+		// Name what the operator set: the file, not the variable it stands for.
+		l.bad("CHALUPA_ALERT_WEBHOOK_SECRET_FILE (%s) must hold whsec_ followed by base64 of 24–64 random bytes (echo \"whsec_$(head -c 32 /dev/urandom | base64)\")", a.WebhookSecretFile)
+		return
+	}
 	if err != nil {
 		l.bad("%v", err)
 		return
@@ -171,8 +182,10 @@ func (c *Config) validateAlerts(l *loader) {
 }
 
 // validateEmail builds the email sink from CHALUPA_ALERT_SMTP_URL, the
-// password (the file, else secrets.env), FROM and TO.
-func (c *Config) validateEmail(l *loader) {
+// password (the file, else secrets.env), FROM and TO. passwordInEnv: the
+// password was refused in the environment already, so a user without a
+// password is not refused a second time.
+func (c *Config) validateEmail(l *loader, passwordInEnv bool) {
 	a := &c.Alerts
 	if a.SMTPURL == "" {
 		if a.SMTPPasswordFile != "" || a.EmailFrom != "" || a.EmailTo != "" {
@@ -194,6 +207,9 @@ func (c *Config) validateEmail(l *loader) {
 		}
 	}
 	email, err := smtp.New(smtp.Config{URL: a.SMTPURL, Password: password.Reveal(), From: a.EmailFrom, To: a.EmailTo})
+	if errors.Is(err, smtp.ErrPassword) && passwordInEnv && password == "" {
+		return
+	}
 	if err != nil {
 		l.bad("%v", err)
 		return
