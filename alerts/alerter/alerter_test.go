@@ -146,6 +146,9 @@ func TestFireRepeatResolve(t *testing.T) {
 		if m.Event != alerts.Fired || m.AlertID == "" || m.Text == "" {
 			t.Errorf("fired message %+v", m)
 		}
+		if !strings.Contains(m.Text, "First thing to do: ") {
+			t.Errorf("fired message without its first action: %q", m.Text)
+		}
 	}
 	clock.Advance(59 * time.Minute)
 	if res := tick(t, a, clock); len(res.Dispatched) != 0 {
@@ -155,6 +158,9 @@ func TestFireRepeatResolve(t *testing.T) {
 	res := tick(t, a, clock)
 	if got := events(sink.messages()); len(got) != 3 || got[2] != "repeated clock-suspect" {
 		t.Fatalf("after an hour: %v, want the critical one repeated", got)
+	}
+	if m := sink.messages()[2]; !strings.Contains(m.Text, "First thing to do: ") {
+		t.Errorf("repeated message without its first action: %q", m.Text)
 	}
 	if want := clock.Now().Add(alerter.RepeatCritical); !res.Next.Equal(want) {
 		t.Errorf("next wake-up %v, want the next repeat %v", res.Next, want)
@@ -180,6 +186,10 @@ func TestFireRepeatResolve(t *testing.T) {
 	for _, m := range last {
 		if m.Event != alerts.Resolved {
 			t.Errorf("last messages %v, want the two resolutions", events(last))
+		}
+		// A resolution tells what ended, not what to do.
+		if strings.Contains(m.Text, "First thing to do") || !strings.Contains(m.Text, "What it means: ") {
+			t.Errorf("resolved message tells the operator to act, or lost its meaning: %q", m.Text)
 		}
 	}
 	if res := tick(t, a, clock); !res.Next.IsZero() {

@@ -362,7 +362,10 @@ func mergeRows(sink string, rows []storage.OutboxRow, capped bool, now time.Time
 		m.Title = fmt.Sprintf("[%s] %s %s on %d subjects", sev, rows[0].Kind, rows[0].Event, total)
 		fmt.Fprintf(&b, "%s %s on %d subjects within %s:\n\n", rows[0].Kind, rows[0].Event, total, Coalesce)
 		if cond, ok := alerts.Lookup(rows[0].Kind); ok {
-			tail = fmt.Sprintf("\nWhat it means: %s\nFirst thing to do: %s\n", cond.Meaning, cond.Action)
+			tail = fmt.Sprintf("\nWhat it means: %s\n", cond.Meaning)
+			if rows[0].Event != string(alerts.Resolved) {
+				tail += fmt.Sprintf("First thing to do: %s\n", cond.Action)
+			}
 		}
 	}
 	b.WriteString(strings.Join(lines, "\n") + "\n")
