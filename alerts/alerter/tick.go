@@ -450,7 +450,11 @@ func (a *Alerter) dispatch(ctx context.Context, s alerts.Sink, mem []*memMsg, ba
 			}
 			a.metrics.failed(name)
 			kind := errKind(err)
-			a.log.Warn().Str("sink", name).Str("error", kind).Int("attempt", r.Attempts+1).Msg("alert delivery failed")
+			ev := a.log.Warn().Str("sink", name).Str("error", kind).Int("attempt", r.Attempts+1)
+			if code, ok := alerts.HTTPStatus(err); ok {
+				ev = ev.Int("status", code) // the number only, nothing else from the receiver
+			}
+			ev.Msg("alert delivery failed")
 			permanent := kind == "permanent"
 			if werr := a.write(ctx, func(tx storage.Tx) error {
 				return storage.OutboxFailed(ctx, tx, r.ID, now, now.Add(a.backoff(r.Attempts+1)), kind, permanent)
