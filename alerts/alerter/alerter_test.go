@@ -430,6 +430,23 @@ func TestStorm(t *testing.T) {
 	if n := pending(t, db); n != 0 {
 		t.Errorf("%d messages pending after the storm's message", n)
 	}
+	if m := hook.messages()[0]; !strings.Contains(m.Text, "First thing to do: ") {
+		t.Errorf("the storm's fired message lacks the first thing to do: %q", m.Text)
+	}
+	// Their end goes as one resolved message, which tells what ended, not
+	// what to do.
+	for i := 0; i < 1000; i++ {
+		set(t, a, alerts.KindMassDue, alerts.Subject{Kind: alerts.SubjectDeployment, ID: fmt.Sprintf("d%04d", i)}, false)
+	}
+	clock.Advance(alerter.Coalesce)
+	tick(t, a, clock)
+	got := hook.messages()
+	if len(got) != 2 || got[1].Event != alerts.Resolved {
+		t.Fatalf("after the end: %v, want one resolved message", events(got))
+	}
+	if strings.Contains(got[1].Text, "First thing to do") || !strings.Contains(got[1].Text, "What it means: ") {
+		t.Errorf("the storm's resolved message tells the operator to act, or lost its meaning: %q", got[1].Text)
+	}
 }
 
 // TestRateCap: a sink gets RateCap messages in an hour; the rest wait for
