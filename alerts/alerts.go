@@ -126,6 +126,18 @@ type Sink interface {
 // fix (docs/operations.md, "Alerts", delivery).
 var ErrPermanent = errors.New("the receiver refused the message")
 
+// HTTPStatus is the HTTP status a receiver answered, when err (a Send
+// error) carries one: a sink's error reports it with a method
+// HTTPStatus() int. Only the number is kept, nothing else from the
+// receiver (docs/operations.md, "Alerts", delivery).
+func HTTPStatus(err error) (int, bool) {
+	var s interface{ HTTPStatus() int }
+	if errors.As(err, &s) {
+		return s.HTTPStatus(), true
+	}
+	return 0, false
+}
+
 // Setter is what a detector reports its condition to (docs/operations.md,
 // "Alerts"): holds true when the condition starts or still holds, false
 // when it ends. Setting a condition to what it already is does nothing.

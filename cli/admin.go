@@ -265,6 +265,10 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 		for _, t := range st.Tokens {
 			fmt.Fprintf(tw, "token %s\t%s\n", t.Variable, tokenText(t))
 		}
+		if c.CheckTokens && len(st.Tokens) == 0 {
+			// Say the check had nothing to do, not nothing at all.
+			fmt.Fprintf(tw, "tokens\tno DigitalOcean token is configured: none to check\n")
+		}
 		for _, l := range st.Loops {
 			if l.Paused {
 				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))

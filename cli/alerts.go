@@ -40,6 +40,10 @@ func (*adminAlertsListCmd) operation() string { return adminapi.OpListAlerts }
 
 // Run lists alerts.
 func (c *adminAlertsListCmd) Run(a *adminCmd) error {
+	if c.Recent < 1 || c.Recent > 200 {
+		// 0 would be sent as absent, the default (docs/operations.md, "Alerts").
+		return &exitError{code: 2, err: fmt.Errorf("alerts list: --recent must be 1–200 (got %d)", c.Recent)}
+	}
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (adminapi.AlertList, error) {
 		return cl.ListAlerts(ctx, c.Recent)
 	}, printAlerts)
@@ -189,7 +193,8 @@ func (c *adminAlertsUnmuteCmd) Run(a *adminCmd) error {
 	}, func(w io.Writer, u adminapi.AlertUnmuted) error {
 		state := "unmuted"
 		if !u.Unmuted {
-			state = "was not muted"
+			_, err := fmt.Fprintf(w, "%s was not muted\n", displayText(u.Kind))
+			return err
 		}
 		_, err := fmt.Fprintf(w, "alerts of kind %s %s\n", displayText(u.Kind), state)
 		return err

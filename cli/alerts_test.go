@@ -55,6 +55,8 @@ func TestAdminAlerts(t *testing.T) {
 		{"mute", 204, []string{"mute", "clock-step", "--for", "2h"}, 0, []string{"alerts of kind clock-step muted until "}, nil},
 		{"list the mute", 204, nil, 0, []string{"muted clock-step    until "}, nil},
 		{"unmute", 204, []string{"unmute", "clock-step"}, 0, []string{"alerts of kind clock-step unmuted"}, nil},
+		{"unmute again", 204, []string{"unmute", "clock-step"}, 0, []string{"clock-step was not muted"}, []string{"alerts of kind clock-step was"}},
+		{"list none recent", 204, []string{"list", "--recent", "0"}, 2, []string{"--recent must be 1–200"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status.Store(tc.status)

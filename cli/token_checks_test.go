@@ -61,6 +61,21 @@ func TestStatusCheckTokens(t *testing.T) {
 	}
 }
 
+// TestStatusCheckTokensNone: `admin status --check-tokens` on a daemon
+// with no DigitalOcean token says there is none to check, rather than
+// printing nothing about tokens.
+func TestStatusCheckTokensNone(t *testing.T) {
+	p := daemontest.NewInProcess(t, daemontest.AppOptions{Env: map[string]string{"CHALUPA_COSTS": "off"}})
+	env := map[string]string{"CHALUPA_ADMIN_TOKEN": p.Admin.Token, "CHALUPA_URL": p.URL}
+	out, code := runIn(env, "", "admin", "status", "--check-tokens")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(words(out), "tokens no DigitalOcean token is configured: none to check") {
+		t.Errorf("output does not say there is no token to check:\n%s", out)
+	}
+}
+
 // words is s with every run of white space made one space (tabwriter's
 // alignment is not what the test is about).
 func words(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/alerts/alerter"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -105,7 +109,29 @@ func (h *alertHandlers) ack(ctx context.Context, r adminapi.AckAlertRequest) (ad
 }
 
 // errUnknownKind is the refusal of a kind not in the Conditions table.
-var errUnknownKind = fail(http.StatusNotFound, "unknown_kind", "no alert condition has that kind (see docs/operations.md, \"Alerts\", Conditions)")
+// It lists the valid kinds, so the operator need not look them up.
+var errUnknownKind = fail(http.StatusNotFound, "unknown_kind", "no alert condition has that kind; the kinds: "+alertKinds())
+
+// alertKinds is the kinds of alerts.Conditions, comma-separated.
+func alertKinds() string {
+	kinds := make([]string, 0, len(alerts.Conditions))
+	for _, c := range alerts.Conditions {
+		kinds = append(kinds, c.Kind)
+	}
+	return strings.Join(kinds, ", ")
+}
+
+// refuseZeroRecent refuses an explicit recent=0 on adminListAlerts, which
+// the parameters would read as absent (docs/operations.md, "Alerts",
+// operating alerts: recent is 1–200, else 400 bad_recent). False:
+// refused, answered.
+func refuseZeroRecent(w http.ResponseWriter, opID string, query url.Values) bool {
+	if opID == adminapi.OpListAlerts && query.Has("recent") && isZero(query.Get("recent")) {
+		writeError(w, http.StatusBadRequest, "bad_recent", "recent must be 1–200")
+		return false
+	}
+	return true
+}
 
 func (h *alertHandlers) mute(ctx context.Context, r adminapi.MuteAlertKindRequest) (adminapi.AlertMute, error) {
 	d, err := time.ParseDuration(r.For)
@@ -133,4 +159,10 @@ func (h *alertHandlers) unmute(ctx context.Context, r adminapi.UnmuteAlertKindRe
 		return adminapi.AlertUnmuted{}, err
 	}
 	return adminapi.AlertUnmuted{Kind: r.Kind, Unmuted: was}, nil
+}
+
+// isZero reports whether s is the decimal 0 (as "0", "00" or "+0").
+func isZero(s string) bool {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n == 0
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,7 @@ func (c *Config) alertVariables() []variable {
 		{name: "CHALUPA_ALERT_SMTP_URL", ptr: &a.SMTPURL, load: func(_ *loader, v string) { a.SMTPURL = v }, show: a.smtpText,
 			help: "alert email server: smtp://USER@HOST:587 (STARTTLS) or smtps://USER@HOST:465",
 			doc: docRow{group: emailGroup, def: "unset: no email alerts",
-				refusedWhen: "the URL not `smtp://[USER@]HOST[:PORT]` or `smtps://…` (no password, path or query); a user without a password or a password without a user; the password file unreadable or readable by group or others; `CHALUPA_ALERT_SMTP_PASSWORD` in the environment; `FROM` not one address; `TO` not 1–20 comma-separated addresses; any of them set without the URL",
+				refusedWhen: "the URL not `smtp://[USER@]HOST[:PORT]` or `smtps://…` (no password, path or query); a user without a password or a password without a user; the password file unreadable or readable by group or others; `CHALUPA_ALERT_SMTP_PASSWORD` in the environment (then said alone, not also as a user without a password); `FROM` not one address; `TO` not 1–20 comma-separated addresses; any of them set without the URL",
 				why:         "email over TLS only (STARTTLS required, or TLS from the first byte): the password is read from `secrets.env` (`CHALUPA_ALERT_SMTP_PASSWORD`) or the file, never the environment (see \"Alerts\", under Sinks)"}},
 		{name: "CHALUPA_ALERT_SMTP_PASSWORD_FILE", ptr: &a.SMTPPasswordFile, load: func(_ *loader, v string) { a.SMTPPasswordFile = v }, show: a.passwordText,
 			help: "file holding the SMTP password (else secrets.env's CHALUPA_ALERT_SMTP_PASSWORD)",
@@ -91,7 +92,7 @@ func (c *Config) alertVariables() []variable {
 			doc:  docRow{group: hookGroup}},
 		c.secretVar("CHALUPA_ALERT_WEBHOOK_SECRET", &a.WebhookSecret, "the json webhook's whsec_ signing secret",
 			docRow{group: secretGroup, def: "unset",
-				refusedWhen: "missing with format `json`; not `whsec_` and base64 of 24–64 bytes; set with `slack` or `ntfy`; both the variable and the file set; the file unreadable or readable by group or others",
+				refusedWhen: "missing with format `json` (the refusal says json needs one of the two, and how to make one); not `whsec_` and base64 of 24–64 bytes (a bad file is named as `CHALUPA_ALERT_WEBHOOK_SECRET_FILE` with its path); set with `slack` or `ntfy`; both the variable and the file set; the file unreadable or readable by group or others",
 				why:         "Standard Webhooks' signing secret: a receiver verifies `webhook-signature` with it (see \"Alerts\", under Sinks)"}),
 		{name: "CHALUPA_ALERT_WEBHOOK_SECRET_FILE", ptr: &a.WebhookSecretFile, load: func(_ *loader, v string) { a.WebhookSecretFile = v },
 			show: func() string { return orUnset(a.WebhookSecretFile) },
@@ -141,10 +142,11 @@ func (a *AlertsConfig) webhookText() string {
 // (docs/operations.md, "Alerts", under Sinks).
 func (c *Config) validateAlerts(l *loader) {
 	a := &c.Alerts
-	if l.get(smtpPasswordKey) != "" {
+	passwordInEnv := l.get(smtpPasswordKey) != ""
+	if passwordInEnv {
 		l.bad("%s is read from secrets.env or CHALUPA_ALERT_SMTP_PASSWORD_FILE, never from the environment", smtpPasswordKey)
 	}
-	c.validateEmail(l)
+	c.validateEmail(l, passwordInEnv)
 	if a.WebhookURL == "" {
 		if a.WebhookFormat != "" || a.WebhookSecret != "" || a.WebhookSecretFile != "" {
 			l.bad("CHALUPA_ALERT_WEBHOOK_FORMAT, CHALUPA_ALERT_WEBHOOK_SECRET or CHALUPA_ALERT_WEBHOOK_SECRET_FILE is set but CHALUPA_ALERT_WEBHOOK_URL is not")
@@ -162,7 +164,16 @@ func (c *Config) validateAlerts(l *loader) {
 		}
 		a.WebhookSecret = s
 	}
+	if a.WebhookSecret == "" && (a.WebhookFormat == "" || a.WebhookFormat == webhook.JSON) {
+		l.bad("CHALUPA_ALERT_WEBHOOK_FORMAT json (the default) needs CHALUPA_ALERT_WEBHOOK_SECRET or CHALUPA_ALERT_WEBHOOK_SECRET_FILE: a whsec_ signing secret, made by echo \"whsec_$(head -c 32 /dev/urandom | base64)\"")
+		return
+	}
 	hook, err := webhook.New(webhook.Config{URL: a.WebhookURL.Reveal(), Format: a.WebhookFormat, Secret: a.WebhookSecret.Reveal()})
+	if errors.Is(err, webhook.ErrSecret) && a.WebhookSecretFile != "" {
+		// Name what the operator set: the file, not the variable it stands for.
+		l.bad("CHALUPA_ALERT_WEBHOOK_SECRET_FILE (%s) must hold whsec_ followed by base64 of 24–64 random bytes (echo \"whsec_$(head -c 32 /dev/urandom | base64)\")", a.WebhookSecretFile)
+		return
+	}
 	if err != nil {
 		l.bad("%v", err)
 		return
@@ -171,8 +182,10 @@ func (c *Config) validateAlerts(l *loader) {
 }
 
 // validateEmail builds the email sink from CHALUPA_ALERT_SMTP_URL, the
-// password (the file, else secrets.env), FROM and TO.
-func (c *Config) validateEmail(l *loader) {
+// password (the file, else secrets.env), FROM and TO. passwordInEnv: the
+// password was refused in the environment already, so a user without a
+// password is not refused a second time.
+func (c *Config) validateEmail(l *loader, passwordInEnv bool) {
 	a := &c.Alerts
 	if a.SMTPURL == "" {
 		if a.SMTPPasswordFile != "" || a.EmailFrom != "" || a.EmailTo != "" {
@@ -194,6 +207,9 @@ func (c *Config) validateEmail(l *loader) {
 		}
 	}
 	email, err := smtp.New(smtp.Config{URL: a.SMTPURL, Password: password.Reveal(), From: a.EmailFrom, To: a.EmailTo})
+	if errors.Is(err, smtp.ErrPassword) && passwordInEnv && password == "" {
+		return
+	}
 	if err != nil {
 		l.bad("%v", err)
 		return

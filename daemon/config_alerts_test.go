@@ -191,7 +191,9 @@ func TestAlertConfigRefusals(t *testing.T) {
 		{"recipients without server", map[string]string{"CHALUPA_ALERT_EMAIL_TO": "oncall@example.com"}, nil, "CHALUPA_ALERT_SMTP_URL is not"},
 		{"http webhook off loopback", with(hook, "CHALUPA_ALERT_WEBHOOK_URL", "http://hooks.example.com/"+hookToken), nil, "CHALUPA_ALERT_WEBHOOK_URL must be"},
 		{"unknown format", with(hook, "CHALUPA_ALERT_WEBHOOK_FORMAT", "teams"), nil, "CHALUPA_ALERT_WEBHOOK_FORMAT must be"},
-		{"json without secret", with(hook, "CHALUPA_ALERT_WEBHOOK_SECRET", ""), nil, "CHALUPA_ALERT_WEBHOOK_SECRET must be"},
+		{"json without secret", with(hook, "CHALUPA_ALERT_WEBHOOK_SECRET", ""), nil, "json (the default) needs CHALUPA_ALERT_WEBHOOK_SECRET or CHALUPA_ALERT_WEBHOOK_SECRET_FILE"},
+		{"malformed secret", with(hook, "CHALUPA_ALERT_WEBHOOK_SECRET", "whsec_short"), nil, "CHALUPA_ALERT_WEBHOOK_SECRET must be whsec_"},
+		{"malformed secret file", with(hook, "CHALUPA_ALERT_WEBHOOK_SECRET", "", "CHALUPA_ALERT_WEBHOOK_SECRET_FILE", "whsec"), map[string]string{"whsec": "whsec_short"}, "CHALUPA_ALERT_WEBHOOK_SECRET_FILE (/"},
 		{"secret with slack", with(hook, "CHALUPA_ALERT_WEBHOOK_FORMAT", "slack"), nil, "CHALUPA_ALERT_WEBHOOK_SECRET is set but"},
 		{"secret and file", with(hook, "CHALUPA_ALERT_WEBHOOK_SECRET_FILE", "whsec"), map[string]string{"whsec": secret}, "both set"},
 		{"format without URL", map[string]string{"CHALUPA_ALERT_WEBHOOK_FORMAT": "slack"}, nil, "CHALUPA_ALERT_WEBHOOK_URL is not"},
@@ -226,6 +228,26 @@ func TestAlertConfigRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSMTPPasswordInEnvironmentSaidOnce: a password in the environment with
+// a user in CHALUPA_ALERT_SMTP_URL is refused as "never from the
+// environment", without a second "user and password go together" line.
+func TestSMTPPasswordInEnvironmentSaidOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := goodEnv(dir)
+	for k, v := range map[string]string{"CHALUPA_ALERT_SMTP_URL": "smtp://u@mail.example.com", "CHALUPA_ALERT_EMAIL_FROM": "alerts@example.com",
+		"CHALUPA_ALERT_EMAIL_TO": "oncall@example.com", "CHALUPA_ALERT_SMTP_PASSWORD": "env-pass"} {
+		env[k] = v
+	}
+	_, err := daemon.LoadConfig(envFunc(env))
+	if err == nil || !strings.Contains(err.Error(), "never from the environment") {
+		t.Fatalf("LoadConfig: %v, want the password refused as never from the environment", err)
+	}
+	if strings.Contains(err.Error(), "go together") {
+		t.Errorf("LoadConfig: %v, want no second line about the user and the password", err)
 	}
 }
 

@@ -154,6 +154,9 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 			writeError(w, http.StatusUnprocessableEntity, "bad_param", "the query string is malformed")
 			return
 		}
+		if !refuseZeroRecent(w, b.op.ID, query) {
+			return
+		}
 		if b.decode == nil {
 			// No parameters: any query parameter is unknown.
 			if err := adminapi.DecodeParams(b.op, nil, nil, query); err != nil {

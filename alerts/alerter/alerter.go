@@ -265,7 +265,7 @@ func (a *Alerter) row(sink, alertID string, ev alerts.Event, cond alerts.Conditi
 
 // render is a message's title and text (docs/operations.md, "Alerts"):
 // what, where and how bad; then what happened, the detail, what it means
-// and the first thing to do.
+// and, unless resolved, the first thing to do.
 func render(ev alerts.Event, cond alerts.Condition, subject alerts.Subject, detail string, opened, now time.Time) (string, string) {
 	var title, first string
 	switch ev {
@@ -284,7 +284,11 @@ func render(ev alerts.Event, cond alerts.Condition, subject alerts.Subject, deta
 	if detail != "" {
 		b.WriteString("\n" + detail + "\n")
 	}
-	fmt.Fprintf(&b, "\nWhat it means: %s\nFirst thing to do: %s\n", cond.Meaning, cond.Action)
+	fmt.Fprintf(&b, "\nWhat it means: %s\n", cond.Meaning)
+	if ev != alerts.Resolved {
+		// A resolution tells what ended; acting is for fired and repeated.
+		fmt.Fprintf(&b, "First thing to do: %s\n", cond.Action)
+	}
 	return title, capBody(b.String())
 }
 

@@ -146,6 +146,9 @@ func TestFireRepeatResolve(t *testing.T) {
 		if m.Event != alerts.Fired || m.AlertID == "" || m.Text == "" {
 			t.Errorf("fired message %+v", m)
 		}
+		if !strings.Contains(m.Text, "First thing to do: ") {
+			t.Errorf("fired message without its first action: %q", m.Text)
+		}
 	}
 	clock.Advance(59 * time.Minute)
 	if res := tick(t, a, clock); len(res.Dispatched) != 0 {
@@ -155,6 +158,9 @@ func TestFireRepeatResolve(t *testing.T) {
 	res := tick(t, a, clock)
 	if got := events(sink.messages()); len(got) != 3 || got[2] != "repeated clock-suspect" {
 		t.Fatalf("after an hour: %v, want the critical one repeated", got)
+	}
+	if m := sink.messages()[2]; !strings.Contains(m.Text, "First thing to do: ") {
+		t.Errorf("repeated message without its first action: %q", m.Text)
 	}
 	if want := clock.Now().Add(alerter.RepeatCritical); !res.Next.Equal(want) {
 		t.Errorf("next wake-up %v, want the next repeat %v", res.Next, want)
@@ -180,6 +186,10 @@ func TestFireRepeatResolve(t *testing.T) {
 	for _, m := range last {
 		if m.Event != alerts.Resolved {
 			t.Errorf("last messages %v, want the two resolutions", events(last))
+		}
+		// A resolution tells what ended, not what to do.
+		if strings.Contains(m.Text, "First thing to do") || !strings.Contains(m.Text, "What it means: ") {
+			t.Errorf("resolved message tells the operator to act, or lost its meaning: %q", m.Text)
 		}
 	}
 	if res := tick(t, a, clock); !res.Next.IsZero() {
@@ -419,6 +429,23 @@ func TestStorm(t *testing.T) {
 	}
 	if n := pending(t, db); n != 0 {
 		t.Errorf("%d messages pending after the storm's message", n)
+	}
+	if m := hook.messages()[0]; !strings.Contains(m.Text, "First thing to do: ") {
+		t.Errorf("the storm's fired message lacks the first thing to do: %q", m.Text)
+	}
+	// Their end goes as one resolved message, which tells what ended, not
+	// what to do.
+	for i := 0; i < 1000; i++ {
+		set(t, a, alerts.KindMassDue, alerts.Subject{Kind: alerts.SubjectDeployment, ID: fmt.Sprintf("d%04d", i)}, false)
+	}
+	clock.Advance(alerter.Coalesce)
+	tick(t, a, clock)
+	got := hook.messages()
+	if len(got) != 2 || got[1].Event != alerts.Resolved {
+		t.Fatalf("after the end: %v, want one resolved message", events(got))
+	}
+	if strings.Contains(got[1].Text, "First thing to do") || !strings.Contains(got[1].Text, "What it means: ") {
+		t.Errorf("the storm's resolved message tells the operator to act, or lost its meaning: %q", got[1].Text)
 	}
 }
 

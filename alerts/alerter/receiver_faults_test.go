@@ -7,6 +7,7 @@ package alerter_test
 // answer of 500, a request never answered, a connection reset).
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -17,11 +18,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/chalupa-run/chalupa/alerts"
@@ -151,6 +154,41 @@ func hookAlerter(t *testing.T, db *storage.DB, clock clockwork.Clock) (*alerter.
 	return newAlerter(t, db, clock, nil, sink), rcv
 }
 
+// lockedBuffer is a log destination the send goroutines may write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// hookAlerterLogged is hookAlerter logging into the returned buffer.
+func hookAlerterLogged(t *testing.T, db *storage.DB, clock clockwork.Clock) (*alerter.Alerter, *hookReceiver, *lockedBuffer) {
+	t.Helper()
+	secret := hookSecret(t)
+	rcv := newHookReceiver(t, secret)
+	sink, err := webhook.New(webhook.Config{URL: rcv.URL + "/hooks/T0KEN", Secret: secret, Client: rcv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &lockedBuffer{}
+	a, err := alerter.New(alerter.Config{DB: db, Sinks: []alerts.Sink{sink}, Clock: clock, Log: zerolog.New(buf), Rand: func() float64 { return 0.5 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, rcv, buf
+}
+
 // waitHookSends waits for the sends a tick started, with a guard against a
 // hang.
 func waitHookSends(t *testing.T, a *alerter.Alerter) {
@@ -174,16 +212,18 @@ func TestRealReceiverFaults(t *testing.T) {
 		name    string
 		fault   func(h *hookReceiver) func(http.ResponseWriter, *http.Request) bool
 		errKind string
+		// status is the log line's "status" field, "" when it has none.
+		status string
 	}{
-		{"500", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return answer500 }, "refused"},
-		{"timeout", func(h *hookReceiver) func(http.ResponseWriter, *http.Request) bool { return h.hang }, "timeout"},
-		{"connection reset", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return resetConn }, "refused"},
+		{"500", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return answer500 }, "refused", `"status":500`},
+		{"timeout", func(h *hookReceiver) func(http.ResponseWriter, *http.Request) bool { return h.hang }, "timeout", ""},
+		{"connection reset", func(*hookReceiver) func(http.ResponseWriter, *http.Request) bool { return resetConn }, "refused", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := storagetest.NewDB(t)
 			clock := clockwork.NewFakeClockAt(t0)
-			a, rcv := hookAlerter(t, db, clock)
+			a, rcv, logs := hookAlerterLogged(t, db, clock)
 			rcv.setFault(tc.fault(rcv))
 			set(t, a, alerts.KindReaperTokenRefused, platform, true)
 			rows, err := storage.PendingOutbox(ctx, db.Read, webhook.Name, 10)
@@ -212,6 +252,13 @@ func TestRealReceiverFaults(t *testing.T) {
 			if err != nil || row.Attempts != 1 || row.LastError != tc.errKind || !row.DeliveredAt.IsZero() {
 				t.Fatalf("after the fault: %d attempts, error %q, delivered %v (%v); want 1, %s, not delivered",
 					row.Attempts, row.LastError, row.DeliveredAt, err, tc.errKind)
+			}
+			line := logs.String()
+			if !strings.Contains(line, `"message":"alert delivery failed"`) || !strings.Contains(line, `"error":"`+tc.errKind+`"`) {
+				t.Errorf("log %q, want an alert delivery failed line of kind %s", line, tc.errKind)
+			}
+			if got := strings.Contains(line, `"status":`); tc.status == "" && got || tc.status != "" && !strings.Contains(line, tc.status) {
+				t.Errorf("log %q, want the status field %q (none when empty)", line, tc.status)
 			}
 
 			rcv.setFault(nil)

@@ -362,7 +362,10 @@ func mergeRows(sink string, rows []storage.OutboxRow, capped bool, now time.Time
 		m.Title = fmt.Sprintf("[%s] %s %s on %d subjects", sev, rows[0].Kind, rows[0].Event, total)
 		fmt.Fprintf(&b, "%s %s on %d subjects within %s:\n\n", rows[0].Kind, rows[0].Event, total, Coalesce)
 		if cond, ok := alerts.Lookup(rows[0].Kind); ok {
-			tail = fmt.Sprintf("\nWhat it means: %s\nFirst thing to do: %s\n", cond.Meaning, cond.Action)
+			tail = fmt.Sprintf("\nWhat it means: %s\n", cond.Meaning)
+			if rows[0].Event != string(alerts.Resolved) {
+				tail += fmt.Sprintf("First thing to do: %s\n", cond.Action)
+			}
 		}
 	}
 	b.WriteString(strings.Join(lines, "\n") + "\n")
@@ -447,7 +450,11 @@ func (a *Alerter) dispatch(ctx context.Context, s alerts.Sink, mem []*memMsg, ba
 			}
 			a.metrics.failed(name)
 			kind := errKind(err)
-			a.log.Warn().Str("sink", name).Str("error", kind).Int("attempt", r.Attempts+1).Msg("alert delivery failed")
+			ev := a.log.Warn().Str("sink", name).Str("error", kind).Int("attempt", r.Attempts+1)
+			if code, ok := alerts.HTTPStatus(err); ok {
+				ev = ev.Int("status", code) // the number only, nothing else from the receiver
+			}
+			ev.Msg("alert delivery failed")
 			permanent := kind == "permanent"
 			if werr := a.write(ctx, func(tx storage.Tx) error {
 				return storage.OutboxFailed(ctx, tx, r.ID, now, now.Add(a.backoff(r.Attempts+1)), kind, permanent)

@@ -250,10 +250,35 @@ func answer(code int) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return fmt.Errorf("%s: the receiver answered %d", Name, code)
+		return &statusError{code: code}
 	}
-	return fmt.Errorf("%s: the receiver answered %d: %w", Name, code, alerts.ErrPermanent)
+	return &statusError{code: code, permanent: true}
 }
+
+// statusError is a receiver's answer other than 2xx: its status, which
+// alerts.HTTPStatus reads for the log, and whether a retry cannot help.
+type statusError struct {
+	code      int
+	permanent bool
+}
+
+func (e *statusError) Error() string {
+	if e.permanent {
+		return fmt.Sprintf("%s: the receiver answered %d: %v", Name, e.code, alerts.ErrPermanent)
+	}
+	return fmt.Sprintf("%s: the receiver answered %d", Name, e.code)
+}
+
+// Unwrap is alerts.ErrPermanent for a status a retry cannot fix.
+func (e *statusError) Unwrap() error {
+	if e.permanent {
+		return alerts.ErrPermanent
+	}
+	return nil
+}
+
+// HTTPStatus is the status the receiver answered.
+func (e *statusError) HTTPStatus() int { return e.code }
 
 // request is m's body and headers in the sink's format.
 func (s *Sink) request(m alerts.Message) ([]byte, http.Header, error) {
