@@ -92,6 +92,12 @@ func TestReaperEndToEnd(t *testing.T) {
 		t.Fatal("the other droplet of the environment was destroyed")
 	}
 	for _, r := range fake.Requests() {
+		if r.Method == "GET" && r.Path == "/v2/account" {
+			// Each token's read-only check, made by the code that holds
+			// it (docs/operations.md, "Alerts"): the read token's is not
+			// the reaper's.
+			continue
+		}
 		if r.Token != "write" {
 			t.Fatalf("the reaper sent %v with a token other than the write token", r)
 		}
