@@ -196,6 +196,22 @@ if ! command -v /usr/bin/promtool >/dev/null 2>&1; then
 	fi
 fi
 
+# Node.js and npm run the npm tools (install_npm_tools below): from the
+# machine, or Debian's nodejs and npm packages installed as root, here and
+# not beside the parallel builds below (two apt-get runs contend for dpkg's
+# lock). Without them those checks skip, except under CI=true.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+	if [[ $(id -u) -eq 0 ]]; then
+		echo "install-test-tools: installing node and npm (apt: nodejs npm)" >&2
+		{ apt-get update && apt-get install -y --no-install-recommends nodejs npm; } >&2
+	elif [[ "${CI:-}" == "true" ]]; then
+		echo "install-test-tools: node and npm are missing and this is not root: the OpenAPI and MCP interface checks cannot run" >&2
+		exit 1
+	else
+		echo "install-test-tools: node and npm are missing (run as root to install them); the OpenAPI and MCP interface checks will skip" >&2
+	fi
+fi
+
 # install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
 # tool and version, then link into .tools/bin.
 install_tool() {
@@ -236,6 +252,39 @@ install_pulumi() {
 	ln -sf "$dest/pulumi" "$bin/pulumi"
 }
 
+# install_npm_tools: the interface checkers from the npm registry — Redocly's
+# OpenAPI linter (redocly), one independent client generator
+# (openapi-typescript) with the TypeScript compiler that compiles its output
+# (tsc), and the MCP inspector's CLI (mcp-inspector); docs/operations.md,
+# "OpenAPI" and "MCP server". Every version, transitive ones included, is
+# pinned by contrib/tools/npm/package-lock.json; `npm ci` installs exactly
+# that into the cache under a hash of the lock file (about 20 s and 170 MB
+# cold), so a changed pin installs anew and an unchanged one never does.
+# Install scripts are not run: the inspector's only one fetches its web
+# clients, which its --cli mode does not use.
+NPM_TOOLS="redocly openapi-typescript tsc mcp-inspector"
+install_npm_tools() {
+	local src="$repo/contrib/tools/npm" key dest t
+	if ! command -v npm >/dev/null 2>&1; then
+		return 0 # said above, with the installs from Debian
+	fi
+	key=$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -c1-16)
+	dest="$cache/npm/$key"
+	lock_tool npm
+	if [[ ! -x "$dest/node_modules/.bin/redocly" ]]; then
+		echo "install-test-tools: installing the npm tools ($NPM_TOOLS; cached in $dest)" >&2
+		rm -rf "$dest.tmp"
+		mkdir -p "$dest.tmp"
+		cp "$src/package.json" "$src/package-lock.json" "$dest.tmp/"
+		(cd "$dest.tmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) >&2
+		rm -rf "$dest"
+		mv "$dest.tmp" "$dest"
+	fi
+	for t in $NPM_TOOLS; do
+		ln -sf "$dest/node_modules/.bin/$t" "$bin/$t"
+	done
+}
+
 install_tool litestream "$LITESTREAM_VERSION" github.com/benbjohnson/litestream/cmd/litestream CGO_ENABLED=0 &
 lpid=$!
 install_tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw CGO_ENABLED=0 &
@@ -248,6 +297,8 @@ install_pulumi &
 ppid=$!
 install_rootfs &
 rpid=$!
+install_npm_tools &
+npid=$!
 rc=0
 wait "$lpid" || rc=1
 wait "$vpid" || rc=1
@@ -255,6 +306,7 @@ wait "$mpid" || rc=1
 wait "$spid" || rc=1
 wait "$ppid" || rc=1
 wait "$rpid" || rc=1
+wait "$npid" || rc=1
 if [[ $rc -ne 0 ]]; then
 	echo "install-test-tools: a tool failed to build" >&2
 	exit 1
