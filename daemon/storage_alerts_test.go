@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/alerts/alertstest"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
@@ -26,60 +26,12 @@ import (
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
 
-// alertCall is one report a detector made to its alerts.Setter.
-type alertCall struct {
-	kind    string
-	subject alerts.Subject
-	holds   bool
-	detail  string
-}
-
-// fakeSetter records every report; it stands for the alerter, whose own
-// tests cover what a report writes and sends.
-type fakeSetter struct {
-	mu    sync.Mutex
-	calls []alertCall
-}
-
-func (s *fakeSetter) Set(_ context.Context, kind string, subject alerts.Subject, holds bool, detail string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, alertCall{kind, subject, holds, detail})
-	return nil
-}
-
-// reports are the holds values reported for kind, in order.
-func (s *fakeSetter) reports(kind string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, c := range s.calls {
-		if c.kind == kind {
-			out = append(out, strconv.FormatBool(c.holds))
-		}
-	}
-	return "[" + strings.Join(out, " ") + "]"
-}
-
-// raised are the calls that raised a condition (holds true).
-func (s *fakeSetter) raised() []alertCall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []alertCall
-	for _, c := range s.calls {
-		if c.holds {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // onlyRaised fails t unless every raised call is kind on the platform
 // with a detail holding want.
-func onlyRaised(t *testing.T, set *fakeSetter, kind, want string) {
+func onlyRaised(t *testing.T, set *alertstest.Recorder, kind, want string) {
 	t.Helper()
-	for _, c := range set.raised() {
-		if c.kind != kind || c.subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || !strings.Contains(c.detail, want) {
+	for _, c := range set.Raised() {
+		if c.Kind != kind || c.Subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || !strings.Contains(c.Detail, want) {
 			t.Errorf("raised %+v, want only %s on the platform with a detail holding %q", c, kind, want)
 		}
 	}
@@ -142,7 +94,7 @@ func TestStorageHealthAlerts(t *testing.T) {
 					return storage.DiskSpace{Free: free.Load(), Total: 100 * gib}, nil
 				}})
 			ctx := context.Background()
-			set := &fakeSetter{}
+			set := &alertstest.Recorder{}
 			loop := daemon.NewStorageHealthAlerting(h.App, set)
 			checks := daemon.StorageAlertChecks(h.App)
 			if _, err := loop.Tick(ctx); err != nil {
@@ -157,7 +109,7 @@ func TestStorageHealthAlerts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := set.reports(tc.kind); got != "[true]" {
+			if got := fmt.Sprint(set.Holds(tc.kind)); got != "[true]" {
 				t.Fatalf("%s reported %s while it holds, want [true]", tc.kind, got)
 			}
 			onlyRaised(t, set, tc.kind, tc.detail)
@@ -180,7 +132,7 @@ func TestStorageHealthAlerts(t *testing.T) {
 			if _, err := loop.Tick(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := set.reports(tc.kind); got != "[true false]" {
+			if got := fmt.Sprint(set.Holds(tc.kind)); got != "[true false]" {
 				t.Fatalf("%s reported %s after the fault ended, want [true false]", tc.kind, got)
 			}
 			if check(t, checks, tc.kind) {
@@ -271,7 +223,7 @@ func TestReplicaAlerts(t *testing.T) {
 		r.until(t, "the first sync", 100*time.Millisecond, func(h storage.ReplicationHealth) bool {
 			return h.LagSeconds == 0 && h.RemoteTXID > 0
 		})
-		set := &fakeSetter{}
+		set := &alertstest.Recorder{}
 		watch := daemon.NewReplicaWatch(r.repl, r.db, set, r.clock)
 		checks := daemon.ReplicaAlertChecks(r.repl, r.clock)
 		if next := watch.Tick(context.Background()); !next.IsZero() {
@@ -297,7 +249,7 @@ func TestReplicaAlerts(t *testing.T) {
 		storagetest.Environment(t, r.db, storage.Environment{Slug: "replica-down"})
 		r.until(t, "a failed attempt", 100*time.Millisecond, func(h storage.ReplicationHealth) bool { return !h.FailingSince.IsZero() })
 		next := watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[]" || check(t, checks, alerts.KindReplicaFailing) {
+		if got := fmt.Sprint(set.Holds(alerts.KindReplicaFailing)); got != "[]" || check(t, checks, alerts.KindReplicaFailing) {
 			t.Fatalf("within the lag limit: reported %s (check %v), want nothing", got, check(t, checks, alerts.KindReplicaFailing))
 		}
 		h := r.repl.Health(r.clock.Now())
@@ -307,7 +259,7 @@ func TestReplicaAlerts(t *testing.T) {
 		r.until(t, "failing past the lag limit", 10*time.Second, func(h storage.ReplicationHealth) bool { return h.Failing })
 		watch.Tick(context.Background())
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[true]" {
+		if got := fmt.Sprint(set.Holds(alerts.KindReplicaFailing)); got != "[true]" {
 			t.Fatalf("past the lag limit: reported %s, want [true]", got)
 		}
 		onlyRaised(t, set, alerts.KindReplicaFailing, "lag limit 120 s")
@@ -322,7 +274,7 @@ func TestReplicaAlerts(t *testing.T) {
 		}
 		r.until(t, "a sync to succeed again", time.Second, func(h storage.ReplicationHealth) bool { return h.FailingSince.IsZero() && !h.Failing })
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaFailing); got != "[true false]" {
+		if got := fmt.Sprint(set.Holds(alerts.KindReplicaFailing)); got != "[true false]" {
 			t.Fatalf("after recovery: reported %s, want [true false]", got)
 		}
 		if check(t, checks, alerts.KindReplicaFailing) {
@@ -346,14 +298,14 @@ func TestReplicaAlerts(t *testing.T) {
 
 		r := startTestReplica(t, storagetest.NewDB(t), dir, true)
 		r.until(t, "the replica to be refused", 100*time.Millisecond, func(h storage.ReplicationHealth) bool { return h.Refused != "" })
-		set := &fakeSetter{}
+		set := &alertstest.Recorder{}
 		watch := daemon.NewReplicaWatch(r.repl, r.db, set, r.clock)
 		checks := daemon.ReplicaAlertChecks(r.repl, r.clock)
 		if next := watch.Tick(context.Background()); !next.IsZero() {
 			t.Fatalf("refused: next look at %v, want none (the replicator signals the end)", next)
 		}
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaRefused); got != "[true]" {
+		if got := fmt.Sprint(set.Holds(alerts.KindReplicaRefused)); got != "[true]" {
 			t.Fatalf("refused: reported %s, want [true]", got)
 		}
 		onlyRaised(t, set, alerts.KindReplicaRefused, "another database's history")
@@ -370,7 +322,7 @@ func TestReplicaAlerts(t *testing.T) {
 			t.Fatal("the refusal ended without a signal on Changed")
 		}
 		watch.Tick(context.Background())
-		if got := set.reports(alerts.KindReplicaRefused); got != "[true false]" {
+		if got := fmt.Sprint(set.Holds(alerts.KindReplicaRefused)); got != "[true false]" {
 			t.Fatalf("after the path was emptied: reported %s, want [true false]", got)
 		}
 		if check(t, checks, alerts.KindReplicaRefused) {

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,70 +12,25 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alertstest"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// setCall is one report a detector made to its alerts.Setter.
-type setCall struct {
-	kind    string
-	subject alerts.Subject
-	holds   bool
-	detail  string
-}
-
-// fakeSetter records every report; it stands for the alerter, whose own
-// tests cover what a report writes and sends.
-type fakeSetter struct {
-	mu    sync.Mutex
-	calls []setCall
-}
-
-func (s *fakeSetter) Set(_ context.Context, kind string, subject alerts.Subject, holds bool, detail string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, setCall{kind, subject, holds, detail})
-	return nil
-}
-
-// of are the calls made for kind, in order.
-func (s *fakeSetter) of(kind string) []setCall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []setCall
-	for _, c := range s.calls {
-		if c.kind == kind {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func holdsOf(cs []setCall) []bool {
+// holds are the holds values of cs, in order.
+func holds(cs []alertstest.Call) []bool {
 	out := []bool{}
 	for _, c := range cs {
-		out = append(out, c.holds)
+		out = append(out, c.Holds)
 	}
 	return out
-}
-
-func sameBools(a []bool, b ...bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // alertRig is a rig whose runner and watch report to a fake setter.
-func alertRig(t *testing.T) (*rig, *fakeSetter, *[]string) {
+func alertRig(t *testing.T) (*rig, *alertstest.Recorder, *[]string) {
 	t.Helper()
 	r := newRig(t)
-	set := &fakeSetter{}
+	set := &alertstest.Recorder{}
 	var after []string
 	var mu sync.Mutex
 	r.runner = jobs.NewRunner(jobs.RunnerConfig{DB: r.db, Clock: r.clock, Log: zerolog.Nop(), Executor: r.exec, InstanceID: "instance-now", Version: "test",
@@ -104,16 +60,16 @@ func TestJobFailedAlert(t *testing.T) {
 	}
 	first := run(true)
 	run(true)
-	cs := set.of(alerts.KindJobFailed)
-	if !sameBools(holdsOf(cs), true) {
-		t.Fatalf("two failed jobs reported %v, want [true]", holdsOf(cs))
+	cs := set.Of(alerts.KindJobFailed)
+	if !slices.Equal(holds(cs), []bool{true}) {
+		t.Fatalf("two failed jobs reported %v, want [true]", holds(cs))
 	}
-	if cs[0].subject != (alerts.Subject{Kind: alerts.SubjectBox, ID: r.box.Name}) || !strings.Contains(cs[0].detail, first.ID) ||
-		!strings.Contains(cs[0].detail, "provider refused the droplet") {
+	if cs[0].Subject != (alerts.Subject{Kind: alerts.SubjectBox, ID: r.box.Name}) || !strings.Contains(cs[0].Detail, first.ID) ||
+		!strings.Contains(cs[0].Detail, "provider refused the droplet") {
 		t.Fatalf("raised %+v, want box %s with the job's id and error", cs[0], r.box.Name)
 	}
 	run(false)
-	if got := holdsOf(set.of(alerts.KindJobFailed)); !sameBools(got, true, false) {
+	if got := set.Holds(alerts.KindJobFailed); !slices.Equal(got, []bool{true, false}) {
 		t.Fatalf("a later success reported %v, want [true false]", got)
 	}
 	if len(*after) != 3 || (*after)[0] != r.box.Name {
@@ -156,13 +112,13 @@ func TestWorkerOfflineAlert(t *testing.T) {
 	}
 	r.clock.Advance(jobs.WatchRecheck)
 	tick()
-	cs := set.of(alerts.KindWorkerOffline)
-	if !sameBools(holdsOf(cs), false, true) || cs[1].subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || !strings.Contains(cs[1].detail, "1 converge jobs are queued") {
+	cs := set.Of(alerts.KindWorkerOffline)
+	if !slices.Equal(holds(cs), []bool{false, true}) || cs[1].Subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || !strings.Contains(cs[1].Detail, "1 converge jobs are queued") {
 		t.Fatalf("reported %+v, want [false true] on the platform with the queue in its detail", cs)
 	}
 	touch(r.clock.Now())
 	res := tick()
-	if got := holdsOf(set.of(alerts.KindWorkerOffline)); !sameBools(got, false, true, false) {
+	if got := set.Holds(alerts.KindWorkerOffline); !slices.Equal(got, []bool{false, true, false}) {
 		t.Fatalf("a worker seen again reported %v, want [false true false]", got)
 	}
 	if !res.NextCheck.Equal(r.clock.Now().Add(jobs.OfflineAfter)) {

@@ -2,79 +2,20 @@ package reaper_test
 
 import (
 	"context"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alertstest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/reaper"
 	"github.com/chalupa-run/chalupa/reaper/clockguard"
 	"github.com/chalupa-run/chalupa/storage"
 )
-
-// setCall is one report a detector made to its alerts.Setter.
-type setCall struct {
-	kind    string
-	subject alerts.Subject
-	holds   bool
-	detail  string
-}
-
-// fakeSetter records every report; it stands for the alerter, whose own
-// tests cover what a report writes and sends.
-type fakeSetter struct {
-	mu    sync.Mutex
-	calls []setCall
-}
-
-func (s *fakeSetter) Set(_ context.Context, kind string, subject alerts.Subject, holds bool, detail string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, setCall{kind, subject, holds, detail})
-	return nil
-}
-
-// reports are the holds values reported for kind, in order.
-func (s *fakeSetter) reports(kind string) []bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []bool
-	for _, c := range s.calls {
-		if c.kind == kind {
-			out = append(out, c.holds)
-		}
-	}
-	return out
-}
-
-// raised are the calls that raised a condition (holds true).
-func (s *fakeSetter) raised() []setCall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []setCall
-	for _, c := range s.calls {
-		if c.holds {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func equalReports(got []bool, want ...bool) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // TestTroubleAlerts: each of the reaper's troubles raises its condition
 // on the platform when the reaper records it, once however many ticks see
@@ -110,7 +51,7 @@ func TestTroubleAlerts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			set := &fakeSetter{}
+			set := &alertstest.Recorder{}
 			f := newFixture(t, func(c *reaper.Config) { c.Alerts = set })
 			env := f.env("harbor")
 			tags := dofake.EnvTags("harbor")
@@ -125,17 +66,17 @@ func TestTroubleAlerts(t *testing.T) {
 			f.tick()
 			f.clock.Advance(time.Second)
 			f.tick() // the trouble still holds (or is held): no second report
-			if got := set.reports(tc.kind); !equalReports(got, true) {
+			if got := set.Holds(tc.kind); !slices.Equal(got, []bool{true}) {
 				t.Fatalf("%s reported %v after the trouble, want [true]", tc.kind, got)
 			}
-			for _, c := range set.raised() {
-				if c.kind != tc.kind || c.subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || c.detail == "" {
+			for _, c := range set.Raised() {
+				if c.Kind != tc.kind || c.Subject != (alerts.Subject{Kind: alerts.SubjectPlatform}) || c.Detail == "" {
 					t.Errorf("raised %+v, want only %s on the platform with its detail", c, tc.kind)
 				}
 			}
 			tc.end(f, d)
 			f.tick()
-			if got := set.reports(tc.kind); !equalReports(got, true, false) {
+			if got := set.Holds(tc.kind); !slices.Equal(got, []bool{true, false}) {
 				t.Fatalf("%s reported %v after the trouble ended, want [true false]", tc.kind, got)
 			}
 		})
@@ -145,7 +86,7 @@ func TestTroubleAlerts(t *testing.T) {
 // TestNoAlertOnANormalTick: a tick that destroys a due deployment and
 // leaves a live one raises nothing.
 func TestNoAlertOnANormalTick(t *testing.T) {
-	set := &fakeSetter{}
+	set := &alertstest.Recorder{}
 	f := newFixture(t, func(c *reaper.Config) { c.Alerts = set })
 	env := f.env("harbor")
 	f.deployment(env, storage.Deployment{DropletID: f.droplet(dofake.EnvTags("harbor")), IdleDeadlineAt: t0.Add(-time.Minute)})
@@ -156,7 +97,7 @@ func TestNoAlertOnANormalTick(t *testing.T) {
 	}
 	f.clock.Advance(time.Minute)
 	f.tick()
-	if r := set.raised(); len(r) != 0 {
+	if r := set.Raised(); len(r) != 0 {
 		t.Fatalf("normal ticks raised %+v", r)
 	}
 }
@@ -177,7 +118,7 @@ func TestClockGuardAlerts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			set := &fakeSetter{}
+			set := &alertstest.Recorder{}
 			clock := &wallStepped{}
 			var guard *clockguard.Guard
 			f := newFixture(t, func(c *reaper.Config) {
@@ -186,7 +127,7 @@ func TestClockGuardAlerts(t *testing.T) {
 				c.Clock, c.Guard, c.Alerts = clock, guard, set
 			})
 			f.tick()
-			if r := set.raised(); len(r) != 0 {
+			if r := set.Raised(); len(r) != 0 {
 				t.Fatalf("a tick under a good clock raised %+v", r)
 			}
 			f.clock.Advance(time.Minute)
@@ -194,11 +135,11 @@ func TestClockGuardAlerts(t *testing.T) {
 			f.tick()
 			f.clock.Advance(time.Minute)
 			f.tick()
-			if got := set.reports(tc.kind); !equalReports(got, true) {
+			if got := set.Holds(tc.kind); !slices.Equal(got, []bool{true}) {
 				t.Fatalf("%s reported %v while the guard holds, want [true]", tc.kind, got)
 			}
-			for _, c := range set.raised() {
-				if c.kind != tc.kind {
+			for _, c := range set.Raised() {
+				if c.Kind != tc.kind {
 					t.Errorf("raised %+v, want only %s", c, tc.kind)
 				}
 			}
@@ -207,11 +148,11 @@ func TestClockGuardAlerts(t *testing.T) {
 			guard.HeartbeatAccepted("harbor")
 			f.clock.Advance(time.Minute)
 			f.tick()
-			if got := set.reports(tc.kind); !equalReports(got, true, false) {
+			if got := set.Holds(tc.kind); !slices.Equal(got, []bool{true, false}) {
 				t.Fatalf("%s reported %v after the hold lifted, want [true false]", tc.kind, got)
 			}
-			for _, c := range set.raised() {
-				if c.kind == tc.other {
+			for _, c := range set.Raised() {
+				if c.Kind == tc.other {
 					t.Errorf("%s raised too: %+v", tc.other, c)
 				}
 			}
@@ -264,7 +205,7 @@ func TestAlertChecks(t *testing.T) {
 		}
 	})
 	t.Run("reaper-token-refused", func(t *testing.T) {
-		f := newFixture(t, func(c *reaper.Config) { c.Alerts = &fakeSetter{} })
+		f := newFixture(t, func(c *reaper.Config) { c.Alerts = &alertstest.Recorder{} })
 		if !check(t, f.r, alerts.KindReaperTokenRefused) {
 			t.Error("a new process resolves it before the write token made a call")
 		}
@@ -297,7 +238,7 @@ func TestAlertChecks(t *testing.T) {
 // environment's active deployments (or fewer than MassDueMin) are due
 // (docs/operations.md, "Alerts", under Detectors).
 func TestMassDueAlert(t *testing.T) {
-	set := &fakeSetter{}
+	set := &alertstest.Recorder{}
 	f := newFixture(t, func(c *reaper.Config) { c.Alerts, c.MaxDestroy = set, 1 })
 	env := f.env("harbor")
 	quiet := f.env("quay")
@@ -311,24 +252,24 @@ func TestMassDueAlert(t *testing.T) {
 	// minute: it holds; then 2 of 3, fewer than MassDueMin: it ends.
 	for i, holds := range []bool{true, true, true, false} {
 		f.tick()
-		got := set.reports(alerts.KindMassDue)
+		got := set.Holds(alerts.KindMassDue)
 		if wantN := map[bool]int{true: 1, false: 2}[holds]; len(got) != wantN {
 			t.Fatalf("look %d: reaper-mass-due reported %v, want %d reports", i, got, wantN)
 		}
 		f.clock.Advance(reaper.PaceWindow)
 	}
-	if got := set.reports(alerts.KindMassDue); !equalReports(got, true, false) {
+	if got := set.Holds(alerts.KindMassDue); !slices.Equal(got, []bool{true, false}) {
 		t.Fatalf("reaper-mass-due reported %v, want [true false]", got)
 	}
-	for _, c := range set.calls {
-		if c.kind != alerts.KindMassDue {
+	for _, c := range set.Calls() {
+		if c.Kind != alerts.KindMassDue {
 			continue
 		}
-		if c.subject != want {
-			t.Errorf("reported on %+v, want %+v", c.subject, want)
+		if c.Subject != want {
+			t.Errorf("reported on %+v, want %+v", c.Subject, want)
 		}
-		if c.holds && !strings.Contains(c.detail, "5 of 6 active deployments") {
-			t.Errorf("detail %q does not give the counts", c.detail)
+		if c.Holds && !strings.Contains(c.Detail, "5 of 6 active deployments") {
+			t.Errorf("detail %q does not give the counts", c.Detail)
 		}
 	}
 }

@@ -2,10 +2,12 @@ package reaper_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/chalupa-run/chalupa/alerts"
+	"github.com/chalupa-run/chalupa/alerts/alertstest"
 	"github.com/chalupa-run/chalupa/digitalocean/dofake"
 	"github.com/chalupa-run/chalupa/digitalocean/tokencheck"
 	"github.com/chalupa-run/chalupa/reaper"
@@ -22,7 +24,7 @@ func TestWriteTokenCheck(t *testing.T) {
 	const variable = "DIGITALOCEAN_WRITE_TOKEN"
 	ctx := context.Background()
 	subject := alerts.Subject{Kind: alerts.SubjectPlatform, ID: variable}
-	set := &fakeSetter{}
+	set := &alertstest.Recorder{}
 	f := newFixture(t, func(c *reaper.Config) { c.Alerts = set; c.TokenVariable = variable })
 	tc := f.r.TokenCheck()
 	if tc == nil {
@@ -34,7 +36,7 @@ func TestWriteTokenCheck(t *testing.T) {
 		if got := tc.Check(ctx); got.State != want || got.Variable != variable {
 			t.Fatalf("check: %+v, want state %s", got, want)
 		}
-		if got := set.reports(alerts.KindDOTokenRefused); !equalReports(got, wantReports...) {
+		if got := set.Holds(alerts.KindDOTokenRefused); !slices.Equal(got, wantReports) {
 			t.Fatalf("do-token-refused reports %v, want %v", got, wantReports)
 		}
 	}
@@ -45,9 +47,9 @@ func TestWriteTokenCheck(t *testing.T) {
 		f.fake.Inject(dofake.Fault{Route: dofake.RouteGetAccount, Token: "write", Status: 401, Count: 2})
 		check(t, tokencheck.Refused, false, true)
 		check(t, tokencheck.Refused, false, true)
-		got := set.raised()
+		got := set.Raised()
 		last := got[len(got)-1]
-		if last.subject != subject || !strings.Contains(last.detail, variable) || !strings.Contains(last.detail, "401") {
+		if last.Subject != subject || !strings.Contains(last.Detail, variable) || !strings.Contains(last.Detail, "401") {
 			t.Errorf("raised %+v, want subject %v and a detail naming the variable and the status", last, subject)
 		}
 	})
@@ -68,9 +70,9 @@ func TestWriteTokenCheck(t *testing.T) {
 				t.Errorf("a token check sent %s", r)
 			}
 		}
-		for _, c := range set.calls {
-			if strings.Contains(c.detail, "dop_v1_") {
-				t.Errorf("a report carries a token: %q", c.detail)
+		for _, c := range set.Calls() {
+			if strings.Contains(c.Detail, "dop_v1_") {
+				t.Errorf("a report carries a token: %q", c.Detail)
 			}
 		}
 	})
