@@ -5,18 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,59 +22,10 @@ import (
 	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/alerts/sink/webhook"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/internal/proctest"
 	"github.com/chalupa-run/chalupa/internal/testwait"
 	"github.com/chalupa-run/chalupa/storage"
 )
-
-// tmpfsDisk mounts a tmpfs of sizeMiB under a fresh directory and unmounts
-// it at cleanup (registered first, so it runs after the daemon's own
-// cleanup has stopped it), as e2e's disk-full test does. Where mounting is
-// impossible (not root) the test is skipped, except under CI=true, where
-// it fails.
-func tmpfsDisk(t *testing.T, sizeMiB int) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", sizeMiB), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs (%v): %s", err, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes path until its filesystem is full (ENOSPC), in 1 MiB
-// then 4 KiB pieces.
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, size := range []int{1 << 20, 4 << 10} {
-		buf := make([]byte, size)
-		for {
-			_, err := f.Write(buf)
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
 
 // TestStorageAlertReachesTheReceiverOnAFullDisk: the running daemon with
 // its data directory on a tmpfs filled to ENOSPC (the free-space guard
@@ -88,7 +36,7 @@ func fillDisk(t *testing.T, path string) {
 // message follows and the alert is recorded once, with both messages
 // marked delivered (docs/operations.md, "Alerts").
 func TestStorageAlertReachesTheReceiverOnAFullDisk(t *testing.T) {
-	disk := tmpfsDisk(t, 48)
+	disk := proctest.Tmpfs(t, 48)
 	// taken is one request and whether space had returned when it came.
 	type taken struct {
 		hookRequest
@@ -148,7 +96,7 @@ func TestStorageAlertReachesTheReceiverOnAFullDisk(t *testing.T) {
 		t.Fatalf("a write before the disk filled: %v", err)
 	}
 	filler := filepath.Join(disk, "filler")
-	fillDisk(t, filler)
+	proctest.FillDisk(t, filler)
 	// Keep it full: room the database frees (Litestream truncating a
 	// quiet WAL) is taken again, so the fault does not come and go.
 	stop, stopped := make(chan struct{}), make(chan struct{})

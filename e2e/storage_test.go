@@ -7,16 +7,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,59 +24,6 @@ import (
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
-
-// storageE2ETmpfs mounts a tmpfs of sizeMiB under a fresh directory and
-// unmounts it at cleanup (registered first, so it runs after the daemon's
-// own cleanup has stopped the process). Where mounting is impossible (not
-// root, no mount permission) the test is skipped, except under CI=true,
-// where it fails.
-func storageE2ETmpfs(t *testing.T, sizeMiB int) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", sizeMiB), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs (%v): %s", err, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// storageE2EFill writes path until the filesystem is full (ENOSPC),
-// in 1 MiB and then 4 KiB pieces; it returns the bytes written.
-func storageE2EFill(t *testing.T, path string) int64 {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var n int64
-	for _, size := range []int{1 << 20, 4 << 10} {
-		buf := make([]byte, size)
-		for {
-			w, err := f.Write(buf)
-			n += int64(w)
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return n
-}
 
 // storageE2ESender sends signed heartbeats for environment slug.
 type storageE2ESender struct {
@@ -116,7 +60,7 @@ func (s *storageE2ESender) heartbeat() *protocol.Response {
 // every acknowledged heartbeat is in the database.
 func TestDiskFullEndToEnd(t *testing.T) {
 	t.Parallel()
-	disk := storageE2ETmpfs(t, 64)
+	disk := proctest.Tmpfs(t, 64)
 	bin := proctest.BuildBinary(t)
 	d := proctest.StartDaemon(t, bin, map[string]string{
 		"CHALUPA_DATA_DIR":       filepath.Join(disk, "data"),
@@ -151,7 +95,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	}
 
 	filler := filepath.Join(disk, "filler")
-	t.Logf("filler: %d bytes", storageE2EFill(t, filler))
+	t.Logf("filler: %d bytes", proctest.FillDisk(t, filler))
 	refused := 0
 	// Heartbeats go out back to back (an ask sends up to 20): the WAL may
 	// take many before the disk refuses one.
