@@ -196,6 +196,24 @@ if ! command -v /usr/bin/promtool >/dev/null 2>&1; then
 	fi
 fi
 
+# Debian's shellcheck checks every shell script of the repository in
+# contrib/test.sh's lint step, and the scripts chalupa renders into
+# cloud-init user data or runs over SSH in pulumiexec/sshdeliver's
+# TestShellScripts (settings: .shellcheckrc). Installed as root when
+# missing, like promtool; without root the lint step and that test skip it
+# saying so, except under CI=true where a missing shellcheck fails the run.
+if ! command -v /usr/bin/shellcheck >/dev/null 2>&1; then
+	if [[ $(id -u) -eq 0 ]]; then
+		echo "install-test-tools: installing shellcheck (apt)" >&2
+		{ apt-get update && apt-get install -y --no-install-recommends shellcheck; } >&2
+	elif [[ "${CI:-}" == "true" ]]; then
+		echo "install-test-tools: shellcheck is missing and this is not root: the shell scripts cannot be checked" >&2
+		exit 1
+	else
+		echo "install-test-tools: shellcheck is missing (run as root to install it); the shell script checks will skip" >&2
+	fi
+fi
+
 # Node.js and npm run the npm tools (install_npm_tools below): from the
 # machine, or Debian's nodejs and npm packages installed as root, here and
 # not beside the parallel builds below (two apt-get runs contend for dpkg's
@@ -215,17 +233,19 @@ fi
 # install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
 # tool and version, then link into .tools/bin.
 install_tool() {
-	local name=$1 version=$2 pkg=$3
+	local name=$1 version=$2 pkg=$3 t0
 	shift 3
 	local dest="$cache/$name/$version"
 	lock_tool "$name"
 	if [[ ! -x "$dest/$name" ]]; then
 		echo "install-test-tools: building $name $version (cached in $dest)" >&2
+		t0=$(date +%s)
 		rm -rf "$dest.tmp"
 		mkdir -p "$dest.tmp"
 		env "$@" GOBIN="$dest.tmp" go install "$pkg@$version"
 		rm -rf "$dest"
 		mv "$dest.tmp" "$dest"
+		echo "install-test-tools: built $name $version in $(($(date +%s) - t0))s" >&2
 	fi
 	ln -sf "$dest/$name" "$bin/$name"
 }
@@ -237,10 +257,11 @@ install_tool() {
 # cold, ~3 min warm; cached by version like the others. The converge tests
 # build the test provider plugin themselves (a cached go build).
 install_pulumi() {
-	local dest="$cache/pulumi/$PULUMI_VERSION"
+	local dest="$cache/pulumi/$PULUMI_VERSION" t0
 	lock_tool pulumi
 	if [[ ! -x "$dest/pulumi" ]]; then
 		echo "install-test-tools: building pulumi $PULUMI_VERSION (cached in $dest; 15-20 min cold)" >&2
+		t0=$(date +%s)
 		rm -rf "$dest.tmp"
 		mkdir -p "$dest.tmp"
 		CGO_ENABLED=0 go build -C "$repo/contrib/tools/pulumi" -trimpath -o "$dest.tmp/pulumi" \
@@ -248,6 +269,7 @@ install_pulumi() {
 			github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 		rm -rf "$dest"
 		mv "$dest.tmp" "$dest"
+		echo "install-test-tools: built pulumi $PULUMI_VERSION in $(($(date +%s) - t0))s" >&2
 	fi
 	ln -sf "$dest/pulumi" "$bin/pulumi"
 }

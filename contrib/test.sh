@@ -59,24 +59,90 @@ for arg in "$@"; do
 done
 module=$(go list -m)
 
-# lint installs the test tools and checks formatting, vet and staticcheck.
-lint() {
-	bin=$(contrib/install-test-tools.sh)
-	export PATH="$bin:$PATH"
+# phase NAME COMMAND...: runs COMMAND (a function or a program of this
+# script), printing "test.sh: NAME …" on stderr when it starts and its time
+# when it ends, so a slow step (a cold tool build, lint on a loaded machine)
+# is never silence (docs/architecture.md, "Tests"). COMMAND runs as the
+# condition of an if, where set -e does not apply: each step below returns
+# its own failure.
+phase() {
+	local name=$1 t0 rc=0
+	shift
+	echo "test.sh: $name …" >&2
+	t0=$(date +%s)
+	"$@" || rc=$?
+	if ((rc == 0)); then
+		echo "test.sh: $name: done in $(($(date +%s) - t0))s" >&2
+	else
+		echo "test.sh: $name: FAILED after $(($(date +%s) - t0))s" >&2
+	fi
+	return "$rc"
+}
 
-	unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
+# install_tools installs the test tools (contrib/install-test-tools.sh
+# prints their directory on stdout, its progress on stderr) and puts them
+# first on PATH.
+install_tools() {
+	bin=$(contrib/install-test-tools.sh) || return 1
+	export PATH="$bin:$PATH"
+}
+
+# check_gofmt fails naming every file gofmt would change.
+check_gofmt() {
+	local gofiles unformatted
+	mapfile -t gofiles < <(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*')
+	unformatted=$(gofmt -l "${gofiles[@]}") || return 1
 	if [[ -n "$unformatted" ]]; then
 		echo "test.sh: gofmt would change:" >&2
 		echo "$unformatted" >&2
-		exit 1
+		return 1
 	fi
-	go vet ./...
-	# The linked binary, never one from elsewhere on PATH: its version is pinned.
+}
+
+# check_staticcheck runs the linked staticcheck, never one from elsewhere on
+# PATH: its version is pinned.
+check_staticcheck() {
 	if [[ ! -x "$bin/staticcheck" ]]; then
 		echo "test.sh: $bin/staticcheck is missing (contrib/install-test-tools.sh builds it)" >&2
-		exit 1
+		return 1
 	fi
 	"$bin/staticcheck" ./...
+}
+
+# check_shell runs shellcheck (Debian's, installed by
+# contrib/install-test-tools.sh; settings and the optional checks it enables
+# in .shellcheckrc) on every shell script of the repository: each tracked
+# file named *.sh or starting with a #! line naming sh or bash (contrib/,
+# .ci/run). The scripts chalupa renders into cloud-init or runs over SSH
+# are checked by pulumiexec/sshdeliver's TestShellScripts. When the tool
+# is missing it says so and passes, except under CI=true.
+check_shell() {
+	local scripts
+	if [[ ! -x /usr/bin/shellcheck ]]; then
+		if [[ "${CI:-}" == "true" ]]; then
+			echo "test.sh: /usr/bin/shellcheck is missing (CI=true: run contrib/install-test-tools.sh as root)" >&2
+			return 1
+		fi
+		echo "test.sh: /usr/bin/shellcheck is missing (run contrib/install-test-tools.sh as root); shell scripts not checked" >&2
+		return 0
+	fi
+	# shellcheck disable=SC2016 # awk's $0, not the shell's
+	mapfile -t scripts < <(git ls-files -z | xargs -0 awk 'FNR == 1 { if (FILENAME ~ /\.sh$/ || $0 ~ /^#!.*[\/ ](ba)?sh( |$)/) print FILENAME; nextfile }')
+	if ((${#scripts[@]} == 0)); then
+		echo "test.sh: no shell scripts found (git ls-files)" >&2
+		return 1
+	fi
+	/usr/bin/shellcheck "${scripts[@]}"
+}
+
+# lint installs the test tools and checks formatting, vet, staticcheck and
+# the shell scripts, each a phase.
+lint() {
+	phase "installing the test tools (contrib/install-test-tools.sh)" install_tools || exit 1
+	phase "gofmt" check_gofmt || exit 1
+	phase "go vet" go vet ./... || exit 1
+	phase "staticcheck" check_staticcheck || exit 1
+	phase "shellcheck" check_shell || exit 1
 }
 
 # gotest runs go test with its output also kept in a file; when it fails,
@@ -131,8 +197,9 @@ fi
 lint
 
 start=$(date +%s)
-for p in "${plans[@]}"; do
+for i in "${!plans[@]}"; do
+	p=${plans[i]}
 	# shellcheck disable=SC2086 # each plan is a word list without spaces inside a word
-	gotest ${p#go test }
+	phase "go test, $lane run part $((i + 1)) of ${#plans[@]}" gotest ${p#go test } || exit 1
 done
 echo "test.sh: all tests of the $lane run passed in $(( $(date +%s) - start ))s"

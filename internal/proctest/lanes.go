@@ -78,3 +78,23 @@ func Promtool(t testing.TB) string {
 	}
 	return PromtoolPath
 }
+
+// ShellcheckPath is where Debian's shellcheck package, which
+// contrib/install-test-tools.sh installs when run as root, puts
+// shellcheck; its settings are the repository's .shellcheckrc.
+const ShellcheckPath = "/usr/bin/shellcheck"
+
+// Shellcheck returns ShellcheckPath. It runs in both lanes (a script takes
+// well under a second); when shellcheck is missing it skips the test with
+// the install command, or fails it when the environment has CI=true.
+func Shellcheck(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath(ShellcheckPath); err != nil {
+		msg := fmt.Sprintf("%s is missing: run %s as root (Debian's shellcheck package)", ShellcheckPath, InstallCommand)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s (CI=true: a missing tool fails the run)", msg)
+		}
+		t.Skip(msg)
+	}
+	return ShellcheckPath
+}

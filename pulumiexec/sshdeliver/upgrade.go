@@ -281,7 +281,9 @@ func UpgradeScript(rel agentrelease.Release) string {
 		// settings the first boot writes, would never run.
 		"[ -n \"$before\" ] || exit 16",
 		// `version` prints "chalupa-agent VERSION (commit …)": the same
-		// version is a no-op, not a download and a restart.
+		// version is a no-op, not a download and a restart. The line is
+		// split into words on purpose (set -f: no globbing).
+		"# shellcheck disable=SC2086",
 		"set -- $before",
 		"[ \"${2:-}\" != " + shellQuote(rel.Version) + " ] || exit 17",
 		"install -d -m 0755 " + dir + " || exit 14",
