@@ -6,8 +6,13 @@
 # checksums wherever it is built (-trimpath, no build id, vcs stamping from
 # the commit, archive entries with fixed order, owner and time, gzip without
 # a name or time). The version is an immutable tag-like string: never
-# "latest" or a branch name. The tree must be clean (a dirty tree would be
-# stamped "modified" and could not be rebuilt from its commit).
+# "latest" or a branch name. The tree must be clean as Go's VCS stamp sees
+# it: `git status --porcelain`, untracked files included and git-ignored
+# ones not (a tree it lists would be stamped vcs.modified=true and could
+# not be rebuilt from its commit); release.sh refuses naming the files.
+#
+# Each phase prints a line on stderr when it starts and its time when it
+# ends (a cold build of chalupad takes minutes); stdout is the summary.
 #
 # Output: OUTDIR (default dist/VERSION) with, for each ARCH (amd64, arm64):
 #   chalupa_VERSION_linux_ARCH.tar.gz: "chalupa" (the operator's commands,
@@ -24,7 +29,7 @@
 set -eu
 
 usage() { echo "usage: contrib/release.sh VERSION [OUTDIR]   (VERSION like v1.2.3 or v1.2.3-rc.1)" >&2; exit 2; }
-[ $# -ge 1 ] && [ $# -le 2 ] || usage
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
 version=$1
 echo "$version" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$' || {
 	echo "release: VERSION must look like v1.2.3 (an immutable version, never 'latest' or a branch)" >&2
@@ -33,10 +38,26 @@ echo "$version" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$' || {
 
 cd "$(dirname "$0")/.."
 out=${2:-dist/$version}
-if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${CHALUPA_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
-	echo "release: the work tree has uncommitted changes; commit them first" >&2
+# The same listing Go's VCS stamp reads (untracked files count, ignored
+# ones do not). CHALUPA_RELEASE_ALLOW_DIRTY=1 is for the tests that build
+# a release from a work tree under edit; its binaries say modified.
+dirty=$(git status --porcelain)
+if [ -n "$dirty" ] && [ "${CHALUPA_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
+	echo "release: the work tree is not clean, and Go would stamp the binaries vcs.modified=true:" >&2
+	echo "$dirty" | head -n 20 >&2
+	[ "$(echo "$dirty" | wc -l)" -le 20 ] || echo "  … and more (git status --porcelain)" >&2
+	echo "release: commit, remove or git-ignore these files first" >&2
 	exit 1
 fi
+# phase_start NAME and phase_end NAME print NAME's start and its time in
+# seconds on stderr.
+phase_start() {
+	echo "release: $1 …" >&2
+	phase_t0=$(date +%s)
+}
+phase_end() {
+	echo "release: $1: done in $(($(date +%s) - phase_t0))s" >&2
+}
 epoch=$(git log -1 --format=%ct)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -52,12 +73,14 @@ arches=${CHALUPA_RELEASE_ARCHES:-amd64 arm64}
 # would be stamped vcs.modified.
 build() {
 	name=$1 pkg=$2 arch=$3
+	phase_start "building $name linux/$arch ($pkg)"
 	mkdir -p "$stage/$arch"
-	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS= go build -trimpath -buildvcs=true \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS='' go build -trimpath -buildvcs=true \
 		-ldflags "-s -w -buildid= -X github.com/chalupa-run/chalupa/internal/buildinfo.Version=$version" \
 		-o "$stage/$arch/$name" "$pkg"
 	chmod 0755 "$stage/$arch/$name"
 	touch -d "@$epoch" "$stage/$arch/$name"
+	phase_end "building $name linux/$arch ($pkg)"
 }
 # archive NAME ARCH FILE... writes NAME_VERSION_linux_ARCH.tar.gz holding
 # the FILEs built for ARCH.
@@ -72,6 +95,7 @@ for arch in $arches; do
 	build chalupad . "$arch"
 	build chalupa-agent ./cmd/chalupa-agent "$arch"
 done
+phase_start "writing the archives and checksums.txt"
 for arch in $arches; do
 	archive chalupa "$arch" chalupa chalupad
 	archive chalupa-cli "$arch" chalupa
@@ -80,5 +104,6 @@ done
 (cd "$out" && for name in chalupa chalupa-cli chalupa-agent; do
 	for arch in $arches; do sha256sum "${name}_${version}_linux_${arch}.tar.gz"; done
 done >checksums.txt)
+phase_end "writing the archives and checksums.txt"
 echo "release $version written to $out:"
 cat "$out/checksums.txt"
