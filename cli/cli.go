@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/alecthomas/kong"
 	"github.com/mattn/go-isatty"
@@ -137,6 +138,9 @@ func Run(env Env, w Wiring) (code int) {
 		var pe *kong.ParseError
 		if errors.As(err, &pe) {
 			fmt.Fprintf(env.Stderr, "chalupa: %v\n", err)
+			for _, hint := range envHints(pe.Context) {
+				fmt.Fprintln(env.Stderr, "chalupa:", hint)
+			}
 			printUsage(env.Stderr, pe.Context)
 			return ExitUsage
 		}
@@ -257,4 +261,21 @@ func usageLine(ctx *kong.Context) string {
 		return "chalupa <command> [flags]"
 	}
 	return "chalupa " + ctx.Selected().Summary()
+}
+
+// envHints names, for each required flag left unset on the command line
+// that an environment variable can give instead, that variable: kong's
+// "missing flags" message names the flag alone, and `config cloud-init`'s
+// --url is usually CHALUPA_ORIGIN (docs/operations.md, "Agent install").
+func envHints(ctx *kong.Context) []string {
+	if ctx == nil {
+		return nil
+	}
+	var out []string
+	for _, f := range ctx.Flags() {
+		if f.Required && !f.Set && len(f.Envs) > 0 {
+			out = append(out, fmt.Sprintf("--%s can also come from %s", f.Name, strings.Join(f.Envs, " or ")))
+		}
+	}
+	return out
 }

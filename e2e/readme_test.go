@@ -23,9 +23,13 @@ const readmeMarker = "<!-- readme-test: first-session -->"
 // chalupa from cmd/chalupa (docs/operations.md, "Releases").
 const readmeBuildMarker = "<!-- readme-test: build -->"
 
-// readmeBuildLine is the one form a line of the build block may take:
-// `go build -o NAME PACKAGE`, an optional comment after it.
-var readmeBuildLine = regexp.MustCompile(`^go build -o ([A-Za-z0-9_-]+) (\.|\./[A-Za-z0-9_/-]+)(?:\s+#.*)?$`)
+// readmeBuildLine is the form of a build line of the build block:
+// `go build -o DIR/NAME PACKAGE`, an optional comment after it.
+var readmeBuildLine = regexp.MustCompile(`^go build -o ([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+) (\.|\./[A-Za-z0-9_/-]+)(?:\s+#.*)?$`)
+
+// readmeDirLine is the form of the build block's other lines, `mkdir -p
+// DIR` first and `cd DIR` last: the session's directory.
+var readmeDirLine = regexp.MustCompile(`^(mkdir -p|cd) ([A-Za-z0-9_-]+)(?:\s+#.*)?$`)
 
 // readmeRunTimeout bounds the whole block: three heartbeats 5 s apart,
 // the smoke list, and serve's start and stop.
@@ -84,20 +88,37 @@ func TestReadmeFirstSession(t *testing.T) {
 	}
 }
 
-// readmeBuild runs each line of the README's build block in the module
-// root with CGO_ENABLED=0, writing NAME into dir rather than into the
-// checkout, and returns the names built. A line of another form fails the
-// test: the block is what a reader pastes, so it holds builds only.
+// readmeBuild runs each build line of the README's build block in the
+// module root with CGO_ENABLED=0 (the README's setting), writing NAME into
+// dir, which stands for the block's DIR, rather than into the checkout,
+// and returns the names built. The block must be `mkdir -p DIR`, the
+// builds into DIR, then `cd DIR`, with DIR git-ignored: everything the
+// first session writes lands there, out of `git status`, where no `git
+// add -A` commits a secret and contrib/release.sh does not refuse the tree
+// (docs/operations.md, "Releases"). A line of another form fails the test:
+// the block is what a reader pastes.
 func readmeBuild(t *testing.T, root, dir, block string) []string {
 	t.Helper()
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	first := readmeDirLine.FindStringSubmatch(strings.TrimSpace(lines[0]))
+	last := readmeDirLine.FindStringSubmatch(strings.TrimSpace(lines[len(lines)-1]))
+	if first == nil || first[1] != "mkdir -p" || last == nil || last[1] != "cd" || first[2] != last[2] {
+		t.Fatalf("the README's build block must start with `mkdir -p DIR` and end with `cd DIR`; it has %q … %q", lines[0], lines[len(lines)-1])
+	}
+	session := first[2]
+	ignored := exec.Command("git", "check-ignore", "-q", session+"/console-password")
+	ignored.Dir = root
+	if err := ignored.Run(); err != nil {
+		t.Fatalf("the first session's directory %s/ is not git-ignored (git check-ignore: %v): its files would be one `git add -A` from a commit", session, err)
+	}
 	var names []string
-	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+	for _, line := range lines[1 : len(lines)-1] {
 		m := readmeBuildLine.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil {
-			t.Fatalf("the README's build block has %q; want `go build -o NAME PACKAGE` lines only", line)
+		if m == nil || m[1] != session {
+			t.Fatalf("the README's build block has %q; want `go build -o %s/NAME PACKAGE` lines between mkdir and cd", line, session)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), readmeBuildTimeout)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, m[1]), m[2])
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, m[2]), m[3])
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := cmd.CombinedOutput()
@@ -105,7 +126,7 @@ func readmeBuild(t *testing.T, root, dir, block string) []string {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, out)
 		}
-		names = append(names, m[1])
+		names = append(names, m[2])
 	}
 	return names
 }
@@ -136,4 +157,62 @@ func readmeBlock(t *testing.T, readme, marker string) string {
 		t.Fatalf("README.md has no %s block", marker)
 	}
 	return b.String()
+}
+
+// readmeCloudInitMarker precedes the README's block that renders the
+// agent's cloud-init for a hand-made droplet from a release's
+// checksums.txt (docs/operations.md, "Agent install").
+const readmeCloudInitMarker = "<!-- readme-test: cloud-init -->"
+
+// TestReadmeCloudInit runs the README's cloud-init block as written, with
+// sh -e, in a directory standing for the first session's try/: ./chalupa
+// is the full binary, and ../dist/v0.1.0/checksums.txt is the one
+// contrib/release.sh writes (its archives' names, digests made up here;
+// the release tests at the root check release.sh itself). The block must
+// write the user data with the digests it read from checksums.txt.
+func TestReadmeCloudInit(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(proctest.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := readmeBlock(t, string(raw), readmeCloudInitMarker)
+	bin := proctest.BuildBinary(t)
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "try")
+	sums := filepath.Join(parent, "dist", "v0.1.0", "checksums.txt")
+	for _, d := range []string{dir, filepath.Dir(sums)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(bin, filepath.Join(dir, "chalupa")); err != nil {
+		t.Fatal(err)
+	}
+	amd, arm := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	var b strings.Builder
+	for _, name := range []string{"chalupa", "chalupa-cli"} {
+		for _, arch := range []string{"amd64", "arm64"} {
+			b.WriteString(strings.Repeat("0", 64) + "  " + name + "_v0.1.0_linux_" + arch + ".tar.gz\n")
+		}
+	}
+	b.WriteString(amd + "  chalupa-agent_v0.1.0_linux_amd64.tar.gz\n" + arm + "  chalupa-agent_v0.1.0_linux_arm64.tar.gz\n")
+	if err := os.WriteFile(sums, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-e", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's cloud-init block failed: %v\n%s", err, out)
+	}
+	ud, err := os.ReadFile(filepath.Join(dir, "cloud-init.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#cloud-config", amd, arm, "CHALUPA_AGENT_ENV=demo-harbor", "v0.1.0"} {
+		if !strings.Contains(string(ud), want) {
+			t.Errorf("the rendered user data has no %q:\n%s", want, ud)
+		}
+	}
 }
