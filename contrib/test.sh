@@ -199,9 +199,9 @@ lint
 start=$(date +%s)
 # One build setting with the README's commands, so one warms the build
 # cache for the other: CGO_ENABLED=0 (nothing in chalupa needs cgo; its
-# SQLite is modernc.org's pure-Go translation), as release.sh and the
-# binaries the end-to-end tests build (proctest.BuildBinary) use — except
-# under -race, which needs cgo and has a build cache of its own anyway.
+# SQLite is modernc.org's pure-Go translation), as the binaries the
+# end-to-end tests build (proctest.BuildBinary) use — except under -race,
+# which needs cgo and has a build cache of its own anyway.
 for i in "${!plans[@]}"; do
 	p=${plans[i]}
 	cgo=0
