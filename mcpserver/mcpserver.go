@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
@@ -218,10 +219,11 @@ func New(cl *adminapi.Client, version string) *mcp.Server {
 	return s
 }
 
-// Run serves the tools over standard input and output until ctx ends or
-// the client disconnects.
-func Run(ctx context.Context, cl *adminapi.Client, version string) error {
-	return New(cl, version).Run(ctx, &mcp.StdioTransport{})
+// Run serves the tools over in and out (standard input and output) until
+// ctx ends or input ends, answering every request read before its end
+// (LineTransport).
+func Run(ctx context.Context, cl *adminapi.Client, version string, in io.Reader, out io.Writer) error {
+	return New(cl, version).Run(ctx, &LineTransport{In: in, Out: out})
 }
 
 // refused is a tool error the assistant sees (nothing was called).
