@@ -146,15 +146,17 @@ func (w *Writer) FailingSignal() <-chan struct{} { return w.health.failing }
 
 // noteBatch updates the writer's health after a batch: a storage fault in
 // BEGIN, a unit or COMMIT marks it failing; a COMMIT that carried at least
-// one unit (so appended to the WAL and fsynced) marks it healthy.
-func (w *Writer) noteBatch(errs []error, committed bool, units int) {
+// one unit that changed a row (wrote; so appended to the WAL and fsynced)
+// marks it healthy. A COMMIT of units that changed nothing writes no page
+// and proves nothing: on a full disk it still succeeds.
+func (w *Writer) noteBatch(errs []error, committed bool, wrote int) {
 	for _, err := range errs {
 		if kind := FaultKind(err); kind != "" {
 			w.health.fault(kind, time.Now())
 			return
 		}
 	}
-	if committed && units > 0 {
+	if committed && wrote > 0 {
 		w.health.healthy()
 	}
 }

@@ -116,8 +116,8 @@ func TestFaultKind(t *testing.T) {
 
 // The writer turns failing at a storage fault (a real SQLITE_FULL from a
 // page-capped connection), signals it once, keeps failing through refusals
-// and a unit's own fault, and turns healthy at the next COMMIT that carried
-// a unit.
+// and a unit's own fault and commits of units that changed nothing, and
+// turns healthy at the next COMMIT that carried a unit that wrote a row.
 func TestWriterFailingUntilACommitSucceeds(t *testing.T) {
 	db := openTestDB(t)
 	ctx := context.Background()
@@ -166,6 +166,17 @@ func TestWriterFailingUntilACommitSucceeds(t *testing.T) {
 	case <-w.FailingSignal():
 		t.Fatal("signalled again while still failing")
 	default:
+	}
+	// A unit that changes no row commits without writing a page, on a
+	// full disk too: no proof of health (it cleared the flag, and
+	// /api/ready answered 200 on a full disk between two real writes).
+	for _, q := range []string{`UPDATE t SET k = k WHERE 0`, `SELECT count(*) FROM t`} {
+		if err := w.Do(ctx, func(tx Tx) error { _, err := tx.ExecContext(ctx, q); return err }); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if _, failing := w.Failing(); !failing {
+			t.Fatalf("no longer failing after a committed unit that changed nothing (%s)", q)
+		}
 	}
 	if err := w.Do(ctx, func(tx Tx) error { return writeSmallRow(ctx, tx) }); err != nil {
 		t.Fatal(err)

@@ -334,17 +334,42 @@ func (w *Writer) run(batch []writeReq) {
 		}
 		return
 	}
-	units := 0
+	units, wrote := 0, 0
 	wtx := &WriteTx{tx: tx, w: w, bound: make(map[string]*sql.Stmt, 8)}
+	// While the writer is failing, only a unit that changed a row proves
+	// storage works again: one that changed none (an UPDATE that matched
+	// nothing, a read) commits without writing a page, on a full disk too.
+	// Rows are counted around each unit then only; while healthy a
+	// success would change nothing, so the count is not read. Only this
+	// goroutine turns the writer failing (noteBatch), so the state read
+	// here holds for the whole batch.
+	_, count := w.Failing()
+	changes, known := int64(0), false
+	if count {
+		changes, known = totalChanges(tx)
+	}
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			results[i] = err
 			continue
 		}
 		results[i] = w.unit(wtx, r.fn)
+		if !count {
+			if results[i] == nil {
+				units++
+				wrote++
+			}
+			continue
+		}
+		after, ok := totalChanges(tx)
 		if results[i] == nil {
 			units++
+			// Where the count cannot be read, a success counts as a write.
+			if !known || !ok || after != changes {
+				wrote++
+			}
 		}
+		changes, known = after, ok
 	}
 	if units == 0 {
 		// Every unit failed or was skipped, so every savepoint was rolled
@@ -389,7 +414,7 @@ func (w *Writer) run(batch []writeReq) {
 			(*hook)(BatchTiming{LockWait: waited, Commit: time.Since(commitStart)})
 		}
 	}
-	w.noteBatch(results, committed, units)
+	w.noteBatch(results, committed, wrote)
 	for i, r := range batch {
 		r.done <- results[i]
 	}
@@ -419,6 +444,17 @@ func (w *Writer) begin() (tx *sql.Tx, waited time.Duration, err error) {
 		}
 		time.Sleep(busyPoll)
 	}
+}
+
+// totalChanges returns SQLite's total_changes() on the write connection
+// inside tx: the rows inserted, updated or deleted since it opened, the
+// count the writer's health compares around each unit; ok is false when it
+// cannot be read.
+func totalChanges(tx *sql.Tx) (n int64, ok bool) {
+	if err := tx.QueryRow("SELECT total_changes()").Scan(&n); err != nil {
+		return 0, false
+	}
+	return n, true
 }
 
 // prepareWanted prepares, on the now idle write connection, the statements
