@@ -97,7 +97,7 @@ func Tools(ops []adminapi.Operation) []Tool {
 }
 
 // paramSchema is the schema of a path or query parameter's text form,
-// described by doc. A field tagged decimal:"true" (a log chunk's seq) is a
+// described by desc. A field tagged decimal:"true" (a log chunk's seq) is a
 // decimal number carried as text, so it takes a JSON integer too, and its
 // text form is digits only.
 func paramSchema(f reflect.StructField, desc string) apischema.Schema {
@@ -113,6 +113,7 @@ func paramSchema(f reflect.StructField, desc string) apischema.Schema {
 	case reflect.TypeFor[time.Time]():
 		s["format"] = "date-time"
 	case reflect.TypeFor[time.Duration]():
+		// Text such as 90s or 24h, though its kind is int64.
 	default:
 		if t.Kind() == reflect.Int64 {
 			s["type"] = "integer"
