@@ -43,7 +43,7 @@ var jobOperations = []Operation{
 	{ID: OpCancelPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_cancel_state", Confirm: "cancel {scope.id}"}, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[CancelStateRequest](), Response: typeOf[CancelledState](),
 		Summary: `cancel a held state lock: {"scope":{"kind":"box","id"}}; refused (409) while a job of the scope is alive`},
-	{ID: OpClearPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_wipe_cache", Confirm: "wipe {box}"}, Method: methodDelete, Path: pathStateCache, Status: http.StatusOK, Mutates: true,
+	{ID: OpClearPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_wipe_cache", Confirm: "wipe {box}", ConfirmBody: "confirmation"}, Method: methodDelete, Path: pathStateCache, Status: http.StatusOK, Mutates: true,
 		Request: typeOf[ClearStateRequest](), Response: typeOf[ClearedState](),
 		Summary: `wipe the Pulumi state cache of one box (?box=) or of every box; the oracle stays and the next up adopts; refused (409) while a job of the scope is alive`},
 	{ID: OpListJobs, MCP: mcpRead, Method: methodGet, Path: pathJobs, Status: http.StatusOK,

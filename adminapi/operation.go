@@ -79,10 +79,10 @@ type MCPPolicy struct {
 	Confirm string
 	// Reason, for MCPNever only, says why the operation is not exposed.
 	Reason string
-	// ConfirmBody, for MCPDestructive only, is the request body's field
-	// that carries the same phrase to the daemon (an erase's
-	// "confirmation"): the tool fills it from confirm and does not list
-	// it, so the phrase is asked for once.
+	// ConfirmBody, for MCPDestructive only, is the request's body field
+	// or query parameter that carries the same phrase to the daemon (an
+	// erase's or the cache wipe's "confirmation"): the tool fills it from
+	// confirm and does not list it, so the phrase is asked for once.
 	ConfirmBody string
 	// Destroys marks an operation that can destroy what it acts on
 	// without a phrase of its own (a reaper tick destroys the droplets

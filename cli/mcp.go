@@ -21,7 +21,8 @@ type mcpCmd struct {
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 }
 
-// Run serves until the client closes standard input or a signal arrives.
+// Run serves until standard input ends (every request read by then is
+// answered first) or a signal arrives.
 func (c *mcpCmd) Run(env *Env) error {
 	a := &adminCmd{env: env, URL: c.URL, DataDir: c.DataDir, Timeout: c.Timeout}
 	cl, err := a.client()
@@ -30,5 +31,5 @@ func (c *mcpCmd) Run(env *Env) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return mcpserver.Run(ctx, cl, buildinfo.Version)
+	return mcpserver.Run(ctx, cl, buildinfo.Version, env.Stdin, env.Stdout)
 }

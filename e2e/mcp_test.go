@@ -115,3 +115,65 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 		t.Errorf("--openapi with an operation exited %d; want 2: %s", code, out)
 	}
 }
+
+// TestMCPInspector runs the pinned MCP inspector's CLI (`mcp-inspector
+// --cli`, contrib/tools/npm) against `chalupa mcp` from the built binary
+// with a daemon behind it (docs/operations.md, "MCP server"): tools/list
+// lists every tool with a title; a read tool answers from the daemon with
+// structuredContent; a destructive tool without its phrase is refused as a
+// tool error in the input schema's words; and with a malformed line ahead of the
+// inspector's own frames (the inspector sends only well-formed ones) the
+// session still serves tools/list. Skips outside CI when the inspector is
+// not installed, fails under CI=true.
+func TestMCPInspector(t *testing.T) {
+	t.Parallel()
+	inspector := proctest.ToolPath(t, "mcp-inspector")
+	bin := proctest.BuildBinary(t)
+	d := proctest.StartDaemon(t, bin, nil)
+	ctx := context.Background()
+	if _, err := d.Admin().CreateEnvironment(ctx, adminapi.CreateEnvironmentRequest{Slug: "demo-harbor"}); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	run := func(t *testing.T, server []string, args ...string) (string, error) {
+		t.Helper()
+		argv := append([]string{"--cli", "-e", "CHALUPA_URL=" + d.URL, "-e", "CHALUPA_ADMIN_TOKEN=" + d.AdminToken()}, server...)
+		cmd := exec.Command(inspector, append(argv, args...)...)
+		// The inspector's catalog and npm's cache stay in the test's home.
+		cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+home+"/mcp.json")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	direct := []string{bin, "mcp"}
+	for _, tc := range []struct {
+		name   string
+		server []string
+		args   []string
+		ok     bool
+		want   []string
+	}{
+		{"tools/list", direct, []string{"--method", "tools/list"}, true,
+			[]string{`"name": "chalupa_admin_list_fleet"`, `"title": "Fleet overview"`, `"outputSchema"`, `"readOnlyHint": true`}},
+		{"read tool", direct, []string{"--method", "tools/call", "--tool-name", "chalupa_admin_list_fleet"}, true,
+			[]string{`"structuredContent"`, `"demo-harbor"`}},
+		{"refused destructive tool", direct, []string{"--method", "tools/call", "--tool-name", "chalupa_admin_erase_telemetry", "--tool-arg", "environmentSlug=demo-harbor"}, false,
+			[]string{`"isError": true`, `missing properties: [\"confirm\"]`}},
+		{"malformed frame", []string{"/bin/sh", "-c", `{ printf '{this is not json\n'; cat; } | "$0" mcp`, bin}, []string{"--method", "tools/list"}, true,
+			[]string{`"name": "chalupa_admin_list_fleet"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, tc.server, tc.args...)
+			if (err == nil) != tc.ok {
+				t.Fatalf("inspector exit: %v; want success %v:\n%s", err, tc.ok, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("inspector output lacks %s:\n%.3000s", w, out)
+				}
+			}
+			if strings.Contains(out, d.AdminToken()) {
+				t.Errorf("the admin token appears in what the server said")
+			}
+		})
+	}
+}

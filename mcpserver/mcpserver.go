@@ -12,12 +12,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -93,28 +96,39 @@ func Tools(ops []adminapi.Operation) []Tool {
 	return out
 }
 
-// paramSchema is the schema of a path or query parameter's text form. A
-// field tagged decimal:"true" (a log chunk's seq) is a decimal number
-// carried as text, so it takes a JSON integer too.
-func paramSchema(f reflect.StructField, kind string) apischema.Schema {
+// paramSchema is the schema of a path or query parameter's text form,
+// described by desc. A field tagged decimal:"true" (a log chunk's seq) is a
+// decimal number carried as text, so it takes a JSON integer too, and its
+// text form is digits only.
+func paramSchema(f reflect.StructField, desc string) apischema.Schema {
 	t := f.Type
-	s := apischema.Schema{"type": "string", "description": kind + " parameter"}
+	s := apischema.Schema{"type": "string", "description": desc}
 	if f.Tag.Get("decimal") == "true" {
 		s["type"] = []string{"integer", "string"}
-		s["description"] = kind + " parameter, a whole number (0 or more) as a number or in decimal text"
+		s["pattern"] = "^[0-9]+$"
+		s["minimum"] = 0
 		return s
 	}
 	switch t {
 	case reflect.TypeFor[time.Time]():
 		s["format"] = "date-time"
 	case reflect.TypeFor[time.Duration]():
-		s["description"] = kind + " parameter, a Go duration such as 90s, 5m or 24h"
+		// Text such as 90s or 24h, though its kind is int64.
 	default:
 		if t.Kind() == reflect.Int64 {
 			s["type"] = "integer"
 		}
 	}
 	return s
+}
+
+// argDescription is the words of op's argument name (a.b: the field b of
+// the object argument a): the tool's own, else the common ones, else "".
+func argDescription(op adminapi.Operation, name string) string {
+	if d, ok := toolDocs[op.ID].Args[name]; ok {
+		return d
+	}
+	return commonArgs[name]
 }
 
 // params maps op's parameter names to their field types and kinds.
@@ -154,48 +168,150 @@ func bodyFields(op adminapi.Operation) apischema.Schema {
 
 // inputSchema is op's tool input: its path and query parameters (the path
 // ones required), its body fields, and for a destructive operation the
-// required confirm.
+// required confirm; every property described, the arguments the daemon
+// requires required (toolDocs), and the keywords the daemon checks added.
 func inputSchema(op adminapi.Operation) apischema.Schema {
+	doc := toolDocs[op.ID]
 	props := bodyFields(op)
-	var required []string
+	required := bodyRequired(op)
+	for _, n := range doc.Omit {
+		delete(props, n)
+	}
 	path, query := op.Parameters()
 	ps := params(op)
 	for _, n := range path {
 		if _, dup := props[n]; dup {
 			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
 		}
-		props[n] = paramSchema(ps[n], "path")
+		props[n] = paramSchema(ps[n], argDescription(op, n))
 		required = append(required, n)
 	}
 	for _, n := range query {
 		if _, dup := props[n]; dup {
 			panic(fmt.Sprintf("mcpserver: %s: parameter %q is also a body field", op.ID, n))
 		}
-		props[n] = paramSchema(ps[n], "query")
+		if n == op.MCP.ConfirmBody {
+			continue
+		}
+		props[n] = paramSchema(ps[n], argDescription(op, n))
+	}
+	for name, p := range props {
+		ps := p.(apischema.Schema)
+		ps["description"] = argDescription(op, name)
+		if sub, ok := ps["properties"].(apischema.Schema); ok {
+			for k, v := range sub {
+				v.(apischema.Schema)["description"] = argDescription(op, name+"."+k)
+			}
+		}
+		for k, v := range doc.Schema[name] {
+			ps[k] = v
+		}
+	}
+	for _, r := range doc.Required {
+		obj, field, nested := strings.Cut(r, ".")
+		if !nested {
+			required = append(required, r)
+			continue
+		}
+		o := props[obj].(apischema.Schema)
+		req, _ := o["required"].([]string)
+		if !slices.Contains(req, field) {
+			o["required"] = append(req, field)
+		}
 	}
 	if op.MCP.Access == adminapi.MCPDestructive {
 		if _, dup := props[ConfirmArg]; dup {
 			panic(fmt.Sprintf("mcpserver: %s: %q is also a body field", op.ID, ConfirmArg))
 		}
 		props[ConfirmArg] = apischema.Schema{"type": "string",
-			"description": "the exact phrase " + strconv.Quote(op.MCP.Confirm) + " with each {name} replaced by that argument of this call"}
+			"description": "the phrase " + strconv.Quote(op.MCP.Confirm) + ", each {name} replaced by that argument"}
 		required = append(required, ConfirmArg)
 	}
 	s := apischema.Schema{"type": "object", "properties": props, "additionalProperties": false}
-	if len(required) > 0 {
+	slices.Sort(required)
+	if required = slices.Compact(required); len(required) > 0 {
 		s["required"] = required
 	}
 	return s
 }
 
-// description is the tool's description: the operation's summary, the
-// confirmation rule of a destructive tool, and the operation it calls.
-func description(op adminapi.Operation) string {
-	d := op.Summary
-	if op.MCP.Access == adminapi.MCPDestructive {
-		d += fmt.Sprintf(`. Destructive: refused unless confirm is exactly %q with each {name} replaced by that argument of this call`, op.MCP.Confirm)
+// bodyRequired is the required fields of op's body schema, if the schema
+// marks any (the request schemas' own rules, docs/operations.md "OpenAPI").
+func bodyRequired(op adminapi.Operation) []string {
+	if !op.HasBody() {
+		return nil
 	}
-	return d + fmt.Sprintf(" (%s, %s %s)", op.ID, op.Method, op.Path)
+	req, _ := apischema.For(op.Request, apischema.Request)["required"].([]string)
+	var out []string
+	for _, r := range req {
+		if r != "action" && r != op.MCP.ConfirmBody && !slices.Contains(toolDocs[op.ID].Omit, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// outputSchema is the schema of op's JSON answer when it is an object (MCP
+// 2025-06-18 asks an object of structuredContent), else nil.
+func outputSchema(op adminapi.Operation) apischema.Schema {
+	if op.Response == nil {
+		return nil
+	}
+	s := apischema.For(op.Response, apischema.Response)
+	if s["type"] != "object" {
+		return nil
+	}
+	return s
+}
+
+// description is the tool's description for a model: what it does and
+// answers, when to use it, the confirmation rule of a destructive tool,
+// and the operation it calls, once, at the end.
+func description(op adminapi.Operation) string {
+	doc, ok := toolDocs[op.ID]
+	d := op.Summary + "."
+	if ok {
+		d = doc.What + ". " + doc.When + "."
+	}
+	if op.MCP.Access == adminapi.MCPDestructive {
+		d += fmt.Sprintf(" Destructive: refused unless confirm is exactly %q, each {name} replaced by that argument.", op.MCP.Confirm)
+	}
+	return d + " operationId " + op.ID + "."
+}
+
+// idempotentOps are the mutating operations whose repeat with the same
+// arguments changes nothing more (a second erase finds nothing to erase;
+// a second pause finds the loop paused): their tools are annotated
+// idempotent, as every read is.
+var idempotentOps = map[string]bool{
+	"adminSetSessionPolicy": true, "adminClearSessionPolicy": true, "adminRevokeIngestKey": true, "adminEraseTelemetry": true,
+	"adminEndDeployment": true, "adminUpdateBox": true, "adminCancelPulumiState": true, "adminClearPulumiStateCache": true,
+	"adminPauseLoop": true, "adminResumeLoop": true, "adminEraseLogs": true, "adminSetLogServices": true,
+	"adminAckAlert": true, "adminUnmuteAlertKind": true,
+}
+
+// openWorldOps are the operations that reach beyond the daemon's database:
+// DigitalOcean, droplets over SSH, the log or replica object store, alert
+// receivers. Their tools are annotated open-world.
+var openWorldOps = map[string]bool{
+	"adminCheckTokens": true, "adminReconcileCosts": true, "adminRunReaperTick": true, "adminUpgradeBoxAgent": true,
+	"adminDeliverBoxKey": true, "adminStartAgentRollout": true, "adminRunPulumiConverge": true, "adminDiagnoseJob": true,
+	"adminEraseLogs": true, "adminGetOperationsReport": true, "adminTestAlertSinks": true,
+}
+
+// annotations are op's tool hints (MCP 2025-06-18): read-only for reads,
+// destructive for destructive operations and those that destroy without
+// a phrase (a reaper tick), idempotent and open-world as the sets above
+// say.
+func annotations(op adminapi.Operation) *mcp.ToolAnnotations {
+	destroys := op.MCP.Access == adminapi.MCPDestructive || op.MCP.Destroys
+	open := openWorldOps[op.ID]
+	return &mcp.ToolAnnotations{
+		ReadOnlyHint:    op.MCP.Access == adminapi.MCPRead,
+		DestructiveHint: &destroys,
+		IdempotentHint:  op.MCP.Access == adminapi.MCPRead || idempotentOps[op.ID],
+		OpenWorldHint:   &open,
+	}
 }
 
 // New returns the MCP server with one tool per exposed operation of the
@@ -204,24 +320,29 @@ func description(op adminapi.Operation) string {
 func New(cl *adminapi.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: version}, nil)
 	for _, t := range Tools(adminapi.Operations) {
-		destroys := t.Op.MCP.Access == adminapi.MCPDestructive || t.Op.MCP.Destroys
-		ann := &mcp.ToolAnnotations{DestructiveHint: &destroys, ReadOnlyHint: t.Op.MCP.Access == adminapi.MCPRead}
-		h := handler(cl, t.Op)
-		s.AddTool(&mcp.Tool{Name: t.Name, Description: description(t.Op), InputSchema: t.Input, Annotations: ann}, h)
+		out := outputSchema(t.Op)
+		h := handler(cl, t.Op, t.Input, out != nil)
+		tool := &mcp.Tool{Name: t.Name, Title: toolDocs[t.Op.ID].Title, Description: description(t.Op), InputSchema: t.Input, Annotations: annotations(t.Op)}
+		if out != nil {
+			tool.OutputSchema = out
+		}
+		s.AddTool(tool, h)
 		// A former name answers like the tool, for one release
 		// (docs/operations.md, "MCP server").
 		for _, alias := range t.Op.MCP.Aliases {
-			s.AddTool(&mcp.Tool{Name: alias, Description: fmt.Sprintf("Deprecated alias of %s, answered for one release: %s", t.Name, description(t.Op)),
-				InputSchema: t.Input, Annotations: ann}, h)
+			a := *tool
+			a.Name, a.Description = alias, "Deprecated alias of "+t.Name+", answered for one release."
+			s.AddTool(&a, h)
 		}
 	}
 	return s
 }
 
-// Run serves the tools over standard input and output until ctx ends or
-// the client disconnects.
-func Run(ctx context.Context, cl *adminapi.Client, version string) error {
-	return New(cl, version).Run(ctx, &mcp.StdioTransport{})
+// Run serves the tools over in and out (standard input and output) until
+// ctx ends or input ends, answering every request read before its end
+// (LineTransport).
+func Run(ctx context.Context, cl *adminapi.Client, version string, in io.Reader, out io.Writer) error {
+	return New(cl, version).Run(ctx, &LineTransport{In: in, Out: out})
 }
 
 // refused is a tool error the assistant sees (nothing was called).
@@ -229,19 +350,26 @@ func refused(format string, args ...any) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
 }
 
-// handler is the tool's call: split the arguments into parameters and
-// body, check the confirmation of a destructive operation, check the body
-// against the request type as strictly as the daemon will, then call.
-// Every refusal happens before the daemon is called.
-func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
+// handler is the tool's call: check the arguments against the tool's
+// input schema (its own words in the refusal), check the confirmation of
+// a destructive operation, split the arguments into parameters and body,
+// check the body against the request type as strictly as the daemon
+// will, then call. Every refusal happens before the daemon is called. A
+// JSON object answer is also the result's structuredContent when the
+// tool has an output schema (structured).
+func handler(cl *adminapi.Client, op adminapi.Operation, input apischema.Schema, structured bool) mcp.ToolHandler {
 	ps := params(op)
 	body := bodyFields(op)
+	check := compile(input)
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := map[string]json.RawMessage{}
 		if raw := bytes.TrimSpace(req.Params.Arguments); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
 			if err := json.Unmarshal(raw, &args); err != nil {
 				return refused("arguments must be a JSON object"), nil
 			}
+		}
+		if err := check(args, op.MCP.ConfirmBody); err != nil {
+			return refused("refused: %v", err), nil
 		}
 		if op.MCP.Access == adminapi.MCPDestructive {
 			want, err := confirmPhrase(op.MCP.Confirm, args)
@@ -306,7 +434,48 @@ func handler(cl *adminapi.Client, op adminapi.Operation) mcp.ToolHandler {
 			}
 			return refused("%v", err), nil
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}, nil
+		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}
+		if structured && json.Valid(out) && bytes.HasPrefix(bytes.TrimSpace(out), []byte("{")) {
+			res.StructuredContent = json.RawMessage(out)
+		}
+		return res, nil
+	}
+}
+
+// compile returns the check of a call's arguments against the input
+// schema s: nil, or the validator's words for the first rule broken (a
+// type, pattern, bound, enum, required or unknown argument). The field
+// skip (an operation's ConfirmBody, which the tool fills) is left to the
+// handler: a client written before it was filled may still send it.
+func compile(s apischema.Schema) func(args map[string]json.RawMessage, skip string) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema: %v", err))
+	}
+	var js jsonschema.Schema
+	if err := json.Unmarshal(b, &js); err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema: %v", err))
+	}
+	resolved, err := js.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema: %v", err))
+	}
+	return func(args map[string]json.RawMessage, skip string) error {
+		inst := map[string]any{}
+		for k, v := range args {
+			if k == skip && skip != "" {
+				continue
+			}
+			var x any
+			if err := json.Unmarshal(v, &x); err != nil {
+				return fmt.Errorf("argument %s is not JSON", k)
+			}
+			inst[k] = x
+		}
+		if err := resolved.Validate(inst); err != nil {
+			return fmt.Errorf("the arguments break the tool's input schema: %s", strings.TrimPrefix(err.Error(), "validating root: "))
+		}
+		return nil
 	}
 }
 

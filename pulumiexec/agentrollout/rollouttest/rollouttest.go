@@ -150,7 +150,8 @@ func writeRelease(t testing.TB, dir, version string, arc []byte) agentrelease.Re
 
 // Droplet is a fake droplet: sshdtest's server at its own address with
 // the agent's paths under a root, a systemctl that runs the installed
-// agent as the unit (restart starts `chalupa-agent run` in the
+// agent as the unit (restart stops the running agent, waiting for its
+// exit as systemd does, then starts `chalupa-agent run` in the
 // background, is-active says whether it lives, show says 0 restarts), and
 // a curl that copies an archive from the release directory by its name.
 type Droplet struct {
@@ -209,7 +210,14 @@ echo "$*" >> "$state/systemctl.log"
 alive() { [ -f "$state/pid" ] && p=$(cat "$state/pid") && kill -0 "$p" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; }
 case "$1" in
 restart)
-  if [ -f "$state/pid" ]; then kill "$(cat "$state/pid")" 2>/dev/null; fi
+  # As systemd does: stop (SIGTERM, wait for the exit, SIGKILL after 30 s),
+  # then start. Starting beside a stopping agent ran two on one spool: the
+  # new one's start met the old one's final window mid-rename and exited.
+  if [ -f "$state/pid" ]; then
+    kill "$(cat "$state/pid")" 2>/dev/null; i=0
+    while alive && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+    if alive; then kill -9 "$(cat "$state/pid")" 2>/dev/null; fi
+  fi
   rm -f "$state/beat"
   if [ -f "$state/agent.env" ]; then set -a; . "$state/agent.env"; set +a; fi
   BEAT="$state/beat" "$bin" run </dev/null >>"$state/agent.log" 2>&1 &

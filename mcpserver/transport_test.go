@@ -1,0 +1,37 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/mcpserver"
+)
+
+// TestLineTooLong: a line longer than MaxLineBytes is answered -32700 with
+// id null and skipped; the requests after it are served and Run ends
+// without error at the end of input.
+func TestLineTooLong(t *testing.T) {
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"` + strings.Repeat("x", mcpserver.MaxLineBytes) + `"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	}, "\n") + "\n"
+	var out bytes.Buffer
+	if err := mcpserver.Run(context.Background(), &adminapi.Client{}, "test", strings.NewReader(in), &out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	got := out.String()
+	if !strings.Contains(got, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,`) {
+		t.Errorf("no parse error for the long line:\n%.500s", got)
+	}
+	if strings.Contains(got, `"id":9`) {
+		t.Errorf("the long line was served")
+	}
+	if !strings.Contains(got, `"id":2,"result":{`) {
+		t.Errorf("tools/list after the long line was not answered:\n%.500s", got)
+	}
+}
