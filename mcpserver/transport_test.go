@@ -35,3 +35,36 @@ func TestLineTooLong(t *testing.T) {
 		t.Errorf("tools/list after the long line was not answered:\n%.500s", got)
 	}
 }
+
+// TestRequestIDsMCPRefuses: a request whose id is null, a fraction, or an
+// integer beyond what a JSON number holds exactly (2^53) is answered
+// -32600 with its id as sent (MCP 2025-06-18: a request id is a string or
+// an integer, never null) — not served as a notification, nor answered
+// under a rounded id the client never sent.
+func TestRequestIDsMCPRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, id, echo string }{
+		{"null", `null`, `null`},
+		{"fraction", `1.5`, `1.5`},
+		{"beyond 2^53", `9007199254740993`, `9007199254740993`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := strings.Join([]string{
+				`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+				`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+				`{"jsonrpc":"2.0","id":` + tc.id + `,"method":"ping"}`,
+				`{"jsonrpc":"2.0","id":2,"method":"ping"}`,
+			}, "\n") + "\n"
+			var out bytes.Buffer
+			if err := mcpserver.Run(context.Background(), &adminapi.Client{}, "test", strings.NewReader(in), &out); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := out.String()
+			if want := `{"jsonrpc":"2.0","id":` + tc.echo + `,"error":{"code":-32600,`; !strings.Contains(got, want) {
+				t.Errorf("no %s in:\n%s", want, got)
+			}
+			if strings.Count(got, "\n") != 3 {
+				t.Errorf("want 3 answers (initialize, the refusal, ping 2):\n%s", got)
+			}
+		})
+	}
+}
