@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -67,6 +69,13 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		// Name the daemon tried, not the request: its path and query
+		// carry fleet data (slugs, box names, session ids) into logs and
+		// MCP tool errors (docs/operations.md, "MCP server").
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = req.URL.Scheme + "://" + req.URL.Host
+		}
 		return nil, fmt.Errorf("call %s: %w", id, err)
 	}
 	defer resp.Body.Close()

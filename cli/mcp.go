@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,5 +32,11 @@ func (c *mcpCmd) Run(env *Env) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return mcpserver.Run(ctx, cl, buildinfo.Version, env.Stdin, env.Stdout)
+	err = mcpserver.Run(ctx, cl, buildinfo.Version, env.Stdin, env.Stdout)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Stopped by a signal: a clean stop exits 0, as every
+		// long-running command's does (docs/operations.md, "Exit codes").
+		return nil
+	}
+	return err
 }

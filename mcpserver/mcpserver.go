@@ -318,10 +318,17 @@ func annotations(op adminapi.Operation) *mcp.ToolAnnotations {
 // table; each call goes to the daemon through cl (which holds the admin
 // token). version is the build's version, announced to clients.
 func New(cl *adminapi.Client, version string) *mcp.Server {
+	return newServer(context.Background(), cl, version)
+}
+
+// newServer is New whose tool calls also end when stop ends: the SDK
+// waits for the calls in flight when its session closes, and their
+// requests would otherwise run to the daemon's answer or the timeout.
+func newServer(stop context.Context, cl *adminapi.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: ServerName, Version: version}, nil)
 	for _, t := range Tools(adminapi.Operations) {
 		out := outputSchema(t.Op)
-		h := handler(cl, t.Op, t.Input, out != nil)
+		h := stopWith(stop, handler(cl, t.Op, t.Input, out != nil))
 		tool := &mcp.Tool{Name: t.Name, Title: toolDocs[t.Op.ID].Title, Description: description(t.Op), InputSchema: t.Input, Annotations: annotations(t.Op)}
 		if out != nil {
 			tool.OutputSchema = out
@@ -340,9 +347,20 @@ func New(cl *adminapi.Client, version string) *mcp.Server {
 
 // Run serves the tools over in and out (standard input and output) until
 // ctx ends or input ends, answering every request read before its end
-// (LineTransport).
+// (LineTransport). When ctx ends, the calls in flight are cancelled (their
+// requests to the daemon with them) and Run returns ctx's error.
 func Run(ctx context.Context, cl *adminapi.Client, version string, in io.Reader, out io.Writer) error {
-	return New(cl, version).Run(ctx, &LineTransport{In: in, Out: out})
+	return newServer(ctx, cl, version).Run(ctx, &LineTransport{In: in, Out: out})
+}
+
+// stopWith is h whose context also ends when stop ends.
+func stopWith(stop context.Context, h mcp.ToolHandler) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(stop, cancel)()
+		return h(ctx, req)
+	}
 }
 
 // refused is a tool error the assistant sees (nothing was called).

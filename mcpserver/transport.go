@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 )
 
 // MaxLineBytes is the longest frame (one line of input, in bytes) the
@@ -25,7 +28,9 @@ const MaxLineBytes = mcp.DefaultMaxLineLength
 //   - A line that is not JSON is answered with a JSON-RPC parse error
 //     (-32700, id null) and the session keeps serving; a JSON line that is
 //     not a JSON-RPC message (a batch among them: MCP 2025-06-18 has none)
-//     is answered -32600 (Invalid Request) with its id when it has one.
+//     is answered -32600 (Invalid Request) with its id when it has one,
+//     and so is a request whose id is null, a fraction or an integer
+//     beyond 2^53-1 (unusableID).
 //   - At the end of input every request already read is answered before
 //     the session ends, so `printf … | chalupa mcp` gets an answer to each
 //     request it sent.
@@ -116,6 +121,10 @@ func (c *lineConn) decode(line []byte) jsonrpc.Message {
 		c.writeError(nil, jsonrpc.CodeParseError, "Parse error: the line is not JSON")
 		return nil
 	}
+	if id, bad := unusableID(line); bad {
+		c.writeError(id, jsonrpc.CodeInvalidRequest, "Invalid Request: a request id must be a string or an integer of at most 2^53-1 in magnitude (MCP 2025-06-18), never null")
+		return nil
+	}
 	msg, err := jsonrpc.DecodeMessage(line)
 	if err == nil {
 		return msg
@@ -132,6 +141,40 @@ func (c *lineConn) decode(line []byte) jsonrpc.Message {
 	}
 	c.writeError(id, jsonrpc.CodeInvalidRequest, "Invalid Request: not a JSON-RPC 2.0 request, notification or response (batches are not accepted)")
 	return nil
+}
+
+// maxExactID is the largest integer id a JSON number holds exactly (a
+// float64, as most clients decode it): a larger one is answered under a
+// rounded id the client never sent.
+const maxExactID = 1<<53 - 1
+
+// exactInteger is the text of a JSON integer without fraction or exponent.
+var exactInteger = lazyre.New(`^-?(0|[1-9][0-9]*)$`)
+
+// unusableID reports a request (an object with a method) whose id MCP
+// refuses and the SDK would misread: null (served as a notification, so
+// never answered), a fraction (answered truncated), or an integer beyond
+// maxExactID (answered rounded). id is the id as sent, for the answer.
+func unusableID(line []byte) (id json.RawMessage, bad bool) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return nil, false
+	}
+	raw, hasID := probe["id"]
+	if _, hasMethod := probe["method"]; !hasID || !hasMethod {
+		return nil, false
+	}
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case bytes.Equal(raw, []byte("null")):
+		return raw, true
+	case len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')):
+		return nil, false // a string, or not an id at all (DecodeMessage says)
+	case !exactInteger.MatchString(string(raw)):
+		return raw, true
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return raw, err != nil || n > maxExactID || n < -maxExactID
 }
 
 // writeError writes an error response with id (nil: JSON null, as
