@@ -29,13 +29,59 @@ type Client struct {
 	Token string
 	// HTTP is the client used; nil means one with a 60 s timeout.
 	HTTP *http.Client
+	// BaseURLFrom says how BaseURL was chosen (say "--url or CHALUPA_URL",
+	// or the file it was read from), repeated in connection errors so a
+	// caller sees which daemon it reached and why; empty says nothing.
+	BaseURLFrom string
+}
+
+// TransportError is a call that got no HTTP answer (connection refused,
+// a timeout, a TLS failure). Its message names the daemon's origin tried
+// (BaseURL without user info, path or query: no token, no fleet data) and
+// how it was chosen (BaseURLFrom), so that a client pointed at the wrong
+// daemon, or at none, says so.
+type TransportError struct {
+	// Origin is the daemon's origin, scheme://host:port.
+	Origin string
+	// From is Client.BaseURLFrom.
+	From string
+	// Operation is the operationId called.
+	Operation string
+	// Err is the transport's error (the *url.Error's cause: its URL,
+	// which may carry path and query parameters, is left out).
+	Err error
+}
+
+// Error is "no answer from the daemon at ORIGIN (FROM) to OPERATION: ERR".
+func (e *TransportError) Error() string {
+	from := ""
+	if e.From != "" {
+		from = " (" + e.From + ")"
+	}
+	return fmt.Sprintf("no answer from the daemon at %s%s to %s: %v", e.Origin, from, e.Operation, e.Err)
+}
+
+// Unwrap is the transport's error (context.DeadlineExceeded, a
+// *net.OpError, …).
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// originOf is raw's scheme://host, without user info, path or query; a
+// phrase in its place when raw does not parse as a URL with a host (raw
+// itself might carry what must not be printed).
+func originOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the configured daemon URL"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // Call invokes operation id with its path and query parameters (nil for
 // none; see Params) and body (nil for none) and returns the raw response
 // body of a 2xx answer. Errors: a parameter the operation does not take or
 // a missing path parameter; *APIError for a non-2xx answer (with the
-// server's code); or a transport error that never includes the token.
+// server's code); or a *TransportError naming the origin tried, never the
+// token.
 func (c *Client) Call(ctx context.Context, id string, params Params, body []byte) ([]byte, error) {
 	op, ok := Lookup(id)
 	if !ok {
@@ -69,14 +115,11 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		// Name the daemon tried, not the request: its path and query
-		// carry fleet data (slugs, box names, session ids) into logs and
-		// MCP tool errors (docs/operations.md, "MCP server").
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			ue.URL = req.URL.Scheme + "://" + req.URL.Host
+			err = ue.Err
 		}
-		return nil, fmt.Errorf("call %s: %w", id, err)
+		return nil, &TransportError{Origin: originOf(c.BaseURL), From: c.BaseURLFrom, Operation: id, Err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
@@ -84,7 +127,7 @@ func (c *Client) Call(ctx context.Context, id string, params Params, body []byte
 		return nil, fmt.Errorf("read %s response: %w", id, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		e := &APIError{Status: resp.StatusCode}
+		e := &APIError{Status: resp.StatusCode, Origin: originOf(c.BaseURL), From: c.BaseURLFrom}
 		var eb ErrorBody
 		if json.Unmarshal(b, &eb) == nil {
 			e.Code, e.Message, e.JobID = eb.Error.Code, eb.Error.Message, eb.Error.JobID

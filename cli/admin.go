@@ -29,7 +29,7 @@ type adminCmd struct {
 	env     *Env                                 // the process, set by newParser
 	openAPI func(version string) ([]byte, error) // Wiring.OpenAPI, set by newParser
 
-	URL     string        `name:"url" env:"CHALUPA_URL" help:"Daemon to talk to (default: the address serve recorded in --data-dir, else http://127.0.0.1:8080)."`
+	URL     string        `name:"url" env:"CHALUPA_URL" help:"Daemon to talk to (default: the address serve recorded in --data-dir; http://127.0.0.1:8080 only when --data-dir does not exist)."`
 	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 
@@ -76,7 +76,7 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	// A URL that breaks the rule is a mistake in what was typed (CHALUPA_URL
 	// is --url's value), like the agent's --url: exit 2 with the usage line
 	// (docs/operations.md, "Exit codes").
-	base, err := DaemonURL(a.URL, a.DataDir)
+	base, from, err := resolveDaemon(a.URL, a.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -102,36 +102,55 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	}
 	// The per-request bound is --timeout (runOp's context); the transport
 	// gets the same, not adminapi's 60 s default.
-	return &adminapi.Client{BaseURL: base, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
+	return &adminapi.Client{BaseURL: base, BaseURLFrom: from, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
 }
 
-// DaemonURL is the daemon a client command talks to: flag (--url, whose
-// variable is CHALUPA_URL) when set, else the address a running serve
-// recorded in dataDir (datadir.DaemonURL), else datadir.DefaultURL
+// DaemonURL is the daemon a client command talks to (resolveDaemon's
+// URL): --url (CHALUPA_URL) when set, else the address a running serve
+// recorded in dataDir, else datadir.DefaultURL when dataDir does not exist
 // (docs/operations.md, "Embedded default"). A flag that breaks the origin
 // rule is a command-line mistake (exit 2); an unreadable or unusable
-// recorded address exits 1 naming the file.
+// recorded address, or an existing dataDir with none recorded, exits 1.
 func DaemonURL(flag, dataDir string) (string, error) {
+	u, _, err := resolveDaemon(flag, dataDir)
+	return u, err
+}
+
+// flagSource is how a daemon URL given on the command line was chosen, as
+// connection errors say it.
+const flagSource = "--url or CHALUPA_URL"
+
+// resolveDaemon is DaemonURL with how the URL was chosen, for the client's
+// connection errors (adminapi.Client.BaseURLFrom). A data dir that exists
+// but records no address is refused rather than read as the default: the
+// daemon on 127.0.0.1:8080 may be another one, which would answer
+// unauthorized or, worse, answer (docs/operations.md, "Embedded default").
+func resolveDaemon(flag, dataDir string) (base, from string, err error) {
 	if flag != "" {
 		// A URL that breaks the rule is a mistake in what was typed
 		// (CHALUPA_URL is --url's value), like the agent's --url: exit 2
 		// with the usage line (docs/operations.md, "Exit codes").
 		if err := origin.CheckDaemonURL("--url (CHALUPA_URL)", "the admin token", flag); err != nil {
-			return "", &exitError{code: ExitUsage, err: err}
+			return "", "", &exitError{code: ExitUsage, err: err}
 		}
-		return flag, nil
+		return flag, flagSource, nil
 	}
 	if dataDir == "" {
 		dataDir = datadir.DefaultDir
 	}
+	addrFile := filepath.Join(dataDir, datadir.AddressFileName)
 	u, err := datadir.DaemonURL(dataDir)
 	switch {
 	case errors.Is(err, datadir.ErrNoAddress):
-		return datadir.DefaultURL, nil
+		if fi, serr := os.Stat(dataDir); serr == nil && fi.IsDir() {
+			return "", "", &exitError{code: 1, err: fmt.Errorf("no daemon address in %s: no serve is running on this data directory (serve records its address there while it runs); "+
+				"start chalupa serve, or name the daemon with --url or CHALUPA_URL (not falling back to %s, which may be another daemon)", addrFile, datadir.DefaultURL)}
+		}
+		return datadir.DefaultURL, fmt.Sprintf("the default: no data directory at %s", dataDir), nil
 	case err != nil:
-		return "", &exitError{code: 1, err: err}
+		return "", "", &exitError{code: 1, err: err}
 	}
-	return u, nil
+	return u, "recorded in " + addrFile, nil
 }
 
 // runOp is every admin subcommand's body: build the client, call the
@@ -160,7 +179,17 @@ func apiFailure(err error) error {
 	if errors.As(err, &ee) {
 		return err
 	}
+	var te *adminapi.TransportError
+	if errors.As(err, &te) {
+		// The origin tried and how it was chosen are in te's message
+		// (docs/operations.md, "Embedded default").
+		return &exitError{code: 1, err: fmt.Errorf("%w; is chalupa serve running there? --url or CHALUPA_URL names another daemon", err)}
+	}
 	var ae *adminapi.APIError
+	if errors.As(err, &ae) && ae.Code == "unauthorized" && ae.Where() != "" {
+		// Another daemon than the one meant refuses this token the same way.
+		return &exitError{code: 1, err: fmt.Errorf("%s: %s, from %s: is it the daemon you meant? (--url or CHALUPA_URL names another; the token is CHALUPA_ADMIN_TOKEN, else secrets.env in --data-dir)", ae.Code, ae.Message, ae.Where())}
+	}
 	if errors.As(err, &ae) && ae.Code != "" {
 		hint := ""
 		if (ae.Code == "bad_body" && strings.Contains(ae.Message, "unknown field")) ||

@@ -28,11 +28,13 @@ type root struct {
 	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
 	MCP     mcpCmd     `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
 	Version versionCmd `cmd:"" help:"Print the version."`
+	// Completion prints a shell's completion script.
+	Completion completionCmd `cmd:"" help:"Print the shell completion script for bash, zsh or fish (subcommands and flags, answered by this binary)."`
 }
 
 // commandOrder is the order `chalupa --help` lists the top-level commands
 // in, whichever package declares them; a command not listed comes last.
-var commandOrder = []string{"serve", "migrate", "config", "admin", "agent", "rewrap", "smoke", "mcp", "version"}
+var commandOrder = []string{"serve", "migrate", "config", "admin", "agent", "rewrap", "smoke", "mcp", "completion", "version"}
 
 // ExitUsage is the exit status for unknown flags, missing arguments and other
 // command-line mistakes (the sysexits/BSD convention most CLIs follow),
@@ -133,6 +135,9 @@ func Run(env Env, w Wiring) (code int) {
 			code = ep.code
 		}
 	}()
+	// A shell's completion script calls chalupa with the line typed in
+	// COMP_LINE: answered here, before anything is parsed or run.
+	completeLine(&env, parser)
 	ctx, err := parser.Parse(env.Args)
 	if err != nil {
 		var pe *kong.ParseError

@@ -17,7 +17,7 @@ import (
 // It reaches the daemon like `chalupa admin` does: the same --url origin
 // rule (https unless loopback) and the same admin token.
 type mcpCmd struct {
-	URL     string        `name:"url" env:"CHALUPA_URL" help:"Daemon to talk to (default: the address serve recorded in --data-dir, else http://127.0.0.1:8080)."`
+	URL     string        `name:"url" env:"CHALUPA_URL" help:"Daemon to talk to (default: the address serve recorded in --data-dir; http://127.0.0.1:8080 only when --data-dir does not exist)."`
 	DataDir string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when CHALUPA_ADMIN_TOKEN is unset."`
 	Timeout time.Duration `default:"60s" help:"Per-request timeout."`
 }

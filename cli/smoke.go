@@ -26,7 +26,7 @@ import (
 // --data-dir), the console password from CHALUPA_CONSOLE_PASSWORD or
 // --password-file. It never creates or destroys a droplet.
 type smokeCmd struct {
-	URL          string        `name:"url" env:"CHALUPA_URL" help:"Daemon to check (default: the address serve recorded in --data-dir, else http://127.0.0.1:8080)."`
+	URL          string        `name:"url" env:"CHALUPA_URL" help:"Daemon to check (default: the address serve recorded in --data-dir; http://127.0.0.1:8080 only when --data-dir does not exist)."`
 	DataDir      string        `name:"data-dir" env:"CHALUPA_DATA_DIR" default:"${default_data_dir}" help:"Where to find the generated secrets file when the tokens are not in the environment."`
 	PasswordFile string        `name:"password-file" type:"path" help:"Console password file (mode 600); else CHALUPA_CONSOLE_PASSWORD."`
 	Env          string        `name:"env" default:"smoke-check" help:"The synthetic environment to use (created when missing; must start with smoke-)."`
@@ -62,7 +62,7 @@ var errSmokeFailed = errors.New("smoke: at least one check failed")
 // Run runs every check in order, prints the table, and cleans up what it
 // can (the deployment is ended, its telemetry erased, the key revoked).
 func (c *smokeCmd) Run(env *Env) error {
-	base, err := DaemonURL(c.URL, c.DataDir)
+	base, from, err := resolveDaemon(c.URL, c.DataDir)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (c *smokeCmd) Run(env *Env) error {
 	defer cancel()
 	base = strings.TrimSuffix(base, "/")
 	s := &smoke{base: base, env: c.Env, ready: secret("CHALUPA_READY_TOKEN"), password: password,
-		admin: &adminapi.Client{BaseURL: base, Token: secret("CHALUPA_ADMIN_TOKEN"), HTTP: &http.Client{Timeout: 30 * time.Second}}}
+		admin: &adminapi.Client{BaseURL: base, BaseURLFrom: from, Token: secret("CHALUPA_ADMIN_TOKEN"), HTTP: &http.Client{Timeout: 30 * time.Second}}}
 	jar, _ := cookiejar.New(nil)
 	s.browser = &http.Client{Jar: jar, Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -88,12 +88,20 @@ type RunOptions struct {
 // accepting and drain in-flight requests (bounded by DefaultDrainTimeout),
 // then App.Close (loops, database, final replica sync). It returns nil
 // after a clean shutdown, and an error wrapping storage.ErrReplicaBehind
-// when the final sync left acknowledged commits out of the replica. The port is bound first so that a daemon that
+// when the final sync left acknowledged commits out of the replica. A data
+// dir another process holds is refused first, naming its pid
+// (storage.LockedError); then the port is bound, so that a daemon that
 // cannot serve (the port is taken) fails before it generates secrets,
 // migrates or replicates anything.
 func Run(ctx context.Context, cfg *Config, opt RunOptions) error {
 	if cur, want := runtime.GOMAXPROCS(0), procsFor(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); want != cur {
 		runtime.GOMAXPROCS(want)
+	}
+	// A second serve on the same data dir holds the same port too: name
+	// the lock's holder first, not the port clash (docs/operations.md,
+	// "Embedded default"). Open takes the lock itself.
+	if pid, held := storage.DataDirHolder(cfg.DataDir); held {
+		return fmt.Errorf("lock CHALUPA_DATA_DIR: %w", &storage.LockedError{PID: pid})
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 // dir (mode 0600), so `chalupa admin` finds it without CHALUPA_URL; `config
 // check` beside it checks the configuration anyway and notes the daemon; a
 // clean stop exits 0 and removes the address (docs/operations.md,
-// "Embedded default" and "Exit codes").
+// "Embedded default" and "Exit codes"). A second serve meanwhile names the
+// first one's pid; once it stopped, `chalupa admin` refuses to fall back to
+// the default address and, pointed at it, names the URL it tried.
 func TestServeRecordsAddress(t *testing.T) {
 	t.Parallel()
 	bin := proctest.BuildBinary(t)
@@ -47,12 +49,29 @@ func TestServeRecordsAddress(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "a chalupa daemon is running on CHALUPA_DATA_DIR") || !strings.Contains(out, "configuration ok") {
 		t.Fatalf("config check beside the daemon: exit %d, want 0 with a note:\n%s", code, out)
 	}
+	// A second serve on the same data dir, and so the same port, names the
+	// lock's holder, not the port clash.
+	out, code = proctest.RunCommand(t, bin, "", d.EnvCopy(), "serve")
+	if want := fmt.Sprintf("another chalupa process (pid %d) is using this data dir", d.Pid); code != 1 || !strings.Contains(out, want) || strings.Contains(out, "listen on CHALUPA_LISTEN") {
+		t.Fatalf("a second serve on the data dir: exit %d, want 1 with %q:\n%s", code, want, out)
+	}
 	d.Signal(syscall.SIGTERM)
 	if code := d.Wait(); code != 0 {
 		t.Fatalf("serve exited %d after SIGTERM, want 0", code)
 	}
 	if _, err := os.Stat(addrFile); !os.IsNotExist(err) {
 		t.Fatalf("%s after a clean stop: %v, want it removed", datadir.AddressFileName, err)
+	}
+	// With serve gone, the CLI does not fall back to 127.0.0.1:8080 (where
+	// another daemon may answer): it says what it looked for.
+	out, code = proctest.RunCommand(t, bin, "", env, "admin", "status")
+	if want := "no daemon address in " + addrFile; code != 1 || !strings.Contains(out, want) || !strings.Contains(out, "--url or CHALUPA_URL") {
+		t.Fatalf("admin status after serve stopped: exit %d, want 1 with %q:\n%s", code, want, out)
+	}
+	// And a daemon that does not answer is named in the error.
+	out, code = proctest.RunCommand(t, bin, "", map[string]string{"CHALUPA_ADMIN_TOKEN": d.AdminToken(), "CHALUPA_URL": d.URL}, "admin", "status")
+	if want := "no answer from the daemon at " + d.URL + " (--url or CHALUPA_URL)"; code != 1 || !strings.Contains(out, want) || strings.Contains(out, d.AdminToken()) {
+		t.Fatalf("admin status against the stopped daemon: exit %d, want 1 with %q:\n%s", code, want, out)
 	}
 	if n := strings.Count(d.Logs(), console); n != 1 {
 		t.Fatalf("the console line appears %d times, want once:\n%s", n, d.Logs())

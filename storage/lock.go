@@ -5,11 +5,71 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
-// ErrLocked is returned by LockDataDir when another process holds the lock.
+// ErrLocked is returned by LockDataDir when another process holds the lock;
+// the error returned is a *LockedError naming the holder's pid when the
+// lock file records it (errors.Is(err, ErrLocked) holds either way).
 var ErrLocked = errors.New("another chalupa process is using this data dir")
+
+// LockedError is ErrLocked with the holder's process id, read from the lock
+// file (the holder writes its pid there once it holds the lock).
+type LockedError struct {
+	// PID is the holder's process id; 0 when the lock file records none
+	// (a holder from a release before the pid was recorded).
+	PID int
+}
+
+// Error names the holder's pid when known, and how to stop it.
+func (e *LockedError) Error() string {
+	if e.PID == 0 {
+		return ErrLocked.Error()
+	}
+	return fmt.Sprintf("another chalupa process (pid %d) is using this data dir: stop it first, or set CHALUPA_DATA_DIR to another directory", e.PID)
+}
+
+// Is makes errors.Is(err, ErrLocked) true for a *LockedError.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// DataDirHolder reports whether another process holds dir's lock and, if
+// so, its pid (0 when the lock file records none), without creating or
+// changing anything: serve checks it before it binds its port, so that a
+// second serve on a data dir names the holder rather than the port it also
+// holds (docs/operations.md, "Embedded default"). A missing data dir or lock
+// file is not held.
+func DataDirHolder(dir string) (pid int, held bool) {
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return readLockPID(path), true
+		}
+		return 0, false
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return 0, false
+}
+
+// readLockPID is the pid a holder wrote in the lock file, 0 when it holds
+// none (empty, or not a positive number).
+func readLockPID(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
 
 // LockFileName is the advisory lock file in the data dir.
 const LockFileName = "chalupa.lock"
@@ -18,7 +78,8 @@ const LockFileName = "chalupa.lock"
 // that exactly one process (serve, or an offline command such as rewrap)
 // writes the database: chalupa's single-writer design and Litestream both
 // assume it. The lock is released by the returned func or when the process
-// exits, even on SIGKILL. Errors: those of AcquireDataDir.
+// exits, even on SIGKILL. The holder's pid is written in the lock file for
+// the next one's refusal (LockedError). Errors: those of AcquireDataDir.
 func LockDataDir(dir string) (func(), error) {
 	l, err := AcquireDataDir(dir)
 	if err != nil {
@@ -44,8 +105,10 @@ type DataDirLock struct {
 
 // AcquireDataDir is LockDataDir returning the lock itself: the data dir is
 // created (owner only) when missing, made owner-only when it exists, and
-// its chalupa.lock taken. Errors: ErrLocked when another process holds the
-// lock; a filesystem error otherwise, after removing what it created.
+// its chalupa.lock taken, with this process's pid written in it. Errors: a
+// *LockedError (errors.Is ErrLocked) naming the holder's pid when another
+// process holds the lock; a filesystem error otherwise, after removing what
+// it created.
 func AcquireDataDir(dir string) (*DataDirLock, error) {
 	l := &DataDirLock{}
 	var missing []string
@@ -88,12 +151,17 @@ func AcquireDataDir(dir string) (*DataDirLock, error) {
 			l.made = l.made[1:]
 		}
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrLocked
+			return nil, &LockedError{PID: readLockPID(path)}
 		}
 		l.Abandon()
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
 	l.f = f
+	// The pid is for the next process's refusal only; a lock file that
+	// cannot take it still locks.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	return l, nil
 }
 

@@ -2,8 +2,10 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +41,45 @@ func TestLockDataDir(t *testing.T) {
 		t.Fatalf("relock: %v", err)
 	}
 	unlock2()
+}
+
+// TestLockedNamesTheHolder: the holder writes its pid in the lock file, and
+// both the refused second lock and DataDirHolder name it (what serve says
+// before it binds its port, docs/operations.md "Embedded default"); a lock
+// file with no pid in it (an older holder) still refuses, without one.
+func TestLockedNamesTheHolder(t *testing.T) {
+	dir := t.TempDir()
+	if pid, held := DataDirHolder(dir); held || pid != 0 {
+		t.Fatalf("DataDirHolder before any lock = %d, %v; want 0, false", pid, held)
+	}
+	unlock, err := LockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid, held := DataDirHolder(dir); !held || pid != os.Getpid() {
+		t.Fatalf("DataDirHolder = %d, %v; want %d, true", pid, held, os.Getpid())
+	}
+	_, err = LockDataDir(dir)
+	var le *LockedError
+	if !errors.As(err, &le) || le.PID != os.Getpid() || !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock: %v, want a LockedError with pid %d", err, os.Getpid())
+	}
+	if want := fmt.Sprintf("(pid %d)", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Fatalf("second lock's message %q does not name %s", err, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, LockFileName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pid, held := DataDirHolder(dir); !held || pid != 0 {
+		t.Fatalf("DataDirHolder with no pid recorded = %d, %v; want 0, true", pid, held)
+	}
+	if _, err := LockDataDir(dir); !errors.Is(err, ErrLocked) || err.Error() != ErrLocked.Error() {
+		t.Fatalf("second lock with no pid recorded: %v, want ErrLocked's words", err)
+	}
+	unlock()
+	if _, held := DataDirHolder(dir); held {
+		t.Fatal("DataDirHolder sees a holder after unlock")
+	}
 }
 
 // Abandon removes what AcquireDataDir created and nothing else: a lock file

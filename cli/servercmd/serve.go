@@ -28,9 +28,10 @@ type serveCmd struct {
 	ClockOffset time.Duration `hidden:"" help:"Tests only: run the daemon's clock this far ahead (loopback listen only)."`
 }
 
-// Help is serve's detailed help: the environment it reads, one line a
-// variable, as the daemon's variable table writes it (internal/servehelp).
-func (s *serveCmd) Help() string { return servehelp.Environment }
+// Help is serve's detailed help: its examples, then the environment it
+// reads, one line a variable, as the daemon's variable table writes it
+// (internal/servehelp).
+func (s *serveCmd) Help() string { return serveExamples + "\n" + servehelp.Environment }
 
 // Run starts the daemon. The first SIGTERM/SIGINT starts a graceful shutdown;
 // a second one exits at once with status 1.

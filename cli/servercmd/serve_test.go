@@ -2,6 +2,7 @@ package servercmd
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/cli"
 	"github.com/chalupa-run/chalupa/internal/proctest"
+	"github.com/chalupa-run/chalupa/storage"
 )
 
 // runIn runs the server's commands through cli.Run in process with exactly
@@ -56,5 +58,31 @@ func TestServeOnABusyPortTouchesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("serve on a busy port created its data dir (stat: %v)", err)
+	}
+}
+
+// TestSecondServeNamesTheLockHolder: a second serve on a data dir another
+// process holds (here this test, through storage.LockDataDir) exits 1
+// naming the lock and the holder's pid, not the port clash it would also
+// meet: the lock is checked before the port is bound (docs/operations.md,
+// "Embedded default").
+func TestSecondServeNamesTheLockHolder(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dataDir := t.TempDir()
+	unlock, err := storage.LockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	env := map[string]string{"CHALUPA_DATA_DIR": dataDir, "CHALUPA_LISTEN": ln.Addr().String()}
+	out, code := runIn(env, "serve")
+	want := fmt.Sprintf("lock CHALUPA_DATA_DIR: another chalupa process (pid %d) is using this data dir", os.Getpid())
+	if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "listen on CHALUPA_LISTEN") {
+		t.Fatalf("second serve on a held data dir and a taken port: exit %d, want 1 with %q and no port clash:\n%s", code, want, out)
 	}
 }
