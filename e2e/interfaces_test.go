@@ -396,8 +396,57 @@ func ifaceValidate(doc *openapi3.T, a ifaceAnswer) (closed bool, err error) {
 	if err := s.VisitJSON(body, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse(), openapi3.MultiErrors()); err != nil {
 		return false, err
 	}
+	if extra := ifaceUndeclared(s, body, "$", 0); len(extra) > 0 {
+		return false, fmt.Errorf("fields the schema does not declare (a generated client drops them): %v", extra)
+	}
 	ap := s.AdditionalProperties
 	return ap.Has != nil && !*ap.Has, nil
+}
+
+// ifaceUndeclared lists the object fields of v, at any depth, that s
+// neither declares as a property nor admits through additionalProperties:
+// an answer judged as if its schemas were closed, whether or not the
+// document says additionalProperties false yet. Alternatives (oneOf,
+// anyOf) are not descended into.
+func ifaceUndeclared(s *openapi3.Schema, v any, at string, depth int) []string {
+	if s == nil || depth > 32 {
+		return nil
+	}
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		props := map[string]*openapi3.Schema{}
+		for name, p := range s.Properties {
+			props[name] = p.Value
+		}
+		for _, a := range s.AllOf {
+			if a.Value != nil {
+				for name, p := range a.Value.Properties {
+					props[name] = p.Value
+				}
+			}
+		}
+		open := len(props) == 0 || (s.AdditionalProperties.Has != nil && *s.AdditionalProperties.Has)
+		for k, fv := range x {
+			p, ok := props[k]
+			switch {
+			case ok:
+				out = append(out, ifaceUndeclared(p, fv, at+"."+k, depth+1)...)
+			case s.AdditionalProperties.Schema != nil:
+				out = append(out, ifaceUndeclared(s.AdditionalProperties.Schema.Value, fv, at+"."+k, depth+1)...)
+			case !open:
+				out = append(out, at+"."+k)
+			}
+		}
+	case []any:
+		if s.Items != nil {
+			for i, e := range x {
+				out = append(out, ifaceUndeclared(s.Items.Value, e, at+"["+strconv.Itoa(i)+"]", depth+1)...)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ifaceDeprecatedNames are series kept under an old name for one release
