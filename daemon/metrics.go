@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -45,7 +47,27 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(storageMetrics(s)...)
 	m.reg.MustRegister(offsetCollector{estimate: s.ingest.ClockOffset})
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(buildInfoMetric())
 	return m
+}
+
+// buildInfoMetric is chalupa_build_info, constant 1, whose labels say which
+// build answers: the release version, the VCS commit, the Go version and the
+// linked Litestream module's version (docs/operations.md, "Metrics"). Each
+// label has one value per binary, so the series is one.
+func buildInfoMetric() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "chalupa_build_info",
+		Help: "Always 1; the labels name the running build: release version, VCS commit, Go version, linked Litestream version.",
+		ConstLabels: prometheus.Labels{
+			"version":            buildinfo.Version,
+			"commit":             buildinfo.Commit(),
+			"go_version":         runtime.Version(),
+			"litestream_version": buildinfo.LinkedLitestreamVersion(),
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // registerHTTP registers every route's request count and latency.

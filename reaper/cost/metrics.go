@@ -16,8 +16,12 @@ type Metrics struct {
 	// Adopted and Ended count droplets adopted and deployments ended.
 	Adopted, Ended prometheus.Counter
 	// MonthToDate is the last successful pass's month-to-date estimate
-	// in USD per environment slug; MonthToDateTotal over all of them.
-	MonthToDate      *prometheus.GaugeVec
+	// in USD per environment slug, chalupa_cost_month_to_date_usd; the
+	// fleet's total is its sum.
+	MonthToDate *prometheus.GaugeVec
+	// MonthToDateTotal is that sum as chalupa_cost_month_to_date_total_usd:
+	// deprecated, a gauge whose _total suffix reads as a counter, kept for
+	// one release (docs/operations.md, "Metrics").
 	MonthToDateTotal prometheus.Gauge
 }
 
@@ -48,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"environment"}),
 		MonthToDateTotal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chalupa_cost_month_to_date_total_usd",
-			Help: "Month-to-date cost estimate in USD over every environment at the last successful pass.",
+			Help: "Deprecated, removed in the release after next: use sum(chalupa_cost_month_to_date_usd). Month-to-date cost estimate in USD over every environment at the last successful pass.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.Duration, m.Runs, m.Adopted, m.Ended, m.MonthToDate, m.MonthToDateTotal} {
