@@ -47,6 +47,15 @@ func TestOperatorWords(t *testing.T) {
 		{name: "erasure batches", print: func(w *bytes.Buffer) error {
 			return printErasure(w, adminapi.TelemetryErasure{EnvironmentSlug: "demo", ErasureID: "e1", Batches: 1, FinishedAt: at})
 		}, want: []string{"in 1 batch of at most 5,000 rows"}, without: []string{"writer units"}},
+		{name: "fleet sunk", print: func(w *bytes.Buffer) error {
+			return printFleet(w, adminapi.Fleet{Environments: []adminapi.FleetEnvironment{{Slug: "gone", Status: "sunk"}}})
+		}, want: []string{"sunk: no deployment of the environment is active; its next deployment's first heartbeat makes it active again."}},
+		{name: "environment list sunk", print: func(w *bytes.Buffer) error {
+			return printEnvironments(w, environmentListAnswer{Environments: []environmentAnswer{{Environment: adminapi.Environment{Slug: "gone", Status: "sunk"}}}})
+		}, want: []string{"sunk: no deployment of the environment is active"}},
+		{name: "environment list, none sunk", print: func(w *bytes.Buffer) error {
+			return printEnvironments(w, environmentListAnswer{Environments: []environmentAnswer{{Environment: adminapi.Environment{Slug: "here", Status: "active"}}}})
+		}, without: []string{"sunk:"}},
 		{name: "box managed", print: func(w *bytes.Buffer) error {
 			return printBox(w, boxAnswer{})
 		}, want: []string{"no: a customer organization's deployments are reaped with that organization's own token"}, without: []string{" false\n"}},
