@@ -90,7 +90,7 @@ type adminBoxCreateCmd struct {
 	ControlPlaneSource string   `name:"control-plane-source" required:"" help:"The control plane's egress IPv4 /32 (host-key scan and key delivery)."`
 	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
-	Managed            bool     `help:"Mark the box's deployments managed: reaped with the platform's DIGITALOCEAN_WRITE_TOKEN whatever the environment's organization, never by a customer's token."`
+	Managed            bool     `help:"Mark the box's deployments managed: reaped with the platform's write token whatever the environment's organization, never by a customer's token."`
 	Agent              *bool    `help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
 	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" placeholder:"INT-64" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
 	AgentSessionMin    *int64   `name:"agent-session-minutes" placeholder:"INT-64" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
@@ -136,7 +136,7 @@ type adminBoxUpdateCmd struct {
 	VolumeGiB          *int64   `name:"volume-gib" help:"Data volume size in GiB."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat; replaces the list."`
 	NoTags             bool     `name:"no-tags" help:"Remove every extra tag."`
-	Managed            *bool    `help:"Mark the box's deployments managed: reaped with the platform's DIGITALOCEAN_WRITE_TOKEN, never by a customer's token (--managed=false to clear)."`
+	Managed            *bool    `help:"Mark the box's deployments managed: reaped with the platform's write token, never by a customer's token (--managed=false to clear)."`
 	Agent              *bool    `help:"Install the agent on the box's next droplet (--agent=false opts out; a running droplet keeps what it booted with)."`
 	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080."`
 	AgentSessionMin    *int64   `name:"agent-session-minutes" help:"The agent's session limit in minutes, 0-43200 (0: none)."`
