@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 	"github.com/chalupa-run/chalupa/internal/datadir"
 	"github.com/chalupa-run/chalupa/internal/origin"
 )
@@ -238,78 +240,83 @@ func (c *adminStatusCmd) Run(a *adminCmd) error {
 			st.Tokens = checked
 		}
 		return st, err
-	}, func(w io.Writer, st statusAnswer) error {
-		tw := table(w)
-		r := st.Replication
-		fmt.Fprintf(tw, "version\t%s\n", st.Version)
-		fmt.Fprintf(tw, "uptime\t%s\n", time.Duration(st.UptimeSeconds*float64(time.Second)).Round(time.Second))
-		fmt.Fprintf(tw, "schema version\t%d\n", st.SchemaVersion)
-		fmt.Fprintf(tw, "database size\t%d bytes\n", st.DBSizeBytes)
-		fmt.Fprintf(tw, "replica\t%s, local txid %d, remote txid %d, lag %.1fs (limit %.0fs)\n", r.Kind, r.LocalTXID, r.RemoteTXID, r.LagSeconds, r.LagLimitSeconds)
-		if r.Generation != "" {
-			fmt.Fprintf(tw, "replica generation\t%s (a rollback started it: restore from the replica URL with /%s appended)\n", r.Generation, r.Generation)
+	}, func(w io.Writer, st statusAnswer) error { return printStatus(w, st, c.CheckTokens) })
+}
+
+// printStatus is admin status's text: sizes in the units the console and
+// environment list use (bytesize), what the daemon did not answer as
+// unknown; checked says whether --check-tokens ran.
+func printStatus(w io.Writer, st statusAnswer, checked bool) error {
+	tw := table(w)
+	r := st.Replication
+	fmt.Fprintf(tw, "version\t%s\n", st.Version)
+	fmt.Fprintf(tw, "uptime\t%s\n", time.Duration(st.UptimeSeconds*float64(time.Second)).Round(time.Second))
+	fmt.Fprintf(tw, "schema version\t%d\n", st.SchemaVersion)
+	fmt.Fprintf(tw, "database size\t%s\n", bytesize.Format(st.DBSizeBytes))
+	fmt.Fprintf(tw, "replica\t%s, local txid %d, remote txid %d, lag %.1fs (limit %.0fs)\n", r.Kind, r.LocalTXID, r.RemoteTXID, r.LagSeconds, r.LagLimitSeconds)
+	if r.Generation != "" {
+		fmt.Fprintf(tw, "replica generation\t%s (a rollback started it: restore from the replica URL with /%s appended)\n", r.Generation, r.Generation)
+	}
+	if !r.LastSyncAt.IsZero() {
+		fmt.Fprintf(tw, "last sync\t%s\n", r.LastSyncAt.UTC().Format(time.RFC3339))
+	}
+	if r.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s at %s (%d errors)\n", r.LastError, r.LastErrorAt.UTC().Format(time.RFC3339), r.SyncErrors)
+	}
+	if r.Failing {
+		fmt.Fprintf(tw, "replication\tFAILING\n")
+	}
+	var sh adminapi.StorageHealth
+	if st.Storage == nil {
+		fmt.Fprintf(tw, "disk\t%s\n", unknownText)
+	} else {
+		sh = *st.Storage
+		fmt.Fprintf(tw, "disk\t%s free of %s, floor %s\n", bytesize.Format(clampInt64(sh.FreeBytes)), bytesize.Format(clampInt64(sh.TotalBytes)), bytesize.Format(clampInt64(sh.MinFreeBytes)))
+	}
+	if sh.DiskLow {
+		fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
+	}
+	if sh.DiskError != "" {
+		fmt.Fprintf(tw, "disk\tfree space not measured (%s): the guard refuses nothing\n", sh.DiskError)
+	}
+	if sh.Failing {
+		fmt.Fprintf(tw, "storage\tFAILING since %s (%s): writes are answered 503 storage_unavailable\n", timeOrDash(sh.FailingSince), sh.LastFault)
+	} else if sh.LastFault != "" {
+		fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
+	}
+	// Every time the reaper or costs are not fully on
+	// (docs/operations.md, "Configuration").
+	fmt.Fprintf(tw, "reaper\t%s\n", orUnknown(st.ReaperMode))
+	fmt.Fprintf(tw, "costs\t%s\n", orUnknown(st.Costs))
+	for _, n := range st.ModeNotes {
+		fmt.Fprintf(tw, "warning\t%s\n", n)
+	}
+	for _, l := range offsetLines(st.ClockOffset) {
+		fmt.Fprintf(tw, "%s\n", l)
+	}
+	if c := st.ReaperClock; c.Suspect {
+		for _, l := range clockLines(c) {
+			fmt.Fprintf(tw, "reaper %s\n", l)
 		}
-		if !r.LastSyncAt.IsZero() {
-			fmt.Fprintf(tw, "last sync\t%s\n", r.LastSyncAt.UTC().Format(time.RFC3339))
+	}
+	for _, t := range st.Tokens {
+		fmt.Fprintf(tw, "token %s\t%s\n", t.Variable, tokenText(t))
+	}
+	if checked && len(st.Tokens) == 0 {
+		// Say the check had nothing to do, not nothing at all.
+		fmt.Fprintf(tw, "tokens\tno DigitalOcean token is configured: none to check\n")
+	}
+	for _, l := range st.Loops {
+		if l.Paused {
+			fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
 		}
-		if r.LastError != "" {
-			fmt.Fprintf(tw, "last error\t%s at %s (%d errors)\n", r.LastError, r.LastErrorAt.UTC().Format(time.RFC3339), r.SyncErrors)
-		}
-		if r.Failing {
-			fmt.Fprintf(tw, "replication\tFAILING\n")
-		}
-		var sh adminapi.StorageHealth
-		if st.Storage == nil {
-			fmt.Fprintf(tw, "disk\t%s\n", unknownText)
-		} else {
-			sh = *st.Storage
-			fmt.Fprintf(tw, "disk\t%d bytes free of %d, floor %d bytes\n", sh.FreeBytes, sh.TotalBytes, sh.MinFreeBytes)
-		}
-		if sh.DiskLow {
-			fmt.Fprintf(tw, "disk low\tsince %s: signed ingest other than heartbeats is refused 503 disk_low; make room (retention, erase, a larger disk)\n", timeOrDash(sh.DiskLowSince))
-		}
-		if sh.DiskError != "" {
-			fmt.Fprintf(tw, "disk\tfree space not measured (%s): the guard refuses nothing\n", sh.DiskError)
-		}
-		if sh.Failing {
-			fmt.Fprintf(tw, "storage\tFAILING since %s (%s): writes are answered 503 storage_unavailable\n", timeOrDash(sh.FailingSince), sh.LastFault)
-		} else if sh.LastFault != "" {
-			fmt.Fprintf(tw, "storage\tok; last fault %s at %s (%d faults)\n", sh.LastFault, timeOrDash(sh.LastFaultAt), sh.Faults)
-		}
-		// Every time the reaper or costs are not fully on
-		// (docs/operations.md, "Configuration").
-		fmt.Fprintf(tw, "reaper\t%s\n", orUnknown(st.ReaperMode))
-		fmt.Fprintf(tw, "costs\t%s\n", orUnknown(st.Costs))
-		for _, n := range st.ModeNotes {
-			fmt.Fprintf(tw, "warning\t%s\n", n)
-		}
-		for _, l := range offsetLines(st.ClockOffset) {
-			fmt.Fprintf(tw, "%s\n", l)
-		}
-		if c := st.ReaperClock; c.Suspect {
-			for _, l := range clockLines(c) {
-				fmt.Fprintf(tw, "reaper %s\n", l)
-			}
-		}
-		for _, t := range st.Tokens {
-			fmt.Fprintf(tw, "token %s\t%s\n", t.Variable, tokenText(t))
-		}
-		if c.CheckTokens && len(st.Tokens) == 0 {
-			// Say the check had nothing to do, not nothing at all.
-			fmt.Fprintf(tw, "tokens\tno DigitalOcean token is configured: none to check\n")
-		}
-		for _, l := range st.Loops {
-			if l.Paused {
-				fmt.Fprintf(tw, "loop %s\tPAUSED since %s\n", l.Name, timeOrDash(l.ChangedAt))
-			}
-		}
-		if st.AlertSinks == nil {
-			fmt.Fprintf(tw, "alert sinks\t%s\n", unknownText)
-		} else {
-			printSinks(tw, *st.AlertSinks)
-		}
-		return tw.Flush()
-	})
+	}
+	if st.AlertSinks == nil {
+		fmt.Fprintf(tw, "alert sinks\t%s\n", unknownText)
+	} else {
+		printSinks(tw, *st.AlertSinks)
+	}
+	return tw.Flush()
 }
 
 // offsetLines are admin status's lines for the fleet's clock offset
@@ -430,3 +437,7 @@ func tokenText(t adminapi.TokenCheck) string {
 	}
 	return out
 }
+
+// clampInt64 is n as an int64, at most math.MaxInt64 (a file system's
+// sizes are far below it).
+func clampInt64(n uint64) int64 { return int64(min(n, math.MaxInt64)) }

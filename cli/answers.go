@@ -92,3 +92,11 @@ func orUnknown(p *string) string {
 	}
 	return *p
 }
+
+// plural is one when n is 1, else many: "1 batch", "2 batches", "0 points".
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -90,7 +90,7 @@ type adminBoxCreateCmd struct {
 	ControlPlaneSource string   `name:"control-plane-source" required:"" help:"The control plane's egress IPv4 /32 (host-key scan and key delivery)."`
 	VolumeGiB          int64    `name:"volume-gib" help:"Data volume size in GiB (0: none)."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat for more."`
-	Managed            bool     `help:"Mark the box's deployments managed."`
+	Managed            bool     `help:"Mark the box's deployments managed: reaped with the platform's write token whatever the environment's organization, never by a customer's token."`
 	Agent              *bool    `help:"Install the agent on the box's droplet (--agent=false opts out: the reaper then ends it at its launch deadline)."`
 	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" placeholder:"INT-64" help:"The agent's idle limit in minutes, 1-10080 (default 30)."`
 	AgentSessionMin    *int64   `name:"agent-session-minutes" placeholder:"INT-64" help:"The agent's session limit in minutes from its install, 0-43200 (0: none)."`
@@ -136,7 +136,7 @@ type adminBoxUpdateCmd struct {
 	VolumeGiB          *int64   `name:"volume-gib" help:"Data volume size in GiB."`
 	Tag                []string `name:"tag" help:"Extra droplet tag; repeat; replaces the list."`
 	NoTags             bool     `name:"no-tags" help:"Remove every extra tag."`
-	Managed            *bool    `help:"Mark the box's deployments managed (--managed=false to clear)."`
+	Managed            *bool    `help:"Mark the box's deployments managed: reaped with the platform's write token, never by a customer's token (--managed=false to clear)."`
 	Agent              *bool    `help:"Install the agent on the box's next droplet (--agent=false opts out; a running droplet keeps what it booted with)."`
 	AgentIdleMinutes   *int64   `name:"agent-idle-minutes" help:"The agent's idle limit in minutes, 1-10080."`
 	AgentSessionMin    *int64   `name:"agent-session-minutes" help:"The agent's session limit in minutes, 0-43200 (0: none)."`
@@ -224,7 +224,7 @@ func printBox(w io.Writer, b boxAnswer) error {
 	fmt.Fprintf(tw, "name\t%s\n", b.Name)
 	fmt.Fprintf(tw, "id\t%s\n", b.ID)
 	fmt.Fprintf(tw, "environment\t%s\n", b.Environment)
-	fmt.Fprintf(tw, "managed\t%v\n", b.Managed)
+	fmt.Fprintf(tw, "managed\t%s\n", managedText(b.Managed))
 	agent := agentText(b)
 	// The agent is user data: it acts when a droplet is created, so a
 	// change made after the recorded droplet launched is for the next
@@ -306,4 +306,13 @@ func agentText(b boxAnswer) string {
 		session = "no session limit"
 	}
 	return fmt.Sprintf("on, idle limit %s, %s", idle, session)
+}
+
+// managedText is a box's managed flag in words: who reaps its deployments
+// (docs/operations.md, "Customer organizations").
+func managedText(managed bool) string {
+	if managed {
+		return "yes: its deployments are reaped with the platform's write token, whatever the organization"
+	}
+	return "no: a customer organization's deployments are reaped with that organization's own token"
 }

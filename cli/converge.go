@@ -175,7 +175,7 @@ func progressLine(raw json.RawMessage) string {
 
 type adminStateCmd struct {
 	Cancel adminStateCancelCmd `cmd:"" help:"Cancel a box's held state lock (refused while a job of the box is queued or running)."`
-	Wipe   adminStateWipeCmd   `cmd:"" help:"Wipe the Pulumi state cache of a box (or of every box); the oracle stays and the next up adopts what exists."`
+	Wipe   adminStateWipeCmd   `cmd:"" help:"Wipe the Pulumi state cache of a box (or of every box); the oracle (chalupa's own record of each box's declared resources) stays and the next up adopts what exists."`
 }
 
 type adminStateWipeCmd struct {

@@ -46,24 +46,43 @@ func (*adminEnvironmentListCmd) operation() string { return adminapi.OpListEnvir
 func (c *adminEnvironmentListCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (environmentListAnswer, error) {
 		return adminapi.CallAs[environmentListAnswer](ctx, cl, adminapi.OpListEnvironments, nil)
-	}, func(w io.Writer, l environmentListAnswer) error {
-		tw := table(w)
-		fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY\tSTORAGE")
-		for _, e := range l.Environments {
-			// A column the daemon did not answer is "unknown", the
-			// table's short form of unknownText.
-			org, storage := "unknown", "unknown"
-			if e.Organization != nil {
-				org = *e.Organization
-			}
-			if e.StorageBytes != nil && e.StorageBudgetBytes != nil {
-				storage = bytesize.Budget(*e.StorageBytes, *e.StorageBudgetBytes)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, org, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
-				policyText(e.SessionPolicy), storage)
+	}, printEnvironments)
+}
+
+// printEnvironments is environment list's table, with "sunk" defined under
+// it when an environment is.
+func printEnvironments(w io.Writer, l environmentListAnswer) error {
+	tw := table(w)
+	sunk := false
+	fmt.Fprintln(tw, "SLUG\tORGANIZATION\tNAME\tSTATUS\tCREATED\tSESSION POLICY\tSTORAGE")
+	for _, e := range l.Environments {
+		// A column the daemon did not answer is "unknown", the
+		// table's short form of unknownText.
+		org, storage := "unknown", "unknown"
+		if e.Organization != nil {
+			org = *e.Organization
 		}
-		return tw.Flush()
-	})
+		if e.StorageBytes != nil && e.StorageBudgetBytes != nil {
+			storage = bytesize.Budget(*e.StorageBytes, *e.StorageBudgetBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Slug, org, displayText(e.Name), e.Status, e.CreatedAt.UTC().Format(time.RFC3339),
+			policyText(e.SessionPolicy), storage)
+		sunk = sunk || e.Status == "sunk"
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return sunkNote(w, sunk)
+}
+
+// sunkNote defines the status "sunk" under a table that shows it
+// (docs/operations.md, "Glossary"); nothing when none is.
+func sunkNote(w io.Writer, shown bool) error {
+	if !shown {
+		return nil
+	}
+	_, err := fmt.Fprintln(w, "sunk: no deployment of the environment is active; its next deployment's first heartbeat makes it active again.")
+	return err
 }
 
 // policyText is a session policy as the CLI prints it ("-": none).

@@ -39,7 +39,10 @@ func printLoops(w io.Writer, loops []adminapi.LoopSwitch) error {
 			state = "PAUSED"
 		}
 		if !l.Configured {
-			state += " (not run here)"
+			// Configured false: this daemon never starts the loop (its
+			// token or setting is absent), so pausing it changes nothing
+			// (docs/operations.md, "Loop switches").
+			state += " (not started by this daemon: its token or setting is not configured)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", l.Name, state, timeOrDash(l.ChangedAt), l.Configured)
 	}

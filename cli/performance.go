@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 )
 
 type adminPerformanceCmd struct {
@@ -42,13 +43,23 @@ func (c *adminPerformanceCmd) Run(a *adminCmd) error {
 // metricLabel is a metric's short column heading.
 var metricLabel = map[string]string{
 	"cpuPct": "CPU%", "memUsedBytes": "MEM", "memTotalBytes": "MEM TOTAL", "diskUsedBytes": "DISK",
-	"diskTotalBytes": "DISK TOTAL", "load1": "LOAD1", "netRxBytes": "NET RX", "netTxBytes": "NET TX",
+	"diskTotalBytes": "DISK TOTAL", "load1": "LOAD1", "netRxBytes": "NET RX/s", "netTxBytes": "NET TX/s",
 	"gpuUtilPct": "GPU%", "gpuMemUsedBytes": "GPU MEM", "gpuMemTotalBytes": "GPU MEM TOTAL",
 	"gpuTempC": "GPU °C", "gpuPowerW": "GPU W",
 }
 
-// formatValue is v compactly in the metric's unit.
+// netSampleSeconds is the agent's sampling interval (docs/operations.md,
+// "Agent": a sample every 5 s): netRxBytes and netTxBytes are bytes moved
+// during one sample ("Telemetry"), so a mean divided by it is bytes per
+// second, as the console's network chart shows them.
+const netSampleSeconds = 5
+
+// formatValue is v compactly in the metric's unit; network means are
+// written per second.
 func formatValue(metric string, v float64) string {
+	if metric == "netRxBytes" || metric == "netTxBytes" {
+		return bytesize.PerSecond(v / netSampleSeconds)
+	}
 	if strings.HasSuffix(metric, "Bytes") {
 		if v < 0 {
 			return strconv.FormatFloat(v, 'f', 0, 64)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/bytesize"
 )
 
 // adminReportCmd prints the operations report (docs/operations.md,
@@ -27,7 +28,11 @@ func (c *adminReportCmd) Run(a *adminCmd) error {
 
 // printOperationsReport prints the report as tables.
 func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
-	fmt.Fprintf(w, "Operations report from %s to %s (hours with traffic: %d).\n\n", timeOrDash(r.Since), timeOrDash(r.Until), r.HoursWithTraffic)
+	fmt.Fprintf(w, "Operations report from %s to %s (hours with traffic: %d).\n", timeOrDash(r.Since), timeOrDash(r.Until), r.HoursWithTraffic)
+	// What lags and why: rows are written once an hour, by the next hour's
+	// first request or at shutdown (docs/operations.md, "Operations report").
+	fmt.Fprintln(w, "Requests include the hour under way (counted live); process time lags: an hour's row is written by the next UTC hour's first request or at shutdown.")
+	fmt.Fprintln(w)
 	tw := table(w)
 	fmt.Fprintln(tw, "ROUTE GROUP\tREQUESTS\t5XX\tP50\tP99")
 	for _, g := range r.Routes {
@@ -39,16 +44,19 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(r.Routes) > 0 {
+		fmt.Fprintln(w, "P50 and P99 are latency bucket edges (the /metrics histogram's bounds, not interpolated): ≤250 ms means at most 250 ms.")
+	}
 	p := r.Process
-	fmt.Fprintf(w, "\nProcess: %.1f s wall, %.1f s CPU (active %.2f%%, idle %.1f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
+	fmt.Fprintf(w, "\nProcess (hours written so far): %.1f s wall, %.1f s CPU (active %.2f%%, idle %.1f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
 	d := r.Database
-	fmt.Fprintf(w, "Database: %d bytes (%+d over the span), WAL %d bytes (%+d).\n", d.Bytes, d.GrowthBytes, d.WALBytes, d.WALGrowthBytes)
+	fmt.Fprintf(w, "Database: %s (%s over the span), WAL %s (%s).\n", bytesize.Format(d.Bytes), bytesize.Signed(d.GrowthBytes), bytesize.Format(d.WALBytes), bytesize.Signed(d.WALGrowthBytes))
 	if r.Replica.Known {
 		more := ""
 		if r.Replica.Truncated {
 			more = " at least"
 		}
-		fmt.Fprintf(w, "Replica:%s %d objects, %d bytes.\n", more, r.Replica.Objects, r.Replica.Bytes)
+		fmt.Fprintf(w, "Replica:%s %d objects, %s.\n", more, r.Replica.Objects, bytesize.Format(r.Replica.Bytes))
 	} else {
 		fmt.Fprintf(w, "Replica: %s.\n", r.Replica.Note)
 	}

@@ -167,7 +167,9 @@ func printErasure(w io.Writer, r adminapi.TelemetryErasure) error {
 	if r.Resumed {
 		resumed = " (resumed an interrupted erasure; the counts include its earlier batches)"
 	}
-	fmt.Fprintf(w, "erased telemetry of %s: erasure %s, %d writer units%s\n", displayText(r.EnvironmentSlug), r.ErasureID, r.Batches, resumed)
+	// A batch is one write transaction of at most 5,000 rows
+	// (docs/operations.md, "Erasing telemetry").
+	fmt.Fprintf(w, "erased telemetry of %s: erasure %s, in %d %s of at most 5,000 rows%s\n", displayText(r.EnvironmentSlug), r.ErasureID, r.Batches, plural(r.Batches, "batch", "batches"), resumed)
 	if err := printCounts(w, r.Removed); err != nil {
 		return err
 	}

@@ -211,7 +211,7 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 	for t := alignUp(from, tstep); t.Before(to) || t.Equal(to); t = t.Add(tstep) {
 		xx := x(t)
 		fmt.Fprintf(&b, `<line class="tick" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/><text x="%.1f" y="%d">%s</text>`,
-			xx, xx, plotBottom, plotBottom+4, xx, chartHeight-10, t.UTC().Format(tfmt))
+			xx, xx, plotBottom, plotBottom+4, xx, chartHeight-10, tickLabel(t, tfmt))
 	}
 	fmt.Fprintf(&b, `<text class="utc" x="4" y="%d">UTC</text></g>`, chartHeight-10)
 	if empty {
@@ -228,6 +228,10 @@ func renderPanel(p panel, by map[string]adminapi.MetricSeries, from, to time.Tim
 		b.WriteString(`"/>`)
 	}
 	tsFmt := pointTimeFormat(to.Sub(from))
+	if tsFmt == "15:04" && !sameUTCDay(from, to) {
+		// A range across midnight names each point's day.
+		tsFmt = "Jan 2 15:04"
+	}
 	for i, pts := range lines {
 		cls := "s" + strconv.Itoa(i)
 		segs := segments(pts, step)
@@ -292,7 +296,7 @@ func summary(p panel, lines [][]xy) string {
 		for _, q := range pts {
 			lo, hi, sum = min(lo, q.V), max(hi, q.V), sum+q.V
 		}
-		s := fmt.Sprintf("%d points; lowest %s, highest %s, mean %s, last %s", len(pts),
+		s := fmt.Sprintf("%d %s; lowest %s, highest %s, mean %s, last %s", len(pts), pluralWord(len(pts), "point", "points"),
 			pointValue(lo, p.Unit), pointValue(hi, p.Unit), pointValue(sum/float64(len(pts)), p.Unit), pointValue(pts[len(pts)-1].V, p.Unit))
 		if l := p.Lines[i].Legend; l != "" {
 			s = l + ": " + s
@@ -409,6 +413,32 @@ func timeTicks(span time.Duration) (time.Duration, string) {
 		return step, "Jan 2 15:04"
 	}
 	return step, "15:04"
+}
+
+// tickLabel is a time tick's label in layout; a clock-time label at UTC
+// midnight is the date instead ("Mar 4"), so a 24-hour chart says which
+// day its second half is.
+func tickLabel(t time.Time, layout string) string {
+	t = t.UTC()
+	if layout == "15:04" && t.Hour() == 0 && t.Minute() == 0 {
+		return t.Format("Jan 2")
+	}
+	return t.Format(layout)
+}
+
+// sameUTCDay says whether a and b fall on the same UTC date.
+func sameUTCDay(a, b time.Time) bool {
+	ay, am, ad := a.UTC().Date()
+	by, bm, bd := b.UTC().Date()
+	return ay == by && am == bm && ad == bd
+}
+
+// pluralWord is one when n is 1, else many ("1 point", "2 points").
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // pointTimeFormat is how a point's <title> writes its time.

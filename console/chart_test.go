@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
 	"github.com/chalupa-run/chalupa/reaper/cost"
 	"github.com/chalupa-run/chalupa/storage"
@@ -146,6 +147,29 @@ func TestAxisLabels(t *testing.T) {
 			}
 			if got := axisValue(top/valueTicks, tc.u, top/valueTicks); got != tc.tick {
 				t.Errorf("first tick %q, want %q", got, tc.tick)
+			}
+		})
+	}
+}
+
+// TestChartWords: a one-point series says "1 point", and a 24-hour chart
+// labels its midnight tick with the date and names the day in points'
+// titles, so the second half of the chart is not read as the first's day.
+func TestChartWords(t *testing.T) {
+	from := time.Date(2026, 3, 3, 12, 0, 0, 0, time.UTC)
+	to := from.Add(24 * time.Hour)
+	one := adminapi.MetricSeries{Metric: "cpuPct", Points: []adminapi.PerformancePoint{{T: from.Add(13 * time.Hour), Mean: 40}}}
+	v := renderPanel(panels[0], map[string]adminapi.MetricSeries{"cpuPct": one}, from, to, 10*time.Minute)
+	for _, tc := range []struct {
+		name, in, want, not string
+	}{
+		{"one point", v.Summary, "1 point;", "1 points"},
+		{"midnight tick has the date", string(v.SVG), ">Mar 4</text>", ">00:00</text>"},
+		{"point title names the day", string(v.SVG), "<title>Mar 4 01:00 ", "<title>01:00 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(tc.in, tc.want) || strings.Contains(tc.in, tc.not) {
+				t.Errorf("want %q and not %q in:\n%s", tc.want, tc.not, tc.in)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -441,5 +442,37 @@ func TestBoxPageAgentIsTheDeclaration(t *testing.T) {
 	}
 	if strings.Contains(page, "no agent is installed") {
 		t.Errorf("box page says no agent is installed, untrue of droplet 4242:\n%s", page)
+	}
+}
+
+// TestWordsDefinedWhereTheyAppear: "sunk", "oracle" and "managed" carry
+// their definition on the pages that show them (title text or a note), so
+// an operator never meets them undefined (docs/operations.md, "Console").
+func TestWordsDefinedWhereTheyAppear(t *testing.T) {
+	c, db := testConsole(t)
+	storagetest.Environment(t, db, storage.Environment{Slug: "gone", Status: "sunk"})
+	storagetest.Box(t, db, storage.Box{Name: "box-m", Managed: true})
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		path string
+		ps   []string
+		want string
+	}{
+		{"fleet sunk", c.fleet, "/app", nil, `title="No deployment runs in this environment; the next deployment's first heartbeat makes it active again">sunk</abbr>`},
+		{"environment sunk", c.environment, "/app/env/gone", []string{"slug", "gone"}, `>sunk</abbr>`},
+		{"oracle page", c.oracle, "/app/oracle?tab=cache", nil, `The oracle is chalupa's own record of each box's declared resources`},
+		{"oracle link", c.fleet, "/app", nil, `title="The oracle: chalupa's own record`},
+		{"box managed", c.box, "/app/boxes/box-m", []string{"name", "box-m"}, `whatever the environment's organization">managed</abbr>`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := pageOf(t, tc.h, tc.path, tc.ps...)
+			if code != http.StatusOK {
+				t.Fatalf("%s: %d", tc.path, code)
+			}
+			if !strings.Contains(html.UnescapeString(body), tc.want) {
+				t.Errorf("%s lacks %q:\n%s", tc.path, tc.want, body)
+			}
+		})
 	}
 }

@@ -39,6 +39,16 @@ func TestConfigModesShowEverywhere(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Each note is logged once at start, in one wording: the
+			// reaper's own start no longer repeats the reaper-off note.
+			for _, n := range tc.notes {
+				if c := strings.Count(p.Logs.String(), n); c != 1 {
+					t.Errorf("start log says %q %d times, want once:\n%s", n, c, p.Logs.String())
+				}
+			}
+			if tc.mode == "off" && strings.Contains(p.Logs.String(), "the reaper does not run") {
+				t.Errorf("start log repeats the reaper-off warning in a second wording:\n%s", p.Logs.String())
+			}
 			if st.ReaperMode != tc.mode || st.Costs != tc.costs || len(st.ModeNotes) != len(tc.notes) {
 				t.Fatalf("status: reaper %q, costs %q, notes %q; want %q, %q, %d notes", st.ReaperMode, st.Costs, st.ModeNotes, tc.mode, tc.costs, len(tc.notes))
 			}

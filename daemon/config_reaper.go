@@ -206,9 +206,11 @@ func newReaper(cfg *Config, db *storage.DB, svc *ingest.Service, guard *clockgua
 		rc.Credentials = reaper.Platform{Write: write}
 		// The reaper checks its own token (docs/operations.md, "Alerts").
 		rc.TokenVariable = "DIGITALOCEAN_WRITE_TOKEN"
-	} else {
-		log.Warn().Str("reaper", ReaperModeOff).Msg(reaperOffMessage + " (docs/operations.md, \"Reaper\")")
 	}
+	// Off, the reaper is not started and says nothing here: the start's
+	// mode notes (ModeNotes, logged once by openServices) already said it
+	// in the one wording status and the console use (docs/operations.md,
+	// "Configuration").
 	r := reaper.New(rc)
 	// An alert open across a restart resolves at start when its condition
 	// no longer holds (docs/operations.md, "Alerts").

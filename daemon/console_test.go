@@ -385,8 +385,12 @@ func TestConsoleHeaders(t *testing.T) {
 			if want := map[bool]int{true: http.StatusNotFound, false: http.StatusOK}[path == "/app/env/nope"]; r.StatusCode != want {
 				t.Errorf("status %d, want %d", r.StatusCode, want)
 			}
-			if !strings.Contains(body, `id="version"`) {
-				t.Errorf("no build version on the page")
+			// Signed in, every /app page shows the build version; the
+			// public pages (/ and /login) show neither it nor the replica
+			// type.
+			public := path == "/" || path == "/login"
+			if got := strings.Contains(body, `id="version"`) || strings.Contains(body, "replica "); got == public {
+				t.Errorf("build version and replica shown %v on %s", got, path)
 			}
 			for k, want := range map[string]string{
 				"Content-Security-Policy": console.ContentSecurityPolicy,

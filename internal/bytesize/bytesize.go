@@ -28,3 +28,29 @@ func Budget(used, budget int64) string {
 	}
 	return fmt.Sprintf("%s / %s (%d%%)", Format(used), Format(budget), used*100/budget)
 }
+
+// Signed is a change of n bytes with its sign, in Format's units: "+1.5 MiB",
+// "-512 B", "+0 B" (the operations report's growth figures,
+// docs/operations.md "Operations report").
+func Signed(n int64) string {
+	if n < 0 {
+		if n == -n { // math.MinInt64 has no positive twin
+			return "-8192.0 PiB"
+		}
+		return "-" + Format(-n)
+	}
+	return "+" + Format(n)
+}
+
+// PerSecond is a rate of bytesPerSecond in Format's units with "/s":
+// "1.5 KiB/s", "0 B/s" below one byte (fractions are dropped; negative
+// rates are written as 0, which a counter's delta never is).
+func PerSecond(bytesPerSecond float64) string {
+	if !(bytesPerSecond >= 1) { // NaN and fractions too
+		return "0 B/s"
+	}
+	if bytesPerSecond > float64(1<<62) {
+		bytesPerSecond = float64(1 << 62)
+	}
+	return Format(int64(bytesPerSecond)) + "/s"
+}
