@@ -23,6 +23,14 @@ var Patterns = map[string]string{
 	"commit": `^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`,
 }
 
+// patternWords say what each of Patterns asks, after the field's name, in
+// the refusal Violation.Message writes.
+var patternWords = map[string]string{
+	"slug":   "must match " + slug.Pattern,
+	"id":     "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit": "must be a 40- or 64-digit hex object id",
+}
+
 // compiled holds Patterns compiled once, at package start: every name is a
 // constant of this file.
 var compiled = func() map[string]*regexp.Regexp {
@@ -121,6 +129,32 @@ func (r Rules) apply(s Schema) {
 // maxLength, minimum, maximum, enum) and, for a pattern, its name.
 type Violation struct {
 	Field, Rule, Pattern string
+	// Rules are the field's rules, for Message.
+	Rules Rules
+}
+
+// Message is the refusal's words: the field's key and what its rule asks
+// ("environmentSlug must match ^[a-z0-9]…", "reaper.limitMinutes must be
+// between 1 and 10080"); never the value sent.
+func (v *Violation) Message() string {
+	r := v.Rules
+	switch {
+	case r.Pattern != "":
+		// An empty string breaks the pattern too: one message for both.
+		return v.Field + " " + patternWords[r.Pattern]
+	case r.Minimum != nil && r.Maximum != nil:
+		return v.Field + " must be between " + strconv.FormatInt(*r.Minimum, 10) + " and " + strconv.FormatInt(*r.Maximum, 10)
+	case r.Enum != nil:
+		return v.Field + " must be one of " + strings.Join(r.Enum, ", ")
+	case v.Rule == "required":
+		return v.Field + " is required"
+	case v.Rule == "maxLength":
+		return v.Field + " must be at most " + strconv.Itoa(r.MaxLength) + " bytes"
+	case v.Rule == "minimum":
+		return v.Field + " must be at least " + strconv.FormatInt(*r.Minimum, 10)
+	default:
+		return v.Field + " must be at most " + strconv.FormatInt(*r.Maximum, 10)
+	}
 }
 
 // Check returns the first field of v, a request value (a struct or a
@@ -172,7 +206,7 @@ func check(v reflect.Value, path string) *Violation {
 func (r Rules) violation(v reflect.Value, name string) *Violation {
 	if v.IsZero() {
 		if r.Required {
-			return &Violation{Field: name, Rule: "required", Pattern: r.Pattern}
+			return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
 		}
 		return nil
 	}
@@ -189,10 +223,10 @@ func (r Rules) violation(v reflect.Value, name string) *Violation {
 	case reflect.String:
 		s := v.String()
 		if r.Pattern != "" && !compiled[r.Pattern].MatchString(s) {
-			return &Violation{Field: name, Rule: "pattern", Pattern: r.Pattern}
+			return &Violation{Field: name, Rule: "pattern", Pattern: r.Pattern, Rules: r}
 		}
 		if r.MaxLength > 0 && len(s) > r.MaxLength {
-			return &Violation{Field: name, Rule: "maxLength"}
+			return &Violation{Field: name, Rule: "maxLength", Rules: r}
 		}
 		if r.Enum != nil {
 			for _, e := range r.Enum {
@@ -200,15 +234,15 @@ func (r Rules) violation(v reflect.Value, name string) *Violation {
 					return nil
 				}
 			}
-			return &Violation{Field: name, Rule: "enum"}
+			return &Violation{Field: name, Rule: "enum", Rules: r}
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n := v.Int()
 		if r.Minimum != nil && n < *r.Minimum {
-			return &Violation{Field: name, Rule: "minimum"}
+			return &Violation{Field: name, Rule: "minimum", Rules: r}
 		}
 		if r.Maximum != nil && n > *r.Maximum {
-			return &Violation{Field: name, Rule: "maximum"}
+			return &Violation{Field: name, Rule: "maximum", Rules: r}
 		}
 	}
 	return nil
