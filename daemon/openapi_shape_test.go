@@ -3,8 +3,10 @@ package daemon_test
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 	"github.com/chalupa-run/chalupa/protocol"
 )
@@ -61,6 +64,11 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 	run := func(mutate func(*protocol.RunReportV1)) []byte {
 		return h.RunReport("shape-check", "dep-shape", "run-1", mutate)
 	}
+	minute := h.Clock.Now().Add(-2 * time.Minute).Truncate(time.Minute)
+	window := func(session string) []byte {
+		return h.TelemetryWindow("shape-check", "dep-shape", session, minute, nil)
+	}
+	event := func(id, dep string) []byte { return h.LifecycleEvent("shape-check", id, "booted", dep, nil) }
 	s := func(v string) []byte { return []byte(v) }
 	cases := []shapeCase{
 		{"create environment without slug", adminapi.OpCreateEnvironment, "", s(`{}`), 400, "invalid_slug"},
@@ -78,6 +86,9 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"run with an unknown status", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Status = "done" }), 422, "invalid_body"},
 		{"run without runId", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.RunID = "" }), 422, "invalid_body"},
 		{"run of a bad environment slug", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.EnvironmentSlug = "x" }), 422, "invalid_body"},
+		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
+		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
+		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},
 
 		{"create environment", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","name":"Shape"}`), 0, ""},
 		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org"}`), 0, ""},
@@ -86,6 +97,8 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"erase logs", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"shape-check","confirmation":"erase logs shape-check"}`), 0, ""},
 		{"heartbeat", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{LimitMinutes: protocol.MaxLimitMinutes}), 0, ""},
 		{"run with a SHA-256 commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit = strings.Repeat("0a", 32) }), 0, ""},
+		{"telemetry window", "", ingest.TelemetryRoute, window("session-1"), 0, ""},
+		{"lifecycle event", "", ingest.LifecycleRoute, event("ev-2", "dep-shape"), 0, ""},
 		{"run without commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit, r.RunID = "", "run-2" }), 0, ""},
 	}
 	for _, tc := range cases {
@@ -116,6 +129,16 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 				t.Fatalf("the daemon refuses %d %s (%s) but the schema accepts the body", got.Status, got.Code, got.Message)
 			}
 		})
+	}
+}
+
+// TestLimitMinutesTagIsTheConstant: the heartbeat's limitMinutes tag says
+// the same maximum as protocol.MaxLimitMinutes, which the reaper and the
+// agent use.
+func TestLimitMinutesTagIsTheConstant(t *testing.T) {
+	f, _ := reflect.TypeFor[protocol.ReaperObservation]().FieldByName("LimitMinutes")
+	if r := apischema.RulesOf(f.Tag); r.Maximum == nil || *r.Maximum != protocol.MaxLimitMinutes {
+		t.Fatalf("limitMinutes tag maximum %v; protocol.MaxLimitMinutes is %d", r.Maximum, protocol.MaxLimitMinutes)
 	}
 }
 
