@@ -103,9 +103,9 @@ func (c *Client) ClearSessionPolicy(ctx context.Context, req ClearSessionPolicyR
 // belongs to; empty, the platform organization (docs/operations.md,
 // "Customer organizations").
 type CreateEnvironmentRequest struct {
-	Slug         string `json:"slug"`
+	Slug         string `json:"slug" schema:"required,pattern=slug"`
 	Name         string `json:"name,omitempty"`
-	Organization string `json:"organization,omitempty"`
+	Organization string `json:"organization,omitempty" schema:"pattern=slug"`
 }
 
 // Environment is one environment. Status is "active" or "sunk";

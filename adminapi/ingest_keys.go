@@ -34,7 +34,7 @@ var ingestKeyOperations = []Operation{
 // {"action":"revoke","keyId"} revokes.
 type IngestKeyRequest struct {
 	Action          string `json:"action,omitempty"`
-	EnvironmentSlug string `json:"environmentSlug,omitempty"`
+	EnvironmentSlug string `json:"environmentSlug,omitempty" schema:"pattern=slug"`
 	KeyID           string `json:"keyId,omitempty"`
 }
 

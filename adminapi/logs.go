@@ -134,7 +134,7 @@ type LogDownload struct {
 // EraseLogsRequest is the body of adminEraseLogs; Confirmation must equal
 // EraseLogsPhrase(EnvironmentSlug).
 type EraseLogsRequest struct {
-	EnvironmentSlug string `json:"environmentSlug"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
 	Confirmation    string `json:"confirmation"`
 }
 

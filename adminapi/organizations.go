@@ -39,7 +39,7 @@ var organizationOperations = []Operation{
 // customer organization. Slug matches ^[a-z0-9][a-z0-9-]{1,62}$; Name
 // defaults to the slug, at most 200 bytes of printable UTF-8.
 type CreateOrganizationRequest struct {
-	Slug string `json:"slug"`
+	Slug string `json:"slug" schema:"required,pattern=slug"`
 	Name string `json:"name,omitempty"`
 }
 

@@ -36,7 +36,7 @@ func EraseTelemetryPhrase(slug string) string { return eraseTelemetryPhrasePrefi
 // EraseTelemetryRequest is the body of adminEraseTelemetry. Confirmation
 // must equal EraseTelemetryPhrase(EnvironmentSlug).
 type EraseTelemetryRequest struct {
-	EnvironmentSlug string `json:"environmentSlug"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
 	Confirmation    string `json:"confirmation"`
 }
 

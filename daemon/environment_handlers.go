@@ -105,8 +105,8 @@ func (h *environmentHandlers) clearPolicy(ctx context.Context, req adminapi.Clea
 }
 
 func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnvironmentRequest) (adminapi.Environment, error) {
-	if !slug.Valid(req.Slug) {
-		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
+	if err := checkShape(req); err != nil {
+		return adminapi.Environment{}, err
 	}
 	if req.Name == "" {
 		req.Name = req.Slug
@@ -117,9 +117,7 @@ func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnv
 	if !displayableName(req.Name) {
 		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control, bidi or invisible format characters")
 	}
-	if req.Organization != "" && !slug.Valid(req.Organization) {
-		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_slug", "organization must match "+slug.Pattern)
-	}
+
 	var environment storage.Environment
 	orgSlug := storage.OrgPlatform
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {

@@ -220,8 +220,8 @@ func (h *logHandlers) download(ctx context.Context, req adminapi.LogDownloadRequ
 }
 
 func (h *logHandlers) erase(ctx context.Context, req adminapi.EraseLogsRequest) (adminapi.LogErasure, error) {
-	if !slug.Valid(req.EnvironmentSlug) {
-		return adminapi.LogErasure{}, fail(http.StatusBadRequest, "invalid_slug", "environmentSlug must match "+slug.Pattern)
+	if err := checkShape(req); err != nil {
+		return adminapi.LogErasure{}, err
 	}
 	if req.Confirmation != adminapi.EraseLogsPhrase(req.EnvironmentSlug) {
 		return adminapi.LogErasure{}, fail(http.StatusUnprocessableEntity, "confirmation_mismatch", `confirmation must be exactly "erase logs " followed by environmentSlug; nothing was erased`)

@@ -85,25 +85,37 @@ func openAPIDocument(version string) obj {
 		"openapi": "3.1.0",
 		"info": obj{"title": "chalupa", "version": version,
 			"description": "The control plane's admin, signed ingest and health APIs, generated from the admin operation table (docs/operations.md, \"OpenAPI\")."},
+		// A relative server: the document is served by the daemon it
+		// describes, so "/" resolves against the URL it was fetched from,
+		// and a document printed by `chalupa admin api --openapi` knows
+		// no origin (docs/operations.md, "OpenAPI").
+		"servers":    []obj{{"url": "/", "description": "the daemon serving this document (relative to the URL it was fetched from)"}},
 		"paths":      obj(p),
 		"components": obj{"schemas": schemas, "securitySchemes": securitySchemes()},
 	}
+}
+
+// headersTooLarge is the 431 every route can answer before its handler
+// runs (maxHeaderBytes, in Server.wrap).
+func headersTooLarge() obj {
+	return errorResponse("headers_too_large: request line and headers exceed " + bytesText(maxHeaderBytes))
 }
 
 // addProbePaths adds the public and probe routes: health, readiness and
 // metrics.
 func addProbePaths(p docPaths) {
 	p.add("/api/health", http.MethodGet, obj{"operationId": "health", "summary": "liveness: the process serves HTTP",
-		"security": []obj{}, "responses": obj{"200": obj{"description": "serving", "content": jsonContent(statusBody("ok"))}}})
+		"security": []obj{}, "responses": obj{"200": obj{"description": "serving", "content": jsonContent(statusBody("ok"))},
+			"431": headersTooLarge()}})
 	p.add("/api/ready", http.MethodGet, obj{"operationId": "ready", "summary": "readiness: the database answers and replication is not failing",
 		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
 			"200": obj{"description": "ready", "content": jsonContent(statusBody("ready"))},
 			"503": obj{"description": "not ready (no detail)", "content": jsonContent(statusBody("unavailable"))},
-			"401": errorResponse("missing or wrong ready token")}})
+			"401": errorResponse("missing or wrong ready token"), "431": headersTooLarge()}})
 	p.add("/metrics", http.MethodGet, obj{"operationId": "metrics", "summary": "Prometheus metrics (text exposition format)",
 		"security": []obj{{schemeReady: []string{}}}, "responses": obj{
 			"200": obj{"description": "metrics", "content": obj{"text/plain": obj{"schema": obj{"type": "string"}}}},
-			"401": errorResponse("missing or wrong ready token")}})
+			"401": errorResponse("missing or wrong ready token"), "431": headersTooLarge()}})
 }
 
 // addIngestPaths adds the signed ingest routes of ingest.Routes, the table
@@ -112,18 +124,43 @@ func addIngestPaths(p docPaths, comps *apischema.Components) {
 	signed := []obj{{schemeKeyID: []string{}, schemeTimestamp: []string{}, schemeNonce: []string{}, schemeSignature: []string{}}}
 	for _, r := range ingest.Routes {
 		schema := comps.For(r.Request, apischema.Request)
-		p.add(r.Path, r.Method, obj{"operationId": ingestOperationID(r.Path),
+		op := obj{"operationId": IngestOperationID(r.Path),
 			"summary": r.Summary, "security": signed,
 			"requestBody": obj{"required": true, "description": "at most " + bytesText(r.MaxBody), "content": jsonContent(schema)},
 			"responses": obj{
-				"202":     obj{"description": "accepted (or already stored)", "content": jsonContent(obj{"type": "object"})},
-				"default": errorResponse("refused: signature, body, quota or overload (docs/operations.md, \"Signed ingest\")")}})
+				"202":     obj{"description": "accepted (or already stored)", "content": jsonContent(comps.For(r.Answer, apischema.Response))},
+				"400":     errorResponse("malformed_json or unreadable_body"),
+				"401":     errorResponse("signature refused: missing_headers, unknown_key, key_revoked, bad_timestamp, timestamp_skew, bad_signature, bad_nonce"),
+				"413":     errorResponse("body_too_large: the body exceeds the route's bound"),
+				"422":     errorResponse("invalid_body (or a field's own code): the body is well-formed JSON but breaks a rule of its schema"),
+				"431":     headersTooLarge(),
+				"default": errorResponse("refused: environment, quota or overload (docs/operations.md, \"Signed ingest\")")}}
+		if old := legacyIngestOperationID(r.Path); old != op["operationId"] {
+			op["x-chalupa-aliases"] = []string{old}
+		}
+		p.add(r.Path, r.Method, op)
 	}
 }
 
-// ingestOperationID is "ingest" and the path after /api/ingest/ with its
-// first letter upper-cased: /api/ingest/logs/plan is ingestLogs/plan.
-func ingestOperationID(path string) string {
+// IngestOperationID is the operationId of the signed ingest route at path:
+// "ingest" and each segment after /api/ingest/ with its first letter
+// upper-cased, so /api/ingest/logs/plan is ingestLogsPlan, an identifier
+// in every language a generator writes (docs/operations.md, "OpenAPI").
+func IngestOperationID(path string) string {
+	var b strings.Builder
+	b.WriteString("ingest")
+	for _, seg := range strings.Split(strings.TrimPrefix(path, "/api/ingest/"), "/") {
+		if seg != "" {
+			b.WriteString(strings.ToUpper(seg[:1]) + seg[1:])
+		}
+	}
+	return b.String()
+}
+
+// legacyIngestOperationID is the id documents before issue 33 gave the
+// route (ingestLogs/plan), kept as the documented alias
+// x-chalupa-aliases (docs/operations.md, "OpenAPI").
+func legacyIngestOperationID(path string) string {
 	rest := strings.TrimPrefix(path, "/api/ingest/")
 	return "ingest" + strings.ToUpper(rest[:1]) + rest[1:]
 }
@@ -135,7 +172,7 @@ func addAdminPaths(p docPaths, comps *apischema.Components) {
 	p.add(OpenAPIPath, http.MethodGet, obj{"operationId": "adminGetOpenAPI", "summary": "this document",
 		"security": []obj{{schemeAdmin: []string{}}}, "responses": obj{
 			"200": obj{"description": "the OpenAPI 3.1 document", "content": jsonContent(obj{"type": "object"})},
-			"401": errorResponse("missing or wrong admin token")}})
+			"401": errorResponse("missing or wrong admin token"), "431": headersTooLarge()}})
 	type route struct{ method, path string }
 	shared := map[route][]adminapi.Operation{}
 	var order []route
@@ -197,6 +234,7 @@ func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 	o := obj{"operationId": first.ID, "summary": first.Summary, "security": []obj{{schemeAdmin: []string{}}}}
 	responses := obj{
 		"401":     errorResponse("missing or wrong admin token"),
+		"431":     headersTooLarge(),
 		"default": errorResponse("refused (docs/operations.md, \"Admin API\")"),
 	}
 	if len(ops) > 1 {

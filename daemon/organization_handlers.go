@@ -31,8 +31,8 @@ func (h *organizationHandlers) register(o *operations) {
 }
 
 func (h *organizationHandlers) create(ctx context.Context, req adminapi.CreateOrganizationRequest) (adminapi.Organization, error) {
-	if !slug.Valid(req.Slug) {
-		return adminapi.Organization{}, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
+	if err := checkShape(req); err != nil {
+		return adminapi.Organization{}, err
 	}
 	if req.Name == "" {
 		req.Name = req.Slug

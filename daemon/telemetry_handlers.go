@@ -25,8 +25,8 @@ func (h *telemetryHandlers) register(o *operations) {
 }
 
 func (h *telemetryHandlers) erase(ctx context.Context, req adminapi.EraseTelemetryRequest) (adminapi.TelemetryErasure, error) {
-	if !slug.Valid(req.EnvironmentSlug) {
-		return adminapi.TelemetryErasure{}, fail(http.StatusBadRequest, "invalid_slug", "environmentSlug must match "+slug.Pattern)
+	if err := checkShape(req); err != nil {
+		return adminapi.TelemetryErasure{}, err
 	}
 	r, err := h.eraser.Erase(ctx, req.EnvironmentSlug, req.Confirmation)
 	switch {

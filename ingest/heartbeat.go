@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -56,11 +56,12 @@ var (
 // never echo its value.
 func validateHeartbeat(h *protocol.HeartbeatV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
+	// The rules HeartbeatV1's schema tags declare, which the OpenAPI
+	// document carries too (docs/operations.md, "OpenAPI").
+	if v := apischema.Check(h); v != nil {
+		return bad(v.Message())
+	}
 	switch {
-	case !slug.Valid(h.EnvironmentSlug):
-		return bad("environmentSlug must match " + slug.Pattern)
-	case !slug.ValidID(h.Deployment.ID):
-		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case h.Deployment.DropletID < 0:
 		return bad("deployment.dropletId must not be negative (omit it or send 0 when unknown)")
 	case h.Deployment.Region != "" && !labelRE.MatchString(h.Deployment.Region):
@@ -73,8 +74,6 @@ func validateHeartbeat(h *protocol.HeartbeatV1) *Refusal {
 		return bad("sentAt is required")
 	case h.Reaper.LastActivityAt.IsZero():
 		return bad("reaper.lastActivityAt is required")
-	case h.Reaper.LimitMinutes < 1 || h.Reaper.LimitMinutes > protocol.MaxLimitMinutes:
-		return bad("reaper.limitMinutes must be between 1 and 10080")
 	case h.Reaper.IdleChecks < 0:
 		return bad("reaper.idleChecks must not be negative")
 	case h.SessionExpiresAt != nil && h.SessionExpiresAt.IsZero():

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -114,19 +114,18 @@ type DropletLookup func(ctx context.Context, owner DropletOwner, dropletID int64
 func validateLifecycleEvent(e *protocol.LifecycleEventV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	_, known := eventKinds[e.Kind]
+	// The rules LifecycleEventV1's schema tags declare, which the OpenAPI
+	// document carries too (docs/operations.md, "OpenAPI").
+	if v := apischema.Check(e); v != nil {
+		return bad(v.Message())
+	}
 	switch {
-	case !slug.Valid(e.EnvironmentSlug):
-		return bad("environmentSlug must match " + slug.Pattern)
-	case !slug.ValidID(e.ID):
-		return bad("id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case !known:
 		return bad("kind must be one of launched, booted, ci-started, ci-finished, shutdown, sunk")
 	case e.OccurredAt.IsZero() || !utcYearInRange(e.OccurredAt):
 		return bad("occurredAt is required")
 	case e.OccurredAt.After(now.Add(SkewWindow)):
 		return bad("occurredAt is in the future")
-	case !slug.ValidID(e.Deployment.ID):
-		return bad("deployment.id must be 1-128 characters of [A-Za-z0-9._:-]")
 	case e.Deployment.DropletID < 0:
 		return bad("deployment.dropletId must not be negative (omit it when unknown)")
 	case e.Deployment.Region != "" && !labelRE.MatchString(e.Deployment.Region):

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -42,12 +42,8 @@ const (
 	MaxRunArtifactBytes = MaxArtifactsPerRun * (maxArtifactName + maxMediaType + maxArtifactURL + 64)
 )
 
-// Run statuses a report may carry: a report is sent once the run finished.
-var runStatuses = map[string]bool{"passed": true, "failed": true, "cancelled": true, "errored": true}
-
 var (
 	suiteRE     = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`)
-	commitRE    = lazyre.New(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
 	sha256RE    = lazyre.New(`^[0-9a-fA-F]{64}$`)
 	mediaTypeRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
 	localIDRE   = lazyre.New(LocalIDPattern)
@@ -89,25 +85,20 @@ type RunAccepted struct {
 // sorted by name. Messages name a field, never its value.
 func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
+	// The rules RunReportV1's schema tags declare, which the OpenAPI
+	// document carries too (docs/operations.md, "OpenAPI").
+	if v := apischema.Check(r); v != nil {
+		return bad(v.Message())
+	}
 	switch {
-	case !slug.Valid(r.EnvironmentSlug):
-		return bad("environmentSlug must match " + slug.Pattern)
-	case !slug.ValidID(r.DeploymentID):
-		return bad("deploymentId must be 1-128 characters of [A-Za-z0-9._:-]")
-	case !slug.ValidID(r.RunID):
-		return bad("runId must be 1-128 characters of [A-Za-z0-9._:-]")
 	case !suiteRE.MatchString(r.Suite):
 		return bad("suite must be 1-128 characters of [A-Za-z0-9._/:-]")
-	case !runStatuses[r.Status]:
-		return bad("status must be one of passed, failed, cancelled, errored")
 	case r.StartedAt.IsZero() || r.FinishedAt.IsZero() || !utcYearInRange(r.StartedAt) || !utcYearInRange(r.FinishedAt):
 		return bad("startedAt and finishedAt are required")
 	case r.FinishedAt.Before(r.StartedAt):
 		return bad("finishedAt must not be before startedAt")
 	case r.FinishedAt.After(now.Add(SkewWindow)):
 		return bad("finishedAt is in the future")
-	case r.Commit != "" && !commitRE.MatchString(r.Commit):
-		return bad("commit must be a 40- or 64-digit hex object id")
 	case r.Artifacts == nil:
 		return bad("artifacts is required (an empty array when there are none)")
 	case len(r.Artifacts) > MaxArtifactsPerRun:

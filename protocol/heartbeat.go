@@ -11,7 +11,7 @@ const MaxLimitMinutes = 7 * 24 * 60
 // unknown fields are refused). Every heartbeat carries a
 // reaper observation (docs/operations.md, "Heartbeats and deadlines").
 type HeartbeatV1 struct {
-	EnvironmentSlug  string            `json:"environmentSlug"`
+	EnvironmentSlug  string            `json:"environmentSlug" schema:"required,pattern=slug"`
 	Deployment       HeartbeatDeploy   `json:"deployment"`
 	AgentVersion     string            `json:"agentVersion"`
 	SentAt           time.Time         `json:"sentAt"`
@@ -21,7 +21,7 @@ type HeartbeatV1 struct {
 
 // HeartbeatDeploy identifies the deployment (one droplet's life).
 type HeartbeatDeploy struct {
-	ID        string `json:"id"`
+	ID        string `json:"id" schema:"required,pattern=id"`
 	DropletID int64  `json:"dropletId,omitempty"`
 	Region    string `json:"region,omitempty"`
 	Size      string `json:"size,omitempty"`
@@ -32,7 +32,7 @@ type HeartbeatDeploy struct {
 // LimitMinutes is 1..MaxLimitMinutes; IdleChecks counts whole idle minutes.
 type ReaperObservation struct {
 	IdleChecks     int64     `json:"idleChecks"`
-	LimitMinutes   int64     `json:"limitMinutes"`
+	LimitMinutes   int64     `json:"limitMinutes" schema:"required,minimum=1,maximum=10080"` // maximum: MaxLimitMinutes
 	LastActivityAt time.Time `json:"lastActivityAt"`
 	CIActive       bool      `json:"ciActive"`
 }

@@ -17,8 +17,8 @@ const (
 // times; unknown fields refused). ID is chosen by the producer and stable
 // across retries (docs/operations.md, "Lifecycle events and runs").
 type LifecycleEventV1 struct {
-	EnvironmentSlug string          `json:"environmentSlug"`
-	ID              string          `json:"id"`
+	EnvironmentSlug string          `json:"environmentSlug" schema:"required,pattern=slug"`
+	ID              string          `json:"id" schema:"required,pattern=id"`
 	Kind            string          `json:"kind"`
 	OccurredAt      time.Time       `json:"occurredAt"`
 	Deployment      LifecycleDeploy `json:"deployment"`
@@ -27,7 +27,7 @@ type LifecycleEventV1 struct {
 // LifecycleDeploy is the deployment a lifecycle event is about. Managed
 // applies to `launched` only (a deployment the managed worker created).
 type LifecycleDeploy struct {
-	ID        string `json:"id"`
+	ID        string `json:"id" schema:"required,pattern=id"`
 	DropletID int64  `json:"dropletId,omitempty"`
 	Region    string `json:"region,omitempty"`
 	Size      string `json:"size,omitempty"`

@@ -6,14 +6,14 @@ import "time"
 // run with its artifacts as ArtifactRefV1 (unknown fields refused at every
 // level; docs/operations.md, "Lifecycle events and runs").
 type RunReportV1 struct {
-	EnvironmentSlug string          `json:"environmentSlug"`
-	DeploymentID    string          `json:"deploymentId"`
-	RunID           string          `json:"runId"`
+	EnvironmentSlug string          `json:"environmentSlug" schema:"required,pattern=slug"`
+	DeploymentID    string          `json:"deploymentId" schema:"required,pattern=id"`
+	RunID           string          `json:"runId" schema:"required,pattern=id"`
 	Suite           string          `json:"suite"`
-	Status          string          `json:"status"`
+	Status          string          `json:"status" schema:"required,enum=passed|failed|cancelled|errored"`
 	StartedAt       time.Time       `json:"startedAt"`
 	FinishedAt      time.Time       `json:"finishedAt"`
-	Commit          string          `json:"commit,omitempty"`
+	Commit          string          `json:"commit,omitempty" schema:"pattern=commit"`
 	Artifacts       []ArtifactRefV1 `json:"artifacts"`
 }
 

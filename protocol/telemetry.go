@@ -18,9 +18,9 @@ const (
 // fields, and so unknown metric names, are refused). WindowSeconds is
 // always the constant WindowSeconds.
 type WindowV1 struct {
-	EnvironmentSlug string    `json:"environmentSlug"`
-	DeploymentID    string    `json:"deploymentId"`
-	SessionID       string    `json:"sessionId"`
+	EnvironmentSlug string    `json:"environmentSlug" schema:"required,pattern=slug"`
+	DeploymentID    string    `json:"deploymentId" schema:"required,pattern=id"`
+	SessionID       string    `json:"sessionId" schema:"required,pattern=id"`
 	WindowStart     time.Time `json:"windowStart"`
 	WindowSeconds   int64     `json:"windowSeconds"`
 	Final           bool      `json:"final"`

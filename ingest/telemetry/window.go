@@ -12,7 +12,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -74,13 +74,12 @@ func (e *Invalid) Error() string { return e.Message }
 // Errors: *Invalid.
 func ValidateWindow(w *protocol.WindowV1) error {
 	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
+	// The rules WindowV1's schema tags declare, which the OpenAPI
+	// document carries too (docs/operations.md, "OpenAPI").
+	if v := apischema.Check(w); v != nil {
+		return bad("%s", v.Message())
+	}
 	switch {
-	case !slug.Valid(w.EnvironmentSlug):
-		return bad("environmentSlug must match %s", slug.Pattern)
-	case !slug.ValidID(w.DeploymentID):
-		return bad("deploymentId must be 1-128 characters of [A-Za-z0-9._:-]")
-	case !slug.ValidID(w.SessionID):
-		return bad("sessionId must be 1-128 characters of [A-Za-z0-9._:-]")
 	case w.WindowStart.IsZero():
 		return bad("windowStart is required")
 	case !w.WindowStart.Truncate(time.Minute).Equal(w.WindowStart):

@@ -1,8 +1,9 @@
 // Package apischema derives JSON Schema (draft 2020-12, the dialect of
 // OpenAPI 3.1 and of MCP tool schemas) from the admin API's wire types by
 // reflection, following encoding/json's rules for names, omitempty, "-"
-// and embedded structs (docs/operations.md, "MCP server"). It imports only
-// the standard library.
+// and embedded structs (docs/operations.md, "MCP server"), with the
+// constraints a field's `schema` tag declares (Rules), which Check
+// enforces on a decoded request (docs/operations.md, "OpenAPI").
 package apischema
 
 import (
@@ -22,7 +23,8 @@ type Mode int
 const (
 	// Request: what a client sends, decoded strictly by the daemon
 	// (docs/operations.md, "Admin API": unknown keys refused), so objects
-	// carry additionalProperties false; no field is required (an absent
+	// carry additionalProperties false; a field is required, and its
+	// value constrained, only as its `schema` tag says (Rules; an absent
 	// field is its zero value).
 	Request Mode = iota
 	// Response: what the daemon answers; every field without omitempty is
@@ -158,8 +160,11 @@ func structSchema(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Com
 		if m == Response && f.Nullable {
 			fs = orNull(fs)
 		}
+		if m == Request {
+			fs = constrained(fs, f.Rules)
+		}
 		props[f.Name] = fs
-		if m == Response && !f.OmitEmpty {
+		if (m == Response && !f.OmitEmpty) || (m == Request && f.Rules.Required) {
 			required = append(required, f.Name)
 		}
 	}
@@ -171,6 +176,32 @@ func structSchema(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Com
 		s["additionalProperties"] = false
 	}
 	return s
+}
+
+// constrained is s with rules' keywords: on s itself for a scalar, on
+// its items for an array (a tag on a slice field constrains each element);
+// a $ref or a schema without a type is left as it is.
+func constrained(s Schema, rules Rules) Schema {
+	if _, ok := s["type"]; !ok {
+		return s
+	}
+	out := make(Schema, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	if out["type"] == "array" {
+		if items, ok := out["items"].(Schema); ok {
+			elem := rules
+			elem.Required = false
+			out["items"] = constrained(items, elem)
+			if rules.Required {
+				out["minItems"] = 1
+			}
+		}
+		return out
+	}
+	rules.apply(out)
+	return out
 }
 
 // orNull widens s to admit null: "type" becomes [type, "null"], a $ref
@@ -206,6 +237,11 @@ type Field struct {
 	// zero value and the tag does not omit it: a pointer, slice, map or
 	// interface without omitempty/omitzero.
 	Nullable bool
+	// Index is the field's index sequence for reflect.Value.FieldByIndex
+	// (through flattened embedded structs).
+	Index []int
+	// Rules are the constraints of the field's `schema` tag.
+	Rules Rules
 }
 
 // Fields lists the JSON fields of struct type t in declaration order, as
@@ -227,7 +263,10 @@ func Fields(t reflect.Type) []Field {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct {
-				out = append(out, Fields(ft)...)
+				for _, inner := range Fields(ft) {
+					inner.Index = append([]int{i}, inner.Index...)
+					out = append(out, inner)
+				}
 				continue
 			}
 		}
@@ -243,7 +282,7 @@ func Fields(t reflect.Type) []Field {
 		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
 			nullable = !omit && f.Type != rawType
 		}
-		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit, Nullable: nullable})
+		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit, Nullable: nullable, Index: []int{i}, Rules: RulesOf(f.Tag)})
 	}
 	return out
 }

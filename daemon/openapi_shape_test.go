@@ -1,0 +1,162 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/daemon"
+	"github.com/chalupa-run/chalupa/daemon/daemontest"
+	"github.com/chalupa-run/chalupa/ingest"
+	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/internal/buildinfo"
+	"github.com/chalupa-run/chalupa/protocol"
+)
+
+// shapeCodes are the error codes of a refusal for shape: a body whose
+// keys or values break a rule a schema can state.
+var shapeCodes = map[string]bool{"invalid_slug": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
+
+// shapeCase is one body sent to one operation.
+type shapeCase struct {
+	name string
+	// op is an admin operationId, or "" for the signed ingest route path.
+	op, path string
+	body     []byte
+	// status and code are the refusal; 0 and "" for a body the daemon
+	// must not refuse for shape.
+	status int
+	code   string
+}
+
+// TestOpenAPIShapeRefusals: each refusal for shape the handlers give
+// (invalid_slug 400 on the admin API, invalid_body 422 on ingest) is
+// visible in the document: the operation's request schema rejects the
+// same body (kin-openapi, JSON Schema 2020-12). And a body the schema
+// accepts is not refused for shape (docs/operations.md, "OpenAPI").
+func TestOpenAPIShapeRefusals(t *testing.T) {
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	h.CreateEnv("shape-check")
+	key := h.Issue("shape-check")
+	raw, err := daemon.OpenAPI(buildinfo.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := func(o daemontest.HeartbeatOpts) []byte {
+		if o.Env == "" {
+			o.Env = "shape-check"
+		}
+		if o.Deployment == "" {
+			o.Deployment = "dep-shape"
+		}
+		return h.Heartbeat(o)
+	}
+	run := func(mutate func(*protocol.RunReportV1)) []byte {
+		return h.RunReport("shape-check", "dep-shape", "run-1", mutate)
+	}
+	minute := h.Clock.Now().Add(-2 * time.Minute).Truncate(time.Minute)
+	window := func(session string) []byte {
+		return h.TelemetryWindow("shape-check", "dep-shape", session, minute, nil)
+	}
+	event := func(id, dep string) []byte { return h.LifecycleEvent("shape-check", id, "booted", dep, nil) }
+	s := func(v string) []byte { return []byte(v) }
+	cases := []shapeCase{
+		{"create environment without slug", adminapi.OpCreateEnvironment, "", s(`{}`), 400, "invalid_slug"},
+		{"create environment with an upper-case slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"Demo"}`), 400, "invalid_slug"},
+		{"create environment with a one-letter slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"a"}`), 400, "invalid_slug"},
+		{"create environment in a bad organization slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","organization":"-x"}`), 400, "invalid_slug"},
+		{"create organization without slug", adminapi.OpCreateOrganization, "", s(`{"name":"Acme"}`), 400, "invalid_slug"},
+		{"erase logs of an empty slug", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"","confirmation":"erase logs "}`), 400, "invalid_slug"},
+		{"erase telemetry without slug", adminapi.OpEraseTelemetry, "", s(`{"confirmation":"erase telemetry"}`), 400, "invalid_slug"},
+		{"heartbeat of a bad environment slug", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{Env: "Shape_Check"}), 422, "invalid_body"},
+		{"heartbeat of a bad deployment id", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{Deployment: "-dep"}), 422, "invalid_body"},
+		{"heartbeat with limitMinutes above a week", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{LimitMinutes: protocol.MaxLimitMinutes + 1}), 422, "invalid_body"},
+		{"heartbeat with a negative limitMinutes", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{LimitMinutes: -1}), 422, "invalid_body"},
+		{"run with a 7-digit commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit = "abcdef1" }), 422, "invalid_body"},
+		{"run with an unknown status", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Status = "done" }), 422, "invalid_body"},
+		{"run without runId", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.RunID = "" }), 422, "invalid_body"},
+		{"run of a bad environment slug", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.EnvironmentSlug = "x" }), 422, "invalid_body"},
+		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
+		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
+		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},
+
+		{"create environment", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","name":"Shape"}`), 0, ""},
+		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org"}`), 0, ""},
+		{"create environment in it", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-in-org","organization":"shape-org"}`), 0, ""},
+		{"erase telemetry", adminapi.OpEraseTelemetry, "", s(`{"environmentSlug":"shape-check","confirmation":"erase telemetry shape-check"}`), 0, ""},
+		{"erase logs", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"shape-check","confirmation":"erase logs shape-check"}`), 0, ""},
+		{"heartbeat", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{LimitMinutes: protocol.MaxLimitMinutes}), 0, ""},
+		{"run with a SHA-256 commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit = strings.Repeat("0a", 32) }), 0, ""},
+		{"telemetry window", "", ingest.TelemetryRoute, window("session-1"), 0, ""},
+		{"lifecycle event", "", ingest.LifecycleRoute, event("ev-2", "dep-shape"), 0, ""},
+		{"run without commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit, r.RunID = "", "run-2" }), 0, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			method, path := http.MethodPost, tc.path
+			var got daemontest.Response
+			if tc.op != "" {
+				op, _ := adminapi.Lookup(tc.op)
+				method, path = op.Method, op.Path
+				got = h.AdminOp(tc.op, tc.body)
+			} else {
+				got = h.Send(daemontest.SignedReq{KeyID: key.ID, Key: key.Raw, Path: tc.path, Body: tc.body})
+			}
+			schemaErr := requestSchema(t, doc, method, path).VisitJSON(decoded(t, tc.body), openapi3.EnableJSONSchema2020())
+			if tc.status == 0 {
+				if schemaErr != nil {
+					t.Fatalf("the schema refuses the body: %v", schemaErr)
+				}
+				if (got.Status == 400 || got.Status == 422) && shapeCodes[got.Code] {
+					t.Fatalf("a body the schema accepts is refused for shape: %s", got)
+				}
+				return
+			}
+			if got.Status != tc.status || got.Code != tc.code {
+				t.Fatalf("answer %s; want %d %s", got, tc.status, tc.code)
+			}
+			if schemaErr == nil {
+				t.Fatalf("the daemon refuses %d %s (%s) but the schema accepts the body", got.Status, got.Code, got.Message)
+			}
+		})
+	}
+}
+
+// TestLimitMinutesTagIsTheConstant: the heartbeat's limitMinutes tag says
+// the same maximum as protocol.MaxLimitMinutes, which the reaper and the
+// agent use.
+func TestLimitMinutesTagIsTheConstant(t *testing.T) {
+	f, _ := reflect.TypeFor[protocol.ReaperObservation]().FieldByName("LimitMinutes")
+	if r := apischema.RulesOf(f.Tag); r.Maximum == nil || *r.Maximum != protocol.MaxLimitMinutes {
+		t.Fatalf("limitMinutes tag maximum %v; protocol.MaxLimitMinutes is %d", r.Maximum, protocol.MaxLimitMinutes)
+	}
+}
+
+// requestSchema is the JSON request body schema of method path.
+func requestSchema(t *testing.T, doc *openapi3.T, method, path string) *openapi3.Schema {
+	t.Helper()
+	item := doc.Paths.Find(openAPIPath(path))
+	if item == nil || item.GetOperation(method) == nil || item.GetOperation(method).RequestBody == nil {
+		t.Fatalf("%s %s has no request body in the document", method, path)
+	}
+	return item.GetOperation(method).RequestBody.Value.Content.Get("application/json").Schema.Value
+}
+
+func decoded(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

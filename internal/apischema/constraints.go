@@ -1,0 +1,249 @@
+package apischema
+
+import (
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/chalupa-run/chalupa/internal/slug"
+)
+
+// Patterns are the named patterns a `schema:"pattern=NAME"` tag refers to:
+// the very constants the handlers validated with before the tag existed
+// (docs/operations.md, "OpenAPI"), so the document's pattern and the
+// daemon's check are one string.
+var Patterns = map[string]string{
+	// slug: an environment or organization slug (internal/slug).
+	"slug": slug.Pattern,
+	// id: a deployment id or another caller-chosen id (internal/slug).
+	"id": slug.IDPattern,
+	// commit: a git object id, SHA-1 or SHA-256, as ingest's run reports
+	// take it.
+	"commit": `^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`,
+}
+
+// patternWords say what each of Patterns asks, after the field's name, in
+// the refusal Violation.Message writes.
+var patternWords = map[string]string{
+	"slug":   "must match " + slug.Pattern,
+	"id":     "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit": "must be a 40- or 64-digit hex object id",
+}
+
+// compiled holds Patterns compiled once, at package start: every name is a
+// constant of this file.
+var compiled = func() map[string]*regexp.Regexp {
+	m := make(map[string]*regexp.Regexp, len(Patterns))
+	for name, p := range Patterns {
+		m[name] = regexp.MustCompile(p)
+	}
+	return m
+}()
+
+// Rules are the constraints a wire type's field declares in its `schema`
+// tag, comma-separated: required, pattern=NAME (one of Patterns),
+// maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c. A request
+// schema carries them (JSON Schema's keywords of the same names) and
+// Check enforces them, so the two cannot disagree.
+type Rules struct {
+	// Required: the key must be present and not its zero value (an empty
+	// string, 0, false: the daemon cannot tell absent from zero).
+	Required bool
+	// Pattern is the name of the field's pattern in Patterns; "" for none.
+	Pattern string
+	// MaxLength bounds a string's length in bytes; 0 for no bound.
+	MaxLength int
+	// Minimum and Maximum bound an integer; nil for no bound.
+	Minimum, Maximum *int64
+	// Enum lists the values a string may take; nil for any.
+	Enum []string
+}
+
+// RulesOf parses a field's `schema` tag. It panics on a tag it cannot
+// read or a pattern name Patterns lacks: a programming mistake that every
+// test touching the type finds.
+func RulesOf(tag reflect.StructTag) Rules {
+	var r Rules
+	for _, part := range strings.Split(tag.Get("schema"), ",") {
+		key, val, _ := strings.Cut(part, "=")
+		switch key {
+		case "":
+		case "required":
+			r.Required = true
+		case "pattern":
+			if _, ok := Patterns[val]; !ok {
+				panic("apischema: unknown pattern " + val)
+			}
+			r.Pattern = val
+		case "maxLength":
+			r.MaxLength = mustInt[int](val)
+		case "minimum":
+			n := mustInt[int64](val)
+			r.Minimum = &n
+		case "maximum":
+			n := mustInt[int64](val)
+			r.Maximum = &n
+		case "enum":
+			r.Enum = strings.Split(val, "|")
+		default:
+			panic("apischema: unknown schema rule " + key)
+		}
+	}
+	return r
+}
+
+func mustInt[T int | int64](s string) T {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		panic("apischema: schema rule wants an integer, got " + s)
+	}
+	return T(n)
+}
+
+// apply adds r's keywords to s, a property's schema.
+func (r Rules) apply(s Schema) {
+	if r.Pattern != "" {
+		s["pattern"] = Patterns[r.Pattern]
+	}
+	if r.MaxLength > 0 {
+		s["maxLength"] = r.MaxLength
+	}
+	if r.Required && s["type"] == "string" && r.Pattern == "" && s["minLength"] == nil {
+		// An empty string is refused like an absent key.
+		s["minLength"] = 1
+	}
+	if r.Minimum != nil {
+		s["minimum"] = *r.Minimum
+	}
+	if r.Maximum != nil {
+		s["maximum"] = *r.Maximum
+	}
+	if r.Enum != nil {
+		s["enum"] = r.Enum
+	}
+}
+
+// Violation is the first rule a value breaks: the field's JSON key (a
+// dotted path inside nested objects), the rule (required, pattern,
+// maxLength, minimum, maximum, enum) and, for a pattern, its name.
+type Violation struct {
+	Field, Rule, Pattern string
+	// Rules are the field's rules, for Message.
+	Rules Rules
+}
+
+// Message is the refusal's words: the field's key and what its rule asks
+// ("environmentSlug must match ^[a-z0-9]…", "reaper.limitMinutes must be
+// between 1 and 10080"); never the value sent.
+func (v *Violation) Message() string {
+	r := v.Rules
+	switch {
+	case r.Pattern != "":
+		// An empty string breaks the pattern too: one message for both.
+		return v.Field + " " + patternWords[r.Pattern]
+	case r.Minimum != nil && r.Maximum != nil:
+		return v.Field + " must be between " + strconv.FormatInt(*r.Minimum, 10) + " and " + strconv.FormatInt(*r.Maximum, 10)
+	case r.Enum != nil:
+		return v.Field + " must be one of " + strings.Join(r.Enum, ", ")
+	case v.Rule == "required":
+		return v.Field + " is required"
+	case v.Rule == "maxLength":
+		return v.Field + " must be at most " + strconv.Itoa(r.MaxLength) + " bytes"
+	case v.Rule == "minimum":
+		return v.Field + " must be at least " + strconv.FormatInt(*r.Minimum, 10)
+	default:
+		return v.Field + " must be at most " + strconv.FormatInt(*r.Maximum, 10)
+	}
+}
+
+// Check returns the first field of v, a request value (a struct or a
+// pointer to one), that breaks a rule of its `schema` tag, in declaration
+// order, descending into nested structs, pointers and slices; nil when
+// every rule holds. It never fails for a type without tags.
+func Check(v any) *Violation {
+	return check(reflect.ValueOf(v), "")
+}
+
+func check(v reflect.Value, path string) *Violation {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	switch {
+	case v.Kind() == reflect.Slice || v.Kind() == reflect.Array:
+		for i := range v.Len() {
+			if bad := check(v.Index(i), path+"["+strconv.Itoa(i)+"]"); bad != nil {
+				return bad
+			}
+		}
+		return nil
+	case v.Kind() != reflect.Struct || v.Type() == timeType:
+		return nil
+	}
+	for _, f := range Fields(v.Type()) {
+		name := f.Name
+		if path != "" {
+			name = path + "." + f.Name
+		}
+		fv, err := v.FieldByIndexErr(f.Index)
+		if err != nil {
+			continue // inside a nil embedded pointer: absent
+		}
+		if bad := f.Rules.violation(fv, name); bad != nil {
+			return bad
+		}
+		if bad := check(fv, name); bad != nil {
+			return bad
+		}
+	}
+	return nil
+}
+
+// violation checks one field's value against r.
+func (r Rules) violation(v reflect.Value, name string) *Violation {
+	if v.IsZero() {
+		if r.Required {
+			return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Slice, reflect.Array:
+		// A tag on a slice constrains each element, as the schema's items.
+		elem := r
+		elem.Required = false
+		for i := range v.Len() {
+			if bad := elem.violation(v.Index(i), name+"["+strconv.Itoa(i)+"]"); bad != nil {
+				return bad
+			}
+		}
+	case reflect.String:
+		s := v.String()
+		if r.Pattern != "" && !compiled[r.Pattern].MatchString(s) {
+			return &Violation{Field: name, Rule: "pattern", Pattern: r.Pattern, Rules: r}
+		}
+		if r.MaxLength > 0 && len(s) > r.MaxLength {
+			return &Violation{Field: name, Rule: "maxLength", Rules: r}
+		}
+		if r.Enum != nil {
+			for _, e := range r.Enum {
+				if s == e {
+					return nil
+				}
+			}
+			return &Violation{Field: name, Rule: "enum", Rules: r}
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n := v.Int()
+		if r.Minimum != nil && n < *r.Minimum {
+			return &Violation{Field: name, Rule: "minimum", Rules: r}
+		}
+		if r.Maximum != nil && n > *r.Maximum {
+			return &Violation{Field: name, Rule: "maximum", Rules: r}
+		}
+	}
+	return nil
+}

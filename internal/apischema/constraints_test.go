@@ -1,0 +1,72 @@
+package apischema
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+type tagged struct {
+	Slug  string   `json:"slug" schema:"required,pattern=slug"`
+	Org   string   `json:"org,omitempty" schema:"pattern=slug"`
+	Kind  string   `json:"kind,omitempty" schema:"enum=a|b"`
+	Limit int64    `json:"limit,omitempty" schema:"minimum=1,maximum=10"`
+	Note  string   `json:"note,omitempty" schema:"maxLength=4"`
+	IDs   []string `json:"ids,omitempty" schema:"pattern=id"`
+}
+
+// TestCheckAgreesWithSchema: for each body, Check on the decoded value
+// and the Request schema of the same type give the same verdict, and
+// Check names the field and rule the tag declares.
+func TestCheckAgreesWithSchema(t *testing.T) {
+	raw, _ := json.Marshal(For(reflect.TypeFor[tagged](), Request))
+	doc, err := jsonschema.UnmarshalJSON(bytesReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("tagged.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("tagged.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, body, field, rule string
+	}{
+		{"valid", `{"slug":"demo-harbor","org":"acme","kind":"a","limit":3,"note":"abcd","ids":["x.1"]}`, "", ""},
+		{"slug absent", `{}`, "slug", "required"},
+		{"slug empty", `{"slug":""}`, "slug", "required"},
+		{"slug upper", `{"slug":"Demo"}`, "slug", "pattern"},
+		{"org bad", `{"slug":"demo","org":"-x"}`, "org", "pattern"},
+		{"enum", `{"slug":"demo","kind":"c"}`, "kind", "enum"},
+		{"below minimum", `{"slug":"demo","limit":-1}`, "limit", "minimum"},
+		{"above maximum", `{"slug":"demo","limit":11}`, "limit", "maximum"},
+		{"too long", `{"slug":"demo","note":"abcde"}`, "note", "maxLength"},
+		{"bad element", `{"slug":"demo","ids":["ok","-no"]}`, "ids[1]", "pattern"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v tagged
+			if err := json.Unmarshal([]byte(tc.body), &v); err != nil {
+				t.Fatal(err)
+			}
+			got := Check(&v)
+			switch {
+			case tc.field == "" && got != nil:
+				t.Fatalf("Check refused %+v", *got)
+			case tc.field != "" && (got == nil || got.Field != tc.field || got.Rule != tc.rule):
+				t.Fatalf("Check = %+v; want %s %s", got, tc.field, tc.rule)
+			}
+			inst, _ := jsonschema.UnmarshalJSON(bytesReader([]byte(tc.body)))
+			if err := sch.Validate(inst); (err == nil) != (tc.field == "") {
+				t.Fatalf("schema verdict %v; Check's %+v", err, got)
+			}
+		})
+	}
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
