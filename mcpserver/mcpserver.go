@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
@@ -506,20 +507,38 @@ func paramText(v json.RawMessage, f reflect.StructField) (string, error) {
 		return s, nil
 	}
 	if f.Tag.Get("decimal") == "true" {
-		var n int64
-		if err := json.Unmarshal(v, &n); err == nil && n >= 0 {
+		if n, ok := jsonInteger(v); ok && n >= 0 {
 			return strconv.FormatInt(n, 10), nil
 		}
 		return "", errors.New("must be a whole number (0 or more)")
 	}
 	if t.Kind() == reflect.Int64 && t != reflect.TypeFor[time.Duration]() {
-		var n int64
-		if err := json.Unmarshal(v, &n); err == nil {
+		if n, ok := jsonInteger(v); ok {
 			return strconv.FormatInt(n, 10), nil
 		}
 		return "", errors.New("must be an integer")
 	}
 	return "", errors.New("must be a string")
+}
+
+// jsonInteger reads v as a JSON number with an integral value in int64's
+// range, in any of JSON's notations: 3, 3.0 and 3e0 are the same integer
+// to JSON Schema (draft 2020-12, "type": "integer"), which has already
+// accepted the argument, so they must be to the parameter too.
+func jsonInteger(v json.RawMessage) (int64, bool) {
+	var num json.Number
+	if err := json.Unmarshal(v, &num); err != nil {
+		return 0, false
+	}
+	if n, err := num.Int64(); err == nil {
+		return n, true
+	}
+	f, ok := new(big.Float).SetString(num.String())
+	if !ok || !f.IsInt() {
+		return 0, false
+	}
+	n, acc := f.Int64()
+	return n, acc == big.Exact
 }
 
 // placeholder is a {name} or {name.field} of a confirmation template.

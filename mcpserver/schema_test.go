@@ -62,6 +62,8 @@ func TestArgumentsCheckedAgainstSchema(t *testing.T) {
 		{"limit out of range", "chalupa_admin_list_jobs", map[string]any{"limit": 501}, `/properties/limit: maximum`},
 		{"status not one of", "chalupa_admin_list_jobs", map[string]any{"status": "done"}, `/properties/status: enum`},
 		{"limit as a number", "chalupa_admin_list_jobs", map[string]any{"limit": 3}, ""},
+		{"limit as 3.0", "chalupa_admin_list_jobs", map[string]any{"limit": json.RawMessage(`3.0`)}, ""},
+		{"seq as 1e3", "chalupa_admin_get_log_chunk", map[string]any{"slug": "a", "id": "d", "session": "s", "seq": json.RawMessage(`1e3`)}, ""},
 		{"seq not digits", "chalupa_admin_get_log_chunk", map[string]any{"slug": "a", "id": "d", "session": "s", "seq": "abc"}, `/properties/seq: pattern: "abc" does not match regular expression "^[0-9]+$"`},
 		{"seq a fraction", "chalupa_admin_get_log_chunk", map[string]any{"slug": "a", "id": "d", "session": "s", "seq": 1.5}, `/properties/seq: type: 1.5 has type "number"`},
 		{"seq digits", "chalupa_admin_get_log_chunk", map[string]any{"slug": "a", "id": "d", "session": "s", "seq": "12"}, ""},
