@@ -17,7 +17,6 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/internal/proctest"
-	"github.com/chalupa-run/chalupa/mcpserver"
 	"github.com/chalupa-run/chalupa/protocol"
 )
 
@@ -185,19 +184,7 @@ func TestNoToolAnswerCarriesACredential(t *testing.T) {
 // client to it in memory.
 func connect(t *testing.T, d *daemontest.InProcess) *mcp.ClientSession {
 	t.Helper()
-	ctx := context.Background()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := mcpserver.New(d.Admin, "test").Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
+	return serve(t, d.Admin)
 }
 
 // shipChunk makes deployment walkDep with a heartbeat and ships one chunk

@@ -19,9 +19,17 @@ import (
 func session(t *testing.T) (*mcp.ClientSession, *daemontest.InProcess) {
 	t.Helper()
 	d := daemontest.NewInProcess(t, daemontest.AppOptions{})
+	return serve(t, d.Admin), d
+}
+
+// serve runs the MCP server on admin, the daemon's client, and connects
+// the SDK's own client to it over an in-memory transport; both close at
+// cleanup.
+func serve(t *testing.T, admin *adminapi.Client) *mcp.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := mcpserver.New(d.Admin, "test").Connect(ctx, st, nil)
+	ss, err := mcpserver.New(admin, "test").Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +39,7 @@ func session(t *testing.T) (*mcp.ClientSession, *daemontest.InProcess) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs, d
+	return cs
 }
 
 // call calls a tool and returns its result and text.

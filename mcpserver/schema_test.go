@@ -30,19 +30,7 @@ func recordingSession(t *testing.T) (*mcp.ClientSession, *atomic.Int64) {
 		_, _ = w.Write([]byte(`{}`))
 	}))
 	t.Cleanup(rec.Close)
-	ctx := context.Background()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := mcpserver.New(&adminapi.Client{BaseURL: rec.URL, Token: "test-token", HTTP: rec.Client()}, "test").Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, &n
+	return serve(t, &adminapi.Client{BaseURL: rec.URL, Token: "test-token", HTTP: rec.Client()}), &n
 }
 
 // TestArgumentsCheckedAgainstSchema: a call whose arguments break the
