@@ -36,7 +36,7 @@ func TestOperationsReportEndToEnd(t *testing.T) {
 	d2 := proctest.StartDaemon(t, bin, d.EnvCopy())
 	out, code := opsCLI(t, bin, d2, "admin", "report", "--since", "24h")
 	t.Logf("chalupa admin report --since 24h after a restart:\n%s", out)
-	if code != 0 || !strings.Contains(out, "ROUTE GROUP") || !strings.Contains(out, "LOOP") || !regexp.MustCompile(`Replica: [1-9][0-9]* objects, [1-9][0-9]* bytes`).MatchString(out) {
+	if code != 0 || !strings.Contains(out, "ROUTE GROUP") || !strings.Contains(out, "LOOP") || !regexp.MustCompile(`Replica: [1-9][0-9]* objects, [0-9][0-9.]* (B|KiB|MiB|GiB)\b`).MatchString(out) {
 		t.Fatalf("admin report: exit %d:\n%s", code, out)
 	}
 	out, code = opsCLI(t, bin, d2, "admin", "report", "--json")
