@@ -21,7 +21,7 @@ import (
 
 // shapeCodes are the error codes of a refusal for shape: a body whose
 // keys or values break a rule a schema can state.
-var shapeCodes = map[string]bool{"invalid_slug": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
+var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
 
 // shapeCase is one body sent to one operation.
 type shapeCase struct {
@@ -76,6 +76,9 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"create environment with a one-letter slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"a"}`), 400, "invalid_slug"},
 		{"create environment in a bad organization slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","organization":"-x"}`), 400, "invalid_slug"},
 		{"create organization without slug", adminapi.OpCreateOrganization, "", s(`{"name":"Acme"}`), 400, "invalid_slug"},
+		{"create environment with a newline in its name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-nl","name":"a\nb"}`), 400, "invalid_name"},
+		{"create environment with a bidi override in its name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-bidi","name":"a\u202eb"}`), 400, "invalid_name"},
+		{"create organization with a zero-width space in its name", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-zw","name":"a\u200bb"}`), 400, "invalid_name"},
 		{"erase logs of an empty slug", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"","confirmation":"erase logs "}`), 400, "invalid_slug"},
 		{"erase telemetry without slug", adminapi.OpEraseTelemetry, "", s(`{"confirmation":"erase telemetry"}`), 400, "invalid_slug"},
 		{"heartbeat of a bad environment slug", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{Env: "Shape_Check"}), 422, "invalid_body"},
@@ -89,9 +92,12 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
 		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
 		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},
+		{"lifecycle event of an unknown kind", "", ingest.LifecycleRoute, h.LifecycleEvent("shape-check", "ev-3", "exploded", "dep-shape", nil), 422, "invalid_body"},
+		{"lifecycle event without kind", "", ingest.LifecycleRoute, h.LifecycleEvent("shape-check", "ev-4", "", "dep-shape", nil), 422, "invalid_body"},
 
 		{"create environment", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","name":"Shape"}`), 0, ""},
-		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org"}`), 0, ""},
+		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org","name":"Ünïcode Ltd 名前"}`), 0, ""},
+		{"create environment with a 200-byte name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-long","name":"` + strings.Repeat("é", 100) + `"}`), 0, ""},
 		{"create environment in it", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-in-org","organization":"shape-org"}`), 0, ""},
 		{"erase telemetry", adminapi.OpEraseTelemetry, "", s(`{"environmentSlug":"shape-check","confirmation":"erase telemetry shape-check"}`), 0, ""},
 		{"erase logs", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"shape-check","confirmation":"erase logs shape-check"}`), 0, ""},
