@@ -69,7 +69,9 @@ func (c *Client) DeliverBoxKey(ctx context.Context, box string) (BoxKeyRotation,
 // required; volumeSizeGiB 0 (no data volume) to 16384; at most 20 distinct
 // tags of [A-Za-z0-9_:-], none starting with "chalupa"; agentIdleMinutes
 // 1–10080 (0 on create: 30, the agent's default); agentSessionMinutes 0
-// (none) to 43200 (docs/operations.md, "Boxes").
+// (none) to 43200 (docs/operations.md, "Boxes"). The three ranges are
+// schema tags too, the create body's (docs/operations.md, "OpenAPI"):
+// agentIdleMinutes from 0, the create default.
 type BoxConfig struct {
 	Region             string   `json:"region"`
 	Size               string   `json:"size"`
@@ -78,21 +80,21 @@ type BoxConfig struct {
 	CustomerSource     string   `json:"customerSource"`
 	ControlPlaneSource string   `json:"controlPlaneSource"`
 	// VolumeSizeGiB is the data volume's size in GiB.
-	VolumeSizeGiB int64    `json:"volumeSizeGiB"`
+	VolumeSizeGiB int64    `json:"volumeSizeGiB" schema:"minimum=0,maximum=16384"`
 	Tags          []string `json:"tags"`
 	// AgentIdleMinutes is the agent's idle limit in minutes
 	// (CHALUPA_AGENT_LIMIT_MINUTES on the droplet).
-	AgentIdleMinutes int64 `json:"agentIdleMinutes"`
+	AgentIdleMinutes int64 `json:"agentIdleMinutes" schema:"minimum=0,maximum=10080"`
 	// AgentSessionMinutes is the agent's session limit in minutes from its
 	// install at first boot (0: no session expiry).
-	AgentSessionMinutes int64 `json:"agentSessionMinutes"`
+	AgentSessionMinutes int64 `json:"agentSessionMinutes" schema:"minimum=0,maximum=43200"`
 }
 
 // CreateBoxRequest is the body of adminCreateBox. Name follows the
 // environment slug rule and is unique across boxes; Environment is an
 // existing environment's slug.
 type CreateBoxRequest struct {
-	Name        string `json:"name"`
+	Name        string `json:"name" schema:"required,pattern=slug"`
 	Environment string `json:"environment"`
 	Managed     bool   `json:"managed"`
 	// Agent says whether converge installs the agent on the box's droplet;

@@ -104,7 +104,7 @@ func (c *Client) ClearSessionPolicy(ctx context.Context, req ClearSessionPolicyR
 // "Customer organizations").
 type CreateEnvironmentRequest struct {
 	Slug         string `json:"slug" schema:"required,pattern=slug"`
-	Name         string `json:"name,omitempty"`
+	Name         string `json:"name,omitempty" schema:"pattern=name"`
 	Organization string `json:"organization,omitempty" schema:"pattern=slug"`
 }
 

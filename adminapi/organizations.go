@@ -40,7 +40,7 @@ var organizationOperations = []Operation{
 // defaults to the slug, at most 200 bytes of printable UTF-8.
 type CreateOrganizationRequest struct {
 	Slug string `json:"slug" schema:"required,pattern=slug"`
-	Name string `json:"name,omitempty"`
+	Name string `json:"name,omitempty" schema:"pattern=name"`
 }
 
 // Organization is one organization. Kind is "platform" or "customer".

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/boxes"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -37,8 +38,11 @@ func invalidBox(err error) error {
 var errBoxNotFound = fail(http.StatusNotFound, "not_found", "no such box")
 
 func (h *boxHandlers) create(ctx context.Context, req adminapi.CreateBoxRequest) (adminapi.Box, error) {
-	if err := boxes.ValidName(req.Name); err != nil {
-		return adminapi.Box{}, invalidBox(err)
+	// The name and the config's ranges as CreateBoxRequest's schema tags
+	// declare them, which the OpenAPI document carries too
+	// (docs/operations.md, "OpenAPI"); boxes.Validate checks the rest.
+	if v := apischema.Check(req); v != nil {
+		return adminapi.Box{}, fail(http.StatusUnprocessableEntity, "invalid_box", v.Message())
 	}
 	cfg := boxes.WithDefaults(fromAPIBoxConfig(req.BoxConfig))
 	// A box carries the agent unless asked otherwise (docs/operations.md,

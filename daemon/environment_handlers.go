@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 
@@ -105,17 +103,18 @@ func (h *environmentHandlers) clearPolicy(ctx context.Context, req adminapi.Clea
 }
 
 func (h *environmentHandlers) create(ctx context.Context, req adminapi.CreateEnvironmentRequest) (adminapi.Environment, error) {
+	// The slug, organization and name rules of the request's schema tags
+	// (the name's displayability among them: 400 invalid_name).
 	if err := checkShape(req); err != nil {
 		return adminapi.Environment{}, err
 	}
 	if req.Name == "" {
 		req.Name = req.Slug
 	}
+	// Not a tag: JSON Schema's maxLength counts characters, this bytes
+	// (docs/operations.md, "OpenAPI").
 	if len(req.Name) > maxEnvironmentName {
 		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be at most 200 bytes")
-	}
-	if !displayableName(req.Name) {
-		return adminapi.Environment{}, fail(http.StatusBadRequest, "invalid_name", "name must be valid UTF-8 without control, bidi or invisible format characters")
 	}
 
 	var environment storage.Environment
@@ -180,23 +179,4 @@ func (h *environmentHandlers) list(ctx context.Context, _ none) (adminapi.Enviro
 func toAPIEnvironment(e storage.Environment, orgSlug string) adminapi.Environment {
 	return adminapi.Environment{Organization: orgSlug, Slug: e.Slug, Name: e.Name, Status: e.Status, CreatedAt: e.CreatedAt,
 		StorageBytes: e.StorageBytes}
-}
-
-// displayableName reports whether name is safe to print on an operator's
-// terminal: valid UTF-8, no control characters (NUL, ESC, newline, DEL, C1),
-// no bidi controls (U+202E and kin reorder what the operator reads) and no
-// other invisible format characters (zero-width space, soft hyphen, BOM:
-// Unicode category Cf), which make two different names look alike.
-// encoding/json turns invalid UTF-8 in a request into U+FFFD, so that rune
-// is refused too: it is what invalid bytes sent by a client look like here.
-func displayableName(name string) bool {
-	if !utf8.ValidString(name) {
-		return false
-	}
-	for _, r := range name {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r) {
-			return false
-		}
-	}
-	return true
 }

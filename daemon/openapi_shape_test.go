@@ -11,6 +11,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/boxes"
 	"github.com/chalupa-run/chalupa/daemon"
 	"github.com/chalupa-run/chalupa/daemon/daemontest"
 	"github.com/chalupa-run/chalupa/ingest"
@@ -21,7 +22,7 @@ import (
 
 // shapeCodes are the error codes of a refusal for shape: a body whose
 // keys or values break a rule a schema can state.
-var shapeCodes = map[string]bool{"invalid_slug": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
+var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "invalid_box": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
 
 // shapeCase is one body sent to one operation.
 type shapeCase struct {
@@ -41,7 +42,12 @@ type shapeCase struct {
 // same body (kin-openapi, JSON Schema 2020-12). And a body the schema
 // accepts is not refused for shape (docs/operations.md, "OpenAPI").
 func TestOpenAPIShapeRefusals(t *testing.T) {
-	h := daemontest.NewIngest(t, daemontest.IngestOptions{})
+	// A log bucket nobody serves: the refusals come before any call to
+	// it, and the accepted rows need only the database and a presign.
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: map[string]string{
+		"CHALUPA_LOGS_URL": "s3://shape-logs/logs?endpoint=http://127.0.0.1:9&region=us-east-1",
+		"CHALUPA_LOGS_KEY": "shape-key", "CHALUPA_LOGS_SECRET": "shape-secret",
+	}})
 	h.CreateEnv("shape-check")
 	key := h.Issue("shape-check")
 	raw, err := daemon.OpenAPI(buildinfo.Version)
@@ -70,12 +76,26 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 	}
 	event := func(id, dep string) []byte { return h.LifecycleEvent("shape-check", id, "booted", dep, nil) }
 	s := func(v string) []byte { return []byte(v) }
+	box := func(extra string) []byte {
+		return []byte(`{"environment":"shape-check","region":"nyc3","size":"s-1vcpu-1gb","image":"ubuntu-24-04-x64",` +
+			`"sshKeyFingerprints":["00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff"],` +
+			`"customerSource":"203.0.113.7/32","controlPlaneSource":"198.51.100.7/32"` + extra + `}`)
+	}
 	cases := []shapeCase{
 		{"create environment without slug", adminapi.OpCreateEnvironment, "", s(`{}`), 400, "invalid_slug"},
 		{"create environment with an upper-case slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"Demo"}`), 400, "invalid_slug"},
 		{"create environment with a one-letter slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"a"}`), 400, "invalid_slug"},
 		{"create environment in a bad organization slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","organization":"-x"}`), 400, "invalid_slug"},
 		{"create organization without slug", adminapi.OpCreateOrganization, "", s(`{"name":"Acme"}`), 400, "invalid_slug"},
+		{"create environment with a newline in its name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-nl","name":"a\nb"}`), 400, "invalid_name"},
+		{"create environment with a bidi override in its name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-bidi","name":"a\u202eb"}`), 400, "invalid_name"},
+		{"create organization with a zero-width space in its name", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-zw","name":"a\u200bb"}`), 400, "invalid_name"},
+		{"create box without name", adminapi.OpCreateBox, "", box(``), 422, "invalid_box"},
+		{"create box with an upper-case name", adminapi.OpCreateBox, "", box(`,"name":"Box-1"`), 422, "invalid_box"},
+		{"create box with a volume above 16 TiB", adminapi.OpCreateBox, "", box(`,"name":"shape-box","volumeSizeGiB":16385`), 422, "invalid_box"},
+		{"create box with a negative volume", adminapi.OpCreateBox, "", box(`,"name":"shape-box","volumeSizeGiB":-1`), 422, "invalid_box"},
+		{"create box with agentIdleMinutes above a week", adminapi.OpCreateBox, "", box(`,"name":"shape-box","agentIdleMinutes":10081`), 422, "invalid_box"},
+		{"create box with agentSessionMinutes above 30 days", adminapi.OpCreateBox, "", box(`,"name":"shape-box","agentSessionMinutes":43201`), 422, "invalid_box"},
 		{"erase logs of an empty slug", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"","confirmation":"erase logs "}`), 400, "invalid_slug"},
 		{"erase telemetry without slug", adminapi.OpEraseTelemetry, "", s(`{"confirmation":"erase telemetry"}`), 400, "invalid_slug"},
 		{"heartbeat of a bad environment slug", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{Env: "Shape_Check"}), 422, "invalid_body"},
@@ -87,17 +107,36 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"run without runId", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.RunID = "" }), 422, "invalid_body"},
 		{"run of a bad environment slug", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.EnvironmentSlug = "x" }), 422, "invalid_body"},
 		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
+		{"telemetry window of a metric without samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
+			w.Metrics.CPUPct = &protocol.AggV1{N: 0, Sum: 0, Min: 0, Max: 0, Last: 0}
+		}), 422, "invalid_body"},
+		{"telemetry window of more than 600 samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
+			w.Metrics.CPUPct = &protocol.AggV1{N: 601, Sum: 601, Min: 1, Max: 1, Last: 1}
+		}), 422, "invalid_body"},
 		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
 		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},
+		{"log session of a bad session id", "", ingest.LogSessionsRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"-s","service":"app.service"}`), 422, "invalid_body"},
+		{"log session without service", "", ingest.LogSessionsRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1"}`), 422, "invalid_body"},
+		{"log session of a bad service", "", ingest.LogSessionsRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","service":"a b"}`), 422, "invalid_body"},
+		{"log plan of an upper-case sha256", "", ingest.LogPlanRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","seq":0,"size":10,"sha256":"` + strings.Repeat("AB", 32) + `"}`), 422, "invalid_body"},
+		{"log commit without sha256", "", ingest.LogCommitRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","seq":0,"size":10}`), 422, "invalid_body"},
+		{"log finish of a bad environment slug", "", ingest.LogFinishRoute, s(`{"environmentSlug":"X","deploymentId":"dep-shape","sessionId":"s-1","final":{}}`), 422, "invalid_body"},
+		{"lifecycle event of an unknown kind", "", ingest.LifecycleRoute, h.LifecycleEvent("shape-check", "ev-3", "exploded", "dep-shape", nil), 422, "invalid_body"},
+		{"lifecycle event without kind", "", ingest.LifecycleRoute, h.LifecycleEvent("shape-check", "ev-4", "", "dep-shape", nil), 422, "invalid_body"},
 
 		{"create environment", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-new","name":"Shape"}`), 0, ""},
-		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org"}`), 0, ""},
+		{"create organization", adminapi.OpCreateOrganization, "", s(`{"slug":"shape-org","name":"Ünïcode Ltd 名前"}`), 0, ""},
+		{"create environment with a 200-byte name", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-long","name":"` + strings.Repeat("é", 100) + `"}`), 0, ""},
 		{"create environment in it", adminapi.OpCreateEnvironment, "", s(`{"slug":"shape-in-org","organization":"shape-org"}`), 0, ""},
+		{"create box at the bounds", adminapi.OpCreateBox, "", box(`,"name":"shape-box","volumeSizeGiB":16384,"agentIdleMinutes":10080,"agentSessionMinutes":43200`), 0, ""},
+		{"create box with the defaults", adminapi.OpCreateBox, "", box(`,"name":"shape-box-2","agentIdleMinutes":0`), 0, ""},
 		{"erase telemetry", adminapi.OpEraseTelemetry, "", s(`{"environmentSlug":"shape-check","confirmation":"erase telemetry shape-check"}`), 0, ""},
 		{"erase logs", adminapi.OpEraseLogs, "", s(`{"environmentSlug":"shape-check","confirmation":"erase logs shape-check"}`), 0, ""},
 		{"heartbeat", "", ingest.HeartbeatRoute, hb(daemontest.HeartbeatOpts{LimitMinutes: protocol.MaxLimitMinutes}), 0, ""},
 		{"run with a SHA-256 commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit = strings.Repeat("0a", 32) }), 0, ""},
 		{"telemetry window", "", ingest.TelemetryRoute, window("session-1"), 0, ""},
+		{"log session", "", ingest.LogSessionsRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","service":"app@1.service"}`), 0, ""},
+		{"log plan", "", ingest.LogPlanRoute, s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","seq":0,"size":10,"sha256":"` + strings.Repeat("ab", 32) + `"}`), 0, ""},
 		{"lifecycle event", "", ingest.LifecycleRoute, event("ev-2", "dep-shape"), 0, ""},
 		{"run without commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit, r.RunID = "", "run-2" }), 0, ""},
 	}
@@ -139,6 +178,22 @@ func TestLimitMinutesTagIsTheConstant(t *testing.T) {
 	f, _ := reflect.TypeFor[protocol.ReaperObservation]().FieldByName("LimitMinutes")
 	if r := apischema.RulesOf(f.Tag); r.Maximum == nil || *r.Maximum != protocol.MaxLimitMinutes {
 		t.Fatalf("limitMinutes tag maximum %v; protocol.MaxLimitMinutes is %d", r.Maximum, protocol.MaxLimitMinutes)
+	}
+}
+
+// TestBoxTagsAreTheConstants: the create body's range tags say the bounds
+// boxes.Validate keeps for updates (docs/operations.md, "Boxes").
+func TestBoxTagsAreTheConstants(t *testing.T) {
+	for field, max := range map[string]int64{
+		"VolumeSizeGiB": boxes.MaxVolumeGiB, "AgentIdleMinutes": boxes.MaxAgentIdleMinutes, "AgentSessionMinutes": boxes.MaxAgentSessionMinutes,
+	} {
+		t.Run(field, func(t *testing.T) {
+			f, _ := reflect.TypeFor[adminapi.BoxConfig]().FieldByName(field)
+			r := apischema.RulesOf(f.Tag)
+			if r.Minimum == nil || *r.Minimum != 0 || r.Maximum == nil || *r.Maximum != max {
+				t.Fatalf("%s tag %v..%v; want 0..%d", field, r.Minimum, r.Maximum, max)
+			}
+		})
 	}
 }
 

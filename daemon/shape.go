@@ -9,16 +9,20 @@ import (
 // checkShape refuses an admin request body that breaks a rule its wire
 // type declares in `schema` tags, the same declaration the OpenAPI
 // document's request schema is built from (docs/operations.md, "OpenAPI"):
-// a slug field answers 400 invalid_slug, as the handlers did before the
-// tags; any other rule 400 bad_body. The message names the field and the
+// a slug field answers 400 invalid_slug and a display name 400
+// invalid_name, as the handlers did before the tags; any other rule 400
+// bad_body. The message names the field and the
 // rule, never the value.
 func checkShape(req any) error {
 	v := apischema.Check(req)
 	if v == nil {
 		return nil
 	}
-	if v.Pattern == "slug" {
+	switch v.Pattern {
+	case "slug":
 		return fail(http.StatusBadRequest, "invalid_slug", v.Message())
+	case "name":
+		return fail(http.StatusBadRequest, "invalid_name", v.Message())
 	}
 	return fail(http.StatusBadRequest, "bad_body", v.Message())
 }

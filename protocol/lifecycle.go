@@ -19,7 +19,7 @@ const (
 type LifecycleEventV1 struct {
 	EnvironmentSlug string          `json:"environmentSlug" schema:"required,pattern=slug"`
 	ID              string          `json:"id" schema:"required,pattern=id"`
-	Kind            string          `json:"kind"`
+	Kind            string          `json:"kind" schema:"required,enum=launched|booted|ci-started|ci-finished|shutdown|sunk"`
 	OccurredAt      time.Time       `json:"occurredAt"`
 	Deployment      LifecycleDeploy `json:"deployment"`
 }

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"time"
 
 	"github.com/chalupa-run/chalupa/internal/lazyre"
@@ -22,8 +23,9 @@ const (
 )
 
 // servicePattern is a systemd unit name (or a file label): 1–128 of
-// [A-Za-z0-9@._:-].
-var servicePattern = lazyre.New(`^[A-Za-z0-9@._:-]{1,128}$`)
+// [A-Za-z0-9@._:-], the pattern OpenV1's service tag names, so the
+// OpenAPI document says the same (docs/operations.md, "OpenAPI").
+var servicePattern = lazyre.New(apischema.Patterns["service"])
 
 // ValidService reports whether s can name a log service: 1–128 characters
 // of [A-Za-z0-9@._:-] (a systemd unit name or a file label).
@@ -31,34 +33,34 @@ func ValidService(s string) bool { return servicePattern.MatchString(s) }
 
 // OpenV1 is the body of POST /api/ingest/logs/sessions.
 type OpenV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
+	DeploymentID    string `json:"deploymentId" schema:"required,pattern=id"`
 	// SessionID is the agent's id for the session, kept in its spool so
 	// a replay opens the same session.
-	SessionID string `json:"sessionId"`
+	SessionID string `json:"sessionId" schema:"required,pattern=id"`
 	// Service is the unit (or file label) the session ships (ValidService).
-	Service string `json:"service"`
+	Service string `json:"service" schema:"required,pattern=service"`
 }
 
 // ChunkV1 is the body of POST /api/ingest/logs/plan and /commit: one
 // chunk of one session, named by its sequence number and described by its
 // compressed size and SHA-256.
 type ChunkV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
-	SessionID       string `json:"sessionId"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
+	DeploymentID    string `json:"deploymentId" schema:"required,pattern=id"`
+	SessionID       string `json:"sessionId" schema:"required,pattern=id"`
 	Seq             int64  `json:"seq"`
 	// Size is the chunk's length in bytes, 1 to the chunk size bound.
 	Size int64 `json:"size"`
 	// SHA256 is the chunk's SHA-256, 64 lowercase hex digits.
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256" schema:"required,pattern=sha256"`
 }
 
 // FinishV1 is the body of POST /api/ingest/logs/finish.
 type FinishV1 struct {
-	EnvironmentSlug string `json:"environmentSlug"`
-	DeploymentID    string `json:"deploymentId"`
-	SessionID       string `json:"sessionId"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
+	DeploymentID    string `json:"deploymentId" schema:"required,pattern=id"`
+	SessionID       string `json:"sessionId" schema:"required,pattern=id"`
 	// Final is the session's summary as the agent saw it: stored exactly
 	// once; a repeat must be identical.
 	Final FinalV1 `json:"final"`

@@ -58,9 +58,10 @@ type MetricsV1 struct {
 
 // AggV1 aggregates one metric's samples taken inside the window: n samples
 // (an integer ≥ 1), their sum, min, max and the last one, in the metric's
-// unit (MetricsV1).
+// unit (MetricsV1). N's tag says ingest's MaxSamplesPerWindow, 600
+// (docs/operations.md, "OpenAPI").
 type AggV1 struct {
-	N    int64   `json:"n"`
+	N    int64   `json:"n" schema:"required,minimum=1,maximum=600"`
 	Sum  float64 `json:"sum"`
 	Min  float64 `json:"min"`
 	Max  float64 `json:"max"`

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chalupa-run/chalupa/internal/slug"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -73,30 +73,22 @@ func invalid(format string, a ...any) error { return &Invalid{Message: fmt.Sprin
 
 // ValidateOpen checks an open body's values. Errors: *Invalid.
 func ValidateOpen(b *protocol.OpenV1) error {
-	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
-		return err
-	}
-	if !protocol.ValidService(b.Service) {
-		return invalid("service must be 1-128 characters of [A-Za-z0-9@._:-]")
-	}
-	return nil
+	return checkTags(b)
 }
 
-func validIDs(env, dep, sess string) error {
-	switch {
-	case !slug.Valid(env):
-		return invalid("environmentSlug must match %s", slug.Pattern)
-	case !slug.ValidID(dep):
-		return invalid("deploymentId must be 1-128 characters of [A-Za-z0-9._:-]")
-	case !slug.ValidID(sess):
-		return invalid("sessionId must be 1-128 characters of [A-Za-z0-9._:-]")
+// checkTags refuses a log body that breaks a rule of its schema tags (the
+// ids, the service, the chunk's sha256), which the OpenAPI document
+// carries too (docs/operations.md, "OpenAPI").
+func checkTags(b any) error {
+	if v := apischema.Check(b); v != nil {
+		return invalid("%s", v.Message())
 	}
 	return nil
 }
 
 // ValidateChunk checks a chunk body's values. Errors: *Invalid.
 func ValidateChunk(b *protocol.ChunkV1) error {
-	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
+	if err := checkTags(b); err != nil {
 		return err
 	}
 	switch {
@@ -104,10 +96,6 @@ func ValidateChunk(b *protocol.ChunkV1) error {
 		return invalid("seq must be a whole number from 0")
 	case b.Size < 1:
 		return invalid("size must be at least 1")
-	}
-	raw, err := hex.DecodeString(b.SHA256)
-	if err != nil || len(raw) != 32 || strings.ToLower(b.SHA256) != b.SHA256 {
-		return invalid("sha256 must be 64 lowercase hex digits")
 	}
 	return nil
 }
@@ -124,7 +112,7 @@ func ChunkSum(b *protocol.ChunkV1) [32]byte {
 
 // ValidateFinish checks a finish body's values. Errors: *Invalid.
 func ValidateFinish(b *protocol.FinishV1) error {
-	if err := validIDs(b.EnvironmentSlug, b.DeploymentID, b.SessionID); err != nil {
+	if err := checkTags(b); err != nil {
 		return err
 	}
 	switch {

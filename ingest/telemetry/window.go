@@ -75,7 +75,8 @@ func (e *Invalid) Error() string { return e.Message }
 func ValidateWindow(w *protocol.WindowV1) error {
 	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 	// The rules WindowV1's schema tags declare, which the OpenAPI
-	// document carries too (docs/operations.md, "OpenAPI").
+	// document carries too (docs/operations.md, "OpenAPI"): each
+	// metric's n from 1 to MaxSamplesPerWindow among them.
 	if v := apischema.Check(w); v != nil {
 		return bad("%s", v.Message())
 	}
@@ -96,8 +97,6 @@ func ValidateWindow(w *protocol.WindowV1) error {
 		name := storage.TelemetryMetrics[i].Name
 		r := ranges[i]
 		switch {
-		case a.N < 1 || a.N > MaxSamplesPerWindow:
-			return bad("metrics.%s.n must be between 1 and %d", name, MaxSamplesPerWindow)
 		case a.Min > a.Max:
 			return bad("metrics.%s.min must not exceed max", name)
 		case a.Last < a.Min || a.Last > a.Max:

@@ -21,14 +21,32 @@ var Patterns = map[string]string{
 	// commit: a git object id, SHA-1 or SHA-256, as ingest's run reports
 	// take it.
 	"commit": `^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`,
+	// name: a display name an operator's terminal prints safely
+	// (docs/operations.md, "Customer organizations"): no control
+	// character (Cc: NUL, ESC, newline, DEL, C1), no invisible format
+	// character (Cf, which holds every bidi control, U+202E and kin, and
+	// the zero-width space, soft hyphen and BOM), and no U+FFFD, which is
+	// what encoding/json makes of invalid UTF-8 in a request. U+FFFD is
+	// written as itself: Go's regexp has no \u escape and ECMA-262's
+	// \u{…} is not Go's, while a literal character reads the same in both.
+	// The Unicode version of Cf is the reader's; the daemon's is Go's.
+	"name": `^[^\p{Cc}\p{Cf}` + "\uFFFD" + `]*$`,
+	// service: a log session's service, a systemd unit name or a file
+	// label (protocol.ValidService reads this entry).
+	"service": `^[A-Za-z0-9@._:-]{1,128}$`,
+	// sha256: a log chunk's SHA-256, 64 lowercase hex digits.
+	"sha256": `^[0-9a-f]{64}$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
 // the refusal Violation.Message writes.
 var patternWords = map[string]string{
-	"slug":   "must match " + slug.Pattern,
-	"id":     "must be 1-128 characters of [A-Za-z0-9._:-]",
-	"commit": "must be a 40- or 64-digit hex object id",
+	"slug":    "must match " + slug.Pattern,
+	"id":      "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit":  "must be a 40- or 64-digit hex object id",
+	"name":    "must be valid UTF-8 without control, bidi or invisible format characters",
+	"service": "must be 1-128 characters of [A-Za-z0-9@._:-]",
+	"sha256":  "must be 64 lowercase hex digits",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -16,6 +18,7 @@ type tagged struct {
 	Limit int64    `json:"limit,omitempty" schema:"minimum=1,maximum=10"`
 	Note  string   `json:"note,omitempty" schema:"maxLength=4"`
 	IDs   []string `json:"ids,omitempty" schema:"pattern=id"`
+	Name  string   `json:"name,omitempty" schema:"pattern=name"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -48,6 +51,12 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"above maximum", `{"slug":"demo","limit":11}`, "limit", "maximum"},
 		{"too long", `{"slug":"demo","note":"abcde"}`, "note", "maxLength"},
 		{"bad element", `{"slug":"demo","ids":["ok","-no"]}`, "ids[1]", "pattern"},
+		{"displayable name", `{"slug":"demo","name":"Café Ünïcode 名前 🚢"}`, "", ""},
+		{"name with a newline", `{"slug":"demo","name":"a\nb"}`, "name", "pattern"},
+		{"name with a bidi override", `{"slug":"demo","name":"a\u202eb"}`, "name", "pattern"},
+		{"name with a zero-width space", `{"slug":"demo","name":"a\u200bb"}`, "name", "pattern"},
+		{"name with a tag character", `{"slug":"demo","name":"a\udb40\udc01b"}`, "name", "pattern"},
+		{"name with U+FFFD", `{"slug":"demo","name":"a\ufffdb"}`, "name", "pattern"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v tagged
@@ -66,6 +75,24 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 				t.Fatalf("schema verdict %v; Check's %+v", err, got)
 			}
 		})
+	}
+}
+
+// TestNamePatternIsDisplayable: the name pattern refuses exactly the
+// runes the daemon's rule names (docs/operations.md, "Customer
+// organizations"): a control character, a bidi control, another
+// invisible format character (Cf) or U+FFFD, checked over every Unicode
+// scalar value with Go's own tables as the oracle.
+func TestNamePatternIsDisplayable(t *testing.T) {
+	re := compiled["name"]
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !utf8.ValidRune(r) {
+			continue // a surrogate: no string holds it
+		}
+		refused := r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r)
+		if re.MatchString("a"+string(r)+"b") == refused {
+			t.Fatalf("U+%04X: pattern match %v, rule refuses %v", r, !refused, refused)
+		}
 	}
 }
 
