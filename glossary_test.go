@@ -9,8 +9,8 @@ import (
 
 // TestReadmeGettingStartedAndGlossary: the README opens with "Getting
 // started" before the reference material, links the glossary, and the
-// glossary in docs/operations.md defines each word a new operator meets
-// (issue 33 §5), once.
+// glossary in docs/operations.md ("Glossary") defines each word a new
+// operator meets, once.
 func TestReadmeGettingStartedAndGlossary(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {

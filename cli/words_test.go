@@ -11,8 +11,8 @@ import (
 
 // TestOperatorWords: the text commands print sizes in the units the console
 // and environment list use, rates per second, say what lags and what a
-// quantile is, and define the words an operator meets there (issue 33 §5
-// "Units and words"; docs/operations.md, "Operations report").
+// quantile is, and define the words an operator meets there
+// (docs/operations.md, "Operations report" and "Glossary").
 func TestOperatorWords(t *testing.T) {
 	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	mode := "live"

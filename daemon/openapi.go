@@ -157,7 +157,7 @@ func IngestOperationID(path string) string {
 	return b.String()
 }
 
-// legacyIngestOperationID is the id documents before issue 33 gave the
+// legacyIngestOperationID is the id earlier documents gave the
 // route (ingestLogs/plan), kept as the documented alias
 // x-chalupa-aliases (docs/operations.md, "OpenAPI").
 func legacyIngestOperationID(path string) string {

@@ -270,7 +270,7 @@ func TestIngestRoutesFromTable(t *testing.T) {
 			if ref, want := op.Responses["202"].Content["application/json"].Schema.Ref, "#/components/schemas/"+rt.Answer.Name(); ref != want {
 				t.Errorf("202 schema %q; want %q, the type the handler encodes", ref, want)
 			}
-			// The id before issue 33 ("ingestLogs/plan") stays a documented alias.
+			// The earlier id ("ingestLogs/plan") stays a documented alias.
 			if old := "ingest" + strings.ToUpper(rt.Path[len("/api/ingest/"):][:1]) + rt.Path[len("/api/ingest/")+1:]; old != op.OperationID && !slices.Contains(op.Aliases, old) {
 				t.Errorf("operationId %q; the old id %q is not among its aliases %v", op.OperationID, old, op.Aliases)
 			}
