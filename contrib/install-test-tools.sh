@@ -155,79 +155,59 @@ if [[ "${1:-}" == "--rootfs" ]]; then
 	exit 0
 fi
 
-# Debian's chromium drives the console's browser tests (chromedp talks to
-# /usr/bin/chromium over a pipe; no chromedriver). Installed as root when
-# missing; without root the tests skip, except under CI=true where a
-# missing browser fails the run.
-if ! command -v /usr/bin/chromium >/dev/null 2>&1; then
+# apt_install WHAT NOT_ROOT_CI NOT_ROOT PACKAGE...: install Debian's
+# PACKAGEs for the missing WHAT when root (apt's progress goes to stderr:
+# this script's standard output is the tool directory's path alone, which
+# contrib/test.sh reads). Without root it says NOT_ROOT_CI and fails under
+# CI=true (a missing tool must not turn a CI run green), else says NOT_ROOT
+# (the tests that need it skip) and returns 1.
+apt_install() {
+	local what=$1 ci_msg=$2 msg=$3
+	shift 3
 	if [[ $(id -u) -eq 0 ]]; then
-		echo "install-test-tools: installing chromium (apt)" >&2
-		# apt's progress goes to stderr: this script's standard output is the
-		# tool directory's path alone (contrib/test.sh reads it).
-		{ apt-get update && apt-get install -y --no-install-recommends chromium; } >&2
+		echo "install-test-tools: installing $what (apt: $*)" >&2
+		{ apt-get update && apt-get install -y --no-install-recommends "$@"; } >&2
 	elif [[ "${CI:-}" == "true" ]]; then
-		echo "install-test-tools: chromium is missing and this is not root: the browser tests cannot run" >&2
+		echo "install-test-tools: $what is missing and this is not root: $ci_msg" >&2
 		exit 1
 	else
-		echo "install-test-tools: chromium is missing (run as root to install it); the browser tests will skip" >&2
+		echo "install-test-tools: $what is missing (run as root to install it); $msg" >&2
+		return 1
 	fi
+}
+
+# Debian's chromium drives the console's browser tests (chromedp talks to
+# /usr/bin/chromium over a pipe; no chromedriver).
+if ! command -v /usr/bin/chromium >/dev/null 2>&1; then
+	apt_install chromium "the browser tests cannot run" "the browser tests will skip" chromium || true
 fi
 
 # Debian's prometheus package brings promtool, which checks and unit-tests
 # contrib/prometheus/chalupa-alerts.yml (`promtool check rules`, `promtool
-# test rules`; docs/operations.md, "Alerts"). Installed as root when
-# missing, like chromium; without root those tests skip, except under
-# CI=true where a missing promtool fails the run. Only promtool is wanted:
+# test rules`; docs/operations.md, "Alerts"). Only promtool is wanted:
 # where systemd runs, the package's own Prometheus service, started by the
 # install, is stopped and disabled again.
 if ! command -v /usr/bin/promtool >/dev/null 2>&1; then
-	if [[ $(id -u) -eq 0 ]]; then
-		echo "install-test-tools: installing promtool (apt: prometheus)" >&2
-		{ apt-get update && apt-get install -y --no-install-recommends prometheus; } >&2
-		if [[ -d /run/systemd/system ]] && systemctl is-enabled --quiet prometheus.service 2>/dev/null; then
-			echo "install-test-tools: stopping and disabling the prometheus service the package started (only promtool is used)" >&2
-			systemctl disable --now prometheus.service >&2 || true
-		fi
-	elif [[ "${CI:-}" == "true" ]]; then
-		echo "install-test-tools: promtool is missing and this is not root: the Prometheus rules cannot be tested" >&2
-		exit 1
-	else
-		echo "install-test-tools: promtool is missing (run as root to install it); the Prometheus rules tests will skip" >&2
+	if apt_install promtool "the Prometheus rules cannot be tested" "the Prometheus rules tests will skip" prometheus &&
+		[[ -d /run/systemd/system ]] && systemctl is-enabled --quiet prometheus.service 2>/dev/null; then
+		echo "install-test-tools: stopping and disabling the prometheus service the package started (only promtool is used)" >&2
+		systemctl disable --now prometheus.service >&2 || true
 	fi
 fi
 
 # Debian's shellcheck checks every shell script of the repository in
 # contrib/test.sh's lint step, and the scripts chalupa renders into
 # cloud-init user data or runs over SSH in pulumiexec/sshdeliver's
-# TestShellScripts (settings: .shellcheckrc). Installed as root when
-# missing, like promtool; without root the lint step and that test skip it
-# saying so, except under CI=true where a missing shellcheck fails the run.
+# TestShellScripts (settings: .shellcheckrc).
 if ! command -v /usr/bin/shellcheck >/dev/null 2>&1; then
-	if [[ $(id -u) -eq 0 ]]; then
-		echo "install-test-tools: installing shellcheck (apt)" >&2
-		{ apt-get update && apt-get install -y --no-install-recommends shellcheck; } >&2
-	elif [[ "${CI:-}" == "true" ]]; then
-		echo "install-test-tools: shellcheck is missing and this is not root: the shell scripts cannot be checked" >&2
-		exit 1
-	else
-		echo "install-test-tools: shellcheck is missing (run as root to install it); the shell script checks will skip" >&2
-	fi
+	apt_install shellcheck "the shell scripts cannot be checked" "the shell script checks will skip" shellcheck || true
 fi
 
 # Node.js and npm run the npm tools (install_npm_tools below): from the
-# machine, or Debian's nodejs and npm packages installed as root, here and
-# not beside the parallel builds below (two apt-get runs contend for dpkg's
-# lock). Without them those checks skip, except under CI=true.
+# machine, or Debian's nodejs and npm packages, here and not beside the
+# parallel builds below (two apt-get runs contend for dpkg's lock).
 if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
-	if [[ $(id -u) -eq 0 ]]; then
-		echo "install-test-tools: installing node and npm (apt: nodejs npm)" >&2
-		{ apt-get update && apt-get install -y --no-install-recommends nodejs npm; } >&2
-	elif [[ "${CI:-}" == "true" ]]; then
-		echo "install-test-tools: node and npm are missing and this is not root: the OpenAPI and MCP interface checks cannot run" >&2
-		exit 1
-	else
-		echo "install-test-tools: node and npm are missing (run as root to install them); the OpenAPI and MCP interface checks will skip" >&2
-	fi
+	apt_install "node and npm" "the OpenAPI and MCP interface checks cannot run" "the OpenAPI and MCP interface checks will skip" nodejs npm || true
 fi
 
 # install NAME VERSION MODULE_PATH [env...]: go install into the cache, keyed by
