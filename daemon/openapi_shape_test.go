@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -36,52 +37,69 @@ type shapeCase struct {
 	code   string
 }
 
-// TestOpenAPIShapeRefusals: each refusal for shape the handlers give
-// (invalid_slug 400 on the admin API, invalid_body 422 on ingest) is
-// visible in the document: the operation's request schema rejects the
-// same body (kin-openapi, JSON Schema 2020-12). And a body the schema
-// accepts is not refused for shape (docs/operations.md, "OpenAPI").
-func TestOpenAPIShapeRefusals(t *testing.T) {
-	// A log bucket nobody serves: the refusals come before any call to
-	// it, and the accepted rows need only the database and a presign.
-	h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: map[string]string{
-		"CHALUPA_LOGS_URL": "s3://shape-logs/logs?endpoint=http://127.0.0.1:9&region=us-east-1",
-		"CHALUPA_LOGS_KEY": "shape-key", "CHALUPA_LOGS_SECRET": "shape-secret",
-	}})
-	h.CreateEnv("shape-check")
-	key := h.Issue("shape-check")
-	raw, err := daemon.OpenAPI(buildinfo.Version)
-	if err != nil {
-		t.Fatal(err)
+// shapeEnv is what a set of shape rows is built against: one daemon with
+// the environment "shape-check" and its ingest key, and body builders.
+type shapeEnv struct {
+	h      *daemontest.Ingest
+	key    daemontest.Key
+	minute time.Time
+}
+
+// hb is a signed-route heartbeat body of "shape-check"/"dep-shape" with o.
+func (e *shapeEnv) hb(o daemontest.HeartbeatOpts) []byte {
+	if o.Env == "" {
+		o.Env = "shape-check"
 	}
-	doc, err := openapi3.NewLoader().LoadFromData(raw)
-	if err != nil {
-		t.Fatal(err)
+	if o.Deployment == "" {
+		o.Deployment = "dep-shape"
 	}
-	hb := func(o daemontest.HeartbeatOpts) []byte {
-		if o.Env == "" {
-			o.Env = "shape-check"
-		}
-		if o.Deployment == "" {
-			o.Deployment = "dep-shape"
-		}
-		return h.Heartbeat(o)
+	return e.h.Heartbeat(o)
+}
+
+// run is run-1's report of "shape-check"/"dep-shape", changed by mutate.
+func (e *shapeEnv) run(mutate func(*protocol.RunReportV1)) []byte {
+	return e.h.RunReport("shape-check", "dep-shape", "run-1", mutate)
+}
+
+// window is a telemetry window of session two minutes ago, changed by mutate.
+func (e *shapeEnv) window(session string, mutate func(*protocol.WindowV1)) []byte {
+	return e.h.TelemetryWindow("shape-check", "dep-shape", session, e.minute, mutate)
+}
+
+// event is a "booted" lifecycle event id of deployment dep.
+func (e *shapeEnv) event(id, dep string) []byte {
+	return e.h.LifecycleEvent("shape-check", id, "booted", dep, nil)
+}
+
+// box is a create-box body for "shape-check" with extra keys appended
+// (",\"name\":…").
+func (e *shapeEnv) box(extra string) []byte {
+	return []byte(`{"environment":"shape-check","region":"nyc3","size":"s-1vcpu-1gb","image":"ubuntu-24-04-x64",` +
+		`"sshKeyFingerprints":["00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff"],` +
+		`"customerSource":"203.0.113.7/32","controlPlaneSource":"198.51.100.7/32"` + extra + `}`)
+}
+
+// shapeSets are the rows of TestOpenAPIShapeRefusals by group, each group
+// registered by the test file that owns it (registerShapes), run in the
+// order of their names against one daemon. A group's rows run in order:
+// an accepted row may create what a later row needs.
+var shapeSets = map[string]func(e *shapeEnv) []shapeCase{}
+
+// registerShapes adds a group of rows; a duplicate name panics.
+func registerShapes(name string, rows func(e *shapeEnv) []shapeCase) bool {
+	if _, dup := shapeSets[name]; dup {
+		panic("shape set registered twice: " + name)
 	}
-	run := func(mutate func(*protocol.RunReportV1)) []byte {
-		return h.RunReport("shape-check", "dep-shape", "run-1", mutate)
-	}
-	minute := h.Clock.Now().Add(-2 * time.Minute).Truncate(time.Minute)
-	window := func(session string) []byte {
-		return h.TelemetryWindow("shape-check", "dep-shape", session, minute, nil)
-	}
-	event := func(id, dep string) []byte { return h.LifecycleEvent("shape-check", id, "booted", dep, nil) }
+	shapeSets[name] = rows
+	return true
+}
+
+var _ = registerShapes("first-stage", func(e *shapeEnv) []shapeCase {
+	h := e.h
+	hb, run, event, box, minute := e.hb, e.run, e.event, e.box, e.minute
+	window := func(session string) []byte { return e.window(session, nil) }
 	s := func(v string) []byte { return []byte(v) }
-	box := func(extra string) []byte {
-		return []byte(`{"environment":"shape-check","region":"nyc3","size":"s-1vcpu-1gb","image":"ubuntu-24-04-x64",` +
-			`"sshKeyFingerprints":["00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff"],` +
-			`"customerSource":"203.0.113.7/32","controlPlaneSource":"198.51.100.7/32"` + extra + `}`)
-	}
-	cases := []shapeCase{
+	return []shapeCase{
 		{"create environment without slug", adminapi.OpCreateEnvironment, "", s(`{}`), 400, "invalid_slug"},
 		{"create environment with an upper-case slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"Demo"}`), 400, "invalid_slug"},
 		{"create environment with a one-letter slug", adminapi.OpCreateEnvironment, "", s(`{"slug":"a"}`), 400, "invalid_slug"},
@@ -140,34 +158,72 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 		{"lifecycle event", "", ingest.LifecycleRoute, event("ev-2", "dep-shape"), 0, ""},
 		{"run without commit", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.Commit, r.RunID = "", "run-2" }), 0, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			method, path := http.MethodPost, tc.path
-			var got daemontest.Response
-			if tc.op != "" {
-				op, _ := adminapi.Lookup(tc.op)
-				method, path = op.Method, op.Path
-				got = h.AdminOp(tc.op, tc.body)
-			} else {
-				got = h.Send(daemontest.SignedReq{KeyID: key.ID, Key: key.Raw, Path: tc.path, Body: tc.body})
-			}
-			schemaErr := requestSchema(t, doc, method, path).VisitJSON(decoded(t, tc.body), openapi3.EnableJSONSchema2020())
-			if tc.status == 0 {
-				if schemaErr != nil {
-					t.Fatalf("the schema refuses the body: %v", schemaErr)
-				}
-				if (got.Status == 400 || got.Status == 422) && shapeCodes[got.Code] {
-					t.Fatalf("a body the schema accepts is refused for shape: %s", got)
-				}
-				return
-			}
-			if got.Status != tc.status || got.Code != tc.code {
-				t.Fatalf("answer %s; want %d %s", got, tc.status, tc.code)
-			}
-			if schemaErr == nil {
-				t.Fatalf("the daemon refuses %d %s (%s) but the schema accepts the body", got.Status, got.Code, got.Message)
+})
+
+// TestOpenAPIShapeRefusals: each refusal for shape the handlers give
+// (invalid_slug 400 on the admin API, invalid_body 422 on ingest) is
+// visible in the document: the operation's request schema rejects the
+// same body (kin-openapi, JSON Schema 2020-12). And a body the schema
+// accepts is not refused for shape (docs/operations.md, "OpenAPI"). The
+// rows are shapeSets.
+func TestOpenAPIShapeRefusals(t *testing.T) {
+	// A log bucket nobody serves: the refusals come before any call to
+	// it, and the accepted rows need only the database and a presign.
+	h := daemontest.NewIngest(t, daemontest.IngestOptions{Env: map[string]string{
+		"CHALUPA_LOGS_URL": "s3://shape-logs/logs?endpoint=http://127.0.0.1:9&region=us-east-1",
+		"CHALUPA_LOGS_KEY": "shape-key", "CHALUPA_LOGS_SECRET": "shape-secret",
+	}})
+	h.CreateEnv("shape-check")
+	e := &shapeEnv{h: h, key: h.Issue("shape-check"), minute: h.Clock.Now().Add(-2 * time.Minute).Truncate(time.Minute)}
+	raw, err := daemon.OpenAPI(buildinfo.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(shapeSets))
+	for name := range shapeSets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			for _, tc := range shapeSets[name](e) {
+				t.Run(tc.name, func(t *testing.T) { runShapeCase(t, e, doc, tc) })
 			}
 		})
+	}
+}
+
+// runShapeCase sends tc to the daemon and to the operation's request
+// schema and holds the two verdicts to tc.
+func runShapeCase(t *testing.T, e *shapeEnv, doc *openapi3.T, tc shapeCase) {
+	method, path := http.MethodPost, tc.path
+	var got daemontest.Response
+	if tc.op != "" {
+		op, _ := adminapi.Lookup(tc.op)
+		method, path = op.Method, op.Path
+		got = e.h.AdminOp(tc.op, tc.body)
+	} else {
+		got = e.h.Send(daemontest.SignedReq{KeyID: e.key.ID, Key: e.key.Raw, Path: tc.path, Body: tc.body})
+	}
+	schemaErr := requestSchema(t, doc, method, path).VisitJSON(decoded(t, tc.body), openapi3.EnableJSONSchema2020())
+	if tc.status == 0 {
+		if schemaErr != nil {
+			t.Fatalf("the schema refuses the body: %v", schemaErr)
+		}
+		if (got.Status == 400 || got.Status == 422) && shapeCodes[got.Code] {
+			t.Fatalf("a body the schema accepts is refused for shape: %s", got)
+		}
+		return
+	}
+	if got.Status != tc.status || got.Code != tc.code {
+		t.Fatalf("answer %s; want %d %s", got, tc.status, tc.code)
+	}
+	if schemaErr == nil {
+		t.Fatalf("the daemon refuses %d %s (%s) but the schema accepts the body", got.Status, got.Code, got.Message)
 	}
 }
 
