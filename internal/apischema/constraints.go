@@ -220,14 +220,32 @@ func check(v reflect.Value, path string) *Violation {
 	return nil
 }
 
-// violation checks one field's value against r.
+// violation checks one field's value against r. A pointer field (an
+// update body's "absent or set") is absent when nil: only required
+// refuses it; when set, its value is held to the rules even when it is the
+// zero value, which a set pointer tells apart from absent.
 func (r Rules) violation(v reflect.Value, name string) *Violation {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			if r.Required {
+				return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
+			}
+			return nil
+		}
+		return r.valueViolation(v.Elem(), name)
+	}
 	if v.IsZero() {
 		if r.Required {
 			return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
 		}
 		return nil
 	}
+	return r.valueViolation(v, name)
+}
+
+// valueViolation checks a present value against r's pattern, length,
+// range and enum.
+func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
 		// A tag on a slice constrains each element, as the schema's items.

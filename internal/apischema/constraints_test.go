@@ -19,6 +19,10 @@ type tagged struct {
 	Note  string   `json:"note,omitempty" schema:"maxLength=4"`
 	IDs   []string `json:"ids,omitempty" schema:"pattern=id"`
 	Name  string   `json:"name,omitempty" schema:"pattern=name"`
+	// Size is an update's "absent or set": a set 0 is held to the range.
+	Size *int64 `json:"size,omitempty" schema:"minimum=1,maximum=8"`
+	// Region is an update's optional string: a set "" breaks the pattern.
+	Region *string `json:"region,omitempty" schema:"pattern=slug"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -57,6 +61,10 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"name with a zero-width space", `{"slug":"demo","name":"a\u200bb"}`, "name", "pattern"},
 		{"name with a tag character", `{"slug":"demo","name":"a\udb40\udc01b"}`, "name", "pattern"},
 		{"name with U+FFFD", `{"slug":"demo","name":"a\ufffdb"}`, "name", "pattern"},
+		{"pointer set in range", `{"slug":"demo","size":8,"region":"nyc3"}`, "", ""},
+		{"pointer set to zero", `{"slug":"demo","size":0}`, "size", "minimum"},
+		{"pointer set above maximum", `{"slug":"demo","size":9}`, "size", "maximum"},
+		{"pointer set to an empty string", `{"slug":"demo","region":""}`, "region", "pattern"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v tagged
