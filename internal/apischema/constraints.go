@@ -182,7 +182,7 @@ func (v *Violation) Message() string {
 // order, descending into nested structs, pointers and slices; nil when
 // every rule holds. It never fails for a type without tags.
 //
-// Check runs on every signed request (docs/operations.md, "Ingest"): it
+// Check runs on every signed request (docs/operations.md, "Signed ingest"): it
 // reads each type's tags once (planFor) and allocates only for the
 // violation it returns.
 func Check(v any) *Violation {
