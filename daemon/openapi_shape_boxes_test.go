@@ -154,6 +154,8 @@ var _ = registerShapes("boxes", func(e *shapeEnv) []shapeCase {
 		update("with a bad SSH key", "sshKeyFingerprints", []string{"aa:bb"}, 422),
 		update("with an empty source", "customerSource", "", 422),
 		update("with a /8 source", "customerSource", "10.0.0.0/8", 422),
+		update("with a link-local source", "customerSource", "169.254.0.1/32", 422),
+		update("with a source without prefix", "controlPlaneSource", "198.51.100.7", 422),
 		update("with a loopback source", "controlPlaneSource", "127.255.255.254/32", 422),
 		update("with a multicast source", "controlPlaneSource", "224.0.0.1/32", 422),
 		update("with 21 tags", "tags", shapeList(boxes.MaxTags+1, func(i int) string { return fmt.Sprintf("t%d", i) }), 422),
