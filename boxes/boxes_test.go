@@ -51,10 +51,10 @@ func netipSource(s string) bool {
 
 // TestSourcePatternsAreNetip: ValidSource (the schema's ipv4Host and
 // nonUnicastHost patterns) accepts exactly what net/netip's reading
-// accepts, over every first and second octet with edge values in the
-// last two (every octet value passes through the first two, read by the
-// same octet pattern as the last two), every third and fourth octet
-// beside edges in the ranges the patterns name, and malformed forms.
+// accepts: every octet value (and its leading-zero forms) in each of the
+// four places, every first octet beside edge values of the others, every
+// second octet after the first octets the ranges name, and malformed
+// forms.
 func TestSourcePatternsAreNetip(t *testing.T) {
 	check := func(s string) {
 		t.Helper()
@@ -62,22 +62,29 @@ func TestSourcePatternsAreNetip(t *testing.T) {
 			t.Fatalf("%q: ValidSource accepts %v, net/netip %v", s, got, want)
 		}
 	}
-	edges := []int{0, 1, 255}
+	for place := range 4 {
+		for v := range 256 {
+			for _, form := range []string{"%d", "0%d", "00%d"} {
+				o := []string{"1", "1", "1", "1"}
+				o[place] = fmt.Sprintf(form, v)
+				check(strings.Join(o, ".") + "/32")
+			}
+		}
+	}
+	edges := []int{0, 1, 9, 10, 99, 100, 126, 127, 128, 168, 169, 170, 199, 200, 223, 224, 239, 240, 249, 250, 253, 254, 255}
 	for a := range 256 {
-		for b := range 256 {
-			for _, c := range edges {
-				for _, d := range edges {
+		for _, b := range edges {
+			for _, c := range []int{0, 255} {
+				for _, d := range []int{0, 1, 254, 255} {
 					check(fmt.Sprintf("%d.%d.%d.%d/32", a, b, c, d))
 				}
 			}
 		}
 	}
 	for _, a := range []int{0, 127, 169, 223, 224, 239, 240, 255} {
-		for x := range 256 {
-			for _, y := range edges {
-				check(fmt.Sprintf("%d.%d.%d.%d/32", a, a, x, y))
-				check(fmt.Sprintf("%d.%d.%d.%d/32", a, a, y, x))
-			}
+		for b := range 256 {
+			check(fmt.Sprintf("%d.%d.0.0/32", a, b))
+			check(fmt.Sprintf("%d.%d.255.255/32", a, b))
 		}
 	}
 	for _, s := range []string{"", "1.2.3.4", "1.2.3.4/31", "1.2.3.4/032", "01.2.3.4/32", "1.2.3.04/32", "256.1.1.1/32",
