@@ -76,6 +76,12 @@ type Rules struct {
 	Minimum, Maximum *int64
 	// Enum lists the values a string may take; nil for any.
 	Enum []string
+	// Object (`schema:"object"`) says that a json.RawMessage field always
+	// holds a JSON object: its schema is {"type": "object"} instead of
+	// the keywordless schema that admits any value, which MCP clients
+	// mapping tool schemas onto a typed dialect cannot use
+	// (docs/operations.md, "MCP server").
+	Object bool
 }
 
 // RulesOf parses a field's `schema` tag. It panics on a tag it cannot
@@ -104,6 +110,8 @@ func RulesOf(tag reflect.StructTag) Rules {
 			r.Maximum = &n
 		case "enum":
 			r.Enum = strings.Split(val, "|")
+		case "object":
+			r.Object = true
 		default:
 			panic("apischema: unknown schema rule " + key)
 		}
