@@ -84,7 +84,7 @@ type JobStep struct {
 	Attempt int       `json:"attempt"`
 	Worker  string    `json:"worker"`
 	// Progress is a progress step's report (JSON); absent otherwise.
-	Progress json.RawMessage `json:"progress,omitempty"`
+	Progress json.RawMessage `json:"progress,omitempty" schema:"object"`
 	// Reason is a release's reason or a failed finish's error; absent
 	// otherwise.
 	Reason string `json:"reason,omitempty"`

@@ -152,12 +152,12 @@ type Job struct {
 	LockedBy    string          `json:"lockedBy"`
 	LockedAt    time.Time       `json:"lockedAt"`
 	Attempts    int             `json:"attempts"`
-	Progress    json.RawMessage `json:"progress,omitempty"`
+	Progress    json.RawMessage `json:"progress,omitempty" schema:"object"`
 	ProgressSeq int64           `json:"progressSeq"`
 	// IncludeData is true for a destroy that also destroys the box's data
 	// stack (confirmed when it was enqueued).
 	IncludeData bool            `json:"includeData"`
-	Result      json.RawMessage `json:"result,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty" schema:"object"`
 	Error       string          `json:"error"`
 	CreatedAt   time.Time       `json:"createdAt"`
 	QueuedAt    time.Time       `json:"queuedAt"`

@@ -39,12 +39,19 @@ type OperationsReport struct {
 	Replica          ReportReplica       `json:"replica"`
 	Loops            []ReportLoop        `json:"loops"`
 	QuotaRefusals    []ReportQuotaEvents `json:"quotaRefusals"`
+	// LatencyBoundsMs are the upper bounds of the latency buckets every
+	// route group's LatencyBuckets count in, in milliseconds, ascending:
+	// the /metrics histogram's bounds (0.5 ms to 5000 ms).
+	LatencyBoundsMs []float64 `json:"latencyBoundsMs"`
 }
 
 // ReportRouteGroup is one route group's requests over the span.
-// Quantiles are the upper bound of the latency bucket holding them (no
-// request in that bucket was slower), in milliseconds; a *Over flag means
-// the quantile is above the last bucket (5000 ms).
+// P50Ms and P99Ms are the upper bound of the latency bucket holding the
+// quantile (no request in that bucket was slower), in milliseconds; a
+// *Over flag means the quantile is above the last bucket (5000 ms).
+// LatencyBuckets hold the counts an estimate within the bucket is
+// interpolated from (LatencyEstimateMs; docs/operations.md, "Operations
+// report").
 type ReportRouteGroup struct {
 	// Group is public, probe, admin, ingest, console or unrouted.
 	Group        string  `json:"group"`
@@ -54,6 +61,47 @@ type ReportRouteGroup struct {
 	P50Over      bool    `json:"p50Over,omitempty"`
 	P99Ms        float64 `json:"p99Ms"`
 	P99Over      bool    `json:"p99Over,omitempty"`
+	// LatencyBuckets counts the group's requests per latency bucket: entry
+	// i those slower than LatencyBoundsMs[i-1] (0 for i = 0) and at most
+	// LatencyBoundsMs[i], and one entry more for those slower than the
+	// last bound. Not cumulative.
+	LatencyBuckets []int64 `json:"latencyBuckets"`
+}
+
+// LatencyEstimateMs estimates the q quantile (0 < q ≤ 1) of the requests
+// counted in buckets (a ReportRouteGroup's LatencyBuckets, with the
+// report's LatencyBoundsMs), in milliseconds, as Prometheus's
+// histogram_quantile does: the rank q·n falls in a bucket, and the
+// estimate is linear within it, from the previous bucket's bound (0 for
+// the first) to its own. It assumes requests spread evenly within the
+// bucket, so it is an estimate, never above the bucket's bound. over is
+// true when the rank falls past the last bound (ms is then that bound);
+// ok is false without requests or when the slices do not fit
+// (docs/operations.md, "Operations report").
+func LatencyEstimateMs(boundsMs []float64, buckets []int64, q float64) (ms float64, over, ok bool) {
+	if len(boundsMs) == 0 || len(buckets) != len(boundsMs)+1 || !(q > 0 && q <= 1) {
+		return 0, false, false
+	}
+	var total int64
+	for _, n := range buckets {
+		total += n
+	}
+	if total <= 0 {
+		return 0, false, false
+	}
+	rank := q * float64(total)
+	var below int64
+	for i, n := range buckets[:len(boundsMs)] {
+		if n > 0 && float64(below+n) >= rank {
+			lower := 0.0
+			if i > 0 {
+				lower = boundsMs[i-1]
+			}
+			return lower + (boundsMs[i]-lower)*(rank-float64(below))/float64(n), false, true
+		}
+		below += n
+	}
+	return boundsMs[len(boundsMs)-1], true, true
 }
 
 // ReportProcess is the daemon's active vs idle time over the stored rows

@@ -184,7 +184,7 @@ type PerformanceSession struct {
 	EndReason     string    `json:"endReason,omitempty"`
 	// Summary is the terminal summary as the finalizer stored it (JSON);
 	// absent until the session is finalized.
-	Summary      json.RawMessage `json:"summary,omitempty"`
+	Summary      json.RawMessage `json:"summary,omitempty" schema:"object"`
 	SummarizedAt time.Time       `json:"summarizedAt,omitzero"`
 }
 

@@ -107,26 +107,20 @@ func (a *adminCmd) client() (*adminapi.Client, error) {
 	return &adminapi.Client{BaseURL: base, BaseURLFrom: from, Token: tok, HTTP: &http.Client{Timeout: a.Timeout}}, nil
 }
 
-// DaemonURL is the daemon a client command talks to (resolveDaemon's
-// URL): --url (CHALUPA_URL) when set, else the address a running serve
-// recorded in dataDir, else datadir.DefaultURL when dataDir does not exist
-// (docs/operations.md, "Embedded default"). A flag that breaks the origin
-// rule is a command-line mistake (exit 2); an unreadable or unusable
-// recorded address, or an existing dataDir with none recorded, exits 1.
-func DaemonURL(flag, dataDir string) (string, error) {
-	u, _, err := resolveDaemon(flag, dataDir)
-	return u, err
-}
-
 // flagSource is how a daemon URL given on the command line was chosen, as
 // connection errors say it.
 const flagSource = "--url or CHALUPA_URL"
 
-// resolveDaemon is DaemonURL with how the URL was chosen, for the client's
-// connection errors (adminapi.Client.BaseURLFrom). A data dir that exists
-// but records no address is refused rather than read as the default: the
-// daemon on 127.0.0.1:8080 may be another one, which would answer
-// unauthorized or, worse, answer (docs/operations.md, "Embedded default").
+// resolveDaemon is the daemon a client command talks to and how the URL
+// was chosen, for the client's connection errors
+// (adminapi.Client.BaseURLFrom): --url (CHALUPA_URL) when set, else the
+// address a running serve recorded in dataDir, else datadir.DefaultURL
+// when dataDir does not exist. A flag that breaks the origin rule is a
+// command-line mistake (exit 2); an unreadable or unusable recorded
+// address exits 1. A data dir that exists but records no address is
+// refused (exit 1) rather than read as the default: the daemon on
+// 127.0.0.1:8080 may be another one, which would answer unauthorized or,
+// worse, answer (docs/operations.md, "Embedded default").
 func resolveDaemon(flag, dataDir string) (base, from string, err error) {
 	if flag != "" {
 		// A URL that breaks the rule is a mistake in what was typed

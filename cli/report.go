@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/chalupa-run/chalupa/adminapi"
@@ -36,7 +37,7 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "ROUTE GROUP\tREQUESTS\t5XX\tP50\tP99")
 	for _, g := range r.Routes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", g.Group, g.Requests, g.ServerErrors, quantileText(g.P50Ms, g.P50Over), quantileText(g.P99Ms, g.P99Over))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", g.Group, g.Requests, g.ServerErrors, quantileText(r, g, 0.5, g.P50Ms, g.P50Over), quantileText(r, g, 0.99, g.P99Ms, g.P99Over))
 	}
 	if len(r.Routes) == 0 {
 		fmt.Fprintln(tw, "(no requests)\t\t\t\t")
@@ -44,8 +45,12 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.Routes) > 0 {
-		fmt.Fprintln(w, "P50 and P99 are latency bucket edges (the /metrics histogram's bounds, not interpolated): ≤250 ms means at most 250 ms.")
+	switch {
+	case len(r.Routes) == 0:
+	case len(r.LatencyBoundsMs) > 0:
+		fmt.Fprintln(w, "P50 and P99 are estimates (≈) interpolated within the /metrics histogram's latency buckets, as Prometheus's histogram_quantile does; >5000 ms is past the last bucket.")
+	default:
+		fmt.Fprintln(w, "P50 and P99 are latency bucket edges (this daemon sends no bucket counts to interpolate from): ≤250 ms means at most 250 ms.")
 	}
 	p := r.Process
 	fmt.Fprintf(w, "\nProcess (hours written so far): %.1f s wall, %.1f s CPU (active %.2f%%, idle %.1f s).\n", p.WallSeconds, p.CPUSeconds, 100*p.ActiveShare, p.IdleSeconds)
@@ -82,14 +87,35 @@ func printOperationsReport(w io.Writer, r adminapi.OperationsReport) error {
 	return tw.Flush()
 }
 
-// quantileText is a latency quantile in ms, "≤" its bucket bound, ">" past
-// the last bucket, "-" without requests.
-func quantileText(ms float64, over bool) string {
+// quantileText is g's q latency quantile in ms: "≈" the estimate
+// interpolated within its bucket (adminapi.LatencyEstimateMs), ">" past the
+// last bucket, "-" without requests; "≤" the bucket bound edgeMs when the
+// answer carries no bucket counts (a daemon before them;
+// docs/operations.md, "Operations report").
+func quantileText(r adminapi.OperationsReport, g adminapi.ReportRouteGroup, q, edgeMs float64, edgeOver bool) string {
+	if ms, over, ok := adminapi.LatencyEstimateMs(r.LatencyBoundsMs, g.LatencyBuckets, q); ok {
+		if over {
+			return fmt.Sprintf(">%g ms", ms)
+		}
+		return "≈ " + msText(ms) + " ms"
+	}
 	switch {
-	case over:
-		return fmt.Sprintf(">%g ms", ms)
-	case ms == 0:
+	case edgeOver:
+		return fmt.Sprintf(">%g ms", edgeMs)
+	case edgeMs == 0:
 		return "-"
 	}
-	return fmt.Sprintf("≤%g ms", ms)
+	return fmt.Sprintf("≤%g ms", edgeMs)
+}
+
+// msText writes an estimate in ms: whole milliseconds from 10 ms, one
+// decimal from 1 ms, two below; the buckets do not support more.
+func msText(ms float64) string {
+	switch {
+	case ms >= 10:
+		return strconv.FormatFloat(ms, 'f', 0, 64)
+	case ms >= 1:
+		return strconv.FormatFloat(ms, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(ms, 'f', 2, 64)
 }

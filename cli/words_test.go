@@ -28,12 +28,21 @@ func TestOperatorWords(t *testing.T) {
 		}, want: []string{"3.0 MiB", "10.0 GiB free of 40.0 GiB, floor 512.0 MiB"}, without: []string{" bytes"}},
 		{name: "report sizes, lag and quantiles", print: func(w *bytes.Buffer) error {
 			return printOperationsReport(w, adminapi.OperationsReport{Since: at, Until: at.Add(time.Hour),
-				Routes:   []adminapi.ReportRouteGroup{{Group: "admin", Requests: 3, P50Ms: 5, P99Ms: 1000}},
+				// 100 requests: 94 at most 500 ms, 6 in (500, 1000] ms, so
+				// p99 is ≈ 500 + 500·5/6 ms; p50 ≈ 50/94 of (250, 500].
+				LatencyBoundsMs: []float64{0.5, 1, 2.5, 5, 10, 20, 50, 100, 250, 500, 1000, 2500, 5000},
+				Routes: []adminapi.ReportRouteGroup{{Group: "admin", Requests: 100, P50Ms: 500, P99Ms: 1000,
+					LatencyBuckets: []int64{0, 0, 0, 0, 0, 0, 0, 0, 0, 94, 6, 0, 0, 0}}},
 				Database: adminapi.ReportDatabase{Bytes: 2 << 20, GrowthBytes: -1536, WALBytes: 4096, WALGrowthBytes: 4096},
 				Replica:  adminapi.ReportReplica{Known: true, Objects: 4, Bytes: 1 << 20}})
 		}, want: []string{"Database: 2.0 MiB (-1.5 KiB over the span), WAL 4.0 KiB (+4.0 KiB)", "4 objects, 1.0 MiB",
-			"process time lags: an hour's row is written by the next UTC hour's first request", "bucket edges", "≤1000 ms"},
-			without: []string{" bytes"}},
+			"process time lags: an hour's row is written by the next UTC hour's first request", "estimates (≈) interpolated",
+			"≈ 383 ms", "≈ 917 ms"},
+			without: []string{" bytes", "≤1000 ms", "≤500 ms", "bucket edges"}},
+		{name: "report quantiles from a daemon without buckets", print: func(w *bytes.Buffer) error {
+			return printOperationsReport(w, adminapi.OperationsReport{Since: at, Until: at.Add(time.Hour),
+				Routes: []adminapi.ReportRouteGroup{{Group: "admin", Requests: 3, P50Ms: 5, P99Ms: 1000}}})
+		}, want: []string{"≤5 ms", "≤1000 ms"}, without: []string{"≈"}},
 		{name: "performance network per second", print: func(w *bytes.Buffer) error {
 			return printPerformance(w, adminapi.DeploymentPerformance{From: at, To: at.Add(time.Hour), StepSeconds: 600,
 				Series: []adminapi.MetricSeries{{Metric: "netRxBytes", Points: []adminapi.PerformancePoint{{T: at, Mean: 10240}}}}})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/julienschmidt/httprouter"
+
 	"github.com/chalupa-run/chalupa/storage"
 	"github.com/chalupa-run/chalupa/storage/storagetest"
 )
@@ -88,8 +90,11 @@ func TestPasswordHash(t *testing.T) {
 	}
 }
 
-// TestReplicationWarning: every page says when replication fails or lags
-// past half its limit, in words (not colour alone), and is quiet otherwise.
+// TestReplicationWarning: every signed-in page says when replication fails
+// or lags past half its limit, in words (not colour alone), and is quiet
+// otherwise; the public pages (/ and /login, fetched through the console's
+// routes without a session) show neither the warning nor the build version
+// nor the replica's type (docs/operations.md, "Console").
 func TestReplicationWarning(t *testing.T) {
 	db := storagetest.NewDB(t)
 	for _, tc := range []struct {
@@ -105,17 +110,30 @@ func TestReplicationWarning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := New(Deps{DB: db, Version: "v9.9.9", Origin: "http://127.0.0.1:8080",
 				Replication: func(time.Time) storage.ReplicationHealth { return tc.h }})
-			rec := httptest.NewRecorder()
-			c.landing(rec, httptest.NewRequest("GET", "/", nil))
-			body := rec.Body.String()
-			// A public page (no session) shows neither the build version
-			// nor the replica type.
-			if strings.Contains(body, "v9.9.9") || strings.Contains(body, `id="version"`) || strings.Contains(body, "replica s3") {
-				t.Errorf("the public page shows the build version or the replica type:\n%s", body)
+			router := httprouter.New()
+			for _, rt := range c.Routes() {
+				router.HandlerFunc(rt.Method, rt.Pattern, rt.Handler)
 			}
+			for _, path := range []string{"/login", "/"} {
+				rec := httptest.NewRecorder()
+				router.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+				body := rec.Body.String()
+				if rec.Code != http.StatusOK || !strings.Contains(body, "</html>") {
+					t.Fatalf("GET %s: %d\n%s", path, rec.Code, body)
+				}
+				for _, leak := range []string{"v9.9.9", `id="version"`, "replica s3", "eplication", `role="alert"`, "lags", "unreachable"} {
+					if strings.Contains(body, leak) {
+						t.Errorf("GET %s without a session shows %q:\n%s", path, leak, body)
+					}
+				}
+			}
+			_, body := pageOf(t, c.page(c.landing), "/")
 			has := strings.Contains(body, `role="alert"`)
 			if has != (tc.want != "") || (tc.want != "" && !strings.Contains(body, tc.want)) {
-				t.Errorf("warning shown %v, want %q:\n%s", has, tc.want, body)
+				t.Errorf("signed in: warning shown %v, want %q:\n%s", has, tc.want, body)
+			}
+			if !strings.Contains(body, `<span id="version">v9.9.9</span>`) {
+				t.Errorf("signed in: no build version:\n%s", body)
 			}
 		})
 	}

@@ -103,8 +103,9 @@ func parseTemplates() map[string]*template.Template {
 	return out
 }
 
-// layoutView is what every page shows: title, build version, replication
-// health and the signed-in controls.
+// layoutView is what every page shows: title, the storage and clock
+// banners, and, signed in only, the build version, replication health and
+// the signed-in controls.
 type layoutView struct {
 	Title       string
 	Version     string
@@ -146,8 +147,7 @@ func (c *Console) replication() (warning, ok string) {
 // render writes page name with the layout around it; a template error is
 // a redacted 500.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
-	lv := layoutView{Version: c.d.Version, Page: data}
-	lv.ReplWarning, lv.ReplOK = c.replication()
+	lv := layoutView{Page: data}
 	if c.d.ClockWarning != nil {
 		lv.ClockWarning = c.d.ClockWarning()
 	}
@@ -159,9 +159,11 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if s, ok := r.Context().Value(ctxKey{}).(session); ok {
 		lv.SignedIn, lv.CSRF = true, s.CSRFToken
-		// Signed in only: the fleet's configuration is not for the
-		// login page.
-		lv.ModeWarning = c.d.ModeWarning
+		// Signed in only: the fleet's configuration, the build version
+		// and the replica's type and health are not for a visitor of the
+		// public pages (docs/operations.md, "Console").
+		lv.ModeWarning, lv.Version = c.d.ModeWarning, c.d.Version
+		lv.ReplWarning, lv.ReplOK = c.replication()
 	}
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", lv); err != nil {

@@ -85,7 +85,11 @@ func (h *reportHandlers) get(ctx context.Context, req adminapi.OperationsReportR
 		}
 	}
 	out := adminapi.OperationsReport{Since: since, Until: now, Replica: h.replica(ctx),
-		Routes: reportRoutes(reqs), Loops: []adminapi.ReportLoop{}, QuotaRefusals: []adminapi.ReportQuotaEvents{}}
+		Routes: reportRoutes(reqs), Loops: []adminapi.ReportLoop{}, QuotaRefusals: []adminapi.ReportQuotaEvents{},
+		LatencyBoundsMs: make([]float64, len(storage.RequestLatencyBounds))}
+	for i, b := range storage.RequestLatencyBounds {
+		out.LatencyBoundsMs[i] = msFloat(b)
+	}
 	hours := map[time.Time]bool{}
 	for _, r := range reqs {
 		hours[r.HourStart] = true
@@ -154,7 +158,7 @@ func reportRoutes(rows []storage.RequestHour) []adminapi.ReportRouteGroup {
 	}
 	out := make([]adminapi.ReportRouteGroup, 0, len(sums))
 	for _, s := range sums {
-		g := adminapi.ReportRouteGroup{Group: s.Group, Requests: s.Requests, ServerErrors: s.ServerErrors}
+		g := adminapi.ReportRouteGroup{Group: s.Group, Requests: s.Requests, ServerErrors: s.ServerErrors, LatencyBuckets: s.Buckets}
 		if d, over, ok := storage.LatencyQuantile(s.Buckets, 0.5); ok {
 			g.P50Ms, g.P50Over = msFloat(d), over
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,11 +90,35 @@ func TestOperationsReportSyntheticDay(t *testing.T) {
 		}
 		// Ingest: 2,400 requests; rank 1,200 is in the ≤5 ms bucket
 		// (2,160 at 3 ms), rank 2,376 the last of the ≤50 ms bucket.
-		if g := routeGroup(t, r, daemon.GroupIngest); g != (adminapi.ReportRouteGroup{Group: "ingest", Requests: 2400, P50Ms: 5, P99Ms: 50}) {
-			t.Errorf("ingest = %+v", g)
+		// Its buckets: 2,160 at ≤5 ms, 216 at ≤50 ms, 24 at ≤5000 ms.
+		ingest := routeGroup(t, r, daemon.GroupIngest)
+		if want := (adminapi.ReportRouteGroup{Group: "ingest", Requests: 2400, P50Ms: 5, P99Ms: 50,
+			LatencyBuckets: []int64{0, 0, 0, 2160, 0, 0, 216, 0, 0, 0, 0, 0, 24, 0}}); !reflect.DeepEqual(ingest, want) {
+			t.Errorf("ingest = %+v; want %+v", ingest, want)
 		}
-		if g := routeGroup(t, r, daemon.GroupAdmin); g != (adminapi.ReportRouteGroup{Group: "admin", Requests: 240 + adminExtra, ServerErrors: 24, P50Ms: 1, P99Ms: 1}) {
-			t.Errorf("admin = %+v", g)
+		if want := []float64{0.5, 1, 2.5, 5, 10, 20, 50, 100, 250, 500, 1000, 2500, 5000}; !reflect.DeepEqual(r.LatencyBoundsMs, want) {
+			t.Errorf("latency bounds %v; want %v", r.LatencyBoundsMs, want)
+		}
+		// Interpolated: rank 1,200 is 1,200/2,160 into (2.5, 5] ms, rank
+		// 2,376 the last of (20, 50] ms.
+		for q, want := range map[float64]float64{0.5: 2.5 + 2.5*1200/2160, 0.99: 50} {
+			if ms, over, ok := adminapi.LatencyEstimateMs(r.LatencyBoundsMs, ingest.LatencyBuckets, q); !ok || over || math.Abs(ms-want) > 1e-9 {
+				t.Errorf("ingest q%v estimate %v ms (over %v, ok %v); want %v", q, ms, over, ok, want)
+			}
+		}
+		// Admin: 240 at 0.8 ms (≤1 ms) and the reports' own requests,
+		// whose latency is real.
+		admin := routeGroup(t, r, daemon.GroupAdmin)
+		var counted int64
+		for _, n := range admin.LatencyBuckets {
+			counted += n
+		}
+		if counted != admin.Requests || len(admin.LatencyBuckets) != 14 || admin.LatencyBuckets[1] < 240 {
+			t.Errorf("admin buckets %v for %d requests", admin.LatencyBuckets, admin.Requests)
+		}
+		admin.LatencyBuckets = nil
+		if want := (adminapi.ReportRouteGroup{Group: "admin", Requests: 240 + adminExtra, ServerErrors: 24, P50Ms: 1, P99Ms: 1}); !reflect.DeepEqual(admin, want) {
+			t.Errorf("admin = %+v; want %+v", admin, want)
 		}
 	}
 	t.Run("day", func(t *testing.T) {

@@ -123,7 +123,8 @@ func TestOpenAPIEndToEnd(t *testing.T) {
 // structuredContent; a destructive tool without its phrase is refused as a
 // tool error in the input schema's words; and with a malformed line ahead of the
 // inspector's own frames (the inspector sends only well-formed ones) the
-// session still serves tools/list. Skips outside CI when the inspector is
+// session still serves tools/list; the inspector's schema portability check
+// (--strict) finds nothing in any tool's schemas. Skips outside CI when the inspector is
 // not installed, fails under CI=true.
 func TestMCPInspector(t *testing.T) {
 	t.Parallel()
@@ -176,4 +177,32 @@ func TestMCPInspector(t *testing.T) {
 			}
 		})
 	}
+	t.Run("portable schemas", func(t *testing.T) {
+		// With --format json --strict the inspector's answer carries
+		// schemaFindings when its portability check finds anything (a
+		// type array such as ["string","null"], a schema without any
+		// keyword), and nothing is printed otherwise (docs/operations.md,
+		// "MCP server").
+		out, err := run(t, direct, "--method", "tools/list", "--format", "json", "--strict")
+		if err != nil {
+			t.Fatalf("inspector exit: %v:\n%.3000s", err, out)
+		}
+		var answer struct {
+			Result struct {
+				Tools []json.RawMessage `json:"tools"`
+			} `json:"result"`
+			SchemaFindings []map[string]any `json:"schemaFindings"`
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &answer) == nil && len(answer.Result.Tools) > 0 {
+				break
+			}
+		}
+		if len(answer.Result.Tools) == 0 {
+			t.Fatalf("no tools/list answer in the inspector's output:\n%.3000s", out)
+		}
+		for _, f := range answer.SchemaFindings {
+			t.Errorf("portability finding: %v", f)
+		}
+	})
 }

@@ -99,16 +99,19 @@ func Tools(ops []adminapi.Operation) []Tool {
 
 // paramSchema is the schema of a path or query parameter's text form,
 // described by desc. A field tagged decimal:"true" (a log chunk's seq) is a
-// decimal number carried as text, so it takes a JSON integer too, and its
-// text form is digits only.
+// decimal number carried as text, so it takes a JSON integer too (at least
+// 0), and its text form is digits only: anyOf the two, each branch of one
+// type, which clients mapping tool schemas onto a single-type dialect
+// accept where a type array is not portable (docs/operations.md, "MCP
+// server").
 func paramSchema(f reflect.StructField, desc string) apischema.Schema {
 	t := f.Type
 	s := apischema.Schema{"type": "string", "description": desc}
 	if f.Tag.Get("decimal") == "true" {
-		s["type"] = []string{"integer", "string"}
-		s["pattern"] = "^[0-9]+$"
-		s["minimum"] = 0
-		return s
+		return apischema.Schema{"description": desc, "anyOf": []any{
+			apischema.Schema{"type": "integer", "minimum": 0},
+			apischema.Schema{"type": "string", "pattern": "^[0-9]+$"},
+		}}
 	}
 	switch t {
 	case reflect.TypeFor[time.Time]():

@@ -83,7 +83,7 @@ func (c *migrateRollbackCmd) Run(env *cli.Env) error {
 	}
 	unlock, err := storage.LockDataDir(cfg.DataDir)
 	if errors.Is(err, storage.ErrLocked) {
-		return cli.Exit(1, errors.New("the database is in use (chalupa serve or another command holds CHALUPA_DATA_DIR): stop the daemon first, nothing changed"))
+		return cli.Exit(1, fmt.Errorf("the database is in use by %s (chalupa serve or another command holding CHALUPA_DATA_DIR): stop it first, nothing changed", lockHolder(err)))
 	}
 	if err != nil {
 		return cli.Exit(1, err)
@@ -155,4 +155,17 @@ func printRollbackPlan(w io.Writer, db string, p storage.RollbackPlan) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(updates and deletes that left a count unchanged are lost too)")
+}
+
+// lockHolder names the process holding the data dir's lock in a refusal:
+// its pid as the lock file records it (storage.LockedError, written by the
+// holder since it took the lock, as serve's refusal says it;
+// docs/operations.md, "Rollback"), or says none was recorded for a holder from a
+// release that did not record its pid.
+func lockHolder(err error) string {
+	var le *storage.LockedError
+	if errors.As(err, &le) && le.PID > 0 {
+		return fmt.Sprintf("pid %d", le.PID)
+	}
+	return "a process that recorded no pid"
 }

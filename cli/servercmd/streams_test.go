@@ -157,3 +157,25 @@ func TestRollbackWritesToTheInjectedStreams(t *testing.T) {
 		}
 	})
 }
+
+// TestRollbackNamesTheLockHolder: `migrate rollback` on a data dir another
+// process holds refuses, exit 1, naming the holder's pid as the lock file
+// records it (what serve's refusal says too), and changes nothing
+// (docs/operations.md, "Rollback").
+func TestRollbackNamesTheLockHolder(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	// This process holds the lock: flock refuses a second open file of
+	// the same process as it refuses another process.
+	unlock, err := storage.LockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	env := map[string]string{"CHALUPA_DATA_DIR": dataDir}
+	_, errOut, code := runStreams(env, "", "migrate", "rollback", "--to", "chalupa-20260102T030405.000Z-v1.db")
+	want := fmt.Sprintf("the database is in use by pid %d (", os.Getpid())
+	if code != 1 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "nothing changed") {
+		t.Fatalf("exit %d, want 1 saying %q and nothing changed:\n%s", code, want, errOut)
+	}
+}

@@ -116,6 +116,12 @@ type Rules struct {
 	MinItems, MaxItems int
 	// UniqueItems: a list's items are distinct.
 	UniqueItems bool
+	// Object (`schema:"object"`) says that a json.RawMessage field always
+	// holds a JSON object: its schema is {"type": "object"} instead of
+	// the keywordless schema that admits any value, which MCP clients
+	// mapping tool schemas onto a typed dialect cannot use
+	// (docs/operations.md, "MCP server").
+	Object bool
 }
 
 // RulesOf parses a field's `schema` tag. It panics on a tag it cannot
@@ -155,6 +161,8 @@ func RulesOf(tag reflect.StructTag) Rules {
 			r.MaxItems = mustInt[int](val)
 		case "uniqueItems":
 			r.UniqueItems = true
+		case "object":
+			r.Object = true
 		default:
 			panic("apischema: unknown schema rule " + key)
 		}

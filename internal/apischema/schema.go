@@ -157,6 +157,9 @@ func structSchema(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Com
 	var required []string
 	for _, f := range Fields(t) {
 		fs := schemaOf(f.Type, m, visiting, c)
+		if f.Rules.Object && f.Type == rawType {
+			fs = Schema{"type": "object"}
+		}
 		if m == Response && f.Nullable {
 			fs = orNull(fs)
 		}
@@ -211,23 +214,19 @@ func constrained(s Schema, rules Rules) Schema {
 	return out
 }
 
-// orNull widens s to admit null: "type" becomes [type, "null"], a $ref
-// becomes anyOf the reference and null. A schema without a type (any
-// value) already admits null.
+// orNull widens s to admit null: anyOf s and {"type": "null"}, each
+// branch with a single type, for a $ref and a typed schema alike. A type
+// array ([type, "null"]) says the same in JSON Schema, but clients that map
+// tool schemas onto a single-type dialect reject or drop it (the MCP
+// inspector's portability check; docs/operations.md, "MCP server"). A
+// schema without a type (any value) already admits null.
 func orNull(s Schema) Schema {
-	if _, ok := s["$ref"]; ok {
-		return Schema{"anyOf": []any{s, Schema{"type": "null"}}}
+	if _, ok := s["$ref"]; !ok {
+		if _, ok := s["type"].(string); !ok {
+			return s
+		}
 	}
-	t, ok := s["type"].(string)
-	if !ok {
-		return s
-	}
-	out := make(Schema, len(s))
-	for k, v := range s {
-		out[k] = v
-	}
-	out["type"] = []string{t, "null"}
-	return out
+	return Schema{"anyOf": []any{s, Schema{"type": "null"}}}
 }
 
 // Field is one JSON field of a struct type.

@@ -77,9 +77,14 @@ func TestFor(t *testing.T) {
 	rprops := resp["properties"].(Schema)
 	for _, name := range []string{"ptr", "list", "counts", "bytes"} {
 		t.Run("nullable "+name, func(t *testing.T) {
-			ty, ok := rprops[name].(Schema)["type"].([]string)
-			if !ok || len(ty) != 2 || ty[1] != "null" {
-				t.Errorf("response %s type %v; want [<type> null]", name, rprops[name].(Schema)["type"])
+			// anyOf [<schema>, null], each branch of one type: a type
+			// array is less portable (docs/operations.md, "MCP server").
+			alts, ok := rprops[name].(Schema)["anyOf"].([]any)
+			if !ok || len(alts) != 2 || alts[1].(Schema)["type"] != "null" || rprops[name].(Schema)["type"] != nil {
+				t.Fatalf("response %s %v; want anyOf [<schema>, {type: null}]", name, rprops[name])
+			}
+			if _, ok := alts[0].(Schema)["type"].(string); !ok {
+				t.Errorf("response %s's first branch %v; want a single type", name, alts[0])
 			}
 			if _, ok := props[name].(Schema)["type"].(string); !ok {
 				t.Errorf("request %s type %v; want a single type", name, props[name].(Schema)["type"])
@@ -126,7 +131,8 @@ func TestComponents(t *testing.T) {
 		})
 	}
 	props := c.Schemas["node"]["properties"].(Schema)
-	if items := props["children"].(Schema)["items"].(Schema); items["$ref"] != "#/components/schemas/node" {
+	// children is a nullable slice: anyOf [array, null].
+	if items := props["children"].(Schema)["anyOf"].([]any)[0].(Schema)["items"].(Schema); items["$ref"] != "#/components/schemas/node" {
 		t.Errorf("recursive items %v", items)
 	}
 	parent := props["parent"].(Schema)
@@ -152,4 +158,20 @@ func keys(m map[string]Schema) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestRawObject: a json.RawMessage field tagged schema:"object" is
+// {"type": "object"} in both modes; untagged it stays the keywordless
+// schema that admits any value (docs/operations.md, "MCP server").
+func TestRawObject(t *testing.T) {
+	type withRaw struct {
+		Obj json.RawMessage `json:"obj,omitempty" schema:"object"`
+		Any json.RawMessage `json:"any,omitempty"`
+	}
+	for _, m := range []Mode{Request, Response} {
+		props := For(reflect.TypeFor[withRaw](), m)["properties"].(Schema)
+		if !reflect.DeepEqual(props["obj"], Schema{"type": "object"}) || len(props["any"].(Schema)) != 0 {
+			t.Errorf("mode %d: obj %v, any %v; want {type: object} and {}", m, props["obj"], props["any"])
+		}
+	}
 }
