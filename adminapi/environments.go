@@ -61,8 +61,8 @@ type SessionPolicy struct {
 // environment in the path, the policy in the body.
 type SetSessionPolicyRequest struct {
 	EnvironmentSlug   string `path:"slug" json:"-"`
-	Kind              string `json:"kind"`
-	MaxSessionSeconds int64  `json:"maxSessionSeconds"`
+	Kind              string `json:"kind" schema:"required,enum=demo|test"`
+	MaxSessionSeconds int64  `json:"maxSessionSeconds" schema:"required,minimum=60,maximum=2592000"`
 }
 
 // ClearSessionPolicyRequest names the environment whose policy

@@ -163,7 +163,7 @@ type LogErasure struct {
 // restores the default list.
 type SetLogServicesRequest struct {
 	EnvironmentSlug string   `path:"slug" json:"-"`
-	Services        []string `json:"services,omitempty"`
+	Services        []string `json:"services,omitempty" schema:"pattern=service"`
 	Reset           bool     `json:"reset,omitempty"`
 }
 

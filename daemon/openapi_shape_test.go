@@ -28,7 +28,9 @@ var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "in
 // shapeCase is one body sent to one operation.
 type shapeCase struct {
 	name string
-	// op is an admin operationId, or "" for the signed ingest route path.
+	// op is an admin operationId, or "" for the signed ingest route path;
+	// with op, path is "" or the operation's path with its parameters
+	// filled.
 	op, path string
 	body     []byte
 	// status and code are the refusal; 0 and "" for a body the daemon
@@ -205,7 +207,12 @@ func runShapeCase(t *testing.T, e *shapeEnv, doc *openapi3.T, tc shapeCase) {
 	if tc.op != "" {
 		op, _ := adminapi.Lookup(tc.op)
 		method, path = op.Method, op.Path
-		got = e.h.AdminOp(tc.op, tc.body)
+		if tc.path != "" {
+			// The operation at a concrete path (its parameters filled).
+			got = e.h.Do(method, tc.path, http.Header{"Authorization": {"Bearer " + e.h.AdminToken()}, "Content-Type": {"application/json"}}, tc.body)
+		} else {
+			got = e.h.AdminOp(tc.op, tc.body)
+		}
 	} else {
 		got = e.h.Send(daemontest.SignedReq{KeyID: e.key.ID, Key: e.key.Raw, Path: tc.path, Body: tc.body})
 	}

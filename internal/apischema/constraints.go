@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/chalupa-run/chalupa/internal/slug"
 )
@@ -36,17 +37,32 @@ var Patterns = map[string]string{
 	"service": `^[A-Za-z0-9@._:-]{1,128}$`,
 	// sha256: a log chunk's SHA-256, 64 lowercase hex digits.
 	"sha256": `^[0-9a-f]{64}$`,
+	// duration: a Go duration as time.ParseDuration reads it ("2h",
+	// "1h30m", "1.5s", "0"): a sign, then "0" or numbers each with a
+	// unit. ParseDuration alone refuses an amount that overflows.
+	"duration": `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`,
+	// providerToken: a DigitalOcean token, 1-512 printable ASCII
+	// characters without spaces (ingest.ValidProviderToken reads this
+	// entry).
+	"providerToken": `^[!-~]{1,512}$`,
+	// password: the console password's characters: no C0 control
+	// character and no DEL (adminapi.CheckPassword; its length rules are
+	// minLength and the handler's byte bound).
+	"password": `^[^\x00-\x1f\x7f]*$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
 // the refusal Violation.Message writes.
 var patternWords = map[string]string{
-	"slug":    "must match " + slug.Pattern,
-	"id":      "must be 1-128 characters of [A-Za-z0-9._:-]",
-	"commit":  "must be a 40- or 64-digit hex object id",
-	"name":    "must be valid UTF-8 without control, bidi or invisible format characters",
-	"service": "must be 1-128 characters of [A-Za-z0-9@._:-]",
-	"sha256":  "must be 64 lowercase hex digits",
+	"slug":          "must match " + slug.Pattern,
+	"id":            "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit":        "must be a 40- or 64-digit hex object id",
+	"name":          "must be valid UTF-8 without control, bidi or invisible format characters",
+	"service":       "must be 1-128 characters of [A-Za-z0-9@._:-]",
+	"sha256":        "must be 64 lowercase hex digits",
+	"duration":      "must be a duration such as 2h or 30m",
+	"providerToken": "must be 1-512 printable ASCII characters without spaces",
+	"password":      "must not hold control characters",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -61,7 +77,8 @@ var compiled = func() map[string]*regexp.Regexp {
 
 // Rules are the constraints a wire type's field declares in its `schema`
 // tag, comma-separated: required, pattern=NAME (one of Patterns),
-// maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c. A request
+// minLength=N (characters), maxLength=N (bytes), minimum=N, maximum=N,
+// enum=a|b|c. A request
 // schema carries them (JSON Schema's keywords of the same names) and
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
@@ -72,6 +89,10 @@ type Rules struct {
 	Pattern string
 	// MaxLength bounds a string's length in bytes; 0 for no bound.
 	MaxLength int
+	// MinLength bounds a string's length from below in characters
+	// (Unicode code points, as JSON Schema's minLength counts them and
+	// utf8.RuneCountInString does on a decoded string); 0 for no bound.
+	MinLength int
 	// Minimum and Maximum bound an integer; nil for no bound.
 	Minimum, Maximum *int64
 	// Enum lists the values a string may take; nil for any.
@@ -96,6 +117,8 @@ func RulesOf(tag reflect.StructTag) Rules {
 			r.Pattern = val
 		case "maxLength":
 			r.MaxLength = mustInt[int](val)
+		case "minLength":
+			r.MinLength = mustInt[int](val)
 		case "minimum":
 			n := mustInt[int64](val)
 			r.Minimum = &n
@@ -127,6 +150,9 @@ func (r Rules) apply(s Schema) {
 	if r.MaxLength > 0 {
 		s["maxLength"] = r.MaxLength
 	}
+	if r.MinLength > 0 {
+		s["minLength"] = r.MinLength
+	}
 	if r.Required && s["type"] == "string" && r.Pattern == "" && s["minLength"] == nil {
 		// An empty string is refused like an absent key.
 		s["minLength"] = 1
@@ -144,7 +170,8 @@ func (r Rules) apply(s Schema) {
 
 // Violation is the first rule a value breaks: the field's JSON key (a
 // dotted path inside nested objects), the rule (required, pattern,
-// maxLength, minimum, maximum, enum) and, for a pattern, its name.
+// minLength, maxLength, minimum, maximum, enum) and, for a pattern, its
+// name.
 type Violation struct {
 	Field, Rule, Pattern string
 	// Rules are the field's rules, for Message.
@@ -157,6 +184,8 @@ type Violation struct {
 func (v *Violation) Message() string {
 	r := v.Rules
 	switch {
+	case v.Rule == "minLength":
+		return v.Field + " must be at least " + strconv.Itoa(r.MinLength) + " characters"
 	case r.Pattern != "":
 		// An empty string breaks the pattern too: one message for both.
 		return v.Field + " " + patternWords[r.Pattern]
@@ -249,10 +278,18 @@ func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
 		// A tag on a slice constrains each element, as the schema's items.
+		// An element is present even when it is its zero value (an ""
+		// item breaks a pattern that wants a character); only a nil
+		// pointer element is absent.
 		elem := r
 		elem.Required = false
 		for i := range v.Len() {
-			if bad := elem.violation(v.Index(i), name+"["+strconv.Itoa(i)+"]"); bad != nil {
+			ev, at := v.Index(i), name+"["+strconv.Itoa(i)+"]"
+			bad := elem.violation(ev, at)
+			if ev.Kind() != reflect.Pointer {
+				bad = elem.valueViolation(ev, at)
+			}
+			if bad != nil {
 				return bad
 			}
 		}
@@ -263,6 +300,9 @@ func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 		}
 		if r.MaxLength > 0 && len(s) > r.MaxLength {
 			return &Violation{Field: name, Rule: "maxLength", Rules: r}
+		}
+		if r.MinLength > 0 && utf8.RuneCountInString(s) < r.MinLength {
+			return &Violation{Field: name, Rule: "minLength", Rules: r}
 		}
 		if r.Enum != nil {
 			for _, e := range r.Enum {
