@@ -23,6 +23,8 @@ type tagged struct {
 	Size *int64 `json:"size,omitempty" schema:"minimum=1,maximum=8"`
 	// Region is an update's optional string: a set "" breaks the pattern.
 	Region *string `json:"region,omitempty" schema:"pattern=slug"`
+	// Pass counts characters, not bytes, like JSON Schema's minLength.
+	Pass string `json:"pass,omitempty" schema:"minLength=3"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -55,6 +57,9 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"above maximum", `{"slug":"demo","limit":11}`, "limit", "maximum"},
 		{"too long", `{"slug":"demo","note":"abcde"}`, "note", "maxLength"},
 		{"bad element", `{"slug":"demo","ids":["ok","-no"]}`, "ids[1]", "pattern"},
+		{"empty element", `{"slug":"demo","ids":["ok",""]}`, "ids[1]", "pattern"},
+		{"two characters of four bytes", `{"slug":"demo","pass":"éé"}`, "pass", "minLength"},
+		{"three characters", `{"slug":"demo","pass":"ééé"}`, "", ""},
 		{"displayable name", `{"slug":"demo","name":"Café Ünïcode 名前 🚢"}`, "", ""},
 		{"name with a newline", `{"slug":"demo","name":"a\nb"}`, "name", "pattern"},
 		{"name with a bidi override", `{"slug":"demo","name":"a\u202eb"}`, "name", "pattern"},
