@@ -32,9 +32,9 @@ var ingestKeyOperations = []Operation{
 // The bodies of POST /api/admin/ingest-keys, one type per action: the
 // daemon reads the action, then decodes the body strictly as that
 // action's type and checks its tags, and the document's request schema is
-// oneOf the three (docs/operations.md, "OpenAPI"), so what each action
-// requires is declared once. A key another action takes is an unknown key
-// (400 bad_body).
+// anyOf the three, which exclude each other by action (docs/operations.md,
+// "OpenAPI"), so what each action requires is declared once. A key
+// another action takes is an unknown key (400 bad_body).
 
 // IssueIngestKeyRequest issues a key: {"environmentSlug"}, the action
 // absent or "issue". A missing or malformed slug is 400 invalid_slug.

@@ -277,10 +277,13 @@ func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 }
 
 // requestSchema is the body schema of ops, one route's operations: the
-// one request type's, or oneOf each action's type where they differ (the
-// ingest-key bodies: each type's action enum keeps the alternatives
-// apart), so a generated client sees what each action requires
-// (docs/operations.md, "OpenAPI").
+// one request type's, or anyOf each action's type where they differ (the
+// ingest-key bodies), so a generated client sees what each action
+// requires (docs/operations.md, "OpenAPI"). The alternatives exclude each
+// other (each action's enum names only its own, and only the default's
+// action may be absent), but anyOf rather than oneOf: Redocly's
+// no-illogical-composition-keywords takes a oneOf alternative whose
+// discriminating property is optional for an overlap.
 func requestSchema(comps *apischema.Components, ops []adminapi.Operation) obj {
 	var alts []any
 	seen := map[reflect.Type]bool{}
@@ -293,7 +296,7 @@ func requestSchema(comps *apischema.Components, ops []adminapi.Operation) obj {
 	if len(alts) == 1 {
 		return alts[0].(obj)
 	}
-	return obj{"oneOf": alts}
+	return obj{"anyOf": alts}
 }
 
 // adminParameters are op's path and query parameters.
