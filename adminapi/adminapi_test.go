@@ -1,12 +1,16 @@
 package adminapi
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/chalupa-run/chalupa/internal/apischema"
 )
 
 // TestBodyFor: a body only does what its operationId names. Ingest-key
@@ -102,8 +106,11 @@ func TestOperationTable(t *testing.T) {
 		t.Run(route, func(t *testing.T) {
 			actions, defaults := map[string]bool{}, 0
 			for _, op := range ops {
-				if op.Request != ops[0].Request || op.Request == nil || !op.Request.Implements(actioned) {
-					t.Errorf("%s: operations sharing a route need one request type implementing Actioned", op.ID)
+				if op.Request == nil || !op.Request.Implements(actioned) {
+					t.Errorf("%s: operations sharing a route need request types implementing Actioned", op.ID)
+				} else if want := cmp.Or(op.Action, defaultAction); !slices.Equal(actionEnum(op.Request), []string{want}) {
+					// The document's oneOf tells the bodies apart by it.
+					t.Errorf("%s: its request type's action tag declares %v, want exactly [%s]", op.ID, actionEnum(op.Request), want)
 				}
 				if actions[op.Action] {
 					t.Errorf("%s: action %q is taken twice", op.ID, op.Action)
@@ -216,4 +223,14 @@ func TestConvergePhrase(t *testing.T) {
 			}
 		})
 	}
+}
+
+// actionEnum is the enum the "action" field of request type t declares.
+func actionEnum(t reflect.Type) []string {
+	for _, f := range apischema.Fields(t) {
+		if f.Name == "action" {
+			return f.Rules.Enum
+		}
+	}
+	return nil
 }

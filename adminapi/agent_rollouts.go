@@ -39,10 +39,13 @@ var agentRolloutOperations = []Operation{
 
 // StartAgentRolloutRequest is adminStartAgentRollout's: one environment
 // or all, and the batch size (0: DefaultRolloutBatch; 1–MaxRolloutBatch).
+// The tags declare the slug and the batch's range (422 invalid_rollout);
+// "environment or all, not both" is the handler's (docs/operations.md,
+// "OpenAPI").
 type StartAgentRolloutRequest struct {
-	Environment string `json:"environment,omitempty"`
+	Environment string `json:"environment,omitempty" schema:"pattern=slug"`
 	All         bool   `json:"all,omitempty"`
-	Batch       int    `json:"batch,omitempty"`
+	Batch       int    `json:"batch,omitempty" schema:"minimum=0,maximum=50"`
 }
 
 // GetAgentRolloutRequest names a rollout.

@@ -125,9 +125,10 @@ type AlertList struct {
 }
 
 // TestAlertSinksRequest is adminTestAlertSinks' body: {} for every sink,
-// or {"sink":"webhook"} for one.
+// or {"sink":"webhook"} for one: the sinks' names are email and webhook
+// (404 unknown_sink for another, as for one not configured).
 type TestAlertSinksRequest struct {
-	Sink string `json:"sink,omitempty"`
+	Sink string `json:"sink,omitempty" schema:"enum=email|webhook"`
 }
 
 // AlertSinkTest is what one sink said to the test message.
@@ -159,8 +160,10 @@ type AckAlertRequest struct {
 // MuteAlertKindRequest names the kind to mute, and for how long.
 type MuteAlertKindRequest struct {
 	Kind string `path:"kind" json:"-"`
-	// For is a Go duration, e.g. "2h": more than 0 and at most 24h.
-	For string `json:"for"`
+	// For is a Go duration, e.g. "2h": more than 0 and at most 24h. The
+	// tag declares its syntax (400 bad_duration); the bounds are the
+	// handler's (400 mute_out_of_bounds).
+	For string `json:"for" schema:"required,pattern=duration"`
 }
 
 // UnmuteAlertKindRequest names the kind whose mute ends.

@@ -20,8 +20,12 @@ var consoleOperations = []Operation{
 // characters (docs/operations.md, "Console"). It travels like the admin
 // token itself, over the bearer-authenticated admin channel, and is never
 // stored, logged or answered: the daemon keeps its argon2id hash only.
+// The tag declares the characters and MinPasswordRunes (422
+// bad_password); MaxPasswordBytes counts bytes, which JSON Schema's
+// maxLength does not, so it stays the handler's (docs/operations.md,
+// "OpenAPI").
 type SetConsolePasswordRequest struct {
-	Password string `json:"password"`
+	Password string `json:"password" schema:"required,pattern=password,minLength=12"`
 }
 
 // ConsolePasswordSet answers adminSetConsolePassword.

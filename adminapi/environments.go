@@ -58,11 +58,14 @@ type SessionPolicy struct {
 }
 
 // SetSessionPolicyRequest is adminSetSessionPolicy's request: the
-// environment in the path, the policy in the body.
+// environment in the path, the policy in the body. The tags declare the
+// kind (400 invalid_kind) and the bounds of MaxSessionSeconds, in seconds
+// (400 invalid_max_session; storage's MinSessionSeconds and
+// MaxSessionSeconds, docs/operations.md "OpenAPI").
 type SetSessionPolicyRequest struct {
 	EnvironmentSlug   string `path:"slug" json:"-"`
-	Kind              string `json:"kind"`
-	MaxSessionSeconds int64  `json:"maxSessionSeconds"`
+	Kind              string `json:"kind" schema:"required,enum=demo|test"`
+	MaxSessionSeconds int64  `json:"maxSessionSeconds" schema:"required,minimum=60,maximum=2592000"`
 }
 
 // ClearSessionPolicyRequest names the environment whose policy

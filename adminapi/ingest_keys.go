@@ -18,28 +18,54 @@ const pathIngestKeys = "/api/admin/ingest-keys"
 
 var ingestKeyOperations = []Operation{
 	{ID: OpIssueIngestKey, MCP: mcpNever("returns a fresh ingest key, a secret"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true,
-		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
+		Request: typeOf[IssueIngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `issue a fresh ingest key: {"environmentSlug"}`},
 	{ID: OpRotateIngestKey, MCP: mcpNever("returns a fresh ingest key, a secret"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusCreated, Mutates: true, Action: "rotate",
 		Bound:   RotateKeysCallBound,
-		Request: typeOf[IngestKeyRequest](), Response: typeOf[IssuedKey](),
+		Request: typeOf[RotateIngestKeyRequest](), Response: typeOf[IssuedKey](),
 		Summary: `rotate: {"action":"rotate","environmentSlug"}`},
 	{ID: OpRevokeIngestKey, MCP: mcpDestructive("revoke key {keyId}"), Method: methodPost, Path: pathIngestKeys, Status: http.StatusOK, Mutates: true, Action: "revoke",
-		Request: typeOf[IngestKeyRequest](), Response: typeOf[RevokedKey](),
+		Request: typeOf[RevokeIngestKeyRequest](), Response: typeOf[RevokedKey](),
 		Summary: `revoke: {"action":"revoke","keyId"}`},
 }
 
-// IngestKeyRequest is the body of POST /api/admin/ingest-keys:
-// {"environmentSlug"} issues; {"action":"rotate","environmentSlug"} rotates;
-// {"action":"revoke","keyId"} revokes.
-type IngestKeyRequest struct {
-	Action          string `json:"action,omitempty"`
-	EnvironmentSlug string `json:"environmentSlug,omitempty" schema:"pattern=slug"`
-	KeyID           string `json:"keyId,omitempty"`
+// The bodies of POST /api/admin/ingest-keys, one type per action: the
+// daemon reads the action, then decodes the body strictly as that
+// action's type and checks its tags, and the document's request schema is
+// anyOf the three, which exclude each other by action (docs/operations.md,
+// "OpenAPI"), so what each action requires is declared once. A key
+// another action takes is an unknown key (400 bad_body).
+
+// IssueIngestKeyRequest issues a key: {"environmentSlug"}, the action
+// absent or "issue". A missing or malformed slug is 400 invalid_slug.
+type IssueIngestKeyRequest struct {
+	Action          string `json:"action,omitempty" schema:"enum=issue"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
 }
 
 // ActionName implements Actioned.
-func (r IngestKeyRequest) ActionName() string { return r.Action }
+func (r IssueIngestKeyRequest) ActionName() string { return r.Action }
+
+// RotateIngestKeyRequest rotates an environment's keys:
+// {"action":"rotate","environmentSlug"}. A missing or malformed slug is
+// 400 invalid_slug.
+type RotateIngestKeyRequest struct {
+	Action          string `json:"action" schema:"required,enum=rotate"`
+	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
+}
+
+// ActionName implements Actioned.
+func (r RotateIngestKeyRequest) ActionName() string { return r.Action }
+
+// RevokeIngestKeyRequest revokes one key: {"action":"revoke","keyId"}.
+// A missing keyId is 400 bad_body.
+type RevokeIngestKeyRequest struct {
+	Action string `json:"action" schema:"required,enum=revoke"`
+	KeyID  string `json:"keyId" schema:"required"`
+}
+
+// ActionName implements Actioned.
+func (r RevokeIngestKeyRequest) ActionName() string { return r.Action }
 
 // IssuedKey answers issue and rotate. KeyMaterial (base64url of 32 bytes)
 // appears in this response and nowhere else, ever. RotatedKeyIDs lists the
@@ -134,16 +160,16 @@ const RotateKeysCallBound = 5 * time.Minute
 // IssueIngestKey calls adminIssueIngestKey for the environment. An unknown
 // environment is an *APIError with Status 404.
 func (c *Client) IssueIngestKey(ctx context.Context, environmentSlug string) (IssuedKey, error) {
-	return call[IssuedKey](ctx, c, OpIssueIngestKey, IngestKeyRequest{EnvironmentSlug: environmentSlug})
+	return call[IssuedKey](ctx, c, OpIssueIngestKey, IssueIngestKeyRequest{EnvironmentSlug: environmentSlug})
 }
 
 // RotateIngestKey calls adminRotateIngestKey for the environment.
 func (c *Client) RotateIngestKey(ctx context.Context, environmentSlug string) (IssuedKey, error) {
-	return call[IssuedKey](ctx, c, OpRotateIngestKey, IngestKeyRequest{Action: "rotate", EnvironmentSlug: environmentSlug})
+	return call[IssuedKey](ctx, c, OpRotateIngestKey, RotateIngestKeyRequest{Action: "rotate", EnvironmentSlug: environmentSlug})
 }
 
 // RevokeIngestKey calls adminRevokeIngestKey. An unknown key is an
 // *APIError with Status 404.
 func (c *Client) RevokeIngestKey(ctx context.Context, keyID string) (RevokedKey, error) {
-	return call[RevokedKey](ctx, c, OpRevokeIngestKey, IngestKeyRequest{Action: "revoke", KeyID: keyID})
+	return call[RevokedKey](ctx, c, OpRevokeIngestKey, RevokeIngestKeyRequest{Action: "revoke", KeyID: keyID})
 }

@@ -59,8 +59,11 @@ var jobOperations = []Operation{
 
 // Scope names what a job converges: Kind "box" and the box's ID (its
 // name is accepted too).
+//
+// In a request body Kind is required and must be "box" (422
+// unknown_scope, docs/operations.md "OpenAPI").
 type Scope struct {
-	Kind string `json:"kind"`
+	Kind string `json:"kind" schema:"required,enum=box"`
 	ID   string `json:"id"`
 }
 
@@ -72,10 +75,12 @@ type Scope struct {
 // DestroyDataPhrase of the box (by name, or as Scope.ID names it), else
 // 422 confirmation_mismatch, and on any other action 422
 // include_data_not_destroy; nothing is enqueued (docs/operations.md,
-// "Converge"). Confirmation is not read without IncludeData.
+// "Converge"). Confirmation is not read without IncludeData. The tags
+// declare the scope and action rules (jobs.Actions; docs/operations.md,
+// "OpenAPI").
 type ConvergeRequest struct {
-	Scope        Scope  `json:"scope"`
-	Action       string `json:"action"`
+	Scope        Scope  `json:"scope" schema:"required"`
+	Action       string `json:"action" schema:"required,enum=preview|up|refresh|destroy"`
 	IncludeData  bool   `json:"includeData,omitempty"`
 	Confirmation string `json:"confirmation,omitempty"`
 }
@@ -84,9 +89,10 @@ type ConvergeRequest struct {
 // requires: "destroy data <box>".
 func DestroyDataPhrase(box string) string { return "destroy data " + box }
 
-// CancelStateRequest is the body of adminCancelPulumiState.
+// CancelStateRequest is the body of adminCancelPulumiState: the scope is
+// required (422 unknown_scope without it).
 type CancelStateRequest struct {
-	Scope Scope `json:"scope"`
+	Scope Scope `json:"scope" schema:"required"`
 }
 
 // CancelledState answers adminCancelPulumiState: the scope's lock was

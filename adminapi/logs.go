@@ -160,10 +160,12 @@ type LogErasure struct {
 // SetLogServicesRequest is adminSetLogServices's request: the environment
 // in the path; Services (1..MaxLogServices distinct names of 1-128
 // [A-Za-z0-9@._:-]) replace its allowlist, or Reset (with no Services)
-// restores the default list.
+// restores the default list. The tag declares each name's pattern (400
+// invalid_services); the count, repeats and services-or-reset are the
+// handler's (docs/operations.md, "OpenAPI").
 type SetLogServicesRequest struct {
 	EnvironmentSlug string   `path:"slug" json:"-"`
-	Services        []string `json:"services,omitempty"`
+	Services        []string `json:"services,omitempty" schema:"pattern=service"`
 	Reset           bool     `json:"reset,omitempty"`
 }
 

@@ -64,8 +64,8 @@ type OrganizationList struct {
 type SetProviderTokenRequest struct {
 	OrganizationSlug string `path:"slug" json:"-"`
 	// Token is the DigitalOcean token: 1-512 printable ASCII characters
-	// without spaces.
-	Token string `json:"token"`
+	// without spaces (400 invalid_token; the refusal never holds it).
+	Token string `json:"token" schema:"required,pattern=providerToken"`
 }
 
 // RevokeProviderTokenRequest names the organization whose token

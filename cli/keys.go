@@ -212,7 +212,7 @@ func (*adminKeysRevokeCmd) operation() string { return adminapi.OpRevokeIngestKe
 // Run revokes the key.
 func (c *adminKeysRevokeCmd) Run(a *adminCmd) error {
 	return runOp(a, c.JSON, func(cl *adminapi.Client, ctx context.Context) (revokedKeyAnswer, error) {
-		return adminapi.CallAs[revokedKeyAnswer](ctx, cl, adminapi.OpRevokeIngestKey, adminapi.IngestKeyRequest{Action: "revoke", KeyID: c.KeyID})
+		return adminapi.CallAs[revokedKeyAnswer](ctx, cl, adminapi.OpRevokeIngestKey, adminapi.RevokeIngestKeyRequest{Action: "revoke", KeyID: c.KeyID})
 	}, func(w io.Writer, k revokedKeyAnswer) error {
 		fmt.Fprintf(w, "revoked %s (%s)\n", k.KeyID, k.EnvironmentSlug)
 		if k.StillSigning == nil {

@@ -102,12 +102,18 @@ func (h *agentUpgradeHandlers) upgrade(ctx context.Context, req adminapi.Upgrade
 	return out, nil
 }
 
-// start checks the release (422), the scope (422 invalid_rollout: one
+// start checks the body's tags (422 invalid_rollout), the release (422), the scope (422 invalid_rollout: one
 // environment or all; 404 environment_not_found) and the batch (422
 // invalid_rollout outside 1–adminapi.MaxRolloutBatch), and starts a
 // rollout over the scope's boxes in `box list` order (409
 // rollout_in_progress while one runs).
 func (h *agentUpgradeHandlers) start(ctx context.Context, req adminapi.StartAgentRolloutRequest) (adminapi.AgentRollout, error) {
+	// The body's tags first (docs/operations.md, "OpenAPI"): a malformed
+	// slug or a batch out of range is the body's fault whatever the
+	// release.
+	if err := checkShapeAs(req, nil, shapeAnswer{http.StatusUnprocessableEntity, "invalid_rollout"}); err != nil {
+		return adminapi.AgentRollout{}, err
+	}
 	if problems := h.release.Check(); len(problems) > 0 {
 		return adminapi.AgentRollout{}, releaseProblems(problems)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/alerts"
 	"github.com/chalupa-run/chalupa/alerts/alerter"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -78,7 +79,13 @@ func alertSinksWire(ss []alerter.SinkState) []adminapi.AlertSinkState {
 	return out
 }
 
+// test sends a test message to every sink or the one named; a name that
+// is no sink's (the tag's enum, docs/operations.md "OpenAPI") is 404
+// unknown_sink, as one not configured.
 func (h *alertHandlers) test(ctx context.Context, r adminapi.TestAlertSinksRequest) (adminapi.AlertTest, error) {
+	if err := checkShapeAs(r, nil, shapeAnswer{http.StatusNotFound, "unknown_sink"}); err != nil {
+		return adminapi.AlertTest{}, err
+	}
 	res, err := h.al.Test(ctx, r.Sink)
 	switch {
 	case errors.Is(err, alerter.ErrNoSinks):
@@ -133,10 +140,17 @@ func refuseZeroRecent(w http.ResponseWriter, opID string, query url.Values) bool
 	return true
 }
 
+// mute checks for's syntax by its tag (400 bad_duration,
+// docs/operations.md "OpenAPI"), then parses it (an amount that
+// overflows is bad_duration too) and mutes the kind within the bounds.
 func (h *alertHandlers) mute(ctx context.Context, r adminapi.MuteAlertKindRequest) (adminapi.AlertMute, error) {
+	const badDuration = `for must be a duration such as "2h" or "30m"`
+	if apischema.Check(r) != nil {
+		return adminapi.AlertMute{}, fail(http.StatusBadRequest, "bad_duration", badDuration)
+	}
 	d, err := time.ParseDuration(r.For)
 	if err != nil {
-		return adminapi.AlertMute{}, fail(http.StatusBadRequest, "bad_duration", `for must be a duration such as "2h" or "30m"`)
+		return adminapi.AlertMute{}, fail(http.StatusBadRequest, "bad_duration", badDuration)
 	}
 	m, err := h.al.Mute(ctx, r.Kind, d, "admin")
 	switch {

@@ -26,6 +26,11 @@ func (h *consoleHandlers) register(o *operations) {
 // of milliseconds) and stores the hash, ending every console session in
 // the same transaction. The refusal names the rule, never the password.
 func (h *consoleHandlers) setPassword(ctx context.Context, req adminapi.SetConsolePasswordRequest) (adminapi.ConsolePasswordSet, error) {
+	// The tags' rules first (docs/operations.md, "OpenAPI"); the byte
+	// bound is HashPassword's.
+	if err := checkShapeAs(req, nil, shapeAnswer{http.StatusUnprocessableEntity, "bad_password"}); err != nil {
+		return adminapi.ConsolePasswordSet{}, err
+	}
 	hash, err := console.HashPassword(req.Password)
 	if err != nil {
 		return adminapi.ConsolePasswordSet{}, fail(http.StatusUnprocessableEntity, "bad_password", err.Error())

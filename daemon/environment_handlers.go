@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -46,12 +45,13 @@ func (h *environmentHandlers) setPolicy(ctx context.Context, req adminapi.SetSes
 	if !slug.Valid(req.EnvironmentSlug) {
 		return out, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
 	}
-	if req.Kind != storage.SessionKindDemo && req.Kind != storage.SessionKindTest {
-		return out, fail(http.StatusBadRequest, "invalid_kind", "kind must be demo or test")
-	}
-	if req.MaxSessionSeconds < storage.MinSessionSeconds || req.MaxSessionSeconds > storage.MaxSessionSeconds {
-		return out, fail(http.StatusBadRequest, "invalid_max_session",
-			fmt.Sprintf("maxSessionSeconds must be %d..%d", storage.MinSessionSeconds, storage.MaxSessionSeconds))
+	// kind and maxSessionSeconds by their tags (docs/operations.md,
+	// "OpenAPI"), with the codes they had before.
+	if err := checkShapeAs(req, map[string]shapeAnswer{
+		"kind":              {http.StatusBadRequest, "invalid_kind"},
+		"maxSessionSeconds": {http.StatusBadRequest, "invalid_max_session"},
+	}, shapeAnswer{http.StatusBadRequest, "bad_body"}); err != nil {
+		return out, err
 	}
 	now := h.clock.Now().UTC()
 	var earliest time.Time

@@ -9,7 +9,6 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/pulumiexec"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -38,8 +37,8 @@ func (h *ingestKeyHandlers) register(o *operations) {
 // before the client's bound.
 const rotationMargin = 10 * time.Second
 
-func (h *ingestKeyHandlers) issue(ctx context.Context, req adminapi.IngestKeyRequest) (adminapi.IssuedKey, error) {
-	if err := checkIssueRequest(req); err != nil {
+func (h *ingestKeyHandlers) issue(ctx context.Context, req adminapi.IssueIngestKeyRequest) (adminapi.IssuedKey, error) {
+	if err := checkShape(req); err != nil {
 		return adminapi.IssuedKey{}, err
 	}
 	k, err := h.keys.Issue(ctx, req.EnvironmentSlug)
@@ -51,23 +50,13 @@ func (h *ingestKeyHandlers) issue(ctx context.Context, req adminapi.IngestKeyReq
 
 var errEnvironmentNotFound = fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
 
-func checkIssueRequest(req adminapi.IngestKeyRequest) error {
-	if req.KeyID != "" {
-		return fail(http.StatusBadRequest, "bad_body", "keyId is only used with action revoke")
-	}
-	if !slug.Valid(req.EnvironmentSlug) {
-		return fail(http.StatusBadRequest, "invalid_slug", "environmentSlug must match "+slug.Pattern)
-	}
-	return nil
-}
-
 // rotate rotates the environment's keys (docs/operations.md, "Ingest
 // keys"): every running box gets a fresh key of its own over SSH, all at
 // once, each reported with its outcome; the other producers' active keys
 // become rotating, with a fresh key issued for them unless every active
 // key is a running box's.
-func (h *ingestKeyHandlers) rotate(ctx context.Context, req adminapi.IngestKeyRequest) (adminapi.IssuedKey, error) {
-	if err := checkIssueRequest(req); err != nil {
+func (h *ingestKeyHandlers) rotate(ctx context.Context, req adminapi.RotateIngestKeyRequest) (adminapi.IssuedKey, error) {
+	if err := checkShape(req); err != nil {
 		return adminapi.IssuedKey{}, err
 	}
 	if _, err := storage.EnvironmentBySlug(ctx, h.db.Read, req.EnvironmentSlug); errors.Is(err, storage.ErrNotFound) {
@@ -170,9 +159,9 @@ func (h *ingestKeyHandlers) deliverBoxKey(ctx context.Context, req adminapi.Deli
 // revoke revokes a key at once and names the running deployments whose
 // newest heartbeat was signed with it: they go silent (docs/operations.md,
 // "Ingest keys").
-func (h *ingestKeyHandlers) revoke(ctx context.Context, req adminapi.IngestKeyRequest) (adminapi.RevokedKey, error) {
-	if req.EnvironmentSlug != "" || req.KeyID == "" {
-		return adminapi.RevokedKey{}, fail(http.StatusBadRequest, "bad_body", `revoke takes {"action":"revoke","keyId":…} only`)
+func (h *ingestKeyHandlers) revoke(ctx context.Context, req adminapi.RevokeIngestKeyRequest) (adminapi.RevokedKey, error) {
+	if err := checkShape(req); err != nil {
+		return adminapi.RevokedKey{}, err
 	}
 	signing, err := storage.DeploymentsSigningWith(ctx, h.db.Read, req.KeyID)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chalupa-run/chalupa/adminapi"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/jobs"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -66,9 +67,20 @@ func jobError(err error) error {
 	return err
 }
 
+// converge checks the body's tags (docs/operations.md, "OpenAPI") with
+// the codes it gave before them: a missing action first (400
+// missing_action), then the scope (422 unknown_scope), then the action's
+// value (422 unknown_action); then it enqueues.
 func (h *jobHandlers) converge(ctx context.Context, req adminapi.ConvergeRequest) (adminapi.Job, error) {
-	if req.Action == "" {
-		return adminapi.Job{}, fail(http.StatusBadRequest, "missing_action", "action is required (preview, up, refresh or destroy); there is no default")
+	if v := apischema.Check(req); v != nil {
+		switch {
+		case req.Action == "":
+			return adminapi.Job{}, fail(http.StatusBadRequest, "missing_action", "action is required (preview, up, refresh or destroy); there is no default")
+		case topField(v.Field) == "scope":
+			return adminapi.Job{}, jobError(jobs.ErrUnknownScope)
+		default:
+			return adminapi.Job{}, jobError(jobs.ErrUnknownAction)
+		}
 	}
 	job, err := h.svc.EnqueueRequest(ctx, jobs.Request{ScopeKind: req.Scope.Kind, Ref: req.Scope.ID, Action: req.Action,
 		IncludeData: req.IncludeData, Confirmation: req.Confirmation})
@@ -82,7 +94,12 @@ func (h *jobHandlers) converge(ctx context.Context, req adminapi.ConvergeRequest
 	return jobs.APIJob(job, box.Name), nil
 }
 
+// cancel checks the body's tags (422 unknown_scope, docs/operations.md,
+// "OpenAPI") and cancels the scope's held lock.
 func (h *jobHandlers) cancel(ctx context.Context, req adminapi.CancelStateRequest) (adminapi.CancelledState, error) {
+	if apischema.Check(req) != nil {
+		return adminapi.CancelledState{}, jobError(jobs.ErrUnknownScope)
+	}
 	box, err := h.svc.CancelLock(ctx, req.Scope.Kind, req.Scope.ID)
 	var busy *storage.ScopeBusyError
 	switch {

@@ -15,7 +15,6 @@ import (
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/logs"
 	"github.com/chalupa-run/chalupa/internal/slug"
-	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -62,6 +61,11 @@ func (h *logHandlers) setServices(ctx context.Context, req adminapi.SetLogServic
 	if !slug.Valid(req.EnvironmentSlug) {
 		return adminapi.LogServices{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
 	}
+	// Each service by the tag (docs/operations.md, "OpenAPI"); the
+	// count, reset-or-services and repeats are the handler's.
+	if err := checkShapeAs(req, nil, shapeAnswer{http.StatusBadRequest, "invalid_services"}); err != nil {
+		return adminapi.LogServices{}, err
+	}
 	bad := func(msg string) error { return fail(http.StatusBadRequest, "invalid_services", msg) }
 	switch {
 	case req.Reset && len(req.Services) > 0:
@@ -73,9 +77,6 @@ func (h *logHandlers) setServices(ctx context.Context, req adminapi.SetLogServic
 	}
 	seen := map[string]bool{}
 	for _, s := range req.Services {
-		if !protocol.ValidService(s) {
-			return adminapi.LogServices{}, bad("each service must be 1-128 characters of [A-Za-z0-9@._:-]")
-		}
 		if seen[s] {
 			return adminapi.LogServices{}, bad("a service is named twice")
 		}

@@ -296,9 +296,32 @@ func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 	}
 	if first.HasBody() {
 		o["requestBody"] = obj{"required": true, "description": "at most 64 KiB, decoded strictly",
-			"content": jsonContent(comps.For(first.Request, apischema.Request))}
+			"content": jsonContent(requestSchema(comps, ops))}
 	}
 	return o
+}
+
+// requestSchema is the body schema of ops, one route's operations: the
+// one request type's, or anyOf each action's type where they differ (the
+// ingest-key bodies), so a generated client sees what each action
+// requires (docs/operations.md, "OpenAPI"). The alternatives exclude each
+// other (each action's enum names only its own, and only the default's
+// action may be absent), but anyOf rather than oneOf: Redocly's
+// no-illogical-composition-keywords takes a oneOf alternative whose
+// discriminating property is optional for an overlap.
+func requestSchema(comps *apischema.Components, ops []adminapi.Operation) obj {
+	var alts []any
+	seen := map[reflect.Type]bool{}
+	for _, op := range ops {
+		if op.Request != nil && op.HasBody() && !seen[op.Request] {
+			seen[op.Request] = true
+			alts = append(alts, comps.For(op.Request, apischema.Request))
+		}
+	}
+	if len(alts) == 1 {
+		return alts[0].(obj)
+	}
+	return obj{"anyOf": alts}
 }
 
 // adminParameters are op's path and query parameters.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -171,6 +172,17 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 					return
 				}
 			}
+			if len(rt.ops) > 1 {
+				// The action picks the operation first: each decodes the
+				// body strictly as its own type (adminapi, the ingest-key
+				// bodies).
+				picked, ok := pickByAction(rt, body)
+				if !ok {
+					writeError(w, http.StatusBadRequest, "bad_action", actionHint(rt))
+					return
+				}
+				b = picked
+			}
 			params := httprouter.ParamsFromContext(r.Context())
 			if req, err = b.decode(body, params.ByName, query); err != nil {
 				var pe *adminapi.ParamError
@@ -180,14 +192,6 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 					writeError(w, http.StatusBadRequest, "bad_body", err.Error())
 				}
 				return
-			}
-			if len(rt.ops) > 1 {
-				picked, ok := pickByAction(rt, req)
-				if !ok {
-					writeError(w, http.StatusBadRequest, "bad_action", actionHint(rt))
-					return
-				}
-				b = picked
 			}
 		}
 		if b.op.Bound > 0 {
@@ -212,14 +216,19 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 	}
 }
 
-// pickByAction returns the operation of rt that the decoded body's action
-// selects.
-func pickByAction(rt opRoute, req any) (boundOp, bool) {
-	a, ok := req.(adminapi.Actioned)
-	if !ok {
-		return boundOp{}, false
+// pickByAction returns the operation of rt that body's action selects
+// (adminapi.ForAction). A body whose action cannot be read as a string
+// (malformed JSON, a number) goes to the default operation, whose strict
+// decode refuses it as 400 bad_body.
+func pickByAction(rt opRoute, body []byte) (boundOp, bool) {
+	var peek struct {
+		Action json.RawMessage `json:"action"`
 	}
-	op, ok := adminapi.ForAction(rt.method, rt.path, a.ActionName())
+	var action string
+	if json.Unmarshal(body, &peek) != nil || (len(peek.Action) > 0 && json.Unmarshal(peek.Action, &action) != nil) {
+		action = ""
+	}
+	op, ok := adminapi.ForAction(rt.method, rt.path, action)
 	if !ok {
 		return boundOp{}, false
 	}

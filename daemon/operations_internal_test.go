@@ -42,7 +42,7 @@ func TestHandleOpPanics(t *testing.T) {
 			})
 		}},
 		{"body for a GET", func(o *operations) {
-			handleOp(o, adminapi.OpListFleet, func(context.Context, adminapi.IngestKeyRequest) (adminapi.Fleet, error) {
+			handleOp(o, adminapi.OpListFleet, func(context.Context, adminapi.IssueIngestKeyRequest) (adminapi.Fleet, error) {
 				return adminapi.Fleet{}, nil
 			})
 		}},

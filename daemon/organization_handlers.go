@@ -88,6 +88,11 @@ func (h *organizationHandlers) setToken(ctx context.Context, req adminapi.SetPro
 	if !slug.Valid(req.OrganizationSlug) {
 		return adminapi.ProviderTokenStatus{}, fail(http.StatusNotFound, "organization_not_found", "no organization with this slug")
 	}
+	// The token by its tag (docs/operations.md, "OpenAPI"); the message
+	// names the field, never the token.
+	if err := checkShapeAs(req, nil, shapeAnswer{http.StatusBadRequest, "invalid_token"}); err != nil {
+		return adminapi.ProviderTokenStatus{}, err
+	}
 	st, err := h.tokens.Set(ctx, req.OrganizationSlug, []byte(req.Token))
 	if err != nil {
 		return adminapi.ProviderTokenStatus{}, tokenError(err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/chalupa-run/chalupa/internal/apischema"
 )
@@ -25,4 +26,36 @@ func checkShape(req any) error {
 		return fail(http.StatusBadRequest, "invalid_name", v.Message())
 	}
 	return fail(http.StatusBadRequest, "bad_body", v.Message())
+}
+
+// shapeAnswer is the status and code a refusal for shape answers.
+type shapeAnswer struct {
+	status int
+	code   string
+}
+
+// checkShapeAs is checkShape for a body whose handler answered its own
+// codes before the tags: the first rule broken, by apischema.Check, is
+// answered with byField's entry for its top-level key ("scope" for
+// scope.kind, "services" for services[2]), else with other; the message
+// names the field and the rule, never the value (docs/operations.md,
+// "OpenAPI").
+func checkShapeAs(req any, byField map[string]shapeAnswer, other shapeAnswer) error {
+	v := apischema.Check(req)
+	if v == nil {
+		return nil
+	}
+	a, ok := byField[topField(v.Field)]
+	if !ok {
+		a = other
+	}
+	return fail(a.status, a.code, v.Message())
+}
+
+// topField is the top-level key of a Violation's dotted or indexed field.
+func topField(f string) string {
+	if i := strings.IndexAny(f, ".["); i >= 0 {
+		return f[:i]
+	}
+	return f
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/ingest/envelope"
+	"github.com/chalupa-run/chalupa/internal/apischema"
+	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -89,18 +91,17 @@ func NewProviderTokens(db *storage.DB, sealer *envelope.Sealer, clock clockwork.
 
 // ValidProviderToken reports whether token may be stored: 1 to
 // MaxProviderTokenBytes bytes of printable ASCII without spaces (it is
-// sent in an Authorization header).
+// sent in an Authorization header). The rule is apischema's
+// "providerToken" pattern, the one the set-token body's schema declares
+// (docs/operations.md, "OpenAPI"): ASCII characters are bytes, so its
+// {1,512} is the byte bound.
 func ValidProviderToken(token []byte) bool {
-	if len(token) == 0 || len(token) > MaxProviderTokenBytes {
-		return false
-	}
-	for _, b := range token {
-		if b <= ' ' || b > '~' {
-			return false
-		}
-	}
-	return true
+	return len(token) <= MaxProviderTokenBytes && providerTokenPattern.Regexp().Match(token)
 }
+
+// providerTokenPattern is apischema.Patterns["providerToken"], compiled
+// on first use.
+var providerTokenPattern = lazyre.New(apischema.Patterns["providerToken"])
 
 // customerOrg reads the customer organization slug inside tx.
 func customerOrg(ctx context.Context, q storage.Querier, slug string) (storage.Organization, error) {

@@ -19,8 +19,9 @@ type toolDoc struct {
 	// the path parameters (always required); a.b names the field b of the
 	// object argument a.
 	Required []string
-	// Omit lists body fields the daemon always refuses on this operation
-	// (revoke takes no environmentSlug): the tool does not offer them.
+	// Omit lists body fields the daemon always refuses on this operation:
+	// the tool does not offer them. None today: the ingest-key bodies,
+	// which had such fields, are one type per action.
 	Omit []string
 	// Schema adds JSON Schema keywords to an argument (an enum, a
 	// pattern, bounds) that the daemon checks too.
@@ -71,11 +72,9 @@ var toolDocs = map[string]toolDoc{
 		Args:     map[string]string{"slug": "new environment's slug: lowercase letters, digits and hyphens", "name": "display name (default: the slug)", "organization": "owning customer organization's slug (default: the platform)"},
 		Required: []string{"slug"}},
 	"adminSetSessionPolicy": {Title: "Set session policy",
-		What:     "Bounds an environment's sessions: every deployment then expires at launch plus the maximum, active ones at once; answers the policy",
-		When:     "Use to make an environment short-lived (demos, tests)",
-		Args:     map[string]string{"kind": "policy kind: demo or test", "maxSessionSeconds": "longest session in seconds, 60 to 2592000 (30 days)"},
-		Required: []string{"kind", "maxSessionSeconds"},
-		Schema:   map[string]map[string]any{"kind": {"enum": []string{"demo", "test"}}, "maxSessionSeconds": {"minimum": 60, "maximum": 2592000}}},
+		What: "Bounds an environment's sessions: every deployment then expires at launch plus the maximum, active ones at once; answers the policy",
+		When: "Use to make an environment short-lived (demos, tests)",
+		Args: map[string]string{"kind": "policy kind: demo or test", "maxSessionSeconds": "longest session in seconds, 60 to 2592000 (30 days)"}},
 	"adminClearSessionPolicy": {Title: "Clear session policy",
 		What: "Removes an environment's session policy; expiries already given stay",
 		When: "Use to make an environment long-lived again"},
@@ -88,11 +87,9 @@ var toolDocs = map[string]toolDoc{
 		Args:     map[string]string{"slug": "new organization's slug: lowercase letters, digits and hyphens", "name": "display name (default: the slug)"},
 		Required: []string{"slug"}},
 	"adminRevokeIngestKey": {Title: "Revoke ingest key",
-		What:     "Revokes an ingest key at once and names the running deployments signing with it, which go silent",
-		When:     "Use when a key leaked or a droplet is compromised",
-		Args:     map[string]string{"keyId": "ingest key id (not the key), as chalupa_admin_list_fleet shows"},
-		Required: []string{"keyId"},
-		Omit:     []string{"environmentSlug"}},
+		What: "Revokes an ingest key at once and names the running deployments signing with it, which go silent",
+		When: "Use when a key leaked or a droplet is compromised",
+		Args: map[string]string{"keyId": "ingest key id (not the key), as chalupa_admin_list_fleet shows"}},
 	"adminListFleet": {Title: "Fleet overview",
 		What: "Lists environments with their deployments and ingest key counts",
 		When: "Use for an overview of what runs where"},
@@ -177,12 +174,12 @@ var toolDocs = map[string]toolDoc{
 		Args: map[string]string{"action": "preview, up, refresh or destroy",
 			"includeData":  "with destroy only: also destroy the box's data volume",
 			"confirmation": "with includeData only: exactly destroy data <box>"},
-		Required: []string{"action", "scope", "scope.kind", "scope.id"},
-		Schema:   map[string]map[string]any{"action": {"enum": []string{"preview", "up", "refresh", "destroy"}}}},
+		// scope, scope.kind and the action's enum are the body's tags.
+		Required: []string{"action", "scope.id"}},
 	"adminCancelPulumiState": {Title: "Cancel state lock",
 		What:     "Cancels a held Pulumi state lock of a box; refused (409) while a job of the box is alive",
 		When:     "Use when chalupa_admin_diagnose_job recommends it",
-		Required: []string{"scope", "scope.kind", "scope.id"}},
+		Required: []string{"scope.id"}},
 	"adminClearPulumiStateCache": {Title: "Wipe box state cache",
 		What:     "Wipes one box's Pulumi state cache; the recorded provider ids stay and the next up adopts the droplet; refused (409) while a job of the box is alive",
 		When:     "Use when chalupa_admin_diagnose_job recommends it",
@@ -250,10 +247,9 @@ var toolDocs = map[string]toolDoc{
 		When: "Use when a person is already handling the alert",
 		Args: map[string]string{"id": "alert id, as chalupa_admin_list_alerts lists"}},
 	"adminMuteAlertKind": {Title: "Mute alert kind",
-		What:     "Mutes a kind of alert for at most 24h: its alerts open and resolve without messages (recorded as an event)",
-		When:     "Use during known maintenance",
-		Args:     map[string]string{"for": "how long, a Go duration up to 24h such as 2h"},
-		Required: []string{"for"}},
+		What: "Mutes a kind of alert for at most 24h: its alerts open and resolve without messages (recorded as an event)",
+		When: "Use during known maintenance",
+		Args: map[string]string{"for": "how long, a Go duration up to 24h such as 2h"}},
 	"adminUnmuteAlertKind": {Title: "Unmute alert kind",
 		What: "Ends a kind's mute early (recorded as an event)",
 		When: "Use when maintenance ends early"},

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/chalupa-run/chalupa/internal/slug"
 )
@@ -58,6 +59,18 @@ var Patterns = map[string]string{
 	// net/netip's sense (IsGlobalUnicast false: unspecified, broadcast,
 	// loopback, link-local, multicast); a `not=` rule beside ipv4Host.
 	"nonUnicastHost": `^(?:0\.0\.0\.0/|255\.255\.255\.255/|127\.|169\.254\.|22[4-9]\.|23[0-9]\.)`,
+	// duration: a Go duration as time.ParseDuration reads it ("2h",
+	// "1h30m", "1.5s", "0"): a sign, then "0" or numbers each with a
+	// unit. ParseDuration alone refuses an amount that overflows.
+	"duration": `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`,
+	// providerToken: a DigitalOcean token, 1-512 printable ASCII
+	// characters without spaces (ingest.ValidProviderToken reads this
+	// entry).
+	"providerToken": `^[!-~]{1,512}$`,
+	// password: the console password's characters: no C0 control
+	// character and no DEL (adminapi.CheckPassword; its length rules are
+	// minLength and the handler's byte bound).
+	"password": `^[^\x00-\x1f\x7f]*$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
@@ -78,6 +91,9 @@ var patternWords = map[string]string{
 	"reservedTag":    "must not start with \"chalupa\": chalupa sets those tags itself",
 	"ipv4Host":       "must be an IPv4 /32 such as 203.0.113.7/32",
 	"nonUnicastHost": "must be a unicast address (not loopback, link-local, multicast or unspecified)",
+	"duration":       "must be a duration such as 2h or 30m",
+	"providerToken":  "must be 1-512 printable ASCII characters without spaces",
+	"password":       "must not hold control characters",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -92,9 +108,10 @@ var compiled = func() map[string]*regexp.Regexp {
 
 // Rules are the constraints a wire type's field declares in its `schema`
 // tag, comma-separated: required, pattern=NAME (one of Patterns),
-// not=NAME (a pattern the value must not match), maxLength=N (bytes),
-// minimum=N, maximum=N, enum=a|b|c, and on a list minItems=N, maxItems=N
-// and uniqueItems (the other rules of a list constrain each item). A request
+// not=NAME (a pattern the value must not match), minLength=N
+// (characters), maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c, and
+// on a list minItems=N, maxItems=N and uniqueItems (the other rules of a
+// list constrain each item). A request
 // schema carries them (JSON Schema's keywords of the same names) and
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
@@ -105,6 +122,10 @@ type Rules struct {
 	Pattern string
 	// MaxLength bounds a string's length in bytes; 0 for no bound.
 	MaxLength int
+	// MinLength bounds a string's length from below in characters
+	// (Unicode code points, as JSON Schema's minLength counts them and
+	// utf8.RuneCountInString does on a decoded string); 0 for no bound.
+	MinLength int
 	// Minimum and Maximum bound an integer; nil for no bound.
 	Minimum, Maximum *int64
 	// Enum lists the values a string may take; nil for any.
@@ -142,6 +163,8 @@ func RulesOf(tag reflect.StructTag) Rules {
 			r.Pattern = val
 		case "maxLength":
 			r.MaxLength = mustInt[int](val)
+		case "minLength":
+			r.MinLength = mustInt[int](val)
 		case "minimum":
 			n := mustInt[int64](val)
 			r.Minimum = &n
@@ -186,6 +209,9 @@ func (r Rules) apply(s Schema) {
 	if r.MaxLength > 0 {
 		s["maxLength"] = r.MaxLength
 	}
+	if r.MinLength > 0 {
+		s["minLength"] = r.MinLength
+	}
 	if r.Required && s["type"] == "string" && r.Pattern == "" && r.Enum == nil && s["minLength"] == nil {
 		// An empty string is refused like an absent key (a pattern or an
 		// enum already refuses it).
@@ -214,8 +240,8 @@ func (r Rules) items() Rules {
 
 // Violation is the first rule a value breaks: the field's JSON key (a
 // dotted path inside nested objects), the rule (required, pattern, not,
-// maxLength, minimum, maximum, enum, minItems, maxItems, uniqueItems) and,
-// for a pattern, its name.
+// minLength, maxLength, minimum, maximum, enum, minItems, maxItems,
+// uniqueItems) and, for a pattern, its name.
 type Violation struct {
 	Field, Rule, Pattern string
 	// Rules are the field's rules, for Message.
@@ -236,6 +262,8 @@ func (v *Violation) Message() string {
 		return v.Field + " must have " + itemCount(r)
 	case v.Rule == "uniqueItems":
 		return v.Field + " must be distinct"
+	case v.Rule == "minLength":
+		return v.Field + " must be at least " + strconv.Itoa(r.MinLength) + " characters"
 	case r.Pattern != "":
 		// An empty string breaks the pattern too: one message for both.
 		return v.Field + " " + patternWords[r.Pattern]
@@ -433,9 +461,19 @@ func (r Rules) valueViolation(v reflect.Value) *Violation {
 		if r.UniqueItems && !distinct(v) {
 			return &Violation{Rule: "uniqueItems", Rules: r}
 		}
+		// An element is present even when it is its zero value (an ""
+		// item breaks a pattern that wants a character); only a nil
+		// pointer element is absent.
 		elem := r.items()
 		for i := range v.Len() {
-			if bad := elem.violation(v.Index(i)); bad != nil {
+			ev := v.Index(i)
+			var bad *Violation
+			if ev.Kind() == reflect.Pointer {
+				bad = elem.violation(ev)
+			} else {
+				bad = elem.valueViolation(ev)
+			}
+			if bad != nil {
 				bad.Field = "[" + strconv.Itoa(i) + "]"
 				return bad
 			}
@@ -450,6 +488,9 @@ func (r Rules) valueViolation(v reflect.Value) *Violation {
 		}
 		if r.MaxLength > 0 && len(s) > r.MaxLength {
 			return &Violation{Rule: "maxLength", Rules: r}
+		}
+		if r.MinLength > 0 && utf8.RuneCountInString(s) < r.MinLength {
+			return &Violation{Rule: "minLength", Rules: r}
 		}
 		if r.Enum != nil {
 			for _, e := range r.Enum {

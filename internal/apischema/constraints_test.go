@@ -29,6 +29,8 @@ type tagged struct {
 	Keys *[]string `json:"keys,omitempty" schema:"minItems=1,maxItems=2,pattern=fingerprint"`
 	// Req is a required list with item counts.
 	Req []string `json:"req,omitempty" schema:"required,minItems=1,maxItems=3"`
+	// Pass counts characters, not bytes, like JSON Schema's minLength.
+	Pass string `json:"pass,omitempty" schema:"minLength=3"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -82,6 +84,9 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"item near the not pattern", `{"req":["r"],"slug":"demo","tags":["chalup","x-chalupa"]}`, "", ""},
 		{"pointer list set empty", `{"req":["r"],"slug":"demo","keys":[]}`, "keys", "minItems"},
 		{"pointer list item bad", `{"req":["r"],"slug":"demo","keys":["AA"]}`, "keys[0]", "pattern"},
+		{"empty element", `{"req":["r"],"slug":"demo","ids":["ok",""]}`, "ids[1]", "pattern"},
+		{"two characters of four bytes", `{"req":["r"],"slug":"demo","pass":"éé"}`, "pass", "minLength"},
+		{"three characters", `{"req":["r"],"slug":"demo","pass":"ééé"}`, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v tagged
