@@ -70,14 +70,24 @@ func checkShapeCoverage(t *testing.T, e *shapeEnv, raw []byte, rows []shapeRow) 
 				if !slices.ContainsFunc(opRows, func(r shapeRow) bool { return !r.refused }) {
 					t.Errorf("no accepted row")
 				}
+				full := compileSchema(t, schema)
+				// The hand refusal rows the whole schema refuses (all of
+				// them, as each row checked), decoded once.
+				var refusals []any
+				for _, r := range opRows {
+					if inst := instance(t, r.body); r.refused && full.Validate(inst) != nil {
+						refusals = append(refusals, inst)
+					}
+				}
 				for _, c := range constraintsOf(schema) {
 					if shapeSelectors[key+" "+c.String()] != "" {
 						continue
 					}
-					if slices.ContainsFunc(opRows, func(r shapeRow) bool { return r.refused && breaksAlone(t, schema, c, r.body) }) {
+					alone := compileSchema(t, without(schema, c.path, c.keyword))
+					if slices.ContainsFunc(refusals, func(inst any) bool { return alone.Validate(inst) == nil }) {
 						continue
 					}
-					if !deriveBreaks(t, e, schema, c, opRows) {
+					if !deriveBreaks(t, e, full, alone, schemaAt(schema, c.path), c, opRows) {
 						t.Errorf("no refusal row breaks %s alone, and none could be derived from an accepted row", c)
 					}
 				}
@@ -139,12 +149,6 @@ func constraintsOf(s any) []constraint {
 	return out
 }
 
-// breaksAlone reports whether body is refused by schema and accepted once
-// c's keyword is taken out.
-func breaksAlone(t *testing.T, schema any, c constraint, body []byte) bool {
-	return !validates(t, schema, body) && validates(t, without(schema, c.path, c.keyword), body)
-}
-
 // without is a deep copy of s with keyword removed at path.
 func without(s any, path []string, keyword string) any {
 	m, ok := s.(map[string]any)
@@ -181,10 +185,10 @@ func without(s any, path []string, keyword string) any {
 	return out
 }
 
-// validates reports whether body is valid against schema (JSON Schema
-// 2020-12, santhosh-tekuri/jsonschema: a validator other than the one
-// the rows were checked with).
-func validates(t *testing.T, schema any, body []byte) bool {
+// compileSchema compiles schema with santhosh-tekuri/jsonschema (JSON
+// Schema 2020-12: a validator other than the one the rows were checked
+// with).
+func compileSchema(t *testing.T, schema any) *jsonschema.Schema {
 	t.Helper()
 	c := jsonschema.NewCompiler()
 	if err := c.AddResource("body.json", schema); err != nil {
@@ -194,11 +198,17 @@ func validates(t *testing.T, schema any, body []byte) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sch
+}
+
+// instance is body decoded for jsonschema.
+func instance(t *testing.T, body []byte) any {
+	t.Helper()
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sch.Validate(inst) == nil
+	return inst
 }
 
 // resolveRefs is s with every components $ref replaced by a copy of its
@@ -228,15 +238,16 @@ func resolveRefs(s any, comps map[string]any) any {
 // (a required key deleted, a value just outside a range, a string the
 // pattern refuses...) and sends it: the daemon must refuse it for shape
 // (400 or 422 with a shape code). It reports whether a body was derived.
-func deriveBreaks(t *testing.T, e *shapeEnv, schema any, c constraint, rows []shapeRow) bool {
+func deriveBreaks(t *testing.T, e *shapeEnv, full, alone *jsonschema.Schema, node map[string]any, c constraint, rows []shapeRow) bool {
 	t.Helper()
 	for _, r := range rows {
 		if r.refused {
 			continue
 		}
-		for _, b := range breakingBodies(t, schemaAt(schema, c.path), c, r.body) {
-			if !breaksAlone(t, schema, c, b) {
-				continue
+		for _, b := range breakingBodies(t, node, c, r.body) {
+			inst := instance(t, b)
+			if full.Validate(inst) == nil || alone.Validate(inst) != nil {
+				continue // does not break c, or not c alone
 			}
 			got, _, _ := e.send(r.tc, b)
 			if (got.Status != 400 && got.Status != 422) || !shapeCodes[got.Code] {
