@@ -1,6 +1,7 @@
 package apischema
 
 import (
+	"math"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -61,7 +62,9 @@ var compiled = func() map[string]*regexp.Regexp {
 
 // Rules are the constraints a wire type's field declares in its `schema`
 // tag, comma-separated: required, pattern=NAME (one of Patterns),
-// maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c. A request
+// maxLength=N (bytes), minimum=N, maximum=N (an integer, or a decimal
+// such as 0.5 or 1e6 for a float field), maxItems=N (an array's
+// length), enum=a|b|c. A request
 // schema carries them (JSON Schema's keywords of the same names) and
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
@@ -74,6 +77,12 @@ type Rules struct {
 	MaxLength int
 	// Minimum and Maximum bound an integer; nil for no bound.
 	Minimum, Maximum *int64
+	// MinFloat and MaxFloat bound a number: the same bounds as Minimum
+	// and Maximum when those are integers, or a decimal one a float
+	// field declares; nil for no bound.
+	MinFloat, MaxFloat *float64
+	// MaxItems bounds an array's length (items); 0 for no bound.
+	MaxItems int
 	// Enum lists the values a string may take; nil for any.
 	Enum []string
 }
@@ -97,11 +106,11 @@ func RulesOf(tag reflect.StructTag) Rules {
 		case "maxLength":
 			r.MaxLength = mustInt[int](val)
 		case "minimum":
-			n := mustInt[int64](val)
-			r.Minimum = &n
+			r.Minimum, r.MinFloat = mustNumber(val)
 		case "maximum":
-			n := mustInt[int64](val)
-			r.Maximum = &n
+			r.Maximum, r.MaxFloat = mustNumber(val)
+		case "maxItems":
+			r.MaxItems = mustInt[int](val)
 		case "enum":
 			r.Enum = strings.Split(val, "|")
 		default:
@@ -119,6 +128,23 @@ func mustInt[T int | int64](s string) T {
 	return T(n)
 }
 
+// mustNumber parses a bound: an integer sets both results, a decimal
+// (0.5, -50, 1e6 written with an exponent) the float one alone.
+func mustNumber(s string) (*int64, *float64) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		panic("apischema: schema rule wants a number, got " + s)
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return &n, &f
+	}
+	return nil, &f
+}
+
+// formatFloat writes a decimal bound as JSON and a message say it:
+// shortest, without an exponent (1e6 is 1000000).
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
 // apply adds r's keywords to s, a property's schema.
 func (r Rules) apply(s Schema) {
 	if r.Pattern != "" {
@@ -133,9 +159,13 @@ func (r Rules) apply(s Schema) {
 	}
 	if r.Minimum != nil {
 		s["minimum"] = *r.Minimum
+	} else if r.MinFloat != nil {
+		s["minimum"] = *r.MinFloat
 	}
 	if r.Maximum != nil {
 		s["maximum"] = *r.Maximum
+	} else if r.MaxFloat != nil {
+		s["maximum"] = *r.MaxFloat
 	}
 	if r.Enum != nil {
 		s["enum"] = r.Enum
@@ -160,18 +190,29 @@ func (v *Violation) Message() string {
 	case r.Pattern != "":
 		// An empty string breaks the pattern too: one message for both.
 		return v.Field + " " + patternWords[r.Pattern]
+	case v.Rule == "maxItems":
+		return v.Field + " must have at most " + strconv.Itoa(r.MaxItems) + " items"
+	case r.Minimum != nil && r.Maximum != nil && *r.Minimum == *r.Maximum:
+		// One value allowed: "windowSeconds must be 60".
+		return v.Field + " must be " + strconv.FormatInt(*r.Minimum, 10)
 	case r.Minimum != nil && r.Maximum != nil:
 		return v.Field + " must be between " + strconv.FormatInt(*r.Minimum, 10) + " and " + strconv.FormatInt(*r.Maximum, 10)
 	case r.Enum != nil:
 		return v.Field + " must be one of " + strings.Join(r.Enum, ", ")
+	case r.MinFloat != nil && r.MaxFloat != nil:
+		return v.Field + " must be between " + formatFloat(*r.MinFloat) + " and " + formatFloat(*r.MaxFloat)
 	case v.Rule == "required":
 		return v.Field + " is required"
 	case v.Rule == "maxLength":
 		return v.Field + " must be at most " + strconv.Itoa(r.MaxLength) + " bytes"
-	case v.Rule == "minimum":
+	case v.Rule == "minimum" && r.Minimum != nil:
 		return v.Field + " must be at least " + strconv.FormatInt(*r.Minimum, 10)
-	default:
+	case v.Rule == "minimum":
+		return v.Field + " must be at least " + formatFloat(*r.MinFloat)
+	case r.Maximum != nil:
 		return v.Field + " must be at most " + strconv.FormatInt(*r.Maximum, 10)
+	default:
+		return v.Field + " must be at most " + formatFloat(*r.MaxFloat)
 	}
 }
 
@@ -248,9 +289,13 @@ func (r Rules) violation(v reflect.Value, name string) *Violation {
 func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
-		// A tag on a slice constrains each element, as the schema's items.
+		if r.MaxItems > 0 && v.Len() > r.MaxItems {
+			return &Violation{Field: name, Rule: "maxItems", Rules: r}
+		}
+		// A tag on a slice constrains each element, as the schema's items
+		// (maxItems is the array's own).
 		elem := r
-		elem.Required = false
+		elem.Required, elem.MaxItems = false, 0
 		for i := range v.Len() {
 			if bad := elem.violation(v.Index(i), name+"["+strconv.Itoa(i)+"]"); bad != nil {
 				return bad
@@ -278,6 +323,21 @@ func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 			return &Violation{Field: name, Rule: "minimum", Rules: r}
 		}
 		if r.Maximum != nil && n > *r.Maximum {
+			return &Violation{Field: name, Rule: "maximum", Rules: r}
+		}
+		// A decimal bound on an integer field holds as a number.
+		if r.Minimum == nil && r.MinFloat != nil && float64(n) < *r.MinFloat {
+			return &Violation{Field: name, Rule: "minimum", Rules: r}
+		}
+		if r.Maximum == nil && r.MaxFloat != nil && float64(n) > *r.MaxFloat {
+			return &Violation{Field: name, Rule: "maximum", Rules: r}
+		}
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		if r.MinFloat != nil && f < *r.MinFloat {
+			return &Violation{Field: name, Rule: "minimum", Rules: r}
+		}
+		if r.MaxFloat != nil && f > *r.MaxFloat {
 			return &Violation{Field: name, Rule: "maximum", Rules: r}
 		}
 	}

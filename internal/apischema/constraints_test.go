@@ -23,6 +23,12 @@ type tagged struct {
 	Size *int64 `json:"size,omitempty" schema:"minimum=1,maximum=8"`
 	// Region is an update's optional string: a set "" breaks the pattern.
 	Region *string `json:"region,omitempty" schema:"pattern=slug"`
+	// Pct is a float field with decimal bounds.
+	Pct float64 `json:"pct,omitempty" schema:"minimum=-0.5,maximum=99.5"`
+	// Tags caps an array's length (and each element's pattern).
+	Tags []string `json:"tags,omitempty" schema:"maxItems=2,pattern=slug"`
+	// Ratio is an integer field with a decimal bound.
+	Ratio int64 `json:"ratio,omitempty" schema:"maximum=2.5"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -65,6 +71,13 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"pointer set to zero", `{"slug":"demo","size":0}`, "size", "minimum"},
 		{"pointer set above maximum", `{"slug":"demo","size":9}`, "size", "maximum"},
 		{"pointer set to an empty string", `{"slug":"demo","region":""}`, "region", "pattern"},
+		{"float at its decimal bounds", `{"slug":"demo","pct":99.5,"tags":["ab","cd"],"ratio":2}`, "", ""},
+		{"float at its negative decimal bound", `{"slug":"demo","pct":-0.5}`, "", ""},
+		{"float below its decimal minimum", `{"slug":"demo","pct":-0.51}`, "pct", "minimum"},
+		{"float above its decimal maximum", `{"slug":"demo","pct":99.51}`, "pct", "maximum"},
+		{"integer above a decimal maximum", `{"slug":"demo","ratio":3}`, "ratio", "maximum"},
+		{"too many items", `{"slug":"demo","tags":["ab","cd","ef"]}`, "tags", "maxItems"},
+		{"bad item within the cap", `{"slug":"demo","tags":["ab","-x"]}`, "tags[1]", "pattern"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v tagged
@@ -101,6 +114,48 @@ func TestNamePatternIsDisplayable(t *testing.T) {
 		if re.MatchString("a"+string(r)+"b") == refused {
 			t.Fatalf("U+%04X: pattern match %v, rule refuses %v", r, !refused, refused)
 		}
+	}
+}
+
+// TestNumberBoundMessages: a refusal says the bound as the tag wrote it,
+// a decimal one too, and a range of one value as that value.
+func TestNumberBoundMessages(t *testing.T) {
+	type body struct {
+		Pct  float64 `json:"pct" schema:"minimum=0,maximum=100"`
+		Temp float64 `json:"temp" schema:"minimum=-50,maximum=1e6"`
+		Half float64 `json:"half" schema:"maximum=0.5"`
+		Win  int64   `json:"win" schema:"minimum=60,maximum=60"`
+		Tags []int   `json:"tags" schema:"maxItems=1"`
+	}
+	for _, tc := range []struct {
+		name string
+		v    body
+		want string
+	}{
+		{"float range", body{Pct: 100.5}, "pct must be between 0 and 100"},
+		{"decimal exponent written out", body{Temp: -51}, "temp must be between -50 and 1000000"},
+		{"decimal maximum", body{Half: 0.75}, "half must be at most 0.5"},
+		{"one value", body{Win: 61}, "win must be 60"},
+		{"items", body{Tags: []int{1, 2}}, "tags must have at most 1 items"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := tc.v
+			if v.Win == 0 {
+				v.Win = 60
+			}
+			got := Check(&v)
+			if got == nil || got.Message() != tc.want {
+				t.Fatalf("Check = %+v; want %q", got, tc.want)
+			}
+		})
+	}
+	s := For(reflect.TypeFor[body](), Request)
+	props := s["properties"].(Schema)
+	if got := props["half"].(Schema)["maximum"]; got != 0.5 {
+		t.Fatalf("half's maximum in the schema %v; want 0.5", got)
+	}
+	if got := props["tags"].(Schema)["maxItems"]; got != 1 {
+		t.Fatalf("tags' maxItems in the schema %v; want 1", got)
 	}
 }
 

@@ -198,6 +198,9 @@ func constrained(s Schema, rules Rules) Schema {
 				out["minItems"] = 1
 			}
 		}
+		if rules.MaxItems > 0 {
+			out["maxItems"] = rules.MaxItems
+		}
 		return out
 	}
 	rules.apply(out)
