@@ -126,10 +126,10 @@ var _ = registerShapes("first-stage", func(e *shapeEnv) []shapeCase {
 		{"run of a bad environment slug", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.EnvironmentSlug = "x" }), 422, "invalid_body"},
 		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
 		{"telemetry window of a metric without samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
-			w.Metrics.CPUPct = &protocol.AggV1{N: 0, Sum: 0, Min: 0, Max: 0, Last: 0}
+			w.Metrics.CPUPct = &protocol.PercentAggV1{N: 0, Sum: 0, Min: 0, Max: 0, Last: 0}
 		}), 422, "invalid_body"},
 		{"telemetry window of more than 600 samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
-			w.Metrics.CPUPct = &protocol.AggV1{N: 601, Sum: 601, Min: 1, Max: 1, Last: 1}
+			w.Metrics.CPUPct = &protocol.PercentAggV1{N: 601, Sum: 601, Min: 1, Max: 1, Last: 1}
 		}), 422, "invalid_body"},
 		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
 		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},

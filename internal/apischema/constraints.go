@@ -37,17 +37,51 @@ var Patterns = map[string]string{
 	"service": `^[A-Za-z0-9@._:-]{1,128}$`,
 	// sha256: a log chunk's SHA-256, 64 lowercase hex digits.
 	"sha256": `^[0-9a-f]{64}$`,
+	// hex64: a run artifact's SHA-256, 64 hex digits of either case
+	// (ingest lower-cases it).
+	"hex64": `^[0-9a-fA-F]{64}$`,
+	// label: a provider slug a heartbeat or lifecycle event names its
+	// droplet's region and size by.
+	"label": `^[a-z0-9][a-z0-9._-]{0,63}$`,
+	// version: a heartbeat's agentVersion, 1-64 printable ASCII
+	// characters (shown in an operator's terminal).
+	"version": `^[ -~]{1,64}$`,
+	// suite: a run report's suite.
+	"suite": `^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`,
+	// artifactName: a run artifact's name, 1-255 printable ASCII
+	// characters without a space at either end.
+	"artifactName": `^[!-~](?:[ -~]{0,253}[!-~])?$`,
+	// mediaType: a run artifact's media type, type/subtype.
+	"mediaType": `^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`,
+	// localId: a `local` artifact locator's id, a lower-case name on the
+	// reporting machine, never a path: [a-z0-9._-] starting with a letter
+	// or digit, no ".." (each dot followed by another character or the
+	// end); its tag's maxLength says 128, exact as the pattern is ASCII.
+	"localId": `^[a-z0-9](?:\.?[a-z0-9_-])*\.?$`,
+	// httpsURL: an `https` artifact locator's url as far as a pattern can
+	// say: "https://" and printable ASCII without space or backslash.
+	// Only ASCII, so its maxLength counts bytes as the daemon does; the
+	// host, userinfo, fragment and credential rules are ingest's own.
+	"httpsURL": `^https://[!-\[\]-~]+$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
 // the refusal Violation.Message writes.
 var patternWords = map[string]string{
-	"slug":    "must match " + slug.Pattern,
-	"id":      "must be 1-128 characters of [A-Za-z0-9._:-]",
-	"commit":  "must be a 40- or 64-digit hex object id",
-	"name":    "must be valid UTF-8 without control, bidi or invisible format characters",
-	"service": "must be 1-128 characters of [A-Za-z0-9@._:-]",
-	"sha256":  "must be 64 lowercase hex digits",
+	"slug":         "must match " + slug.Pattern,
+	"id":           "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit":       "must be a 40- or 64-digit hex object id",
+	"name":         "must be valid UTF-8 without control, bidi or invisible format characters",
+	"service":      "must be 1-128 characters of [A-Za-z0-9@._:-]",
+	"sha256":       "must be 64 lowercase hex digits",
+	"hex64":        "must be 64 hex digits",
+	"label":        "must be a provider slug: 1-64 characters of [a-z0-9._-]",
+	"version":      "must be 1-64 printable ASCII characters",
+	"suite":        "must be 1-128 characters of [A-Za-z0-9._/:-]",
+	"artifactName": "must be 1-255 printable ASCII characters without surrounding spaces",
+	"mediaType":    "must be type/subtype",
+	"localId":      "must be characters of [a-z0-9._-] starting with a letter or digit, without \"..\"",
+	"httpsURL":     "must be an https URL of printable ASCII",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"unicode"
 	"unicode/utf8"
@@ -156,6 +158,41 @@ func TestNumberBoundMessages(t *testing.T) {
 	}
 	if got := props["tags"].(Schema)["maxItems"]; got != 1 {
 		t.Fatalf("tags' maxItems in the schema %v; want 1", got)
+	}
+}
+
+// TestRunPatternsAreTheRules: the artifact name and local id patterns
+// refuse exactly what ingest's rules did before the tags
+// (docs/operations.md, "Lifecycle events and runs"): a name 1-255
+// printable ASCII characters without a space at either end; a local id
+// 1-128 of [a-z0-9._-] starting with a letter or digit and without "..".
+// Every string of up to four characters over an alphabet of the edge
+// cases, and the lengths.
+func TestRunPatternsAreTheRules(t *testing.T) {
+	name, local := compiled["artifactName"], compiled["localId"]
+	oldLocal := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	alphabet := []string{"a", "0", " ", "~", ".", "-", "_", "A", "/", "\t", "\x7f", "é"}
+	var all func(s string, n int)
+	all = func(s string, n int) {
+		printable := s != ""
+		for i := 0; i < len(s); i++ {
+			printable = printable && s[i] >= 0x20 && s[i] <= 0x7e
+		}
+		if want := printable && strings.TrimSpace(s) == s; name.MatchString(s) != want {
+			t.Fatalf("name %q: pattern %v, rule %v", s, !want, want)
+		}
+		if want := oldLocal.MatchString(s) && !strings.Contains(s, ".."); local.MatchString(s) != want {
+			t.Fatalf("local id %q: pattern %v, rule %v", s, !want, want)
+		}
+		if n > 0 {
+			for _, c := range alphabet {
+				all(s+c, n-1)
+			}
+		}
+	}
+	all("", 4)
+	if long := strings.Repeat("n", 255); !name.MatchString(long) || name.MatchString(long+"n") {
+		t.Fatal("name: the longest accepted is not 255 characters")
 	}
 }
 
