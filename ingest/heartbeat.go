@@ -259,15 +259,3 @@ func confirmRotation(ctx context.Context, tx storage.Tx, keyID string, environme
 	})
 	return c, err
 }
-
-// printableASCII reports whether s is only printable ASCII (0x20–0x7e):
-// agentVersion is shown in the operator's terminal and console, where
-// control and bidi characters could disguise it.
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
