@@ -81,7 +81,19 @@ var _ = registerShapes("ingest", func(e *shapeEnv) []shapeCase {
 		return s(`{"environmentSlug":"shape-check","deploymentId":"dep-ingest","sessionId":"si-1","final":` + final + `}`)
 	}
 	const hbR, lcR, runR, telR = ingest.HeartbeatRoute, ingest.LifecycleRoute, ingest.RunsRoute, ingest.TelemetryRoute
-	return []shapeCase{
+	// A bytes metric's bound, 2^60, is beyond float64's integers: 2^60 + 1
+	// is 2^60, so a refusal of each of its min, max and last alone is
+	// written here (1.2e18), the others left at 1.
+	var aboveEiB []shapeCase
+	for _, metric := range []string{"memUsedBytes", "memTotalBytes", "diskUsedBytes", "diskTotalBytes", "netRxBytes", "netTxBytes", "gpuMemUsedBytes", "gpuMemTotalBytes"} {
+		for _, field := range []string{"min", "max", "last"} {
+			agg := map[string]any{"n": 1, "sum": 1, "min": 1, "max": 1, "last": 1}
+			agg[field] = 1.2e18
+			aboveEiB = append(aboveEiB, shapeCase{metric + "." + field + " above 1 EiB", "", telR,
+				edited(t, window("si-tel-3", nil), func(m map[string]any) { m["metrics"] = map[string]any{metric: agg} }), 422, "invalid_body"})
+		}
+	}
+	return append(aboveEiB, []shapeCase{
 		{"heartbeat at the edges", "", hbR, hb(daemontest.HeartbeatOpts{AgentVersion: "~ " + strings.Repeat("v", 62), Region: "a", Size: strings.Repeat("s", 64)}), 0, ""},
 		{"heartbeat without agentVersion", "", hbR, hbWithout(func(m map[string]any) { delete(m, "agentVersion") }), 422, "invalid_body"},
 		{"heartbeat with a control character in agentVersion", "", hbR, hb(daemontest.HeartbeatOpts{AgentVersion: "v1\a"}), 422, "invalid_body"},
@@ -198,5 +210,5 @@ var _ = registerShapes("ingest", func(e *shapeEnv) []shapeCase {
 		{"log finish at the edges", "", ingest.LogFinishRoute, finish(`{"chunks":0,"bytes":0,"cursor":"` + strings.Repeat("c", 512) + `","reason":"` + strings.Repeat("r", 64) + `"}`), 0, ""},
 		{"log finish of negative final.chunks", "", ingest.LogFinishRoute, finish(`{"chunks":-1,"bytes":0,"cursor":"","reason":""}`), 422, "invalid_body"},
 		{"log finish of negative final.bytes", "", ingest.LogFinishRoute, finish(`{"chunks":0,"bytes":-1,"cursor":"","reason":""}`), 422, "invalid_body"},
-	}
+	}...)
 })

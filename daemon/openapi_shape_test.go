@@ -22,8 +22,11 @@ import (
 )
 
 // shapeCodes are the error codes of a refusal for shape: a body whose
-// keys or values break a rule a schema can state.
-var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "invalid_box": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
+// keys or values break a rule a schema can state. chunk_too_large is a log
+// chunk's size above its tag's maximum (protocol.DefaultMaxChunkBytes),
+// which keeps the code it had before the tag.
+var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "invalid_box": true, "bad_body": true, "invalid_body": true, "malformed_json": true,
+	"chunk_too_large": true}
 
 // shapeCase is one body sent to one operation.
 type shapeCase struct {
