@@ -102,7 +102,7 @@ func BenchmarkSpoolReplay1000(b *testing.B) {
 			for m := range perSession {
 				w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-replay", SessionID: "replay-" + strconv.Itoa(s),
 					WindowStart: now.Add(time.Duration(m-perSession-2) * time.Minute), WindowSeconds: 60, Final: m == perSession-1,
-					Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
+					Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
 				body, err := json.Marshal(w)
 				if err != nil {
 					b.Fatal(err)

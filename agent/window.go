@@ -95,12 +95,15 @@ func (w *Windower) build(final bool) *protocol.WindowV1 {
 	return &protocol.WindowV1{
 		EnvironmentSlug: w.EnvironmentSlug, DeploymentID: w.DeploymentID, SessionID: w.SessionID,
 		WindowStart: w.cur, WindowSeconds: protocol.WindowSeconds, Final: final,
+		// Each metric's type is AggV1 with its unit's range in the tags.
 		Metrics: protocol.MetricsV1{
-			CPUPct: a[CPUPct], MemUsedBytes: a[MemUsedBytes], MemTotalBytes: a[MemTotalBytes],
-			DiskUsedBytes: a[DiskUsedBytes], DiskTotalBytes: a[DiskTotalBytes], Load1: a[Load1],
-			NetRxBytes: a[NetRxBytes], NetTxBytes: a[NetTxBytes], GPUUtilPct: a[GPUUtilPct],
-			GPUMemUsedBytes: a[GPUMemUsedBytes], GPUMemTotalBytes: a[GPUMemTotalBytes],
-			GPUTempC: a[GPUTempC], GPUPowerW: a[GPUPowerW],
+			CPUPct: (*protocol.PercentAggV1)(a[CPUPct]), MemUsedBytes: (*protocol.BytesAggV1)(a[MemUsedBytes]),
+			MemTotalBytes: (*protocol.BytesAggV1)(a[MemTotalBytes]), DiskUsedBytes: (*protocol.BytesAggV1)(a[DiskUsedBytes]),
+			DiskTotalBytes: (*protocol.BytesAggV1)(a[DiskTotalBytes]), Load1: (*protocol.LoadAggV1)(a[Load1]),
+			NetRxBytes: (*protocol.BytesAggV1)(a[NetRxBytes]), NetTxBytes: (*protocol.BytesAggV1)(a[NetTxBytes]),
+			GPUUtilPct: (*protocol.PercentAggV1)(a[GPUUtilPct]), GPUMemUsedBytes: (*protocol.BytesAggV1)(a[GPUMemUsedBytes]),
+			GPUMemTotalBytes: (*protocol.BytesAggV1)(a[GPUMemTotalBytes]), GPUTempC: (*protocol.CelsiusAggV1)(a[GPUTempC]),
+			GPUPowerW: (*protocol.WattsAggV1)(a[GPUPowerW]),
 		},
 	}
 }

@@ -327,7 +327,7 @@ func (s *smoke) ingest(ctx context.Context) {
 
 	w := protocol.WindowV1{EnvironmentSlug: s.env, DeploymentID: s.deployment, SessionID: "smoke-session",
 		WindowStart: now.Truncate(time.Minute).Add(-2 * time.Minute), WindowSeconds: 60,
-		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 10}}}
 	post := func(w protocol.WindowV1) (int, string) {
 		b, _ := json.Marshal(w)
 		r, err := s.signer.Post(ctx, "/api/ingest/telemetry", b)

@@ -11,13 +11,12 @@ import (
 // constraint inside them (a metric's n, a log chunk's sha256...).
 var _ = registerShapes("first-stage-accepted", func(e *shapeEnv) []shapeCase {
 	s := func(v string) []byte { return []byte(v) }
-	agg := func() *protocol.AggV1 { return &protocol.AggV1{N: 12, Sum: 12, Min: 1, Max: 1, Last: 1} }
+	agg := protocol.AggV1{N: 12, Sum: 12, Min: 1, Max: 1, Last: 1}
 	every := func(w *protocol.WindowV1) {
-		m := &w.Metrics
-		for _, p := range []**protocol.AggV1{&m.CPUPct, &m.MemUsedBytes, &m.MemTotalBytes, &m.DiskUsedBytes, &m.DiskTotalBytes,
-			&m.Load1, &m.NetRxBytes, &m.NetTxBytes, &m.GPUUtilPct, &m.GPUMemUsedBytes, &m.GPUMemTotalBytes, &m.GPUTempC, &m.GPUPowerW} {
-			*p = agg()
-		}
+		// Each metric's type is AggV1 with its unit's range in the tags.
+		pct, b, load, c, watts := protocol.PercentAggV1(agg), protocol.BytesAggV1(agg), protocol.LoadAggV1(agg), protocol.CelsiusAggV1(agg), protocol.WattsAggV1(agg)
+		w.Metrics = protocol.MetricsV1{CPUPct: &pct, MemUsedBytes: &b, MemTotalBytes: &b, DiskUsedBytes: &b, DiskTotalBytes: &b,
+			Load1: &load, NetRxBytes: &b, NetTxBytes: &b, GPUUtilPct: &pct, GPUMemUsedBytes: &b, GPUMemTotalBytes: &b, GPUTempC: &c, GPUPowerW: &watts}
 	}
 	chunk := `{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","seq":0,"size":10,"sha256":"` + strings.Repeat("ab", 32) + `"}`
 	return []shapeCase{

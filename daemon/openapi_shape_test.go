@@ -21,8 +21,11 @@ import (
 )
 
 // shapeCodes are the error codes of a refusal for shape: a body whose
-// keys or values break a rule a schema can state.
-var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "invalid_box": true, "bad_body": true, "invalid_body": true, "malformed_json": true}
+// keys or values break a rule a schema can state. chunk_too_large is a log
+// chunk's size above its tag's maximum (protocol.DefaultMaxChunkBytes),
+// which keeps the code it had before the tag.
+var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "invalid_box": true, "bad_body": true, "invalid_body": true, "malformed_json": true,
+	"chunk_too_large": true}
 
 // shapeCase is one body sent to one operation.
 type shapeCase struct {
@@ -129,10 +132,10 @@ var _ = registerShapes("first-stage", func(e *shapeEnv) []shapeCase {
 		{"run of a bad environment slug", "", ingest.RunsRoute, run(func(r *protocol.RunReportV1) { r.EnvironmentSlug = "x" }), 422, "invalid_body"},
 		{"telemetry window of a bad session id", "", ingest.TelemetryRoute, window("-session"), 422, "invalid_body"},
 		{"telemetry window of a metric without samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
-			w.Metrics.CPUPct = &protocol.AggV1{N: 0, Sum: 0, Min: 0, Max: 0, Last: 0}
+			w.Metrics.CPUPct = &protocol.PercentAggV1{N: 0, Sum: 0, Min: 0, Max: 0, Last: 0}
 		}), 422, "invalid_body"},
 		{"telemetry window of more than 600 samples", "", ingest.TelemetryRoute, h.TelemetryWindow("shape-check", "dep-shape", "session-2", minute, func(w *protocol.WindowV1) {
-			w.Metrics.CPUPct = &protocol.AggV1{N: 601, Sum: 601, Min: 1, Max: 1, Last: 1}
+			w.Metrics.CPUPct = &protocol.PercentAggV1{N: 601, Sum: 601, Min: 1, Max: 1, Last: 1}
 		}), 422, "invalid_body"},
 		{"lifecycle event of a bad id", "", ingest.LifecycleRoute, event("-event", "dep-shape"), 422, "invalid_body"},
 		{"lifecycle event of an empty deployment id", "", ingest.LifecycleRoute, event("ev-1", ""), 422, "invalid_body"},

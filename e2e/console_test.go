@@ -87,7 +87,7 @@ func TestConsoleInChromium(t *testing.T) {
 		c := float64(10 + i%7)
 		w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-web", SessionID: "sess-web",
 			WindowStart: first.Add(time.Duration(i) * time.Minute), WindowSeconds: 60,
-			Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c}}}
+			Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c}}}
 		b, _ := json.Marshal(w)
 		r, err := cl.Post(context.Background(), "/api/ingest/telemetry", b)
 		if err != nil || r.Status != http.StatusAccepted {

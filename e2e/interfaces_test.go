@@ -208,7 +208,7 @@ func TestInterfacesFromOutside(t *testing.T) {
 			SentAt: now, Reaper: protocol.ReaperObservation{LimitMinutes: 60, LastActivityAt: now}}),
 		f.signed(t, "ingestTelemetry", "/api/ingest/telemetry", protocol.WindowV1{EnvironmentSlug: f.slug, DeploymentID: f.deployment,
 			SessionID: "sess-web", WindowStart: now.Truncate(time.Minute).Add(-2 * time.Minute), WindowSeconds: 60,
-			Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 9, Max: 11, Last: 10}}}),
+			Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 120, Min: 9, Max: 11, Last: 10}}}),
 		f.signed(t, "ingestLifecycle", "/api/ingest/lifecycle", protocol.LifecycleEventV1{EnvironmentSlug: f.slug, ID: "boot-1",
 			Kind: protocol.EventBooted, OccurredAt: now, Deployment: protocol.LifecycleDeploy{ID: f.deployment}}),
 		f.signed(t, "ingestRuns", "/api/ingest/runs", protocol.RunReportV1{EnvironmentSlug: f.slug, DeploymentID: f.deployment,

@@ -98,8 +98,8 @@ func TestTelemetryEndToEnd(t *testing.T) {
 		return protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "dep-tel", SessionID: "sess-e2e",
 			WindowStart: first.Add(time.Duration(i) * time.Minute), WindowSeconds: 60, Final: i == 39,
 			Metrics: protocol.MetricsV1{
-				CPUPct:     &protocol.AggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c},
-				NetRxBytes: &protocol.AggV1{N: 12, Sum: 12 * rx, Min: rx, Max: rx, Last: rx},
+				CPUPct:     &protocol.PercentAggV1{N: 12, Sum: 12 * c, Min: c - 1, Max: c + 1, Last: c},
+				NetRxBytes: &protocol.BytesAggV1{N: 12, Sum: 12 * rx, Min: rx, Max: rx, Last: rx},
 			}}
 	}
 	want := map[string]map[time.Time]hourTotals{"cpuPct": {}, "netRxBytes": {}}
@@ -109,7 +109,7 @@ func TestTelemetryEndToEnd(t *testing.T) {
 			t.Fatalf("window %d: %d %s", i, st, body)
 		}
 		hour := w.WindowStart.Truncate(time.Hour)
-		for name, a := range map[string]*protocol.AggV1{"cpuPct": w.Metrics.CPUPct, "netRxBytes": w.Metrics.NetRxBytes} {
+		for name, a := range map[string]*protocol.AggV1{"cpuPct": (*protocol.AggV1)(w.Metrics.CPUPct), "netRxBytes": (*protocol.AggV1)(w.Metrics.NetRxBytes)} {
 			h, ok := want[name][hour]
 			if !ok {
 				h = hourTotals{Min: a.Min, Max: a.Max}

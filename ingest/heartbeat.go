@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/internal/apischema"
-	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -45,11 +44,6 @@ const (
 	// is a broken or forged clock: 422 (docs/operations.md, "Heartbeats
 	// and deadlines").
 	MaxActivityAhead = 2 * SkewWindow
-	maxLabel         = 64
-)
-
-var (
-	labelRE = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 )
 
 // validateHeartbeat checks field values (422 invalid_body). Messages name the field,
@@ -57,25 +51,14 @@ var (
 func validateHeartbeat(h *protocol.HeartbeatV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	// The rules HeartbeatV1's schema tags declare, which the OpenAPI
-	// document carries too (docs/operations.md, "OpenAPI").
+	// document carries too (docs/operations.md, "OpenAPI"): the ids,
+	// agentVersion, the deployment's dropletId, region and size, the
+	// required times and the reaper's idleChecks and limitMinutes.
 	if v := apischema.Check(h); v != nil {
 		return bad(v.Message())
 	}
+	// What a schema cannot state: a set but zero time, and the years.
 	switch {
-	case h.Deployment.DropletID < 0:
-		return bad("deployment.dropletId must not be negative (omit it or send 0 when unknown)")
-	case h.Deployment.Region != "" && !labelRE.MatchString(h.Deployment.Region):
-		return bad("deployment.region must be a provider slug")
-	case h.Deployment.Size != "" && !labelRE.MatchString(h.Deployment.Size):
-		return bad("deployment.size must be a provider slug")
-	case h.AgentVersion == "" || len(h.AgentVersion) > maxLabel || !printableASCII(h.AgentVersion):
-		return bad("agentVersion is required: at most 64 printable ASCII characters")
-	case h.SentAt.IsZero():
-		return bad("sentAt is required")
-	case h.Reaper.LastActivityAt.IsZero():
-		return bad("reaper.lastActivityAt is required")
-	case h.Reaper.IdleChecks < 0:
-		return bad("reaper.idleChecks must not be negative")
 	case h.SessionExpiresAt != nil && h.SessionExpiresAt.IsZero():
 		return bad("sessionExpiresAt must be a time")
 	case !utcYearInRange(h.SentAt) || !utcYearInRange(h.Reaper.LastActivityAt) ||
@@ -275,16 +258,4 @@ func confirmRotation(ctx context.Context, tx storage.Tx, keyID string, environme
 		Message: fmt.Sprintf("droplet %d signs with the ingest key its rotation delivered; %d earlier key(s) of the droplet revoked", c.DropletID, len(c.Revoked)),
 	})
 	return c, err
-}
-
-// printableASCII reports whether s is only printable ASCII (0x20–0x7e):
-// agentVersion is shown in the operator's terminal and console, where
-// control and bidi characters could disguise it.
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -115,21 +115,18 @@ func validateLifecycleEvent(e *protocol.LifecycleEventV1, now time.Time) *Refusa
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	// The rules LifecycleEventV1's schema tags declare, which the OpenAPI
 	// document carries too (docs/operations.md, "OpenAPI"): among them
-	// kind's enum, the keys of eventKinds (TestEventKindsAreTheTag).
+	// kind's enum, the keys of eventKinds (TestEventKindsAreTheTag);
+	// occurredAt; the deployment's dropletId, region and size.
 	if v := apischema.Check(e); v != nil {
 		return bad(v.Message())
 	}
+	// What a schema cannot state: the years, the server's clock, and
+	// managed's tie to the kind.
 	switch {
-	case e.OccurredAt.IsZero() || !utcYearInRange(e.OccurredAt):
+	case !utcYearInRange(e.OccurredAt):
 		return bad("occurredAt is required")
 	case e.OccurredAt.After(now.Add(SkewWindow)):
 		return bad("occurredAt is in the future")
-	case e.Deployment.DropletID < 0:
-		return bad("deployment.dropletId must not be negative (omit it when unknown)")
-	case e.Deployment.Region != "" && !labelRE.MatchString(e.Deployment.Region):
-		return bad("deployment.region must be a provider slug")
-	case e.Deployment.Size != "" && !labelRE.MatchString(e.Deployment.Size):
-		return bad("deployment.size must be a provider slug")
 	case e.Deployment.Managed && e.Kind != protocol.EventLaunched:
 		return bad("deployment.managed applies to launched events only")
 	}

@@ -79,7 +79,9 @@ func logsOff(v Verified) Response {
 }
 
 // logBody parses a log route's body: strict JSON, then validate (one of
-// logs.ValidateOpen, ValidateChunk, ValidateFinish).
+// logs.ValidateOpen, ValidateChunk, ValidateFinish). A chunk above its
+// size tag's maximum is 422 chunk_too_large, as it was when only the
+// broker checked it.
 func logBody[T any](v *T, validate func(*T) error) func(body []byte) *Refusal {
 	return func(body []byte) *Refusal {
 		if rf := DecodeBody(body, v); rf != nil {
@@ -88,6 +90,8 @@ func logBody[T any](v *T, validate func(*T) error) func(body []byte) *Refusal {
 		var inv *logs.Invalid
 		if err := validate(v); errors.As(err, &inv) {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", inv.Message)
+		} else if errors.Is(err, logs.ErrChunkTooLarge) {
+			return refuse(http.StatusUnprocessableEntity, "chunk_too_large", "the chunk exceeds the chunk size bound")
 		} else if err != nil {
 			return refuse(http.StatusUnprocessableEntity, "invalid_body", "invalid body")
 		}

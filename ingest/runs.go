@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/chalupa-run/chalupa/internal/apischema"
-	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/protocol"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -34,25 +33,14 @@ const (
 	maxArtifactURL = 2048
 	// maxArtifactName is the longest artifact name (bytes).
 	maxArtifactName = 255
-	// maxMediaType is the longest media type mediaTypeRE admits (bytes).
+	// maxMediaType is the longest media type the mediaType pattern admits
+	// (bytes).
 	maxMediaType = 255
 	// MaxRunArtifactBytes is the most ArtifactBytes one report can carry:
 	// MaxArtifactsPerRun artifacts of the longest name, media type and
 	// locator (167,808 bytes, 164 KiB).
 	MaxRunArtifactBytes = MaxArtifactsPerRun * (maxArtifactName + maxMediaType + maxArtifactURL + 64)
 )
-
-var (
-	suiteRE     = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`)
-	sha256RE    = lazyre.New(`^[0-9a-fA-F]{64}$`)
-	mediaTypeRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`)
-	localIDRE   = lazyre.New(LocalIDPattern)
-)
-
-// LocalIDPattern is the syntax of a `local` locator's id: a lower-case name
-// on the reporting machine, never a path (no slash); ids containing ".."
-// are refused besides (docs/operations.md, "Lifecycle events and runs").
-const LocalIDPattern = `^[a-z0-9][a-z0-9._-]{0,127}$`
 
 // credentialParams are query parameter names (lower-cased) that carry
 // credentials: a URL holding one is refused, since run reports are shown to
@@ -87,13 +75,16 @@ func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
 	// The rules RunReportV1's schema tags declare, which the OpenAPI
 	// document carries too (docs/operations.md, "OpenAPI").
+	// Among them suite, the times, the artifacts' count and each
+	// artifact's v, name, mediaType, sizeBytes, sha256 and locator syntax.
 	if v := apischema.Check(r); v != nil {
 		return bad(v.Message())
 	}
+	// What a schema cannot state: the years, the times' order and the
+	// server's clock, an absent artifacts array (a required tag on an
+	// array asks for an item), unique names and each locator's rules.
 	switch {
-	case !suiteRE.MatchString(r.Suite):
-		return bad("suite must be 1-128 characters of [A-Za-z0-9._/:-]")
-	case r.StartedAt.IsZero() || r.FinishedAt.IsZero() || !utcYearInRange(r.StartedAt) || !utcYearInRange(r.FinishedAt):
+	case !utcYearInRange(r.StartedAt) || !utcYearInRange(r.FinishedAt):
 		return bad("startedAt and finishedAt are required")
 	case r.FinishedAt.Before(r.StartedAt):
 		return bad("finishedAt must not be before startedAt")
@@ -101,8 +92,6 @@ func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 		return bad("finishedAt is in the future")
 	case r.Artifacts == nil:
 		return bad("artifacts is required (an empty array when there are none)")
-	case len(r.Artifacts) > MaxArtifactsPerRun:
-		return bad("at most 64 artifacts per run")
 	}
 	r.StartedAt = r.StartedAt.UTC().Truncate(time.Millisecond)
 	r.FinishedAt = r.FinishedAt.UTC().Truncate(time.Millisecond)
@@ -124,22 +113,13 @@ func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 	return nil
 }
 
-// validateArtifact checks one artifact reference (422 invalid_body),
-// naming the field, never its value.
+// validateArtifact checks one artifact reference (422 invalid_body) for
+// what its schema tags cannot state, which normalizeRun's Check ran
+// first: each locator kind's own field, the URL's host, userinfo,
+// fragment and credentials. Messages name the
+// field, never its value.
 func validateArtifact(a *protocol.ArtifactRefV1) *Refusal {
 	bad := func(msg string) *Refusal { return refuse(http.StatusUnprocessableEntity, "invalid_body", "%s", msg) }
-	switch {
-	case a.V != 1:
-		return bad("artifact v must be 1 (protocol.ArtifactRefV1 only)")
-	case a.Name == "" || len(a.Name) > maxArtifactName || !printableASCII(a.Name) || strings.TrimSpace(a.Name) != a.Name:
-		return bad("artifact name must be 1-255 printable ASCII characters without surrounding spaces")
-	case !mediaTypeRE.MatchString(a.MediaType):
-		return bad("artifact mediaType must be type/subtype")
-	case a.SizeBytes < 0:
-		return bad("artifact sizeBytes must not be negative")
-	case !sha256RE.MatchString(a.SHA256):
-		return bad("artifact sha256 must be 64 hex digits")
-	}
 	switch a.Locator.Kind {
 	case "https":
 		if a.Locator.ID != nil || a.Locator.URL == nil {
@@ -151,9 +131,6 @@ func validateArtifact(a *protocol.ArtifactRefV1) *Refusal {
 	case "local":
 		if a.Locator.URL != nil || a.Locator.ID == nil {
 			return bad("a local locator has an id and no url")
-		}
-		if !localIDRE.MatchString(*a.Locator.ID) || strings.Contains(*a.Locator.ID, "..") {
-			return bad("artifact locator id must match " + LocalIDPattern + " without \"..\"")
 		}
 	default:
 		return bad("artifact locator kind must be https or local")

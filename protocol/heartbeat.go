@@ -12,28 +12,28 @@ const MaxLimitMinutes = 7 * 24 * 60
 // reaper observation (docs/operations.md, "Heartbeats and deadlines").
 type HeartbeatV1 struct {
 	EnvironmentSlug  string            `json:"environmentSlug" schema:"required,pattern=slug"`
-	Deployment       HeartbeatDeploy   `json:"deployment"`
-	AgentVersion     string            `json:"agentVersion"`
-	SentAt           time.Time         `json:"sentAt"`
-	Reaper           ReaperObservation `json:"reaper"`
+	Deployment       HeartbeatDeploy   `json:"deployment" schema:"required"`
+	AgentVersion     string            `json:"agentVersion" schema:"required,pattern=version"`
+	SentAt           time.Time         `json:"sentAt" schema:"required"`
+	Reaper           ReaperObservation `json:"reaper" schema:"required"`
 	SessionExpiresAt *time.Time        `json:"sessionExpiresAt,omitempty"`
 }
 
 // HeartbeatDeploy identifies the deployment (one droplet's life).
 type HeartbeatDeploy struct {
 	ID        string `json:"id" schema:"required,pattern=id"`
-	DropletID int64  `json:"dropletId,omitempty"`
-	Region    string `json:"region,omitempty"`
-	Size      string `json:"size,omitempty"`
+	DropletID int64  `json:"dropletId,omitempty" schema:"minimum=0"`
+	Region    string `json:"region,omitempty" schema:"pattern=label"`
+	Size      string `json:"size,omitempty" schema:"pattern=label"`
 }
 
 // ReaperObservation is the agent's idle state. The idle deadline is
 // lastActivityAt + limitMinutes, persisted so it survives the agent dying.
 // LimitMinutes is 1..MaxLimitMinutes; IdleChecks counts whole idle minutes.
 type ReaperObservation struct {
-	IdleChecks     int64     `json:"idleChecks"`
+	IdleChecks     int64     `json:"idleChecks" schema:"minimum=0"`
 	LimitMinutes   int64     `json:"limitMinutes" schema:"required,minimum=1,maximum=10080"` // maximum: MaxLimitMinutes
-	LastActivityAt time.Time `json:"lastActivityAt"`
+	LastActivityAt time.Time `json:"lastActivityAt" schema:"required"`
 	CIActive       bool      `json:"ciActive"`
 }
 

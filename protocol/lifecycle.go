@@ -20,16 +20,16 @@ type LifecycleEventV1 struct {
 	EnvironmentSlug string          `json:"environmentSlug" schema:"required,pattern=slug"`
 	ID              string          `json:"id" schema:"required,pattern=id"`
 	Kind            string          `json:"kind" schema:"required,enum=launched|booted|ci-started|ci-finished|shutdown|sunk"`
-	OccurredAt      time.Time       `json:"occurredAt"`
-	Deployment      LifecycleDeploy `json:"deployment"`
+	OccurredAt      time.Time       `json:"occurredAt" schema:"required"`
+	Deployment      LifecycleDeploy `json:"deployment" schema:"required"`
 }
 
 // LifecycleDeploy is the deployment a lifecycle event is about. Managed
 // applies to `launched` only (a deployment the managed worker created).
 type LifecycleDeploy struct {
 	ID        string `json:"id" schema:"required,pattern=id"`
-	DropletID int64  `json:"dropletId,omitempty"`
-	Region    string `json:"region,omitempty"`
-	Size      string `json:"size,omitempty"`
+	DropletID int64  `json:"dropletId,omitempty" schema:"minimum=0"`
+	Region    string `json:"region,omitempty" schema:"pattern=label"`
+	Size      string `json:"size,omitempty" schema:"pattern=label"`
 	Managed   bool   `json:"managed,omitempty"`
 }

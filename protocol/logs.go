@@ -49,9 +49,12 @@ type ChunkV1 struct {
 	EnvironmentSlug string `json:"environmentSlug" schema:"required,pattern=slug"`
 	DeploymentID    string `json:"deploymentId" schema:"required,pattern=id"`
 	SessionID       string `json:"sessionId" schema:"required,pattern=id"`
-	Seq             int64  `json:"seq"`
-	// Size is the chunk's length in bytes, 1 to the chunk size bound.
-	Size int64 `json:"size"`
+	// Seq is the chunk's sequence number in its session, 0 to 2^40.
+	Seq int64 `json:"seq" schema:"minimum=0,maximum=1099511627776"`
+	// Size is the chunk's length in bytes, 1 to DefaultMaxChunkBytes
+	// (its tag's maximum; a chunk above it is 422 chunk_too_large, the
+	// refusal of a chunk above the server's own bound).
+	Size int64 `json:"size" schema:"required,minimum=1,maximum=1048576"`
 	// SHA256 is the chunk's SHA-256, 64 lowercase hex digits.
 	SHA256 string `json:"sha256" schema:"required,pattern=sha256"`
 }
@@ -70,13 +73,14 @@ type FinishV1 struct {
 type FinalV1 struct {
 	// Chunks and Bytes count what the agent shipped in the session
 	// (chunks; bytes, compressed).
-	Chunks int64 `json:"chunks"`
-	Bytes  int64 `json:"bytes"`
+	Chunks int64 `json:"chunks" schema:"minimum=0"`
+	Bytes  int64 `json:"bytes" schema:"minimum=0"`
 	// Cursor is where the agent stopped reading (a journald cursor or a
-	// file offset), at most 512 characters.
+	// file offset), at most 512 bytes (not a tag: a schema's maxLength
+	// counts characters; docs/operations.md, "OpenAPI").
 	Cursor string `json:"cursor"`
 	// Reason is why the session ended (such as "shutdown", "rotated"),
-	// at most 64 characters.
+	// at most 64 bytes (not a tag, as Cursor).
 	Reason string `json:"reason"`
 }
 

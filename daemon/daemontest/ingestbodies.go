@@ -22,7 +22,7 @@ func (h *Ingest) TelemetryWindow(env, dep, session string, start time.Time, muta
 		start = h.Clock.Now().UTC().Truncate(time.Minute).Add(-time.Minute)
 	}
 	w := protocol.WindowV1{EnvironmentSlug: env, DeploymentID: dep, SessionID: session, WindowStart: start, WindowSeconds: 60,
-		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}}}
 	if mutate != nil {
 		mutate(&w)
 	}

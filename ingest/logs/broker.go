@@ -86,16 +86,16 @@ func checkTags(b any) error {
 	return nil
 }
 
-// ValidateChunk checks a chunk body's values. Errors: *Invalid.
+// ValidateChunk checks a chunk body's values: its schema tags, seq and
+// size among them. Errors: *Invalid; ErrChunkTooLarge for a size above
+// its tag's maximum (protocol.DefaultMaxChunkBytes), the answer a chunk
+// above the server's bound always had.
 func ValidateChunk(b *protocol.ChunkV1) error {
-	if err := checkTags(b); err != nil {
-		return err
-	}
-	switch {
-	case b.Seq < 0 || b.Seq > 1<<40:
-		return invalid("seq must be a whole number from 0")
-	case b.Size < 1:
-		return invalid("size must be at least 1")
+	if v := apischema.Check(b); v != nil {
+		if v.Field == "size" && v.Rule == "maximum" {
+			return ErrChunkTooLarge
+		}
+		return invalid("%s", v.Message())
 	}
 	return nil
 }
@@ -115,9 +115,9 @@ func ValidateFinish(b *protocol.FinishV1) error {
 	if err := checkTags(b); err != nil {
 		return err
 	}
+	// final.cursor and final.reason count bytes, which a schema's
+	// maxLength does not say (docs/operations.md, "OpenAPI").
 	switch {
-	case b.Final.Chunks < 0 || b.Final.Bytes < 0:
-		return invalid("final.chunks and final.bytes must not be negative")
 	case len(b.Final.Cursor) > 512:
 		return invalid("final.cursor must be at most 512 characters")
 	case len(b.Final.Reason) > 64:

@@ -47,7 +47,7 @@ func win(d storage.Deployment, session string, start time.Time) *protocol.Window
 	return &protocol.WindowV1{
 		EnvironmentSlug: "ignored-here", DeploymentID: d.ID, SessionID: session,
 		WindowStart: start, WindowSeconds: 60,
-		Metrics: protocol.MetricsV1{CPUPct: &protocol.AggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}},
+		Metrics: protocol.MetricsV1{CPUPct: &protocol.PercentAggV1{N: 12, Sum: 120, Min: 5, Max: 15, Last: 9}},
 	}
 }
 
@@ -150,7 +150,7 @@ func TestAcceptRetries(t *testing.T) {
 		t.Fatalf("first window: %+v %v", res, err)
 	}
 	changed := *w
-	changed.Metrics.CPUPct = &protocol.AggV1{N: 12, Sum: 121, Min: 5, Max: 15, Last: 9}
+	changed.Metrics.CPUPct = &protocol.PercentAggV1{N: 12, Sum: 121, Min: 5, Max: 15, Last: 9}
 	finalFlag := *w
 	finalFlag.Final = true
 	check := func(t *testing.T, at time.Time) {
@@ -278,11 +278,11 @@ func TestValidateBoundsKeepTotalsFinite(t *testing.T) {
 		m    protocol.MetricsV1
 		ok   bool
 	}{
-		{"1 EiB of memory", protocol.MetricsV1{MemUsedBytes: &protocol.AggV1{N: 600, Sum: 600 * (1 << 60), Min: 1 << 60, Max: 1 << 60, Last: 1 << 60}}, true},
-		{"beyond 1 EiB", protocol.MetricsV1{MemUsedBytes: &protocol.AggV1{N: 600, Sum: 1.7e308, Min: 0, Max: 1.7e308, Last: 1.7e308}}, false},
-		{"load of 1e7", protocol.MetricsV1{Load1: &protocol.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
-		{"10 MW", protocol.MetricsV1{GPUPowerW: &protocol.AggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
-		{"negative bytes", protocol.MetricsV1{NetRxBytes: &protocol.AggV1{N: 1, Sum: -1, Min: -1, Max: -1, Last: -1}}, false},
+		{"1 EiB of memory", protocol.MetricsV1{MemUsedBytes: &protocol.BytesAggV1{N: 600, Sum: 600 * (1 << 60), Min: 1 << 60, Max: 1 << 60, Last: 1 << 60}}, true},
+		{"beyond 1 EiB", protocol.MetricsV1{MemUsedBytes: &protocol.BytesAggV1{N: 600, Sum: 1.7e308, Min: 0, Max: 1.7e308, Last: 1.7e308}}, false},
+		{"load of 1e7", protocol.MetricsV1{Load1: &protocol.LoadAggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"10 MW", protocol.MetricsV1{GPUPowerW: &protocol.WattsAggV1{N: 1, Sum: 1e7, Min: 1e7, Max: 1e7, Last: 1e7}}, false},
+		{"negative bytes", protocol.MetricsV1{NetRxBytes: &protocol.BytesAggV1{N: 1, Sum: -1, Min: -1, Max: -1, Last: -1}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
@@ -301,9 +301,9 @@ func TestCanonicalNegativeZero(t *testing.T) {
 	negZero := math.Copysign(0, -1)
 	a := protocol.WindowV1{EnvironmentSlug: "demo-harbor", DeploymentID: "d", SessionID: "s",
 		WindowStart: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), WindowSeconds: 60,
-		Metrics: protocol.MetricsV1{GPUTempC: &protocol.AggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
+		Metrics: protocol.MetricsV1{GPUTempC: &protocol.CelsiusAggV1{N: 1, Sum: 0, Min: 0, Max: 0, Last: 0}}}
 	b := a
-	b.Metrics.GPUTempC = &protocol.AggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
+	b.Metrics.GPUTempC = &protocol.CelsiusAggV1{N: 1, Sum: negZero, Min: negZero, Max: 0, Last: negZero}
 	if _, ha := telemetry.CanonicalWindow(&a); func() bool { _, hb := telemetry.CanonicalWindow(&b); return ha != hb }() {
 		t.Fatal("a window with -0 hashes differently from the same window with 0")
 	}

@@ -15,15 +15,15 @@ import (
 // for its run of consecutive minutes, is one row per session and rule, and
 // counts the windows at which it held.
 func TestAnomalyRules(t *testing.T) {
-	idleGPU := protocol.MetricsV1{GPUUtilPct: &protocol.AggV1{N: 6, Sum: 6, Min: 0, Max: 4.9, Last: 1}}
-	busyGPU := protocol.MetricsV1{GPUUtilPct: &protocol.AggV1{N: 6, Sum: 300, Min: 40, Max: 60, Last: 50}}
+	idleGPU := protocol.MetricsV1{GPUUtilPct: &protocol.PercentAggV1{N: 6, Sum: 6, Min: 0, Max: 4.9, Last: 1}}
+	busyGPU := protocol.MetricsV1{GPUUtilPct: &protocol.PercentAggV1{N: 6, Sum: 300, Min: 40, Max: 60, Last: 50}}
 	memHigh := protocol.MetricsV1{
-		MemUsedBytes:  &protocol.AggV1{N: 2, Sum: 2 * 960, Min: 960, Max: 960, Last: 960},
-		MemTotalBytes: &protocol.AggV1{N: 2, Sum: 2 * 1000, Min: 1000, Max: 1000, Last: 1000},
+		MemUsedBytes:  &protocol.BytesAggV1{N: 2, Sum: 2 * 960, Min: 960, Max: 960, Last: 960},
+		MemTotalBytes: &protocol.BytesAggV1{N: 2, Sum: 2 * 1000, Min: 1000, Max: 1000, Last: 1000},
 	}
 	diskFull := protocol.MetricsV1{
-		DiskUsedBytes:  &protocol.AggV1{N: 1, Sum: 91, Min: 91, Max: 91, Last: 91},
-		DiskTotalBytes: &protocol.AggV1{N: 1, Sum: 100, Min: 100, Max: 100, Last: 100},
+		DiskUsedBytes:  &protocol.BytesAggV1{N: 1, Sum: 91, Min: 91, Max: 91, Last: 91},
+		DiskTotalBytes: &protocol.BytesAggV1{N: 1, Sum: 100, Min: 100, Max: 100, Last: 100},
 	}
 	for _, tc := range []struct {
 		name    string

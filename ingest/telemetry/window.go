@@ -31,13 +31,19 @@ const (
 // window is one minute; windowStart is aligned to it.
 const window = protocol.WindowSeconds * time.Second
 
-// metricList returns m's metrics in storage.TelemetryMetrics order.
+// metricList returns m's metrics in storage.TelemetryMetrics order, each
+// as the AggV1 its unit's type converts to: the pointers are m's own.
 func metricList(m *protocol.MetricsV1) [storage.NumTelemetryMetrics]*protocol.AggV1 {
-	return [...]*protocol.AggV1{m.CPUPct, m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes, m.Load1,
-		m.NetRxBytes, m.NetTxBytes, m.GPUUtilPct, m.GPUMemUsedBytes, m.GPUMemTotalBytes, m.GPUTempC, m.GPUPowerW}
+	return [...]*protocol.AggV1{(*protocol.AggV1)(m.CPUPct), (*protocol.AggV1)(m.MemUsedBytes), (*protocol.AggV1)(m.MemTotalBytes),
+		(*protocol.AggV1)(m.DiskUsedBytes), (*protocol.AggV1)(m.DiskTotalBytes), (*protocol.AggV1)(m.Load1),
+		(*protocol.AggV1)(m.NetRxBytes), (*protocol.AggV1)(m.NetTxBytes), (*protocol.AggV1)(m.GPUUtilPct),
+		(*protocol.AggV1)(m.GPUMemUsedBytes), (*protocol.AggV1)(m.GPUMemTotalBytes), (*protocol.AggV1)(m.GPUTempC),
+		(*protocol.AggV1)(m.GPUPowerW)}
 }
 
-// metricRange is the range every sample of a metric must fall in.
+// metricRange is the range every sample of a metric must fall in: its
+// type's min, max and last tags in protocol.MetricsV1 say it, and
+// ValidateWindow's Check holds them (TestMetricRangesAreTheTags).
 type metricRange struct{ lo, hi float64 }
 
 // Every range is finite and far from float64's limits: sums of a window's
@@ -75,34 +81,31 @@ func (e *Invalid) Error() string { return e.Message }
 func ValidateWindow(w *protocol.WindowV1) error {
 	bad := func(format string, a ...any) error { return &Invalid{Message: fmt.Sprintf(format, a...)} }
 	// The rules WindowV1's schema tags declare, which the OpenAPI
-	// document carries too (docs/operations.md, "OpenAPI"): each
-	// metric's n from 1 to MaxSamplesPerWindow among them.
+	// document carries too (docs/operations.md, "OpenAPI"): windowStart,
+	// windowSeconds (exactly protocol.WindowSeconds), each metric's n
+	// from 1 to MaxSamplesPerWindow and its min, max and last within its
+	// unit's range (ranges) among them.
 	if v := apischema.Check(w); v != nil {
 		return bad("%s", v.Message())
 	}
+	// What a schema cannot state: the minute's alignment, the years, and
+	// the relations between a metric's fields.
 	switch {
-	case w.WindowStart.IsZero():
-		return bad("windowStart is required")
 	case !w.WindowStart.Truncate(time.Minute).Equal(w.WindowStart):
 		return bad("windowStart must be aligned to a whole minute")
 	case w.WindowStart.UTC().Year() < 2000 || w.WindowStart.UTC().Year() > 9999:
 		return bad("windowStart must fall within the years 2000-9999 in UTC")
-	case w.WindowSeconds != protocol.WindowSeconds:
-		return bad("windowSeconds must be 60")
 	}
 	for i, a := range metricList(&w.Metrics) {
 		if a == nil {
 			continue
 		}
 		name := storage.TelemetryMetrics[i].Name
-		r := ranges[i]
 		switch {
 		case a.Min > a.Max:
 			return bad("metrics.%s.min must not exceed max", name)
 		case a.Last < a.Min || a.Last > a.Max:
 			return bad("metrics.%s.last must lie between min and max", name)
-		case a.Min < r.lo || a.Max > r.hi:
-			return bad("metrics.%s values must lie between %g and %g", name, r.lo, r.hi)
 		case !sumFits(a):
 			return bad("metrics.%s.sum must lie between n×min and n×max", name)
 		}
@@ -129,17 +132,13 @@ func CanonicalWindow(w *protocol.WindowV1) ([]byte, [32]byte) {
 	c.WindowStart = c.WindowStart.UTC()
 	// -0 and 0 are the same value: encode both as 0 (x + 0 is +0 for
 	// x = -0 and x otherwise).
-	norm := func(a *protocol.AggV1) *protocol.AggV1 {
-		if a == nil {
-			return nil
-		}
-		return &protocol.AggV1{N: a.N, Sum: a.Sum + 0, Min: a.Min + 0, Max: a.Max + 0, Last: a.Last + 0}
-	}
+	// A copy of each metric: c shares w's pointers.
 	m := &c.Metrics
-	for _, p := range []**protocol.AggV1{&m.CPUPct, &m.MemUsedBytes, &m.MemTotalBytes, &m.DiskUsedBytes, &m.DiskTotalBytes, &m.Load1,
-		&m.NetRxBytes, &m.NetTxBytes, &m.GPUUtilPct, &m.GPUMemUsedBytes, &m.GPUMemTotalBytes, &m.GPUTempC, &m.GPUPowerW} {
-		*p = norm(*p)
-	}
+	m.CPUPct, m.GPUUtilPct = norm(m.CPUPct), norm(m.GPUUtilPct)
+	m.MemUsedBytes, m.MemTotalBytes, m.DiskUsedBytes, m.DiskTotalBytes = norm(m.MemUsedBytes), norm(m.MemTotalBytes), norm(m.DiskUsedBytes), norm(m.DiskTotalBytes)
+	m.NetRxBytes, m.NetTxBytes = norm(m.NetRxBytes), norm(m.NetTxBytes)
+	m.GPUMemUsedBytes, m.GPUMemTotalBytes = norm(m.GPUMemUsedBytes), norm(m.GPUMemTotalBytes)
+	m.Load1, m.GPUTempC, m.GPUPowerW = norm(m.Load1), norm(m.GPUTempC), norm(m.GPUPowerW)
 	b, err := json.Marshal(&c)
 	if err != nil {
 		// Every field is a string, bool, integer, finite float or a
@@ -147,6 +146,23 @@ func CanonicalWindow(w *protocol.WindowV1) ([]byte, [32]byte) {
 		panic(fmt.Sprintf("telemetry: canonical encoding: %v", err))
 	}
 	return b, sha256.Sum256(b)
+}
+
+// aggTypes are the metric types of protocol.MetricsV1.
+type aggTypes interface {
+	protocol.PercentAggV1 | protocol.BytesAggV1 | protocol.LoadAggV1 | protocol.CelsiusAggV1 | protocol.WattsAggV1
+}
+
+// norm is a copy of a with -0 written as 0 (x + 0 is +0 for x = -0 and x
+// otherwise): the two are the same value. nil stays nil.
+func norm[T aggTypes](a *T) *T {
+	if a == nil {
+		return nil
+	}
+	g := protocol.AggV1(*a)
+	g.Sum, g.Min, g.Max, g.Last = g.Sum+0, g.Min+0, g.Max+0, g.Last+0
+	c := T(g)
+	return &c
 }
 
 // metricSet converts w's metrics to storage's indexed set.

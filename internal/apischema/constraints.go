@@ -1,6 +1,7 @@
 package apischema
 
 import (
+	"math"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -71,6 +72,32 @@ var Patterns = map[string]string{
 	// character and no DEL (adminapi.CheckPassword; its length rules are
 	// minLength and the handler's byte bound).
 	"password": `^[^\x00-\x1f\x7f]*$`,
+	// hex64: a run artifact's SHA-256, 64 hex digits of either case
+	// (ingest lower-cases it).
+	"hex64": `^[0-9a-fA-F]{64}$`,
+	// label: a provider slug a heartbeat or lifecycle event names its
+	// droplet's region and size by.
+	"label": `^[a-z0-9][a-z0-9._-]{0,63}$`,
+	// version: a heartbeat's agentVersion, 1-64 printable ASCII
+	// characters (shown in an operator's terminal).
+	"version": `^[ -~]{1,64}$`,
+	// suite: a run report's suite.
+	"suite": `^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$`,
+	// artifactName: a run artifact's name, 1-255 printable ASCII
+	// characters without a space at either end.
+	"artifactName": `^[!-~](?:[ -~]{0,253}[!-~])?$`,
+	// mediaType: a run artifact's media type, type/subtype.
+	"mediaType": `^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$`,
+	// localId: a `local` artifact locator's id, a lower-case name on the
+	// reporting machine, never a path: [a-z0-9._-] starting with a letter
+	// or digit, no ".." (each dot followed by another character or the
+	// end); its tag's maxLength says 128, exact as the pattern is ASCII.
+	"localId": `^[a-z0-9](?:\.?[a-z0-9_-])*\.?$`,
+	// httpsURL: an `https` artifact locator's url as far as a pattern can
+	// say: "https://" and printable ASCII without space or backslash.
+	// Only ASCII, so its maxLength counts bytes as the daemon does; the
+	// host, userinfo, fragment and credential rules are ingest's own.
+	"httpsURL": `^https://[!-\[\]-~]+$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
@@ -94,6 +121,14 @@ var patternWords = map[string]string{
 	"duration":       "must be a duration such as 2h or 30m",
 	"providerToken":  "must be 1-512 printable ASCII characters without spaces",
 	"password":       "must not hold control characters",
+	"hex64":          "must be 64 hex digits",
+	"label":          "must be a provider slug: 1-64 characters of [a-z0-9._-]",
+	"version":        "must be 1-64 printable ASCII characters",
+	"suite":          "must be 1-128 characters of [A-Za-z0-9._/:-]",
+	"artifactName":   "must be 1-255 printable ASCII characters without surrounding spaces",
+	"mediaType":      "must be type/subtype",
+	"localId":        "must be characters of [a-z0-9._-] starting with a letter or digit, without \"..\"",
+	"httpsURL":       "must be an https URL of printable ASCII",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -109,9 +144,10 @@ var compiled = func() map[string]*regexp.Regexp {
 // Rules are the constraints a wire type's field declares in its `schema`
 // tag, comma-separated: required, pattern=NAME (one of Patterns),
 // not=NAME (a pattern the value must not match), minLength=N
-// (characters), maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c, and
-// on a list minItems=N, maxItems=N and uniqueItems (the other rules of a
-// list constrain each item). A request
+// (characters), maxLength=N (bytes), minimum=N, maximum=N (an integer, or
+// a decimal such as 0.5 or 1e6 for a float field), enum=a|b|c, and on a
+// list minItems=N, maxItems=N and uniqueItems (the other rules of a list
+// constrain each item). A request
 // schema carries them (JSON Schema's keywords of the same names) and
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
@@ -128,6 +164,10 @@ type Rules struct {
 	MinLength int
 	// Minimum and Maximum bound an integer; nil for no bound.
 	Minimum, Maximum *int64
+	// MinFloat and MaxFloat bound a number: the same bounds as Minimum
+	// and Maximum when those are integers, or a decimal one a float
+	// field declares; nil for no bound.
+	MinFloat, MaxFloat *float64
 	// Enum lists the values a string may take; nil for any.
 	Enum []string
 	// Not is the name of a pattern in Patterns the string must not match
@@ -166,11 +206,9 @@ func RulesOf(tag reflect.StructTag) Rules {
 		case "minLength":
 			r.MinLength = mustInt[int](val)
 		case "minimum":
-			n := mustInt[int64](val)
-			r.Minimum = &n
+			r.Minimum, r.MinFloat = mustNumber(val)
 		case "maximum":
-			n := mustInt[int64](val)
-			r.Maximum = &n
+			r.Maximum, r.MaxFloat = mustNumber(val)
 		case "enum":
 			r.Enum = strings.Split(val, "|")
 		case "not":
@@ -201,6 +239,23 @@ func mustInt[T int | int64](s string) T {
 	return T(n)
 }
 
+// mustNumber parses a bound: an integer sets both results, a decimal
+// (0.5, -50, 1e6 written with an exponent) the float one alone.
+func mustNumber(s string) (*int64, *float64) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		panic("apischema: schema rule wants a number, got " + s)
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return &n, &f
+	}
+	return nil, &f
+}
+
+// formatFloat writes a decimal bound as JSON and a message say it:
+// shortest, without an exponent (1e6 is 1000000).
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
 // apply adds r's keywords to s, a property's schema.
 func (r Rules) apply(s Schema) {
 	if r.Pattern != "" {
@@ -219,9 +274,13 @@ func (r Rules) apply(s Schema) {
 	}
 	if r.Minimum != nil {
 		s["minimum"] = *r.Minimum
+	} else if r.MinFloat != nil {
+		s["minimum"] = *r.MinFloat
 	}
 	if r.Maximum != nil {
 		s["maximum"] = *r.Maximum
+	} else if r.MaxFloat != nil {
+		s["maximum"] = *r.MaxFloat
 	}
 	if r.Enum != nil {
 		s["enum"] = r.Enum
@@ -267,18 +326,27 @@ func (v *Violation) Message() string {
 	case r.Pattern != "":
 		// An empty string breaks the pattern too: one message for both.
 		return v.Field + " " + patternWords[r.Pattern]
+	case r.Minimum != nil && r.Maximum != nil && *r.Minimum == *r.Maximum:
+		// One value allowed: "windowSeconds must be 60".
+		return v.Field + " must be " + strconv.FormatInt(*r.Minimum, 10)
 	case r.Minimum != nil && r.Maximum != nil:
 		return v.Field + " must be between " + strconv.FormatInt(*r.Minimum, 10) + " and " + strconv.FormatInt(*r.Maximum, 10)
 	case r.Enum != nil:
 		return v.Field + " must be one of " + strings.Join(r.Enum, ", ")
+	case r.MinFloat != nil && r.MaxFloat != nil:
+		return v.Field + " must be between " + formatFloat(*r.MinFloat) + " and " + formatFloat(*r.MaxFloat)
 	case v.Rule == "required":
 		return v.Field + " is required"
 	case v.Rule == "maxLength":
 		return v.Field + " must be at most " + strconv.Itoa(r.MaxLength) + " bytes"
-	case v.Rule == "minimum":
+	case v.Rule == "minimum" && r.Minimum != nil:
 		return v.Field + " must be at least " + strconv.FormatInt(*r.Minimum, 10)
-	default:
+	case v.Rule == "minimum":
+		return v.Field + " must be at least " + formatFloat(*r.MinFloat)
+	case r.Maximum != nil:
 		return v.Field + " must be at most " + strconv.FormatInt(*r.Maximum, 10)
+	default:
+		return v.Field + " must be at most " + formatFloat(*r.MaxFloat)
 	}
 }
 
@@ -506,6 +574,21 @@ func (r Rules) valueViolation(v reflect.Value) *Violation {
 			return &Violation{Rule: "minimum", Rules: r}
 		}
 		if r.Maximum != nil && n > *r.Maximum {
+			return &Violation{Rule: "maximum", Rules: r}
+		}
+		// A decimal bound on an integer field holds as a number.
+		if r.Minimum == nil && r.MinFloat != nil && float64(n) < *r.MinFloat {
+			return &Violation{Rule: "minimum", Rules: r}
+		}
+		if r.Maximum == nil && r.MaxFloat != nil && float64(n) > *r.MaxFloat {
+			return &Violation{Rule: "maximum", Rules: r}
+		}
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		if r.MinFloat != nil && f < *r.MinFloat {
+			return &Violation{Rule: "minimum", Rules: r}
+		}
+		if r.MaxFloat != nil && f > *r.MaxFloat {
 			return &Violation{Rule: "maximum", Rules: r}
 		}
 	}

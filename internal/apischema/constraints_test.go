@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"unicode"
 	"unicode/utf8"
@@ -31,6 +33,10 @@ type tagged struct {
 	Req []string `json:"req,omitempty" schema:"required,minItems=1,maxItems=3"`
 	// Pass counts characters, not bytes, like JSON Schema's minLength.
 	Pass string `json:"pass,omitempty" schema:"minLength=3"`
+	// Pct is a float field with decimal bounds.
+	Pct float64 `json:"pct,omitempty" schema:"minimum=-0.5,maximum=99.5"`
+	// Ratio is an integer field with a decimal bound.
+	Ratio int64 `json:"ratio,omitempty" schema:"maximum=2.5"`
 }
 
 // TestCheckAgreesWithSchema: for each body, Check on the decoded value
@@ -87,6 +93,13 @@ func TestCheckAgreesWithSchema(t *testing.T) {
 		{"empty element", `{"req":["r"],"slug":"demo","ids":["ok",""]}`, "ids[1]", "pattern"},
 		{"two characters of four bytes", `{"req":["r"],"slug":"demo","pass":"éé"}`, "pass", "minLength"},
 		{"three characters", `{"req":["r"],"slug":"demo","pass":"ééé"}`, "", ""},
+		{"float at its decimal bounds", `{"req":["r"],"slug":"demo","pct":99.5,"tags":["ab","cd"],"ratio":2}`, "", ""},
+		{"float at its negative decimal bound", `{"req":["r"],"slug":"demo","pct":-0.5}`, "", ""},
+		{"float below its decimal minimum", `{"req":["r"],"slug":"demo","pct":-0.51}`, "pct", "minimum"},
+		{"float above its decimal maximum", `{"req":["r"],"slug":"demo","pct":99.51}`, "pct", "maximum"},
+		{"integer above a decimal maximum", `{"req":["r"],"slug":"demo","ratio":3}`, "ratio", "maximum"},
+		{"too many items", `{"req":["r"],"slug":"demo","tags":["ab","cd","ef"]}`, "tags", "maxItems"},
+		{"bad item within the cap", `{"req":["r"],"slug":"demo","tags":["ab","a b"]}`, "tags[1]", "pattern"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v tagged
@@ -123,6 +136,83 @@ func TestNamePatternIsDisplayable(t *testing.T) {
 		if re.MatchString("a"+string(r)+"b") == refused {
 			t.Fatalf("U+%04X: pattern match %v, rule refuses %v", r, !refused, refused)
 		}
+	}
+}
+
+// TestNumberBoundMessages: a refusal says the bound as the tag wrote it,
+// a decimal one too, and a range of one value as that value.
+func TestNumberBoundMessages(t *testing.T) {
+	type body struct {
+		Pct  float64 `json:"pct" schema:"minimum=0,maximum=100"`
+		Temp float64 `json:"temp" schema:"minimum=-50,maximum=1e6"`
+		Half float64 `json:"half" schema:"maximum=0.5"`
+		Win  int64   `json:"win" schema:"minimum=60,maximum=60"`
+		Tags []int   `json:"tags" schema:"maxItems=1"`
+	}
+	for _, tc := range []struct {
+		name string
+		v    body
+		want string
+	}{
+		{"float range", body{Pct: 100.5}, "pct must be between 0 and 100"},
+		{"decimal exponent written out", body{Temp: -51}, "temp must be between -50 and 1000000"},
+		{"decimal maximum", body{Half: 0.75}, "half must be at most 0.5"},
+		{"one value", body{Win: 61}, "win must be 60"},
+		{"items", body{Tags: []int{1, 2}}, "tags must have at most 1 items"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := tc.v
+			if v.Win == 0 {
+				v.Win = 60
+			}
+			got := Check(&v)
+			if got == nil || got.Message() != tc.want {
+				t.Fatalf("Check = %+v; want %q", got, tc.want)
+			}
+		})
+	}
+	s := For(reflect.TypeFor[body](), Request)
+	props := s["properties"].(Schema)
+	if got := props["half"].(Schema)["maximum"]; got != 0.5 {
+		t.Fatalf("half's maximum in the schema %v; want 0.5", got)
+	}
+	if got := props["tags"].(Schema)["maxItems"]; got != 1 {
+		t.Fatalf("tags' maxItems in the schema %v; want 1", got)
+	}
+}
+
+// TestRunPatternsAreTheRules: the artifact name and local id patterns
+// refuse exactly what ingest's rules did before the tags
+// (docs/operations.md, "Lifecycle events and runs"): a name 1-255
+// printable ASCII characters without a space at either end; a local id
+// 1-128 of [a-z0-9._-] starting with a letter or digit and without "..".
+// Every string of up to four characters over an alphabet of the edge
+// cases, and the lengths.
+func TestRunPatternsAreTheRules(t *testing.T) {
+	name, local := compiled["artifactName"], compiled["localId"]
+	oldLocal := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	alphabet := []string{"a", "0", " ", "~", ".", "-", "_", "A", "/", "\t", "\x7f", "é"}
+	var all func(s string, n int)
+	all = func(s string, n int) {
+		printable := s != ""
+		for i := 0; i < len(s); i++ {
+			printable = printable && s[i] >= 0x20 && s[i] <= 0x7e
+		}
+		if want := printable && strings.TrimSpace(s) == s; name.MatchString(s) != want {
+			t.Fatalf("name %q: pattern %v, rule %v", s, !want, want)
+		}
+		if want := oldLocal.MatchString(s) && !strings.Contains(s, ".."); local.MatchString(s) != want {
+			t.Fatalf("local id %q: pattern %v, rule %v", s, !want, want)
+		}
+		if n > 0 {
+			for _, c := range alphabet {
+				all(s+c, n-1)
+			}
+		}
+	}
+	all("", 4)
+	if long := strings.Repeat("n", 255); !name.MatchString(long) || name.MatchString(long+"n") {
+		t.Fatal("name: the longest accepted is not 255 characters")
 	}
 }
 
