@@ -60,7 +60,7 @@ type SessionPolicy struct {
 // SetSessionPolicyRequest is adminSetSessionPolicy's request: the
 // environment in the path, the policy in the body.
 type SetSessionPolicyRequest struct {
-	EnvironmentSlug   string `path:"slug" json:"-"`
+	EnvironmentSlug   string `path:"slug" json:"-" schema:"pattern=slug" refuse:"400 invalid_slug"`
 	Kind              string `json:"kind"`
 	MaxSessionSeconds int64  `json:"maxSessionSeconds"`
 }
@@ -68,7 +68,7 @@ type SetSessionPolicyRequest struct {
 // ClearSessionPolicyRequest names the environment whose policy
 // adminClearSessionPolicy removes.
 type ClearSessionPolicyRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"400 invalid_slug"`
 }
 
 // SessionPolicyResult answers both session policy operations. Policy is

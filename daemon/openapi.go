@@ -276,7 +276,8 @@ func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 	return o
 }
 
-// adminParameters are op's path and query parameters.
+// adminParameters are op's path and query parameters, each schema with
+// the keywords of its field's `schema` tag (docs/operations.md, "OpenAPI").
 func adminParameters(op adminapi.Operation) []obj {
 	if op.Request == nil {
 		return nil
@@ -300,6 +301,9 @@ func adminParameters(op adminapi.Operation) []obj {
 					s = obj{"type": "integer"}
 				}
 			}
+			// The rules the daemon holds the value to
+			// (adminapi.ParamShape): one tag, both places.
+			apischema.RulesOf(f.Tag).Apply(apischema.Schema(s))
 			out = append(out, obj{"name": name, "in": in, "required": in == "path", "schema": s})
 		}
 	}

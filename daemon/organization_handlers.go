@@ -9,7 +9,6 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -85,9 +84,6 @@ func (h *organizationHandlers) list(ctx context.Context, _ none) (adminapi.Organ
 }
 
 func (h *organizationHandlers) setToken(ctx context.Context, req adminapi.SetProviderTokenRequest) (adminapi.ProviderTokenStatus, error) {
-	if !slug.Valid(req.OrganizationSlug) {
-		return adminapi.ProviderTokenStatus{}, fail(http.StatusNotFound, "organization_not_found", "no organization with this slug")
-	}
 	st, err := h.tokens.Set(ctx, req.OrganizationSlug, []byte(req.Token))
 	if err != nil {
 		return adminapi.ProviderTokenStatus{}, tokenError(err)
@@ -96,9 +92,6 @@ func (h *organizationHandlers) setToken(ctx context.Context, req adminapi.SetPro
 }
 
 func (h *organizationHandlers) revokeToken(ctx context.Context, req adminapi.RevokeProviderTokenRequest) (adminapi.ProviderTokenStatus, error) {
-	if !slug.Valid(req.OrganizationSlug) {
-		return adminapi.ProviderTokenStatus{}, fail(http.StatusNotFound, "organization_not_found", "no organization with this slug")
-	}
 	st, err := h.tokens.Revoke(ctx, req.OrganizationSlug)
 	if err != nil {
 		return adminapi.ProviderTokenStatus{}, tokenError(err)

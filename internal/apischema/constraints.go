@@ -36,6 +36,12 @@ var Patterns = map[string]string{
 	"service": `^[A-Za-z0-9@._:-]{1,128}$`,
 	// sha256: a log chunk's SHA-256, 64 lowercase hex digits.
 	"sha256": `^[0-9a-f]{64}$`,
+	// month: a calendar month as YYYY-MM, exactly what time.Parse
+	// accepts with the layout "2006-01" (the costs report's month).
+	"month": `^[0-9]{4}-(?:0[1-9]|1[0-2])$`,
+	// decimal: a whole number 0 or more written in decimal digits (a log
+	// chunk's seq in a path).
+	"decimal": `^[0-9]+$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
@@ -47,6 +53,8 @@ var patternWords = map[string]string{
 	"name":    "must be valid UTF-8 without control, bidi or invisible format characters",
 	"service": "must be 1-128 characters of [A-Za-z0-9@._:-]",
 	"sha256":  "must be 64 lowercase hex digits",
+	"month":   "must be a month as YYYY-MM",
+	"decimal": "must be a whole number in decimal digits",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -141,6 +149,15 @@ func (r Rules) apply(s Schema) {
 		s["enum"] = r.Enum
 	}
 }
+
+// Apply adds r's keywords to s, the schema of a value that is not a body
+// field (a path or query parameter, docs/operations.md, "OpenAPI").
+func (r Rules) Apply(s Schema) { r.apply(s) }
+
+// CheckValue is Check's rule for one value outside a body (a path or
+// query parameter, read into v): nil when v holds to r. A zero v is
+// absent, refused only when r is required. name is the Violation's Field.
+func (r Rules) CheckValue(v reflect.Value, name string) *Violation { return r.violation(v, name) }
 
 // Violation is the first rule a value breaks: the field's JSON key (a
 // dotted path inside nested objects), the rule (required, pattern,
