@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/chalupa-run/chalupa/internal/slug"
 )
@@ -157,7 +158,13 @@ func (r Rules) Apply(s Schema) { r.apply(s) }
 // CheckValue is Check's rule for one value outside a body (a path or
 // query parameter, read into v): nil when v holds to r. A zero v is
 // absent, refused only when r is required. name is the Violation's Field.
-func (r Rules) CheckValue(v reflect.Value, name string) *Violation { return r.violation(v, name) }
+func (r Rules) CheckValue(v reflect.Value, name string) *Violation {
+	bad := r.violation(v)
+	if bad != nil {
+		bad.Field = name + bad.Field // bad.Field is "" or an element's "[i]"
+	}
+	return bad
+}
 
 // Violation is the first rule a value breaks: the field's JSON key (a
 // dotted path inside nested objects), the rule (required, pattern,
@@ -196,11 +203,17 @@ func (v *Violation) Message() string {
 // pointer to one), that breaks a rule of its `schema` tag, in declaration
 // order, descending into nested structs, pointers and slices; nil when
 // every rule holds. It never fails for a type without tags.
+//
+// Check runs on every signed request (docs/operations.md, "Ingest"): it
+// reads each type's tags once (planFor) and allocates only for the
+// violation it returns.
 func Check(v any) *Violation {
-	return check(reflect.ValueOf(v), "")
+	return check(reflect.ValueOf(v))
 }
 
-func check(v reflect.Value, path string) *Violation {
+// check is Check of v; the violation's Field is relative to v ("" for v
+// itself, "[2]" for an element, "reaper.limitMinutes" for a nested field).
+func check(v reflect.Value) *Violation {
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
 			return nil
@@ -209,77 +222,155 @@ func check(v reflect.Value, path string) *Violation {
 	}
 	switch {
 	case v.Kind() == reflect.Slice || v.Kind() == reflect.Array:
+		if !planFor(v.Type().Elem()).ruled {
+			return nil
+		}
 		for i := range v.Len() {
-			if bad := check(v.Index(i), path+"["+strconv.Itoa(i)+"]"); bad != nil {
+			if bad := check(v.Index(i)); bad != nil {
+				bad.Field = joinField("["+strconv.Itoa(i)+"]", bad.Field)
 				return bad
 			}
 		}
 		return nil
-	case v.Kind() != reflect.Struct || v.Type() == timeType:
+	case v.Kind() != reflect.Struct:
 		return nil
 	}
-	for _, f := range Fields(v.Type()) {
-		name := f.Name
-		if path != "" {
-			name = path + "." + f.Name
-		}
+	for _, f := range planFor(v.Type()).fields {
 		fv, err := v.FieldByIndexErr(f.Index)
 		if err != nil {
 			continue // inside a nil embedded pointer: absent
 		}
-		if bad := f.Rules.violation(fv, name); bad != nil {
-			return bad
+		bad := (*Violation)(nil)
+		if f.ruled {
+			bad = f.Rules.violation(fv)
 		}
-		if bad := check(fv, name); bad != nil {
+		if bad == nil && f.deep {
+			bad = check(fv)
+		}
+		if bad != nil {
+			bad.Field = joinField(f.Name, bad.Field)
 			return bad
 		}
 	}
 	return nil
 }
 
+// joinField is the path of rest inside the field or element name.
+func joinField(name, rest string) string {
+	switch {
+	case rest == "":
+		return name
+	case rest[0] == '[':
+		return name + rest
+	}
+	return name + "." + rest
+}
+
+// typePlan is what Check needs of a type, read once from its tags.
+type typePlan struct {
+	// fields are a struct type's JSON fields (nil for another kind).
+	fields []planField
+	// ruled is true when a value of the type (a struct's field at any
+	// depth, or an element) carries a rule: Check skips it otherwise.
+	ruled bool
+}
+
+// planField is one field of a struct type's plan.
+type planField struct {
+	Field
+	// ruled: the field's own tag declares a rule.
+	ruled bool
+	// deep: the field's type holds ruled fields or elements.
+	deep bool
+}
+
+// plans caches planFor's answers by reflect.Type; types are few and
+// fixed (the wire types), so the cache is never trimmed.
+var plans sync.Map
+
+// planFor is t's plan, built on first use. A recursive type is planned
+// as ruled while it is being built, which at worst makes Check descend
+// into a value that holds no rule.
+func planFor(t reflect.Type) *typePlan {
+	if p, ok := plans.Load(t); ok {
+		return p.(*typePlan)
+	}
+	return buildPlan(t, map[reflect.Type]bool{})
+}
+
+func buildPlan(t reflect.Type, building map[reflect.Type]bool) *typePlan {
+	if p, ok := plans.Load(t); ok {
+		return p.(*typePlan)
+	}
+	if building[t] {
+		return &typePlan{ruled: true}
+	}
+	building[t] = true
+	defer delete(building, t)
+	base := t
+	for base.Kind() == reflect.Pointer {
+		base = base.Elem()
+	}
+	p := &typePlan{}
+	switch {
+	case base.Kind() == reflect.Slice || base.Kind() == reflect.Array:
+		p.ruled = buildPlan(base.Elem(), building).ruled
+	case base.Kind() == reflect.Struct && base != timeType:
+		for _, f := range Fields(base) {
+			pf := planField{Field: f, ruled: !reflect.ValueOf(f.Rules).IsZero()}
+			pf.deep = buildPlan(f.Type, building).ruled
+			p.ruled = p.ruled || pf.ruled || pf.deep
+			p.fields = append(p.fields, pf)
+		}
+	}
+	actual, _ := plans.LoadOrStore(t, p)
+	return actual.(*typePlan)
+}
+
 // violation checks one field's value against r. A pointer field (an
 // update body's "absent or set") is absent when nil: only required
 // refuses it; when set, its value is held to the rules even when it is the
 // zero value, which a set pointer tells apart from absent.
-func (r Rules) violation(v reflect.Value, name string) *Violation {
+func (r Rules) violation(v reflect.Value) *Violation {
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			if r.Required {
-				return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
+				return &Violation{Rule: "required", Pattern: r.Pattern, Rules: r}
 			}
 			return nil
 		}
-		return r.valueViolation(v.Elem(), name)
+		return r.valueViolation(v.Elem())
 	}
 	if v.IsZero() {
 		if r.Required {
-			return &Violation{Field: name, Rule: "required", Pattern: r.Pattern, Rules: r}
+			return &Violation{Rule: "required", Pattern: r.Pattern, Rules: r}
 		}
 		return nil
 	}
-	return r.valueViolation(v, name)
+	return r.valueViolation(v)
 }
 
 // valueViolation checks a present value against r's pattern, length,
 // range and enum.
-func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
+func (r Rules) valueViolation(v reflect.Value) *Violation {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
 		// A tag on a slice constrains each element, as the schema's items.
 		elem := r
 		elem.Required = false
 		for i := range v.Len() {
-			if bad := elem.violation(v.Index(i), name+"["+strconv.Itoa(i)+"]"); bad != nil {
+			if bad := elem.violation(v.Index(i)); bad != nil {
+				bad.Field = "[" + strconv.Itoa(i) + "]"
 				return bad
 			}
 		}
 	case reflect.String:
 		s := v.String()
 		if r.Pattern != "" && !compiled[r.Pattern].MatchString(s) {
-			return &Violation{Field: name, Rule: "pattern", Pattern: r.Pattern, Rules: r}
+			return &Violation{Rule: "pattern", Pattern: r.Pattern, Rules: r}
 		}
 		if r.MaxLength > 0 && len(s) > r.MaxLength {
-			return &Violation{Field: name, Rule: "maxLength", Rules: r}
+			return &Violation{Rule: "maxLength", Rules: r}
 		}
 		if r.Enum != nil {
 			for _, e := range r.Enum {
@@ -287,15 +378,15 @@ func (r Rules) valueViolation(v reflect.Value, name string) *Violation {
 					return nil
 				}
 			}
-			return &Violation{Field: name, Rule: "enum", Rules: r}
+			return &Violation{Rule: "enum", Rules: r}
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n := v.Int()
 		if r.Minimum != nil && n < *r.Minimum {
-			return &Violation{Field: name, Rule: "minimum", Rules: r}
+			return &Violation{Rule: "minimum", Rules: r}
 		}
 		if r.Maximum != nil && n > *r.Maximum {
-			return &Violation{Field: name, Rule: "maximum", Rules: r}
+			return &Violation{Rule: "maximum", Rules: r}
 		}
 	}
 	return nil

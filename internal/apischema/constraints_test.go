@@ -105,3 +105,16 @@ func TestNamePatternIsDisplayable(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// BenchmarkCheck is Check on a valid body, what every signed request
+// pays (docs/operations.md, "Ingest"): it should not allocate.
+func BenchmarkCheck(b *testing.B) {
+	size := int64(4)
+	v := tagged{Slug: "demo-harbor", Org: "acme", Kind: "a", Limit: 3, Note: "abcd", IDs: []string{"x.1", "y.2"}, Name: "Café", Size: &size}
+	b.ReportAllocs()
+	for b.Loop() {
+		if bad := Check(&v); bad != nil {
+			b.Fatal(bad.Message())
+		}
+	}
+}
