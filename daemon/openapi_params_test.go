@@ -66,6 +66,12 @@ func paramRows() []paramCase {
 		{"chunk of a session starting with a hyphen", adminapi.OpGetLogChunk, p("slug", "params-env", "id", "dep-1", "session", "-s", "seq", "0"), "", 404, "log_chunk_not_found"},
 		{"chunk of a negative seq", adminapi.OpGetLogChunk, p("slug", "params-env", "id", "dep-1", "session", "s-1", "seq", "-1"), "", 404, "log_chunk_not_found"},
 		{"download of a seq with a plus sign", adminapi.OpGetLogDownload, p("slug", "params-env", "id", "dep-1", "session", "s-1", "seq", "+1"), "", 404, "log_chunk_not_found"},
+		{"set the token of a bad organization slug", adminapi.OpSetProviderToken, p("slug", "Bad"), `{"token":"dop_v1_x"}`, 404, "organization_not_found"},
+		{"chunk of a bad slug", adminapi.OpGetLogChunk, p("slug", "Bad", "id", "dep-1", "session", "s-1", "seq", "0"), "", 404, "environment_not_found"},
+		{"chunk of a bad id", adminapi.OpGetLogChunk, p("slug", "params-env", "id", "-dep", "session", "s-1", "seq", "0"), "", 404, "deployment_not_found"},
+		{"download of a bad slug", adminapi.OpGetLogDownload, p("slug", "Bad", "id", "dep-1", "session", "s-1", "seq", "0"), "", 404, "environment_not_found"},
+		{"download of a bad id", adminapi.OpGetLogDownload, p("slug", "params-env", "id", "-dep", "session", "s-1", "seq", "0"), "", 404, "deployment_not_found"},
+		{"download of a bad session", adminapi.OpGetLogDownload, p("slug", "params-env", "id", "dep-1", "session", "s 1", "seq", "0"), "", 404, "log_chunk_not_found"},
 		// Query filters.
 		{"logs of a service with a space", adminapi.OpListLogs, p("slug", "params-env", "id", "dep-1", "service", "a b"), "", 422, "bad_param"},
 		{"logs of a session with a slash", adminapi.OpListLogs, p("slug", "params-env", "id", "dep-1", "session", "s/1"), "", 422, "bad_param"},
@@ -130,6 +136,8 @@ func TestOpenAPIParamRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// broken: each request type's parameters some refusal row breaks.
+	broken := map[reflect.Type]map[string]bool{}
 	for _, tc := range paramRows() {
 		t.Run(tc.name, func(t *testing.T) {
 			op, ok := adminapi.Lookup(tc.op)
@@ -138,7 +146,7 @@ func TestOpenAPIParamRefusals(t *testing.T) {
 			}
 			got := h.Do(op.Method, paramURL(t, op, tc.params),
 				http.Header{"Authorization": {"Bearer " + h.AdminToken()}, "Content-Type": {"application/json"}}, []byte(tc.body))
-			schemaErr := paramsAgainstSchema(t, doc, op, tc.params)
+			badParam, schemaErr := paramsAgainstSchema(t, doc, op, tc.params)
 			if tc.status == 0 {
 				if schemaErr != nil {
 					t.Fatalf("the document refuses the parameters: %v", schemaErr)
@@ -154,8 +162,28 @@ func TestOpenAPIParamRefusals(t *testing.T) {
 			if schemaErr == nil {
 				t.Fatalf("the daemon refuses %d %s (%s) but the document's parameter schemas accept", got.Status, got.Code, got.Message)
 			}
+			if broken[op.Request] == nil {
+				broken[op.Request] = map[string]bool{}
+			}
+			broken[op.Request][badParam] = true
 		})
 	}
+	// Every parameter that declares a rule is broken by some row.
+	for _, op := range adminapi.Operations {
+		for _, p := range adminapi.ParamsOf(reflect.New(orNone(op.Request)).Elem().Interface()) {
+			if p.Tag.Get("schema") != "" && !broken[op.Request][p.Name] {
+				t.Errorf("%s: no row breaks parameter %s's rules", op.ID, p.Name)
+			}
+		}
+	}
+}
+
+// orNone is t, or an empty struct type for an operation without a request.
+func orNone(t reflect.Type) reflect.Type {
+	if t == nil {
+		return reflect.TypeFor[struct{}]()
+	}
+	return t
 }
 
 // paramURL is op's path with its path parameters filled in (escaped) and
@@ -187,9 +215,10 @@ func paramURL(t *testing.T, op adminapi.Operation, params map[string]string) str
 }
 
 // paramsAgainstSchema validates each parameter's text against its schema
-// in the document; the first refusal, or nil. An integer parameter's text
-// that is no integer is refused, as a generated client could not send it.
-func paramsAgainstSchema(t *testing.T, doc *openapi3.T, op adminapi.Operation, params map[string]string) error {
+// in the document; the first refused parameter's name and the refusal, or
+// nil. An integer parameter's text that is no integer is refused, as a
+// generated client could not send it.
+func paramsAgainstSchema(t *testing.T, doc *openapi3.T, op adminapi.Operation, params map[string]string) (string, error) {
 	t.Helper()
 	item := doc.Paths.Find(openAPIPath(op.Path))
 	if item == nil || item.GetOperation(op.Method) == nil {
@@ -210,15 +239,15 @@ func paramsAgainstSchema(t *testing.T, doc *openapi3.T, op adminapi.Operation, p
 		if s.Type.Is("integer") {
 			n, err := strconv.ParseInt(text, 10, 64)
 			if err != nil {
-				return err
+				return name, err
 			}
 			v = float64(n)
 		}
 		if err := s.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
-			return err
+			return name, err
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // TestParamEnumsAreTheSets: the enums of the parameters' `schema` tags
