@@ -302,7 +302,7 @@ func adminParameters(op adminapi.Operation) []obj {
 				}
 			}
 			// The rules the daemon holds the value to
-			// (adminapi.ParamShape): one tag, both places.
+			// (checkParams): one tag, both places.
 			apischema.RulesOf(f.Tag).Apply(apischema.Schema(s))
 			out = append(out, obj{"name": name, "in": in, "required": in == "path", "schema": s})
 		}
