@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -171,7 +172,7 @@ func legacyIngestOperationID(path string) string {
 func addAdminPaths(p docPaths, comps *apischema.Components) {
 	p.add(OpenAPIPath, http.MethodGet, obj{"operationId": "adminGetOpenAPI", "summary": "this document",
 		"security": []obj{{schemeAdmin: []string{}}}, "responses": obj{
-			"200": obj{"description": "the OpenAPI 3.1 document", "content": jsonContent(obj{"type": "object"})},
+			"200": obj{"description": "the OpenAPI 3.1 document", "content": jsonContent(openAPIDocumentSchema())},
 			"401": errorResponse("missing or wrong admin token"), "431": headersTooLarge()}})
 	type route struct{ method, path string }
 	shared := map[route][]adminapi.Operation{}
@@ -222,6 +223,27 @@ func bytesText(n int64) string {
 
 func jsonNumber(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
+// openAPIDocumentSchema is the answer schema of this document's own route:
+// the top level of an OpenAPI 3.1 document as this daemon writes it, its
+// paths and components open (the OpenAPI 3.1 specification describes
+// them; a client reads them as plain objects).
+func openAPIDocumentSchema() obj {
+	str := obj{"type": "string"}
+	open := obj{"type": "object", "additionalProperties": obj{"type": "object"}}
+	return obj{"type": "object", "additionalProperties": false, "required": []string{"openapi", "info", "paths"},
+		"description": "an OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0)",
+		"properties": obj{
+			"openapi": obj{"type": "string", "pattern": `^3\.1\.[0-9]+$`},
+			"info": obj{"type": "object", "additionalProperties": false, "required": []string{"title", "version"},
+				"properties": obj{"title": str, "version": str, "description": str}},
+			"servers": obj{"type": "array", "items": obj{"type": "object", "additionalProperties": false, "required": []string{"url"},
+				"properties": obj{"url": str, "description": str}}},
+			"paths": open,
+			"components": obj{"type": "object", "additionalProperties": false,
+				"properties": obj{"schemas": open, "securitySchemes": open}},
+		}}
+}
+
 // adminOperation describes ops, the operations of one admin route (one,
 // or several told apart by the body's action).
 func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
@@ -264,6 +286,9 @@ func adminOperation(comps *apischema.Components, ops []adminapi.Operation) obj {
 			continue
 		}
 		responses[status] = obj{"description": "success", "content": jsonContent(resp)}
+	}
+	if first.HasBody() {
+		responses["413"] = errorResponse(fmt.Sprintf("body_too_large: the body exceeds %d KiB", maxAdminBody>>10))
 	}
 	o["responses"] = responses
 	if params := adminParameters(first); len(params) > 0 {

@@ -29,6 +29,8 @@ var shapeCodes = map[string]bool{"invalid_slug": true, "invalid_name": true, "in
 type shapeCase struct {
 	name string
 	// op is an admin operationId, or "" for the signed ingest route path.
+	// For an admin operation with path parameters, path is the concrete
+	// path ("/api/admin/boxes/shape-box"), sent with op's method.
 	op, path string
 	body     []byte
 	// status and code are the refusal; 0 and "" for a body the daemon
@@ -43,6 +45,8 @@ type shapeEnv struct {
 	h      *daemontest.Ingest
 	key    daemontest.Key
 	minute time.Time
+	// rows are the rows run so far, for checkShapeCoverage.
+	rows []shapeRow
 }
 
 // hb is a signed-route heartbeat body of "shape-check"/"dep-shape" with o.
@@ -195,20 +199,31 @@ func TestOpenAPIShapeRefusals(t *testing.T) {
 			}
 		})
 	}
+	if t.Failed() {
+		return
+	}
+	t.Run("coverage", func(t *testing.T) { checkShapeCoverage(t, e, raw, e.rows) })
+}
+
+// send sends body to tc's operation and returns the answer, the method
+// and the operation's path template.
+func (e *shapeEnv) send(tc shapeCase, body []byte) (got daemontest.Response, method, path string) {
+	if tc.op == "" {
+		return e.h.Send(daemontest.SignedReq{KeyID: e.key.ID, Key: e.key.Raw, Path: tc.path, Body: body}), http.MethodPost, tc.path
+	}
+	op, _ := adminapi.Lookup(tc.op)
+	if tc.path == "" {
+		return e.h.AdminOp(tc.op, body), op.Method, op.Path
+	}
+	header := http.Header{"Authorization": {"Bearer " + e.h.AdminToken()}, "Content-Type": {"application/json"}}
+	return e.h.Do(op.Method, tc.path, header, body), op.Method, op.Path
 }
 
 // runShapeCase sends tc to the daemon and to the operation's request
 // schema and holds the two verdicts to tc.
 func runShapeCase(t *testing.T, e *shapeEnv, doc *openapi3.T, tc shapeCase) {
-	method, path := http.MethodPost, tc.path
-	var got daemontest.Response
-	if tc.op != "" {
-		op, _ := adminapi.Lookup(tc.op)
-		method, path = op.Method, op.Path
-		got = e.h.AdminOp(tc.op, tc.body)
-	} else {
-		got = e.h.Send(daemontest.SignedReq{KeyID: e.key.ID, Key: e.key.Raw, Path: tc.path, Body: tc.body})
-	}
+	got, method, path := e.send(tc, tc.body)
+	e.rows = append(e.rows, shapeRow{tc: tc, op: method + " " + openAPIPath(path), body: tc.body, refused: tc.status != 0})
 	schemaErr := requestSchema(t, doc, method, path).VisitJSON(decoded(t, tc.body), openapi3.EnableJSONSchema2020())
 	if tc.status == 0 {
 		if schemaErr != nil {

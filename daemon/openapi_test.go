@@ -85,6 +85,10 @@ func TestOpenAPIDocument(t *testing.T) {
 	if len(doc.Servers) != 1 || doc.Servers[0].URL != "/" {
 		t.Errorf("servers %v; want the one relative server /", doc.Servers)
 	}
+	self := doc.Paths.Value(daemon.OpenAPIPath).Get.Responses.Status(http.StatusOK).Value.Content.Get("application/json").Schema.Value
+	if err := self.VisitJSON(a, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse()); err != nil {
+		t.Errorf("the document does not validate against its own route's answer schema: %v", err)
+	}
 	ids := map[string]bool{}
 	ops := 0
 	for path, item := range doc.Paths.Map() {
@@ -99,6 +103,9 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 			if !has4xx {
 				t.Errorf("%s %s: no 4xx answer", method, path)
+			}
+			if op.RequestBody != nil && op.Responses.Status(http.StatusRequestEntityTooLarge) == nil {
+				t.Errorf("%s %s: takes a body but declares no 413", method, path)
 			}
 			ids[op.OperationID] = true
 			if ext, ok := op.Extensions["x-chalupa-operations"].([]any); ok {

@@ -136,8 +136,9 @@ func (r Rules) apply(s Schema) {
 	if r.MaxLength > 0 {
 		s["maxLength"] = r.MaxLength
 	}
-	if r.Required && s["type"] == "string" && r.Pattern == "" && s["minLength"] == nil {
-		// An empty string is refused like an absent key.
+	if r.Required && s["type"] == "string" && r.Pattern == "" && r.Enum == nil && s["minLength"] == nil {
+		// An empty string is refused like an absent key (a pattern or an
+		// enum already refuses it).
 		s["minLength"] = 1
 	}
 	if r.Minimum != nil {

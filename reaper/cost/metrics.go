@@ -21,8 +21,11 @@ type Metrics struct {
 	MonthToDate *prometheus.GaugeVec
 	// MonthToDateTotal is that sum as chalupa_cost_month_to_date_total_usd:
 	// deprecated, a gauge whose _total suffix reads as a counter, kept for
-	// one release (docs/operations.md, "Metrics").
-	MonthToDateTotal prometheus.Gauge
+	// one release (docs/operations.md, "Metrics"). It has no labels and,
+	// like its replacement, no series until the first successful pass: a
+	// dashboard moved to the sum sees the same absence, not a 0 that
+	// turns into "no data".
+	MonthToDateTotal *prometheus.GaugeVec
 }
 
 // NewMetrics registers the series on reg. Errors: a registration failure
@@ -50,10 +53,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "chalupa_cost_month_to_date_usd",
 			Help: "Month-to-date cost estimate in USD per environment at the last successful pass (estimates: the DigitalOcean invoice is authoritative).",
 		}, []string{"environment"}),
-		MonthToDateTotal: prometheus.NewGauge(prometheus.GaugeOpts{
+		MonthToDateTotal: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "chalupa_cost_month_to_date_total_usd",
-			Help: "Deprecated, removed in the release after next: use sum(chalupa_cost_month_to_date_usd). Month-to-date cost estimate in USD over every environment at the last successful pass.",
-		}),
+			Help: "Deprecated, removed in the release after next: use sum(chalupa_cost_month_to_date_usd) (or vector(0) for a 0 before the first pass). Month-to-date cost estimate in USD over every environment at the last successful pass.",
+		}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.Duration, m.Runs, m.Adopted, m.Ended, m.MonthToDate, m.MonthToDateTotal} {
 		if err := reg.Register(c); err != nil {
@@ -85,5 +88,5 @@ func (m *Metrics) observe(rep Report, err error) {
 	for _, e := range rep.Estimate.Environments {
 		m.MonthToDate.WithLabelValues(e.Slug).Set(e.TotalUSD())
 	}
-	m.MonthToDateTotal.Set(rep.Estimate.TotalUSD())
+	m.MonthToDateTotal.WithLabelValues().Set(rep.Estimate.TotalUSD())
 }
