@@ -51,7 +51,7 @@ var alertOperations = []Operation{
 type ListAlertsRequest struct {
 	// Recent is how many resolved alerts to list, latest first (default
 	// 20, at most 200).
-	Recent int64 `query:"recent" json:"-"`
+	Recent int64 `query:"recent" json:"-" schema:"minimum=1,maximum=200" refuse:"400 bad_recent"`
 }
 
 // AlertSubject is what an alert is about: platform (ID empty),
@@ -159,7 +159,7 @@ type AckAlertRequest struct {
 
 // MuteAlertKindRequest names the kind to mute, and for how long.
 type MuteAlertKindRequest struct {
-	Kind string `path:"kind" json:"-"`
+	Kind string `path:"kind" json:"-" schema:"enum=clock-step|clock-suspect|replica-failing|replica-refused|storage-unavailable|disk-low|reaper-token-refused|reaper-overdue|do-token-refused|reaper-mass-due|reaper-rate-limited|agent-upgrade-failed|job-failed|worker-offline|quota-exceeded|budget|alert-delivery-failing" refuse:"404 unknown_kind"`
 	// For is a Go duration, e.g. "2h": more than 0 and at most 24h. The
 	// tag declares its syntax (400 bad_duration); the bounds are the
 	// handler's (400 mute_out_of_bounds).
@@ -168,7 +168,7 @@ type MuteAlertKindRequest struct {
 
 // UnmuteAlertKindRequest names the kind whose mute ends.
 type UnmuteAlertKindRequest struct {
-	Kind string `path:"kind" json:"-"`
+	Kind string `path:"kind" json:"-" schema:"enum=clock-step|clock-suspect|replica-failing|replica-refused|storage-unavailable|disk-low|reaper-token-refused|reaper-overdue|do-token-refused|reaper-mass-due|reaper-rate-limited|agent-upgrade-failed|job-failed|worker-offline|quota-exceeded|budget|alert-delivery-failing" refuse:"404 unknown_kind"`
 }
 
 // AlertUnmuted answers adminUnmuteAlertKind: Unmuted is false when the

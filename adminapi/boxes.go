@@ -130,7 +130,7 @@ type UpdateBoxRequest struct {
 // ListBoxesRequest filters adminListBoxes: Environment is a slug ("" for
 // all).
 type ListBoxesRequest struct {
-	Environment string `query:"environment" json:"-"`
+	Environment string `query:"environment" json:"-" schema:"pattern=slug"`
 }
 
 // GetBoxRequest names a box by id or name.

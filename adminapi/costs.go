@@ -27,7 +27,7 @@ var costOperations = []Operation{
 // CostsRequest holds adminGetCosts' query parameter.
 type CostsRequest struct {
 	// Month is "YYYY-MM" (UTC); "" is the current month.
-	Month string `query:"month" json:"-"`
+	Month string `query:"month" json:"-" schema:"pattern=month" refuse:"400 bad_month"`
 }
 
 // Costs answers adminGetCosts: the month's estimate as of At. Every USD

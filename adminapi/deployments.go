@@ -18,8 +18,8 @@ var deploymentOperations = []Operation{
 
 // EndDeploymentRequest names the deployment adminEndDeployment ends.
 type EndDeploymentRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
-	DeploymentID    string `path:"id" json:"-"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
+	DeploymentID    string `path:"id" json:"-" schema:"pattern=id" refuse:"404 deployment_not_found"`
 }
 
 // EndedDeployment answers adminEndDeployment.

@@ -63,7 +63,7 @@ type SessionPolicy struct {
 // (400 invalid_max_session; storage's MinSessionSeconds and
 // MaxSessionSeconds, docs/operations.md "OpenAPI").
 type SetSessionPolicyRequest struct {
-	EnvironmentSlug   string `path:"slug" json:"-"`
+	EnvironmentSlug   string `path:"slug" json:"-" schema:"pattern=slug" refuse:"400 invalid_slug"`
 	Kind              string `json:"kind" schema:"required,enum=demo|test"`
 	MaxSessionSeconds int64  `json:"maxSessionSeconds" schema:"required,minimum=60,maximum=2592000"`
 }
@@ -71,7 +71,7 @@ type SetSessionPolicyRequest struct {
 // ClearSessionPolicyRequest names the environment whose policy
 // adminClearSessionPolicy removes.
 type ClearSessionPolicyRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"400 invalid_slug"`
 }
 
 // SessionPolicyResult answers both session policy operations. Policy is

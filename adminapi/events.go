@@ -22,7 +22,7 @@ var eventOperations = []Operation{
 // all.
 type ListEventsRequest struct {
 	// Environment is an environment slug.
-	Environment string `query:"environment" json:"-"`
+	Environment string `query:"environment" json:"-" schema:"pattern=slug"`
 	// Kind is an event kind (reaper-destroyed, reaper-warning, …).
 	Kind string `query:"kind" json:"-"`
 }

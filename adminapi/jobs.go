@@ -134,9 +134,9 @@ type ClearedState struct {
 // ListJobsRequest filters adminListJobs: Status keeps one status, Box one
 // box's jobs (id or name), Limit the newest N (default 50, at most 500).
 type ListJobsRequest struct {
-	Status string `query:"status" json:"-"`
+	Status string `query:"status" json:"-" schema:"enum=queued|running|succeeded|failed|cancelled"`
 	Box    string `query:"box" json:"-"`
-	Limit  int64  `query:"limit" json:"-"`
+	Limit  int64  `query:"limit" json:"-" schema:"minimum=0,maximum=500"`
 }
 
 // GetJobRequest names a job.

@@ -46,10 +46,10 @@ func EraseLogsPhrase(slug string) string { return eraseLogsPhrasePrefix + slug }
 // ListLogsRequest holds adminListLogs's parameters; Service and Session
 // ("" for any) narrow the sessions.
 type ListLogsRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
-	DeploymentID    string `path:"id" json:"-"`
-	Service         string `query:"service" json:"-"`
-	Session         string `query:"session" json:"-"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
+	DeploymentID    string `path:"id" json:"-" schema:"pattern=id" refuse:"404 deployment_not_found"`
+	Service         string `query:"service" json:"-" schema:"pattern=service"`
+	Session         string `query:"session" json:"-" schema:"pattern=id"`
 }
 
 // LogListing answers adminListLogs.
@@ -92,19 +92,19 @@ type LogChunk struct {
 // LogDownloadRequest names one chunk. Seq is its sequence number in
 // decimal ("0" is the first: a path parameter cannot be a zero value).
 type LogDownloadRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
-	DeploymentID    string `path:"id" json:"-"`
-	Session         string `path:"session" json:"-"`
-	Seq             string `path:"seq" json:"-" decimal:"true"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
+	DeploymentID    string `path:"id" json:"-" schema:"pattern=id" refuse:"404 deployment_not_found"`
+	Session         string `path:"session" json:"-" schema:"pattern=id" refuse:"404 log_chunk_not_found"`
+	Seq             string `path:"seq" json:"-" decimal:"true" schema:"pattern=decimal" refuse:"404 log_chunk_not_found"`
 }
 
 // LogChunkRequest names one chunk for adminGetLogChunk. Seq is its
 // sequence number in decimal ("0" is the first).
 type LogChunkRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
-	DeploymentID    string `path:"id" json:"-"`
-	Session         string `path:"session" json:"-"`
-	Seq             string `path:"seq" json:"-" decimal:"true"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
+	DeploymentID    string `path:"id" json:"-" schema:"pattern=id" refuse:"404 deployment_not_found"`
+	Session         string `path:"session" json:"-" schema:"pattern=id" refuse:"404 log_chunk_not_found"`
+	Seq             string `path:"seq" json:"-" decimal:"true" schema:"pattern=decimal" refuse:"404 log_chunk_not_found"`
 }
 
 // LogChunkInfo answers adminGetLogChunk: a planned or committed chunk as
@@ -164,7 +164,7 @@ type LogErasure struct {
 // invalid_services); the count, repeats and services-or-reset are the
 // handler's (docs/operations.md, "OpenAPI").
 type SetLogServicesRequest struct {
-	EnvironmentSlug string   `path:"slug" json:"-"`
+	EnvironmentSlug string   `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
 	Services        []string `json:"services,omitempty" schema:"pattern=service"`
 	Reset           bool     `json:"reset,omitempty"`
 }

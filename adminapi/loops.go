@@ -30,7 +30,7 @@ var loopOperations = []Operation{
 
 // LoopRequest names a switchable loop: reaper, retention, costs or jobs.
 type LoopRequest struct {
-	Name string `path:"name" json:"-"`
+	Name string `path:"name" json:"-" schema:"enum=reaper|retention|costs|jobs" refuse:"404 unknown_loop"`
 }
 
 // LoopSwitch is one switchable loop's state.

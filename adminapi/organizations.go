@@ -62,7 +62,7 @@ type OrganizationList struct {
 // organization in the path and the token in the body. The token is
 // stored as an envelope under the master key and never returned.
 type SetProviderTokenRequest struct {
-	OrganizationSlug string `path:"slug" json:"-"`
+	OrganizationSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 organization_not_found"`
 	// Token is the DigitalOcean token: 1-512 printable ASCII characters
 	// without spaces (400 invalid_token; the refusal never holds it).
 	Token string `json:"token" schema:"required,pattern=providerToken"`
@@ -71,7 +71,7 @@ type SetProviderTokenRequest struct {
 // RevokeProviderTokenRequest names the organization whose token
 // adminRevokeProviderToken revokes.
 type RevokeProviderTokenRequest struct {
-	OrganizationSlug string `path:"slug" json:"-"`
+	OrganizationSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 organization_not_found"`
 }
 
 // ProviderTokenStatus is what the API says of a stored token: never the

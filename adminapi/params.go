@@ -20,6 +20,16 @@ import (
 // and time.Duration (Go syntax: 90s, 5m, 24h). A zero value is not sent, so
 // a query parameter's zero value means "absent"; a path parameter must be
 // non-empty.
+//
+// A parameter field may carry a `schema` tag (the grammar of
+// apischema.RulesOf: pattern, enum, minimum, maximum) and a `refuse` tag
+// ("STATUS code"): the OpenAPI document writes the rules into the
+// parameter's schema and the daemon refuses a value that breaks them with
+// that status and code before the handler runs (ParamsOf), so the two
+// are one declaration (docs/operations.md, "OpenAPI"). A query parameter
+// without `refuse` is refused 422 bad_param; a path parameter with rules
+// must say its refusal (usually its resource's 404: a malformed name names
+// nothing).
 
 // Params are an operation's path and query parameters by name, in their
 // text form (the raw call of `chalupa admin api --param`).
@@ -36,6 +46,7 @@ type paramField struct {
 	kind, name string
 	index      int
 	typ        reflect.Type
+	tag        reflect.StructTag
 }
 
 var (
@@ -53,7 +64,7 @@ func paramFields(t reflect.Type) []paramField {
 		f := t.Field(i)
 		for _, kind := range []string{paramPath, paramQuery} {
 			if name, ok := f.Tag.Lookup(kind); ok {
-				out = append(out, paramField{kind: kind, name: name, index: i, typ: f.Type})
+				out = append(out, paramField{kind: kind, name: name, index: i, typ: f.Type, tag: f.Tag})
 			}
 		}
 	}
@@ -134,6 +145,11 @@ func (op Operation) checkParamTable() error {
 			return fmt.Errorf("parameter %q has unsupported type %v", f.name, f.typ)
 		}
 	}
+	for _, f := range fields {
+		if _, _, err := f.refusal(); err != nil {
+			return err
+		}
+	}
 	for s := range segs {
 		if !seen[s] {
 			return fmt.Errorf("path segment :%s has no request field tagged path:%q", s, s)
@@ -143,6 +159,60 @@ func (op Operation) checkParamTable() error {
 		return errors.New("a GET request type has path and query parameters only")
 	}
 	return nil
+}
+
+// refusal is the status and code that refuse a value of f breaking its
+// rules: its `refuse` tag, else 422 bad_param for a query parameter.
+// Errors: a malformed `refuse` tag, or a path parameter with rules and no
+// `refuse` tag.
+func (f paramField) refusal() (int, string, error) {
+	tag, ok := f.tag.Lookup("refuse")
+	if !ok {
+		if f.kind == paramPath && f.tag.Get("schema") != "" {
+			return 0, "", fmt.Errorf("path parameter %q has rules but no `refuse` tag", f.name)
+		}
+		return 422, "bad_param", nil
+	}
+	st, code, _ := strings.Cut(tag, " ")
+	status, err := strconv.Atoi(st)
+	if err != nil || status < 400 || status > 499 || code == "" {
+		return 0, "", fmt.Errorf("parameter %q: `refuse` tag wants \"STATUS code\", got %q", f.name, tag)
+	}
+	return status, code, nil
+}
+
+// Param is one parameter of a decoded request value, for the daemon's
+// check of its rules (docs/operations.md, "OpenAPI").
+type Param struct {
+	// Name and In ("path" or "query") say which parameter.
+	Name, In string
+	// Tag is the field's tag; its `schema` key holds the rules.
+	Tag reflect.StructTag
+	// Value is the decoded value; its zero value is absent.
+	Value reflect.Value
+	// Status and Code refuse a value that breaks the rules: the field's
+	// `refuse` tag, else 422 bad_param.
+	Status int
+	Code   string
+}
+
+// ParamsOf lists the parameters of req (a request value of a type from the
+// table, decoded by DecodeParams) in field order; nil for a value of
+// another kind.
+func ParamsOf(req any) []Param {
+	v := reflect.ValueOf(req)
+	if !v.IsValid() || v.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []Param
+	for _, f := range paramFields(v.Type()) {
+		status, code, err := f.refusal()
+		if err != nil { // TestOperationTable finds it first
+			status, code = 422, "bad_param"
+		}
+		out = append(out, Param{Name: f.name, In: f.kind, Tag: f.tag, Value: v.Field(f.index), Status: status, Code: code})
+	}
+	return out
 }
 
 // EncodeParams returns the parameters of req (a request value of a type

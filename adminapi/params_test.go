@@ -127,8 +127,9 @@ func TestRequestURLRefusesBadParams(t *testing.T) {
 }
 
 // TestCheckParamTable: the table check catches a path segment without a
-// field, a parameter that is also a body field, an unsupported type, and
-// a GET with body fields.
+// field, a parameter that is also a body field, an unsupported type, a GET
+// with body fields, a path parameter with rules but no `refuse` tag, and a
+// `refuse` tag that is not "STATUS code".
 func TestCheckParamTable(t *testing.T) {
 	type noJSONDash struct {
 		Slug string `path:"slug"`
@@ -141,11 +142,24 @@ func TestCheckParamTable(t *testing.T) {
 		Slug string `path:"slug" json:"-"`
 		Name string `json:"name"`
 	}
+	type pathRulesNoRefusal struct {
+		Slug string `path:"slug" json:"-" schema:"pattern=slug"`
+	}
+	type badRefusal struct {
+		Slug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"not_found"`
+	}
+	type refusalNot4xx struct {
+		Slug string `path:"slug" json:"-"`
+		N    int64  `query:"n" json:"-" schema:"maximum=3" refuse:"500 oops"`
+	}
 	cases := []struct {
 		name string
 		op   Operation
 		want string
 	}{
+		{"path rules without refusal", Operation{Method: methodGet, Path: "/api/admin/x/:slug", Request: typeOf[pathRulesNoRefusal]()}, "no `refuse` tag"},
+		{"refusal without status", Operation{Method: methodGet, Path: "/api/admin/x/:slug", Request: typeOf[badRefusal]()}, "STATUS code"},
+		{"refusal not a 4xx", Operation{Method: methodGet, Path: "/api/admin/x/:slug", Request: typeOf[refusalNot4xx]()}, "STATUS code"},
 		{"segment without field", Operation{Method: methodGet, Path: "/api/admin/x/:slug"}, "path segment :slug has no request field"},
 		{"no json dash", Operation{Method: methodGet, Path: "/api/admin/x/:slug", Request: typeOf[noJSONDash]()}, `needs`},
 		{"float", Operation{Method: methodGet, Path: "/api/admin/x/:slug", Request: typeOf[floatParam]()}, "unsupported type"},

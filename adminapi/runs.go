@@ -22,7 +22,7 @@ var runOperations = []Operation{
 
 // ListRunsRequest names the environment adminListRuns lists.
 type ListRunsRequest struct {
-	EnvironmentSlug string `path:"slug" json:"-"`
+	EnvironmentSlug string `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
 }
 
 // RunList answers adminListRuns.

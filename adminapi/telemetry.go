@@ -107,8 +107,8 @@ func (c *Client) GetTelemetryAudit(ctx context.Context) (TelemetryAudit, error) 
 // smallest whole minute that keeps every series within
 // MaxPerformancePoints. Step is whole minutes from 1 minute to 1 day.
 type DeploymentPerformanceRequest struct {
-	EnvironmentSlug string        `path:"slug" json:"-"`
-	DeploymentID    string        `path:"id" json:"-"`
+	EnvironmentSlug string        `path:"slug" json:"-" schema:"pattern=slug" refuse:"404 environment_not_found"`
+	DeploymentID    string        `path:"id" json:"-" schema:"pattern=id" refuse:"404 deployment_not_found"`
 	From            time.Time     `query:"from" json:"-"`
 	To              time.Time     `query:"to" json:"-"`
 	Step            time.Duration `query:"step" json:"-"`

@@ -9,7 +9,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -32,12 +31,6 @@ func (h *deploymentHandlers) register(o *operations) {
 func (h *deploymentHandlers) end(ctx context.Context, req adminapi.EndDeploymentRequest) (adminapi.EndedDeployment, error) {
 	out := adminapi.EndedDeployment{EnvironmentSlug: req.EnvironmentSlug, DeploymentID: req.DeploymentID}
 	notFound := fail(http.StatusNotFound, "deployment_not_found", "no deployment with this id in the environment")
-	if !slug.Valid(req.EnvironmentSlug) {
-		return out, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
-	}
-	if !slug.ValidID(req.DeploymentID) {
-		return out, notFound
-	}
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		env, err := storage.EnvironmentBySlug(ctx, tx, req.EnvironmentSlug)
 		if errors.Is(err, storage.ErrNotFound) {

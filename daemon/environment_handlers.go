@@ -9,7 +9,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/internal/wake"
 	"github.com/chalupa-run/chalupa/storage"
 )
@@ -42,9 +41,7 @@ func (h *environmentHandlers) register(o *operations) {
 // policies"). Bad input is refused before the writer: nothing is written.
 func (h *environmentHandlers) setPolicy(ctx context.Context, req adminapi.SetSessionPolicyRequest) (adminapi.SessionPolicyResult, error) {
 	var out adminapi.SessionPolicyResult
-	if !slug.Valid(req.EnvironmentSlug) {
-		return out, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
-	}
+	// The slug's pattern is its parameter's `schema` tag (checkParams).
 	// kind and maxSessionSeconds by their tags (docs/operations.md,
 	// "OpenAPI"), with the codes they had before.
 	if err := checkShapeAs(req, map[string]shapeAnswer{
@@ -82,9 +79,6 @@ func (h *environmentHandlers) setPolicy(ctx context.Context, req adminapi.SetSes
 // stay (docs/operations.md, "Session policies").
 func (h *environmentHandlers) clearPolicy(ctx context.Context, req adminapi.ClearSessionPolicyRequest) (adminapi.SessionPolicyResult, error) {
 	out := adminapi.SessionPolicyResult{Environment: req.EnvironmentSlug}
-	if !slug.Valid(req.EnvironmentSlug) {
-		return adminapi.SessionPolicyResult{}, fail(http.StatusBadRequest, "invalid_slug", "slug must match "+slug.Pattern)
-	}
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		env, err := storage.EnvironmentBySlug(ctx, tx, req.EnvironmentSlug)
 		if err != nil {

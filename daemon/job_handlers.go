@@ -13,13 +13,10 @@ import (
 	"github.com/chalupa-run/chalupa/storage"
 )
 
-// Bounds of adminListJobs.
-const (
-	// defaultJobList is how many jobs adminListJobs returns without limit.
-	defaultJobList = 50
-	// maxJobList bounds limit: the CLI's --watch polls it.
-	maxJobList = 500
-)
+// defaultJobList is how many jobs adminListJobs returns without limit;
+// limit's bounds are the parameter's `schema` tag (at most 500: the CLI's
+// --watch polls it).
+const defaultJobList = 50
 
 // convergeOffMessage is the 503 converge_not_configured message.
 const convergeOffMessage = "converge is not configured: set DIGITALOCEAN_PROVISION_TOKEN (docs/operations.md, \"Jobs\")"
@@ -150,14 +147,8 @@ func (h *jobHandlers) list(ctx context.Context, req adminapi.ListJobsRequest) (a
 	if limit == 0 {
 		limit = defaultJobList
 	}
-	if limit < 0 || limit > maxJobList {
-		return adminapi.JobList{}, fail(http.StatusUnprocessableEntity, "bad_param", "limit must be between 1 and 500")
-	}
-	switch req.Status {
-	case "", storage.JobQueued, storage.JobRunning, storage.JobSucceeded, storage.JobFailed, storage.JobCancelled:
-	default:
-		return adminapi.JobList{}, fail(http.StatusUnprocessableEntity, "bad_param", "status must be queued, running, succeeded, failed or cancelled")
-	}
+	// limit's range and status's values are the parameters' `schema`
+	// tags, checked before the handler (checkParams).
 	names, err := boxNames(ctx, h.db)
 	if err != nil {
 		return adminapi.JobList{}, err

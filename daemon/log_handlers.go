@@ -58,9 +58,7 @@ func (h *logHandlers) deployment(ctx context.Context, q storage.Querier, envSlug
 // setServices replaces an environment's allowlist (or restores the
 // default). It needs no log storage: the list is checked at session open.
 func (h *logHandlers) setServices(ctx context.Context, req adminapi.SetLogServicesRequest) (adminapi.LogServices, error) {
-	if !slug.Valid(req.EnvironmentSlug) {
-		return adminapi.LogServices{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
-	}
+	// The slug's pattern is its parameter's `schema` tag (checkParams).
 	// Each service by the tag (docs/operations.md, "OpenAPI"); the
 	// count, reset-or-services and repeats are the handler's.
 	if err := checkShapeAs(req, nil, shapeAnswer{http.StatusBadRequest, "invalid_services"}); err != nil {

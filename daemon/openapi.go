@@ -324,7 +324,8 @@ func requestSchema(comps *apischema.Components, ops []adminapi.Operation) obj {
 	return obj{"anyOf": alts}
 }
 
-// adminParameters are op's path and query parameters.
+// adminParameters are op's path and query parameters, each schema with
+// the keywords of its field's `schema` tag (docs/operations.md, "OpenAPI").
 func adminParameters(op adminapi.Operation) []obj {
 	if op.Request == nil {
 		return nil
@@ -348,6 +349,9 @@ func adminParameters(op adminapi.Operation) []obj {
 					s = obj{"type": "integer"}
 				}
 			}
+			// The rules the daemon holds the value to
+			// (checkParams): one tag, both places.
+			apischema.RulesOf(f.Tag).Apply(apischema.Schema(s))
 			out = append(out, obj{"name": name, "in": in, "required": in == "path", "schema": s})
 		}
 	}

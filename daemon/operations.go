@@ -145,7 +145,9 @@ func (o *operations) routes() []opRoute {
 // route), runs it and writes its answer with the operation's success
 // status. A body that does not decode is 400 bad_body; a query parameter
 // the operation does not take, a repeated one, or a parameter value that
-// does not parse is 422 bad_param, whose message never repeats the value.
+// does not parse is 422 bad_param, whose message never repeats the value;
+// a parameter value that breaks its `schema` tag is refused with its
+// `refuse` tag's status and code (checkParams).
 func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b := rt.ops[0]
@@ -191,6 +193,12 @@ func (o *operations) serve(s *Server, rt opRoute) http.HandlerFunc {
 				} else {
 					writeError(w, http.StatusBadRequest, "bad_body", err.Error())
 				}
+				return
+			}
+			if ae := (*apiError)(nil); errors.As(checkParams(req), &ae) {
+				// The rules the document's parameter schema states
+				// (docs/operations.md, "OpenAPI").
+				writeError(w, ae.status, ae.code, ae.message)
 				return
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/chalupa-run/chalupa/adminapi"
-	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
 )
 
@@ -24,9 +23,6 @@ func (h *runHandlers) register(o *operations) {
 func (h *runHandlers) list(ctx context.Context, req adminapi.ListRunsRequest) (adminapi.RunList, error) {
 	out := adminapi.RunList{EnvironmentSlug: req.EnvironmentSlug, Runs: []adminapi.Run{}}
 	notFound := fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
-	if !slug.Valid(req.EnvironmentSlug) {
-		return out, notFound
-	}
 	env, err := storage.EnvironmentBySlug(ctx, h.db.Read, req.EnvironmentSlug)
 	if errors.Is(err, storage.ErrNotFound) {
 		return out, notFound

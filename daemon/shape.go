@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/internal/apischema"
 )
 
@@ -58,4 +59,19 @@ func topField(f string) string {
 		return f[:i]
 	}
 	return f
+}
+
+// checkParams refuses a request whose path or query parameter breaks a
+// rule of its field's `schema` tag, the declaration the OpenAPI document's
+// parameter schema is built from (docs/operations.md, "OpenAPI"), with the
+// field's `refuse` status and code (422 bad_param for a query parameter
+// that names none). A zero value is absent and not checked. The message
+// names the parameter and its rule, never the value.
+func checkParams(req any) error {
+	for _, p := range adminapi.ParamsOf(req) {
+		if v := apischema.RulesOf(p.Tag).CheckValue(p.Value, "parameter "+p.Name); v != nil {
+			return fail(p.Status, p.Code, v.Message())
+		}
+	}
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/chalupa-run/chalupa/adminapi"
 	"github.com/chalupa-run/chalupa/ingest/telemetry"
-	"github.com/chalupa-run/chalupa/internal/slug"
 )
 
 // telemetryHandlers erase an environment's telemetry, audit the telemetry
@@ -43,9 +42,6 @@ func (h *telemetryHandlers) audit(ctx context.Context, _ none) (adminapi.Telemet
 }
 
 func (h *telemetryHandlers) performance(ctx context.Context, req adminapi.DeploymentPerformanceRequest) (adminapi.DeploymentPerformance, error) {
-	if !slug.Valid(req.EnvironmentSlug) {
-		return adminapi.DeploymentPerformance{}, fail(http.StatusNotFound, "environment_not_found", "no environment with this slug")
-	}
 	p, err := h.perf.Read(ctx, req)
 	var pr *telemetry.ParamRefusal
 	switch {

@@ -107,6 +107,9 @@ func Tools(ops []adminapi.Operation) []Tool {
 func paramSchema(f reflect.StructField, desc string) apischema.Schema {
 	t := f.Type
 	s := apischema.Schema{"type": "string", "description": desc}
+	// The field's `schema` tag: the rules the daemon holds the value to
+	// and the OpenAPI document states (docs/operations.md, "OpenAPI").
+	apischema.RulesOf(f.Tag).Apply(s)
 	if f.Tag.Get("decimal") == "true" {
 		return apischema.Schema{"description": desc, "anyOf": []any{
 			apischema.Schema{"type": "integer", "minimum": 0},

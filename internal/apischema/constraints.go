@@ -98,6 +98,12 @@ var Patterns = map[string]string{
 	// Only ASCII, so its maxLength counts bytes as the daemon does; the
 	// host, userinfo, fragment and credential rules are ingest's own.
 	"httpsURL": `^https://[!-\[\]-~]+$`,
+	// month: a calendar month as YYYY-MM, exactly what time.Parse
+	// accepts with the layout "2006-01" (the costs report's month).
+	"month": `^[0-9]{4}-(?:0[1-9]|1[0-2])$`,
+	// decimal: a whole number 0 or more written in decimal digits (a log
+	// chunk's seq in a path).
+	"decimal": `^[0-9]+$`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
@@ -129,6 +135,8 @@ var patternWords = map[string]string{
 	"mediaType":      "must be type/subtype",
 	"localId":        "must be characters of [a-z0-9._-] starting with a letter or digit, without \"..\"",
 	"httpsURL":       "must be an https URL of printable ASCII",
+	"month":          "must be a month as YYYY-MM",
+	"decimal":        "must be a whole number in decimal digits",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -295,6 +303,21 @@ func (r Rules) apply(s Schema) {
 func (r Rules) items() Rules {
 	r.Required, r.MinItems, r.MaxItems, r.UniqueItems = false, 0, 0, false
 	return r
+}
+
+// Apply adds r's keywords to s, the schema of a value that is not a body
+// field (a path or query parameter, docs/operations.md, "OpenAPI").
+func (r Rules) Apply(s Schema) { r.apply(s) }
+
+// CheckValue is Check's rule for one value outside a body (a path or
+// query parameter, read into v): nil when v holds to r. A zero v is
+// absent, refused only when r is required. name is the Violation's Field.
+func (r Rules) CheckValue(v reflect.Value, name string) *Violation {
+	bad := r.violation(v)
+	if bad != nil {
+		bad.Field = name + bad.Field // bad.Field is "" or an element's "[i]"
+	}
+	return bad
 }
 
 // Violation is the first rule a value breaks: the field's JSON key (a
