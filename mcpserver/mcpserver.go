@@ -492,7 +492,9 @@ func compile(s apischema.Schema) func(args map[string]json.RawMessage, skip stri
 			inst[k] = x
 		}
 		if err := resolved.Validate(inst); err != nil {
-			return fmt.Errorf("the arguments break the tool's input schema: %s", strings.TrimPrefix(err.Error(), "validating root: "))
+			// The validator prints a null as Go's invalid reflect.Value.
+			msg := strings.ReplaceAll(err.Error(), `type: <invalid reflect.Value> has type "null", want`, `type: null given (leave out an argument without a value), want`)
+			return fmt.Errorf("the arguments break the tool's input schema: %s", strings.TrimPrefix(msg, "validating root: "))
 		}
 		return nil
 	}

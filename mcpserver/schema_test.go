@@ -57,6 +57,7 @@ func TestArgumentsCheckedAgainstSchema(t *testing.T) {
 		{"seq digits", "chalupa_admin_get_log_chunk", map[string]any{"slug": "a", "id": "d", "session": "s", "seq": "12"}, ""},
 		{"environment without slug", "chalupa_admin_create_environment", map[string]any{"name": "Harbor"}, `required: missing properties: ["slug"]`},
 		{"slug a number", "chalupa_admin_create_environment", map[string]any{"slug": 7}, `/properties/slug: type: 7 has type "integer", want "string"`},
+		{"slug null", "chalupa_admin_create_environment", map[string]any{"slug": nil}, `/properties/slug: type: null given (leave out an argument without a value), want "string"`},
 		{"organization without slug", "chalupa_admin_create_organization", map[string]any{}, `missing properties: ["slug"]`},
 		{"box without its configuration", "chalupa_admin_create_box", map[string]any{"name": "web-1", "environment": "demo-harbor"},
 			`missing properties: ["controlPlaneSource" "customerSource" "image" "region" "size" "sshKeyFingerprints"]`},
