@@ -188,7 +188,7 @@ func integralForm(b []byte) (out []byte, changed bool) {
 // integralValue is the value of lit, a JSON number literal with a
 // fraction or an exponent, when it is an integer within int64.
 func integralValue(lit []byte) (int64, bool) {
-	if len(lit) > maxIntegralLiteral || bytes.IndexAny(lit, ".eE") < 0 {
+	if len(lit) > maxIntegralLiteral || !bytes.ContainsAny(lit, ".eE") {
 		return 0, false
 	}
 	if e := bytes.IndexAny(lit, "eE"); e >= 0 {
