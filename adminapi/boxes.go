@@ -65,23 +65,25 @@ func (c *Client) DeliverBoxKey(ctx context.Context, box string) (BoxKeyRotation,
 // BoxConfig is a box's declared configuration. Rules (422 invalid_box
 // otherwise): region a DigitalOcean region slug (nyc3); size and image
 // slugs; 1–10 distinct SSH key MD5 fingerprints (aa:bb:…); customerSource
-// and controlPlaneSource each an IPv4 /32 ("203.0.113.7/32"), both
-// required; volumeSizeGiB 0 (no data volume) to 16384; at most 20 distinct
-// tags of [A-Za-z0-9_:-], none starting with "chalupa"; agentIdleMinutes
-// 1–10080 (0 on create: 30, the agent's default); agentSessionMinutes 0
-// (none) to 43200 (docs/operations.md, "Boxes"). The three ranges are
-// schema tags too, the create body's (docs/operations.md, "OpenAPI"):
-// agentIdleMinutes from 0, the create default.
+// and controlPlaneSource each an IPv4 /32 ("203.0.113.7/32") of a unicast
+// address, both required; volumeSizeGiB 0 (no data volume) to 16384; at
+// most 20 distinct tags of [A-Za-z0-9_:-], none starting with "chalupa";
+// agentIdleMinutes 1–10080 (0 on create: 30, the agent's default);
+// agentSessionMinutes 0 (none) to 43200 (docs/operations.md, "Boxes").
+// Each rule is a schema tag too, the create body's (docs/operations.md,
+// "OpenAPI"): agentIdleMinutes from 0, the create default; the named
+// patterns are apischema's, which boxes.Validate checks with.
 type BoxConfig struct {
-	Region             string   `json:"region"`
-	Size               string   `json:"size"`
-	Image              string   `json:"image"`
-	SSHKeyFingerprints []string `json:"sshKeyFingerprints"`
-	CustomerSource     string   `json:"customerSource"`
-	ControlPlaneSource string   `json:"controlPlaneSource"`
+	Region string `json:"region" schema:"required,pattern=region"`
+	Size   string `json:"size" schema:"required,pattern=size"`
+	// Image is an image slug or a numeric image id.
+	Image              string   `json:"image" schema:"required,pattern=image"`
+	SSHKeyFingerprints []string `json:"sshKeyFingerprints" schema:"required,minItems=1,maxItems=10,uniqueItems,pattern=fingerprint"`
+	CustomerSource     string   `json:"customerSource" schema:"required,pattern=ipv4Host,not=nonUnicastHost"`
+	ControlPlaneSource string   `json:"controlPlaneSource" schema:"required,pattern=ipv4Host,not=nonUnicastHost"`
 	// VolumeSizeGiB is the data volume's size in GiB.
 	VolumeSizeGiB int64    `json:"volumeSizeGiB" schema:"minimum=0,maximum=16384"`
-	Tags          []string `json:"tags"`
+	Tags          []string `json:"tags" schema:"maxItems=20,uniqueItems,pattern=tag,not=reservedTag"`
 	// AgentIdleMinutes is the agent's idle limit in minutes
 	// (CHALUPA_AGENT_LIMIT_MINUTES on the droplet).
 	AgentIdleMinutes int64 `json:"agentIdleMinutes" schema:"minimum=0,maximum=10080"`
@@ -92,10 +94,10 @@ type BoxConfig struct {
 
 // CreateBoxRequest is the body of adminCreateBox. Name follows the
 // environment slug rule and is unique across boxes; Environment is an
-// existing environment's slug.
+// existing environment's slug (both required).
 type CreateBoxRequest struct {
 	Name        string `json:"name" schema:"required,pattern=slug"`
-	Environment string `json:"environment"`
+	Environment string `json:"environment" schema:"required,pattern=slug"`
 	Managed     bool   `json:"managed"`
 	// Agent says whether converge installs the agent on the box's droplet;
 	// absent means true (docs/operations.md, "Boxes").
@@ -105,22 +107,24 @@ type CreateBoxRequest struct {
 
 // UpdateBoxRequest is the body of adminUpdateBox: every field present
 // replaces the declared value (lists as a whole); absent fields stay.
-// Box (the path) is the box's id or name.
+// Box (the path) is the box's id or name. A field present is held to
+// BoxConfig's rule, the same schema tag (docs/operations.md, "OpenAPI"),
+// except that agentIdleMinutes is 1–10080: 0 is a default only on create.
 type UpdateBoxRequest struct {
 	Box                string    `path:"box" json:"-"`
-	Region             *string   `json:"region,omitempty"`
-	Size               *string   `json:"size,omitempty"`
-	Image              *string   `json:"image,omitempty"`
-	SSHKeyFingerprints *[]string `json:"sshKeyFingerprints,omitempty"`
-	CustomerSource     *string   `json:"customerSource,omitempty"`
-	ControlPlaneSource *string   `json:"controlPlaneSource,omitempty"`
-	VolumeSizeGiB      *int64    `json:"volumeSizeGiB,omitempty"`
-	Tags               *[]string `json:"tags,omitempty"`
+	Region             *string   `json:"region,omitempty" schema:"pattern=region"`
+	Size               *string   `json:"size,omitempty" schema:"pattern=size"`
+	Image              *string   `json:"image,omitempty" schema:"pattern=image"`
+	SSHKeyFingerprints *[]string `json:"sshKeyFingerprints,omitempty" schema:"minItems=1,maxItems=10,uniqueItems,pattern=fingerprint"`
+	CustomerSource     *string   `json:"customerSource,omitempty" schema:"pattern=ipv4Host,not=nonUnicastHost"`
+	ControlPlaneSource *string   `json:"controlPlaneSource,omitempty" schema:"pattern=ipv4Host,not=nonUnicastHost"`
+	VolumeSizeGiB      *int64    `json:"volumeSizeGiB,omitempty" schema:"minimum=0,maximum=16384"`
+	Tags               *[]string `json:"tags,omitempty" schema:"maxItems=20,uniqueItems,pattern=tag,not=reservedTag"`
 	Managed            *bool     `json:"managed,omitempty"`
 	Agent              *bool     `json:"agent,omitempty"`
 	// AgentIdleMinutes and AgentSessionMinutes follow BoxConfig's rules.
-	AgentIdleMinutes    *int64 `json:"agentIdleMinutes,omitempty"`
-	AgentSessionMinutes *int64 `json:"agentSessionMinutes,omitempty"`
+	AgentIdleMinutes    *int64 `json:"agentIdleMinutes,omitempty" schema:"minimum=1,maximum=10080"`
+	AgentSessionMinutes *int64 `json:"agentSessionMinutes,omitempty" schema:"minimum=0,maximum=43200"`
 }
 
 // ListBoxesRequest filters adminListBoxes: Environment is a slug ("" for

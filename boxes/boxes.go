@@ -7,10 +7,9 @@ package boxes
 import (
 	"errors"
 	"fmt"
-	"net/netip"
-	"strings"
 
 	"github.com/chalupa-run/chalupa/boxes/agentrelease"
+	"github.com/chalupa-run/chalupa/internal/apischema"
 	"github.com/chalupa-run/chalupa/internal/lazyre"
 	"github.com/chalupa-run/chalupa/internal/slug"
 	"github.com/chalupa-run/chalupa/storage"
@@ -47,12 +46,18 @@ const (
 // field and the rule and never echoes more than the field's name.
 var ErrInvalid = errors.New("invalid box")
 
+// The patterns are apischema.Patterns' entries, which the box bodies'
+// schema tags name: the OpenAPI document's patterns and these checks are
+// one string each (docs/operations.md, "OpenAPI").
 var (
-	regionRE      = lazyre.New(`^[a-z]{3}[0-9]$`)
-	sizeRE        = lazyre.New(`^[a-z0-9][a-z0-9-]{0,63}$`)
-	imageRE       = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	fingerprintRE = lazyre.New(`^([0-9a-f]{2}:){15}[0-9a-f]{2}$`)
-	tagRE         = lazyre.New(`^[A-Za-z0-9_:-]{1,64}$`)
+	regionRE      = lazyre.New(apischema.Patterns["region"])
+	sizeRE        = lazyre.New(apischema.Patterns["size"])
+	imageRE       = lazyre.New(apischema.Patterns["image"])
+	fingerprintRE = lazyre.New(apischema.Patterns["fingerprint"])
+	tagRE         = lazyre.New(apischema.Patterns["tag"])
+	reservedTagRE = lazyre.New(apischema.Patterns["reservedTag"])
+	hostRE        = lazyre.New(apischema.Patterns["ipv4Host"])
+	nonUnicastRE  = lazyre.New(apischema.Patterns["nonUnicastHost"])
 )
 
 func invalid(format string, args ...any) error {
@@ -69,14 +74,14 @@ func ValidName(name string) error {
 }
 
 // ValidSource checks one firewall source: an IPv4 /32 in canonical form
-// ("203.0.113.7/32") of a globally routable unicast address. field names it
-// in the error. Errors: ErrInvalid.
+// ("203.0.113.7/32") of a globally routable unicast address, as net/netip
+// reads them (IsGlobalUnicast: private addresses are unicast too). field
+// names it in the error. Errors: ErrInvalid.
 func ValidSource(field, s string) error {
-	p, err := netip.ParsePrefix(s)
-	if err != nil || !p.Addr().Is4() || p.Bits() != 32 || p.String() != s {
+	if !hostRE.MatchString(s) {
 		return invalid("%s must be an IPv4 /32 such as 203.0.113.7/32", field)
 	}
-	if !p.Addr().IsGlobalUnicast() {
+	if nonUnicastRE.MatchString(s) {
 		return invalid("%s must be a unicast address (not loopback, link-local, multicast or unspecified)", field)
 	}
 	return nil
@@ -137,7 +142,7 @@ func Validate(c storage.BoxConfig) error {
 		if !tagRE.MatchString(t) {
 			return invalid("tags must match %s", tagRE)
 		}
-		if strings.HasPrefix(strings.ToLower(t), ReservedTagPrefix) {
+		if reservedTagRE.MatchString(t) {
 			return invalid("tags starting with %q are set by chalupa itself", ReservedTagPrefix)
 		}
 		if seen[t] {

@@ -2,6 +2,8 @@ package boxes_test
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -35,6 +37,86 @@ func TestValidSource(t *testing.T) {
 			err := boxes.ValidSource("customerSource", tc.in)
 			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, boxes.ErrInvalid)) {
 				t.Fatalf("ValidSource(%q) = %v, want ok %v", tc.in, err, tc.ok)
+			}
+		})
+	}
+}
+
+// netipSource is ValidSource's rule as net/netip states it, the oracle
+// the two patterns are held to: a canonical IPv4 /32 of a unicast address.
+func netipSource(s string) bool {
+	p, err := netip.ParsePrefix(s)
+	return err == nil && p.Addr().Is4() && p.Bits() == 32 && p.String() == s && p.Addr().IsGlobalUnicast()
+}
+
+// TestSourcePatternsAreNetip: ValidSource (the schema's ipv4Host and
+// nonUnicastHost patterns) accepts exactly what net/netip's reading
+// accepts: every octet value (and its leading-zero forms) in each of the
+// four places, every first octet beside edge values of the others, every
+// second octet after the first octets the ranges name, and malformed
+// forms.
+func TestSourcePatternsAreNetip(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		if got, want := boxes.ValidSource("customerSource", s) == nil, netipSource(s); got != want {
+			t.Fatalf("%q: ValidSource accepts %v, net/netip %v", s, got, want)
+		}
+	}
+	for place := range 4 {
+		for v := range 256 {
+			for _, form := range []string{"%d", "0%d", "00%d"} {
+				o := []string{"1", "1", "1", "1"}
+				o[place] = fmt.Sprintf(form, v)
+				check(strings.Join(o, ".") + "/32")
+			}
+		}
+	}
+	edges := []int{0, 1, 9, 10, 99, 100, 126, 127, 128, 168, 169, 170, 199, 200, 223, 224, 239, 240, 249, 250, 253, 254, 255}
+	for a := range 256 {
+		for _, b := range edges {
+			for _, c := range []int{0, 255} {
+				for _, d := range []int{0, 1, 254, 255} {
+					check(fmt.Sprintf("%d.%d.%d.%d/32", a, b, c, d))
+				}
+			}
+		}
+	}
+	for _, a := range []int{0, 127, 169, 223, 224, 239, 240, 255} {
+		for b := range 256 {
+			check(fmt.Sprintf("%d.%d.0.0/32", a, b))
+			check(fmt.Sprintf("%d.%d.255.255/32", a, b))
+		}
+	}
+	for _, s := range []string{"", "1.2.3.4", "1.2.3.4/31", "1.2.3.4/032", "01.2.3.4/32", "1.2.3.04/32", "256.1.1.1/32",
+		"1.2.3/32", "1.2.3.4.5/32", " 1.2.3.4/32", "1.2.3.4/32\n", "::ffff:1.2.3.4/128", "::/0", "0.0.0.0/0",
+		"1.2.3.4/ 32", "1.2.3.4/+32", "1.2.3.4/32/32", "１.2.3.4/32"} {
+		check(s)
+	}
+}
+
+// TestReservedTagPatternIsThePrefix: the reservedTag pattern matches a
+// tag exactly when it starts with ReservedTagPrefix in any case, over
+// every case of the prefix and near misses.
+func TestReservedTagPatternIsThePrefix(t *testing.T) {
+	p := boxes.ReservedTagPrefix
+	var tags []string
+	for mask := range 1 << len(p) {
+		b := []byte(p)
+		for i := range b {
+			if mask&(1<<i) != 0 {
+				b[i] -= 'a' - 'A'
+			}
+		}
+		tags = append(tags, string(b), string(b)+":env:x", string(b[:len(b)-1]), "x"+string(b), string(b[:3])+"_"+string(b[3:]))
+	}
+	for _, tag := range tags {
+		t.Run(tag, func(t *testing.T) {
+			base := boxes.WithDefaults(storage.BoxConfig{Region: "ams3", Size: "s-1vcpu-1gb", Image: "ubuntu-24-04-x64",
+				SSHKeyFingerprints: []string{"3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"},
+				CustomerSource:     "203.0.113.7/32", ControlPlaneSource: "198.51.100.9/32", Tags: []string{tag}})
+			refused := boxes.Validate(base) != nil
+			if want := strings.HasPrefix(strings.ToLower(tag), p); refused != want {
+				t.Fatalf("%q refused %v; starts with %q in some case: %v", tag, refused, p, want)
 			}
 		})
 	}

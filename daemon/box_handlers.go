@@ -35,14 +35,25 @@ func invalidBox(err error) error {
 	return fail(http.StatusUnprocessableEntity, "invalid_box", strings.TrimPrefix(err.Error(), boxes.ErrInvalid.Error()+": "))
 }
 
+// checkBoxShape is 422 invalid_box for a box body that breaks a rule its
+// wire type's schema tags declare (docs/operations.md, "OpenAPI"), the
+// message naming the field and its rule.
+func checkBoxShape(req any) error {
+	if v := apischema.Check(req); v != nil {
+		return fail(http.StatusUnprocessableEntity, "invalid_box", v.Message())
+	}
+	return nil
+}
+
 var errBoxNotFound = fail(http.StatusNotFound, "not_found", "no such box")
 
 func (h *boxHandlers) create(ctx context.Context, req adminapi.CreateBoxRequest) (adminapi.Box, error) {
-	// The name and the config's ranges as CreateBoxRequest's schema tags
-	// declare them, which the OpenAPI document carries too
-	// (docs/operations.md, "OpenAPI"); boxes.Validate checks the rest.
-	if v := apischema.Check(req); v != nil {
-		return adminapi.Box{}, fail(http.StatusUnprocessableEntity, "invalid_box", v.Message())
+	// Every field's rule as CreateBoxRequest's schema tags declare it,
+	// which the OpenAPI document carries too (docs/operations.md,
+	// "OpenAPI"); boxes.Validate holds the configuration with defaults to
+	// the same rules.
+	if err := checkBoxShape(req); err != nil {
+		return adminapi.Box{}, err
 	}
 	cfg := boxes.WithDefaults(fromAPIBoxConfig(req.BoxConfig))
 	// A box carries the agent unless asked otherwise (docs/operations.md,
@@ -70,6 +81,12 @@ func (h *boxHandlers) create(ctx context.Context, req adminapi.CreateBoxRequest)
 }
 
 func (h *boxHandlers) update(ctx context.Context, req adminapi.UpdateBoxRequest) (adminapi.Box, error) {
+	// The fields present, by UpdateBoxRequest's schema tags, before the
+	// box is looked up: a body the document refuses is refused whatever
+	// the box; boxes.Validate then holds the merged configuration.
+	if err := checkBoxShape(req); err != nil {
+		return adminapi.Box{}, err
+	}
 	var box storage.Box
 	err := h.db.Writer.Do(ctx, func(tx storage.Tx) error {
 		cur, err := storage.BoxByRef(ctx, tx, req.Box)

@@ -30,7 +30,6 @@ var shapeGaps = map[string]bool{
 	"POST /api/admin/agent-rollouts":                     true,
 	"POST /api/admin/alerts/mute/{kind}":                 true,
 	"POST /api/admin/alerts/test":                        true,
-	"PATCH /api/admin/boxes/{box}":                       true,
 	"POST /api/admin/console/password":                   true,
 	"PUT /api/admin/environments/{slug}/log-services":    true,
 	"PUT /api/admin/environments/{slug}/session-policy":  true,
@@ -41,7 +40,7 @@ var shapeGaps = map[string]bool{
 // constraintKeywords are the JSON Schema keywords that refuse a value for
 // shape; "required" is counted per property named.
 var constraintKeywords = []string{"pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-	"enum", "const", "minLength", "maxLength", "minItems", "maxItems"}
+	"enum", "const", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "not"}
 
 // checkShapeCoverage: every request body in the document has an accepted
 // row, and every constraint it declares (a keyword on a property at any

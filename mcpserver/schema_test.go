@@ -61,6 +61,12 @@ func TestArgumentsCheckedAgainstSchema(t *testing.T) {
 		{"organization without slug", "chalupa_admin_create_organization", map[string]any{}, `missing properties: ["slug"]`},
 		{"box without its configuration", "chalupa_admin_create_box", map[string]any{"name": "web-1", "environment": "demo-harbor"},
 			`missing properties: ["controlPlaneSource" "customerSource" "image" "region" "size" "sshKeyFingerprints"]`},
+		{"box with a reserved tag", "chalupa_admin_create_box", boxArgs(map[string]any{"tags": []string{"ok", "Chalupa-x"}}), `/properties/tags/items: not`},
+		{"box with a loopback source", "chalupa_admin_create_box", boxArgs(map[string]any{"customerSource": "127.0.0.1/32"}), `/properties/customerSource: not`},
+		{"box with a repeated key", "chalupa_admin_create_box", boxArgs(map[string]any{"sshKeyFingerprints": []string{mcpKey, mcpKey}}), `/properties/sshKeyFingerprints: uniqueItems`},
+		{"box", "chalupa_admin_create_box", boxArgs(nil), ""},
+		{"box update with no keys", "chalupa_admin_update_box", map[string]any{"box": "web-1", "sshKeyFingerprints": []string{}}, `/properties/sshKeyFingerprints: minItems`},
+		{"box update with idle 0", "chalupa_admin_update_box", map[string]any{"box": "web-1", "agentIdleMinutes": 0}, `/properties/agentIdleMinutes: minimum`},
 		{"erase without environmentSlug", "chalupa_admin_erase_telemetry", map[string]any{"confirm": "erase telemetry "}, `missing properties: ["environmentSlug"]`},
 		{"revoke without keyId", "chalupa_admin_revoke_ingest_key", map[string]any{"confirm": "revoke key "}, `missing properties: ["keyId"]`},
 		{"revoke with environmentSlug", "chalupa_admin_revoke_ingest_key", map[string]any{"keyId": "k", "environmentSlug": "a", "confirm": "revoke key k"}, `unexpected additional properties ["environmentSlug"]`},
@@ -94,6 +100,20 @@ func TestArgumentsCheckedAgainstSchema(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mcpKey is a valid SSH key fingerprint.
+const mcpKey = "00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff"
+
+// boxArgs are valid create-box arguments with the keys of set replaced.
+func boxArgs(set map[string]any) map[string]any {
+	a := map[string]any{"name": "web-1", "environment": "demo-harbor", "region": "nyc3", "size": "s-1vcpu-1gb",
+		"image": "ubuntu-24-04-x64", "sshKeyFingerprints": []string{mcpKey},
+		"customerSource": "203.0.113.7/32", "controlPlaneSource": "198.51.100.7/32"}
+	for k, v := range set {
+		a[k] = v
+	}
+	return a
 }
 
 // TestToolDocs: every listed tool has a title, true annotations (a read is

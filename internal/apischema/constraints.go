@@ -37,17 +37,47 @@ var Patterns = map[string]string{
 	"service": `^[A-Za-z0-9@._:-]{1,128}$`,
 	// sha256: a log chunk's SHA-256, 64 lowercase hex digits.
 	"sha256": `^[0-9a-f]{64}$`,
+	// region, size, image: a box's DigitalOcean slugs (docs/operations.md,
+	// "Boxes"; boxes.Validate reads these entries). An image may also be
+	// a numeric image id, which the image pattern admits.
+	"region": `^[a-z]{3}[0-9]$`,
+	"size":   `^[a-z0-9][a-z0-9-]{0,63}$`,
+	"image":  `^[a-z0-9][a-z0-9._-]{0,63}$`,
+	// fingerprint: an SSH key's MD5 fingerprint as DigitalOcean names
+	// keys, 16 lowercase hex bytes joined by colons.
+	"fingerprint": `^([0-9a-f]{2}:){15}[0-9a-f]{2}$`,
+	// tag: a box's declared tag, DigitalOcean's tag characters.
+	"tag": `^[A-Za-z0-9_:-]{1,64}$`,
+	// reservedTag: a tag the converge program sets itself, "chalupa" in
+	// any case at the start (boxes.ReservedTagPrefix); a `not=` rule.
+	"reservedTag": `^[Cc][Hh][Aa][Ll][Uu][Pp][Aa]`,
+	// ipv4Host: an IPv4 /32 in canonical form (no leading zero, no
+	// space), what net/netip parses and prints back unchanged.
+	"ipv4Host": `^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/32$`,
+	// nonUnicastHost: an ipv4Host that is not a unicast address in
+	// net/netip's sense (IsGlobalUnicast false: unspecified, broadcast,
+	// loopback, link-local, multicast); a `not=` rule beside ipv4Host.
+	"nonUnicastHost": `^(?:0\.0\.0\.0/|255\.255\.255\.255/|127\.|169\.254\.|22[4-9]\.|23[0-9]\.)`,
 }
 
 // patternWords say what each of Patterns asks, after the field's name, in
 // the refusal Violation.Message writes.
 var patternWords = map[string]string{
-	"slug":    "must match " + slug.Pattern,
-	"id":      "must be 1-128 characters of [A-Za-z0-9._:-]",
-	"commit":  "must be a 40- or 64-digit hex object id",
-	"name":    "must be valid UTF-8 without control, bidi or invisible format characters",
-	"service": "must be 1-128 characters of [A-Za-z0-9@._:-]",
-	"sha256":  "must be 64 lowercase hex digits",
+	"slug":        "must match " + slug.Pattern,
+	"id":          "must be 1-128 characters of [A-Za-z0-9._:-]",
+	"commit":      "must be a 40- or 64-digit hex object id",
+	"name":        "must be valid UTF-8 without control, bidi or invisible format characters",
+	"service":     "must be 1-128 characters of [A-Za-z0-9@._:-]",
+	"sha256":      "must be 64 lowercase hex digits",
+	"region":      "must be a DigitalOcean region slug such as nyc3",
+	"size":        "must be a DigitalOcean size slug such as s-2vcpu-4gb",
+	"image":       "must be a DigitalOcean image slug or id such as ubuntu-24-04-x64",
+	"fingerprint": "must be an MD5 fingerprint in lowercase colon-separated hex (aa:bb:…, 16 bytes)",
+	"tag":         "must match ^[A-Za-z0-9_:-]{1,64}$",
+	// A `not=` pattern's words say what the value must not be.
+	"reservedTag":    "must not start with \"chalupa\": chalupa sets those tags itself",
+	"ipv4Host":       "must be an IPv4 /32 such as 203.0.113.7/32",
+	"nonUnicastHost": "must be a unicast address (not loopback, link-local, multicast or unspecified)",
 }
 
 // compiled holds Patterns compiled once, at package start: every name is a
@@ -62,7 +92,9 @@ var compiled = func() map[string]*regexp.Regexp {
 
 // Rules are the constraints a wire type's field declares in its `schema`
 // tag, comma-separated: required, pattern=NAME (one of Patterns),
-// maxLength=N (bytes), minimum=N, maximum=N, enum=a|b|c. A request
+// not=NAME (a pattern the value must not match), maxLength=N (bytes),
+// minimum=N, maximum=N, enum=a|b|c, and on a list minItems=N, maxItems=N
+// and uniqueItems (the other rules of a list constrain each item). A request
 // schema carries them (JSON Schema's keywords of the same names) and
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
@@ -77,6 +109,13 @@ type Rules struct {
 	Minimum, Maximum *int64
 	// Enum lists the values a string may take; nil for any.
 	Enum []string
+	// Not is the name of a pattern in Patterns the string must not match
+	// (JSON Schema's "not": {"pattern": …}); "" for none.
+	Not string
+	// MinItems and MaxItems bound a list's length; 0 for no bound.
+	MinItems, MaxItems int
+	// UniqueItems: a list's items are distinct.
+	UniqueItems bool
 }
 
 // RulesOf parses a field's `schema` tag. It panics on a tag it cannot
@@ -105,6 +144,17 @@ func RulesOf(tag reflect.StructTag) Rules {
 			r.Maximum = &n
 		case "enum":
 			r.Enum = strings.Split(val, "|")
+		case "not":
+			if _, ok := Patterns[val]; !ok {
+				panic("apischema: unknown pattern " + val)
+			}
+			r.Not = val
+		case "minItems":
+			r.MinItems = mustInt[int](val)
+		case "maxItems":
+			r.MaxItems = mustInt[int](val)
+		case "uniqueItems":
+			r.UniqueItems = true
 		default:
 			panic("apischema: unknown schema rule " + key)
 		}
@@ -142,11 +192,22 @@ func (r Rules) apply(s Schema) {
 	if r.Enum != nil {
 		s["enum"] = r.Enum
 	}
+	if r.Not != "" {
+		s["not"] = Schema{"pattern": Patterns[r.Not]}
+	}
+}
+
+// items are r's rules for each item of a list: the list's own (required
+// and the item counts) left out.
+func (r Rules) items() Rules {
+	r.Required, r.MinItems, r.MaxItems, r.UniqueItems = false, 0, 0, false
+	return r
 }
 
 // Violation is the first rule a value breaks: the field's JSON key (a
-// dotted path inside nested objects), the rule (required, pattern,
-// maxLength, minimum, maximum, enum) and, for a pattern, its name.
+// dotted path inside nested objects), the rule (required, pattern, not,
+// maxLength, minimum, maximum, enum, minItems, maxItems, uniqueItems) and,
+// for a pattern, its name.
 type Violation struct {
 	Field, Rule, Pattern string
 	// Rules are the field's rules, for Message.
@@ -159,6 +220,14 @@ type Violation struct {
 func (v *Violation) Message() string {
 	r := v.Rules
 	switch {
+	case v.Rule == "not":
+		return v.Field + " " + patternWords[r.Not]
+	case v.Rule == "required" && (r.MinItems > 0 || r.MaxItems > 0):
+		return v.Field + " is required: " + itemCount(r)
+	case v.Rule == "minItems" || v.Rule == "maxItems":
+		return v.Field + " must have " + itemCount(r)
+	case v.Rule == "uniqueItems":
+		return v.Field + " must be distinct"
 	case r.Pattern != "":
 		// An empty string breaks the pattern too: one message for both.
 		return v.Field + " " + patternWords[r.Pattern]
@@ -177,12 +246,24 @@ func (v *Violation) Message() string {
 	}
 }
 
+// itemCount says a list's bounds: "1 to 10 items", "at most 20 items".
+func itemCount(r Rules) string {
+	switch {
+	case r.MinItems > 0 && r.MaxItems > 0:
+		return strconv.Itoa(r.MinItems) + " to " + strconv.Itoa(r.MaxItems) + " items"
+	case r.MaxItems > 0:
+		return "at most " + strconv.Itoa(r.MaxItems) + " items"
+	default:
+		return "at least " + strconv.Itoa(r.MinItems) + " items"
+	}
+}
+
 // Check returns the first field of v, a request value (a struct or a
 // pointer to one), that breaks a rule of its `schema` tag, in declaration
 // order, descending into nested structs, pointers and slices; nil when
 // every rule holds. It never fails for a type without tags.
 //
-// Check runs on every signed request (docs/operations.md, "Ingest"): it
+// Check runs on every signed request (docs/operations.md, "Signed ingest"): it
 // reads each type's tags once (planFor) and allocates only for the
 // violation it returns.
 func Check(v any) *Violation {
@@ -333,9 +414,18 @@ func (r Rules) violation(v reflect.Value) *Violation {
 func (r Rules) valueViolation(v reflect.Value) *Violation {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
-		// A tag on a slice constrains each element, as the schema's items.
-		elem := r
-		elem.Required = false
+		// The item counts hold the list; the other rules of a tag on a
+		// slice constrain each element, as the schema's items.
+		if r.MinItems > 0 && v.Len() < r.MinItems {
+			return &Violation{Rule: "minItems", Rules: r}
+		}
+		if r.MaxItems > 0 && v.Len() > r.MaxItems {
+			return &Violation{Rule: "maxItems", Rules: r}
+		}
+		if r.UniqueItems && !distinct(v) {
+			return &Violation{Rule: "uniqueItems", Rules: r}
+		}
+		elem := r.items()
 		for i := range v.Len() {
 			if bad := elem.violation(v.Index(i)); bad != nil {
 				bad.Field = "[" + strconv.Itoa(i) + "]"
@@ -346,6 +436,9 @@ func (r Rules) valueViolation(v reflect.Value) *Violation {
 		s := v.String()
 		if r.Pattern != "" && !compiled[r.Pattern].MatchString(s) {
 			return &Violation{Rule: "pattern", Pattern: r.Pattern, Rules: r}
+		}
+		if r.Not != "" && compiled[r.Not].MatchString(s) {
+			return &Violation{Rule: "not", Pattern: r.Not, Rules: r}
 		}
 		if r.MaxLength > 0 && len(s) > r.MaxLength {
 			return &Violation{Rule: "maxLength", Rules: r}
@@ -368,4 +461,24 @@ func (r Rules) valueViolation(v reflect.Value) *Violation {
 		}
 	}
 	return nil
+}
+
+// distinct reports whether list v's items differ from each other, compared
+// as their Go values (JSON Schema's uniqueItems on the decoded strings or
+// numbers; an item that cannot be a map key, a list or an object, is never
+// held equal to another: uniqueItems is declared on lists of scalars).
+func distinct(v reflect.Value) bool {
+	seen := make(map[any]bool, v.Len())
+	for i := range v.Len() {
+		item := v.Index(i)
+		if !item.Comparable() || (item.Kind() == reflect.Pointer || item.Kind() == reflect.Interface) {
+			continue
+		}
+		k := item.Interface()
+		if seen[k] {
+			return false
+		}
+		seen[k] = true
+	}
+	return true
 }

@@ -191,11 +191,18 @@ func constrained(s Schema, rules Rules) Schema {
 	}
 	if out["type"] == "array" {
 		if items, ok := out["items"].(Schema); ok {
-			elem := rules
-			elem.Required = false
-			out["items"] = constrained(items, elem)
+			out["items"] = constrained(items, rules.items())
 			if rules.Required {
 				out["minItems"] = 1
+			}
+			if rules.MinItems > 0 {
+				out["minItems"] = rules.MinItems
+			}
+			if rules.MaxItems > 0 {
+				out["maxItems"] = rules.MaxItems
+			}
+			if rules.UniqueItems {
+				out["uniqueItems"] = true
 			}
 		}
 		return out
