@@ -37,7 +37,7 @@ const (
 )
 
 var jobOperations = []Operation{
-	{ID: OpRunPulumiConverge, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_converge", Confirm: "{action} {scope.id}"}, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
+	{ID: OpRunPulumiConverge, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_converge", Confirm: "{action} {scope.id}", ConfirmActions: []string{"up", "destroy"}}, Method: methodPost, Path: pathConverge, Status: http.StatusAccepted, Mutates: true,
 		Request: typeOf[ConvergeRequest](), Response: typeOf[Job](),
 		Summary: `enqueue a converge job: {"scope":{"kind":"box","id"},"action":"preview|up|refresh|destroy"} (action required); a destroy keeps the data volume unless "includeData":true with "confirmation":"destroy data <box>"`},
 	{ID: OpCancelPulumiState, MCP: MCPPolicy{Access: MCPDestructive, Tool: "chalupa_admin_pulumi_cancel_state", Confirm: "cancel {scope.id}"}, Method: methodPost, Path: pathCancelState, Status: http.StatusOK, Mutates: true,

@@ -84,6 +84,12 @@ type MCPPolicy struct {
 	// erase's or the cache wipe's "confirmation"): the tool fills it from
 	// confirm and does not list it, so the phrase is asked for once.
 	ConfirmBody string
+	// ConfirmActions, for MCPDestructive only, limits the phrase to the
+	// calls whose body "action" is one of these; a call with another
+	// action needs no confirm (converge: a preview or refresh destroys
+	// and launches nothing, and the daemon asks no phrase for any action;
+	// docs/operations.md, "MCP server"). Empty: every call needs it.
+	ConfirmActions []string
 	// Destroys marks an operation that can destroy what it acts on
 	// without a phrase of its own (a reaper tick destroys the droplets
 	// whose deadlines passed): its tool is annotated destructive.

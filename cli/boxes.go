@@ -314,5 +314,5 @@ func managedText(managed bool) string {
 	if managed {
 		return "yes: its deployments are reaped with the platform's write token, whatever the organization"
 	}
-	return "no: a customer organization's deployments are reaped with that organization's own token"
+	return "no: its deployments are reaped with the token of its environment's organization (the platform's write token in a platform environment, the customer's own token in a customer organization's)"
 }

@@ -27,7 +27,11 @@ type root struct {
 	Admin   adminCmd   `cmd:"" help:"Operate a running daemon through its admin API."`
 	Smoke   smokeCmd   `cmd:"" help:"Run the private smoke test against a running chalupa (synthetic environment, no droplets)."`
 	MCP     mcpCmd     `cmd:"" name:"mcp" help:"Serve the admin operations as MCP tools over standard input and output (destructive tools need a confirmation phrase; secrets are never exposed)."`
-	Version versionCmd `cmd:"" help:"Print the version."`
+	Version versionCmd `cmd:"" help:"Print the version (chalupa --version prints the same)."`
+	// VersionFlag is --version, the flag most CLIs answer, printing what
+	// the version command prints; hidden, so that every command's help
+	// does not list it (the version command's help names it).
+	VersionFlag versionFlag `name:"version" hidden:"" help:"Print the version, as chalupa version does, and exit."`
 	// Completion prints a shell's completion script.
 	Completion completionCmd `cmd:"" help:"Print the shell completion script for bash, zsh or fish (subcommands and flags, answered by this binary)."`
 }

@@ -49,11 +49,17 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"--help"}, 0, "Usage: chalupa <command>"},
 		{[]string{"admin", "status", "--no-such-flag"}, ExitUsage, "usage: chalupa admin status"},
 		{[]string{"version"}, 0, "chalupa dev (commit"},
+		{[]string{"--version"}, 0, "chalupa dev (commit"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, code := runIn(nil, "", tc.args...)
 			if code != tc.code || !strings.Contains(out, tc.want) {
 				t.Errorf("exit %d, want %d with %q:\n%s", code, tc.code, tc.want, out)
+			}
+			if tc.args[0] == "--version" {
+				if same, _ := runIn(nil, "", "version"); out != same {
+					t.Errorf("--version printed %q, version %q", out, same)
+				}
 			}
 		})
 	}

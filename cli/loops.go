@@ -40,9 +40,13 @@ func printLoops(w io.Writer, loops []adminapi.LoopSwitch) error {
 		}
 		if !l.Configured {
 			// Configured false: this daemon never starts the loop (its
-			// token or setting is absent), so pausing it changes nothing
+			// token or setting is absent), so it is not running whatever
+			// the switch says, and pausing it changes nothing
 			// (docs/operations.md, "Loop switches").
-			state += " (not started by this daemon: its token or setting is not configured)"
+			state = "not running: not started by this daemon, its token or setting is not configured"
+			if l.Paused {
+				state += " (also paused)"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", l.Name, state, timeOrDash(l.ChangedAt), l.Configured)
 	}

@@ -136,7 +136,7 @@ func printPerformance(w io.Writer, p adminapi.DeploymentPerformance) error {
 		if len(s.Summary) > 0 {
 			summary = "summary " + displayText(string(s.Summary))
 		}
-		fmt.Fprintf(tw, "  %s\t%s to %s\t%d windows\t%s\t%s\n", displayText(s.ID), timeOrDash(s.FirstWindowAt), timeOrDash(s.LastWindowAt), s.Windows, state, summary)
+		fmt.Fprintf(tw, "  %s\t%s to %s\t%d %s\t%s\t%s\n", displayText(s.ID), timeOrDash(s.FirstWindowAt), timeOrDash(s.LastWindowAt), s.Windows, plural(s.Windows, "window", "windows"), state, summary)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -144,7 +144,7 @@ func printPerformance(w io.Writer, p adminapi.DeploymentPerformance) error {
 	fmt.Fprintf(w, "anomalies: %d\n", len(p.Anomalies))
 	tw = table(w)
 	for _, an := range p.Anomalies {
-		fmt.Fprintf(tw, "  %s\t%s\t%s to %s\t%d windows\n", displayText(an.SessionID), displayText(an.Kind), timeOrDash(an.FirstSeenAt), timeOrDash(an.LastSeenAt), an.Windows)
+		fmt.Fprintf(tw, "  %s\t%s\t%s to %s\t%d %s\n", displayText(an.SessionID), displayText(an.Kind), timeOrDash(an.FirstSeenAt), timeOrDash(an.LastSeenAt), an.Windows, plural(an.Windows, "window", "windows"))
 	}
 	return tw.Flush()
 }

@@ -3,8 +3,11 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/chalupa-run/chalupa/internal/buildinfo"
 )
@@ -49,6 +52,24 @@ func (c versionCmd) Run(env *Env) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
+	printVersion(env.Stdout, v)
+	return nil
+}
+
+// versionFlag is `chalupa --version`: it prints what `chalupa version`
+// prints and exits 0 before anything else is parsed or run.
+type versionFlag bool
+
+// BeforeReset prints the version line and exits (kong calls it when the
+// flag is on the command line, as its own VersionFlag does).
+func (versionFlag) BeforeReset(app *kong.Kong) error {
+	printVersion(app.Stdout, buildInfo())
+	app.Exit(0)
+	return nil
+}
+
+// printVersion writes the one-line version of v.
+func printVersion(w io.Writer, v versionInfo) {
 	commit := v.Commit
 	if len(commit) > 12 {
 		commit = commit[:12]
@@ -56,6 +77,5 @@ func (c versionCmd) Run(env *Env) error {
 	if v.Modified {
 		commit += "+modified"
 	}
-	fmt.Fprintf(env.Stdout, "chalupa %s (commit %s, %s, litestream %s, %s)\n", v.Version, commit, v.Go, v.Litestream, v.Platform)
-	return nil
+	fmt.Fprintf(w, "chalupa %s (commit %s, %s, litestream %s, %s)\n", v.Version, commit, v.Go, v.Litestream, v.Platform)
 }

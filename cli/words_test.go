@@ -49,7 +49,14 @@ func TestOperatorWords(t *testing.T) {
 		}, want: []string{"NET RX/s", "2.0 KiB/s"}, without: []string{"10 KiB", "NET RX "}},
 		{name: "loop not configured", print: func(w *bytes.Buffer) error {
 			return printLoops(w, []adminapi.LoopSwitch{{Name: "costs"}})
-		}, want: []string{"not started by this daemon: its token or setting is not configured"}, without: []string{"not run here"}},
+		}, want: []string{"not running: not started by this daemon, its token or setting is not configured"}, without: []string{"not run here", "running (", "PAUSED"}},
+		{name: "loop not configured, paused", print: func(w *bytes.Buffer) error {
+			return printLoops(w, []adminapi.LoopSwitch{{Name: "costs", Paused: true}})
+		}, want: []string{"not running: not started by this daemon, its token or setting is not configured (also paused)"}},
+		{name: "performance, one window", print: func(w *bytes.Buffer) error {
+			return printPerformance(w, adminapi.DeploymentPerformance{Sessions: []adminapi.PerformanceSession{{ID: "s1", Windows: 1}},
+				Anomalies: []adminapi.PerformanceAnomaly{{SessionID: "s1", Kind: "cpu", Windows: 1}}})
+		}, want: []string{"1 window ", "1 window\n"}, without: []string{"1 windows"}},
 		{name: "deployment end sunk", print: func(w *bytes.Buffer) error {
 			return printEndedDeployment(w, adminapi.EndedDeployment{EnvironmentSlug: "demo", DeploymentID: "d1", EndedAt: at, EnvironmentSunk: true})
 		}, want: []string{"marked sunk (nothing runs in it; the next deployment's first heartbeat makes it active again)"}},
@@ -67,7 +74,7 @@ func TestOperatorWords(t *testing.T) {
 		}, without: []string{"sunk:"}},
 		{name: "box managed", print: func(w *bytes.Buffer) error {
 			return printBox(w, boxAnswer{})
-		}, want: []string{"no: a customer organization's deployments are reaped with that organization's own token"}, without: []string{" false\n"}},
+		}, want: []string{"no: its deployments are reaped with the token of its environment's organization (the platform's write token in a platform environment, the customer's own token in a customer organization's)"}, without: []string{" false\n", "no: a customer organization's"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer

@@ -122,7 +122,7 @@ func (h *jobHandlers) wipe(ctx context.Context, req adminapi.ClearStateRequest) 
 	}
 	if req.Confirmation != want {
 		return adminapi.ClearedState{}, fail(http.StatusUnprocessableEntity, "confirmation_mismatch",
-			`confirm must be exactly "wipe " followed by the box, or "wipe all" without one; nothing was wiped`)
+			`confirmation must be exactly "wipe " followed by the box, or "wipe all" without a box; nothing was wiped`)
 	}
 	boxes, err := h.svc.WipeState(ctx, req.Box)
 	out := adminapi.ClearedState{Boxes: make([]string, 0, len(boxes))}

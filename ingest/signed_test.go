@@ -229,6 +229,24 @@ func TestIngestRefusalMatrix(t *testing.T) {
 				r.Body = []byte(strings.Replace(string(body), `"limitMinutes":30`, `"limitMinutes":"30"`, 1))
 				return r
 			}},
+		{name: "integer field written 30.0 (as Python's json.dumps writes a float) accepted", status: 202,
+			req: func() daemontest.SignedReq {
+				r := ok(active)
+				r.Body = []byte(strings.Replace(string(body), `"limitMinutes":30`, `"limitMinutes":30.0`, 1))
+				return r
+			}},
+		{name: "integer field written 3e1 accepted", status: 202,
+			req: func() daemontest.SignedReq {
+				r := ok(active)
+				r.Body = []byte(strings.Replace(string(body), `"limitMinutes":30`, `"limitMinutes":3e1`, 1))
+				return r
+			}},
+		{name: "integer field written 30.5", status: 422, code: "invalid_body",
+			req: func() daemontest.SignedReq {
+				r := ok(active)
+				r.Body = []byte(strings.Replace(string(body), `"limitMinutes":30`, `"limitMinutes":30.5`, 1))
+				return r
+			}},
 		{name: "field value out of range", status: 422, code: "invalid_body",
 			req: func() daemontest.SignedReq {
 				r := ok(active)

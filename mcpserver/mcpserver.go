@@ -231,8 +231,10 @@ func inputSchema(op adminapi.Operation) apischema.Schema {
 			panic(fmt.Sprintf("mcpserver: %s: %q is also a body field", op.ID, ConfirmArg))
 		}
 		props[ConfirmArg] = apischema.Schema{"type": "string",
-			"description": "the phrase " + strconv.Quote(op.MCP.Confirm) + ", each {name} replaced by that argument"}
-		required = append(required, ConfirmArg)
+			"description": "the phrase " + strconv.Quote(op.MCP.Confirm) + ", each {name} replaced by that argument" + confirmWhen(op)}
+		if len(op.MCP.ConfirmActions) == 0 {
+			required = append(required, ConfirmArg)
+		}
 	}
 	s := apischema.Schema{"type": "object", "properties": props, "additionalProperties": false}
 	slices.Sort(required)
@@ -281,9 +283,33 @@ func description(op adminapi.Operation) string {
 		d = doc.What + ". " + doc.When + "."
 	}
 	if op.MCP.Access == adminapi.MCPDestructive {
-		d += fmt.Sprintf(" Destructive: refused unless confirm is exactly %q, each {name} replaced by that argument.", op.MCP.Confirm)
+		d += fmt.Sprintf(" Destructive: refused unless confirm is exactly %q, each {name} replaced by that argument%s.", op.MCP.Confirm, confirmWhen(op))
 	}
 	return d + " operationId " + op.ID + "."
+}
+
+// confirmWhen is the words limiting op's phrase to some actions
+// (MCPPolicy.ConfirmActions), "" when every call needs it.
+func confirmWhen(op adminapi.Operation) string {
+	if len(op.MCP.ConfirmActions) == 0 {
+		return ""
+	}
+	return "; asked only when action is " + strings.Join(op.MCP.ConfirmActions, " or ") + " (any other action destroys nothing and needs no confirm)"
+}
+
+// needsConfirm reports whether a call of op with args must carry the
+// phrase: every call of a destructive tool, or only the ones whose action
+// is one of op's ConfirmActions.
+func needsConfirm(op adminapi.Operation, args map[string]json.RawMessage) bool {
+	if op.MCP.Access != adminapi.MCPDestructive {
+		return false
+	}
+	if len(op.MCP.ConfirmActions) == 0 {
+		return true
+	}
+	var action string
+	_ = json.Unmarshal(args["action"], &action)
+	return slices.Contains(op.MCP.ConfirmActions, action)
 }
 
 // idempotentOps are the mutating operations whose repeat with the same
@@ -396,7 +422,9 @@ func handler(cl *adminapi.Client, op adminapi.Operation, input apischema.Schema,
 		if err := check(args, op.MCP.ConfirmBody); err != nil {
 			return refused("refused: %v", err), nil
 		}
-		if op.MCP.Access == adminapi.MCPDestructive {
+		if op.MCP.Access == adminapi.MCPDestructive && !needsConfirm(op, args) {
+			delete(args, ConfirmArg) // not read, as the daemon reads no phrase
+		} else if op.MCP.Access == adminapi.MCPDestructive {
 			want, err := confirmPhrase(op.MCP.Confirm, args)
 			if err != nil {
 				return refused("refused: %v", err), nil
@@ -498,7 +526,9 @@ func compile(s apischema.Schema) func(args map[string]json.RawMessage, skip stri
 			inst[k] = x
 		}
 		if err := resolved.Validate(inst); err != nil {
-			return fmt.Errorf("the arguments break the tool's input schema: %s", strings.TrimPrefix(err.Error(), "validating root: "))
+			// The validator prints a null as Go's invalid reflect.Value.
+			msg := strings.ReplaceAll(err.Error(), `type: <invalid reflect.Value> has type "null", want`, `type: null given (leave out an argument without a value), want`)
+			return fmt.Errorf("the arguments break the tool's input schema: %s", strings.TrimPrefix(msg, "validating root: "))
 		}
 		return nil
 	}

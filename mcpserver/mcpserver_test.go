@@ -104,8 +104,8 @@ func TestToolList(t *testing.T) {
 				Required []string `json:"required"`
 			}
 			_ = json.Unmarshal(schema, &s)
-			if slices.Contains(s.Required, mcpserver.ConfirmArg) != destructive {
-				t.Errorf("confirm required %v, destructive %v: %s", slices.Contains(s.Required, mcpserver.ConfirmArg), destructive, schema)
+			if always := destructive && len(op.MCP.ConfirmActions) == 0; slices.Contains(s.Required, mcpserver.ConfirmArg) != always {
+				t.Errorf("confirm required %v, destructive %v, asked only for %q: %s", slices.Contains(s.Required, mcpserver.ConfirmArg), destructive, op.MCP.ConfirmActions, schema)
 			}
 			if strings.Count(tl.Description, op.ID) != 1 || !strings.HasSuffix(tl.Description, " operationId "+op.ID+".") {
 				t.Errorf("description %q does not end with its operationId, once", tl.Description)

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -126,21 +128,34 @@ func (c *lineConn) decode(line []byte) jsonrpc.Message {
 		return nil
 	}
 	msg, err := jsonrpc.DecodeMessage(line)
+	if resp, ok := msg.(*jsonrpc.Response); err == nil && ok && resp.Result == nil && resp.Error == nil {
+		// Neither method, result nor error: the SDK would take it for a
+		// response to nothing and drop it unanswered.
+		c.writeError(echoID(line), jsonrpc.CodeInvalidRequest, "Invalid Request: a message needs a method (a request or notification), or a result or an error (a response)")
+		return nil
+	}
 	if err == nil {
 		return msg
 	}
-	// An id worth echoing, when the object has a usable one.
-	var probe struct {
-		ID any `json:"id"`
-	}
-	var id any
-	if json.Unmarshal(line, &probe) == nil {
-		if v, err := jsonrpc.MakeID(probe.ID); err == nil && v.IsValid() {
-			id = v.Raw()
-		}
-	}
-	c.writeError(id, jsonrpc.CodeInvalidRequest, "Invalid Request: not a JSON-RPC 2.0 request, notification or response (batches are not accepted)")
+	c.writeError(echoID(line), jsonrpc.CodeInvalidRequest, "Invalid Request: not a JSON-RPC 2.0 request, notification or response (batches are not accepted)")
 	return nil
+}
+
+// echoID is the id of the JSON object line exactly as sent (its digits
+// kept, never read through a float64), for an error answer; nil (JSON
+// null) when it has none or its id is neither a string nor a number.
+func echoID(line []byte) any {
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) != nil {
+		return nil
+	}
+	raw := bytes.TrimSpace(probe.ID)
+	if len(raw) == 0 || !(raw[0] == '"' || raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) {
+		return nil
+	}
+	return json.RawMessage(raw)
 }
 
 // maxExactID is the largest integer id a JSON number holds exactly (a
@@ -245,6 +260,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		msg = withErrorCode(resp)
+	}
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encoding a message: %w", err)
@@ -260,6 +278,29 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 	}
 	return err
+}
+
+// withErrorCode is resp with a JSON-RPC error code where the SDK gives
+// none (an error without one is written with code 0, which JSON-RPC 2.0
+// does not define): a request other than initialize or ping before the
+// session is initialized is -32600 Invalid Request, any other -32603
+// Internal error (docs/operations.md, "MCP server").
+func withErrorCode(resp *jsonrpc.Response) *jsonrpc.Response {
+	var we *jsonrpc.Error
+	if resp.Error == nil || (errors.As(resp.Error, &we) && we.Code != 0) {
+		return resp
+	}
+	code := int64(jsonrpc.CodeInternalError)
+	if strings.Contains(resp.Error.Error(), "invalid during session initialization") {
+		code = jsonrpc.CodeInvalidRequest
+	}
+	out := *resp
+	msg := resp.Error.Error()
+	if code == jsonrpc.CodeInvalidRequest {
+		msg += ": send initialize, then notifications/initialized, first"
+	}
+	out.Error = &jsonrpc.Error{Code: code, Message: msg}
+	return &out
 }
 
 // Close ends the session; a Read waiting for input returns.

@@ -73,6 +73,47 @@ func TestRequestIDsMCPRefuses(t *testing.T) {
 	}
 }
 
+// TestInvalidMessagesAnswered: a JSON-RPC object that is neither request
+// nor response (an id and nothing else) and one that is not JSON-RPC at
+// all are answered -32600 with their id exactly as sent (digits beyond a
+// float64's kept), and a request before initialize is answered with a
+// JSON-RPC code (-32600), not the SDK's code 0 (docs/operations.md, "MCP
+// server").
+func TestInvalidMessagesAnswered(t *testing.T) {
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, tc := range []struct{ name, line, want string }{
+		{"no method", `{"jsonrpc":"2.0","id":6}`, `{"jsonrpc":"2.0","id":6,"error":{"code":-32600,`},
+		{"no method, string id", `{"jsonrpc":"2.0","id":"a"}`, `{"jsonrpc":"2.0","id":"a","error":{"code":-32600,`},
+		{"no method, id beyond 2^53", `{"jsonrpc":"2.0","id":9007199254740993}`, `{"jsonrpc":"2.0","id":9007199254740993,"error":{"code":-32600,`},
+		{"not JSON-RPC, id beyond 2^53", `{"id":9007199254740993,"result":1}`, `{"jsonrpc":"2.0","id":9007199254740993,"error":{"code":-32600,`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := strings.Join([]string{initialize, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, tc.line, `{"jsonrpc":"2.0","id":2,"method":"ping"}`}, "\n") + "\n"
+			var out bytes.Buffer
+			if err := mcpserver.Run(context.Background(), &adminapi.Client{}, "test", strings.NewReader(in), &out); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := out.String()
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("no %s in:\n%s", tc.want, got)
+			}
+			if strings.Count(got, "\n") != 3 {
+				t.Errorf("want 3 answers (initialize, the refusal, ping 2):\n%s", got)
+			}
+		})
+	}
+	t.Run("before initialize", func(t *testing.T) {
+		in := `{"jsonrpc":"2.0","id":3,"method":"tools/list"}` + "\n" + initialize + "\n"
+		var out bytes.Buffer
+		if err := mcpserver.Run(context.Background(), &adminapi.Client{}, "test", strings.NewReader(in), &out); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if want := `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,`; !strings.Contains(out.String(), want) {
+			t.Errorf("no %s in:\n%s", want, out.String())
+		}
+	})
+}
+
 // TestCancelEndsCallInFlight: when Run's context ends (chalupa mcp's
 // SIGINT or SIGTERM) while a tool call waits on the daemon, the call's
 // request is cancelled and Run returns, instead of waiting for the daemon

@@ -123,3 +123,23 @@ func TestRenderCloudInitLoopbackControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTemplateNamesTheCommandThatWorks: every `chalupa config cloud-init`
+// the template's comments show carries --url, without which the command
+// exits 2 (unless CHALUPA_ORIGIN is set; docs/operations.md, "Agent
+// install"), so the line works as written.
+func TestTemplateNamesTheCommandThatWorks(t *testing.T) {
+	n := 0
+	for i, line := range strings.Split(cloudInitTemplate, "\n") {
+		if !strings.Contains(line, "chalupa config cloud-init") {
+			continue
+		}
+		n++
+		if !strings.Contains(line, "--url") {
+			t.Errorf("line %d shows the command without --url: %s", i+1, line)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the template names no chalupa config cloud-init command")
+	}
+}

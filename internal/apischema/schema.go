@@ -110,7 +110,7 @@ func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Compone
 	case timeType:
 		return Schema{"type": "string", "format": "date-time"}
 	case durationType:
-		return Schema{"type": "integer", "description": "nanoseconds"}
+		return Schema{"type": "integer", "format": "int64", "description": "nanoseconds"}
 	case rawType:
 		return Schema{}
 	}
@@ -125,7 +125,7 @@ func schemaOf(t reflect.Type, m Mode, visiting map[reflect.Type]bool, c *Compone
 		return Schema{"type": "boolean"}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return Schema{"type": "integer"}
+		return integerSchema(t.Kind())
 	case reflect.Float32, reflect.Float64:
 		return Schema{"type": "number"}
 	case reflect.String:
@@ -291,4 +291,18 @@ func Fields(t reflect.Type) []Field {
 		out = append(out, Field{Name: name, Type: f.Type, OmitEmpty: omit, Nullable: nullable, Index: []int{i}, Rules: RulesOf(f.Tag)})
 	}
 	return out
+}
+
+// integerSchema is the schema of a Go integer kind, with the OpenAPI
+// format that bounds it where one does (docs/operations.md, "OpenAPI"):
+// int32 for the kinds within 32 signed bits, int64 for int, int64 and
+// uint32; uint and uint64 reach beyond int64 and have no format.
+func integerSchema(k reflect.Kind) Schema {
+	switch k {
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Uint8, reflect.Uint16:
+		return Schema{"type": "integer", "format": "int32"}
+	case reflect.Uint, reflect.Uint64:
+		return Schema{"type": "integer"}
+	}
+	return Schema{"type": "integer", "format": "int64"}
 }
