@@ -181,9 +181,6 @@ func inputSchema(op adminapi.Operation) apischema.Schema {
 	doc := toolDocs[op.ID]
 	props := bodyFields(op)
 	required := bodyRequired(op)
-	for _, n := range doc.Omit {
-		delete(props, n)
-	}
 	path, query := op.Parameters()
 	ps := params(op)
 	for _, n := range path {
@@ -209,9 +206,6 @@ func inputSchema(op adminapi.Operation) apischema.Schema {
 			for k, v := range sub {
 				v.(apischema.Schema)["description"] = argDescription(op, name+"."+k)
 			}
-		}
-		for k, v := range doc.Schema[name] {
-			ps[k] = v
 		}
 	}
 	for _, r := range doc.Required {
@@ -253,7 +247,7 @@ func bodyRequired(op adminapi.Operation) []string {
 	req, _ := apischema.For(op.Request, apischema.Request)["required"].([]string)
 	var out []string
 	for _, r := range req {
-		if r != "action" && r != op.MCP.ConfirmBody && !slices.Contains(toolDocs[op.ID].Omit, r) {
+		if r != "action" && r != op.MCP.ConfirmBody {
 			out = append(out, r)
 		}
 	}

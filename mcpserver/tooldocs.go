@@ -19,13 +19,6 @@ type toolDoc struct {
 	// the path parameters (always required); a.b names the field b of the
 	// object argument a.
 	Required []string
-	// Omit lists body fields the daemon always refuses on this operation:
-	// the tool does not offer them. None today: the ingest-key bodies,
-	// which had such fields, are one type per action.
-	Omit []string
-	// Schema adds JSON Schema keywords to an argument (an enum, a
-	// pattern, bounds) that the daemon checks too.
-	Schema map[string]map[string]any
 }
 
 // commonArgs describes arguments by name wherever a tool's own words do not.
@@ -144,8 +137,7 @@ var toolDocs = map[string]toolDoc{
 		What:     "Declares a box (a droplet chalupa converges) and answers it; nothing is launched until a converge up",
 		When:     "Use to add a machine to an environment",
 		Args:     map[string]string{"name": "new box's name: lowercase letters, digits and hyphens", "environment": "environment the box belongs to (slug)"},
-		Required: []string{"name", "environment", "region", "size", "image", "sshKeyFingerprints", "customerSource", "controlPlaneSource"},
-		Schema:   map[string]map[string]any{"sshKeyFingerprints": {"minItems": 1}}},
+		Required: []string{"name", "environment", "region", "size", "image", "sshKeyFingerprints", "customerSource", "controlPlaneSource"}},
 	"adminGetBox": {Title: "Box details",
 		What: "Answers one box: its configuration, recorded provider ids and last launch result",
 		When: "Use before converging or diagnosing a box"},
@@ -188,9 +180,7 @@ var toolDocs = map[string]toolDoc{
 	"adminListJobs": {Title: "List converge jobs",
 		What: "Lists converge jobs, newest first, and the job runners seen",
 		When: "Use to see what converged recently or is queued",
-		Args: map[string]string{"box": "only this box's jobs (name or id)", "limit": "most jobs to answer, 1 to 500 (default 50)", "status": "only jobs in this status"},
-		Schema: map[string]map[string]any{"limit": {"minimum": 1, "maximum": 500},
-			"status": {"enum": []string{"queued", "running", "succeeded", "failed", "cancelled"}}}},
+		Args: map[string]string{"box": "only this box's jobs (name or id)", "limit": "most jobs to answer, up to 500 (0 or absent: 50)", "status": "only jobs in this status"}},
 	"adminGetJob": {Title: "Converge job",
 		What: "Answers one converge job with its latest progress and result",
 		When: "Use to follow a converge",
@@ -234,10 +224,9 @@ var toolDocs = map[string]toolDoc{
 		When: "Use to review how the daemon ran over a period",
 		Args: map[string]string{"since": "period as a Go duration, at most 2160h (default 24h)"}},
 	"adminListAlerts": {Title: "List alerts",
-		What:   "Lists open and recently resolved alerts, each sink's delivery state and the mutes in force",
-		When:   "Use to see what is wrong now",
-		Args:   map[string]string{"recent": "how many resolved alerts to include, 1 to 200"},
-		Schema: map[string]map[string]any{"recent": {"minimum": 1, "maximum": 200}}},
+		What: "Lists open and recently resolved alerts, each sink's delivery state and the mutes in force",
+		When: "Use to see what is wrong now",
+		Args: map[string]string{"recent": "how many resolved alerts to include, 1 to 200"}},
 	"adminTestAlertSinks": {Title: "Test alert sinks",
 		What: "Sends a test message now to every alert sink (or one) and answers what each said: delivered, or the kind of failure",
 		When: "Use after configuring alerting",
