@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/jonboulle/clockwork"
@@ -128,6 +130,12 @@ func (h *boxHandlers) update(ctx context.Context, req adminapi.UpdateBoxRequest)
 		if err := boxes.Validate(cfg); err != nil {
 			return invalidBox(err)
 		}
+		if managed == cur.Managed && sameBoxConfig(cfg, cur.Config) {
+			// Nothing changes: no new version, no write (an update is
+			// idempotent; docs/operations.md, "Boxes").
+			box = cur
+			return nil
+		}
 		box, err = storage.UpdateBox(ctx, tx, cur.ID, managed, cfg, h.clock.Now())
 		return err
 	})
@@ -138,6 +146,17 @@ func (h *boxHandlers) update(ctx context.Context, req adminapi.UpdateBoxRequest)
 		return adminapi.Box{}, err
 	}
 	return toAPIBox(box), nil
+}
+
+// sameBoxConfig reports whether a and b declare the same box (their
+// versions and times aside; an empty list is the same as none).
+func sameBoxConfig(a, b storage.BoxConfig) bool {
+	a.Version, a.UpdatedAt = b.Version, b.UpdatedAt
+	if !slices.Equal(a.SSHKeyFingerprints, b.SSHKeyFingerprints) || !slices.Equal(a.Tags, b.Tags) {
+		return false
+	}
+	a.SSHKeyFingerprints, a.Tags = b.SSHKeyFingerprints, b.Tags
+	return reflect.DeepEqual(a, b)
 }
 
 func (h *boxHandlers) list(ctx context.Context, req adminapi.ListBoxesRequest) (adminapi.BoxList, error) {

@@ -138,6 +138,26 @@ func TestBoxesCreateUpdateShow(t *testing.T) {
 			t.Fatalf("unknown box: %d", a.status)
 		}
 	})
+	t.Run("an update that changes nothing writes nothing", func(t *testing.T) {
+		// Update is idempotent (docs/operations.md, "Boxes"): the same
+		// body again, or an empty one, leaves the version where it is.
+		size, managed, tags := "gpu-h100x1-80gb", true, []string{}
+		cur, _ := cl.GetBox(ctx, "gpu-1")
+		tags = append(tags, cur.Tags...)
+		for _, req := range []adminapi.UpdateBoxRequest{
+			{Box: "gpu-1"},
+			{Box: "gpu-1", Size: &size, Managed: &managed},
+			{Box: "gpu-1", Tags: &tags},
+		} {
+			up, err := cl.UpdateBox(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if up.ConfigVersion != cur.ConfigVersion || !up.ConfigUpdatedAt.Equal(cur.ConfigUpdatedAt) {
+				t.Fatalf("version %d updated %v after a no-op update; was %d %v", up.ConfigVersion, up.ConfigUpdatedAt, cur.ConfigVersion, cur.ConfigUpdatedAt)
+			}
+		}
+	})
 	t.Run("show by name or id, list by environment", func(t *testing.T) {
 		byName, err := cl.GetBox(ctx, "gpu-1")
 		if err != nil || byName.ID != box.ID {

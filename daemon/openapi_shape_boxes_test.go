@@ -210,8 +210,8 @@ func TestBoxTagsAreTheConstants(t *testing.T) {
 			want := c
 			want.Required = false
 			if field == "agentIdleMinutes" {
-				one := int64(1)
-				want.Minimum = &one
+				one, oneF := int64(1), float64(1)
+				want.Minimum, want.MinFloat = &one, &oneF
 			}
 			if !reflect.DeepEqual(u, want) {
 				t.Fatalf("update tag %+v; create's %+v", u, c)
