@@ -23,6 +23,11 @@ var _ = registerShapes("first-stage-accepted", func(e *shapeEnv) []shapeCase {
 		{"telemetry window of every metric", "", "/api/ingest/telemetry", e.window("session-every", every), 0, ""},
 		{"log session", "", "/api/ingest/logs/sessions", s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","service":"app.service"}`), 0, ""},
 		{"log commit of a chunk never uploaded", "", "/api/ingest/logs/commit", s(chunk), 0, ""},
+		{"run without artifacts", "", "/api/ingest/runs", e.run(func(r *protocol.RunReportV1) { r.Artifacts = nil; r.RunID = "run-no-artifacts" }), 422, "invalid_body"},
+		{"run of no artifacts (an empty array)", "", "/api/ingest/runs", e.run(func(r *protocol.RunReportV1) {
+			r.Artifacts = []protocol.ArtifactRefV1{}
+			r.RunID = "run-empty-artifacts"
+		}), 0, ""},
 		{"log finish", "", "/api/ingest/logs/finish", s(`{"environmentSlug":"shape-check","deploymentId":"dep-shape","sessionId":"s-1","final":{"chunks":1,"bytes":10,"cursor":"c","reason":"shutdown"}}`), 0, ""},
 	}
 })

@@ -81,8 +81,7 @@ func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 		return bad(v.Message())
 	}
 	// What a schema cannot state: the years, the times' order and the
-	// server's clock, an absent artifacts array (a required tag on an
-	// array asks for an item), unique names and each locator's rules.
+	// server's clock, unique names and each locator's rules.
 	switch {
 	case !utcYearInRange(r.StartedAt) || !utcYearInRange(r.FinishedAt):
 		return bad("startedAt and finishedAt are required")
@@ -90,8 +89,6 @@ func normalizeRun(r *protocol.RunReportV1, now time.Time) *Refusal {
 		return bad("finishedAt must not be before startedAt")
 	case r.FinishedAt.After(now.Add(SkewWindow)):
 		return bad("finishedAt is in the future")
-	case r.Artifacts == nil:
-		return bad("artifacts is required (an empty array when there are none)")
 	}
 	r.StartedAt = r.StartedAt.UTC().Truncate(time.Millisecond)
 	r.FinishedAt = r.FinishedAt.UTC().Truncate(time.Millisecond)

@@ -14,10 +14,10 @@ type RunReportV1 struct {
 	StartedAt       time.Time `json:"startedAt" schema:"required"`
 	FinishedAt      time.Time `json:"finishedAt" schema:"required"`
 	Commit          string    `json:"commit,omitempty" schema:"pattern=commit"`
-	// Artifacts is required (an empty array when there are none), which
-	// ingest checks itself: a required tag on an array asks for an item.
-	// At most 64 (ingest.MaxArtifactsPerRun).
-	Artifacts []ArtifactRefV1 `json:"artifacts" schema:"maxItems=64"`
+	// Artifacts is required, an empty array when there are none (a
+	// required tag on an array asks for the key, minItems for an item);
+	// at most 64 (ingest.MaxArtifactsPerRun).
+	Artifacts []ArtifactRefV1 `json:"artifacts" schema:"required,maxItems=64"`
 }
 
 // ArtifactRefV1 is a reference to one artifact of a run: exactly

@@ -160,7 +160,9 @@ var compiled = func() map[string]*regexp.Regexp {
 // Check enforces them, so the two cannot disagree.
 type Rules struct {
 	// Required: the key must be present and not its zero value (an empty
-	// string, 0, false: the daemon cannot tell absent from zero).
+	// string, 0, false: the daemon cannot tell absent from zero); a list
+	// must be present (null is absent), and may be empty unless MinItems
+	// says otherwise.
 	Required bool
 	// Pattern is the name of the field's pattern in Patterns; "" for none.
 	Pattern string
@@ -338,8 +340,11 @@ func (v *Violation) Message() string {
 	switch {
 	case v.Rule == "not":
 		return v.Field + " " + patternWords[r.Not]
-	case v.Rule == "required" && (r.MinItems > 0 || r.MaxItems > 0):
+	case v.Rule == "required" && r.MinItems > 0:
 		return v.Field + " is required: " + itemCount(r)
+	case v.Rule == "required" && r.MaxItems > 0:
+		// A required list is present; it may be empty.
+		return v.Field + " is required (an empty array when there are none)"
 	case v.Rule == "minItems" || v.Rule == "maxItems":
 		return v.Field + " must have " + itemCount(r)
 	case v.Rule == "uniqueItems":

@@ -195,9 +195,6 @@ func constrained(s Schema, rules Rules) Schema {
 	if out["type"] == "array" {
 		if items, ok := out["items"].(Schema); ok {
 			out["items"] = constrained(items, rules.items())
-			if rules.Required {
-				out["minItems"] = 1
-			}
 			if rules.MinItems > 0 {
 				out["minItems"] = rules.MinItems
 			}
