@@ -43,9 +43,11 @@ func printLoops(w io.Writer, loops []adminapi.LoopSwitch) error {
 			// token or setting is absent), so it is not running whatever
 			// the switch says, and pausing it changes nothing
 			// (docs/operations.md, "Loop switches").
+			// A paused switch still reads PAUSED first: it is what the
+			// operator set, and what a restart keeps.
 			state = "not running: not started by this daemon, its token or setting is not configured"
 			if l.Paused {
-				state += " (also paused)"
+				state = "PAUSED, and not running: not started by this daemon, its token or setting is not configured"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", l.Name, state, timeOrDash(l.ChangedAt), l.Configured)

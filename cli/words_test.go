@@ -52,7 +52,7 @@ func TestOperatorWords(t *testing.T) {
 		}, want: []string{"not running: not started by this daemon, its token or setting is not configured"}, without: []string{"not run here", "running (", "PAUSED"}},
 		{name: "loop not configured, paused", print: func(w *bytes.Buffer) error {
 			return printLoops(w, []adminapi.LoopSwitch{{Name: "costs", Paused: true}})
-		}, want: []string{"not running: not started by this daemon, its token or setting is not configured (also paused)"}},
+		}, want: []string{"PAUSED, and not running: not started by this daemon, its token or setting is not configured"}},
 		{name: "performance, one window", print: func(w *bytes.Buffer) error {
 			return printPerformance(w, adminapi.DeploymentPerformance{Sessions: []adminapi.PerformanceSession{{ID: "s1", Windows: 1}},
 				Anomalies: []adminapi.PerformanceAnomaly{{SessionID: "s1", Kind: "cpu", Windows: 1}}})
