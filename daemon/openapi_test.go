@@ -313,7 +313,7 @@ func openAPIPath(p string) string {
 // kin-openapi), on a seeded daemon where nullable fields are null: an
 // active deployment that has never been seen by the reaper, an ended one,
 // a box that has never converged. Every read operation whose parameters
-// the seed can fill is checked.
+// the fixture can fill is checked.
 func TestOpenAPIResponsesValidate(t *testing.T) {
 	p := daemontest.NewInProcess(t, daemontest.AppOptions{})
 	db := p.App.DB

@@ -207,10 +207,7 @@ func RulesOf(tag reflect.StructTag) Rules {
 		case "required":
 			r.Required = true
 		case "pattern":
-			if _, ok := Patterns[val]; !ok {
-				panic("apischema: unknown pattern " + val)
-			}
-			r.Pattern = val
+			r.Pattern = mustPattern(val)
 		case "maxLength":
 			r.MaxLength = mustInt[int](val)
 		case "minLength":
@@ -222,10 +219,7 @@ func RulesOf(tag reflect.StructTag) Rules {
 		case "enum":
 			r.Enum = strings.Split(val, "|")
 		case "not":
-			if _, ok := Patterns[val]; !ok {
-				panic("apischema: unknown pattern " + val)
-			}
-			r.Not = val
+			r.Not = mustPattern(val)
 		case "minItems":
 			r.MinItems = mustInt[int](val)
 		case "maxItems":
@@ -239,6 +233,15 @@ func RulesOf(tag reflect.StructTag) Rules {
 		}
 	}
 	return r
+}
+
+// mustPattern is name when Patterns has it; it panics otherwise, as RulesOf
+// does on any tag it cannot read.
+func mustPattern(name string) string {
+	if _, ok := Patterns[name]; !ok {
+		panic("apischema: unknown pattern " + name)
+	}
+	return name
 }
 
 func mustInt[T int | int64](s string) T {
